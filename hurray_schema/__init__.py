@@ -1,0 +1,29 @@
+"""hurray_schema: read, write, validate and evaluate Hurray tensors.
+
+The public API is re-exported here; see README.md.
+"""
+
+from .codec import decode_descriptor, encode_descriptor
+from .errors import HurraySchemaError, LimitExceeded, SpecViolation
+from .model import (
+    DYNAMIC_DIMENSION, BlockPagedLayout, BlockTableIndexType, BufferHandle, ColumnMajorLayout,
+    CombineOp, CompositeLayout, CompositeMember, CompositionRule, CooLayout, CscLayout, CsfLayout,
+    CsrLayout, DescriptorFlag, DeviceTag, ElementType, ExtensionLayout, ExtensionType, HilbertLayout,
+    KvRole, LayoutTag, MemberRole, MemoryClass, MortonLayout, Mxfp, Nf4, PerBlockAffine,
+    PerChannelAffine, PerTensorAffine, QuantFlag, QuantScheme, RowMajorLayout, Shard, Statistics,
+    StatisticsMask, StridedLayout, SyncMode, TensorDescriptor, TiledLayout, UnknownLayout,
+    UnknownQuantization,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "decode_descriptor", "encode_descriptor", "HurraySchemaError", "LimitExceeded", "SpecViolation",
+    "DYNAMIC_DIMENSION", "BlockPagedLayout", "BlockTableIndexType", "BufferHandle", "ColumnMajorLayout",
+    "CombineOp", "CompositeLayout", "CompositeMember", "CompositionRule", "CooLayout", "CscLayout",
+    "CsfLayout", "CsrLayout", "DescriptorFlag", "DeviceTag", "ElementType", "ExtensionLayout",
+    "ExtensionType", "HilbertLayout", "KvRole", "LayoutTag", "MemberRole", "MemoryClass", "MortonLayout",
+    "Mxfp", "Nf4", "PerBlockAffine", "PerChannelAffine", "PerTensorAffine", "QuantFlag", "QuantScheme",
+    "RowMajorLayout", "Shard", "Statistics", "StatisticsMask", "StridedLayout", "SyncMode",
+    "TensorDescriptor", "TiledLayout", "UnknownLayout", "UnknownQuantization",
+]

@@ -1,0 +1,360 @@
+"""Decode and encode tensor descriptors.
+
+Decoding walks the parts of a descriptor in wire order
+(``metadata.md § Overall Descriptor Structure``) with the fast plans derived from the
+declarations in :mod:`hurray_schema.structs`.  It is bounded: nothing is read beyond
+``descriptor_length`` and every count (rank, buffer_count, lengths) is checked against
+the bytes that remain before anything is built for it.
+
+Structural faults -- those after which the decoder cannot go on -- raise
+:class:`~hurray_schema.errors.SpecViolation` naming a rule of
+:mod:`hurray_schema.rules.structure`.  Where the spec lets a permissive reader keep the
+input (an unknown tag, a newer minor version) the permissive decoder records a finding
+and keeps the unknown part opaque.  The semantic rules of one descriptor run after the
+structure is decoded (:func:`decode_descriptor`).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Optional
+
+import attrs
+from construct import Struct
+
+from .errors import SpecViolation
+from .model import (
+    KNOWN_DESCRIPTOR_FLAGS, BlockPagedLayout, BufferHandle, ColumnMajorLayout, CompositeLayout,
+    CompositeMember, CooLayout, CscLayout, CsfLayout, CsrLayout, DescriptorFlag, ExtensionLayout,
+    ExtensionType, HilbertLayout, LayoutTag, MortonLayout, Mxfp, Nf4, PerBlockAffine,
+    PerChannelAffine, PerTensorAffine, QuantScheme, RowMajorLayout, Shard, Statistics, StridedLayout,
+    TensorDescriptor, TiledLayout, UnknownLayout, UnknownQuantization, COLUMN_MAJOR, ROW_MAJOR,
+)
+from .rules import structure as S
+from .rules.engine import Finding, Mode, as_mode
+from .structs import layouts as L
+from .structs import quantization as Q
+from .structs import sections as X
+from .structs._declare import plan, select, static_offset
+from .structs.descriptor import (
+    BUFFER_COUNT, BUFFER_HANDLE, BYTE_OFFSET, FIXED_HEADER, FIXED_HEADER_SIZE, MAGIC, MAX_RANK, SHAPE,
+    SUPPORTED_VERSION_MAJOR, SUPPORTED_VERSION_MINOR,
+)
+from .structs.element_types import RESERVED_TYPE_TAG, element_type_info, is_private_type
+from .structs.wire import descriptor_spans, encode_descriptor_bytes
+
+__all__ = ["decode_descriptor", "encode_descriptor", "parse_descriptor", "peek_descriptor_length", "descriptor_spans"]
+
+
+def _builder(cls):
+    """Build ``cls`` from decoded wire values: attrs field names are the spec names."""
+    pairs = tuple((f.alias, f.name) for f in attrs.fields(cls))
+
+    def build(values: dict):
+        return cls(**{alias: values[name] for alias, name in pairs})
+
+    return build
+
+
+_LAYOUT_CLASSES = {
+    LayoutTag.STRIDED: StridedLayout, LayoutTag.MORTON: MortonLayout, LayoutTag.COO: CooLayout,
+    LayoutTag.CSR: CsrLayout, LayoutTag.CSC: CscLayout, LayoutTag.CSF: CsfLayout,
+    LayoutTag.BLOCK_PAGED: BlockPagedLayout, LayoutTag.COMPOSITE: CompositeLayout,
+    LayoutTag.HILBERT: HilbertLayout,
+}
+_LAYOUT_BUILDERS = {tag: (plan(L.LAYOUT_FIELDS[tag]), _builder(cls)) for tag, cls in _LAYOUT_CLASSES.items()}
+_SCHEME_CLASSES = {
+    QuantScheme.PER_TENSOR_AFFINE: PerTensorAffine, QuantScheme.PER_CHANNEL_AFFINE: PerChannelAffine,
+    QuantScheme.PER_BLOCK_AFFINE: PerBlockAffine, QuantScheme.NF4: Nf4, QuantScheme.MXFP: Mxfp,
+}
+_SCHEME_BUILDERS = {tag: (plan(Q.SCHEMES[tag]), _builder(cls)) for tag, cls in _SCHEME_CLASSES.items()}
+
+_HEADER = plan(FIXED_HEADER)
+_CORE = plan(Struct(*SHAPE.subcons, *BYTE_OFFSET.subcons))
+_MODES = {"strict": Mode.STRICT, "permissive": Mode.PERMISSIVE, Mode.STRICT: Mode.STRICT,
+          Mode.PERMISSIVE: Mode.PERMISSIVE}
+_BUFFER_COUNT = plan(BUFFER_COUNT)
+_HANDLE = plan(BUFFER_HANDLE)
+_HANDLE_FIELDS = _HANDLE.steps[0]
+_TILED = plan(L.TILED)
+_EXTENSION_HEAD = plan(L.EXTENSION_HEAD)
+_QLEN = plan(Q.QUANTIZATION_LENGTH)
+_QHEADER = plan(Q.QUANTIZATION_HEADER)
+_SHARD = plan(X.SHARD_SECTION)
+_STATS = plan(X.STATISTICS_SECTION)
+_EXTTYPE = plan(X.EXTENSION_TYPE_SECTION)
+_MEMBER = plan(X.COMPOSITE_MEMBER_SECTION)
+
+_build_shard = _builder(Shard)
+_build_stats = _builder(Statistics)
+_build_exttype = _builder(ExtensionType)
+_build_member = _builder(CompositeMember)
+_build_tiled = _builder(TiledLayout)
+
+_HAS_QUANTIZATION = int(DescriptorFlag.HAS_QUANTIZATION)
+_HAS_SHARD = int(DescriptorFlag.HAS_SHARD)
+_HAS_STATISTICS = int(DescriptorFlag.HAS_STATISTICS)
+_HAS_EXTENSION_TYPE = int(DescriptorFlag.HAS_EXTENSION_TYPE)
+_HAS_COMPOSITE_MEMBER = int(DescriptorFlag.HAS_COMPOSITE_MEMBER)
+
+_AT = {name: static_offset(FIXED_HEADER, name) for name in ("magic", "version_major", "version_minor",
+                                                             "descriptor_length", "flags", "type_tag",
+                                                             "layout_tag", "rank")}
+_LENGTH_FIELD = plan(select(FIXED_HEADER, "descriptor_length")).steps[0].codec
+
+
+class _Reader:
+    """Bounded cursor over one descriptor; offsets reported relative to ``base``."""
+
+    __slots__ = ("view", "pos", "end", "base", "mode", "findings")
+
+    def __init__(self, view: memoryview, end: int, base: int, mode: Mode):
+        self.view = view
+        self.pos = 0
+        self.end = end
+        self.base = base
+        self.mode = mode
+        self.findings: list[Finding] = []
+
+    def at(self, pos: Optional[int] = None) -> int:
+        return self.base + (self.pos if pos is None else pos)
+
+    def read(self, p, what: str, **context) -> dict:
+        """Decode one table with plan ``p``; a field past descriptor_length is a violation."""
+        try:
+            values, self.pos = p.unpack(self.view, self.pos, **context)
+        except struct.error:
+            raise S.LENGTH_BOUNDS.violation(
+                f"{what} runs past descriptor_length ({self.end} bytes)", self.at()
+            ) from None
+        return values
+
+    def take(self, n: int, what: str) -> bytes:
+        if n > self.end - self.pos:
+            raise S.LENGTH_BOUNDS.violation(
+                f"{what} needs {n} bytes but only {self.end - self.pos} remain before descriptor_length",
+                self.at(),
+            )
+        data = bytes(self.view[self.pos : self.pos + n])
+        self.pos += n
+        return data
+
+    def tolerate(self, rule, message: str, pos: int) -> None:
+        """A finding the permissive mode keeps; in strict mode it is raised."""
+        finding = rule.finding(message, self.at(pos), self.mode)
+        if not finding.tolerated:
+            raise finding.to_violation()
+        self.findings.append(finding)
+
+
+def peek_descriptor_length(data, base: int = 0) -> int:
+    """``descriptor_length`` from the first 10 bytes, after checking magic and minimum."""
+    view = memoryview(data)
+    if len(view) < FIXED_HEADER_SIZE:
+        raise S.TRUNCATED.violation(
+            f"a descriptor needs at least {FIXED_HEADER_SIZE} bytes, the input has {len(view)}", base + len(view)
+        )
+    if bytes(view[: len(MAGIC)]) != MAGIC:
+        raise S.MAGIC.violation(f"magic is {bytes(view[:len(MAGIC)])!r}, not {MAGIC!r}", base + _AT["magic"])
+    (length,) = _LENGTH_FIELD.unpack_from(view, _AT["descriptor_length"])
+    if length < FIXED_HEADER_SIZE:
+        raise S.LENGTH_MINIMUM.violation(
+            f"descriptor_length {length} is below the {FIXED_HEADER_SIZE}-byte fixed header",
+            base + _AT["descriptor_length"],
+        )
+    return length
+
+
+def parse_descriptor(data, *, mode="strict", base: int = 0) -> tuple[TensorDescriptor, list[Finding]]:
+    """Decode the structure of the descriptor at the start of ``data``.
+
+    Returns the descriptor and the findings a permissive reader tolerated.  Bytes after
+    ``descriptor_length`` are not read (a stream carries the next tensor there).
+    """
+    mode = _MODES.get(mode) or as_mode(mode)
+    view = memoryview(data)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    length = peek_descriptor_length(view, base)
+    if length > len(view):
+        raise S.TRUNCATED.violation(
+            f"descriptor_length is {length} but only {len(view)} bytes are available", base + len(view)
+        )
+    r = _Reader(view[:length], length, base, mode)
+    h = r.read(_HEADER, "fixed header")
+    _check_header(r, h)
+    rank = h["rank"]
+    core = r.read(_CORE, "shape and byte_offset", rank=rank)
+    shape, byte_offset = core["shape"], core["byte_offset"]
+    flags = h["flags"]
+    newer_minor = h["version_minor"] > SUPPORTED_VERSION_MINOR
+    unparsed_flags = flags & ~KNOWN_DESCRIPTOR_FLAGS if newer_minor else 0
+
+    layout = _read_layout(r, h["layout_tag"], rank)
+    fields = dict(
+        type_tag=h["type_tag"], shape=shape, layout=layout, byte_offset=byte_offset,
+        version_major=h["version_major"], version_minor=h["version_minor"],
+    )
+    if isinstance(layout, UnknownLayout):
+        fields["unparsed_flags"] = flags
+        return TensorDescriptor(**fields), r.findings
+
+    count = r.read(_BUFFER_COUNT, "buffer_count")["buffer_count"]
+    need = count * _HANDLE.fixed_size
+    if need > r.end - r.pos:
+        raise S.LENGTH_BOUNDS.violation(
+            f"buffer_count {count} needs {need} bytes of handles, only {r.end - r.pos} remain", r.at()
+        )
+    fields["buffers"] = _read_handles(r, count)
+    if flags & _HAS_QUANTIZATION:
+        fields["quantization"] = _read_quantization(r)
+    if flags & _HAS_SHARD:
+        fields["shard"] = _build_shard(r.read(_SHARD, "shard section", rank=rank))
+    if flags & _HAS_STATISTICS:
+        fields["statistics"] = _build_stats(r.read(_STATS, "statistics section"))
+    if flags & _HAS_EXTENSION_TYPE:
+        fields["extension_type"] = _build_exttype(r.read(_EXTTYPE, "extension type section"))
+    if flags & _HAS_COMPOSITE_MEMBER:
+        fields["composite_member"] = _build_member(r.read(_MEMBER, "composite member section"))
+    if r.pos < r.end:
+        if not newer_minor:
+            raise S.LENGTH_EXACT.violation(
+                f"{r.end - r.pos} bytes remain after the last section of a {h['version_major']}."
+                f"{h['version_minor']} descriptor", r.at()
+            )
+        fields["trailing"] = r.take(r.end - r.pos, "trailing fields")
+    if unparsed_flags:
+        fields["unparsed_flags"] = unparsed_flags
+    return TensorDescriptor(**fields), r.findings
+
+
+def _check_header(r: _Reader, h: dict) -> None:
+    if h["version_major"] > SUPPORTED_VERSION_MAJOR:
+        raise S.VERSION_MAJOR.violation(
+            f"version_major {h['version_major']} is newer than {SUPPORTED_VERSION_MAJOR}", r.at(_AT["version_major"])
+        )
+    if h["version_minor"] > SUPPORTED_VERSION_MINOR:
+        r.tolerate(
+            S.VERSION_MINOR,
+            f"version_minor {h['version_minor']} is newer than {SUPPORTED_VERSION_MINOR}; its additions stay opaque",
+            _AT["version_minor"],
+        )
+    reserved = h["flags"] & ~KNOWN_DESCRIPTOR_FLAGS
+    if reserved and h["version_minor"] <= SUPPORTED_VERSION_MINOR:
+        raise S.FLAGS_RESERVED.violation(f"reserved flag bits 0x{reserved:08X} are set", r.at(_AT["flags"]))
+    if h["rank"] > MAX_RANK:
+        raise S.RANK_CAP.violation(f"rank {h['rank']} exceeds {MAX_RANK}", r.at(_AT["rank"]))
+    _check_type_tag(r, h["type_tag"], h["flags"])
+    tag = h["layout_tag"]
+    if tag in (0x00, 0xFF):
+        raise S.LAYOUT_TAG_INVALID.violation(f"layout_tag 0x{tag:02X} is invalid", r.at(_AT["layout_tag"]))
+
+
+def _check_type_tag(r: _Reader, tag: int, flags: int) -> None:
+    if tag in (0x00, 0xFF):
+        raise S.TYPE_TAG_INVALID.violation(f"type_tag 0x{tag:02X} is invalid", r.at(_AT["type_tag"]))
+    if element_type_info(tag) is not None:
+        return
+    if is_private_type(tag) and flags & _HAS_EXTENSION_TYPE:
+        return  # described inline by the extension type section (ADR-001)
+    what = "reserved" if tag == RESERVED_TYPE_TAG or 0x80 <= tag <= 0xEF else "not a type this reader knows"
+    r.tolerate(S.TYPE_TAG_UNKNOWN, f"type_tag 0x{tag:02X} is {what}", _AT["type_tag"])
+
+
+def _read_layout(r: _Reader, tag: int, rank: int):
+    if tag == LayoutTag.ROW_MAJOR:
+        return ROW_MAJOR
+    if tag == LayoutTag.COLUMN_MAJOR:
+        return COLUMN_MAJOR
+    entry = _LAYOUT_BUILDERS.get(tag)
+    if entry is not None:
+        p, build = entry
+        return build(r.read(p, f"{LayoutTag(tag).name.lower()} layout fields", rank=rank))
+    if tag == LayoutTag.TILED:
+        return _read_tiled(r, rank, depth=1)
+    if L.is_extension_layout(tag):
+        start = r.pos
+        head = r.read(_EXTENSION_HEAD, "extension layout fields")
+        data = r.take(head["extension_data_length"], "extension_data")
+        r.tolerate(
+            S.EXTENSION_LAYOUT_UNKNOWN,
+            f"private layout 0x{tag:02X} with extension_layout_id {head['extension_layout_id']} is not known here",
+            start,
+        )
+        return ExtensionLayout(tag, head["extension_layout_id"], data)
+    r.tolerate(S.LAYOUT_TAG_UNKNOWN, f"layout_tag 0x{tag:02X} is not a layout this reader knows", _AT["layout_tag"])
+    return UnknownLayout(tag, r.take(r.end - r.pos, "opaque layout payload"))
+
+
+def _read_tiled(r: _Reader, rank: int, depth: int) -> TiledLayout:
+    if depth > L.MAX_TILED_DEPTH:
+        raise S.TILED_DEPTH.violation(f"tiled layout nests deeper than {L.MAX_TILED_DEPTH} levels", r.at())
+    values = r.read(_TILED, "tiled layout fields", rank=rank)
+    values["inner"] = _read_tiled(r, rank, depth + 1) if values["inner_layout"] == LayoutTag.TILED else None
+    return _build_tiled(values)
+
+
+def _read_handles(r: _Reader, count: int) -> tuple[BufferHandle, ...]:
+    unpack = _HANDLE_FIELDS.codec.unpack_from
+    size = _HANDLE.fixed_size
+    view, pos = r.view, r.pos
+    handles = tuple(BufferHandle(*unpack(view, pos + i * size)) for i in range(count))
+    r.pos = pos + count * size
+    return handles
+
+
+def _read_quantization(r: _Reader):
+    qlen = r.read(_QLEN, "quantization_length")["quantization_length"]
+    start = r.pos
+    if qlen > r.end - start:
+        raise S.LENGTH_BOUNDS.violation(
+            f"quantization_length {qlen} runs past descriptor_length ({r.end - start} bytes remain)", r.at()
+        )
+    section = _Reader(r.view[: start + qlen], start + qlen, r.base, r.mode)
+    section.pos = start
+    try:
+        head = section.read(_QHEADER, "quantization header")
+    except SpecViolation as exc:
+        raise S.QUANTIZATION_LENGTH.violation(exc.message, exc.offset) from None
+    tag = head["scheme_tag"]
+    if tag in (0x00, 0xFF):
+        raise S.SCHEME_TAG_INVALID.violation(f"scheme_tag 0x{tag:02X} is invalid", r.at(start))
+    entry = _SCHEME_BUILDERS.get(tag)
+    if entry is None:
+        r.findings.extend(section.findings)
+        r.tolerate(S.SCHEME_TAG_UNKNOWN, f"scheme_tag 0x{tag:02X} is not a scheme this reader knows", start)
+        r.pos = start + qlen
+        payload = bytes(r.view[start + _QHEADER.fixed_size : start + qlen])
+        return UnknownQuantization(tag, head["scheme_version"], head["flags"], payload)
+    if head["scheme_version"] > Q.HIGHEST_SCHEME_VERSION[tag]:
+        raise S.SCHEME_VERSION.violation(
+            f"scheme_version {head['scheme_version']} of scheme 0x{tag:02X} is newer than "
+            f"{Q.HIGHEST_SCHEME_VERSION[tag]}", r.at(start + 1)
+        )
+    p, build = entry
+    section.pos = start
+    try:
+        values = section.read(p, f"{QuantScheme(tag).name.lower()} fields")
+    except SpecViolation as exc:
+        raise S.QUANTIZATION_LENGTH.violation(
+            f"quantization_length {qlen} is shorter than the {p.fixed_size}-byte scheme table", exc.offset
+        ) from None
+    values["padding"] = bytes(r.view[section.pos : start + qlen])
+    r.pos = start + qlen
+    return build(values)
+
+
+def decode_descriptor(data, *, mode="strict") -> TensorDescriptor:
+    """Decode one tensor descriptor from the start of ``data``.
+
+    ``mode="strict"`` raises :class:`~hurray_schema.errors.SpecViolation` on the first
+    violation; ``"permissive"`` keeps what the spec lets a permissive reader keep
+    (unknown tags, newer minor version) and still raises on every other violation.
+    """
+    desc, _ = parse_descriptor(data, mode=mode)
+    return desc
+
+
+def encode_descriptor(desc: TensorDescriptor) -> bytes:
+    """The wire bytes of ``desc`` (``descriptor_length`` filled in)."""
+    return encode_descriptor_bytes(desc)

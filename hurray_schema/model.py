@@ -1,0 +1,675 @@
+"""Value objects and tag tables of the Hurray tensor descriptor.
+
+Enumerations mirror the spec's tag tables (``enum.IntEnum``); value objects are frozen,
+slotted ``attrs`` classes.  Field names follow the spec's field names.  Fields the spec
+calls ``_reserved`` are kept (as ``_reserved``, constructor argument ``reserved``) so
+that a descriptor decoded from bytes re-encodes to the same bytes and so that the rule
+engine can report a non-zero reserved byte with its offset; they default to zeros.
+
+A tag the spec reserves or leaves to private use is kept as a plain ``int`` where no
+enumeration member matches, so a permissive reader can carry it.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from typing import ClassVar, Optional, Union
+
+import attrs
+
+DYNAMIC_DIMENSION = 0xFFFF_FFFF_FFFF_FFFF
+"""The dynamic-dimension sentinel (``metadata.md § shape``); never the same as ``0``."""
+
+OPEN_COMPOSITE = 0xFFFF_FFFF
+"""Reserved open-composite ``member_count`` (``layouts/composite.md § Head Layout-Specific Fields``)."""
+
+NO_BUFFER_INDEX = 0xFFFF_FFFF
+"""``zero_point_buffer_index`` of a symmetric scheme (``quantization/per-block-affine.md``)."""
+
+NOT_LAYER_SCOPED = 0xFFFF_FFFF
+"""``layer_index`` of a block-paged tensor that belongs to no layer (``layouts/block-paged.md``)."""
+
+
+# ------------------------------------------------------------------------------------
+# Tag tables
+# ------------------------------------------------------------------------------------
+
+
+class ElementType(enum.IntEnum):
+    """``type_tag`` values (``element-types.md § Type Properties Summary``)."""
+
+    FLOAT16 = 0x01
+    BFLOAT16 = 0x02
+    FLOAT32 = 0x03
+    FLOAT64 = 0x04
+    INT8 = 0x10
+    UINT8 = 0x11
+    INT16 = 0x12
+    UINT16 = 0x13
+    INT32 = 0x14
+    UINT32 = 0x15
+    INT64 = 0x16
+    UINT64 = 0x17
+    BOOL = 0x20
+    FLOAT8_E4M3 = 0x40
+    FLOAT8_E5M2 = 0x41
+    FLOAT8_E8M0 = 0x42
+    FLOAT4_E2M1 = 0x43
+    FLOAT6_E2M3 = 0x44
+    FLOAT6_E3M2 = 0x45
+    FLOAT128 = 0x46
+    INT4 = 0x48
+    UINT4 = 0x49
+    INT2 = 0x4A
+    UINT2 = 0x4B
+    COMPLEX64 = 0x50
+    COMPLEX128 = 0x51
+
+
+class LayoutTag(enum.IntEnum):
+    """``layout_tag`` values (``memory-layout.md § Named Layout Tags``)."""
+
+    ROW_MAJOR = 0x01
+    COLUMN_MAJOR = 0x02
+    STRIDED = 0x03
+    TILED = 0x04
+    MORTON = 0x05
+    COO = 0x06
+    CSR = 0x07
+    CSC = 0x08
+    CSF = 0x09
+    BLOCK_PAGED = 0x0A
+    COMPOSITE = 0x0B
+    HILBERT = 0x40
+
+
+class DescriptorFlag(enum.IntFlag):
+    """Bits of the descriptor ``flags`` field (``metadata.md § Flags``)."""
+
+    HAS_QUANTIZATION = 1 << 0
+    HAS_SHARD = 1 << 1
+    HAS_EXTENSION_TYPE = 1 << 2
+    HAS_STATISTICS = 1 << 3
+    HAS_COMPOSITE_MEMBER = 1 << 4
+
+
+KNOWN_DESCRIPTOR_FLAGS = int(
+    DescriptorFlag.HAS_QUANTIZATION
+    | DescriptorFlag.HAS_SHARD
+    | DescriptorFlag.HAS_EXTENSION_TYPE
+    | DescriptorFlag.HAS_STATISTICS
+    | DescriptorFlag.HAS_COMPOSITE_MEMBER
+)
+
+
+class CompositionRule(enum.IntEnum):
+    """``composition_rule`` of a composite head (``metadata.md § Composite / Virtual``)."""
+
+    PARTITION = 0x01
+    OVERLAY = 0x02
+    GROUP = 0x03
+
+
+class CombineOp(enum.IntEnum):
+    """``combine_op`` of a composite head; ``NONE`` for partition and group."""
+
+    NONE = 0x00
+    REPLACE = 0x01
+    ADD = 0x02
+
+
+class MemberRole(enum.IntEnum):
+    """``member_role`` of the Composite Member section (``metadata.md § Composite Member Section``)."""
+
+    CORRECTION = 0x00
+    BASE = 0x01
+
+
+class DeviceTag(enum.IntEnum):
+    """Buffer ``device_tag`` values (``buffer-protocol.md § Device Tags``)."""
+
+    CPU = 0x00
+    CUDA = 0x01
+    ROCM = 0x02
+    METAL = 0x03
+    VULKAN = 0x04
+    WEBGPU = 0x05
+    HEXAGON = 0x06
+    LEVEL_ZERO = 0x07
+    OPENCL = 0x08
+
+
+class SyncMode(enum.IntEnum):
+    """Buffer ``sync_mode`` values (``buffer-protocol.md § Stream and Event Synchronisation``)."""
+
+    PRODUCER_SYNCED = 0x00
+    EVENT = 0x01
+    CONSUMER_STREAM = 0x02
+
+
+class MemoryClass(enum.IntEnum):
+    """Buffer ``memory_class`` values (``buffer-protocol.md § Memory Class``)."""
+
+    STANDARD = 0x00
+    HOST_PINNED = 0x01
+    UNIFIED = 0x02
+    PEER = 0x03
+
+
+class QuantScheme(enum.IntEnum):
+    """``scheme_tag`` values (``quantization.md § Assigned Scheme Tags``)."""
+
+    PER_TENSOR_AFFINE = 0x01
+    PER_CHANNEL_AFFINE = 0x02
+    PER_BLOCK_AFFINE = 0x03
+    NF4 = 0x04
+    MXFP = 0x05
+
+
+class QuantFlag(enum.IntFlag):
+    """Scheme flags of per-channel and per-block affine (``quantization/per-block-affine.md``)."""
+
+    SYMMETRIC = 1 << 0
+
+
+class StatisticsMask(enum.IntFlag):
+    """``computed_mask`` bits of the Statistics section (``metadata.md § computed_mask``)."""
+
+    NNZ_VALID = 1 << 0
+    SPARSITY_VALID = 1 << 1
+    VALUE_RANGE_VALID = 1 << 2
+    VALUE_STATS_VALID = 1 << 3
+    NM_SPARSITY_VALID = 1 << 4
+    NAN_INF_VALID = 1 << 5
+
+
+class KvRole(enum.IntEnum):
+    """``kv_role`` of a block-paged tensor (``layouts/block-paged.md``)."""
+
+    KEY = 0x00
+    VALUE = 0x01
+    GENERIC = 0x02
+
+
+class BlockTableIndexType(enum.IntEnum):
+    """``block_table_index_type`` of a block-paged tensor (``layouts/block-paged.md``)."""
+
+    UINT32 = 0x00
+    UINT64 = 0x01
+
+
+def as_tag(enum_type: type[enum.IntEnum], value: int) -> Union[enum.IntEnum, int]:
+    """``value`` as a member of ``enum_type`` when the spec assigns it, else the plain int."""
+    try:
+        return enum_type(value)
+    except ValueError:
+        return int(value)
+
+
+def _tag(enum_type):
+    """attrs converter: enum member when assigned, plain int otherwise (a dict lookup, no enum call)."""
+    members = {int(m): m for m in enum_type}
+    get = members.get
+    return lambda value: get(value, value)
+
+
+def _ints(value) -> tuple[int, ...]:
+    return tuple(int(v) for v in value)
+
+
+def _zeros(n: int):
+    return attrs.field(default=bytes(n), converter=bytes, repr=False)
+
+
+value = attrs.frozen(slots=True, cache_hash=False)
+"""Decorator of every value object: frozen, slotted attrs class."""
+
+
+# ------------------------------------------------------------------------------------
+# Buffer table
+# ------------------------------------------------------------------------------------
+
+
+@value
+class BufferHandle:
+    """One 16-byte buffer table entry (``buffer-protocol.md § Buffer Handle``)."""
+
+    byte_size: int
+    alignment: int = 64
+    device_tag: Union[DeviceTag, int] = attrs.field(default=DeviceTag.CPU, converter=_tag(DeviceTag))
+    sync_mode: Union[SyncMode, int] = attrs.field(default=SyncMode.PRODUCER_SYNCED, converter=_tag(SyncMode))
+    memory_class: Union[MemoryClass, int] = attrs.field(
+        default=MemoryClass.STANDARD, converter=_tag(MemoryClass)
+    )
+    _reserved: int = attrs.field(default=0, repr=False)
+
+
+# ------------------------------------------------------------------------------------
+# Layouts (layout-specific fields, ``metadata.md § Layout-Specific Fields``)
+# ------------------------------------------------------------------------------------
+
+
+@value
+class RowMajorLayout:
+    """Row-major (C order): no layout-specific fields (``layouts/row-major.md``)."""
+
+    tag: ClassVar[int] = LayoutTag.ROW_MAJOR
+
+
+@value
+class ColumnMajorLayout:
+    """Column-major (Fortran order): no layout-specific fields (``layouts/column-major.md``)."""
+
+    tag: ClassVar[int] = LayoutTag.COLUMN_MAJOR
+
+
+@value
+class StridedLayout:
+    """Explicit strides in logical elements, negative and zero allowed (``layouts/strided.md``)."""
+
+    tag: ClassVar[int] = LayoutTag.STRIDED
+    strides: tuple[int, ...] = attrs.field(converter=_ints)
+
+
+@value
+class TiledLayout:
+    """Tiled / blocked, possibly recursive (``layouts/tiled.md``).
+
+    ``inner`` is the nested tiling when ``inner_layout`` is ``0x04``.
+    """
+
+    tag: ClassVar[int] = LayoutTag.TILED
+    tile_shape: tuple[int, ...] = attrs.field(converter=_ints)
+    outer_layout: int = LayoutTag.ROW_MAJOR
+    inner_layout: int = LayoutTag.ROW_MAJOR
+    outer_strides: Optional[tuple[int, ...]] = attrs.field(
+        default=None, converter=attrs.converters.optional(_ints)
+    )
+    inner_strides: Optional[tuple[int, ...]] = attrs.field(
+        default=None, converter=attrs.converters.optional(_ints)
+    )
+    inner: Optional["TiledLayout"] = None
+    _reserved: bytes = _zeros(2)
+
+    @property
+    def depth(self) -> int:
+        """Number of tiling levels (1 for a plain tiled layout)."""
+        return 1 + (self.inner.depth if self.inner is not None else 0)
+
+
+@value
+class MortonLayout:
+    """Morton / Z-order curve (``layouts/morton.md``)."""
+
+    tag: ClassVar[int] = LayoutTag.MORTON
+    morton_bits: tuple[int, ...] = attrs.field(converter=_ints)
+
+
+@value
+class CooLayout:
+    """COO sparse (``layouts/coo.md``); ``is_sorted`` is the raw byte (``0x01`` sorted)."""
+
+    tag: ClassVar[int] = LayoutTag.COO
+    nnz: int
+    is_sorted: int = 0
+    _reserved: bytes = _zeros(7)
+
+
+@value
+class CsrLayout:
+    """CSR sparse, rank 2 (``layouts/csr.md``)."""
+
+    tag: ClassVar[int] = LayoutTag.CSR
+    nnz: int
+    _reserved: bytes = _zeros(8)
+
+
+@value
+class CscLayout:
+    """CSC sparse, rank 2 (``layouts/csc.md``)."""
+
+    tag: ClassVar[int] = LayoutTag.CSC
+    nnz: int
+    _reserved: bytes = _zeros(8)
+
+
+@value
+class CsfLayout:
+    """CSF sparse fiber tree, rank >= 3 (``layouts/csf.md``)."""
+
+    tag: ClassVar[int] = LayoutTag.CSF
+    nnz: int
+    mode_order: tuple[int, ...] = attrs.field(converter=_ints)
+    _reserved: bytes = _zeros(8)
+
+
+@value
+class BlockPagedLayout:
+    """Block-paged KV-cache layout, rank 3 (``layouts/block-paged.md``)."""
+
+    tag: ClassVar[int] = LayoutTag.BLOCK_PAGED
+    page_size: int
+    num_pages: int
+    num_seqs: int
+    paged_axis: int = 0
+    kv_role: Union[KvRole, int] = attrs.field(default=KvRole.GENERIC, converter=_tag(KvRole))
+    layer_index: int = NOT_LAYER_SCOPED
+    block_table_index_type: Union[BlockTableIndexType, int] = attrs.field(
+        default=BlockTableIndexType.UINT32, converter=_tag(BlockTableIndexType)
+    )
+    _reserved: bytes = _zeros(6)
+
+
+@value
+class CompositeLayout:
+    """Composite head fields (``metadata.md § Composite / Virtual``, ``layouts/composite.md``)."""
+
+    tag: ClassVar[int] = LayoutTag.COMPOSITE
+    composition_rule: Union[CompositionRule, int] = attrs.field(converter=_tag(CompositionRule))
+    member_count: int
+    combine_op: Union[CombineOp, int] = attrs.field(default=CombineOp.NONE, converter=_tag(CombineOp))
+    _reserved: bytes = _zeros(2)
+
+
+@value
+class HilbertLayout:
+    """Hilbert curve, Tier 2 (``layouts/hilbert.md``)."""
+
+    tag: ClassVar[int] = LayoutTag.HILBERT
+    hilbert_order: int
+    hilbert_rank: int
+
+
+@value
+class ExtensionLayout:
+    """Implementation-private layout ``0xF0``–``0xFE`` (``metadata.md § Extension Layouts``)."""
+
+    layout_tag: int
+    extension_layout_id: int
+    extension_data: bytes = attrs.field(default=b"", converter=bytes)
+
+    @property
+    def tag(self) -> int:
+        return self.layout_tag
+
+
+@value
+class UnknownLayout:
+    """A layout tag this reader does not know, kept by a permissive reader.
+
+    Nothing after ``byte_offset`` can be located without knowing the layout, so the rest
+    of the descriptor is kept opaque in ``payload`` and the data MUST NOT be dereferenced
+    (``memory-layout.md § Layout Taxonomy``).
+    """
+
+    layout_tag: int
+    payload: bytes = attrs.field(default=b"", converter=bytes, repr=False)
+
+    @property
+    def tag(self) -> int:
+        return self.layout_tag
+
+
+Layout = Union[
+    RowMajorLayout, ColumnMajorLayout, StridedLayout, TiledLayout, MortonLayout, CooLayout,
+    CsrLayout, CscLayout, CsfLayout, BlockPagedLayout, CompositeLayout, HilbertLayout,
+    ExtensionLayout, UnknownLayout,
+]
+
+ROW_MAJOR = RowMajorLayout()
+COLUMN_MAJOR = ColumnMajorLayout()
+
+
+# ------------------------------------------------------------------------------------
+# Quantization (``quantization.md`` and ``quantization/*.md``)
+# ------------------------------------------------------------------------------------
+
+
+@value
+class PerTensorAffine:
+    """One scale and zero point for the whole tensor (``quantization/per-tensor-affine.md``)."""
+
+    scheme: ClassVar[int] = QuantScheme.PER_TENSOR_AFFINE
+    scale: float
+    zero_point: int = 0
+    scheme_version: int = 1
+    flags: int = 0
+    _reserved: bytes = _zeros(4)
+    padding: bytes = attrs.field(default=b"", converter=bytes, repr=False)
+
+
+@value
+class PerChannelAffine:
+    """One float32 scale (and zero point) per index of ``axis`` (``quantization/per-channel-affine.md``)."""
+
+    scheme: ClassVar[int] = QuantScheme.PER_CHANNEL_AFFINE
+    axis: int
+    scale_buffer_index: int
+    zero_point_buffer_index: int = NO_BUFFER_INDEX
+    flags: int = 0
+    scale_type_tag: int = ElementType.FLOAT32
+    scheme_version: int = 1
+    _reserved: bytes = _zeros(3)
+    padding: bytes = attrs.field(default=b"", converter=bytes, repr=False)
+
+    @property
+    def symmetric(self) -> bool:
+        return bool(self.flags & QuantFlag.SYMMETRIC)
+
+
+@value
+class PerBlockAffine:
+    """One scale (and zero point) per block of ``block_size`` along ``axis`` (``quantization/per-block-affine.md``)."""
+
+    scheme: ClassVar[int] = QuantScheme.PER_BLOCK_AFFINE
+    axis: int
+    block_size: int
+    scale_buffer_index: int
+    zero_point_buffer_index: int = NO_BUFFER_INDEX
+    flags: int = 0
+    scale_type_tag: int = ElementType.FLOAT32
+    scheme_version: int = 1
+    _reserved: bytes = _zeros(3)
+    padding: bytes = attrs.field(default=b"", converter=bytes, repr=False)
+
+    @property
+    def symmetric(self) -> bool:
+        return bool(self.flags & QuantFlag.SYMMETRIC)
+
+
+@value
+class Nf4:
+    """NormalFloat4 with a float32 absmax per block (``quantization/nf4.md``)."""
+
+    scheme: ClassVar[int] = QuantScheme.NF4
+    axis: int
+    block_size: int
+    scale_buffer_index: int
+    flags: int = 0
+    scheme_version: int = 1
+    padding: bytes = attrs.field(default=b"", converter=bytes, repr=False)
+
+
+@value
+class Mxfp:
+    """OCP microscaling with a float8_e8m0 scale per block (``quantization/mxfp.md``)."""
+
+    scheme: ClassVar[int] = QuantScheme.MXFP
+    axis: int
+    block_size: int
+    scale_buffer_index: int
+    flags: int = 0
+    scheme_version: int = 1
+    padding: bytes = attrs.field(default=b"", converter=bytes, repr=False)
+
+
+@value
+class UnknownQuantization:
+    """A scheme this reader does not know (private or newer), kept opaque by a permissive reader."""
+
+    scheme_tag: int
+    scheme_version: int
+    flags: int
+    payload: bytes = attrs.field(default=b"", converter=bytes, repr=False)
+
+    @property
+    def scheme(self) -> int:
+        return self.scheme_tag
+
+
+Quantization = Union[PerTensorAffine, PerChannelAffine, PerBlockAffine, Nf4, Mxfp, UnknownQuantization]
+
+
+# ------------------------------------------------------------------------------------
+# Optional sections
+# ------------------------------------------------------------------------------------
+
+
+@value
+class Shard:
+    """Position of this tensor inside a parent tensor (``metadata.md § Shard Section``)."""
+
+    parent_shape: tuple[int, ...] = attrs.field(converter=_ints)
+    shard_offset: tuple[int, ...] = attrs.field(converter=_ints)
+
+
+@value
+class Statistics:
+    """Advisory statistics, 72 bytes (``metadata.md § Statistics Section``)."""
+
+    computed_mask: int = 0
+    nnz: int = 0
+    sparsity_ratio: float = 0.0
+    value_min: float = 0.0
+    value_max: float = 0.0
+    value_abs_max: float = 0.0
+    value_mean: float = 0.0
+    value_stddev: float = 0.0
+    nm_n: int = 0
+    nm_m: int = 0
+    has_nan: int = 0
+    has_inf: int = 0
+    _reserved: int = attrs.field(default=0, repr=False)
+    _reserved2: bytes = _zeros(4)
+
+    def __eq__(self, other):  # NaN-safe, bit-level equality of the float fields
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(_same(getattr(self, f.name), getattr(other, f.name)) for f in attrs.fields(Statistics))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    return a == b
+
+
+@value
+class ExtensionType:
+    """Inline description of a private element type ``0xF0``–``0xFE`` (``metadata.md § Extension Type Section``)."""
+
+    bit_width: int
+    packing_factor: int = 1
+    is_float: int = 0
+    is_signed: int = 0
+    sign_bits: int = 0
+    exponent_bits: int = 0
+    mantissa_bits: int = 0
+    exponent_bias: int = 0
+    has_nan: int = 0
+    has_inf: int = 0
+    _reserved: bytes = _zeros(2)
+    _reserved2: bytes = _zeros(2)
+
+
+@value
+class CompositeMember:
+    """Role of an overlay member (``metadata.md § Composite Member Section``)."""
+
+    member_role: Union[MemberRole, int] = attrs.field(converter=_tag(MemberRole))
+    _reserved: bytes = _zeros(15)
+
+
+# ------------------------------------------------------------------------------------
+# The descriptor
+# ------------------------------------------------------------------------------------
+
+
+@value
+class TensorDescriptor:
+    """A decoded tensor descriptor (``metadata.md § Overall Descriptor Structure``).
+
+    ``flags`` is not stored: it follows from which optional sections are present, plus
+    ``unparsed_flags`` -- bits a permissive reader kept without interpreting them (a newer
+    minor version, or the sections behind an unknown layout).  ``trailing`` holds bytes a
+    newer minor version appended after the sections this reader knows.
+    """
+
+    type_tag: Union[ElementType, int] = attrs.field(converter=_tag(ElementType))
+    shape: tuple[int, ...] = attrs.field(converter=_ints)
+    layout: Layout = ROW_MAJOR
+    buffers: tuple[BufferHandle, ...] = attrs.field(default=(), converter=tuple)
+    byte_offset: int = 0
+    quantization: Optional[Quantization] = None
+    shard: Optional[Shard] = None
+    statistics: Optional[Statistics] = None
+    extension_type: Optional[ExtensionType] = None
+    composite_member: Optional[CompositeMember] = None
+    version_major: int = 1
+    version_minor: int = 0
+    unparsed_flags: int = 0
+    trailing: bytes = attrs.field(default=b"", converter=bytes, repr=False)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def layout_tag(self) -> int:
+        return self.layout.tag
+
+    @property
+    def flags(self) -> int:
+        """The wire ``flags`` value this descriptor encodes to."""
+        bits = self.unparsed_flags
+        if self.quantization is not None:
+            bits |= DescriptorFlag.HAS_QUANTIZATION
+        if self.shard is not None:
+            bits |= DescriptorFlag.HAS_SHARD
+        if self.extension_type is not None:
+            bits |= DescriptorFlag.HAS_EXTENSION_TYPE
+        if self.statistics is not None:
+            bits |= DescriptorFlag.HAS_STATISTICS
+        if self.composite_member is not None:
+            bits |= DescriptorFlag.HAS_COMPOSITE_MEMBER
+        return int(bits)
+
+    @property
+    def has_dynamic_dimension(self) -> bool:
+        return DYNAMIC_DIMENSION in self.shape
+
+    @property
+    def element_count(self) -> Optional[int]:
+        """Product of the shape, ``None`` while a dimension is dynamic (``data-model.md § Total Element Count``)."""
+        if self.has_dynamic_dimension:
+            return None
+        return math.prod(self.shape)
+
+    @property
+    def is_empty(self) -> bool:
+        """True when a dimension is ``0`` (ADR-007); a dynamic dimension is not empty."""
+        return 0 in self.shape
+
+    @property
+    def is_composite_head(self) -> bool:
+        return self.layout.tag == LayoutTag.COMPOSITE
+
+    @property
+    def encoded_length(self) -> int:
+        """``descriptor_length`` of this descriptor once encoded."""
+        from .structs.wire import encoded_length  # the declarations sit beside the model
+
+        return encoded_length(self)

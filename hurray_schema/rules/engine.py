@@ -1,0 +1,158 @@
+"""The rule engine: named, spec-cited rules, their findings, and reading modes.
+
+A :class:`Rule` is one normative statement of the spec (a MUST, MUST NOT or SHOULD)
+with a stable dotted id, the section it comes from and a one-line summary in our own
+words.  Rules are declared once, at import time of the module of their spec area, and
+listed by :func:`registry`.
+
+Some rules are *structural*: the decoder itself fires them because it cannot go on
+(bad magic, truncation).  The others have a ``check`` function run on a decoded object
+(``hurray_schema.rules.descriptor`` and friends) that yields :class:`Finding` s.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Callable, Iterable, Iterator, Optional
+
+import attrs
+
+from ..errors import SpecViolation
+
+__all__ = [
+    "Level", "Mode", "Rule", "Finding", "Report", "declare", "registry", "get_rule", "as_mode",
+]
+
+
+class Level(str, enum.Enum):
+    """RFC 2119 level of a rule."""
+
+    MUST = "MUST"
+    MUST_NOT = "MUST NOT"
+    SHOULD = "SHOULD"
+    SHOULD_NOT = "SHOULD NOT"
+
+    @property
+    def is_requirement(self) -> bool:
+        """MUST / MUST NOT: a violation is an error; SHOULD-level ones are warnings."""
+        return self in (Level.MUST, Level.MUST_NOT)
+
+
+class Mode(str, enum.Enum):
+    """How a reader treats what the spec lets a permissive reader keep."""
+
+    STRICT = "strict"
+    PERMISSIVE = "permissive"
+
+
+def as_mode(mode) -> Mode:
+    try:
+        return Mode(mode)
+    except ValueError:
+        raise ValueError(f"mode must be 'strict' or 'permissive', not {mode!r}") from None
+
+
+@attrs.frozen(slots=True)
+class Finding:
+    """One breach of one rule, located in the input."""
+
+    rule_id: str
+    level: Level
+    citation: str
+    message: str
+    offset: Optional[int] = None
+    tolerated: bool = False
+    """True when the reader's mode lets it keep the input despite this finding."""
+
+    @property
+    def is_error(self) -> bool:
+        return self.level.is_requirement and not self.tolerated
+
+    def to_violation(self) -> SpecViolation:
+        return SpecViolation(self.rule_id, self.citation, self.offset, self.message)
+
+    def to_json(self) -> dict:
+        return {
+            "rule_id": self.rule_id,
+            "level": self.level.value,
+            "citation": self.citation,
+            "message": self.message,
+            "offset": self.offset,
+            "tolerated": self.tolerated,
+        }
+
+
+@attrs.frozen(slots=True)
+class Rule:
+    """A normative statement of the spec, as a named, checkable rule."""
+
+    id: str
+    level: Level
+    citation: str
+    summary: str
+    scope: str = "descriptor"
+    """Where the rule applies: descriptor, composite.head, composite.member,
+    composite.close, stream, file."""
+    permissive: bool = False
+    """The spec lets a permissive reader keep input that breaks this rule."""
+    check: Optional[Callable[..., Iterable[Finding]]] = attrs.field(default=None, eq=False, repr=False)
+
+    def finding(self, message: str, offset: Optional[int] = None, mode: Mode = Mode.STRICT) -> Finding:
+        tolerated = self.permissive and mode is Mode.PERMISSIVE
+        return Finding(self.id, self.level, self.citation, message, offset, tolerated)
+
+    def violation(self, message: str, offset: Optional[int] = None) -> SpecViolation:
+        return SpecViolation(self.id, self.citation, offset, message)
+
+
+_REGISTRY: dict[str, Rule] = {}
+
+
+def declare(
+    id: str, level: Level, citation: str, summary: str, *, scope: str = "descriptor",
+    permissive: bool = False, check: Optional[Callable[..., Iterable[Finding]]] = None,
+) -> Rule:
+    """Create and register a rule; ids are unique."""
+    if id in _REGISTRY:
+        raise ValueError(f"rule {id!r} declared twice")
+    rule = Rule(id, level, citation, summary, scope, permissive, check)
+    _REGISTRY[id] = rule
+    return rule
+
+
+def registry() -> tuple[Rule, ...]:
+    """Every declared rule, in declaration order."""
+    from . import all_rules  # noqa: F401  (importing the spec-area modules declares them)
+
+    return tuple(_REGISTRY.values())
+
+
+def get_rule(rule_id: str) -> Rule:
+    registry()
+    return _REGISTRY[rule_id]
+
+
+@attrs.frozen(slots=True)
+class Report:
+    """What an audit found."""
+
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """No MUST-level finding that the mode does not tolerate."""
+        return not any(f.is_error for f in self.findings)
+
+    @property
+    def errors(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.is_error)
+
+    @property
+    def warnings(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if not f.is_error)
+
+    def __iter__(self) -> Iterator[Finding]:
+        return iter(self.findings)
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "findings": [f.to_json() for f in self.findings]}

@@ -1,0 +1,279 @@
+"""How a wire table is declared, and the fast codec derived from the declaration.
+
+A wire table is a :class:`construct.Struct` whose fields are made with :func:`field`:
+each field carries its spec name, a one-line description in our own words and the
+spec section it comes from (``doc`` / ``ref``, as in Kaitai Struct).  From that single
+declaration this module derives:
+
+* :func:`fields` -- the field list (name, construct, doc, ref) for documentation and
+  the annotated hex view;
+* :func:`static_offset` -- the byte offset of a field inside its table, where fixed;
+* :class:`Plan` -- a fast decoder/encoder.  Runs of fixed-size fields are merged into
+  one :class:`struct.Struct`; arrays whose length comes from the context
+  (``this.rank``) and ``If`` branches are evaluated as they come.  ``construct``'s own
+  ``parse``/``build`` remain available on every declaration and the tests check that
+  both paths agree byte for byte.
+"""
+
+from __future__ import annotations
+
+import struct as _struct
+from typing import Any, Callable, Iterator
+
+import construct as c
+
+__all__ = ["field", "Field", "fields", "select", "static_offset", "static_size", "Plan", "plan"]
+
+
+class Field(c.Renamed):
+    """A named construct field with its description and spec citation."""
+
+    def __init__(self, name: str, subcon: c.Construct, doc: str, ref: str):
+        super().__init__(subcon, newname=name, newdocs=doc)
+        self.ref = ref
+
+    @property
+    def doc(self) -> str:
+        return self.docs
+
+
+def field(name: str, subcon: c.Construct, doc: str, ref: str) -> Field:
+    """Declare one field of a spec table: ``name`` as in the spec, then its wire type."""
+    return Field(name, subcon, doc, ref)
+
+
+def fields(decl: c.Construct) -> Iterator[Field]:
+    """The declared fields of a table, in wire order (conditional ones included)."""
+    for sub in decl.subcons:
+        if isinstance(sub, Field):
+            yield sub
+
+
+def select(decl: c.Construct, *names: str) -> c.Struct:
+    """A table made of some fields of ``decl`` (same declarations, same order)."""
+    chosen = [sub for sub in decl.subcons if getattr(sub, "name", None) in names]
+    if len(chosen) != len(names):
+        raise KeyError(names)
+    return c.Struct(*chosen)
+
+
+def static_size(sub: c.Construct) -> int | None:
+    """Byte size of a construct when it does not depend on the context, else None."""
+    try:
+        return sub.sizeof()
+    except (c.SizeofError, AttributeError, KeyError):
+        return None
+
+
+def static_offset(decl: c.Construct, name: str) -> int:
+    """Byte offset of field ``name`` inside ``decl``; every preceding field must be fixed."""
+    offset = 0
+    for sub in decl.subcons:
+        if getattr(sub, "name", None) == name:
+            return offset
+        size = static_size(sub)
+        if size is None:
+            raise ValueError(f"{name!r} follows a variable-size field in {decl!r}")
+        offset += size
+    raise KeyError(name)
+
+
+# --------------------------------------------------------------------------------------
+# The derived fast codec
+# --------------------------------------------------------------------------------------
+
+
+def _format_char(sub: c.Construct) -> str | None:
+    """struct-module format character of a little-endian fixed field, if it has one."""
+    if isinstance(sub, c.Const):  # the value is checked by a named rule, not here
+        return _format_char(sub.subcon)
+    if isinstance(sub, c.FormatField):
+        return sub.fmtstr[1:]
+    if isinstance(sub, c.Bytes) and isinstance(sub.length, int):
+        return f"{sub.length}s"
+    return None
+
+
+class _Fixed:
+    """A run of consecutive fixed-size fields decoded with one struct.Struct."""
+
+    __slots__ = ("names", "codec", "size")
+
+    def __init__(self, names: list[str], fmt: str):
+        self.names = tuple(names)
+        self.codec = _struct.Struct("<" + fmt)
+        self.size = self.codec.size
+
+    def unpack(self, buf, offset: int, out: dict) -> int:
+        out.update(zip(self.names, self.codec.unpack_from(buf, offset)))
+        return offset + self.size
+
+    def pack(self, values: dict, parts: list) -> None:
+        parts.append(self.codec.pack(*[values[n] for n in self.names]))
+
+
+class _Array:
+    """An array of one fixed-size element type whose count comes from the context."""
+
+    __slots__ = ("name", "count", "char", "itemsize", "_cache")
+
+    def __init__(self, name: str, count: Callable[[dict], int], char: str):
+        self.name = name
+        self.count = count
+        self.char = char
+        self.itemsize = _struct.calcsize("<" + char)
+        self._cache: dict[int, _struct.Struct] = {}
+
+    def _codec(self, n: int) -> _struct.Struct:
+        codec = self._cache.get(n)
+        if codec is None:
+            codec = self._cache[n] = _struct.Struct(f"<{n}{self.char}")
+        return codec
+
+    def unpack(self, buf, offset: int, out: dict) -> int:
+        codec = self._codec(self.count(out))
+        out[self.name] = codec.unpack_from(buf, offset)
+        return offset + codec.size
+
+    def pack(self, values: dict, parts: list) -> None:
+        items = values[self.name]
+        parts.append(self._codec(len(items)).pack(*items))
+
+
+class _If:
+    """A field present only when a condition on earlier fields holds."""
+
+    __slots__ = ("name", "cond", "inner")
+
+    def __init__(self, name: str, cond: Callable[[dict], bool], inner: "Plan"):
+        self.name = name
+        self.cond = cond
+        self.inner = inner
+
+    def unpack(self, buf, offset: int, out: dict) -> int:
+        if self.cond(out):
+            return self.inner.unpack_into(buf, offset, out)
+        out[self.name] = None
+        return offset
+
+    def pack(self, values: dict, parts: list) -> None:
+        if self.cond(values):
+            self.inner.pack_into(values, parts)
+
+
+class Plan:
+    """Fast decoder/encoder derived from a declaration made of :func:`field` entries.
+
+    Supported constructs: integer/float ``FormatField``, fixed ``Bytes``, ``Array`` of a
+    ``FormatField`` with a context-dependent count, ``If`` around any of those.  Anything
+    else is decoded by the caller (the descriptor codec dispatches on tags itself).
+    """
+
+    def __init__(self, decl: c.Construct):
+        self.decl = decl
+        self.steps: list = []
+        run_names: list[str] = []
+        run_fmt = ""
+        for sub in decl.subcons:
+            name = sub.name
+            inner = sub.subcon if isinstance(sub, c.Renamed) else sub
+            char = _format_char(inner)
+            if char is not None:
+                run_names.append(name)
+                run_fmt += char
+                continue
+            if run_names:
+                self.steps.append(_Fixed(run_names, run_fmt))
+                run_names, run_fmt = [], ""
+            self.steps.append(self._variable_step(name, inner))
+        if run_names:
+            self.steps.append(_Fixed(run_names, run_fmt))
+        self._has_condition = any(step.__class__ is _If for step in self.steps)
+        self._flat: dict = {}
+        self.fixed_size = (
+            self.steps[0].size if len(self.steps) == 1 and isinstance(self.steps[0], _Fixed) else None
+        )
+
+    @staticmethod
+    def _variable_step(name: str, inner: c.Construct):
+        if isinstance(inner, c.Array):
+            char = _format_char(inner.subcon)
+            if char is None:
+                raise TypeError(f"unsupported array element in {name!r}")
+            count = inner.count
+            return _Array(name, count if callable(count) else (lambda _ctx, n=count: n), char)
+        if isinstance(inner, c.IfThenElse) and inner.elsesubcon is c.Pass:
+            return _If(name, inner.condfunc, Plan(c.Struct(field(name, inner.thensubcon, "", ""))))
+        raise TypeError(f"unsupported construct {type(inner).__name__} in field {name!r}")
+
+    def unpack_into(self, buf, offset: int, out: dict) -> int:
+        for step in self.steps:
+            offset = step.unpack(buf, offset, out)
+        return offset
+
+    def _flat_codec(self, context: dict):
+        """One struct.Struct for the whole table once array counts are known from the
+        context, cached per count tuple; ``None`` when a count or condition depends on a
+        field of the table itself."""
+        if self._has_condition:
+            return None
+        try:
+            counts = tuple(step.count(context) for step in self.steps if step.__class__ is _Array)
+        except (KeyError, TypeError):
+            return None
+        entry = self._flat.get(counts)
+        if entry is None:
+            fmt, slots, index, it = "<", [], 0, iter(counts)
+            for step in self.steps:
+                if step.__class__ is _Fixed:
+                    fmt += step.codec.format[1:]
+                    for name in step.names:
+                        slots.append((name, index, None))
+                        index += 1
+                else:
+                    n = next(it)
+                    fmt += f"{n}{step.char}"
+                    slots.append((step.name, index, index + n))
+                    index += n
+            entry = self._flat[counts] = (_struct.Struct(fmt), tuple(slots))
+        return entry
+
+    def unpack(self, buf, offset: int = 0, **context: Any) -> tuple[dict, int]:
+        """Decode at ``offset``; ``context`` supplies outside values such as ``rank``."""
+        out = context
+        flat = self._flat_codec(context)
+        if flat is None:
+            for step in self.steps:
+                offset = step.unpack(buf, offset, out)
+            return out, offset
+        codec, slots = flat
+        values = codec.unpack_from(buf, offset)
+        for name, start, stop in slots:
+            out[name] = values[start] if stop is None else values[start:stop]
+        return out, offset + codec.size
+
+    def size(self, **context: Any) -> int:
+        """Encoded size for the given context (counts and conditions resolved)."""
+        if self.fixed_size is not None:
+            return self.fixed_size
+        return len(self.pack(**context))
+
+    def pack_into(self, values: dict, parts: list) -> None:
+        for step in self.steps:
+            step.pack(values, parts)
+
+    def pack(self, **values: Any) -> bytes:
+        parts: list[bytes] = []
+        self.pack_into(values, parts)
+        return b"".join(parts)
+
+
+_PLANS: dict[int, Plan] = {}
+
+
+def plan(decl: c.Construct) -> Plan:
+    """The (cached) fast codec of a declaration."""
+    p = _PLANS.get(id(decl))
+    if p is None:
+        p = _PLANS[id(decl)] = Plan(decl)
+    return p

@@ -1,0 +1,102 @@
+"""The element-type tag table with bit width, packing and alignment.
+
+Spec: ``element-types.md § Type Properties Summary`` and ``§ Buffer Size Calculation``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import attrs
+
+from ..model import ElementType
+
+REF = "element-types.md § Type Properties Summary"
+
+
+@attrs.frozen(slots=True)
+class ElementTypeInfo:
+    """One row of the type properties table."""
+
+    tag: ElementType
+    name: str
+    tier: int
+    bit_width: int
+    alignment: int
+    is_float: bool
+    is_signed: bool
+
+    @property
+    def sub_byte(self) -> bool:
+        return self.bit_width < 8
+
+    @property
+    def byte_width(self) -> Optional[int]:
+        """Bytes per element, ``None`` for sub-byte types."""
+        return None if self.sub_byte else self.bit_width // 8
+
+    @property
+    def packing_factor(self) -> Optional[int]:
+        """Elements per byte for 1/2/4-bit types; ``None`` for 6-bit (4 per 3 bytes) and whole-byte types."""
+        return 8 // self.bit_width if self.bit_width in (1, 2, 4) else None
+
+    def buffer_bytes(self, element_count: int) -> int:
+        """Bytes needed for ``element_count`` packed elements (``element-types.md § Buffer Size Calculation``).
+
+        A zero-element tensor needs zero bytes, with no partial trailing byte (ADR-007 § 7).
+        """
+        if self.bit_width == 6:
+            return -(-element_count // 4) * 3
+        return -(-element_count * self.bit_width // 8)
+
+
+def _row(tag, tier, bits, align, is_float, signed):
+    return ElementTypeInfo(tag, tag.name.lower(), tier, bits, align, is_float, signed)
+
+
+E = ElementType
+ELEMENT_TYPES: dict[ElementType, ElementTypeInfo] = {
+    info.tag: info
+    for info in (
+        _row(E.FLOAT16, 1, 16, 2, True, True),
+        _row(E.BFLOAT16, 1, 16, 2, True, True),
+        _row(E.FLOAT32, 1, 32, 4, True, True),
+        _row(E.FLOAT64, 1, 64, 8, True, True),
+        _row(E.INT8, 1, 8, 1, False, True),
+        _row(E.UINT8, 1, 8, 1, False, False),
+        _row(E.INT16, 1, 16, 2, False, True),
+        _row(E.UINT16, 1, 16, 2, False, False),
+        _row(E.INT32, 1, 32, 4, False, True),
+        _row(E.UINT32, 1, 32, 4, False, False),
+        _row(E.INT64, 1, 64, 8, False, True),
+        _row(E.UINT64, 1, 64, 8, False, False),
+        _row(E.BOOL, 1, 1, 1, False, False),
+        _row(E.FLOAT8_E4M3, 2, 8, 1, True, True),
+        _row(E.FLOAT8_E5M2, 2, 8, 1, True, True),
+        _row(E.FLOAT8_E8M0, 2, 8, 1, True, False),
+        _row(E.FLOAT4_E2M1, 2, 4, 1, True, True),
+        _row(E.FLOAT6_E2M3, 2, 6, 1, True, True),
+        _row(E.FLOAT6_E3M2, 2, 6, 1, True, True),
+        _row(E.FLOAT128, 2, 128, 16, True, True),
+        _row(E.INT4, 2, 4, 1, False, True),
+        _row(E.UINT4, 2, 4, 1, False, False),
+        _row(E.INT2, 2, 2, 1, False, True),
+        _row(E.UINT2, 2, 2, 1, False, False),
+        _row(E.COMPLEX64, 2, 64, 4, True, True),
+        _row(E.COMPLEX128, 2, 128, 8, True, True),
+    )
+}
+del E
+
+RESERVED_TYPE_TAG = 0x47
+"""Held back by the spec; no implementation may use it (``element-types.md``)."""
+
+
+def is_private_type(tag: int) -> bool:
+    """Implementation-private element types (``element-types.md § Type Identifier Encoding``)."""
+    return 0xF0 <= tag <= 0xFE
+
+
+def element_type_info(tag: int) -> Optional[ElementTypeInfo]:
+    """The table row of ``tag``, or ``None`` when the spec assigns no built-in type to it."""
+    return ELEMENT_TYPES.get(tag)

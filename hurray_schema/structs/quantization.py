@@ -1,0 +1,95 @@
+"""Quantization section: framing, 4-byte header and the payload of each scheme.
+
+Spec: ``metadata.md § Quantization Section`` (the ``quantization_length`` prefix),
+``quantization.md § Descriptor Header`` and the Binary Encoding table of each
+``quantization/*.md`` page.  Each scheme table below starts with the shared header
+fields, so a table reads exactly like its spec page.
+"""
+
+from __future__ import annotations
+
+from construct import Bytes, Float32l, Int8ul, Int16ul, Int32sl, Int32ul, Struct
+
+from ..model import QuantScheme
+from ._declare import field
+
+SECTION_REF = "metadata.md § Quantization Section"
+HEADER_REF = "quantization.md § Descriptor Header"
+
+QUANTIZATION_LENGTH = Struct(
+    field("quantization_length", Int32ul, "Bytes of quantization descriptor that follow.", SECTION_REF),
+)
+
+QUANTIZATION_HEADER = Struct(
+    field("scheme_tag", Int8ul, "Which quantization scheme the payload encodes.", HEADER_REF),
+    field("scheme_version", Int8ul, "Version of that scheme's encoding; 0x01 for every scheme here.", HEADER_REF),
+    field("flags", Int16ul, "Scheme-specific flags; undefined bits must be 0.", HEADER_REF),
+)
+"""The 4 bytes every quantization descriptor starts with."""
+
+
+def _scheme(page: str, *payload):
+    ref = f"quantization/{page}.md § Binary Encoding"
+    head = [field(sub.name, sub.subcon, sub.doc, ref) for sub in QUANTIZATION_HEADER.subcons]
+    return Struct(*head, *[field(name, sub, doc, ref) for name, sub, doc in payload])
+
+
+PER_TENSOR_AFFINE = _scheme(
+    "per-tensor-affine",
+    ("scale", Float32l, "Dequantization scale; finite and non-zero."),
+    ("zero_point", Int32sl, "Zero point; 0 for symmetric quantization."),
+    ("_reserved", Bytes(4), "Must be 0x00."),
+)
+
+PER_CHANNEL_AFFINE = _scheme(
+    "per-channel-affine",
+    ("axis", Int32ul, "Quantized axis, < rank."),
+    ("scale_buffer_index", Int32ul, "Buffer holding shape[axis] float32 scales."),
+    ("zero_point_buffer_index", Int32ul, "Buffer holding shape[axis] int32 zero points; 0xFFFFFFFF when symmetric."),
+    ("scale_type_tag", Int8ul, "Scale element type; 0x03 (float32) in version 1."),
+    ("_reserved", Bytes(3), "Must be 0x00."),
+)
+
+PER_BLOCK_AFFINE = _scheme(
+    "per-block-affine",
+    ("axis", Int32ul, "Axis cut into blocks, < rank."),
+    ("block_size", Int32ul, "Logical elements per block; a power of two >= 2."),
+    ("scale_buffer_index", Int32ul, "Buffer holding one scale per block."),
+    ("zero_point_buffer_index", Int32ul, "Buffer holding one int32 zero point per block; 0xFFFFFFFF when symmetric."),
+    ("scale_type_tag", Int8ul, "Scale element type: 0x01 float16, 0x02 bfloat16 or 0x03 float32."),
+    ("_reserved", Bytes(3), "Must be 0x00."),
+)
+
+NF4 = _scheme(
+    "nf4",
+    ("axis", Int32ul, "Axis cut into blocks, < rank."),
+    ("block_size", Int32ul, "Logical elements per block; a power of two >= 8."),
+    ("scale_buffer_index", Int32ul, "Buffer holding one float32 absmax per block."),
+)
+
+MXFP = _scheme(
+    "mxfp",
+    ("axis", Int32ul, "Axis cut into microscaling blocks, < rank."),
+    ("block_size", Int32ul, "Elements per block; a power of two in [16, 2048]."),
+    ("scale_buffer_index", Int32ul, "Buffer holding one float8_e8m0 scale per block."),
+)
+
+SCHEMES = {
+    QuantScheme.PER_TENSOR_AFFINE: PER_TENSOR_AFFINE,
+    QuantScheme.PER_CHANNEL_AFFINE: PER_CHANNEL_AFFINE,
+    QuantScheme.PER_BLOCK_AFFINE: PER_BLOCK_AFFINE,
+    QuantScheme.NF4: NF4,
+    QuantScheme.MXFP: MXFP,
+}
+"""Scheme tag → its full table (header included)."""
+
+HIGHEST_SCHEME_VERSION = {scheme: 1 for scheme in SCHEMES}
+"""Highest ``scheme_version`` this specification defines per scheme (``quantization.md § Version Compatibility``)."""
+
+NF4_LEVELS = (
+    -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
+    -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
+    0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
+    0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0,
+)
+"""The 16 fixed NF4 levels, indexed by the stored 4-bit code (``quantization/nf4.md § Lookup Table``)."""
