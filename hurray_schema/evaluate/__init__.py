@@ -1,0 +1,1 @@
+"""numba kernels: element decoding, dequantization, composite merges."""

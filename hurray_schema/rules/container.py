@@ -1,0 +1,1 @@
+"""Rules of this spec area (being written)."""
