@@ -1,1 +1,182 @@
-"""Rules of this spec area (being written)."""
+"""Rules of the containers: ``.hrry`` files (``file-format.md``), bare streams and the
+interchange message framing (``interchange.md``), and composite binding inside them
+(``layouts/composite.md § Binding`` / ``§ Validation``).
+
+These are structural rules: the readers in :mod:`hurray_schema.io` fire them while
+walking a container, with the byte offset (from the start of the file or stream) of the
+faulty field.
+"""
+
+from __future__ import annotations
+
+from .engine import Level, declare
+
+MUST, MUST_NOT, SHOULD = Level.MUST, Level.MUST_NOT, Level.SHOULD
+
+H = "file-format.md § File Header"
+FL = "file-format.md § File Flags"
+TR = "file-format.md § Trailer"
+IX = "file-format.md § Index Section"
+KV = "file-format.md § KV Metadata Section"
+KVT = "file-format.md § KV Value Types"
+TREG = "file-format.md § Tensor Region"
+CF = "file-format.md § Composite Tensors"
+
+# --- file: header ---------------------------------------------------------------------
+FILE_TOO_SHORT = declare(
+    "file.size", MUST, "file-format.md § File Layout",
+    "A file holds at least the 64-byte header and the 40-byte trailer.", scope="file")
+FILE_MAGIC = declare(
+    "file.header.magic", MUST, H, "A file starts with the eight bytes \"HRRYFILE\".", scope="file")
+FILE_VERSION = declare(
+    "file.header.version", MUST, H,
+    "A container_version_major newer than the reader's (1) is rejected.", scope="file")
+FILE_HEADER_RESERVED = declare(
+    "file.header.reserved", MUST, H, "The header's reserved bytes are zero.", scope="file")
+FILE_FLAGS_RESERVED = declare(
+    "file.flags.reserved", MUST, FL, "file_flags bits 3-31 are zero.", scope="file")
+FILE_ALIGNMENT = declare(
+    "file.header.alignment", MUST, H,
+    "data_buffer_alignment is a power of two between 4096 and 2 MiB.", scope="file")
+FILE_FIRST_DESCRIPTOR = declare(
+    "file.header.first_descriptor_offset", MUST, H,
+    "first_descriptor_offset is at least 64, a multiple of 8 and inside the file.", scope="file")
+
+# --- file: trailer, index, KV ---------------------------------------------------------
+TRAILER_MAGIC = declare(
+    "file.trailer.magic", MUST, TR, "The file's last 4 bytes are \"HRRY\" (checked before any trailer field).",
+    scope="file")
+TRAILER_RESERVED = declare(
+    "file.trailer.reserved", MUST, TR, "The trailer's reserved bytes are zero.", scope="file")
+INDEX_BOUNDS = declare(
+    "file.index.bounds", MUST, TR,
+    "The index lies after the header and ends before the trailer (index_offset + index_length <= size - 40).",
+    scope="file")
+INDEX_ALIGNMENT = declare(
+    "file.index.alignment", MUST, IX, "The index section starts on a multiple of 8.", scope="file")
+INDEX_CRC = declare(
+    "file.index.crc", MUST, FL,
+    "With HAS_INDEX_CRC32C set, index_crc32c equals the CRC-32C of the index bytes.", scope="file")
+INDEX_CRC_UNSET = declare(
+    "file.index.crc_unset", MUST, TR,
+    "With HAS_INDEX_CRC32C clear, index_crc32c is zero.", scope="file")
+INDEX_TRUNCATED = declare(
+    "file.index.truncated", MUST, IX,
+    "The index entries announced by index_entry_count fit exactly in index_length bytes.", scope="file")
+INDEX_NAME = declare(
+    "file.index.name", MUST, IX, "A tensor name is 1 or more bytes of valid UTF-8.", scope="file")
+INDEX_DUPLICATE = declare(
+    "file.index.duplicate", MUST, IX, "Tensor names are unique (byte-exact).", scope="file")
+INDEX_FLAGS = declare(
+    "file.index.flags", MUST, IX, "An index entry's flags field is zero.", scope="file")
+INDEX_SORTED = declare(
+    "file.index.sorted", MUST_NOT, FL,
+    "SORTED_INDEX is not set unless the entries are in UTF-8 byte order of name.", scope="file")
+INDEX_DESCRIPTOR_LENGTH = declare(
+    "file.index.descriptor_length", MUST, IX,
+    "An entry's descriptor_length equals the descriptor's own descriptor_length.", scope="file")
+INDEX_DESCRIPTOR_BOUNDS = declare(
+    "file.index.descriptor_bounds", MUST, TREG,
+    "A descriptor lies inside the tensor region (after first_descriptor_offset, before the KV/index sections).",
+    scope="file")
+INDEX_OVERLAP = declare(
+    "file.index.overlap", MUST, TREG,
+    "Two entries do not share a descriptor_offset, and no tensor's data overlaps the next descriptor.",
+    scope="file")
+DESCRIPTOR_ALIGNMENT = declare(
+    "file.descriptor.alignment", MUST, "file-format.md § Descriptor Placement",
+    "Every descriptor starts on a multiple of 8.", scope="file")
+DATA_ALIGNMENT = declare(
+    "file.data.alignment", MUST, "file-format.md § Data Buffer Placement",
+    "Every data buffer (an empty one too) starts on a multiple of data_buffer_alignment.", scope="file")
+DATA_LENGTH = declare(
+    "file.data.length", MUST, IX,
+    "data_length equals the buffers' byte sizes plus the alignment padding between them.", scope="file")
+DATA_BOUNDS = declare(
+    "file.data.bounds", MUST, TREG,
+    "A tensor's data buffers lie inside the tensor region (no truncated buffer).", scope="file")
+KV_FLAG = declare(
+    "file.kv.flag", SHOULD, FL,
+    "HAS_KV_METADATA is set exactly when the trailer locates a KV section (pyhurray never sets it).",
+    scope="file")
+KV_BOUNDS = declare(
+    "file.kv.bounds", MUST, KV,
+    "The KV section lies after the header, before the index, and starts on a multiple of 8.", scope="file")
+KV_TRUNCATED = declare(
+    "file.kv.truncated", MUST, "file-format.md § KV Section Encoding",
+    "The KV entries announced by kv_count fit exactly in kv_length bytes.", scope="file")
+KV_KEY = declare(
+    "file.kv.key", MUST, "file-format.md § KV Section Encoding",
+    "A KV key is 1 or more bytes of valid UTF-8.", scope="file")
+KV_DUPLICATE = declare(
+    "file.kv.duplicate", MUST, "file-format.md § KV Section Encoding",
+    "KV keys are unique (byte-exact).", scope="file")
+KV_VALUE_TAG = declare(
+    "file.kv.value_tag", MUST, KVT,
+    "A KV value tag is one of 0x01-0x07 (reserved, invalid and unagreed private tags are rejected).",
+    scope="file")
+KV_BOOL = declare(
+    "file.kv.bool", MUST, KVT, "A bool value is 0x00 or 0x01.", scope="file")
+KV_ARRAY_TAG = declare(
+    "file.kv.array_tag", MUST, KVT, "An array's element type tag is 0x01-0x06.", scope="file")
+KV_STRING = declare(
+    "file.kv.string", MUST, KVT, "A string value is valid UTF-8.", scope="file")
+FILE_COMPOSITE_TORN = declare(
+    "file.composite.torn", MUST, CF,
+    "A head's member_count does not run past the end of the file: N tensors follow it in descriptor-offset "
+    "order (a permissive reader keeps the members as plain tensors, never the composite).",
+    scope="file", permissive=True)
+
+# --- streams --------------------------------------------------------------------------
+STREAM_TRUNCATED = declare(
+    "stream.truncated", MUST, "interchange.md § Scope",
+    "A stream does not end inside a descriptor or inside the buffers it announces.", scope="stream")
+STREAM_COMPOSITE_TORN = declare(
+    "stream.composite.torn", MUST, "interchange.md § Composite Tensor Streaming",
+    "A stream does not end before a head's N members have arrived (a permissive reader keeps the members "
+    "as plain tensors, never the composite).", scope="stream", permissive=True)
+COMPOSITE_DEPTH = declare(
+    "stream.composite.depth", MUST, "layouts/composite.md § Binding",
+    "Composites nest at most 8 levels deep (streams and files).", scope="stream")
+MESSAGE_TYPE = declare(
+    "stream.message.type", MUST, "interchange.md § Message Types",
+    "A message_type outside the defined table (or an unagreed private one) ends the stream.", scope="stream")
+MESSAGE_STREAM_ID = declare(
+    "stream.message.stream_id", MUST_NOT, "interchange.md § Message Framing",
+    "stream_id 0 is reserved and not used.", scope="stream")
+MESSAGE_TRUNCATED = declare(
+    "stream.message.truncated", MUST, "interchange.md § Message Framing",
+    "A message carries the full 12-byte header and payload_length payload bytes.", scope="stream")
+MESSAGE_ORDER = declare(
+    "stream.message.order", MUST, "interchange.md § Ordering Invariant",
+    "Each tensor is TENSOR_DESCRIPTOR, then TENSOR_DATA frames, then TENSOR_DATA_END; nothing else interleaves.",
+    scope="stream")
+DESCRIPTOR_PAYLOAD = declare(
+    "stream.descriptor.payload", MUST, "interchange.md § TENSOR_DESCRIPTOR Payload",
+    "A TENSOR_DESCRIPTOR payload is the descriptor followed by exactly the 16 transport bytes.", scope="stream")
+TRANSPORT_SHARDS = declare(
+    "stream.descriptor.shards", MUST, "interchange.md § TENSOR_DESCRIPTOR Payload",
+    "total_shards is at least 1 and shard_index is below it.", scope="stream")
+TOTAL_DATA_BYTES = declare(
+    "stream.data.total_bytes", MUST, "interchange.md § TENSOR_DESCRIPTOR Payload",
+    "total_data_bytes equals the sum of the descriptor's buffer byte sizes (0 for a head or an empty tensor); "
+    "the buffers travel concatenated in buffer-table order.", scope="stream")
+DATA_FRAME = declare(
+    "stream.data.frame", MUST, "interchange.md § TENSOR_DATA Payload",
+    "A TENSOR_DATA payload holds the 8-byte byte_offset_in_buffer; frames are contiguous, ascending, "
+    "non-overlapping and stay within total_data_bytes.", scope="stream")
+DATA_SUM = declare(
+    "stream.data.sum", MUST, "interchange.md § TENSOR_DATA Payload",
+    "At TENSOR_DATA_END the frames' lengths add up to total_data_bytes.", scope="stream")
+DATA_END_PAYLOAD = declare(
+    "stream.data_end.payload", MUST, "interchange.md § TENSOR_DATA_END Payload",
+    "A TENSOR_DATA_END payload is empty.", scope="stream")
+CROSS_MACHINE_SYNC = declare(
+    "stream.sync_mode.cross_machine", MUST, "interchange.md § Completion",
+    "A cross-machine TENSOR_DESCRIPTOR declares sync_mode PRODUCER_SYNCED (0x00) in every buffer handle.",
+    scope="stream")
+
+CONTAINER_RULES = tuple(
+    rule for name, rule in dict(globals()).items() if name.isupper() and hasattr(rule, "violation")
+)
+"""Every rule of this module, for the coverage tests."""

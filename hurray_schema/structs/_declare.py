@@ -140,6 +140,30 @@ class _Array:
         parts.append(self._codec(len(items)).pack(*items))
 
 
+class _VarBytes:
+    """A byte string whose length comes from an earlier field (``Bytes(this.x_length)``)."""
+
+    __slots__ = ("name", "count")
+
+    def __init__(self, name: str, count: Callable[[dict], int]):
+        self.name = name
+        self.count = count
+
+    def unpack(self, buf, offset: int, out: dict) -> int:
+        n = self.count(out)
+        end = offset + n
+        if n < 0 or end > len(buf):
+            raise _struct.error(f"{self.name} needs {n} bytes at offset {offset}")
+        out[self.name] = bytes(buf[offset:end])
+        return end
+
+    def pack(self, values: dict, parts: list) -> None:
+        data = bytes(values[self.name])
+        if len(data) != self.count(values):
+            raise _struct.error(f"{self.name} is {len(data)} bytes, its length field says {self.count(values)}")
+        parts.append(data)
+
+
 class _If:
     """A field present only when a condition on earlier fields holds."""
 
@@ -164,8 +188,9 @@ class _If:
 class Plan:
     """Fast decoder/encoder derived from a declaration made of :func:`field` entries.
 
-    Supported constructs: integer/float ``FormatField``, fixed ``Bytes``, ``Array`` of a
-    ``FormatField`` with a context-dependent count, ``If`` around any of those.  Anything
+    Supported constructs: integer/float ``FormatField``, fixed ``Bytes``, ``Bytes`` whose
+    length is an earlier field, ``Array`` of a ``FormatField`` with a context-dependent
+    count, ``If`` around any of those.  Anything
     else is decoded by the caller (the descriptor codec dispatches on tags itself).
     """
 
@@ -188,7 +213,7 @@ class Plan:
             self.steps.append(self._variable_step(name, inner))
         if run_names:
             self.steps.append(_Fixed(run_names, run_fmt))
-        self._has_condition = any(step.__class__ is _If for step in self.steps)
+        self._has_condition = any(step.__class__ not in (_Fixed, _Array) for step in self.steps)
         self._flat: dict = {}
         self.fixed_size = (
             self.steps[0].size if len(self.steps) == 1 and isinstance(self.steps[0], _Fixed) else None
@@ -202,6 +227,8 @@ class Plan:
                 raise TypeError(f"unsupported array element in {name!r}")
             count = inner.count
             return _Array(name, count if callable(count) else (lambda _ctx, n=count: n), char)
+        if isinstance(inner, c.Bytes) and callable(inner.length):
+            return _VarBytes(name, inner.length)
         if isinstance(inner, c.IfThenElse) and inner.elsesubcon is c.Pass:
             return _If(name, inner.condfunc, Plan(c.Struct(field(name, inner.thensubcon, "", ""))))
         raise TypeError(f"unsupported construct {type(inner).__name__} in field {name!r}")

@@ -1,0 +1,1 @@
+"""Fuzzing support: seed corpus, mutations, and atheris harnesses (see README.md)."""
