@@ -1,6 +1,10 @@
-"""Seed inputs built by this project's own encoder (no external files needed).
+"""Seed inputs: valid descriptors, streams and files to be damaged by the fuzzers.
 
-Where ``../shared/conformance`` is present its descriptor vectors are added too.
+Descriptors come from this project's own encoder; streams and files from this
+project's writers (``write_stream`` / ``write_file``, when this build has them) and from
+the reference implementation ``pyhurray`` (when installed), so each reader is also fed
+the other side's output.  Where ``../shared/conformance`` is present its descriptor and
+file vectors are added too.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from hurray_schema import (
     StridedLayout, TensorDescriptor, TiledLayout, encode_descriptor,
 )
 
-CONFORMANCE = Path(__file__).resolve().parents[2] / "shared" / "conformance" / "descriptors"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "conformance"
+CONFORMANCE = SHARED / "descriptors"
+CONFORMANCE_FILES = SHARED / "files"
 
 
 def seed_descriptors() -> list[TensorDescriptor]:
@@ -47,4 +53,119 @@ def seed_inputs() -> list[bytes]:
     seeds = [encode_descriptor(d) for d in seed_descriptors()]
     if CONFORMANCE.is_dir():
         seeds += [p.read_bytes() for p in sorted(CONFORMANCE.glob("*.bin"))]
+    return seeds
+
+
+# --- streams and files -----------------------------------------------------------------
+
+
+def _our_io():
+    """This build's Tensor / Composite / writers, or None while the io package lacks them."""
+    try:
+        from hurray_schema.io.stream import write_stream
+        from hurray_schema.io.tensor import Composite, Tensor
+    except ImportError:
+        return None
+    try:
+        from hurray_schema.io.file import write_file
+    except ImportError:
+        write_file = None
+    return Tensor, Composite, write_stream, write_file
+
+
+def our_items():
+    """Tensors and composites built with this project's objects (None if unavailable)."""
+    io_ = _our_io()
+    if io_ is None:
+        return None
+    Tensor, Composite = io_[0], io_[1]
+    f32 = 0x03
+    t = Tensor.dense(f32, (4,), bytes(range(16)))
+    empty = Tensor.dense(f32, (0, 4))
+    boolean = Tensor.dense(0x20, (10,), b"\x55\x02")
+    csr = Tensor(TensorDescriptor(f32, (3, 3), CsrLayout(3), (BufferHandle(12), BufferHandle(24), BufferHandle(32))),
+                 (bytes(range(12)), bytes(24), bytes(32)))
+    left = Tensor.dense(f32, (8, 4), bytes(range(128)), shard=Shard((8, 8), (0, 0)))
+    right = Tensor.dense(f32, (8, 4), bytes(range(128)), shard=Shard((8, 8), (0, 4)))
+    part = Composite.build("partition", [left, right], shape=(8, 8), type_tag=f32)
+    base = Tensor.dense(f32, (4, 4), bytes(range(64)), shard=Shard((4, 4), (0, 0)))
+    corr = Tensor.dense(f32, (1, 2), bytes(range(8)), shard=Shard((4, 4), (2, 1)))
+    overlay = Composite.build("overlay", [base, corr], shape=(4, 4), type_tag=f32, combine_op="add")
+    inner = Composite.build("group", [Tensor.dense(f32, (4,), bytes(16))], shape=(4,), type_tag=f32)
+    nested = Composite.build("group", [inner, Tensor.dense(f32, (4,), bytes(range(16)))], shape=(4,), type_tag=f32)
+    return [t, empty, boolean, csr, part, overlay, nested]
+
+
+def _pyhurray_items():
+    try:
+        import hurray
+    except ImportError:
+        return None
+    import struct
+
+    f32 = hurray.float32
+    t = hurray.Tensor(struct.pack("<4f", 1, 2, 3, 4), f32, [4])
+    csr = hurray.Tensor(struct.pack("<3f", 1, 2, 3), f32, [3, 3],
+                        aux_buffers=[struct.pack("<3Q", 0, 1, 2), struct.pack("<4Q", 0, 1, 2, 3)],
+                        layout=hurray.CsrLayout(nnz=3))
+    a = hurray.Tensor(bytes(range(128)), f32, [8, 4], shard=hurray.Shard([8, 8], [0, 0]))
+    b = hurray.Tensor(bytes(range(128)), f32, [8, 4], shard=hurray.Shard([8, 8], [0, 4]))
+    part = hurray.Composite("partition", shape=[8, 8], dtype=f32, members=[a, b])
+    base = hurray.Tensor(bytes(range(64)), f32, [4, 4], shard=hurray.Shard([4, 4], [0, 0]))
+    corr = hurray.Tensor(struct.pack("<2f", 9, 9), f32, [1, 2], shard=hurray.Shard([4, 4], [2, 1]))
+    overlay = hurray.Composite("overlay", shape=[4, 4], dtype=f32, members=[base, corr], combine_op="add")
+    nested = hurray.Composite("group", shape=[4], dtype=f32, members=[
+        hurray.Composite("group", shape=[4], dtype=f32, members=[hurray.Tensor(bytes(16), f32, [4])]),
+        hurray.Tensor(bytes(range(16)), f32, [4])])
+    empty = hurray.Tensor(b"", f32, [0, 4])
+    return hurray, {"t": t, "csr": csr, "part": part, "overlay": overlay, "nested": nested, "empty": empty}
+
+
+def seed_streams(framing: str = "bare") -> list[bytes]:
+    """Valid streams in ``framing`` ("bare" or "messages")."""
+    seeds: list[bytes] = []
+    io_, items = _our_io(), our_items()
+    if io_ is not None:
+        write_stream = io_[2]
+        seeds += [write_stream(None, [item], framing=framing) for item in items]
+        seeds.append(write_stream(None, items[:4], framing=framing))
+        seeds.append(write_stream(None, [items[4], items[0], items[6]], framing=framing))
+    ref = _pyhurray_items() if framing == "bare" else None
+    if ref is not None:
+        hurray, named = ref
+        for group in (["t"], ["csr", "t"], ["part"], ["overlay"], ["nested"], ["empty", "t"]):
+            with hurray.StreamWriter() as w:
+                for name in group:
+                    w.write(named[name])
+            seeds.append(w.getvalue())
+    return seeds
+
+
+KV = {"producer": "hurray-schema fuzz", "n": -5, "u": 7, "f": 1.5, "b": True, "by": b"\x00\x01",
+      "ls": ["a", "bc"], "li": [1, 2, 3]}
+
+
+def seed_files(directory: Path) -> list[bytes]:
+    """Valid ``.hrry`` files (as bytes); ``directory`` is scratch space for the writers."""
+    directory = Path(directory)
+    seeds: list[bytes] = []
+    io_, items = _our_io(), our_items()
+    if io_ is not None and io_[3] is not None:
+        write_file = io_[3]
+        for i, (chosen, kv, sort) in enumerate((
+            (items[:1], None, False), (items[:4], KV, True), (items[4:], {"k": "v"}, False), ([], None, False),
+        )):
+            path = directory / f"ours{i}.hrry"
+            write_file(path, {f"x{j}": item for j, item in enumerate(chosen)}, kv=kv, sorted_index=sort)
+            seeds.append(path.read_bytes())
+    ref = _pyhurray_items()
+    if ref is not None:
+        hurray, named = ref
+        for i, (names, kv) in enumerate(((["t"], None), (["csr", "empty"], {"s": "x", "i": 3, "l": [1.0]}),
+                                          (["part", "nested"], None), (["overlay", "t"], {"b": b"\x01"}))):
+            path = directory / f"ref{i}.hrry"
+            hurray.save(str(path), {name: named[name] for name in names}, kv=kv)
+            seeds.append(path.read_bytes())
+    if CONFORMANCE_FILES.is_dir():
+        seeds += [p.read_bytes() for p in sorted(CONFORMANCE_FILES.glob("*.hrry"))]
     return seeds

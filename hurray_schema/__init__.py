@@ -5,6 +5,10 @@ The public API is re-exported here; see README.md.
 
 from .codec import decode_descriptor, encode_descriptor
 from .errors import HurraySchemaError, LimitExceeded, SpecViolation
+from .io import (
+    Composite, HurrayFile, IndexEntry, RemoteError, StreamReader, Tensor, UInt64, read_file,
+    read_stream, write_file, write_stream,
+)
 from .model import (
     DYNAMIC_DIMENSION, BlockPagedLayout, BlockTableIndexType, BufferHandle, ColumnMajorLayout,
     CombineOp, CompositeLayout, CompositeMember, CompositionRule, CooLayout, CscLayout, CsfLayout,
@@ -18,6 +22,8 @@ from .model import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "Composite", "HurrayFile", "IndexEntry", "RemoteError", "StreamReader", "Tensor", "UInt64",
+    "read_file", "read_stream", "write_file", "write_stream",
     "decode_descriptor", "encode_descriptor", "HurraySchemaError", "LimitExceeded", "SpecViolation",
     "DYNAMIC_DIMENSION", "BlockPagedLayout", "BlockTableIndexType", "BufferHandle", "ColumnMajorLayout",
     "CombineOp", "CompositeLayout", "CompositeMember", "CompositionRule", "CooLayout", "CscLayout",

@@ -22,7 +22,8 @@ from typing import Optional
 import attrs
 from construct import Struct
 
-from .errors import SpecViolation
+from .errors import SpecViolation  # noqa: F401  (re-exported name, documented above)
+from .limits import Limits, resolve_limits
 from .model import (
     KNOWN_DESCRIPTOR_FLAGS, BlockPagedLayout, BufferHandle, ColumnMajorLayout, CompositeLayout,
     CompositeMember, CooLayout, CscLayout, CsfLayout, CsrLayout, DescriptorFlag, ExtensionLayout,
@@ -31,6 +32,7 @@ from .model import (
     TensorDescriptor, TiledLayout, UnknownLayout, UnknownQuantization, COLUMN_MAJOR, ROW_MAJOR,
 )
 from .rules import structure as S
+from .rules.descriptor import first_error
 from .rules.engine import Finding, Mode, as_mode
 from .structs import layouts as L
 from .structs import quantization as Q
@@ -48,10 +50,13 @@ __all__ = ["decode_descriptor", "encode_descriptor", "parse_descriptor", "peek_d
 
 def _builder(cls):
     """Build ``cls`` from decoded wire values: attrs field names are the spec names."""
-    pairs = tuple((f.alias, f.name) for f in attrs.fields(cls))
+    fields = attrs.fields(cls)
+    if any(f.kw_only for f in fields):  # the constructor must take the fields in order
+        raise TypeError(f"{cls.__name__} has keyword-only fields")
+    names = tuple(f.name for f in fields)
 
     def build(values: dict):
-        return cls(**{alias: values[name] for alias, name in pairs})
+        return cls(*[values[name] for name in names])
 
     return build
 
@@ -62,12 +67,14 @@ _LAYOUT_CLASSES = {
     LayoutTag.BLOCK_PAGED: BlockPagedLayout, LayoutTag.COMPOSITE: CompositeLayout,
     LayoutTag.HILBERT: HilbertLayout,
 }
-_LAYOUT_BUILDERS = {tag: (plan(L.LAYOUT_FIELDS[tag]), _builder(cls)) for tag, cls in _LAYOUT_CLASSES.items()}
+_LAYOUT_BUILDERS = {tag: (plan(L.LAYOUT_FIELDS[tag]), _builder(cls), f"{LayoutTag(tag).name.lower()} layout fields")
+                    for tag, cls in _LAYOUT_CLASSES.items()}
 _SCHEME_CLASSES = {
     QuantScheme.PER_TENSOR_AFFINE: PerTensorAffine, QuantScheme.PER_CHANNEL_AFFINE: PerChannelAffine,
     QuantScheme.PER_BLOCK_AFFINE: PerBlockAffine, QuantScheme.NF4: Nf4, QuantScheme.MXFP: Mxfp,
 }
-_SCHEME_BUILDERS = {tag: (plan(Q.SCHEMES[tag]), _builder(cls)) for tag, cls in _SCHEME_CLASSES.items()}
+_SCHEME_BUILDERS = {tag: (plan(Q.SCHEMES[tag]), _builder(cls), f"{QuantScheme(tag).name.lower()} fields")
+                    for tag, cls in _SCHEME_CLASSES.items()}
 
 _HEADER = plan(FIXED_HEADER)
 _CORE = plan(Struct(*SHAPE.subcons, *BYTE_OFFSET.subcons))
@@ -76,6 +83,9 @@ _MODES = {"strict": Mode.STRICT, "permissive": Mode.PERMISSIVE, Mode.STRICT: Mod
 _BUFFER_COUNT = plan(BUFFER_COUNT)
 _HANDLE = plan(BUFFER_HANDLE)
 _HANDLE_FIELDS = _HANDLE.steps[0]
+_BUFFER_COUNT_CODEC = _BUFFER_COUNT.steps[0].codec
+_BUFFER_COUNT_SIZE = _BUFFER_COUNT.fixed_size
+_HEADER_NAMES, _HEADER_CODEC = _HEADER.steps[0].names, _HEADER.steps[0].codec
 _TILED = plan(L.TILED)
 _EXTENSION_HEAD = plan(L.EXTENSION_HEAD)
 _QLEN = plan(Q.QUANTIZATION_LENGTH)
@@ -106,15 +116,16 @@ _LENGTH_FIELD = plan(select(FIXED_HEADER, "descriptor_length")).steps[0].codec
 class _Reader:
     """Bounded cursor over one descriptor; offsets reported relative to ``base``."""
 
-    __slots__ = ("view", "pos", "end", "base", "mode", "findings")
+    __slots__ = ("view", "pos", "end", "base", "mode", "findings", "limits")
 
-    def __init__(self, view: memoryview, end: int, base: int, mode: Mode):
+    def __init__(self, view: memoryview, end: int, base: int, mode: Mode, limits: Optional[Limits] = None):
         self.view = view
         self.pos = 0
         self.end = end
         self.base = base
         self.mode = mode
         self.findings: list[Finding] = []
+        self.limits = limits if limits is not None else resolve_limits(limits)
 
     def at(self, pos: Optional[int] = None) -> int:
         return self.base + (self.pos if pos is None else pos)
@@ -165,23 +176,30 @@ def peek_descriptor_length(data, base: int = 0) -> int:
     return length
 
 
-def parse_descriptor(data, *, mode="strict", base: int = 0) -> tuple[TensorDescriptor, list[Finding]]:
+def parse_descriptor(data, *, mode="strict", base: int = 0,
+                     limits: Optional[Limits] = None) -> tuple[TensorDescriptor, list[Finding]]:
     """Decode the structure of the descriptor at the start of ``data``.
 
     Returns the descriptor and the findings a permissive reader tolerated.  Bytes after
     ``descriptor_length`` are not read (a stream carries the next tensor there).
+    ``limits`` (default :data:`~hurray_schema.limits.DEFAULT_LIMITS`) bounds
+    descriptor_length, rank, buffer_count and the tiled depth.
     """
     mode = _MODES.get(mode) or as_mode(mode)
+    limits = resolve_limits(limits)
     view = memoryview(data)
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     length = peek_descriptor_length(view, base)
-    if length > len(view):
+    if length > len(view):  # a fact about the input, reported before any configured limit
         raise S.TRUNCATED.violation(
             f"descriptor_length is {length} but only {len(view)} bytes are available", base + len(view)
         )
-    r = _Reader(view[:length], length, base, mode)
-    h = r.read(_HEADER, "fixed header")
+    if length > limits.max_descriptor_bytes:
+        limits.check("max_descriptor_bytes", length, base + _AT["descriptor_length"])
+    r = _Reader(view[:length], length, base, mode, limits)
+    h = dict(zip(_HEADER_NAMES, _HEADER_CODEC.unpack_from(r.view, 0)))  # 20 bytes are there (peek)
+    r.pos = _HEADER.fixed_size
     _check_header(r, h)
     rank = h["rank"]
     core = r.read(_CORE, "shape and byte_offset", rank=rank)
@@ -199,7 +217,12 @@ def parse_descriptor(data, *, mode="strict", base: int = 0) -> tuple[TensorDescr
         fields["unparsed_flags"] = flags
         return TensorDescriptor(**fields), r.findings
 
-    count = r.read(_BUFFER_COUNT, "buffer_count")["buffer_count"]
+    if r.pos + _BUFFER_COUNT_SIZE > r.end:
+        raise S.LENGTH_BOUNDS.violation(f"buffer_count runs past descriptor_length ({r.end} bytes)", r.at())
+    (count,) = _BUFFER_COUNT_CODEC.unpack_from(r.view, r.pos)
+    r.pos += _BUFFER_COUNT_SIZE
+    if count > limits.max_buffer_count:
+        limits.check("max_buffer_count", count, r.at(r.pos - _BUFFER_COUNT.fixed_size))
     need = count * _HANDLE.fixed_size
     if need > r.end - r.pos:
         raise S.LENGTH_BOUNDS.violation(
@@ -244,6 +267,8 @@ def _check_header(r: _Reader, h: dict) -> None:
         raise S.FLAGS_RESERVED.violation(f"reserved flag bits 0x{reserved:08X} are set", r.at(_AT["flags"]))
     if h["rank"] > MAX_RANK:
         raise S.RANK_CAP.violation(f"rank {h['rank']} exceeds {MAX_RANK}", r.at(_AT["rank"]))
+    if h["rank"] > r.limits.max_rank:
+        r.limits.check("max_rank", h["rank"], r.at(_AT["rank"]))
     _check_type_tag(r, h["type_tag"], h["flags"])
     tag = h["layout_tag"]
     if tag in (0x00, 0xFF):
@@ -268,8 +293,8 @@ def _read_layout(r: _Reader, tag: int, rank: int):
         return COLUMN_MAJOR
     entry = _LAYOUT_BUILDERS.get(tag)
     if entry is not None:
-        p, build = entry
-        return build(r.read(p, f"{LayoutTag(tag).name.lower()} layout fields", rank=rank))
+        p, build, what = entry
+        return build(r.read(p, what, rank=rank))
     if tag == LayoutTag.TILED:
         return _read_tiled(r, rank, depth=1)
     if L.is_extension_layout(tag):
@@ -287,8 +312,8 @@ def _read_layout(r: _Reader, tag: int, rank: int):
 
 
 def _read_tiled(r: _Reader, rank: int, depth: int) -> TiledLayout:
-    if depth > L.MAX_TILED_DEPTH:
-        raise S.TILED_DEPTH.violation(f"tiled layout nests deeper than {L.MAX_TILED_DEPTH} levels", r.at())
+    if depth > r.limits.max_tiled_depth:
+        raise S.TILED_DEPTH.violation(f"tiled layout nests deeper than {r.limits.max_tiled_depth} levels", r.at())
     values = r.read(_TILED, "tiled layout fields", rank=rank)
     values["inner"] = _read_tiled(r, rank, depth + 1) if values["inner_layout"] == LayoutTag.TILED else None
     return _build_tiled(values)
@@ -298,7 +323,7 @@ def _read_handles(r: _Reader, count: int) -> tuple[BufferHandle, ...]:
     unpack = _HANDLE_FIELDS.codec.unpack_from
     size = _HANDLE.fixed_size
     view, pos = r.view, r.pos
-    handles = tuple(BufferHandle(*unpack(view, pos + i * size)) for i in range(count))
+    handles = tuple([BufferHandle(*unpack(view, at)) for at in range(pos, pos + count * size, size)])
     r.pos = pos + count * size
     return handles
 
@@ -310,48 +335,54 @@ def _read_quantization(r: _Reader):
         raise S.LENGTH_BOUNDS.violation(
             f"quantization_length {qlen} runs past descriptor_length ({r.end - start} bytes remain)", r.at()
         )
-    section = _Reader(r.view[: start + qlen], start + qlen, r.base, r.mode)
-    section.pos = start
+    end = start + qlen
+    section = r.view[:end]  # nothing is read beyond quantization_length
     try:
-        head = section.read(_QHEADER, "quantization header")
-    except SpecViolation as exc:
-        raise S.QUANTIZATION_LENGTH.violation(exc.message, exc.offset) from None
+        head, _ = _QHEADER.unpack(section, start)
+    except struct.error:
+        raise S.QUANTIZATION_LENGTH.violation(
+            f"quantization_length {qlen} is shorter than the {_QHEADER.fixed_size}-byte quantization header",
+            r.at(start),
+        ) from None
     tag = head["scheme_tag"]
     if tag in (0x00, 0xFF):
         raise S.SCHEME_TAG_INVALID.violation(f"scheme_tag 0x{tag:02X} is invalid", r.at(start))
     entry = _SCHEME_BUILDERS.get(tag)
     if entry is None:
-        r.findings.extend(section.findings)
         r.tolerate(S.SCHEME_TAG_UNKNOWN, f"scheme_tag 0x{tag:02X} is not a scheme this reader knows", start)
-        r.pos = start + qlen
-        payload = bytes(r.view[start + _QHEADER.fixed_size : start + qlen])
+        r.pos = end
+        payload = bytes(r.view[start + _QHEADER.fixed_size : end])
         return UnknownQuantization(tag, head["scheme_version"], head["flags"], payload)
     if head["scheme_version"] > Q.HIGHEST_SCHEME_VERSION[tag]:
         raise S.SCHEME_VERSION.violation(
             f"scheme_version {head['scheme_version']} of scheme 0x{tag:02X} is newer than "
             f"{Q.HIGHEST_SCHEME_VERSION[tag]}", r.at(start + 1)
         )
-    p, build = entry
-    section.pos = start
+    p, build, what = entry
     try:
-        values = section.read(p, f"{QuantScheme(tag).name.lower()} fields")
-    except SpecViolation as exc:
+        values, pos = p.unpack(section, start)
+    except struct.error:
         raise S.QUANTIZATION_LENGTH.violation(
-            f"quantization_length {qlen} is shorter than the {p.fixed_size}-byte scheme table", exc.offset
+            f"quantization_length {qlen} is shorter than the {p.fixed_size}-byte {what} table", r.at(start)
         ) from None
-    values["padding"] = bytes(r.view[section.pos : start + qlen])
-    r.pos = start + qlen
+    values["padding"] = bytes(r.view[pos:end])
+    r.pos = end
     return build(values)
 
 
-def decode_descriptor(data, *, mode="strict") -> TensorDescriptor:
+def decode_descriptor(data, *, mode="strict", limits: Optional[Limits] = None) -> TensorDescriptor:
     """Decode one tensor descriptor from the start of ``data``.
 
     ``mode="strict"`` raises :class:`~hurray_schema.errors.SpecViolation` on the first
     violation; ``"permissive"`` keeps what the spec lets a permissive reader keep
     (unknown tags, newer minor version) and still raises on every other violation.
+    ``limits`` bounds sizes and depths (:class:`~hurray_schema.limits.Limits`); a breach
+    raises :class:`~hurray_schema.errors.LimitExceeded`.
     """
-    desc, _ = parse_descriptor(data, mode=mode)
+    desc, _ = parse_descriptor(data, mode=mode, limits=limits)
+    finding = first_error(desc, mode)  # the semantic rules of one descriptor (rules/descriptor.py)
+    if finding is not None:
+        raise finding.to_violation()
     return desc
 
 

@@ -94,6 +94,12 @@ class DescriptorFlag(enum.IntFlag):
     HAS_COMPOSITE_MEMBER = 1 << 4
 
 
+_HAS_QUANTIZATION = int(DescriptorFlag.HAS_QUANTIZATION)
+_HAS_SHARD = int(DescriptorFlag.HAS_SHARD)
+_HAS_EXTENSION_TYPE = int(DescriptorFlag.HAS_EXTENSION_TYPE)
+_HAS_STATISTICS = int(DescriptorFlag.HAS_STATISTICS)
+_HAS_COMPOSITE_MEMBER = int(DescriptorFlag.HAS_COMPOSITE_MEMBER)
+
 KNOWN_DESCRIPTOR_FLAGS = int(
     DescriptorFlag.HAS_QUANTIZATION
     | DescriptorFlag.HAS_SHARD
@@ -215,7 +221,7 @@ def _tag(enum_type):
 
 
 def _ints(value) -> tuple[int, ...]:
-    return tuple(int(v) for v in value)
+    return tuple(map(int, value))
 
 
 def _zeros(n: int):
@@ -634,18 +640,18 @@ class TensorDescriptor:
     @property
     def flags(self) -> int:
         """The wire ``flags`` value this descriptor encodes to."""
-        bits = self.unparsed_flags
+        bits = int(self.unparsed_flags)  # plain ints: IntFlag arithmetic is slow
         if self.quantization is not None:
-            bits |= DescriptorFlag.HAS_QUANTIZATION
+            bits |= _HAS_QUANTIZATION
         if self.shard is not None:
-            bits |= DescriptorFlag.HAS_SHARD
+            bits |= _HAS_SHARD
         if self.extension_type is not None:
-            bits |= DescriptorFlag.HAS_EXTENSION_TYPE
+            bits |= _HAS_EXTENSION_TYPE
         if self.statistics is not None:
-            bits |= DescriptorFlag.HAS_STATISTICS
+            bits |= _HAS_STATISTICS
         if self.composite_member is not None:
-            bits |= DescriptorFlag.HAS_COMPOSITE_MEMBER
-        return int(bits)
+            bits |= _HAS_COMPOSITE_MEMBER
+        return bits
 
     @property
     def has_dynamic_dimension(self) -> bool:

@@ -1,45 +1,115 @@
 """Mutation fuzz: damaged inputs give a value or a HurraySchemaError, nothing else.
 
-Seeded and deterministic; the inputs are valid descriptors built by our encoder (and the
-golden vectors when present), damaged by ``fuzz.mutate``.
+Seeded and deterministic.  The inputs are valid descriptors, streams and files built by
+our writers and by pyhurray's (``fuzz/corpus.py``), damaged by ``fuzz/mutate.py``
+(bit flips, truncation, extreme length/count fields, inserted, deleted, duplicated and
+swapped chunks), aimed at the bytes decoders look at.  Per entry point 20,000 inputs;
+every 10th one runs under ``tracemalloc`` and its peak allocation must stay below
+1 MiB plus a few times the input's size.
+
+Entry points this build does not have yet are skipped (``fuzz.targets.entry_point``).
 """
 
 from __future__ import annotations
 
 import random
+import tracemalloc
 
 import pytest
 
 import hurray_schema as hs
-from fuzz.corpus import seed_inputs
-from fuzz.mutate import mutate
+from fuzz import targets
+from fuzz.corpus import seed_files, seed_inputs, seed_streams
+from fuzz.mutate import hot_regions, mutate, refresh_index_crc
 
 INPUTS_PER_ENTRY_POINT = 20_000
+TRACE_EVERY = 10
+MEMORY_SLACK = 1 << 20  # bytes allowed beyond MEMORY_FACTOR x input size
+MEMORY_FACTOR = 4
 
 
-def _outcome(data: bytes, mode: str):
-    try:
-        return hs.decode_descriptor(data, mode=mode)
-    except hs.HurraySchemaError as exc:
-        return exc
+def _require(name: str):
+    if targets.entry_point(name) is None:
+        pytest.skip(f"{name} is not in this build yet")
+
+
+class Tally:
+    """Outcome counts and the invariants every outcome must satisfy."""
+
+    def __init__(self):
+        self.accepted = self.rejected = 0
+        self.rules: dict[str, int] = {}
+
+    def run(self, fn, data: bytes, traced: bool, *args, **kw):
+        if traced:
+            tracemalloc.start()
+        try:
+            result = fn(*args, **kw)
+        except hs.HurraySchemaError as exc:  # any other exception fails the test
+            self.rejected += 1
+            rule = getattr(exc, "rule_id", None) or getattr(exc, "limit", None) or type(exc).__name__
+            self.rules[rule] = self.rules.get(rule, 0) + 1
+            if isinstance(exc, hs.SpecViolation):
+                assert exc.rule_id and exc.citation, exc
+                assert exc.offset is None or 0 <= exc.offset <= len(data), (exc, len(data))
+            result = exc
+        else:
+            self.accepted += 1
+        finally:
+            if traced:
+                _, peak = tracemalloc.get_traced_memory()
+                tracemalloc.stop()
+                assert peak < MEMORY_SLACK + MEMORY_FACTOR * len(data), (peak, len(data), data[:64].hex())
+        return result
+
+
+def _mutants(seeds: list[bytes], seed: int, n: int = INPUTS_PER_ENTRY_POINT):
+    rng = random.Random(seed)
+    pool = [(s, hot_regions(s)) for s in seeds]
+    for i in range(n):
+        data, hot = rng.choice(pool)
+        yield i, mutate(rng, data, hot=hot)
 
 
 @pytest.mark.parametrize("mode", ["strict", "permissive"])
 def test_decode_descriptor_survives_mutations(mode):
-    rng = random.Random(20261129)
-    seeds = seed_inputs()
-    accepted = rejected = 0
-    for _ in range(INPUTS_PER_ENTRY_POINT):
-        data = mutate(rng, rng.choice(seeds))
-        outcome = _outcome(data, mode)  # any other exception fails the test
-        if isinstance(outcome, hs.HurraySchemaError):
-            rejected += 1
-            if isinstance(outcome, hs.SpecViolation):
-                assert outcome.rule_id and outcome.citation
-                assert outcome.offset is None or 0 <= outcome.offset <= len(data)
-        else:
-            accepted += 1
+    tally = Tally()
+    for i, data in _mutants(seed_inputs(), 20261129):
+        outcome = tally.run(targets.run_decode_descriptor, data, i % TRACE_EVERY == 0, data, mode)
+        if not isinstance(outcome, hs.HurraySchemaError):
             # what is accepted re-encodes to the bytes it was decoded from
             encoded = hs.encode_descriptor(outcome)
             assert encoded == data[: len(encoded)]
-    assert rejected > 0 and accepted > 0
+    assert tally.rejected > 0 and tally.accepted > 0
+
+
+@pytest.mark.parametrize("framing", ["bare", "messages"])
+def test_read_stream_survives_mutations(framing):
+    _require("read_stream")
+    seeds = seed_streams(framing)
+    if not seeds:
+        pytest.skip(f"no writer for {framing} streams in this build")
+    tally = Tally()
+    for i, data in _mutants(seeds, 7 + len(framing)):
+        mode = "permissive" if i % 2 else "strict"
+        tally.run(targets.run_read_stream, data, i % TRACE_EVERY == 0, data, mode, framing)
+    assert tally.rejected > 0 and tally.accepted > 0, tally.rules
+
+
+def test_read_file_survives_mutations(tmp_path):
+    _require("read_file")
+    seeds = seed_files(tmp_path)
+    if not seeds:
+        pytest.skip("no writer for files in this build")
+    scratch = targets.scratch_file()
+    tally = Tally()
+    try:
+        for i, data in _mutants(seeds, 11):
+            if i % 2:
+                data = refresh_index_crc(data)  # reach the index and KV decoders past the CRC
+            targets.write_scratch(scratch, data)
+            mode = "permissive" if i % 4 >= 2 else "strict"
+            tally.run(targets.run_read_file, data, i % TRACE_EVERY == 0, scratch, mode)
+    finally:
+        scratch.unlink(missing_ok=True)
+    assert tally.rejected > 0 and tally.accepted > 0, tally.rules

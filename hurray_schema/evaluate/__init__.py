@@ -1,1 +1,15 @@
-"""numba kernels: element decoding, dequantization, composite merges."""
+"""numba kernels: element decoding, dequantization, composite merges.
+
+Entry points: :func:`tensor_to_numpy` (one tensor's logical array), :func:`materialize`
+(a composite's view), :func:`lookup` and :func:`read` (one element / one box of a
+partition or overlay).  Inputs are duck-typed: a tensor has ``.descriptor`` and
+``.buffers``; a composite has ``.descriptor`` (the head) and ``.members``.
+"""
+
+from .elements import UnsupportedEvaluation, numpy_dtype
+from .merge import lookup, materialize, read
+from .sparse import densify, sparse_entries
+from .tensor import DecodedTypeMismatch, decoded_type, tensor_to_numpy
+
+__all__ = ["tensor_to_numpy", "materialize", "lookup", "read", "densify", "sparse_entries", "numpy_dtype",
+           "decoded_type", "UnsupportedEvaluation", "DecodedTypeMismatch"]

@@ -1,1 +1,18 @@
-"""Readers and writers of Hurray streams and files."""
+"""Readers and writers of Hurray streams and files.
+
+* :mod:`.tensor` -- :class:`Tensor` and :class:`Composite`, what the readers hand out
+  and the writers take;
+* :mod:`.stream` -- :func:`read_stream` / :func:`write_stream` (bare and message framing);
+* :mod:`.file` -- :func:`read_file` / :func:`write_file` and :class:`HurrayFile`;
+* :mod:`.kv` -- the file's KV metadata section (:class:`UInt64` forces value tag 0x03).
+"""
+
+from .file import HurrayFile, IndexEntry, read_file, write_file
+from .kv import UInt64
+from .stream import RemoteError, StreamReader, read_stream, write_stream
+from .tensor import Composite, Tensor
+
+__all__ = [
+    "Tensor", "Composite", "HurrayFile", "IndexEntry", "read_file", "write_file", "read_stream",
+    "write_stream", "StreamReader", "RemoteError", "UInt64",
+]

@@ -17,6 +17,8 @@ declaration this module derives:
 
 from __future__ import annotations
 
+import operator as _operator
+import re as _re
 import struct as _struct
 from typing import Any, Callable, Iterator
 
@@ -185,6 +187,16 @@ class _If:
             self.inner.pack_into(values, parts)
 
 
+def _getter(expr):
+    """``this.name`` as a plain item getter (same result on a dict, without construct's
+    expression machinery); any other callable unchanged."""
+    if isinstance(expr, c.expr.Path):
+        match = _re.fullmatch(r"this\['(\w+)'\]", repr(expr))
+        if match:
+            return _operator.itemgetter(match.group(1))
+    return expr
+
+
 class Plan:
     """Fast decoder/encoder derived from a declaration made of :func:`field` entries.
 
@@ -215,9 +227,11 @@ class Plan:
             self.steps.append(_Fixed(run_names, run_fmt))
         self._has_condition = any(step.__class__ not in (_Fixed, _Array) for step in self.steps)
         self._flat: dict = {}
+        self._counts = tuple(step.count for step in self.steps if step.__class__ is _Array)
         self.fixed_size = (
             self.steps[0].size if len(self.steps) == 1 and isinstance(self.steps[0], _Fixed) else None
         )
+        self._fixed = self.steps[0] if self.fixed_size is not None else None
 
     @staticmethod
     def _variable_step(name: str, inner: c.Construct):
@@ -226,9 +240,9 @@ class Plan:
             if char is None:
                 raise TypeError(f"unsupported array element in {name!r}")
             count = inner.count
-            return _Array(name, count if callable(count) else (lambda _ctx, n=count: n), char)
+            return _Array(name, _getter(count) if callable(count) else (lambda _ctx, n=count: n), char)
         if isinstance(inner, c.Bytes) and callable(inner.length):
-            return _VarBytes(name, inner.length)
+            return _VarBytes(name, _getter(inner.length))
         if isinstance(inner, c.IfThenElse) and inner.elsesubcon is c.Pass:
             return _If(name, inner.condfunc, Plan(c.Struct(field(name, inner.thensubcon, "", ""))))
         raise TypeError(f"unsupported construct {type(inner).__name__} in field {name!r}")
@@ -245,7 +259,7 @@ class Plan:
         if self._has_condition:
             return None
         try:
-            counts = tuple(step.count(context) for step in self.steps if step.__class__ is _Array)
+            counts = tuple([count(context) for count in self._counts])
         except (KeyError, TypeError):
             return None
         entry = self._flat.get(counts)
@@ -268,6 +282,10 @@ class Plan:
     def unpack(self, buf, offset: int = 0, **context: Any) -> tuple[dict, int]:
         """Decode at ``offset``; ``context`` supplies outside values such as ``rank``."""
         out = context
+        fixed = self._fixed
+        if fixed is not None:
+            out.update(zip(fixed.names, fixed.codec.unpack_from(buf, offset)))
+            return out, offset + fixed.size
         flat = self._flat_codec(context)
         if flat is None:
             for step in self.steps:
@@ -290,6 +308,9 @@ class Plan:
             step.pack(values, parts)
 
     def pack(self, **values: Any) -> bytes:
+        fixed = self._fixed
+        if fixed is not None:
+            return fixed.codec.pack(*[values[n] for n in fixed.names])
         parts: list[bytes] = []
         self.pack_into(values, parts)
         return b"".join(parts)

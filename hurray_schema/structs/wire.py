@@ -13,7 +13,7 @@ from typing import Iterator
 import attrs
 
 from ..model import (
-    ExtensionLayout, LayoutTag, TensorDescriptor, TiledLayout, UnknownLayout, UnknownQuantization,
+    ExtensionLayout, TensorDescriptor, TiledLayout, UnknownLayout, UnknownQuantization,
 )
 from . import layouts, quantization, sections
 from ._declare import plan, select, static_offset
@@ -22,9 +22,16 @@ from .descriptor import BUFFER_COUNT, BUFFER_HANDLE, BYTE_OFFSET, FIXED_HEADER, 
 __all__ = ["encode_parts", "descriptor_spans", "encoded_length", "values_of", "encode_descriptor_bytes"]
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def values_of(obj) -> dict:
     """The wire field values of a value object: attrs field names are the spec names."""
-    return {f.name: getattr(obj, f.name) for f in attrs.fields(type(obj))}
+    cls = type(obj)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in attrs.fields(cls))
+    return {name: getattr(obj, name) for name in names}
 
 
 def _layout_bytes(layout, rank: int) -> bytes:
@@ -37,7 +44,7 @@ def _layout_bytes(layout, rank: int) -> bytes:
         )
     if isinstance(layout, TiledLayout):
         return _tiled_bytes(layout, rank)
-    decl = layouts.LAYOUT_FIELDS[LayoutTag(layout.tag)]
+    decl = layouts.LAYOUT_FIELDS[layout.tag]  # IntEnum keys: a plain int finds them
     if decl is None:
         return b""
     return plan(decl).pack(**values_of(layout))
@@ -64,33 +71,39 @@ def _quantization_bytes(q) -> bytes:
     return plan(quantization.QUANTIZATION_LENGTH).pack(quantization_length=len(body)) + body
 
 
+_P_HEADER, _P_SHAPE, _P_BYTE_OFFSET = plan(FIXED_HEADER), plan(SHAPE), plan(BYTE_OFFSET)
+_P_BUFFER_COUNT, _P_HANDLE = plan(BUFFER_COUNT), plan(BUFFER_HANDLE)
+_P_SHARD, _P_STATISTICS = plan(sections.SHARD_SECTION), plan(sections.STATISTICS_SECTION)
+_P_EXTENSION_TYPE, _P_MEMBER = plan(sections.EXTENSION_TYPE_SECTION), plan(sections.COMPOSITE_MEMBER_SECTION)
+
+
 def encode_parts(desc: TensorDescriptor, descriptor_length: int = 0) -> Iterator[tuple[str, bytes]]:
     """Each part of ``desc`` with its bytes; the header carries ``descriptor_length``."""
     rank = desc.rank
-    yield "fixed_header", plan(FIXED_HEADER).pack(
+    yield "fixed_header", _P_HEADER.pack(
         magic=MAGIC, version_major=desc.version_major, version_minor=desc.version_minor,
         descriptor_length=descriptor_length, flags=desc.flags, type_tag=desc.type_tag,
         layout_tag=desc.layout.tag, rank=rank,
     )
-    yield "shape", plan(SHAPE).pack(shape=desc.shape)
-    yield "byte_offset", plan(BYTE_OFFSET).pack(byte_offset=desc.byte_offset)
+    yield "shape", _P_SHAPE.pack(shape=desc.shape)
+    yield "byte_offset", _P_BYTE_OFFSET.pack(byte_offset=desc.byte_offset)
     yield "layout", _layout_bytes(desc.layout, rank)
     if isinstance(desc.layout, UnknownLayout):
         return  # everything after the layout fields is inside the opaque payload
-    handle = plan(BUFFER_HANDLE)
-    yield "buffer_table", plan(BUFFER_COUNT).pack(buffer_count=len(desc.buffers)) + b"".join(
-        handle.pack(**values_of(b)) for b in desc.buffers
+    handle = _P_HANDLE
+    yield "buffer_table", _P_BUFFER_COUNT.pack(buffer_count=len(desc.buffers)) + b"".join(
+        [handle.pack(**values_of(b)) for b in desc.buffers]
     )
     if desc.quantization is not None:
         yield "quantization", _quantization_bytes(desc.quantization)
     if desc.shard is not None:
-        yield "shard", plan(sections.SHARD_SECTION).pack(**values_of(desc.shard))
+        yield "shard", _P_SHARD.pack(**values_of(desc.shard))
     if desc.statistics is not None:
-        yield "statistics", plan(sections.STATISTICS_SECTION).pack(**values_of(desc.statistics))
+        yield "statistics", _P_STATISTICS.pack(**values_of(desc.statistics))
     if desc.extension_type is not None:
-        yield "extension_type", plan(sections.EXTENSION_TYPE_SECTION).pack(**values_of(desc.extension_type))
+        yield "extension_type", _P_EXTENSION_TYPE.pack(**values_of(desc.extension_type))
     if desc.composite_member is not None:
-        yield "composite_member", plan(sections.COMPOSITE_MEMBER_SECTION).pack(**values_of(desc.composite_member))
+        yield "composite_member", _P_MEMBER.pack(**values_of(desc.composite_member))
     if desc.trailing:
         yield "trailing", desc.trailing
 

@@ -1,0 +1,109 @@
+"""Median decode / encode time per descriptor, hurray_schema beside pyhurray, same run.
+
+    python benchmarks/decode.py [--repeat 15] [--number 2000]
+
+For each typical descriptor (built with pyhurray, so both sides read the same bytes) it
+prints the median time of one call of
+
+* ``parse``   -- ``hurray_schema.codec.parse_descriptor`` (the structural codec alone),
+* ``decode``  -- ``hurray_schema.decode_descriptor`` (structure + the descriptor rules),
+* ``encode``  -- ``hurray_schema.encode_descriptor``,
+
+next to ``hurray.Descriptor.decode`` / ``Descriptor.encode`` and the ratio ours/theirs
+(the issue's target: within 20x of pyhurray).  Times are process CPU time, the five
+functions interleaved in every round, so that other load on a shared machine skews the
+ratios as little as possible.  Nothing here asserts: it only measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import struct
+import sys
+import time
+import timeit
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import hurray  # noqa: E402
+
+from hurray_schema.codec import decode_descriptor, encode_descriptor, parse_descriptor  # noqa: E402
+
+
+def typical() -> dict[str, bytes]:
+    f32 = hurray.float32
+    Q = lambda *v: struct.pack(f"<{len(v)}Q", *v)  # noqa: E731
+    a = hurray.Tensor(bytes(128), f32, [8, 4], shard=hurray.Shard([8, 8], [0, 0]))
+    b = hurray.Tensor(bytes(128), f32, [8, 4], shard=hurray.Shard([8, 8], [0, 4]))
+    stats = hurray.Statistics(nnz=30, sparsity_ratio=0.0625, value_min=-1.0, value_max=2.0, value_abs_max=2.0,
+                              value_mean=0.5, value_stddev=0.25)
+    objs = {
+        "row-major f32 [3,4]": hurray.Tensor(bytes(48), f32, [3, 4]),
+        "per-block int4 [128,128]": hurray.Tensor(
+            bytes(8192), hurray.dtype.int4, [128, 128], aux_buffers=[bytes(256)],
+            quantization=hurray.PerBlockAffine.symmetric(axis=1, block_size=128, scale_buffer_index=1,
+                                                         scale_type=hurray.float16)),
+        "CSR f32 [3,3] nnz=3": hurray.Tensor(struct.pack("<3f", 1, 2, 3), f32, [3, 3],
+                                             aux_buffers=[Q(0, 1, 2), Q(0, 1, 2, 3)], layout=hurray.CsrLayout(nnz=3)),
+        "composite head (partition)": hurray.Composite("partition", shape=[8, 8], dtype=f32, members=[a, b]),
+        "f32 [8,4] shard + stats": hurray.Tensor(bytes(128), f32, [8, 4], shard=hurray.Shard([8, 8], [0, 4]),
+                                                 statistics=stats),
+    }
+    return {name: obj.descriptor.encode() for name, obj in objs.items()}
+
+
+def median_calls(fns: dict, repeat: int, number: int) -> dict:
+    """Median over ``repeat`` rounds of the mean CPU time of one call, in microseconds.
+
+    The functions are timed in turn within each round (so a burst of load on a shared
+    machine hits all of them alike), with the process CPU clock rather than wall time.
+    """
+    timers = {name: timeit.Timer(fn, timer=time.process_time) for name, fn in fns.items()}
+    samples: dict = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, timer in timers.items():
+            samples[name].append(timer.timeit(number) / number * 1e6)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--number", type=int, default=2000)
+    args = ap.parse_args(argv)
+    r, n = args.repeat, args.number
+
+    header = (f"{'descriptor':28} {'bytes':>5} | {'parse':>7} {'decode':>7} {'pyhurray':>8} {'ratio':>6} "
+              f"{'ratio*':>6} | {'encode':>7} {'pyhurray':>8} {'ratio':>6}")
+    print(f"median CPU µs per call (repeat={r}, number={n}); ratio = decode/pyhurray, ratio* = parse/pyhurray")
+    print(header)
+    print("-" * len(header))
+    dec_ratios, parse_ratios, enc_ratios = [], [], []
+    for name, wire in typical().items():
+        ours = decode_descriptor(wire)
+        theirs = hurray.Descriptor.decode(wire)
+        assert encode_descriptor(ours) == wire == theirs.encode()  # same work on both sides
+        t = median_calls({
+            "parse": lambda: parse_descriptor(wire),
+            "decode": lambda: decode_descriptor(wire),
+            "pydecode": lambda: hurray.Descriptor.decode(wire),
+            "encode": lambda: encode_descriptor(ours),
+            "pyencode": theirs.encode,
+        }, r, n)
+        t_parse, t_dec, t_pydec, t_enc, t_pyenc = (t[k] for k in ("parse", "decode", "pydecode", "encode", "pyencode"))
+        dec_ratios.append(t_dec / t_pydec)
+        parse_ratios.append(t_parse / t_pydec)
+        enc_ratios.append(t_enc / t_pyenc)
+        print(f"{name:28} {len(wire):5d} | {t_parse:7.2f} {t_dec:7.2f} {t_pydec:8.2f} {t_dec / t_pydec:5.1f}x "
+              f"{t_parse / t_pydec:5.1f}x | {t_enc:7.2f} {t_pyenc:8.2f} {t_enc / t_pyenc:5.1f}x")
+    print("-" * len(header))
+    gm = lambda xs: statistics.geometric_mean(xs)  # noqa: E731
+    print(f"geometric mean ratio: decode {gm(dec_ratios):.1f}x, parse {gm(parse_ratios):.1f}x, "
+          f"encode {gm(enc_ratios):.1f}x (target: within 20x)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""Stream and file throughput, hurray_schema beside pyhurray, same run.
+
+    python benchmarks/io.py [--tensors 200] [--repeat 5]
+
+Workloads (built with pyhurray so both sides handle the same bytes):
+
+* ``stream read``  -- iterate a bare stream of small tensors and partition composites
+  (``read_stream`` vs ``hurray.StreamReader``);
+* ``stream write`` -- write them back (``write_stream`` vs ``hurray.StreamWriter``);
+* ``file open``    -- open a file and list its tensors (``read_file`` vs ``hurray.load``,
+  which also builds every tensor);
+* ``file write``   -- ``write_file`` vs ``hurray.save``.
+
+Prints the median of ``--repeat`` runs and the ratio ours/theirs.  Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import hurray  # noqa: E402
+
+from hurray_schema.io import read_file, read_stream, write_file, write_stream  # noqa: E402
+
+
+def workload(n: int) -> dict:
+    f32 = hurray.float32
+    items = {}
+    for i in range(n):
+        if i % 4 == 3:
+            a = hurray.Tensor(bytes(128), f32, [8, 4], shard=hurray.Shard([8, 8], [0, 0]))
+            b = hurray.Tensor(bytes(128), f32, [8, 4], shard=hurray.Shard([8, 8], [0, 4]))
+            items[f"c{i}"] = hurray.Composite("partition", shape=[8, 8], dtype=f32, members=[a, b])
+        else:
+            items[f"t{i}"] = hurray.Tensor(bytes(4096), f32, [32, 32])
+    return items
+
+
+def median_time(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tensors", type=int, default=200)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    items = workload(args.tensors)
+    with hurray.StreamWriter() as w:
+        for t in items.values():
+            w.write(t)
+    stream = w.getvalue()
+    ours_items = list(read_stream(stream))
+    tmp = tempfile.mkdtemp()
+    py_file, our_file = os.path.join(tmp, "py.hrry"), os.path.join(tmp, "ours.hrry")
+    hurray.save(py_file, items)
+
+    def our_open():
+        with read_file(py_file) as f:
+            return list(f)
+
+    rows = [
+        ("stream read", lambda: list(read_stream(stream)), lambda: list(hurray.StreamReader(stream))),
+        ("stream write", lambda: write_stream(None, ours_items), lambda: _py_write(items)),
+        ("file open+list", our_open, lambda: list(hurray.load(py_file))),
+        ("file write", lambda: write_file(our_file, dict(zip(items, ours_items))),
+         lambda: hurray.save(py_file + ".2", items)),
+    ]
+    print(f"{args.tensors} items ({len(stream)} stream bytes), median of {args.repeat}")
+    print(f"{'workload':<16}{'ours ms':>10}{'pyhurray ms':>13}{'ratio':>8}")
+    for name, ours, theirs in rows:
+        a, b = median_time(ours, args.repeat), median_time(theirs, args.repeat)
+        print(f"{name:<16}{a * 1e3:>10.2f}{b * 1e3:>13.2f}{a / b:>8.1f}")
+
+
+def _py_write(items) -> bytes:
+    with hurray.StreamWriter() as w:
+        for t in items.values():
+            w.write(t)
+    return w.getvalue()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""Accept/reject verdicts of the reference implementation, ``pyhurray`` (``import hurray``).
+
+pyhurray is a native extension; on some hostile inputs it does not raise but aborts the
+whole process (it allocates what a length or count field promises before reading it).
+So verdicts come from a worker subprocess; a worker that dies without answering gives
+:data:`ABORT` and is replaced.  Files (where aborts are frequent) are judged in a forked
+child of the worker, so an abort there costs a fork rather than a new interpreter.
+
+A verdict is ``None`` (accepted: decoded, and every lazily decoded part -- layout,
+quantization, sections, buffer handles, composite members, KV -- read back without
+error), :data:`ABORT`, or ``"<ExceptionType>: <message>"``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from typing import Optional
+
+ABORT = "ABORT"
+"""Verdict when pyhurray killed its process instead of raising."""
+
+_WORKER = r'''
+import json, os, struct, sys
+import hurray
+
+ABORT = 'ABORT'
+
+PROPS = ("buffer_count", "buffer_handles", "byte_offset", "device", "dtype", "extension_type", "layout",
+         "ndim", "quantization", "shape", "shard", "size", "statistics", "version")
+
+def touch_descriptor(d):
+    for p in PROPS:
+        getattr(d, p)
+    for h in d.buffer_handles:
+        (h.alignment, h.byte_size, h.device, h.sync_mode)
+
+def touch(item):
+    if isinstance(item, hurray.Composite):
+        touch_descriptor(item.descriptor)
+        item.member_roles
+        for m in item.members:
+            touch(m)
+    else:
+        touch_descriptor(item.descriptor)
+
+def descriptor(data):
+    touch_descriptor(hurray.Descriptor.decode(data))
+
+def stream(data):
+    # without max_buffer_bytes pyhurray allocates whatever byte_size says; a buffer larger
+    # than the whole input cannot be present, so this bound changes no verdict
+    for item in hurray.StreamReader(data, max_buffer_bytes=len(data)):
+        touch(item)
+
+def file(data):
+    path = data.decode()
+    for item in hurray.load(path).values():
+        touch(item)
+    hurray.load_kv(path)
+
+KINDS = {"descriptor": descriptor, "stream": stream, "file": file}
+FORK = {"file"}
+inp, out = sys.stdin.buffer, sys.stdout
+while True:
+    head = inp.read(8)
+    if len(head) < 8:
+        break
+    kind_len, n = struct.unpack("<II", head)
+    kind = inp.read(kind_len).decode()
+    data = inp.read(n)
+    if kind not in FORK:
+        try:
+            KINDS[kind](data)
+            verdict = None
+        except Exception as exc:
+            verdict = f"{type(exc).__name__}: {exc}"
+        out.write(json.dumps(verdict) + "\n")
+        out.flush()
+        continue
+    # files abort often: judge each in a forked child, so an abort costs a fork, not a new interpreter
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            KINDS[kind](data)
+            verdict = None
+        except Exception as exc:
+            verdict = f"{type(exc).__name__}: {exc}"
+        os.write(w, json.dumps(verdict).encode())
+        os._exit(0)
+    os.close(w)
+    chunks = []
+    while True:
+        chunk = os.read(r, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(r)
+    os.waitpid(pid, 0)
+    answer = b"".join(chunks).decode()
+    out.write((answer or json.dumps(ABORT)) + "\n")
+    out.flush()
+'''
+
+
+class Reference:
+    """A pyhurray worker process answering accept/reject questions; restarts after an abort."""
+
+    def __init__(self):
+        self._proc: Optional[subprocess.Popen] = None
+
+    def _start(self) -> subprocess.Popen:
+        env = dict(os.environ, RUST_BACKTRACE="0")  # an abort's backtrace costs more than the check
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", _WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=False, env=env,
+        )
+        return self._proc
+
+    def _ask(self, kind: str, data: bytes) -> Optional[str]:
+        proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
+        k = kind.encode()
+        try:
+            proc.stdin.write(struct.pack("<II", len(k), len(data)) + k + data)
+            proc.stdin.flush()
+            line = proc.stdout.readline()
+        except (BrokenPipeError, OSError):
+            line = b""
+        if not line:
+            proc.wait()
+            self._proc = None
+            return ABORT
+        return json.loads(line)
+
+    def descriptor(self, data: bytes) -> Optional[str]:
+        return self._ask("descriptor", bytes(data))
+
+    def stream(self, data: bytes) -> Optional[str]:
+        return self._ask("stream", bytes(data))
+
+    def file(self, path) -> Optional[str]:
+        return self._ask("file", str(path).encode())
+
+    def close(self) -> None:
+        if self._proc is not None:
+            self._proc.stdin.close()
+            self._proc.wait()
+            self._proc = None
+
+    def __enter__(self) -> "Reference":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def available() -> bool:
+    try:
+        import hurray  # noqa: F401
+    except ImportError:
+        return False
+    return True

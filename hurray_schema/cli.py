@@ -1,0 +1,515 @@
+"""The ``hurray-schema`` command line (also ``python -m hurray_schema``).
+
+Commands:
+
+* ``audit PATH|-`` -- run every applicable rule on a descriptor, a bare stream, a
+  message stream or a ``.hrry`` file and print the findings grouped by tensor /
+  composite, then a summary line.  Exit code 0: no MUST-level finding; 1: at least one
+  MUST-level finding the mode does not tolerate; 2: the input cannot be read.
+* ``inspect PATH`` -- annotated view of every field (byte range, raw bytes, decoded
+  value, citation); ``--hex`` for the byte-table form.
+* ``rules`` -- the rule registry (``--json``).
+* ``docs OUTDIR`` -- write the Markdown format documentation generated from the
+  declarations (``--check`` compares instead of writing).
+* ``merge PATH NAME -o OUT.npy`` -- materialize a composite (or tensor) of a file.
+
+``audit --json`` prints one JSON object, schema ``hurray-schema/audit/1``
+(see :data:`AUDIT_JSON_FIELDS`; keys are only ever added, never renamed or removed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect as _inspect
+import json
+import mmap
+import os
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+
+from . import __version__
+from .errors import HurraySchemaError, SpecViolation
+
+__all__ = ["main", "AUDIT_JSON_SCHEMA", "AUDIT_JSON_FIELDS"]
+
+EXIT_OK, EXIT_FINDINGS, EXIT_UNREADABLE = 0, 1, 2
+
+AUDIT_JSON_SCHEMA = "hurray-schema/audit/1"
+AUDIT_JSON_FIELDS = {
+    "schema": "Always \"hurray-schema/audit/1\".",
+    "input": "The PATH argument (\"-\" for standard input).",
+    "kind": "What the input was read as: descriptor, stream, messages, file (or unknown).",
+    "mode": "\"strict\" or \"permissive\".",
+    "ok": "true when no finding is a MUST-level error the mode does not tolerate.",
+    "exit_code": "0 clean, 1 MUST-level findings, 2 unreadable input.",
+    "summary": "Counts: findings, errors (MUST / MUST NOT, not tolerated), warnings (SHOULD), tolerated, tensors.",
+    "groups": "Tensors and composites of the input in byte order: label, start, end (bytes), depth (nesting).",
+    "findings": "Each finding: rule_id, level, citation, message, offset (byte, or null), tolerated, "
+                "error (bool), group (label of the tensor / composite holding the offset, or \"input\").",
+    "error": "Only when exit_code is 2: why the input could not be read.",
+}
+"""Keys of the ``audit --json`` object and their meaning (stable)."""
+
+PROGRESS_THRESHOLD = 64 * 1024 * 1024
+"""Inputs at least this large get a progress bar on stderr (when it is a terminal);
+the environment variable ``HURRAY_SCHEMA_PROGRESS_BYTES`` overrides it."""
+
+
+def _progress_threshold() -> int:
+    try:
+        return int(os.environ.get("HURRAY_SCHEMA_PROGRESS_BYTES", PROGRESS_THRESHOLD))
+    except ValueError:
+        return PROGRESS_THRESHOLD
+
+
+# ------------------------------------------------------------------------------------
+# Input
+# ------------------------------------------------------------------------------------
+
+
+class _Input:
+    """The bytes of PATH (memory-mapped) or of standard input."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._file = None
+        self._map = None
+        if path == "-":
+            self.data = memoryview(sys.stdin.buffer.read())
+        else:
+            self._file = open(path, "rb")
+            size = os.fstat(self._file.fileno()).st_size
+            if size == 0:
+                self.data = memoryview(b"")
+            else:
+                self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+                self.data = memoryview(self._map)
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    def close(self) -> None:
+        self.data.release()
+        if self._map is not None:
+            self._map.close()
+        if self._file is not None:
+            self._file.close()
+
+    def __enter__(self) -> "_Input":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with contextlib.suppress(BufferError):
+            self.close()
+
+
+def _fail(message: str, code: int = EXIT_UNREADABLE) -> None:
+    click.echo(f"hurray-schema: {message}", err=True)
+    sys.exit(code)
+
+
+# ------------------------------------------------------------------------------------
+# Group
+# ------------------------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hurray-schema")
+def main() -> None:
+    """Audit, inspect and document Hurray tensors, streams and files."""
+
+
+# ------------------------------------------------------------------------------------
+# inspect
+# ------------------------------------------------------------------------------------
+
+KINDS = ("auto", "descriptor", "stream", "messages", "file")
+
+
+@main.command()
+@click.argument("path", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--hex", "as_hex", is_flag=True, help="Byte-table form: offset, hex bytes, field.")
+@click.option("--kind", type=click.Choice(KINDS), default="auto", show_default=True,
+              help="How to read the input (detected from its first bytes by default).")
+@click.option("--no-citations", is_flag=True, help="Leave out the spec citation of each field.")
+def inspect(path: str, as_hex: bool, kind: str, no_citations: bool) -> None:
+    """Annotated view of PATH: every field with byte range, raw bytes, value and citation.
+
+    PATH is a single descriptor, a bare stream, a message stream or a .hrry file
+    ("-" reads standard input).  A file is shown as a tree: header, each tensor
+    (composite members indented under their head), KV metadata, index, trailer.
+    """
+    from .hexview import annotate, detect_kind, render_hex, render_tree
+
+    try:
+        with _Input(path) as source:
+            found = detect_kind(source.data) if kind == "auto" else kind
+            if found == "unknown":
+                _fail(f"{path}: not a Hurray descriptor, stream or file (no known magic at byte 0)")
+            nodes = annotate(source.data, found)
+            size = source.size
+    except OSError as exc:
+        _fail(f"{path}: {exc.strerror or exc}")
+    except HurraySchemaError as exc:
+        _fail(f"{path}: {exc}")
+    render = render_hex if as_hex else render_tree
+    click.echo(f"{path}: {_KIND_NAMES.get(found, found)}, {size} bytes")
+    click.echo(render(nodes, citations=not no_citations))
+
+
+_KIND_NAMES = {
+    "descriptor": "tensor descriptor", "stream": "bare stream", "messages": "message stream", "file": "Hurray file",
+}
+
+
+# ------------------------------------------------------------------------------------
+# rules
+# ------------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the registry as a JSON list.")
+@click.option("--scope", default=None, help="Only rules of this scope (descriptor, composite.head, file, ...).")
+def rules(as_json: bool, scope: Optional[str]) -> None:
+    """The rule registry: id, level, citation and summary of every rule."""
+    from .rules.engine import registry
+
+    chosen = [r for r in registry() if scope is None or r.scope == scope]
+    if as_json:
+        click.echo(json.dumps([
+            {"id": r.id, "level": r.level.value, "citation": r.citation, "summary": r.summary,
+             "scope": r.scope, "permissive": r.permissive}
+            for r in chosen
+        ], indent=2, ensure_ascii=False))
+        return
+    idw = max([len(r.id) for r in chosen] + [4])
+    levw = max([len(r.level.value) for r in chosen] + [5])
+    width = max(60, _terminal_width())
+    click.echo(f"{'RULE':<{idw}}  {'LEVEL':<{levw}}  CITATION")
+    indent = " " * (idw + levw + 4)
+    for r in chosen:
+        click.echo(f"{r.id:<{idw}}  {r.level.value:<{levw}}  {r.citation}")
+        for line in textwrap.wrap(r.summary, width=max(30, width - len(indent))):
+            click.echo(indent + line)
+    click.echo(f"{len(chosen)} rules")
+
+
+def _terminal_width() -> int:
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns
+    except OSError:
+        return 100
+
+
+# ------------------------------------------------------------------------------------
+# docs
+# ------------------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("outdir", type=click.Path(file_okay=False))
+@click.option("--check", is_flag=True, help="Do not write; exit 1 if OUTDIR differs from a fresh render.")
+def docs(outdir: str, check: bool) -> None:
+    """Write the format documentation generated from the declarations into OUTDIR."""
+    from .docs import check_docs, write_docs
+
+    if check:
+        stale = check_docs(outdir)
+        if stale:
+            click.echo(f"{outdir}: out of date: {', '.join(stale)} (run `hurray-schema docs {outdir}`)", err=True)
+            sys.exit(1)
+        click.echo(f"{outdir}: up to date")
+        return
+    written = write_docs(outdir)
+    click.echo(f"wrote {len(written)} pages to {outdir}")
+
+
+# ------------------------------------------------------------------------------------
+# audit
+# ------------------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("path", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--permissive", is_flag=True, help="Tolerate what the spec lets a permissive reader keep.")
+@click.option("--json", "as_json", is_flag=True, help=f"One JSON object, schema {AUDIT_JSON_SCHEMA}.")
+@click.option("--kind", type=click.Choice(KINDS), default="auto", show_default=True,
+              help="How to read the input (detected from its first bytes by default).")
+def audit(path: str, permissive: bool, as_json: bool, kind: str) -> None:
+    """Check PATH ("-" for standard input) against every applicable rule.
+
+    Prints each finding (level, rule id, byte offset, message, citation) under the
+    tensor or composite it belongs to, then a summary line.  Exit code: 0 clean, 1 at
+    least one MUST-level finding, 2 the input cannot be read.
+    """
+    mode = "permissive" if permissive else "strict"
+    result: dict[str, Any] = {"schema": AUDIT_JSON_SCHEMA, "input": path, "kind": "unknown", "mode": mode}
+    try:
+        with _Input(path) as source:
+            from .hexview import detect_kind
+
+            found = detect_kind(source.data) if kind == "auto" else kind
+            result["kind"] = found
+            findings = _run_audit(path, source, found, mode)
+            groups = _groups(source.data, found)
+    except OSError as exc:
+        return _unreadable(result, f"{path}: {exc.strerror or exc}", as_json)
+    except _Unreadable as exc:
+        return _unreadable(result, str(exc), as_json)
+    except HurraySchemaError as exc:
+        return _unreadable(result, f"{path}: {exc}", as_json)
+
+    rows = []
+    for f in findings:
+        group = _group_of(groups, f.offset)
+        rows.append({
+            "rule_id": f.rule_id, "level": _level(f), "citation": f.citation, "message": f.message,
+            "offset": f.offset, "tolerated": bool(getattr(f, "tolerated", False)), "error": _is_error(f),
+            "group": group["label"] if group else "input",
+        })
+    errors = sum(r["error"] for r in rows)
+    tolerated = sum(r["tolerated"] for r in rows)
+    code = EXIT_FINDINGS if errors else EXIT_OK
+    result.update(
+        ok=not errors, exit_code=code,
+        summary={"findings": len(rows), "errors": errors, "warnings": len(rows) - errors - tolerated,
+                 "tolerated": tolerated, "tensors": len(groups)},
+        groups=[{k: g[k] for k in ("label", "start", "end", "depth")} for g in groups],
+        findings=rows,
+    )
+    if as_json:
+        click.echo(json.dumps(result, indent=2, ensure_ascii=False))
+    else:
+        click.echo(_audit_text(result))
+    sys.exit(code)
+
+
+class _Unreadable(Exception):
+    pass
+
+
+def _unreadable(result: dict, message: str, as_json: bool) -> None:
+    result.update(ok=False, exit_code=EXIT_UNREADABLE, error=message,
+                  summary={"findings": 0, "errors": 0, "warnings": 0, "tolerated": 0, "tensors": 0},
+                  groups=[], findings=[])
+    if as_json:
+        click.echo(json.dumps(result, indent=2, ensure_ascii=False))
+    click.echo(f"hurray-schema: {message}", err=True)
+    sys.exit(EXIT_UNREADABLE)
+
+
+def _level(f) -> str:
+    level = getattr(f, "level", "")
+    return getattr(level, "value", str(level))
+
+
+def _is_error(f) -> bool:
+    if hasattr(f, "is_error"):
+        return bool(f.is_error)
+    return _level(f) in ("MUST", "MUST NOT") and not getattr(f, "tolerated", False)
+
+
+def _run_audit(path: str, source: _Input, kind: str, mode: str) -> list:
+    """Findings of ``hurray_schema.audit.audit`` (with a progress bar for large inputs)."""
+    try:
+        from . import audit as audit_module
+    except ImportError:
+        audit_module = None
+    with _progress(source.size) as tick:
+        if audit_module is None or not hasattr(audit_module, "audit"):
+            return _fallback_audit(source, kind, mode)
+        fn = audit_module.audit
+        params = _inspect.signature(fn).parameters
+        kwargs: dict[str, Any] = {"mode": mode}
+        if "kind" in params and kind != "auto":
+            kwargs["kind"] = kind
+        if tick is not None and "progress" in params:
+            kwargs["progress"] = tick
+        arg: Any = source.data if path == "-" else path
+        try:
+            report = fn(arg, **kwargs)
+        except SpecViolation as exc:  # a reader that stops at the first violation
+            return [_violation_finding(exc)]
+    return list(getattr(report, "findings", report))
+
+
+def _fallback_audit(source: _Input, kind: str, mode: str) -> list:
+    """Descriptor-only audit while ``hurray_schema.audit`` is not available."""
+    from .codec import parse_descriptor
+
+    if kind != "descriptor":
+        raise _Unreadable(f"auditing a {kind} needs hurray_schema.audit, which this installation lacks")
+    try:
+        _, findings = parse_descriptor(source.data, mode=mode)
+    except SpecViolation as exc:
+        return [_violation_finding(exc)]
+    return list(findings)
+
+
+def _violation_finding(exc: SpecViolation):
+    from .rules.engine import Finding, Level, get_rule
+
+    try:
+        level = get_rule(exc.rule_id).level
+    except KeyError:
+        level = Level.MUST
+    return Finding(exc.rule_id, level, exc.citation, exc.message, exc.offset)
+
+
+@contextlib.contextmanager
+def _progress(size: int):
+    """A ``tick(done_bytes[, total])`` callback drawing a bar on stderr, or ``None``."""
+    if size < _progress_threshold() or not sys.stderr.isatty():
+        yield None
+        return
+    with click.progressbar(length=size, label="auditing", file=sys.stderr, show_pos=False) as bar:
+        state = {"done": 0}
+
+        def tick(done: int, total: Optional[int] = None) -> None:
+            step = max(0, min(size, int(done)) - state["done"])
+            if step:
+                bar.update(step)
+                state["done"] += step
+
+        yield tick
+        tick(size)
+
+
+def _groups(data, kind: str) -> list[dict]:
+    """Tensors and composites of the input with their byte spans, from the annotated view."""
+    from .hexview import annotate
+
+    try:
+        nodes = annotate(data, kind)
+    except HurraySchemaError:
+        return []
+    groups = []
+    for n in nodes:
+        if n.kind == "section" and (n.label.startswith("tensor") or n.label == "descriptor"):
+            label = n.label if n.label != "descriptor" or kind != "messages" else f"tensor @{n.start}"
+            if "composite" in n.text:
+                label = label.replace("tensor", "composite", 1)
+            groups.append({"label": label, "start": n.start, "end": n.end, "depth": n.depth, "text": n.text})
+    return groups
+
+
+def _group_of(groups: list[dict], offset: Optional[int]) -> Optional[dict]:
+    """The innermost tensor / composite whose bytes hold ``offset``; for an offset just
+    past a descriptor (a truncation), the last one that starts before it."""
+    if offset is None:
+        return None
+    best = None
+    for g in groups:
+        if g["start"] <= offset < g["end"] or (offset == g["end"] and best is None):
+            if best is None or g["depth"] >= best["depth"]:
+                best = g
+    return best
+
+
+def _audit_text(result: dict) -> str:
+    lines = [f"audit of {result['input']} ({_KIND_NAMES.get(result['kind'], result['kind'])}, {result['mode']})"]
+    by_group: dict[str, list[dict]] = {}
+    for row in result["findings"]:
+        by_group.setdefault(row["group"], []).append(row)
+    described = {g["label"]: g for g in result["groups"]}
+    order = [g["label"] for g in result["groups"] if g["label"] in by_group]
+    order += [label for label in by_group if label not in order]
+    for label in order:
+        g = described.get(label)
+        where = f" @{g['start']}-{g['end'] - 1}" if g else " (no single location)"
+        lines.append("")
+        lines.append(f"{'  ' * (g['depth'] if g else 0)}{label}{where}")
+        for row in by_group[label]:
+            pad = "  " * ((g["depth"] if g else 0) + 1)
+            level = row["level"] + (" (tolerated)" if row["tolerated"] else "")
+            at = f"byte {row['offset']}" if row["offset"] is not None else "no offset"
+            lines.append(f"{pad}{level:<9} {row['rule_id']}  at {at}: {row['message']}")
+            lines.append(f"{pad}{'':<9} ↳ {row['citation']}")
+    s = result["summary"]
+    verdict = "FAIL" if result["exit_code"] else "OK"
+    lines.append("")
+    lines.append(
+        f"{verdict}: {s['findings']} finding{'s' if s['findings'] != 1 else ''} "
+        f"({s['errors']} MUST-level, {s['warnings']} warning{'s' if s['warnings'] != 1 else ''}, "
+        f"{s['tolerated']} tolerated) in {s['tensors']} tensor{'s' if s['tensors'] != 1 else ''}"
+    )
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------
+# merge
+# ------------------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("path", type=click.Path(dir_okay=False, exists=True))
+@click.argument("name")
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
+              help="Where to write the .npy file.")
+@click.option("--permissive", is_flag=True, help="Read the file in permissive mode.")
+def merge(path: str, name: str, output: str, permissive: bool) -> None:
+    """Materialize tensor or composite NAME of the file PATH into OUTPUT (.npy)."""
+    import numpy as np
+
+    try:
+        from . import io as hio
+    except ImportError:  # pragma: no cover
+        hio = None
+    read_file = getattr(hio, "read_file", None)
+    if read_file is None:
+        _fail("merge needs hurray_schema.io.read_file, which this installation lacks")
+    try:
+        container = read_file(path, mode="permissive" if permissive else "strict")
+        item = _lookup(container, name)
+        array = _materialize(item)
+    except SpecViolation as exc:
+        _fail(f"{path}: {exc}", EXIT_FINDINGS)
+    except (HurraySchemaError, OSError) as exc:
+        _fail(f"{path}: {exc}")
+    except KeyError:
+        _fail(f"{path}: no tensor or composite named {name!r}")
+    np.save(output, array)
+    click.echo(f"wrote {output}: {array.dtype} {list(array.shape)}")
+
+
+def _lookup(container, name: str):
+    """A top-level item of the file by name, else any index entry (a member) as a tensor."""
+    try:
+        return container[name]
+    except KeyError:
+        pass
+    tensor = getattr(container, "tensor", None)
+    if tensor is not None:
+        try:
+            return tensor(name)
+        except KeyError:
+            pass
+    raise KeyError(name)
+
+
+def _materialize(item):
+    """The logical array of a tensor or composite; a group has no single array."""
+    import numpy as np
+
+    fn = getattr(item, "materialize", None) or getattr(item, "to_numpy", None)
+    if fn is None:
+        raise HurraySchemaError(f"{type(item).__name__} cannot be materialized by this installation")
+    try:
+        result = fn()
+    except NotImplementedError as exc:
+        raise HurraySchemaError(str(exc)) from None
+    if isinstance(result, tuple):
+        names = [getattr(m, "name", None) or f"#{i}" for i, m in enumerate(getattr(item, "members", ()))]
+        raise HurraySchemaError(
+            f"{getattr(item, 'name', 'this')!r} is a group composite (no single array); merge one of its "
+            f"members instead: {', '.join(names)}")
+    return np.asarray(result)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

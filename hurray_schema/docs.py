@@ -1,0 +1,615 @@
+"""Format documentation generated from the wire-table declarations.
+
+Every page under ``docs/format/`` is written by :func:`write_docs` from the same
+``construct`` declarations the codec runs (``hurray_schema/structs/``), the tag tables
+of :mod:`hurray_schema.model` and the rule registry, so the documentation cannot drift
+from the code: a test regenerates the pages and compares them with the committed ones.
+
+* one page per ``structs`` module (one spec area), with a table per declared struct:
+  offset inside the table (a formula in ``rank`` where the size of an earlier field
+  depends on it), offset inside the descriptor where that is fixed, field, wire type in
+  the spec's vocabulary (``uint32``, ``uint8[2]``, ``uint64[rank]``), our one-line
+  description and the spec citation;
+* ``element-types.md``: the element type table;
+* ``tags.md``: every tag table (``IntEnum`` / ``IntFlag`` of ``model.py``);
+* ``index.md``: the pages, the parts of a descriptor, and every rule linked to the
+  struct(s) it constrains.
+
+Nothing here reads the spec text; descriptions are the project's own (``field(...)``).
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import importlib
+import inspect
+import pkgutil
+import re
+from pathlib import Path
+from typing import Iterable, Optional
+
+import construct as c
+
+from . import model
+from .structs import _declare
+from .structs._declare import Field, fields, static_size
+
+__all__ = [
+    "spec_type", "FIELD_TAGS", "StructDoc", "struct_docs", "render_pages", "write_docs", "check_docs",
+]
+
+# ------------------------------------------------------------------------------------
+# Wire types in the spec's vocabulary
+# ------------------------------------------------------------------------------------
+
+_FORMAT_NAMES = {
+    "B": "uint8", "H": "uint16", "I": "uint32", "L": "uint32", "Q": "uint64",
+    "b": "int8", "h": "int16", "i": "int32", "l": "int32", "q": "int64",
+    "e": "float16", "f": "float32", "d": "float64",
+}
+
+_THIS = re.compile(r"this\[['\"](\w+)['\"]\]")
+
+
+def _expr(e) -> str:
+    """A construct context expression (``this.rank``) as ``rank``."""
+    text = _THIS.sub(r"\1", str(e))
+    if text.startswith("(") and text.endswith(")"):
+        text = text[1:-1]
+    return re.sub(r"== (\d+)\b", lambda m: f"== 0x{int(m.group(1)):02X}", text)
+
+
+def spec_type(sub: c.Construct) -> str:
+    """The wire type of a declared field, written as the spec's tables write it."""
+    if isinstance(sub, c.Renamed):
+        return spec_type(sub.subcon)
+    if isinstance(sub, c.Const):
+        inner = sub.subcon
+        if isinstance(inner, c.Bytes) and isinstance(inner.length, int):
+            return f"bytes[{inner.length}]"
+        return spec_type(inner)
+    if isinstance(sub, c.FormatField):
+        return _FORMAT_NAMES.get(sub.fmtstr[1:], sub.fmtstr)
+    if isinstance(sub, c.Bytes):
+        if isinstance(sub.length, int):
+            return f"uint8[{sub.length}]"
+        return f"bytes[{_expr(sub.length)}]"
+    if isinstance(sub, c.Array):
+        count = sub.count if isinstance(sub.count, int) else _expr(sub.count)
+        return f"{spec_type(sub.subcon)}[{count}]"
+    if isinstance(sub, c.IfThenElse):
+        return spec_type(sub.thensubcon)
+    return type(sub).__name__
+
+
+def presence(sub: c.Construct) -> Optional[str]:
+    """The condition under which a field is present (``If`` fields), else ``None``."""
+    inner = sub.subcon if isinstance(sub, c.Renamed) else sub
+    if isinstance(inner, c.IfThenElse):
+        return _expr(inner.condfunc)
+    return None
+
+
+# ------------------------------------------------------------------------------------
+# Symbolic sizes and offsets: ``a + b·rank`` or unknown
+# ------------------------------------------------------------------------------------
+
+
+class _Size:
+    """``const + per_rank·rank`` bytes, or unknown (``None``)."""
+
+    __slots__ = ("const", "per_rank")
+
+    def __init__(self, const: int = 0, per_rank: int = 0):
+        self.const = const
+        self.per_rank = per_rank
+
+    def __add__(self, other: "_Size") -> "_Size":
+        return _Size(self.const + other.const, self.per_rank + other.per_rank)
+
+    def __str__(self) -> str:
+        if not self.per_rank:
+            return str(self.const)
+        term = "rank" if self.per_rank == 1 else f"{self.per_rank}·rank"
+        return term if not self.const else f"{self.const} + {term}"
+
+
+def _field_size(sub: c.Construct) -> Optional[_Size]:
+    inner = sub.subcon if isinstance(sub, c.Renamed) else sub
+    size = static_size(inner)
+    if size is not None:
+        return _Size(size)
+    if isinstance(inner, c.Array) and not isinstance(inner.count, int) and _expr(inner.count) == "rank":
+        item = static_size(inner.subcon)
+        if item is not None:
+            return _Size(0, item)
+    return None
+
+
+def table_size(decl: c.Construct) -> Optional[_Size]:
+    """Size of a whole table as ``a + b·rank``, or ``None`` when it depends on its values."""
+    total = _Size()
+    for f in fields(decl):
+        size = _field_size(f)
+        if size is None:
+            return None
+        total = total + size
+    return total
+
+
+# ------------------------------------------------------------------------------------
+# Field → tag table
+# ------------------------------------------------------------------------------------
+
+FIELD_TAGS: dict[str, type[enum.IntEnum]] = {
+    "type_tag": model.ElementType,
+    "scale_type_tag": model.ElementType,
+    "layout_tag": model.LayoutTag,
+    "outer_layout": model.LayoutTag,
+    "inner_layout": model.LayoutTag,
+    "flags": model.DescriptorFlag,
+    "device_tag": model.DeviceTag,
+    "sync_mode": model.SyncMode,
+    "memory_class": model.MemoryClass,
+    "scheme_tag": model.QuantScheme,
+    "composition_rule": model.CompositionRule,
+    "combine_op": model.CombineOp,
+    "member_role": model.MemberRole,
+    "computed_mask": model.StatisticsMask,
+    "kv_role": model.KvRole,
+    "block_table_index_type": model.BlockTableIndexType,
+}
+"""Which tag table gives the meaning of a field's value (used by docs and the hex view).
+
+``flags`` is the descriptor flags field; the quantization header's ``flags`` is
+scheme-specific (``QuantFlag``), resolved by :func:`tag_table`."""
+
+
+_CONTAINER_TAGS = {
+    # field name -> (structs module, enum name); looked up lazily, these modules may be absent
+    "file_flags": ("file", "FileFlag"),
+    "value_tag": ("file", "KvTag"),
+    "element_tag": ("file", "KvTag"),
+    "message_type": ("stream", "MessageType"),
+}
+
+
+def tag_table(decl_name: str, field_name: str) -> Optional[type[enum.IntEnum]]:
+    """The tag table of ``field_name`` in the struct ``decl_name``."""
+    if field_name == "flags" and decl_name != "FIXED_HEADER":
+        if decl_name in ("PER_CHANNEL_AFFINE", "PER_BLOCK_AFFINE"):
+            return model.QuantFlag
+        return None
+    found = FIELD_TAGS.get(field_name)
+    if found is None and field_name in _CONTAINER_TAGS:
+        module, name = _CONTAINER_TAGS[field_name]
+        try:
+            found = getattr(importlib.import_module(f"{__package__}.structs.{module}"), name, None)
+        except ImportError:
+            found = None
+    return found
+
+
+# ------------------------------------------------------------------------------------
+# Discovering the declarations
+# ------------------------------------------------------------------------------------
+
+
+class StructDoc:
+    """One declared wire table and where it sits."""
+
+    def __init__(self, module: str, name: str, decl: c.Construct, note: str):
+        self.module = module  # e.g. "layouts"
+        self.name = name  # e.g. "COMPOSITE"
+        self.decl = decl
+        self.note = note  # the attribute docstring in the module, if any
+        self.fields: list[Field] = list(fields(decl))
+        self.start: Optional[_Size] = None  # start inside the descriptor, where fixed
+        self.context: str = ""  # e.g. "layout_tag 0x0B (COMPOSITE)"
+
+    @property
+    def anchor(self) -> str:
+        return self.name.lower()
+
+    @property
+    def page(self) -> str:
+        return f"{self.module.replace('_', '-')}.md"
+
+    @property
+    def refs(self) -> list[str]:
+        seen: list[str] = []
+        for f in self.fields:
+            if f.ref and f.ref not in seen:
+                seen.append(f.ref)
+        return seen
+
+
+def _attribute_notes(module) -> dict[str, str]:
+    """Attribute docstrings (a string right after ``NAME = ...``) of a module."""
+    try:
+        tree = ast.parse(inspect.getsource(module))
+    except (OSError, TypeError):
+        return {}
+    notes = {}
+    body = tree.body
+    for node, nxt in zip(body, body[1:]):
+        if (
+            isinstance(node, ast.Assign) and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)
+        ):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    notes[target.id] = " ".join(nxt.value.value.split())
+    return notes
+
+
+def _module_summary(module) -> str:
+    doc = inspect.getdoc(module) or ""
+    return doc.split("\n\n")[0].replace("\n", " ").strip()
+
+
+def struct_modules() -> list:
+    """The modules of ``hurray_schema.structs`` that declare wire tables, in name order."""
+    from . import structs
+
+    found = []
+    for info in sorted(pkgutil.iter_modules(structs.__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{structs.__name__}.{info.name}")
+        if any(_is_table(v) for v in vars(module).values()):
+            found.append(module)
+    return found
+
+
+def _is_table(value) -> bool:
+    return isinstance(value, c.Struct) and any(isinstance(s, Field) for s in value.subcons)
+
+
+def struct_docs() -> list[StructDoc]:
+    """Every declared table, each once, in module order then declaration order.
+
+    A struct made of fields already shown in an earlier table (``select``, or a prefix
+    such as ``EXTENSION_HEAD``) is the same declaration and is not repeated.
+    """
+    docs: list[StructDoc] = []
+    shown: set[int] = set()
+    for module in struct_modules():
+        notes = _attribute_notes(module)
+        short = module.__name__.rsplit(".", 1)[1]
+        for name, value in vars(module).items():
+            if not _is_table(value) or name.startswith("_"):
+                continue
+            ids = {id(f) for f in fields(value)}
+            if ids and ids <= shown:
+                continue
+            shown |= ids
+            docs.append(StructDoc(short, name, value, notes.get(name, "")))
+    _place(docs)
+    return docs
+
+
+def _place(docs: list[StructDoc]) -> None:
+    """Start offsets inside a descriptor and the tag/flag that selects each table."""
+    from .structs import descriptor as D
+    from .structs import layouts as L
+    from .structs import quantization as Q
+
+    by_decl = {id(d.decl): d for d in docs}
+    start = _Size()
+    for part, decl in D.DESCRIPTOR_ORDER:
+        if decl is not None:
+            doc = by_decl.get(id(decl))
+            if doc is not None:
+                doc.start = start
+            size = table_size(decl)
+            if size is None:
+                break
+            start = start + size
+        elif part == "layout":
+            for tag, layout_decl in L.LAYOUT_FIELDS.items():
+                doc = by_decl.get(id(layout_decl)) if layout_decl is not None else None
+                if doc is not None:
+                    doc.start = start
+                    doc.context = f"Present when `layout_tag` is 0x{int(tag):02X} ({tag.name})."
+            doc = by_decl.get(id(L.EXTENSION))
+            if doc is not None:
+                doc.start = start
+                doc.context = "Present when `layout_tag` is in 0xF0–0xFE (implementation-private)."
+            break
+    for part, _ in D.DESCRIPTOR_ORDER:
+        flag = getattr(model.DescriptorFlag, f"HAS_{part.upper()}", None)
+        if flag is None:
+            continue
+        from .structs import sections as X
+
+        decl = getattr(X, f"{part.upper()}_SECTION", None)
+        doc = by_decl.get(id(decl)) if decl is not None else None
+        if doc is not None:
+            doc.context = f"Present when flag bit {flag.bit_length() - 1} ({flag.name}) is set."
+    for tag, decl in Q.SCHEMES.items():
+        doc = by_decl.get(id(decl))
+        if doc is not None:
+            doc.context = (
+                f"The quantization descriptor when `scheme_tag` is 0x{int(tag):02X} ({tag.name}); "
+                f"it follows `quantization_length`."
+            )
+    if id(D.BUFFER_HANDLE) in by_decl:
+        by_decl[id(D.BUFFER_HANDLE)].context = "Repeated `buffer_count` times after `buffer_count`."
+
+
+# ------------------------------------------------------------------------------------
+# Markdown
+# ------------------------------------------------------------------------------------
+
+GENERATED = "<!-- Generated by `hurray-schema docs` from hurray_schema/structs; do not edit. -->"
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_cell(x) for x in row) + " |" for row in rows]
+    return lines
+
+
+def _enum_link(e: type[enum.IntEnum]) -> str:
+    return f"[{e.__name__}](tags.md#{e.__name__.lower()})"
+
+
+def _struct_rows(doc: StructDoc) -> list[list[str]]:
+    rows = []
+    offset: Optional[_Size] = _Size()
+    for f in doc.fields:
+        at = str(offset) if offset is not None else "—"
+        absolute = str(doc.start + offset) if (doc.start is not None and offset is not None) else "—"
+        typ = f"`{spec_type(f)}`"
+        desc = f.doc
+        cond = presence(f)
+        if cond:
+            desc += f" Present when `{cond}`."
+        tags = tag_table(doc.name, f.name)
+        if tags is not None:
+            desc += f" Values: {_enum_link(tags)}."
+        row = [at]
+        if doc.start is not None:
+            row.append(absolute)
+        rows.append(row + [f"`{f.name}`", typ, desc, f.ref])
+        size = _field_size(f)
+        offset = offset + size if (offset is not None and size is not None) else None
+    return rows
+
+
+def _struct_section(doc: StructDoc) -> list[str]:
+    size = table_size(doc.decl)
+    size_text = f"{size} bytes" if size is not None else "variable size"
+    out = [f'<a id="{doc.anchor}"></a>', "", f"## `{doc.name}`", ""]
+    if doc.note:
+        out += [doc.note, ""]
+    facts = [f"Size: {size_text}."]
+    if doc.start is not None:
+        facts.append(f"Starts at descriptor byte {doc.start}.")
+    if doc.context:
+        facts.append(doc.context)
+    out += [" ".join(facts), ""]
+    header = ["Offset"] + (["In descriptor"] if doc.start is not None else []) + [
+        "Field", "Type", "Description", "Citation",
+    ]
+    out += _table(header, _struct_rows(doc))
+    out.append("")
+    return out
+
+
+def _page_title(module: str) -> str:
+    return {
+        "descriptor": "Descriptor core: fixed header, shape, byte_offset, buffer table",
+        "layouts": "Layout-specific fields",
+        "quantization": "Quantization section",
+        "sections": "Optional sections: shard, statistics, extension type, composite member",
+        "element_types": "Element types",
+        "file": "File container: header, KV metadata, index, trailer",
+        "stream": "Message stream framing",
+    }.get(module, module.replace("_", " ").capitalize())
+
+
+def _struct_page(module, docs: list[StructDoc]) -> str:
+    short = module.__name__.rsplit(".", 1)[1]
+    out = [GENERATED, "", f"# {_page_title(short)}", ""]
+    out += [f"Declared in `hurray_schema/structs/{short}.py`. {_module_summary(module)}", ""]
+    note = "Offsets are in bytes from the start of the table"
+    if any(d.start is not None or "rank" in str(table_size(d.decl)) for d in docs):
+        note += "; `rank` is the descriptor's rank"
+    if any(d.start is not None for d in docs):
+        note += (". \"In descriptor\" is the offset from the first byte of the descriptor, where it "
+                 "does not depend on earlier variable fields")
+    out += [note + ". All multi-byte fields are little-endian.", ""]
+    for doc in docs:
+        out += _struct_section(doc)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _element_types_page() -> str:
+    from .structs import element_types as T
+
+    out = [GENERATED, "", "# Element types", ""]
+    out += [f"Declared in `hurray_schema/structs/element_types.py` ({T.REF}). {_module_summary(T)}", ""]
+    rows = []
+    for info in T.ELEMENT_TYPES.values():
+        rows.append([
+            f"0x{int(info.tag):02X}", f"`{info.name}`", str(info.tier), str(info.bit_width),
+            str(info.alignment), "yes" if info.is_float else "no", "yes" if info.is_signed else "no",
+            f"{info.buffer_bytes(12)}",
+        ])
+    out += _table(
+        ["Tag", "Name", "Tier", "Bits", "Alignment", "Float", "Signed", "Bytes for 12 elements"], rows,
+    )
+    out += ["", f"Tag 0x{T.RESERVED_TYPE_TAG:02X} is reserved; 0xF0–0xFE are implementation-private "
+            "(described by the extension type section); 0x00 and 0xFF are invalid.", ""]
+    return "\n".join(out)
+
+
+def model_enums() -> list[type[enum.IntEnum]]:
+    """The tag tables of ``model.py`` then of the ``structs`` modules, in declaration order."""
+    found = []
+    for module in [model, *struct_modules()]:
+        for value in vars(module).values():
+            if (
+                isinstance(value, type) and issubclass(value, (enum.IntEnum, enum.IntFlag))
+                and value.__module__ == module.__name__ and value not in found
+            ):
+                found.append(value)
+    return found
+
+
+def _tags_page(docs: list[StructDoc]) -> str:
+    users: dict[type, list[str]] = {}
+    for doc in docs:
+        for f in doc.fields:
+            tags = tag_table(doc.name, f.name)
+            if tags is not None:
+                users.setdefault(tags, []).append(f"[`{doc.name}.{f.name}`]({doc.page}#{doc.anchor})")
+    out = [GENERATED, "", "# Tag tables", ""]
+    out += ["Declared as `IntEnum` / `IntFlag` classes in `hurray_schema/model.py` and the "
+            "`hurray_schema/structs/` modules.", ""]
+    for e in model_enums():
+        out += [f'<a id="{e.__name__.lower()}"></a>', "", f"## `{e.__name__}`", ""]
+        doc = " ".join((e.__doc__ or "").split())
+        if doc:
+            out += [doc, ""]
+        if users.get(e):
+            out += ["Used by: " + ", ".join(users[e]) + ".", ""]
+        is_flag = issubclass(e, enum.IntFlag)
+        rows = []
+        for member in e:
+            v = int(member)
+            if is_flag:
+                rows.append([str(v.bit_length() - 1), f"0x{v:08X}", f"`{member.name}`"])
+            else:
+                rows.append([f"0x{v:02X}", f"`{member.name}`"])
+        out += _table(["Bit", "Mask", "Name"] if is_flag else ["Value", "Name"], rows)
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+# ------------------------------------------------------------------------------------
+# Rules → structs
+# ------------------------------------------------------------------------------------
+
+
+def _section_of(ref: str) -> str:
+    """``"metadata.md § Statistics Section › Field Encoding"`` → ``"metadata.md § Statistics Section"``."""
+    return ref.split(" › ")[0].strip()
+
+
+def rule_structs(rule, docs: list[StructDoc]) -> list[StructDoc]:
+    """The struct(s) a rule constrains: those whose fields cite the rule's section,
+    narrowed (or, failing that, found) by field names in the rule id."""
+    tokens = set(rule.id.split("."))
+    cited = [d for d in docs if any(_section_of(r) == _section_of(rule.citation) for r in d.refs)]
+    named = [d for d in docs if tokens & {f.name for f in d.fields}]
+    both = [d for d in cited if d in named]
+    for choice in (both, cited, named):
+        if choice:
+            return choice
+    page = rule.citation.split(" § ")[0]
+    return [d for d in docs if any(r.split(" § ")[0] == page for r in d.refs)][:1]
+
+
+def _index_page(docs: list[StructDoc], pages: list[tuple[str, str]]) -> str:
+    from .rules.engine import registry
+    from .structs import descriptor as D
+
+    out = [GENERATED, "", "# Hurray wire format (generated)", ""]
+    out += [
+        "These pages are generated from the `construct` declarations the codec runs "
+        "(`hurray_schema/structs/`), the tag tables of `hurray_schema/model.py` and the rule "
+        "registry. Regenerate them with `hurray-schema docs docs/format`.",
+        "",
+        "## Pages",
+        "",
+    ]
+    out += [f"- [{title}]({page})" for page, title in pages]
+    out += ["", "## Parts of a descriptor", ""]
+    by_decl = {id(d.decl): d for d in docs}
+    rows = []
+    start: Optional[_Size] = _Size()
+    for part, decl in D.DESCRIPTOR_ORDER:
+        flag = getattr(model.DescriptorFlag, f"HAS_{part.upper()}", None)
+        when = f"flag bit {flag.bit_length() - 1} ({flag.name})" if flag is not None else "always"
+        if part == "layout":
+            when = "depends on `layout_tag`"
+        where = "—"
+        if decl is not None and id(decl) in by_decl:
+            d = by_decl[id(decl)]
+            where = f"[`{d.name}`]({d.page}#{d.anchor})"
+        elif part == "layout":
+            where = "[layout tables](layouts.md)"
+        elif part == "buffer_table":
+            where = "[`BUFFER_COUNT`](descriptor.md#buffer_count), [`BUFFER_HANDLE`](descriptor.md#buffer_handle)"
+        elif part == "quantization":
+            where = "[quantization tables](quantization.md)"
+        else:
+            name = f"{part.upper()}_SECTION"
+            hit = [d for d in docs if d.name == name]
+            if hit:
+                where = f"[`{hit[0].name}`]({hit[0].page}#{hit[0].anchor})"
+        size = table_size(decl) if decl is not None else None
+        rows.append([f"`{part}`", str(start) if start is not None else "—", when, where])
+        start = start + size if (start is not None and size is not None) else None
+    out += _table(["Part", "Starts at", "Present", "Declaration"], rows)
+    out += ["", "## Rules", "", "Each rule of the registry with the struct(s) it constrains.", ""]
+    rows = []
+    for rule in registry():
+        targets = rule_structs(rule, docs)
+        links = ", ".join(f"[`{d.name}`]({d.page}#{d.anchor})" for d in targets[:6]) or "—"
+        if len(targets) > 6:
+            links += f" (+{len(targets) - 6})"
+        rows.append([f"`{rule.id}`", rule.level.value, rule.citation, links, rule.summary])
+    out += _table(["Rule", "Level", "Citation", "Struct", "Summary"], rows)
+    out.append("")
+    return "\n".join(out)
+
+
+def render_pages() -> dict[str, str]:
+    """File name → Markdown text of every page."""
+    docs = struct_docs()
+    pages: dict[str, str] = {}
+    titles: list[tuple[str, str]] = []
+    for module in struct_modules():
+        short = module.__name__.rsplit(".", 1)[1]
+        mine = [d for d in docs if d.module == short]
+        if not mine:
+            continue
+        name = f"{short.replace('_', '-')}.md"
+        pages[name] = _struct_page(module, mine)
+        titles.append((name, _page_title(short)))
+    pages["element-types.md"] = _element_types_page()
+    titles.append(("element-types.md", "Element types"))
+    pages["tags.md"] = _tags_page(docs)
+    titles.append(("tags.md", "Tag tables"))
+    pages["index.md"] = _index_page(docs, titles)
+    return dict(sorted(pages.items()))
+
+
+def write_docs(outdir) -> list[Path]:
+    """Write every page into ``outdir`` (created if needed); returns the paths written."""
+    out = Path(outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in render_pages().items():
+        path = out / name
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def check_docs(outdir) -> list[str]:
+    """Names of pages in ``outdir`` that differ from (or are missing against) a fresh render."""
+    out = Path(outdir)
+    pages = render_pages()
+    stale = [n for n, text in pages.items() if not (out / n).is_file() or (out / n).read_text(encoding="utf-8") != text]
+    extra = sorted(p.name for p in out.glob("*.md") if p.name not in pages)
+    return stale + extra

@@ -1,0 +1,483 @@
+"""Composite evaluation: partition assembly, overlay merge, group, nesting.
+
+Semantics (``layouts/composite.md § Composition Semantics``):
+
+* partition -- each member fills its shard box ``[shard_offset, shard_offset + shape)``;
+  ``lookup`` selects the member whose box holds the index and reads one element at
+  ``index - shard_offset``; ``read`` touches only the members meeting the region;
+* overlay -- the base, then every correction in emission order under ``combine_op``,
+  evaluated in the head's ``type_tag``: replace (latest covering member wins) or add
+  (for float16 / bfloat16 every addition rounds to the head type, in order, the bits
+  NumPy / ml_dtypes arithmetic gives).  A sparse correction acts at its stored indices only;
+* group -- a tuple of the members' own arrays;
+* a member that is itself a composite is evaluated recursively (depth <= 8,
+  ``layouts/composite.md § Binding``).
+
+Objects are duck-typed: a composite has ``.descriptor`` (the head) and ``.members``; a
+member tensor has ``.descriptor`` and ``.buffers``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+from numba import njit, prange
+
+from ..errors import HurraySchemaError
+from ..model import (BlockPagedLayout, CombineOp, CompositionRule, ElementType, HilbertLayout, LayoutTag,
+                     MemberRole, MortonLayout, TiledLayout)
+from ..structs.element_types import element_type_info
+from .dense import affine_strides, hilbert_index, tiled_offsets
+from .elements import bf16_add, f16_add, numpy_dtype
+from .quant import OUT_BF16, OUT_F16, OUT_F32, PK_BLOCK, decode_gather, quant_params, storage_shape
+from .sparse import linear_indices, sparse_entries, sparse_linear
+from .tensor import (SPARSE_TAGS, DecodedTypeMismatch, _check_bounds, _gather_codes, as_bytes, check_shape,
+                     decode_into, dense_view, tensor_to_numpy)
+
+__all__ = ["materialize", "lookup", "read", "member_values", "MAX_NESTING"]
+
+E = ElementType
+MAX_NESTING = 8
+ADD_NATIVE, ADD_F16, ADD_BF16, ADD_OR = 0, 1, 2, 3
+
+
+# ------------------------------------------------------------------------------------
+# Kernels
+# ------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _add(a, b, mode):
+    if mode == ADD_F16:
+        return f16_add(a, b)
+    if mode == ADD_BF16:
+        return bf16_add(a, b)
+    if mode == ADD_OR:
+        return a | b
+    return a + b
+
+
+@njit(cache=True)
+def _scatter(out, lin, vals, combine, mode):
+    """Sparse correction at its stored indices: replace or add, in storage order."""
+    for k in range(lin.size):
+        i = lin[k]
+        if combine == 1:
+            out[i] = vals[k]
+        else:
+            out[i] = _add(out[i], vals[k], mode)
+
+
+@njit(cache=True, parallel=True)
+def _add_dense_bits(acc, vals, mode):
+    for i in prange(acc.size):
+        acc[i] = _add(acc[i], vals[i], mode)
+
+
+@njit(cache=True, parallel=True)
+def _copy_rows(dst, src):
+    """dst[...] = src for 2-D arrays, rows in parallel (first touch of fresh pages split across threads)."""
+    for i in prange(src.shape[0]):
+        dst[i, :] = src[i, :]
+
+
+# ------------------------------------------------------------------------------------
+# Helpers
+# ------------------------------------------------------------------------------------
+
+
+def _is_composite(obj) -> bool:
+    return hasattr(obj, "members") or obj.descriptor.layout.tag == LayoutTag.COMPOSITE
+
+
+def _box(member, head_shape) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(offset, shape) of a partition / overlay member's box in the head's index space."""
+    d = member.descriptor
+    shape = check_shape(d.shape)
+    if d.shard is None:
+        raise HurraySchemaError("a partition / overlay member must carry a shard section")
+    offset = tuple(int(o) for o in d.shard.shard_offset)
+    if tuple(d.shard.parent_shape) != tuple(head_shape) or len(offset) != len(head_shape):
+        raise HurraySchemaError("member shard parent_shape must equal the head's shape")
+    if any(o + n > h for o, n, h in zip(offset, shape, head_shape)):
+        raise HurraySchemaError("member box lies outside the head's index space")
+    return offset, shape
+
+
+def _slices(offset, shape):
+    return tuple(slice(o, o + n) for o, n in zip(offset, shape))
+
+
+def _add_mode(tag) -> int:
+    return {E.FLOAT16: ADD_F16, E.BFLOAT16: ADD_BF16, E.BOOL: ADD_OR}.get(tag, ADD_NATIVE)
+
+
+def _kernel_view(a: np.ndarray, tag) -> np.ndarray:
+    """float16 / bfloat16 arrays as their uint16 bits (numba has neither type); bool as uint8."""
+    if tag in (E.FLOAT16, E.BFLOAT16):
+        return a.view(np.uint16)
+    if tag == E.BOOL:
+        return a.view(np.uint8)
+    return a
+
+
+def member_values(member, target, depth: int = 0) -> np.ndarray:
+    """The member's logical array decoded to ``target`` (a nested composite is materialized)."""
+    if _is_composite(member):
+        if member.descriptor.type_tag != target:
+            raise DecodedTypeMismatch("a nested composite's type_tag must equal its parent's")
+        return materialize(member, _depth=depth + 1)
+    return tensor_to_numpy(member.descriptor, member.buffers, target)
+
+
+def _fill(member, view: np.ndarray, target, depth) -> None:
+    """Write the member's values into ``view`` (the member's box of the output)."""
+    if _is_composite(member):
+        if member.descriptor.type_tag != target:
+            raise DecodedTypeMismatch("a nested composite's type_tag must equal its parent's")
+        _materialize_into(member, view, depth + 1)
+        return
+    desc = member.descriptor
+    if desc.quantization is None and desc.type_tag != target:
+        raise DecodedTypeMismatch(f"member values are type 0x{int(desc.type_tag):02X}, head is 0x{int(target):02X}")
+    src = dense_view(desc, member.buffers)
+    if src is not None:
+        if view.ndim == 2 and view.shape[0] >= 64 and view.dtype.kind in "fiub" and view.dtype.itemsize in (4, 8):
+            _copy_rows(view, src)
+        else:
+            np.copyto(view, src)
+        return
+    if view.flags.c_contiguous and desc.layout.tag not in SPARSE_TAGS and target != E.FLOAT64:
+        decode_into(desc, member.buffers, view)
+        return
+    np.copyto(view, tensor_to_numpy(desc, member.buffers, target))
+
+
+# ------------------------------------------------------------------------------------
+# materialize
+# ------------------------------------------------------------------------------------
+
+
+def _head(composite):
+    head = composite.descriptor
+    if head.layout.tag != LayoutTag.COMPOSITE:
+        raise HurraySchemaError("not a composite head (layout_tag 0x0B)")
+    return head
+
+
+def _check_partition(boxes, head_shape):
+    total = 1
+    for n in head_shape:
+        total *= n
+    volume = 0
+    for off, shp in boxes:
+        v = 1
+        for n in shp:
+            v *= n
+        volume += v
+    for a in range(len(boxes)):
+        (oa, sa) = boxes[a]
+        if 0 in sa:
+            continue
+        for b in range(a + 1, len(boxes)):
+            (ob, sb) = boxes[b]
+            if 0 not in sb and all(x < y + m and y < x + n for x, n, y, m in zip(oa, sa, ob, sb)):
+                raise HurraySchemaError(f"partition members {a} and {b} overlap")
+    if volume != total:
+        raise HurraySchemaError("partition members do not cover the head's index space exactly")
+
+
+def _materialize_into(composite, out: np.ndarray, depth: int) -> None:
+    if depth > MAX_NESTING:
+        raise HurraySchemaError(f"composite nesting deeper than {MAX_NESTING}")
+    head = _head(composite)
+    rule, combine = head.layout.composition_rule, head.layout.combine_op
+    target = head.type_tag
+    members = list(composite.members)
+    head_shape = tuple(out.shape)
+    if rule == CompositionRule.PARTITION:
+        boxes = [_box(m, head_shape) for m in members]
+        _check_partition(boxes, head_shape)
+        for m, (off, shp) in zip(members, boxes):
+            if 0 not in shp:
+                _fill(m, out[_slices(off, shp)], target, depth)
+        return
+    if rule != CompositionRule.OVERLAY:
+        raise HurraySchemaError(f"composition rule 0x{int(rule):02X} has no single array view")
+    if combine not in (CombineOp.REPLACE, CombineOp.ADD):
+        raise HurraySchemaError("overlay combine_op must be replace (0x01) or add (0x02)")
+    if not members:
+        raise HurraySchemaError("an overlay needs a base member")
+    base = members[0]
+    off, shp = _box(base, head_shape)
+    role = getattr(base.descriptor.composite_member, "member_role", MemberRole.BASE)
+    if any(off) or shp != head_shape or role != MemberRole.BASE:
+        raise HurraySchemaError("the first overlay member must be the base and span the whole index space")
+    _fill(base, out, target, depth)
+    mode = _add_mode(target)
+    flat = out.reshape(-1) if out.flags.c_contiguous else None
+    for m in members[1:]:
+        off, shp = _box(m, head_shape)
+        cm = m.descriptor.composite_member
+        if cm is not None and cm.member_role != MemberRole.CORRECTION:
+            raise HurraySchemaError("overlay members after the first must be corrections")
+        if 0 in shp:
+            continue
+        if not _is_composite(m) and m.descriptor.layout.tag in SPARSE_TAGS:
+            lin, vals = sparse_linear(m.descriptor, m.buffers, target, off, head_shape)
+            if vals.size == 0:
+                continue
+            target_flat = flat if flat is not None else np.ascontiguousarray(out).reshape(-1)
+            _scatter(_kernel_view(target_flat, target), lin, _kernel_view(np.ascontiguousarray(vals), target),
+                     int(combine), mode)
+            if flat is None:
+                np.copyto(out, target_flat.reshape(out.shape))
+            continue
+        box = out[_slices(off, shp)]
+        if combine == CombineOp.REPLACE:
+            _fill(m, box, target, depth)
+            continue
+        vals = member_values(m, target, depth)
+        if mode in (ADD_F16, ADD_BF16):
+            acc = np.ascontiguousarray(box)
+            _add_dense_bits(acc.reshape(-1).view(np.uint16), np.ascontiguousarray(vals).reshape(-1).view(np.uint16),
+                            mode)
+            np.copyto(box, acc)
+        elif mode == ADD_OR:
+            np.logical_or(box, vals, out=box)
+        else:
+            np.add(box, vals, out=box, casting="unsafe")
+
+
+def materialize(composite, *, out: np.ndarray | None = None, _depth: int = 0):
+    """The composite's logical view: an array (partition, overlay) or a tuple of arrays (group).
+
+    ``out`` (C-contiguous, the head's shape and dtype) receives the view instead of a fresh
+    array, saving the allocation and first-touch page faults on repeated evaluation.
+    """
+    if _depth > MAX_NESTING:
+        raise HurraySchemaError(f"composite nesting deeper than {MAX_NESTING}")
+    head = _head(composite)
+    if head.layout.composition_rule == CompositionRule.GROUP:
+        out = []
+        for m in composite.members:
+            if _is_composite(m):
+                out.append(materialize(m, _depth=_depth + 1))
+            else:
+                out.append(tensor_to_numpy(m.descriptor, m.buffers))
+        return tuple(out)
+    shape = check_shape(head.shape)
+    dtype = numpy_dtype(head.type_tag)
+    if out is None:
+        out = np.empty(shape, dtype)
+    elif out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError(f"out must be a writeable C-contiguous {dtype} array of shape {shape}")
+    if out.size:
+        _materialize_into(composite, out, _depth)
+    return out
+
+
+# ------------------------------------------------------------------------------------
+# lookup / read
+# ------------------------------------------------------------------------------------
+
+
+def _element_offset(desc, index) -> tuple[int, int]:
+    """(linear element offset, parameter slot or -1) of one logical index of a dense / indirect tensor."""
+    layout = desc.layout
+    shape = tuple(desc.shape)
+    strides = affine_strides(layout, storage_shape(desc))
+    if strides is not None:
+        return sum(i * s for i, s in zip(index, strides)), -1
+    if isinstance(layout, TiledLayout):
+        idx = [np.array(i, np.int64) for i in index]
+        return int(tiled_offsets(layout, storage_shape(desc), idx)), -1
+    if isinstance(layout, MortonLayout):
+        rank, code = len(index), 0
+        for d, i in enumerate(index):
+            for b in range(layout.morton_bits[d]):
+                code |= ((i >> b) & 1) << (b * rank + d)
+        return code, -1
+    if isinstance(layout, HilbertLayout):
+        return hilbert_index(index, layout.hilbert_order), -1
+    if isinstance(layout, BlockPagedLayout):
+        raise HurraySchemaError("lookup in a block-paged member needs its sequence lengths; use read()")
+    raise HurraySchemaError(f"layout 0x{int(layout.tag):02X} is not addressable")
+
+
+def _read_element(member, index, target):
+    """One element of a non-composite member, decoded to ``target`` (a 0-d array)."""
+    desc = member.descriptor
+    dtype = numpy_dtype(target)
+    if desc.layout.tag in SPARSE_TAGS:
+        coords, vals = sparse_entries(desc, member.buffers, target, check_duplicates=False)
+        hit = np.flatnonzero(np.all(coords == np.asarray(index, np.int64), axis=1))
+        return vals[hit[-1]] if hit.size else np.zeros((), dtype)[()]
+    if desc.quantization is None and desc.type_tag != target:
+        raise DecodedTypeMismatch("member values differ from the head's type")
+    info = element_type_info(desc.type_tag)
+    offset, _ = _element_offset(desc, index)
+    buf = as_bytes(member.buffers[0])
+    _check_bounds(desc.byte_offset, info.bit_width, offset, offset, buf.size)
+    offs = np.array([offset], np.int64)
+    if desc.quantization is not None:
+        p = quant_params(desc, member.buffers)
+        from .quant import param_indices
+        pi = int(param_indices(p, tuple(desc.shape))[tuple(index)])
+        if pi >= p.scales.size:
+            raise HurraySchemaError("quantization parameter buffer is too short")
+        work = np.float32 if target in (E.FLOAT32, E.FLOAT64) else dtype
+        out = np.empty(1, work)
+        kind = OUT_F32 if work == np.float32 else (OUT_F16 if target == E.FLOAT16 else OUT_BF16)
+        decode_gather(buf, np.int64(desc.byte_offset), offs, np.array([pi], np.int64), p.valmode, p.bits, p.signed,
+                      p.table, p.scales, p.zps, kind, out if kind == OUT_F32 else out.view(np.uint16))
+        return out.astype(dtype)[0]
+    if info.bit_width >= 8 and dtype.itemsize * 8 == info.bit_width:
+        w = info.bit_width // 8
+        return np.ndarray((), dtype, buffer=buf, offset=desc.byte_offset + offset * w)[()]
+    out = np.empty(1, dtype)
+    _gather_codes(buf, np.int64(desc.byte_offset), offs, np.int64(info.bit_width), out.view(np.uint8))
+    return out[0]
+
+
+def lookup(composite, index: Sequence[int], _depth: int = 0):
+    """Value at logical ``index`` of a partition or overlay, touching only covering members.
+
+    Partition: the one member whose box holds ``index``, read at ``index - shard_offset``.
+    Overlay: the base value, then each covering correction in emission order.
+    """
+    if _depth > MAX_NESTING:
+        raise HurraySchemaError(f"composite nesting deeper than {MAX_NESTING}")
+    head = _head(composite)
+    shape = check_shape(head.shape)
+    index = tuple(int(i) for i in index)
+    if len(index) != len(shape) or any(not 0 <= i < n for i, n in zip(index, shape)):
+        raise IndexError(f"index {index} outside shape {shape}")
+    target = head.type_tag
+    rule = head.layout.composition_rule
+
+    def one(member, local):
+        if _is_composite(member):
+            return lookup(member, local, _depth + 1)
+        return _read_element(member, local, target)
+
+    covering = []
+    for m in composite.members:
+        off, shp = _box(m, shape)
+        if all(o <= i < o + n for i, o, n in zip(index, off, shp)):
+            covering.append((m, tuple(i - o for i, o in zip(index, off))))
+    if rule == CompositionRule.PARTITION:
+        if len(covering) != 1:
+            raise HurraySchemaError(f"{len(covering)} partition members cover {index}")
+        return one(*covering[0])
+    if rule != CompositionRule.OVERLAY or not covering:
+        raise HurraySchemaError("lookup needs a partition or overlay composite")
+    combine = head.layout.combine_op
+    acc = np.array([one(*covering[0])], numpy_dtype(target))
+    mode = _add_mode(target)
+    for m, local in covering[1:]:
+        if not _is_composite(m) and m.descriptor.layout.tag in SPARSE_TAGS:
+            coords, vals = sparse_entries(m.descriptor, m.buffers, target, check_duplicates=False)
+            hit = np.flatnonzero(np.all(coords == np.asarray(local, np.int64), axis=1))
+            if hit.size == 0:
+                continue  # a sparse correction acts at its stored indices only
+            v = np.array([vals[hit[-1]]], acc.dtype)
+        else:
+            v = np.array([one(m, local)], acc.dtype)
+        if combine == CombineOp.REPLACE:
+            acc = v
+        else:
+            _scatter(_kernel_view(acc, target), np.zeros(1, np.int64), _kernel_view(v, target), 2, mode)
+    return acc[0]
+
+
+def _region(region, shape):
+    lo, hi = [], []
+    for r, n in zip(region, shape):
+        if isinstance(r, slice):
+            start, stop, step = r.indices(n)
+            if step != 1:
+                raise HurraySchemaError("read() takes unit-step regions")
+        else:
+            start, stop = int(r[0]), int(r[1])
+        if not 0 <= start <= stop <= n:
+            raise IndexError(f"region {region} outside shape {shape}")
+        lo.append(start)
+        hi.append(stop)
+    if len(lo) != len(shape):
+        raise IndexError("region rank differs from the head's rank")
+    return tuple(lo), tuple(hi)
+
+
+def read(composite, region, _depth: int = 0) -> np.ndarray:
+    """The box ``region`` (slices or (start, stop) pairs) of the logical view; only members that
+    intersect it are decoded."""
+    if _depth > MAX_NESTING:
+        raise HurraySchemaError(f"composite nesting deeper than {MAX_NESTING}")
+    head = _head(composite)
+    shape = check_shape(head.shape)
+    lo, hi = _region(region, shape)
+    target = head.type_tag
+    rule = head.layout.composition_rule
+    out = np.zeros(tuple(h - l for l, h in zip(lo, hi)), numpy_dtype(target))
+    if out.size == 0:
+        return out
+
+    def part(member, off, shp):
+        """(slices into out, values of the member over the intersection) or None."""
+        a = [max(l, o) for l, o in zip(lo, off)]
+        b = [min(h, o + n) for h, o, n in zip(hi, off, shp)]
+        if any(x >= y for x, y in zip(a, b)):
+            return None
+        local = tuple((x - o, y - o) for x, y, o in zip(a, b, off))
+        if _is_composite(member):
+            vals = read(member, local, _depth + 1)
+        else:
+            full = member_values(member, target, _depth)
+            vals = full[tuple(slice(x, y) for x, y in local)]
+        return tuple(slice(x - l, y - l) for x, y, l in zip(a, b, lo)), vals, local
+
+    members = list(composite.members)
+    if rule == CompositionRule.PARTITION:
+        for m in members:
+            got = part(m, *_box(m, shape))
+            if got is not None:
+                out[got[0]] = got[1]
+        return out
+    if rule != CompositionRule.OVERLAY or not members:
+        raise HurraySchemaError("read needs a partition or overlay composite")
+    combine = head.layout.combine_op
+    mode = _add_mode(target)
+    got = part(members[0], *_box(members[0], shape))
+    out[got[0]] = got[1]
+    flat = out.reshape(-1)
+    for m in members[1:]:
+        off, shp = _box(m, shape)
+        if not _is_composite(m) and m.descriptor.layout.tag in SPARSE_TAGS:
+            coords, vals = sparse_entries(m.descriptor, m.buffers, target)
+            g = coords + np.asarray(off, np.int64)
+            keep = np.all((g >= np.asarray(lo)) & (g < np.asarray(hi)), axis=1)
+            if not keep.any():
+                continue
+            lin = linear_indices(g[keep] - np.asarray(lo, np.int64), out.shape)
+            _scatter(_kernel_view(flat, target), lin, _kernel_view(np.ascontiguousarray(vals[keep]), target),
+                     int(combine), mode)
+            continue
+        got = part(m, off, shp)
+        if got is None:
+            continue
+        sl, vals, _ = got
+        if combine == CombineOp.REPLACE:
+            out[sl] = vals
+        else:
+            acc = np.ascontiguousarray(out[sl])
+            v = np.ascontiguousarray(vals, acc.dtype)
+            if mode in (ADD_F16, ADD_BF16):
+                _add_dense_bits(acc.reshape(-1).view(np.uint16), v.reshape(-1).view(np.uint16), mode)
+            elif mode == ADD_OR:
+                np.logical_or(acc, v, out=acc)
+            else:
+                np.add(acc, v, out=acc, casting="unsafe")
+            out[sl] = acc
+    return out

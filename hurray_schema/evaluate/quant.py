@@ -1,0 +1,310 @@
+"""Dequantization kernels: per-tensor, per-channel, per-block affine, NF4 and MXFP.
+
+Each formula is applied exactly as its page states it (``quantization/*.md § Dequantization
+Formula``): ``q - zero_point`` in signed 32-bit integer arithmetic, cast to float32, times
+the float32 scale (float16/bfloat16 scales widened losslessly first); NF4 ``s * nf4[q]`` and
+MXFP ``2**(e - 127) * value(q)`` in float32.  The float32 result is then rounded once to
+the decoded type asked for (float16 or bfloat16 bits, or kept as float32).
+
+Parameter indices follow ``quantization/per-block-affine.md § Block Layout``:
+``b = outer * ceil(S / K) + i_axis // K`` with ``outer`` the row-major index over the other
+dimensions.  A per-block (or NF4) tensor whose axis is not a multiple of ``K`` is stored with
+the axis padded to whole blocks (``§ Padding``); the padding is addressed but never read.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from ..errors import HurraySchemaError
+from ..model import (NO_BUFFER_INDEX, ElementType, Mxfp, Nf4, PerBlockAffine, PerChannelAffine,
+                     PerTensorAffine, QuantFlag)
+from ..structs.element_types import element_type_info
+from ..structs.quantization import NF4_LEVELS
+from .elements import (UnsupportedEvaluation, bf16_bits_to_f32_array, f16_bits_to_f32_array,
+                       f32_to_bf16, f32_to_f16_fast, load_code, minifloat_table, sign_extend)
+
+__all__ = ["QuantParams", "quant_params", "decode_rows", "decode_gather", "OUT_F32", "OUT_F16", "OUT_BF16",
+           "storage_shape", "param_indices"]
+
+E = ElementType
+OUT_F32, OUT_F16, OUT_BF16 = 0, 1, 2
+PK_TENSOR, PK_CHANNEL, PK_BLOCK = 0, 1, 2
+VAL_INT, VAL_TABLE = 0, 1
+
+NF4_TABLE = np.zeros(256, np.float32)
+NF4_TABLE[:16] = np.array(NF4_LEVELS, np.float32)
+NF4_TABLE.flags.writeable = False
+
+_AFFINE_STORAGE = {E.INT8, E.UINT8, E.INT16, E.UINT16, E.INT32, E.UINT32, E.INT4, E.UINT4, E.INT2, E.UINT2}
+_BLOCK_STORAGE = {E.INT8, E.UINT8, E.INT4, E.UINT4, E.INT2, E.UINT2}
+_MXFP_FLOAT = {E.FLOAT8_E4M3, E.FLOAT8_E5M2, E.FLOAT4_E2M1, E.FLOAT6_E2M3, E.FLOAT6_E3M2}
+_MXFP_INT = {E.INT8, E.INT4}
+
+
+class QuantParams:
+    """Everything a kernel needs to turn codes into float32 values."""
+
+    __slots__ = ("valmode", "table", "scales", "zps", "pk", "axis", "block", "nb", "bits", "signed")
+
+    def __init__(self, valmode, table, scales, zps, pk, axis, block, nb, bits, signed):
+        self.valmode, self.table, self.scales, self.zps = valmode, table, scales, zps
+        self.pk, self.axis, self.block, self.nb, self.bits, self.signed = pk, axis, block, nb, bits, signed
+
+
+def _buffer(buffers, index, need, what):
+    if index >= len(buffers):
+        raise HurraySchemaError(f"{what}: buffer index {index} is past the buffer table")
+    buf = buffers[index]
+    if len(buf) < need:
+        raise HurraySchemaError(f"{what}: needs {need} bytes, buffer {index} has {len(buf)}")
+    return buf
+
+
+def _array(buffers, index, dtype, count, what, skip=0):
+    dt = np.dtype(dtype)
+    buf = _buffer(buffers, index, skip + count * dt.itemsize, what)
+    return np.frombuffer(buf, dt, count, skip)
+
+
+def storage_shape(desc) -> tuple[int, ...]:
+    """Shape buffer 0 is laid out for: the block axis padded to whole blocks (per-block affine, NF4)."""
+    shape = tuple(desc.shape)
+    q = desc.quantization
+    if isinstance(q, (PerBlockAffine, Nf4)) and q.axis < len(shape) and q.block_size > 0:
+        s = list(shape)
+        s[q.axis] = -(-s[q.axis] // q.block_size) * q.block_size
+        return tuple(s)
+    return shape
+
+
+def quant_params(desc, buffers, param_count=None) -> QuantParams:
+    """Decode scales / zero points of ``desc.quantization``; ``param_count`` overrides the block count
+    (block-paged tensors keep one parameter per page slot)."""
+    q = desc.quantization
+    tag = desc.type_tag
+    info = element_type_info(tag)
+    if info is None:
+        raise UnsupportedEvaluation(f"element type 0x{int(tag):02X} cannot be dequantized here")
+    bits, signed = info.bit_width, int(info.is_signed)
+    shape = tuple(desc.shape)
+    rank = len(shape)
+    if isinstance(q, PerTensorAffine):
+        if tag not in _AFFINE_STORAGE:
+            raise HurraySchemaError(f"per-tensor affine cannot decode storage type {info.name}")
+        return QuantParams(VAL_INT, NF4_TABLE, np.array([q.scale], np.float32), np.array([q.zero_point], np.int32),
+                           PK_TENSOR, 0, 1, 1, bits, signed)
+    axis = int(q.axis)
+    if axis >= rank:
+        raise HurraySchemaError("quantization axis must be < rank")
+    if isinstance(q, PerChannelAffine):
+        if tag not in _AFFINE_STORAGE:
+            raise HurraySchemaError(f"per-channel affine cannot decode storage type {info.name}")
+        n = shape[axis] if param_count is None else param_count
+        scales = _array(buffers, q.scale_buffer_index, "<f4", n, "per-channel scales")
+        skip = n * 4 if q.zero_point_buffer_index == q.scale_buffer_index else 0
+        zps = (np.zeros(1, np.int32) if q.flags & QuantFlag.SYMMETRIC
+               else _array(buffers, q.zero_point_buffer_index, "<i4", n, "per-channel zero points", skip))
+        return QuantParams(VAL_INT, NF4_TABLE, scales.astype(np.float32), zps.astype(np.int32),
+                           PK_CHANNEL, axis, 1, 1, bits, signed)
+    block = int(q.block_size)
+    if block < 1 or block & (block - 1):
+        raise HurraySchemaError("block_size must be a power of two")
+    nb = -(-shape[axis] // block)
+    count = nb * (math.prod(shape) // shape[axis]) if shape[axis] else 0
+    if param_count is not None:
+        count = param_count
+    if isinstance(q, PerBlockAffine):
+        if tag not in _BLOCK_STORAGE:
+            raise HurraySchemaError(f"per-block affine cannot decode storage type {info.name}")
+        stt = q.scale_type_tag
+        if stt == E.FLOAT32:
+            scales = _array(buffers, q.scale_buffer_index, "<f4", count, "per-block scales").astype(np.float32)
+            width = 4
+        elif stt in (E.FLOAT16, E.BFLOAT16):
+            raw = np.ascontiguousarray(_array(buffers, q.scale_buffer_index, "<u2", count, "per-block scales"))
+            scales = f16_bits_to_f32_array(raw) if stt == E.FLOAT16 else bf16_bits_to_f32_array(raw)
+            width = 2
+        else:
+            raise HurraySchemaError(f"per-block scale_type_tag 0x{int(stt):02X} is not float16/bfloat16/float32")
+        skip = count * width if q.zero_point_buffer_index == q.scale_buffer_index else 0
+        zps = (np.zeros(1, np.int32) if q.flags & QuantFlag.SYMMETRIC or q.zero_point_buffer_index == NO_BUFFER_INDEX
+               else _array(buffers, q.zero_point_buffer_index, "<i4", count, "per-block zero points", skip))
+        return QuantParams(VAL_INT, NF4_TABLE, scales, zps.astype(np.int32), PK_BLOCK, axis, block, nb, bits, signed)
+    if isinstance(q, Nf4):
+        if tag != E.UINT4:
+            raise HurraySchemaError("NF4 storage type must be uint4")
+        scales = _array(buffers, q.scale_buffer_index, "<f4", count, "NF4 absmax").astype(np.float32)
+        return QuantParams(VAL_TABLE, NF4_TABLE, scales, np.zeros(1, np.int32), PK_BLOCK, axis, block, nb, bits, 0)
+    if isinstance(q, Mxfp):
+        if shape[axis] % block:
+            raise HurraySchemaError("MXFP: shape[axis] must be a multiple of block_size (no partial block)")
+        codes = _array(buffers, q.scale_buffer_index, np.uint8, count, "MXFP scales")
+        if np.any((codes == 0) | (codes == 0xFF)):
+            raise HurraySchemaError("MXFP scale buffer holds a reserved float8_e8m0 pattern 0x00/0xFF")
+        scales = minifloat_table(E.FLOAT8_E8M0)[codes]
+        if tag in _MXFP_FLOAT:
+            return QuantParams(VAL_TABLE, minifloat_table(tag), scales, np.zeros(1, np.int32),
+                               PK_BLOCK, axis, block, nb, bits, 0)
+        if tag in _MXFP_INT:
+            return QuantParams(VAL_INT, NF4_TABLE, scales, np.zeros(1, np.int32), PK_BLOCK, axis, block, nb, bits, 1)
+        raise HurraySchemaError(f"MXFP cannot decode storage type {info.name}")
+    raise UnsupportedEvaluation(f"quantization scheme 0x{int(q.scheme):02X} is not evaluated here")
+
+
+def param_indices(p: QuantParams, shape) -> np.ndarray:
+    """Parameter index of every logical element (C order), vectorized."""
+    shape = tuple(shape)
+    if p.pk == PK_TENSOR:
+        return np.zeros(shape, np.int64)
+    idx = np.indices(shape, dtype=np.int64, sparse=True)
+    if p.pk == PK_CHANNEL:
+        return np.broadcast_to(idx[p.axis], shape)
+    outer = np.zeros((), np.int64)
+    for d in range(len(shape)):
+        if d != p.axis:
+            outer = outer * np.int64(shape[d]) + idx[d]
+    return np.broadcast_to(outer * np.int64(p.nb) + idx[p.axis] // p.block, shape)
+
+
+# ------------------------------------------------------------------------------------
+# Kernels (two signatures each: float32 output, or uint16 float16/bfloat16 bits)
+# ------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _value(code, pi, valmode, bits, signed, table, scales, zps):
+    s = scales[pi]
+    if valmode == VAL_INT:
+        v = sign_extend(code, bits) if signed else np.int64(code)
+        z = np.int64(zps[pi]) if zps.size > 1 else np.int64(zps[0])
+        d = np.int32(v - z)  # int32 wrap-around arithmetic
+        return np.float32(np.float32(d) * s)
+    return np.float32(s * table[code])
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _store(out, i, x, out_kind):
+    if out_kind == OUT_F16:
+        out[i] = f32_to_f16_fast(x)
+    elif out_kind == OUT_BF16:
+        out[i] = f32_to_bf16(x)
+    else:
+        out[i] = x
+
+
+@njit(cache=True, nogil=True)
+def _row_origin(row, shape, strides, axis):
+    """(element offset of the row start, its index on ``axis``, row-major index over the other leading dims)."""
+    rem = row
+    off = np.int64(0)
+    i_axis = np.int64(0)
+    outer_na = np.int64(0)
+    mult = np.int64(1)
+    for d in range(shape.size - 2, -1, -1):
+        i = rem % shape[d]
+        rem //= shape[d]
+        off += i * strides[d]
+        if d == axis:
+            i_axis = i
+        else:
+            outer_na += i * mult
+            mult *= shape[d]
+    return off, i_axis, outer_na
+
+
+@njit(cache=True, parallel=True)
+def decode_rows(buf, base, shape, strides, valmode, bits, signed, table, scales, zps,
+                pk, axis, block, nb, out_kind, out):
+    """Affine-layout decode: logical C order ``out`` from codes at ``base`` + sum(i_k * strides[k])."""
+    r = shape.size
+    cols = shape[r - 1]
+    rows = out.size // cols if cols else 0
+    sl = strides[r - 1]
+    for prow in prange(rows):
+        row = np.int64(prow)  # prange indices may be unsigned; keep integer arithmetic signed
+        off, i_axis, outer_na = _row_origin(row, shape, strides, axis)
+        o = row * cols
+        if pk == PK_TENSOR:
+            for j in range(cols):
+                _store(out, o + j, _value(load_code(buf, base, off + j * sl, bits), 0, valmode, bits, signed,
+                                          table, scales, zps), out_kind)
+        elif axis == r - 1:
+            pb = row * nb if pk == PK_BLOCK else 0
+            for j in range(cols):
+                pi = pb + j // block
+                _store(out, o + j, _value(load_code(buf, base, off + j * sl, bits), pi, valmode, bits, signed,
+                                          table, scales, zps), out_kind)
+        elif pk == PK_CHANNEL:
+            for j in range(cols):
+                _store(out, o + j, _value(load_code(buf, base, off + j * sl, bits), i_axis, valmode, bits, signed,
+                                          table, scales, zps), out_kind)
+        else:
+            pb = outer_na * cols * nb + i_axis // block
+            for j in range(cols):
+                _store(out, o + j, _value(load_code(buf, base, off + j * sl, bits), pb + j * nb, valmode, bits,
+                                          signed, table, scales, zps), out_kind)
+
+
+@njit(cache=True, parallel=True)
+def decode_gather(buf, base, offsets, pidx, valmode, bits, signed, table, scales, zps, out_kind, out):
+    """Decode ``out[i]`` from the code at element ``offsets[i]`` with parameters ``pidx[i]``."""
+    for i in prange(out.size):
+        _store(out, i, _value(load_code(buf, base, offsets[i], bits), pidx[i], valmode, bits, signed,
+                              table, scales, zps), out_kind)
+
+
+@njit(cache=True, parallel=True)
+def decode_rows_lut(buf, base, shape, strides, valmode, bits, signed, table, scales, zps,
+                    pk, axis, block, nb, out_kind, out):
+    """Affine-layout decode of 1/2/4-bit codes whose parameters are constant over runs of a row
+    (per-tensor, per-channel off the last axis, per-block along the last axis): per run, the
+    ``2**bits`` possible results are computed once (same formula, same rounding as
+    :func:`decode_rows`), then every element is a table lookup."""
+    r = shape.size
+    cols = shape[r - 1]
+    rows = out.size // cols if cols else 0
+    sl = strides[r - 1]
+    ncode = 1 << bits
+    shift = 3 if bits == 1 else (2 if bits == 2 else 1)  # log2(elements per byte)
+    emask = (1 << shift) - 1
+    cmask = np.uint8(ncode - 1)
+    for prow in prange(rows):
+        row = np.int64(prow)
+        off, i_axis, outer_na = _row_origin(row, shape, strides, axis)
+        lut = np.empty(16, out.dtype)
+        o = row * cols
+        j = np.int64(0)
+        while j < cols:
+            if pk == PK_BLOCK:
+                pi = row * nb + j // block
+                end = min(cols, (j // block + 1) * block)
+            elif pk == PK_CHANNEL:
+                pi = i_axis
+                end = cols
+            else:
+                pi = np.int64(0)
+                end = cols
+            for c in range(ncode):
+                _store(lut, c, _value(np.uint64(c), pi, valmode, bits, signed, table, scales, zps), out_kind)
+            jj = j
+            if bits == 4 and sl == 1:
+                e = off + jj
+                if e & 1:  # odd start: one high nibble first
+                    out[o + jj] = lut[buf[base + (e >> 1)] >> np.uint8(4)]
+                    jj += 1
+                e = base + ((off + jj) >> 1)
+                npairs = (end - jj) >> 1
+                for k in range(npairs):  # two elements per byte: low nibble first
+                    b = buf[e + k]
+                    out[o + jj + 2 * k] = lut[b & np.uint8(15)]
+                    out[o + jj + 2 * k + 1] = lut[b >> np.uint8(4)]
+                jj += 2 * npairs
+            for jx in range(jj, end):
+                e = off + jx * sl
+                b = buf[base + (e >> shift)]
+                out[o + jx] = lut[(b >> np.uint8((e & emask) * bits)) & cmask]
+            j = end

@@ -1,0 +1,229 @@
+"""The logical array of one (non-composite) tensor: descriptor + buffers -> ``np.ndarray``.
+
+A quantized tensor decodes to float32 (``quantization/per-tensor-affine.md § Dequantization
+Formula``: the real-valued type produced is float32) unless a narrower or wider decoded type
+is asked for (a composite member decodes to its head's ``type_tag``): the float32 result is
+then rounded once to float16 / bfloat16, or widened to float64.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import numpy as np
+from numba import njit, prange
+
+from ..errors import HurraySchemaError
+from ..model import DYNAMIC_DIMENSION, BlockPagedLayout, CsfLayout, CooLayout, CscLayout, CsrLayout, ElementType, \
+    LayoutTag, PerBlockAffine, PerChannelAffine
+from ..structs.element_types import element_type_info
+from .dense import MAX_ELEMENTS, element_offsets
+from .elements import CODE_VIEW_TYPES, UnsupportedEvaluation, load_code, numpy_dtype
+from .quant import (OUT_BF16, OUT_F16, OUT_F32, PK_BLOCK, PK_CHANNEL, decode_gather, decode_rows, decode_rows_lut, param_indices, quant_params,
+                    storage_shape)
+
+__all__ = ["tensor_to_numpy", "decoded_type", "as_bytes", "dense_view", "check_shape", "decode_into",
+           "DecodedTypeMismatch"]
+
+E = ElementType
+_DECODE_TARGETS = {E.FLOAT16: OUT_F16, E.BFLOAT16: OUT_BF16, E.FLOAT32: OUT_F32, E.FLOAT64: OUT_F32}
+SPARSE_TAGS = {LayoutTag.COO, LayoutTag.CSR, LayoutTag.CSC, LayoutTag.CSF}
+
+
+class DecodedTypeMismatch(HurraySchemaError):
+    """A member's decoded value type differs from what was asked (``layouts/composite.md § Element type
+    across members``)."""
+
+
+def as_bytes(buffer) -> np.ndarray:
+    """A read-only uint8 view of any buffer-protocol object (memoryview, bytes, ndarray...)."""
+    if isinstance(buffer, np.ndarray):
+        return buffer.reshape(-1).view(np.uint8) if buffer.flags.c_contiguous else np.frombuffer(buffer.tobytes(), np.uint8)
+    mv = memoryview(buffer)
+    if not mv.c_contiguous:
+        mv = memoryview(mv.tobytes())
+    return np.frombuffer(mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv, np.uint8)
+
+
+def decoded_type(desc) -> int:
+    """Element type the values of ``desc`` decode to by default (float32 for a quantized tensor)."""
+    return E.FLOAT32 if desc.quantization is not None else desc.type_tag
+
+
+def check_shape(shape) -> tuple[int, ...]:
+    shape = tuple(int(n) for n in shape)
+    if DYNAMIC_DIMENSION in shape:
+        raise HurraySchemaError("a dynamic dimension must be resolved before the tensor is evaluated")
+    if math.prod(shape) > MAX_ELEMENTS:
+        raise HurraySchemaError(f"{math.prod(shape)} elements exceed the evaluator's limit of {MAX_ELEMENTS}")
+    return shape
+
+
+def _target(desc, dtype) -> int:
+    if dtype is None:
+        return decoded_type(desc)
+    dtype = E(int(dtype))
+    if desc.quantization is not None:
+        if dtype not in _DECODE_TARGETS:
+            raise DecodedTypeMismatch(f"a quantized tensor cannot decode to {dtype.name}")
+    elif dtype != desc.type_tag:
+        name = getattr(element_type_info(desc.type_tag), "name", hex(int(desc.type_tag)))
+        raise DecodedTypeMismatch(f"values are {name}, not {dtype.name}")
+    return dtype
+
+
+def _element_range(strides, offsets, shape):
+    """(min, max) linear element offset touched."""
+    if offsets is not None:
+        return (int(offsets.min()), int(offsets.max())) if offsets.size else (0, 0)
+    lo = sum(min(0, s * (n - 1)) for s, n in zip(strides, shape))
+    hi = sum(max(0, s * (n - 1)) for s, n in zip(strides, shape))
+    return lo, hi
+
+
+def _check_bounds(byte_offset, bits, lo, hi, nbytes):
+    if bits == 6:
+        first, last = byte_offset + (lo // 4) * 3, byte_offset + (hi // 4) * 3 + 2
+    elif bits < 8:
+        per = 8 // bits
+        first, last = byte_offset + lo // per, byte_offset + hi // per
+    else:
+        w = bits // 8
+        first, last = byte_offset + lo * w, byte_offset + hi * w + w - 1
+    if first < 0 or last >= nbytes:
+        raise HurraySchemaError(f"elements span bytes [{first}, {last}] outside buffer 0 of {nbytes} bytes")
+
+
+@njit(cache=True, parallel=True)
+def _gather_codes(buf, base, offsets, bits, out):
+    for i in prange(out.size):
+        out[i] = load_code(buf, base, offsets[i], bits)
+
+
+def _affine_offsets(strides, shape):
+    off = np.zeros((), np.int64)
+    for i, s in zip(np.indices(shape, dtype=np.int64, sparse=True), strides):
+        off = off + i * np.int64(s)
+    return np.broadcast_to(off, shape)
+
+
+def dense_view(desc, buffers) -> Optional[np.ndarray]:
+    """Zero-copy read-only view of an unquantized whole-byte affine tensor, else ``None``."""
+    if desc.quantization is not None or desc.layout.tag not in (LayoutTag.ROW_MAJOR, LayoutTag.COLUMN_MAJOR,
+                                                                 LayoutTag.STRIDED):
+        return None
+    info = element_type_info(desc.type_tag)
+    if info is None or info.bit_width < 8 or desc.type_tag in CODE_VIEW_TYPES or desc.type_tag == E.FLOAT128:
+        return None
+    shape = check_shape(desc.shape)
+    if 0 in shape or not buffers:
+        return None
+    strides, _, _ = element_offsets(desc.layout, shape, shape)
+    buf = as_bytes(buffers[0])
+    lo, hi = _element_range(strides, None, shape)
+    _check_bounds(desc.byte_offset, info.bit_width, lo, hi, buf.size)
+    w = info.bit_width // 8
+    return np.ndarray(shape, numpy_dtype(desc.type_tag), buffer=buf, offset=desc.byte_offset,
+                      strides=tuple(s * w for s in strides))
+
+
+def decode_into(desc, buffers, out: np.ndarray, seq_lens=None) -> None:
+    """Decode a dense / indirect tensor into the C-contiguous array ``out`` (its dtype picks the target)."""
+    shape = tuple(out.shape)
+    target = E.FLOAT32 if out.dtype == np.float32 and desc.quantization is not None else None
+    info = element_type_info(desc.type_tag)
+    if info is None or desc.type_tag == E.FLOAT128:
+        raise UnsupportedEvaluation(f"element type 0x{int(desc.type_tag):02X} is not evaluated here")
+    if out.size == 0:
+        return
+    if not buffers:
+        raise HurraySchemaError("a dense tensor needs buffer 0")
+    buf = as_bytes(buffers[0])
+    bits = info.bit_width
+    sshape = storage_shape(desc)
+    strides, offsets, slots = element_offsets(desc.layout, shape, sshape, buffers, seq_lens)
+    lo, hi = _element_range(strides, offsets, shape)
+    _check_bounds(desc.byte_offset, bits, lo, hi, buf.size)
+    base = np.int64(desc.byte_offset)
+    flat = out.reshape(-1)
+    if desc.quantization is not None:
+        count = None
+        if isinstance(desc.layout, BlockPagedLayout) and not isinstance(desc.quantization, PerChannelAffine) \
+                and desc.quantization.scheme != 0x01:
+            if not isinstance(desc.quantization, PerBlockAffine) or desc.quantization.axis != 0 \
+                    or desc.quantization.block_size != desc.layout.page_size:
+                raise HurraySchemaError("block-paged per-block quantization needs axis 0 and block_size == page_size")
+            count = int(desc.layout.num_pages) * int(desc.layout.page_size)
+        p = quant_params(desc, buffers, count)
+        kind = {np.dtype(np.float32): OUT_F32, np.dtype(np.float16): OUT_F16}.get(out.dtype, OUT_BF16)
+        kout = flat.view(np.uint16) if kind != OUT_F32 else flat
+        if strides is not None:
+            rshape = np.array(shape if shape else (1,), np.int64)
+            rstr = np.array(strides if shape else (0,), np.int64)
+            axis = p.axis if shape else 0
+            lut_ok = p.bits in (1, 2, 4) and (p.pk != PK_BLOCK or axis == len(rshape) - 1) \
+                and (p.pk != PK_CHANNEL or axis != len(rshape) - 1) and (p.pk != PK_BLOCK or p.block >= 16)
+            kernel = decode_rows_lut if lut_ok else decode_rows
+            kernel(buf, base, rshape, rstr, p.valmode, p.bits, p.signed, p.table, p.scales, p.zps,
+                        p.pk, axis, p.block, p.nb, kind, kout)
+        else:
+            if slots is not None and p.pk == PK_BLOCK:
+                pidx = np.broadcast_to(slots[:, None, None], shape)
+            else:
+                pidx = param_indices(p, shape)
+            # a parameter array indexed out of range would read past it: bound-check once
+            if pidx.size and (pidx.min() < 0 or pidx.max() >= p.scales.size
+                              or (p.zps.size > 1 and pidx.max() >= p.zps.size)):
+                raise HurraySchemaError("quantization parameter buffer is too short for the tensor")
+            decode_gather(buf, base, np.ascontiguousarray(offsets, np.int64).reshape(-1),
+                          np.ascontiguousarray(pidx, np.int64).reshape(-1), p.valmode, p.bits, p.signed,
+                          p.table, p.scales, p.zps, kind, kout)
+        return
+    if bits >= 8 and desc.type_tag not in CODE_VIEW_TYPES:
+        w = bits // 8
+        if strides is not None:
+            view = np.ndarray(shape, out.dtype, buffer=buf, offset=desc.byte_offset,
+                              strides=tuple(s * w for s in strides))
+            np.copyto(out, view)
+        else:
+            span = np.ndarray((hi + 1,), out.dtype, buffer=buf, offset=desc.byte_offset)
+            np.take(span, offsets, out=out)
+        return
+    if strides is not None:
+        offsets = _affine_offsets(strides, shape)
+    codes = flat.view(np.uint8)
+    _gather_codes(buf, base, np.ascontiguousarray(offsets, np.int64).reshape(-1), np.int64(bits), codes)
+    if desc.type_tag == E.BOOL:
+        np.minimum(codes, 1, out=codes)  # a stored bit is 0 or 1 already; keep bool items canonical
+
+
+def _check_quant_axis(desc):
+    q = desc.quantization
+    if q is not None and hasattr(q, "axis") and q.axis >= len(desc.shape):
+        raise HurraySchemaError("quantization axis must be < rank")
+
+
+def tensor_to_numpy(desc, buffers: Sequence, dtype: Optional[int] = None, *, seq_lens=None) -> np.ndarray:
+    """The logical array of a tensor, in logical C order.
+
+    ``dtype`` (an :class:`ElementType`) asks a quantized tensor for float16 / bfloat16 /
+    float64 instead of float32; for an unquantized tensor it must equal ``type_tag``.
+    Sub-byte and narrow float types come back as ``ml_dtypes`` arrays; an empty tensor as an
+    empty array of its shape.  ``seq_lens`` gives the per-sequence token counts of a
+    block-paged tensor when the descriptor does not determine them.
+    """
+    if desc.layout.tag == LayoutTag.COMPOSITE:
+        raise HurraySchemaError("a composite head has no data; use materialize()")
+    shape = check_shape(desc.shape)
+    _check_quant_axis(desc)
+    target = _target(desc, dtype)
+    out_dtype = numpy_dtype(target)
+    if desc.layout.tag in SPARSE_TAGS:
+        from .sparse import densify
+        return densify(desc, buffers, target)
+    widen = desc.quantization is not None and target == E.FLOAT64  # float32 arithmetic, then widened
+    work_dtype = np.dtype(np.float32) if widen else out_dtype
+    out = np.zeros(shape, work_dtype) if 0 in shape else np.empty(shape, work_dtype)
+    decode_into(desc, buffers, out, seq_lens)
+    return out.astype(np.float64) if widen else out

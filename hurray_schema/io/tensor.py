@@ -1,0 +1,237 @@
+"""In-memory tensors and composites handed out by the stream and file readers.
+
+A :class:`Tensor` is a descriptor plus its buffers as zero-copy ``memoryview`` s (of
+the input bytes, a read buffer, or a memory-mapped file).  A :class:`Composite` is a
+composite head descriptor plus its members in binding order
+(``layouts/composite.md § Binding``); a member may itself be a composite.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Iterator, Optional, Sequence, Union
+
+import attrs
+
+from ..errors import HurraySchemaError
+from ..model import (
+    BufferHandle, CombineOp, CompositeLayout, CompositeMember, CompositionRule, ElementType, MemberRole,
+    ROW_MAJOR, Shard, TensorDescriptor,
+)
+from ..structs.element_types import element_type_info
+
+__all__ = ["Tensor", "Composite", "Item", "walk", "DEFAULT_BUFFER_ALIGNMENT"]
+
+DEFAULT_BUFFER_ALIGNMENT = 64
+"""``alignment`` our constructors declare in buffer handles (``buffer-protocol.md § Buffer Handle``)."""
+
+
+def _view(buf) -> memoryview:
+    view = buf if isinstance(buf, memoryview) else memoryview(buf)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return view
+
+
+class Tensor:
+    """A tensor: its descriptor and its buffers (in buffer-table order).
+
+    ``buffers`` are ``memoryview`` s over the bytes as read -- no copy is made.  The
+    object does not check that the buffers match the descriptor; the readers do.
+    """
+
+    __slots__ = ("descriptor", "buffers", "name")
+
+    def __init__(self, descriptor: TensorDescriptor, buffers: Iterable = (), *, name: Optional[str] = None):
+        if descriptor.is_composite_head:
+            raise HurraySchemaError("a composite head is a Composite, not a Tensor")
+        self.descriptor = descriptor
+        self.buffers = tuple(_view(b) for b in buffers)
+        self.name = name
+
+    # -- convenience constructors ---------------------------------------------------
+    @classmethod
+    def dense(cls, type_tag, shape: Sequence[int], data=None, *, name: Optional[str] = None,
+              shard: Optional[Shard] = None, **fields) -> "Tensor":
+        """A row-major tensor of ``type_tag`` whose single buffer is ``data``
+        (zeros when omitted); the buffer must hold exactly the packed element bytes."""
+        info = element_type_info(type_tag)
+        if info is None:
+            raise HurraySchemaError(f"type_tag 0x{int(type_tag):02X} has no built-in size; build the descriptor yourself")
+        nbytes = info.buffer_bytes(math.prod(shape))
+        data = bytes(nbytes) if data is None else data
+        view = _view(data)
+        if len(view) != nbytes:
+            raise HurraySchemaError(f"{len(view)} data bytes given, the shape needs {nbytes}")
+        desc = TensorDescriptor(
+            type_tag=type_tag, shape=tuple(shape), layout=ROW_MAJOR,
+            buffers=(BufferHandle(nbytes, DEFAULT_BUFFER_ALIGNMENT),), shard=shard, **fields,
+        )
+        return cls(desc, (view,), name=name)
+
+    @classmethod
+    def from_numpy(cls, array, *, name: Optional[str] = None, shard: Optional[Shard] = None) -> "Tensor":
+        """A row-major tensor holding a copy-free view of a C-contiguous numpy array
+        (bool arrays are bit-packed LSB-first, ``element-types.md § Boolean``)."""
+        import numpy as np
+
+        arr = np.asarray(array)
+        tag = _numpy_tag(arr.dtype)
+        if tag == ElementType.BOOL:
+            data = np.packbits(arr.reshape(-1), bitorder="little").tobytes()
+        else:
+            arr = np.ascontiguousarray(arr)
+            if arr.dtype.byteorder == ">":
+                arr = arr.astype(arr.dtype.newbyteorder("<"))
+            data = arr.reshape(-1).view(np.uint8) if arr.size else b""
+        return cls.dense(tag, arr.shape, data, name=name, shard=shard)
+
+    # -- views ---------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.descriptor.shape
+
+    @property
+    def type_tag(self):
+        return self.descriptor.type_tag
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(b) for b in self.buffers)
+
+    def to_numpy(self):
+        """The logical array (delegates to :mod:`hurray_schema.evaluate`)."""
+        try:
+            from .. import evaluate
+        except ImportError:  # pragma: no cover - evaluate is part of the package
+            evaluate = None
+        convert = getattr(evaluate, "tensor_to_numpy", None)
+        if convert is None:
+            raise NotImplementedError("hurray_schema.evaluate.tensor_to_numpy is not available")
+        return convert(self.descriptor, self.buffers)
+
+    def with_name(self, name: Optional[str]) -> "Tensor":
+        return Tensor(self.descriptor, self.buffers, name=name)
+
+    def same_content(self, other) -> bool:
+        """Same descriptor and same buffer bytes (names ignored)."""
+        return (isinstance(other, Tensor) and other.descriptor == self.descriptor
+                and len(other.buffers) == len(self.buffers)
+                and all(a == b for a, b in zip(self.buffers, other.buffers)))
+
+    def __repr__(self) -> str:
+        tag = self.descriptor.type_tag
+        tname = tag.name.lower() if isinstance(tag, ElementType) else f"0x{tag:02X}"
+        label = f"{self.name!r}, " if self.name is not None else ""
+        return f"Tensor({label}{tname}{list(self.shape)}, layout=0x{self.descriptor.layout_tag:02X}, {self.nbytes} bytes)"
+
+
+def _numpy_tag(dtype) -> ElementType:
+    import numpy as np
+
+    kind = np.dtype(dtype)
+    table = {
+        "float16": ElementType.FLOAT16, "float32": ElementType.FLOAT32, "float64": ElementType.FLOAT64,
+        "int8": ElementType.INT8, "uint8": ElementType.UINT8, "int16": ElementType.INT16,
+        "uint16": ElementType.UINT16, "int32": ElementType.INT32, "uint32": ElementType.UINT32,
+        "int64": ElementType.INT64, "uint64": ElementType.UINT64, "bool": ElementType.BOOL,
+        "complex64": ElementType.COMPLEX64, "complex128": ElementType.COMPLEX128,
+        "bfloat16": ElementType.BFLOAT16, "float8_e4m3fn": ElementType.FLOAT8_E4M3,
+        "float8_e5m2": ElementType.FLOAT8_E5M2, "float8_e8m0fnu": ElementType.FLOAT8_E8M0,
+    }
+    tag = table.get(kind.name)
+    if tag is None:
+        raise HurraySchemaError(f"numpy dtype {kind} has no Hurray element type here; use Tensor.dense")
+    return tag
+
+
+class Composite:
+    """A composite tensor: head descriptor plus members in binding order."""
+
+    __slots__ = ("descriptor", "members", "name")
+
+    def __init__(self, descriptor: TensorDescriptor, members: Iterable["Item"] = (), *, name: Optional[str] = None):
+        if not descriptor.is_composite_head:
+            raise HurraySchemaError("a Composite needs a head descriptor (layout_tag 0x0B)")
+        self.descriptor = descriptor
+        self.members = tuple(members)
+        self.name = name
+        if len(self.members) != descriptor.layout.member_count:
+            raise HurraySchemaError(
+                f"the head binds {descriptor.layout.member_count} members, {len(self.members)} were given")
+
+    @classmethod
+    def build(cls, rule, members: Sequence["Item"], *, shape: Sequence[int], type_tag,
+              combine_op=None, name: Optional[str] = None) -> "Composite":
+        """A composite over ``members``; for an overlay the members get the Composite
+        Member section (member 0 the base, the others corrections) if they lack it."""
+        rule = CompositionRule(rule) if not isinstance(rule, str) else CompositionRule[rule.upper()]
+        if combine_op is None:
+            op = CombineOp.NONE
+        else:
+            op = CombineOp(combine_op) if not isinstance(combine_op, str) else CombineOp[combine_op.upper()]
+        head = TensorDescriptor(
+            type_tag=type_tag, shape=tuple(shape),
+            layout=CompositeLayout(composition_rule=rule, member_count=len(members), combine_op=op),
+        )
+        members = list(members)
+        if rule == CompositionRule.OVERLAY:
+            for i, m in enumerate(members):
+                if isinstance(m, Tensor) and m.descriptor.composite_member is None:
+                    role = MemberRole.BASE if i == 0 else MemberRole.CORRECTION
+                    members[i] = Tensor(attrs.evolve(m.descriptor, composite_member=CompositeMember(role)),
+                                        m.buffers, name=m.name)
+        return cls(head, members, name=name)
+
+    @property
+    def rule(self):
+        return self.descriptor.layout.composition_rule
+
+    @property
+    def combine_op(self):
+        return self.descriptor.layout.combine_op
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.descriptor.shape
+
+    @property
+    def type_tag(self):
+        return self.descriptor.type_tag
+
+    def materialize(self):
+        """The logical array (delegates to :func:`hurray_schema.evaluate.materialize`)."""
+        try:
+            from .. import evaluate
+        except ImportError:  # pragma: no cover
+            evaluate = None
+        fn = getattr(evaluate, "materialize", None)
+        if fn is None:
+            raise NotImplementedError("hurray_schema.evaluate.materialize is not available")
+        return fn(self)
+
+    def with_name(self, name: Optional[str]) -> "Composite":
+        return Composite(self.descriptor, self.members, name=name)
+
+    def same_content(self, other) -> bool:
+        return (isinstance(other, Composite) and other.descriptor == self.descriptor
+                and len(other.members) == len(self.members)
+                and all(a.same_content(b) for a, b in zip(self.members, other.members)))
+
+    def __repr__(self) -> str:
+        label = f"{self.name!r}, " if self.name is not None else ""
+        rule = self.rule.name.lower() if isinstance(self.rule, CompositionRule) else f"0x{self.rule:02X}"
+        return f"Composite({label}{rule}, {list(self.shape)}, {len(self.members)} members)"
+
+
+Item = Union[Tensor, Composite]
+
+
+def walk(item: Item, name: Optional[str] = None) -> Iterator[tuple[Optional[str], Item]]:
+    """Pre-order (head first, then members) ``(name, item)`` pairs; members without a
+    name get ``<parent>.<i>`` (the reference's naming)."""
+    yield name, item
+    if isinstance(item, Composite):
+        for i, member in enumerate(item.members):
+            child = member.name if member.name is not None else (None if name is None else f"{name}.{i}")
+            yield from walk(member, child)

@@ -1,0 +1,386 @@
+"""The ``hurray-schema`` command line, driven as a real subprocess.
+
+Inputs are built by our writers (or typed as hex); expected values are typed from the
+spec tables, never computed by the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "hurray_schema" / "samples"
+
+# A float32 [3, 4] row-major tensor with one 48-byte buffer (metadata.md § Worked Example).
+ROW_MAJOR_F32_3X4 = bytes.fromhex(
+    "4852525901003d000000000000000301020000000300000000000000"
+    "040000000000000000000000000000000130000000000000004000000000000000"
+)
+
+
+def _command() -> list[str]:
+    script = Path(sys.executable).parent / "hurray-schema"
+    if script.is_file() and os.access(script, os.X_OK):
+        return [str(script)]
+    found = shutil.which("hurray-schema")
+    if found and Path(found).resolve().parent == Path(sys.executable).resolve().parent:
+        return [found]
+    return [sys.executable, "-m", "hurray_schema"]
+
+
+CLI = _command()
+
+
+def run(*args, input: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *map(str, args)], input=input, capture_output=True, timeout=120)
+
+
+def out(done: subprocess.CompletedProcess) -> str:
+    return done.stdout.decode("utf-8")
+
+
+# --------------------------------------------------------------------------------------
+# help, rules
+# --------------------------------------------------------------------------------------
+
+
+def test_help_lists_every_command():
+    done = run("--help")
+    assert done.returncode == 0
+    for command in ("audit", "inspect", "rules", "docs", "merge"):
+        assert command in out(done)
+
+
+def test_module_entry_point_runs():
+    done = subprocess.run([sys.executable, "-m", "hurray_schema", "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and "hurray-schema" in done.stdout
+
+
+def test_rules_table_and_json_agree():
+    table = run("rules")
+    assert table.returncode == 0
+    listed = json.loads(out(run("rules", "--json")))
+    ids = [r["id"] for r in listed]
+    assert len(ids) == len(set(ids)) and "descriptor.magic" in ids
+    magic = next(r for r in listed if r["id"] == "descriptor.magic")
+    assert (magic["level"], magic["citation"]) == ("MUST", "metadata.md § Fixed Header")
+    assert set(magic) >= {"id", "level", "citation", "summary", "scope", "permissive"}
+    text = out(table)
+    for rule in listed:
+        assert rule["id"] in text
+    assert f"{len(listed)} rules" in text
+
+
+# --------------------------------------------------------------------------------------
+# inspect
+# --------------------------------------------------------------------------------------
+
+
+def test_inspect_descriptor_tree(tmp_path):
+    path = tmp_path / "t.bin"
+    path.write_bytes(ROW_MAJOR_F32_3X4)
+    done = run("inspect", path)
+    assert done.returncode == 0, done.stderr
+    lines = out(done).splitlines()
+    assert lines[0].endswith("tensor descriptor, 61 bytes")
+
+    def line(name):
+        return next(s for s in lines if f" {name} " in s and "=" in s)
+
+    # (byte range, raw bytes, value, type, citation) from metadata.md § Fixed Header
+    assert line("magic").split()[:5] == ["0-3", "48", "52", "52", "59"]
+    assert '= "HRRY"' in line("magic") and "bytes[4]" in line("magic")
+    # a citation every field of a section shares is printed on the section line
+    assert any(s.strip().startswith("fixed_header @0-19") and "metadata.md § Fixed Header" in s for s in lines)
+    assert line("descriptor_length").split()[:5] == ["6-9", "3d", "00", "00", "00"]
+    assert "= 61" in line("descriptor_length") and "uint32" in line("descriptor_length")
+    assert line("type_tag").split()[:2] == ["14", "03"] and "FLOAT32" in line("type_tag")
+    assert "element-types.md" in line("type_tag")
+    assert line("shape").split()[0] == "20-35" and "= [3, 4]" in line("shape")
+    assert line("byte_size").split()[0] == "45-52" and "= 48" in line("byte_size")
+    assert line("alignment").split()[0] == "53-56" and "= 64" in line("alignment")
+    assert line("_reserved").split()[:2] == ["60", "00"]
+    for section in ("fixed_header @0-19", "shape @20-35", "byte_offset @36-43", "buffer_table @44-60",
+                    "buffers[0] @45-60"):
+        assert any(section in s for s in lines), section
+
+
+def test_inspect_hex_table(tmp_path):
+    path = tmp_path / "t.bin"
+    path.write_bytes(ROW_MAJOR_F32_3X4)
+    done = run("inspect", "--hex", path)
+    assert done.returncode == 0
+    text = out(done)
+    assert "00000006  3d 00 00 00" in text and "descriptor_length = 61" in text
+    assert "00000014  03 00 00 00 00 00 00 00 04 00 00 00 00 00 00 00" in text  # shape, one 16-byte row
+    assert "0000002d  30 00 00 00 00 00 00 00" in text and "byte_size = 48" in text
+
+
+def test_inspect_file_tree_nests_members():
+    done = run("inspect", SAMPLES / "sample.hrry")
+    assert done.returncode == 0, done.stderr
+    lines = out(done).splitlines()
+    heads = {s.strip().split(" @")[0]: len(s) - len(s.lstrip()) for s in lines if s.lstrip().startswith(("tensor '", "file header", "kv metadata", "index @", "trailer @"))}
+    assert heads["tensor 'weights'"] == 0 and heads["tensor 'bias'"] == 0
+    assert heads["tensor 'weights.0'"] == heads["tensor 'weights.1'"] == 2
+    for part in ("file header", "kv metadata", "index", "trailer"):
+        assert heads[part] == 0
+    text = out(done)
+    assert "composition_rule" in text and "PARTITION" in text and "member_count" in text
+    assert '"HRRYFILE"' in text and '= "producer"' in text and '"weights.1"' in text
+    assert "file-format.md § Trailer" in text and "layouts/composite.md § Head Layout-Specific Fields" in text
+    # data buffers sit on the file's 4096-byte alignment
+    assert any(s.strip().startswith("4096-4143") and "data" in s for s in lines)
+
+
+def test_inspect_bare_stream():
+    done = run("inspect", SAMPLES / "sample.stream")
+    assert done.returncode == 0, done.stderr
+    text = out(done)
+    assert "bare stream" in text.splitlines()[0]
+    assert "tensor 0 @0-52" in text and "  tensor 1 @" in text and "tensor 3 @" in text
+    assert "buffer 0 data" in text
+
+
+def test_inspect_truncated_descriptor_reports_and_stops(tmp_path):
+    path = tmp_path / "t.bin"
+    path.write_bytes(ROW_MAJOR_F32_3X4[:40])
+    done = run("inspect", "--kind", "descriptor", path)
+    assert done.returncode == 0
+    text = out(done)
+    assert "descriptor.truncated" in text and "shape" in text
+
+
+def test_inspect_unknown_input_exits_2(tmp_path):
+    path = tmp_path / "junk.bin"
+    path.write_bytes(b"\x00" * 100)
+    done = run("inspect", path)
+    assert done.returncode == 2 and b"not a Hurray" in done.stderr
+    assert run("inspect", tmp_path / "missing.bin").returncode == 2
+
+
+def test_inspect_reads_stdin():
+    done = run("inspect", "-", input=ROW_MAJOR_F32_3X4)
+    assert done.returncode == 0 and "descriptor_length" in out(done)
+
+
+# --------------------------------------------------------------------------------------
+# audit
+# --------------------------------------------------------------------------------------
+
+
+def _has_audit() -> bool:
+    try:
+        from hurray_schema import audit
+    except ImportError:
+        return False
+    return hasattr(audit, "audit")
+
+
+needs_audit = pytest.mark.skipif(not _has_audit(), reason="hurray_schema.audit.audit is not available yet")
+
+
+def test_audit_clean_descriptor_exits_0(tmp_path):
+    path = tmp_path / "t.bin"
+    path.write_bytes(ROW_MAJOR_F32_3X4)
+    done = run("audit", path)
+    assert done.returncode == 0, out(done) + done.stderr.decode()
+    assert out(done).splitlines()[-1].startswith("OK: 0 findings")
+    data = json.loads(out(run("audit", "--json", path)))
+    assert data["schema"] == "hurray-schema/audit/1" and data["ok"] is True and data["exit_code"] == 0
+    assert data["findings"] == [] and data["summary"]["tensors"] == 1
+
+
+def test_audit_bad_magic_is_unreadable(tmp_path):
+    path = tmp_path / "t.bin"
+    path.write_bytes(b"XXXX" + ROW_MAJOR_F32_3X4[4:])
+    assert run("audit", path).returncode == 2
+    assert run("audit", tmp_path / "missing.bin").returncode == 2
+    data = json.loads(out(run("audit", "--json", tmp_path / "missing.bin")))
+    assert data["exit_code"] == 2 and data["error"]
+
+
+def test_audit_descriptor_finding_exits_1(tmp_path):
+    path = tmp_path / "t.bin"
+    bad = bytearray(ROW_MAJOR_F32_3X4)
+    bad[10] = 0x80  # flags bit 7: reserved (metadata.md § Flags)
+    path.write_bytes(bad)
+    done = run("audit", path)
+    assert done.returncode == 1
+    text = out(done)
+    assert "descriptor.flags.reserved" in text and "at byte 10" in text and "metadata.md § Flags" in text
+    assert text.splitlines()[-1].startswith("FAIL: 1 finding")
+    data = json.loads(out(run("audit", "--json", path)))
+    (finding,) = data["findings"]
+    assert (finding["rule_id"], finding["offset"], finding["citation"]) == (
+        "descriptor.flags.reserved", 10, "metadata.md § Flags")
+    assert finding["error"] is True and data["exit_code"] == 1
+
+
+@needs_audit
+def test_audit_clean_sample_file_exits_0():
+    done = run("audit", SAMPLES / "sample.hrry")
+    assert done.returncode == 0, out(done)
+    assert out(done).splitlines()[-1].startswith("OK: 0 findings")
+    assert run("audit", SAMPLES / "sample.stream").returncode == 0
+
+
+def _bad_file(tmp_path) -> tuple[Path, dict]:
+    """A file with a partition gap, a non-zero buffer-handle reserved byte and a torn composite."""
+    from hurray_schema.io.file import write_file
+    from hurray_schema.io.tensor import Composite, Tensor
+    from hurray_schema.model import CompositionRule, ElementType, Shard
+
+    f32 = np.float32
+    gap = Composite.build(CompositionRule.PARTITION, [
+        Tensor.from_numpy(np.zeros((4, 3), f32), shard=Shard((4, 6), (0, 0))),
+        Tensor.from_numpy(np.ones((4, 2), f32), shard=Shard((4, 6), (0, 3))),  # column 5 is covered by nobody
+    ], shape=(4, 6), type_tag=ElementType.FLOAT32)
+    bias = Tensor.from_numpy(np.zeros(6, f32))
+    group = Composite.build(CompositionRule.GROUP, [
+        Tensor.from_numpy(np.zeros(2, f32)), Tensor.from_numpy(np.zeros(3, f32)),
+    ], shape=(2,), type_tag=ElementType.FLOAT32)
+    path = tmp_path / "bad.hrry"
+    entries = {e.name: e for e in write_file(path, {"gap": gap, "bias": bias, "group": group})}
+    data = bytearray(path.read_bytes())
+    # bias: rank-1 row-major float32 with one buffer and no sections, so its descriptor ends
+    # with the 16-byte buffer handle whose last byte is _reserved (buffer-protocol.md § Buffer Handle)
+    reserved_at = entries["bias"].descriptor_offset + entries["bias"].descriptor_length - 1
+    data[reserved_at] = 0x01
+    # group head (rank 1): member_count at 20 + 8 + 8 + 4 = 40 (layouts/composite.md); 3 > the 2 written
+    count_at = entries["group"].descriptor_offset + 40
+    assert data[count_at] == 2
+    data[count_at] = 3
+    path.write_bytes(data)
+    return path, {"reserved": reserved_at, "group": entries["group"].descriptor_offset,
+                  "gap": entries["gap"].descriptor_offset}
+
+
+@needs_audit
+def test_audit_lists_torn_composite_partition_gap_and_reserved_byte(tmp_path):
+    path, at = _bad_file(tmp_path)
+    done = run("audit", path)
+    assert done.returncode == 1, out(done) + done.stderr.decode()
+    text = out(done)
+    data = json.loads(out(run("audit", "--json", path)))
+    assert data["exit_code"] == 1 and data["ok"] is False
+    ids = [f["rule_id"] for f in data["findings"]]
+    torn = [f for f in data["findings"] if "torn" in f["rule_id"]]
+    gap = [f for f in data["findings"] if "partition" in f["rule_id"] and ("cover" in f["rule_id"] or "gap" in f["rule_id"])]
+    reserved = [f for f in data["findings"] if "reserved" in f["rule_id"]]
+    assert torn and gap and reserved, ids
+    assert reserved[0]["offset"] == at["reserved"]
+    assert "buffer-protocol.md" in reserved[0]["citation"] or "metadata.md" in reserved[0]["citation"]
+    assert torn[0]["citation"] and gap[0]["citation"].startswith("layouts/composite.md")
+    for f in torn + gap + reserved:
+        assert f["rule_id"] in text and f["citation"] in text and f["error"] is True
+        if f["offset"] is not None:
+            assert f"at byte {f['offset']}" in text
+    # grouped under the tensor / composite the offset falls in
+    assert reserved[0]["group"] == "tensor 'bias'"
+    assert text.splitlines()[-1].startswith(f"FAIL: {len(ids)} finding")
+
+
+@needs_audit
+def test_audit_permissive_flag_and_stdin(tmp_path):
+    path, _ = _bad_file(tmp_path)
+    strict = json.loads(out(run("audit", "--json", path)))
+    loose = json.loads(out(run("audit", "--json", "--permissive", path)))
+    assert loose["mode"] == "permissive" and strict["mode"] == "strict"
+    piped = run("audit", "--json", "-", input=path.read_bytes())
+    assert piped.returncode == 1
+    assert [f["rule_id"] for f in json.loads(out(piped))["findings"]] == [f["rule_id"] for f in strict["findings"]]
+
+
+# --------------------------------------------------------------------------------------
+# merge, samples
+# --------------------------------------------------------------------------------------
+
+
+def _can_materialize() -> bool:
+    try:
+        from hurray_schema import evaluate
+    except ImportError:
+        return False
+    return hasattr(evaluate, "materialize")
+
+
+@pytest.mark.skipif(not _can_materialize(), reason="hurray_schema.evaluate.materialize is not available yet")
+def test_merge_writes_the_logical_array(tmp_path):
+    target = tmp_path / "weights.npy"
+    done = run("merge", SAMPLES / "sample.hrry", "weights", "-o", target)
+    assert done.returncode == 0, done.stderr
+    np.testing.assert_array_equal(np.load(target), np.arange(24, dtype=np.float32).reshape(4, 6))
+    bias = tmp_path / "bias.npy"
+    assert run("merge", SAMPLES / "sample.hrry", "bias", "-o", bias).returncode == 0
+    np.testing.assert_array_equal(np.load(bias), np.linspace(-1.0, 1.0, 6, dtype=np.float32))
+
+
+@pytest.mark.skipif(not _can_materialize(), reason="hurray_schema.evaluate.materialize is not available yet")
+def test_merge_a_member_and_refuse_a_group(tmp_path):
+    from hurray_schema.io.file import write_file
+    from hurray_schema.io.tensor import Composite, Tensor
+    from hurray_schema.model import CompositionRule, ElementType
+
+    member = tmp_path / "m.npy"
+    assert run("merge", SAMPLES / "sample.hrry", "weights.1", "-o", member).returncode == 0
+    np.testing.assert_array_equal(np.load(member), np.arange(24, dtype=np.float32).reshape(4, 6)[:, 3:])
+    group = Composite.build(CompositionRule.GROUP, [
+        Tensor.from_numpy(np.zeros(2, np.float32)), Tensor.from_numpy(np.ones(3, np.int8)),
+    ], shape=(2,), type_tag=ElementType.FLOAT32)
+    path = tmp_path / "g.hrry"
+    write_file(path, {"g": group})
+    done = run("merge", path, "g", "-o", tmp_path / "g.npy")
+    assert done.returncode == 2 and b"group composite" in done.stderr and b"g.1" in done.stderr
+    assert not (tmp_path / "g.npy").exists()
+
+
+def test_merge_unknown_name_exits_2(tmp_path):
+    done = run("merge", SAMPLES / "sample.hrry", "nope", "-o", tmp_path / "x.npy")
+    assert done.returncode == 2 and b"nope" in done.stderr
+
+
+def test_bundled_samples_are_reproducible():
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "make_samples.py"), "--check"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+
+
+def test_progress_bar_only_when_stderr_is_a_terminal(tmp_path):
+    pty = pytest.importorskip("pty")
+    import select
+
+    path = tmp_path / "t.bin"
+    path.write_bytes(ROW_MAJOR_F32_3X4)
+    env = dict(os.environ, HURRAY_SCHEMA_PROGRESS_BYTES="1")  # every input counts as large
+    piped = subprocess.run([*CLI, "audit", str(path)], capture_output=True, env=env, timeout=120)
+    assert piped.returncode == 0 and b"auditing" not in piped.stderr
+    master, slave = pty.openpty()
+    try:
+        done = subprocess.run([*CLI, "audit", str(path)], stdout=subprocess.PIPE, stderr=slave, env=env, timeout=120)
+        os.close(slave)
+        slave = None
+        seen = b""
+        while select.select([master], [], [], 0.5)[0]:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        if slave is not None:
+            os.close(slave)
+        os.close(master)
+    assert done.returncode == 0
+    assert b"auditing" in seen and b"100%" in seen
+    assert b"auditing" not in done.stdout  # the report itself stays clean

@@ -1,0 +1,143 @@
+"""The annotated view behind ``hurray-schema inspect``: every byte of a descriptor is
+covered by exactly one field, the parts agree with ``descriptor_spans``, and hostile
+bytes never make it crash."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hurray_schema.codec import encode_descriptor
+from hurray_schema.errors import HurraySchemaError
+from hurray_schema.hexview import annotate, annotate_descriptor, detect_kind, render_hex, render_tree
+from hurray_schema.model import (
+    BlockPagedLayout, BufferHandle, CombineOp, CompositeLayout, CompositeMember, CompositionRule, CooLayout,
+    CsfLayout, ElementType, ExtensionLayout, ExtensionType, MemberRole, Nf4, PerBlockAffine, Shard, Statistics,
+    StridedLayout, TensorDescriptor, TiledLayout,
+)
+from hurray_schema.structs.wire import descriptor_spans
+
+F32 = ElementType.FLOAT32
+
+DESCRIPTORS = {
+    "dense": TensorDescriptor(F32, (3, 4), buffers=[BufferHandle(48)]),
+    "scalar": TensorDescriptor(F32, (), buffers=[BufferHandle(4)]),
+    "strided": TensorDescriptor(F32, (2, 3), layout=StridedLayout((-3, 1)), buffers=[BufferHandle(24)]),
+    "tiled-nested": TensorDescriptor(F32, (8, 8), layout=TiledLayout(
+        (4, 4), outer_layout=3, inner_layout=4, outer_strides=(2, 1),
+        inner=TiledLayout((2, 2), inner_layout=3, inner_strides=(2, 1))), buffers=[BufferHandle(256)]),
+    "coo": TensorDescriptor(F32, (5, 5), layout=CooLayout(3, 1), buffers=[BufferHandle(12), BufferHandle(48)]),
+    "csf": TensorDescriptor(F32, (2, 2, 2), layout=CsfLayout(2, (2, 0, 1)), buffers=[BufferHandle(8)] * 7),
+    "block-paged": TensorDescriptor(F32, (4, 16, 8), layout=BlockPagedLayout(16, 4, 2),
+                                    buffers=[BufferHandle(2048), BufferHandle(8), BufferHandle(12)]),
+    "head": TensorDescriptor(F32, (8, 8), layout=CompositeLayout(CompositionRule.OVERLAY, 2, CombineOp.REPLACE)),
+    "member": TensorDescriptor(ElementType.INT4, (8, 8), buffers=[BufferHandle(32), BufferHandle(8)],
+                               quantization=PerBlockAffine(axis=1, block_size=4, scale_buffer_index=1,
+                                                           scale_type_tag=ElementType.FLOAT16, flags=1),
+                               shard=Shard((8, 8), (0, 0)), statistics=Statistics(computed_mask=1, nnz=5),
+                               composite_member=CompositeMember(MemberRole.BASE)),
+    "nf4-padded": TensorDescriptor(ElementType.UINT4, (4, 8), buffers=[BufferHandle(16), BufferHandle(16)],
+                                   quantization=Nf4(axis=1, block_size=8, scale_buffer_index=1, padding=b"\0" * 4)),
+    "extension": TensorDescriptor(0xF3, (4,), layout=ExtensionLayout(0xF1, 7, b"abc"), buffers=[BufferHandle(3)],
+                                  extension_type=ExtensionType(bit_width=6, is_float=1, exponent_bits=3,
+                                                               mantissa_bits=2, sign_bits=1)),
+}
+
+
+def _fields(nodes):
+    return [n for n in nodes if n.kind in ("field", "opaque")]
+
+
+@pytest.mark.parametrize("name", sorted(DESCRIPTORS))
+def test_every_byte_is_one_field(name):
+    wire = encode_descriptor(DESCRIPTORS[name])
+    nodes, desc, end = annotate_descriptor(wire)
+    assert desc == DESCRIPTORS[name] and end == len(wire)
+    assert not [n for n in nodes if n.kind == "error"]
+    pos = 0
+    for n in _fields(nodes):
+        assert n.start == pos, (n.label, n.start, pos)
+        assert n.raw == wire[n.start:n.end]
+        pos = n.end
+    assert pos == len(wire)
+
+
+@pytest.mark.parametrize("name", sorted(DESCRIPTORS))
+def test_parts_agree_with_descriptor_spans(name):
+    desc = DESCRIPTORS[name]
+    wire = encode_descriptor(desc)
+    nodes, _, _ = annotate_descriptor(wire)
+    top = {n.label.split(" ")[0]: (n.start, n.end) for n in nodes if n.kind == "section" and n.depth == 1}
+    for part, start, end in descriptor_spans(desc):
+        if start == end:
+            continue
+        assert top[part] == (start, end), part
+
+
+def test_decoded_values_and_tag_names():
+    wire = encode_descriptor(DESCRIPTORS["member"])
+    nodes = {}
+    for n in _fields(annotate(wire)):
+        nodes.setdefault(n.label, n)  # first occurrence: the fixed header's flags
+    assert nodes["type_tag"].text == "0x48 (INT4)"
+    # flags bits 0, 1, 3, 4 (metadata.md § Flags)
+    assert nodes["flags"].value == 0b11011 and "HAS_QUANTIZATION|HAS_SHARD|HAS_STATISTICS|HAS_COMPOSITE_MEMBER" in nodes["flags"].text
+    assert nodes["scale_type_tag"].text == "0x01 (FLOAT16)"
+    quant_flags = [n for n in _fields(annotate(wire)) if n.label == "flags"][1]
+    assert quant_flags.text == "0x0001 (SYMMETRIC)" and quant_flags.type == "uint16"
+    assert nodes["member_role"].text == "0x01 (BASE)" and nodes["member_role"].type == "uint8"
+    assert nodes["_reserved"].ref  # every field carries its citation
+    assert all(n.ref for n in _fields(annotate(wire)))
+
+
+def test_renderers_show_every_field():
+    wire = encode_descriptor(DESCRIPTORS["tiled-nested"])
+    nodes = annotate(wire)
+    tree, table = render_tree(nodes), render_hex(nodes)
+    for n in _fields(nodes):
+        assert n.label in tree and n.label in table
+    assert "level 2" in tree
+
+
+def test_detect_kind():
+    wire = encode_descriptor(DESCRIPTORS["dense"])
+    assert detect_kind(wire) == "descriptor"
+    assert detect_kind(wire + bytes(48)) == "stream"
+    assert detect_kind(b"HRRYFILE" + bytes(100)) == "file"
+    assert detect_kind(struct.pack("<III", 4, 1, 0)) == "messages"
+    assert detect_kind(b"") == "unknown"
+    with pytest.raises(HurraySchemaError):
+        annotate(b"nothing here")
+
+
+_SEEDS = [encode_descriptor(d) for d in DESCRIPTORS.values()]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.sampled_from(_SEEDS),
+    edits=st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=6),
+    cut=st.integers(0, 400),
+    kind=st.sampled_from(["descriptor", "stream", "file", "messages"]),
+)
+def test_hostile_bytes_never_crash(seed, edits, cut, kind):
+    data = bytearray(seed)
+    for at, value in edits:
+        if at < len(data):
+            data[at] = value
+    data = bytes(data[: max(cut, 1)])
+    if kind == "file":
+        data = b"HRRYFILE" + data
+    elif kind == "messages":
+        data = struct.pack("<III", 4, 1, len(data)) + data
+    try:
+        nodes = annotate(data, kind)
+    except HurraySchemaError:
+        return
+    for n in nodes:
+        assert 0 <= n.start <= n.end <= len(data) or n.kind == "opaque" and n.label == "data"
+    render_tree(nodes)
+    render_hex(nodes)

@@ -1,0 +1,134 @@
+"""Generated format documentation: committed pages are current, and the composite tables
+carry every field with the spec's type and offset (expected values typed from the spec
+tables ``layouts/composite.md § Head Layout-Specific Fields`` and ``metadata.md §
+Composite Member Section``, not computed by the generator)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hurray_schema.docs import check_docs, render_pages
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = ROOT / "docs" / "format"
+
+
+def _table(page: str, struct: str) -> list[dict]:
+    """Rows of the table under ``## `STRUCT` `` as dicts keyed by the header cells."""
+    text = render_pages()[page]
+    start = text.index(f"## `{struct}`")
+    lines = text[start:].splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("| Offset"))
+    header = [c.strip() for c in lines[first].strip("|").split("|")]
+    rows = []
+    for line in lines[first + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
+        rows.append(dict(zip(header, cells)))
+    return rows
+
+
+def test_committed_pages_equal_a_fresh_render():
+    stale = check_docs(COMMITTED)
+    assert not stale, f"docs/format is out of date ({stale}); run `hurray-schema docs docs/format`"
+
+
+def test_docs_command_writes_the_same_pages(tmp_path):
+    out = tmp_path / "format"
+    subprocess.run([sys.executable, "-m", "hurray_schema", "docs", str(out)], check=True, capture_output=True)
+    for page in COMMITTED.glob("*.md"):
+        assert (out / page.name).read_text(encoding="utf-8") == page.read_text(encoding="utf-8"), page.name
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in COMMITTED.glob("*.md"))
+
+
+def test_docs_check_flags_a_hand_edit(tmp_path):
+    out = tmp_path / "format"
+    subprocess.run([sys.executable, "-m", "hurray_schema", "docs", str(out)], check=True, capture_output=True)
+    page = out / "layouts.md"
+    page.write_text(page.read_text(encoding="utf-8").replace("uint32", "uint16", 1), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "hurray_schema", "docs", "--check", str(out)], capture_output=True, text=True)
+    assert done.returncode == 1 and "layouts.md" in done.stderr
+
+
+# composite head, layouts/composite.md § Head Layout-Specific Fields: (field, type, offset in table)
+COMPOSITE_HEAD = [
+    ("composition_rule", "uint8", "0"),
+    ("combine_op", "uint8", "1"),
+    ("_reserved", "uint8[2]", "2"),
+    ("member_count", "uint32", "4"),
+]
+# metadata.md § Composite Member Section
+COMPOSITE_MEMBER = [("member_role", "uint8", "0"), ("_reserved", "uint8[15]", "1")]
+
+
+def test_composite_head_table_has_every_field_with_type_and_offset():
+    rows = _table("layouts.md", "COMPOSITE")
+    got = [(r["Field"].strip("`"), r["Type"].strip("`"), r["Offset"]) for r in rows]
+    assert got == COMPOSITE_HEAD
+    # the head's layout fields follow the 20-byte header, shape (8 bytes per dimension)
+    # and byte_offset (8 bytes): metadata.md § Overall Descriptor Structure
+    assert [r["In descriptor"] for r in rows] == [
+        "28 + 8·rank", "29 + 8·rank", "30 + 8·rank", "32 + 8·rank",
+    ]
+    assert all(r["Citation"] == "layouts/composite.md § Head Layout-Specific Fields" for r in rows)
+
+
+def test_composite_member_section_table_has_every_field_with_type_and_offset():
+    rows = _table("sections.md", "COMPOSITE_MEMBER_SECTION")
+    got = [(r["Field"].strip("`"), r["Type"].strip("`"), r["Offset"]) for r in rows]
+    assert got == COMPOSITE_MEMBER
+    assert all(r["Citation"] == "metadata.md § Composite Member Section" for r in rows)
+    page = render_pages()["sections.md"]
+    assert "Size: 16 bytes. Present when flag bit 4 (HAS_COMPOSITE_MEMBER) is set." in page
+
+
+def test_fixed_header_offsets_match_the_spec_table():
+    rows = _table("descriptor.md", "FIXED_HEADER")
+    # metadata.md § Fixed Header
+    assert [(r["Offset"], r["Field"].strip("`"), r["Type"].strip("`")) for r in rows] == [
+        ("0", "magic", "bytes[4]"), ("4", "version_major", "uint8"), ("5", "version_minor", "uint8"),
+        ("6", "descriptor_length", "uint32"), ("10", "flags", "uint32"), ("14", "type_tag", "uint8"),
+        ("15", "layout_tag", "uint8"), ("16", "rank", "uint32"),
+    ]
+
+
+def test_buffer_handle_and_variable_tables():
+    rows = _table("descriptor.md", "BUFFER_HANDLE")
+    assert [(r["Offset"], r["Field"].strip("`")) for r in rows] == [
+        ("0", "byte_size"), ("8", "alignment"), ("12", "device_tag"), ("13", "sync_mode"),
+        ("14", "memory_class"), ("15", "_reserved"),
+    ]
+    tiled = _table("layouts.md", "TILED")
+    assert tiled[0]["Type"] == "`uint64[rank]`" and tiled[1]["Offset"] == "8·rank"
+    assert tiled[-1]["Offset"] == "—"  # after a conditional field the offset is not fixed
+    ext = _table("layouts.md", "EXTENSION")
+    assert ext[-1]["Type"] == "`bytes[extension_data_length]`"
+
+
+def test_tag_tables_and_rule_index():
+    pages = render_pages()
+    tags = pages["tags.md"]
+    assert "## `CompositionRule`" in tags and "| 0x03 | `GROUP` |" in tags
+    assert "| 4 | 0x00000010 | `HAS_COMPOSITE_MEMBER` |" in tags
+    index = pages["index.md"]
+    from hurray_schema.rules.engine import registry
+
+    for rule in registry():
+        assert f"| `{rule.id}` |" in index
+    magic = next(line for line in index.splitlines() if line.startswith("| `descriptor.magic` |"))
+    assert "[`FIXED_HEADER`](descriptor.md#fixed_header)" in magic
+
+
+@pytest.mark.parametrize("page", sorted(render_pages()))
+def test_links_point_at_existing_anchors(page):
+    pages = render_pages()
+    for target, anchor in re.findall(r"\]\(([\w-]+\.md)(?:#([\w-]+))?\)", pages[page]):
+        assert target in pages, target
+        if anchor:
+            assert f'<a id="{anchor}"></a>' in pages[target], f"{target}#{anchor}"
