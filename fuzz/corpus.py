@@ -34,11 +34,12 @@ def seed_descriptors() -> list[TensorDescriptor]:
         TensorDescriptor(f32, (4, 4), HilbertLayout(2, 2), (buf(64),)),
         TensorDescriptor(f32, (3, 3), CooLayout(2, 1), (buf(8), buf(32))),
         TensorDescriptor(f32, (3, 3), CsrLayout(0), (buf(0), buf(0), buf(32))),
-        TensorDescriptor(f32, (2, 2, 2), CsfLayout(1, (0, 1, 2)), tuple(buf(8) for _ in range(7))),
-        TensorDescriptor(0x01, (4, 16, 2, 8), BlockPagedLayout(16, 4, 2),
-                         (buf(4096), buf(16), buf(12))),
+        TensorDescriptor(f32, (2, 2, 2), CsfLayout(3, (0, 1, 2)),
+                         tuple(buf(n) for n in (12, 16, 16, 24, 24, 32, 24))),
+        TensorDescriptor(0x01, (9, 2, 8), BlockPagedLayout(4, 3, 2, kv_role=1, layer_index=5),
+                         (buf(384), buf(12), buf(12))),
         TensorDescriptor(f32, (8, 8), CompositeLayout(1, 2)),
-        TensorDescriptor(0x48, (128, 128), buffers=(buf(8192), buf(256)),
+        TensorDescriptor(0x48, (128, 128), buffers=(buf(8192), buf(512)),
                          quantization=PerBlockAffine(1, 64, 1, scale_type_tag=0x01, flags=1)),
         TensorDescriptor(0x11, (10,), buffers=(buf(10),), quantization=PerTensorAffine(0.5, 3)),
         TensorDescriptor(f32, (8, 4), buffers=(buf(128),), shard=Shard((8, 8), (0, 4)),
@@ -169,3 +170,35 @@ def seed_files(directory: Path) -> list[bytes]:
     if CONFORMANCE_FILES.is_dir():
         seeds += [p.read_bytes() for p in sorted(CONFORMANCE_FILES.glob("*.hrry"))]
     return seeds
+
+
+def seeds_for(entry_point: str, scratch: Path) -> list[bytes]:
+    """The seed inputs of one fuzzed entry point (see ``fuzz/harness.py``)."""
+    if entry_point == "decode_descriptor":
+        return seed_inputs()
+    if entry_point == "read_stream":
+        return seed_streams("bare") + seed_streams("messages")
+    if entry_point == "read_file":
+        return seed_files(scratch)
+    if entry_point == "audit":
+        return seed_inputs() + seed_streams("bare") + seed_files(scratch)
+    raise KeyError(entry_point)
+
+
+def main(argv: list[str]) -> None:
+    """``python -m fuzz.corpus ENTRY_POINT DIR``: write that entry point's seeds into DIR."""
+    import tempfile
+
+    name, out = argv[1], Path(argv[2])
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        seeds = seeds_for(name, Path(scratch))
+    for i, data in enumerate(seeds):
+        (out / f"seed{i:03d}").write_bytes(data)
+    print(f"{len(seeds)} seeds for {name} in {out}")
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv)

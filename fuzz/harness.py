@@ -1,73 +1,136 @@
 """Coverage-guided fuzzing of every entry point with atheris.
 
-    python -m fuzz.harness decode_descriptor -max_total_time=600 fuzz/corpus_out
+    python -m fuzz.corpus read_stream /tmp/corpus_stream        # seed inputs, once
+    python -m fuzz.harness read_stream -max_total_time=600 /tmp/corpus_stream
 
 The invariant checked on every input: the entry point returns a value or raises a
 ``HurraySchemaError`` subclass -- any other exception is a finding (atheris stops and
-writes the crashing input).  Entry points that are not present in this build are
-reported and skipped.
+writes the crashing input) -- and the traced peak allocation (``tracemalloc``, every
+``TRACE_EVERY``-th input) stays below 1 MiB plus a few times the input's size.
+Entry points that are not present in this build are reported and skipped.
+
+What each entry point gets:
+
+* ``decode_descriptor``: the bytes, in strict then permissive mode;
+* ``read_stream``: the bytes as a bare stream and as a message-framed stream (strict and
+  permissive alternate with the input's length);
+* ``read_file``: the bytes written to a scratch file in ``/dev/shm``; for odd-length
+  inputs the trailer's index CRC is recomputed first so that mutations reach the index
+  and KV decoders instead of stopping at the CRC check;
+* ``audit``: the bytes, strict and permissive.
 """
 
 from __future__ import annotations
 
-import io
 import sys
-import tempfile
+import tracemalloc
 
 import hurray_schema as hs
+
+from . import targets
+from .mutate import refresh_index_crc
+
+TRACE_EVERY = 64
+MEMORY_SLACK = 1 << 20
+MEMORY_FACTOR = 4
 
 
 def _decode_descriptor(data: bytes) -> None:
     for mode in ("strict", "permissive"):
-        hs.decode_descriptor(data, mode=mode)
-
-
-def _read_stream(data: bytes) -> None:
-    for framing in ("bare", "messages"):
-        for item in hs.read_stream(io.BytesIO(data), framing=framing, mode="permissive"):
-            pass
-
-
-def _read_file(data: bytes) -> None:
-    with tempfile.NamedTemporaryFile(suffix=".hrry") as f:
-        f.write(data)
-        f.flush()
-        with hs.read_file(f.name, mode="permissive") as hf:
-            for name in hf:
-                hf[name]
-
-
-def _audit(data: bytes) -> None:
-    hs.audit(data, mode="permissive")
-
-
-ENTRY_POINTS = {
-    "decode_descriptor": (_decode_descriptor, "decode_descriptor"),
-    "read_stream": (_read_stream, "read_stream"),
-    "read_file": (_read_file, "read_file"),
-    "audit": (_audit, "audit"),
-}
-
-
-def guarded(target):
-    def one_input(data: bytes) -> None:
         try:
-            target(data)
+            targets.run_decode_descriptor(data, mode)
         except hs.HurraySchemaError:
             pass
 
+
+def _read_stream(data: bytes) -> None:
+    mode = "permissive" if len(data) % 2 else "strict"
+    for framing in ("bare", "messages"):
+        try:
+            targets.run_read_stream(data, mode, framing)
+        except hs.HurraySchemaError:
+            pass
+
+
+_SCRATCH = None
+
+
+def _read_file(data: bytes) -> None:
+    global _SCRATCH
+    if _SCRATCH is None:
+        _SCRATCH = targets.scratch_file()
+    if len(data) % 2:
+        data = refresh_index_crc(data)
+    targets.write_scratch(_SCRATCH, data)
+    try:
+        targets.run_read_file(_SCRATCH, "permissive" if len(data) % 4 >= 2 else "strict")
+    except hs.HurraySchemaError:
+        pass
+
+
+def _audit(data: bytes) -> None:
+    for mode in ("strict", "permissive"):
+        try:
+            targets.run_audit(data, mode)
+        except hs.HurraySchemaError:
+            pass
+
+
+ENTRY_POINTS = {
+    "decode_descriptor": _decode_descriptor,
+    "read_stream": _read_stream,
+    "read_file": _read_file,
+    "audit": _audit,
+}
+
+
+def checked(target):
+    """``target`` with the memory invariant added (on a sample of the inputs)."""
+    count = [0]
+
+    def one_input(data: bytes) -> None:
+        count[0] += 1
+        if count[0] % TRACE_EVERY:
+            target(data)
+            return
+        target(data)  # untraced first: a lazy import on a new code path is not the input's cost
+        tracemalloc.start()
+        try:
+            target(data)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        if peak >= MEMORY_SLACK + MEMORY_FACTOR * len(data):
+            raise MemoryError(f"peak allocation {peak} bytes for a {len(data)}-byte input")
+
     return one_input
+
+
+def _import_everything() -> None:
+    """Import every hurray_schema module now: ``instrument_all`` only instruments what is
+    loaded, and the readers import some rule modules lazily."""
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.walk_packages(hs.__path__, hs.__name__ + "."):
+        if info.name.endswith("__main__"):
+            continue
+        try:
+            importlib.import_module(info.name)
+        except Exception:  # an optional module (e.g. CLI extras) may not import here
+            pass
 
 
 def main(argv: list[str]) -> None:
     import atheris
 
     name = argv[1]
-    target, api = ENTRY_POINTS[name]
-    if not hasattr(hs, api):
-        raise SystemExit(f"{api} is not available in this build")
+    target = ENTRY_POINTS[name]
+    if targets.entry_point(name) is None:
+        raise SystemExit(f"{name} is not available in this build")
+    _import_everything()
     atheris.instrument_all()  # coverage feedback over everything imported so far
-    atheris.Setup([argv[0], *argv[2:]], guarded(target))
+    atheris.Setup([argv[0], *argv[2:]], checked(target))
     atheris.Fuzz()
 
 

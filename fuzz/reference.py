@@ -56,14 +56,19 @@ def stream(data):
     for item in hurray.StreamReader(data, max_buffer_bytes=len(data)):
         touch(item)
 
+def stream_default(data):
+    # the reader with its default settings, as an application would call it
+    for item in hurray.StreamReader(data):
+        touch(item)
+
 def file(data):
     path = data.decode()
     for item in hurray.load(path).values():
         touch(item)
     hurray.load_kv(path)
 
-KINDS = {"descriptor": descriptor, "stream": stream, "file": file}
-FORK = {"file"}
+KINDS = {"descriptor": descriptor, "stream": stream, "stream_default": stream_default, "file": file}
+FORK = {"file", "stream_default"}
 inp, out = sys.stdin.buffer, sys.stdout
 while True:
     head = inp.read(8)
@@ -142,6 +147,10 @@ class Reference:
 
     def stream(self, data: bytes) -> Optional[str]:
         return self._ask("stream", bytes(data))
+
+    def stream_default(self, data: bytes) -> Optional[str]:
+        """Like :meth:`stream` but with ``StreamReader``'s default settings (no buffer bound)."""
+        return self._ask("stream_default", bytes(data))
 
     def file(self, path) -> Optional[str]:
         return self._ask("file", str(path).encode())

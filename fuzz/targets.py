@@ -32,8 +32,8 @@ _HOMES = {
 def entry_point(name: str) -> Optional[Callable]:
     """``hurray_schema.<name>``, or the same function from its home module, or None."""
     fn = getattr(hs, name, None)
-    if fn is not None:
-        return fn
+    if callable(fn):
+        return fn  # (a submodule of the same name, e.g. hurray_schema.audit, is not it)
     try:
         return getattr(importlib.import_module(_HOMES[name]), name, None)
     except ImportError:

@@ -3,8 +3,10 @@
 The public API is re-exported here; see README.md.
 """
 
-from .codec import decode_descriptor, encode_descriptor
+from .audit import audit
+from .codec import decode_descriptor, encode_descriptor, parse_descriptor
 from .errors import HurraySchemaError, LimitExceeded, SpecViolation
+from .evaluate import DecodedTypeMismatch, UnsupportedEvaluation, lookup, materialize, tensor_to_numpy
 from .io import (
     Composite, HurrayFile, IndexEntry, RemoteError, StreamReader, Tensor, UInt64, read_file,
     read_stream, write_file, write_stream,
@@ -19,11 +21,16 @@ from .model import (
     UnknownQuantization,
 )
 
+from .rules.composite import CompositeValidator
+from .rules.engine import Finding, Level, Mode, Report
+
 __version__ = "0.1.0"
 
 __all__ = [
     "Composite", "HurrayFile", "IndexEntry", "RemoteError", "StreamReader", "Tensor", "UInt64",
     "read_file", "read_stream", "write_file", "write_stream",
+    "DecodedTypeMismatch", "UnsupportedEvaluation", "lookup", "materialize", "tensor_to_numpy",
+    "audit", "CompositeValidator", "Finding", "Level", "Mode", "Report", "parse_descriptor",
     "decode_descriptor", "encode_descriptor", "HurraySchemaError", "LimitExceeded", "SpecViolation",
     "DYNAMIC_DIMENSION", "BlockPagedLayout", "BlockTableIndexType", "BufferHandle", "ColumnMajorLayout",
     "CombineOp", "CompositeLayout", "CompositeMember", "CompositionRule", "CooLayout", "CscLayout",

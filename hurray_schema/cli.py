@@ -26,7 +26,6 @@ import mmap
 import os
 import sys
 import textwrap
-from pathlib import Path
 from typing import Any, Optional
 
 import click
@@ -47,9 +46,12 @@ AUDIT_JSON_FIELDS = {
     "ok": "true when no finding is a MUST-level error the mode does not tolerate.",
     "exit_code": "0 clean, 1 MUST-level findings, 2 unreadable input.",
     "summary": "Counts: findings, errors (MUST / MUST NOT, not tolerated), warnings (SHOULD), tolerated, tensors.",
-    "groups": "Tensors and composites of the input in byte order: label, start, end (bytes), depth (nesting).",
+    "groups": "Parts of the input in byte order: label, start, end (bytes, end exclusive), depth (composite "
+              "nesting), text (element type, shape, layout), tensor (false for a file's header, kv metadata, "
+              "index and trailer, and for the messages of a message stream).",
     "findings": "Each finding: rule_id, level, citation, message, offset (byte, or null), tolerated, "
-                "error (bool), group (label of the tensor / composite holding the offset, or \"input\").",
+                "error (bool), group (label of the tensor / composite holding the offset; \"input\" when the "
+                "finding has no offset, \"outside any tensor\" when its offset is in no tensor's bytes).",
     "error": "Only when exit_code is 2: why the input could not be read.",
 }
 """Keys of the ``audit --json`` object and their meaning (stable)."""
@@ -137,7 +139,8 @@ KINDS = ("auto", "descriptor", "stream", "messages", "file")
 @click.option("--kind", type=click.Choice(KINDS), default="auto", show_default=True,
               help="How to read the input (detected from its first bytes by default).")
 @click.option("--no-citations", is_flag=True, help="Leave out the spec citation of each field.")
-def inspect(path: str, as_hex: bool, kind: str, no_citations: bool) -> None:
+@click.option("--brief", is_flag=True, help="Only the tree of sections (no field lines).")
+def inspect(path: str, as_hex: bool, kind: str, no_citations: bool, brief: bool) -> None:
     """Annotated view of PATH: every field with byte range, raw bytes, value and citation.
 
     PATH is a single descriptor, a bare stream, a message stream or a .hrry file
@@ -157,9 +160,12 @@ def inspect(path: str, as_hex: bool, kind: str, no_citations: bool) -> None:
         _fail(f"{path}: {exc.strerror or exc}")
     except HurraySchemaError as exc:
         _fail(f"{path}: {exc}")
+    if brief:
+        nodes = [n for n in nodes if n.kind == "error" or n.kind == "opaque" and n.label.endswith("data")
+                 or n.kind == "section" and (n.depth == 0 or n.label.startswith(("tensor", "message")))]
     render = render_hex if as_hex else render_tree
     click.echo(f"{path}: {_KIND_NAMES.get(found, found)}, {size} bytes")
-    click.echo(render(nodes, citations=not no_citations))
+    click.echo(render(nodes, citations=not (no_citations or brief)))
 
 
 _KIND_NAMES = {
@@ -270,7 +276,7 @@ def audit(path: str, permissive: bool, as_json: bool, kind: str) -> None:
         rows.append({
             "rule_id": f.rule_id, "level": _level(f), "citation": f.citation, "message": f.message,
             "offset": f.offset, "tolerated": bool(getattr(f, "tolerated", False)), "error": _is_error(f),
-            "group": group["label"] if group else "input",
+            "group": group["label"] if group else ("input" if f.offset is None else "outside any tensor"),
         })
     errors = sum(r["error"] for r in rows)
     tolerated = sum(r["tolerated"] for r in rows)
@@ -278,8 +284,8 @@ def audit(path: str, permissive: bool, as_json: bool, kind: str) -> None:
     result.update(
         ok=not errors, exit_code=code,
         summary={"findings": len(rows), "errors": errors, "warnings": len(rows) - errors - tolerated,
-                 "tolerated": tolerated, "tensors": len(groups)},
-        groups=[{k: g[k] for k in ("label", "start", "end", "depth")} for g in groups],
+                 "tolerated": tolerated, "tensors": sum(g["tensor"] for g in groups)},
+        groups=[{k: g[k] for k in ("label", "start", "end", "depth", "text", "tensor")} for g in groups],
         findings=rows,
     )
     if as_json:
@@ -316,8 +322,10 @@ def _is_error(f) -> bool:
 
 def _run_audit(path: str, source: _Input, kind: str, mode: str) -> list:
     """Findings of ``hurray_schema.audit.audit`` (with a progress bar for large inputs)."""
-    try:
-        from . import audit as audit_module
+    import importlib
+
+    try:  # the package re-exports the function under the same name: import the module
+        audit_module = importlib.import_module(f"{__package__}.audit")
     except ImportError:
         audit_module = None
     with _progress(source.size) as tick:
@@ -335,7 +343,216 @@ def _run_audit(path: str, source: _Input, kind: str, mode: str) -> list:
             report = fn(arg, **kwargs)
         except SpecViolation as exc:  # a reader that stops at the first violation
             return [_violation_finding(exc)]
-    return list(getattr(report, "findings", report))
+    findings = list(getattr(report, "findings", report))
+    if kind == "file" and any(_is_error(f) for f in findings):
+        findings += _tensor_region_findings(audit_module, source.data, mode, findings)
+    if kind == "messages" and any(f.rule_id == "descriptor.magic" and f.offset == 0 for f in findings):
+        findings = _message_stream_findings(audit_module, source.data, mode)  # read as a descriptor
+    return findings
+
+
+def _descriptors_findings(audit_module, data, mode: str, starts: list[int]) -> list:
+    """Each descriptor at ``starts`` audited (offsets from the start of ``data``), then the
+    composites bound in that order and validated (collecting)."""
+    audit_descriptor = getattr(audit_module, "audit_descriptor", None)
+    if audit_descriptor is None:
+        return []
+    try:
+        from .rules.composite import validate_preorder
+    except ImportError:  # pragma: no cover
+        validate_preorder = None
+    found, descs, bases = [], [], []
+    for start in starts:
+        try:
+            desc, more, _ = audit_descriptor(data[start:], mode=mode, base=start)
+        except HurraySchemaError:
+            continue
+        found += more
+        if desc is not None:
+            descs.append(desc)
+            bases.append(start)
+    if validate_preorder is not None and descs:
+        try:
+            found += validate_preorder(descs, mode=mode, collect=True, bases=bases, check_heads=False)
+        except HurraySchemaError:
+            pass
+    return found
+
+
+def _section_starts(data, kind: str, label: str) -> list[int]:
+    from .hexview import annotate
+
+    try:
+        nodes = annotate(data, kind)
+    except HurraySchemaError:
+        return []
+    return sorted({n.start for n in nodes if n.kind == "section" and n.label.startswith(label)})
+
+
+def _message_stream_findings(audit_module, data, mode: str) -> list:
+    """A message stream: every descriptor of its TENSOR_DESCRIPTOR messages and the
+    composites, then the framing as the stream reader sees it (up to its first fault)."""
+    found = _descriptors_findings(audit_module, data, mode, _section_starts(data, "messages", "descriptor"))
+    try:
+        from .io.stream import read_stream
+    except ImportError:  # pragma: no cover
+        return found
+    framing = []
+    reader = None
+    try:
+        reader = read_stream(bytes(data), framing="messages", mode=mode)
+        for _ in reader:
+            pass
+    except SpecViolation as exc:
+        framing.append(_violation_finding(exc))
+    except HurraySchemaError:
+        pass
+    if reader is not None:
+        framing = list(getattr(reader, "findings", [])) + framing
+    # the descriptor and composite rules are reported above; keep the stream's own rules
+    framing = [f for f in framing if f.rule_id.startswith("stream.") and "composite" not in f.rule_id]
+    return _dedup([], found + framing)
+
+
+def _dedup(known: list, extra: list) -> list:
+    seen = {(f.rule_id, f.offset) for f in known}
+    fresh = []
+    for f in extra:
+        if (f.rule_id, f.offset) not in seen:
+            seen.add((f.rule_id, f.offset))
+            fresh.append(f)
+    return fresh
+
+
+def _tensor_region_findings(audit_module, data, mode: str, known: list) -> list:
+    """Findings of every descriptor of a file and of its composites, for when the file
+    audit stopped at its first violation (the file reader raises on it).
+
+    The descriptors are located through the index (or, when it cannot be read, by walking
+    the tensor region) as ``inspect`` does; each is audited like a stream's, then the
+    composites are bound in descriptor order.  Findings already reported are left out.
+    """
+    starts = _section_starts(data, "file", "tensor")
+    return _dedup(known, _descriptors_findings(audit_module, data, mode, starts))
+
+
+def _descriptors_findings(audit_module, data, mode: str, starts: list[int]) -> list:
+    """Each descriptor at ``starts`` audited (offsets from the start of ``data``), then the
+    composites bound in that order and validated (collecting)."""
+    audit_descriptor = getattr(audit_module, "audit_descriptor", None)
+    if audit_descriptor is None:
+        return []
+    try:
+        from .rules.composite import validate_preorder
+    except ImportError:  # pragma: no cover
+        validate_preorder = None
+    found, descs, bases = [], [], []
+    for start in starts:
+        try:
+            desc, more, _ = audit_descriptor(data[start:], mode=mode, base=start)
+        except HurraySchemaError:
+            continue
+        found += more
+        if desc is not None:
+            descs.append(desc)
+            bases.append(start)
+    if validate_preorder is not None and descs:
+        try:
+            found += validate_preorder(descs, mode=mode, collect=True, bases=bases, check_heads=False)
+        except HurraySchemaError:
+            pass
+    return found
+
+
+def _section_starts(data, kind: str, label: str) -> list[int]:
+    from .hexview import annotate
+
+    try:
+        nodes = annotate(data, kind)
+    except HurraySchemaError:
+        return []
+    return sorted({n.start for n in nodes if n.kind == "section" and n.label.startswith(label)})
+
+
+def _message_stream_findings(audit_module, data, mode: str) -> list:
+    """A message stream: every descriptor of its TENSOR_DESCRIPTOR messages and the
+    composites, then the framing as the stream reader sees it (up to its first fault)."""
+    found = _descriptors_findings(audit_module, data, mode, _section_starts(data, "messages", "descriptor"))
+    try:
+        from .io.stream import read_stream
+    except ImportError:  # pragma: no cover
+        return found
+    framing = []
+    reader = None
+    try:
+        reader = read_stream(bytes(data), framing="messages", mode=mode)
+        for _ in reader:
+            pass
+    except SpecViolation as exc:
+        framing.append(_violation_finding(exc))
+    except HurraySchemaError:
+        pass
+    if reader is not None:
+        framing = list(getattr(reader, "findings", [])) + framing
+    # the descriptor and composite rules are reported above; keep the stream's own rules
+    framing = [f for f in framing if f.rule_id.startswith("stream.") and "composite" not in f.rule_id]
+    return _dedup([], found + framing)
+
+
+def _dedup(known: list, extra: list) -> list:
+    seen = {(f.rule_id, f.offset) for f in known}
+    fresh = []
+    for f in extra:
+        if (f.rule_id, f.offset) not in seen:
+            seen.add((f.rule_id, f.offset))
+            fresh.append(f)
+    return fresh
+
+
+def _tensor_region_findings(audit_module, data, mode: str, known: list) -> list:
+    """Findings of every descriptor of a file and of its composites, for when the file
+    audit stopped at its first violation (the file reader raises on it).
+
+    The descriptors are located through the index (or, when it cannot be read, by walking
+    the tensor region) as ``inspect`` does; each is audited like a stream's, then the
+    composites are bound in descriptor order.  Findings already reported are left out.
+    """
+    from .hexview import annotate
+
+    audit_descriptor = getattr(audit_module, "audit_descriptor", None)
+    if audit_descriptor is None:
+        return []
+    try:
+        from .rules.composite import validate_preorder
+    except ImportError:  # pragma: no cover
+        validate_preorder = None
+    try:
+        nodes = annotate(data, "file")
+    except HurraySchemaError:
+        return []
+    starts = sorted({n.start for n in nodes if n.kind == "section" and n.label.startswith("tensor")})
+    extra, descs, bases = [], [], []
+    for start in starts:
+        try:
+            desc, found, _ = audit_descriptor(data[start:], mode=mode, base=start)
+        except HurraySchemaError:
+            continue
+        extra += found
+        if desc is not None:
+            descs.append(desc)
+            bases.append(start)
+    if validate_preorder is not None and descs:
+        try:
+            extra += validate_preorder(descs, mode=mode, collect=True, bases=bases, check_heads=False)
+        except HurraySchemaError:
+            pass
+    seen = {(f.rule_id, f.offset) for f in known}
+    fresh = []
+    for f in extra:
+        if (f.rule_id, f.offset) not in seen:
+            seen.add((f.rule_id, f.offset))
+            fresh.append(f)
+    return fresh
 
 
 def _fallback_audit(source: _Input, kind: str, mode: str) -> list:
@@ -381,7 +598,8 @@ def _progress(size: int):
 
 
 def _groups(data, kind: str) -> list[dict]:
-    """Tensors and composites of the input with their byte spans, from the annotated view."""
+    """Tensors and composites of the input with their byte spans, from the annotated view
+    (``data_end``: where the tensor's data buffers end, for offsets inside the data)."""
     from .hexview import annotate
 
     try:
@@ -389,24 +607,38 @@ def _groups(data, kind: str) -> list[dict]:
     except HurraySchemaError:
         return []
     groups = []
-    for n in nodes:
+    for i, n in enumerate(nodes):
+        if n.kind == "section" and n.depth == 0 and kind in ("file", "messages") and not n.label.startswith("tensor"):
+            groups.append({"label": n.label, "start": n.start, "end": n.end, "depth": 0, "text": "",
+                           "data_end": n.end, "tensor": False})
+            continue
         if n.kind == "section" and (n.label.startswith("tensor") or n.label == "descriptor"):
             label = n.label if n.label != "descriptor" or kind != "messages" else f"tensor @{n.start}"
             if "composite" in n.text:
                 label = label.replace("tensor", "composite", 1)
-            groups.append({"label": label, "start": n.start, "end": n.end, "depth": n.depth, "text": n.text})
+            data_end = n.end
+            for m in nodes[i + 1:]:
+                if m.depth <= n.depth:
+                    break
+                if m.kind == "opaque" and m.depth == n.depth + 1 and m.label.endswith("data"):
+                    data_end = max(data_end, m.end)
+            groups.append({"label": label, "start": n.start, "end": n.end, "depth": n.depth, "text": n.text,
+                           "data_end": data_end, "tensor": True})
     return groups
 
 
 def _group_of(groups: list[dict], offset: Optional[int]) -> Optional[dict]:
-    """The innermost tensor / composite whose bytes hold ``offset``; for an offset just
-    past a descriptor (a truncation), the last one that starts before it."""
+    """The innermost tensor / composite whose descriptor holds ``offset``, else the tensor
+    whose data region holds it (an offset at the very end counts as inside)."""
     if offset is None:
         return None
     best = None
     for g in groups:
-        if g["start"] <= offset < g["end"] or (offset == g["end"] and best is None):
-            if best is None or g["depth"] >= best["depth"]:
+        if g["start"] <= offset < g["end"] and (best is None or g["depth"] >= best["depth"]):
+            best = g
+    if best is None:
+        for g in groups:
+            if g["start"] <= offset <= g["data_end"]:
                 best = g
     return best
 
@@ -421,14 +653,18 @@ def _audit_text(result: dict) -> str:
     order += [label for label in by_group if label not in order]
     for label in order:
         g = described.get(label)
-        where = f" @{g['start']}-{g['end'] - 1}" if g else " (no single location)"
+        if g:
+            where = f" @{g['start']}-{g['end'] - 1}  {g.get('text', '')}".rstrip()
+        else:
+            where = " (no byte offset)" if label == "input" else ""
+        depth = g["depth"] if g else 0
         lines.append("")
-        lines.append(f"{'  ' * (g['depth'] if g else 0)}{label}{where}")
+        lines.append(f"{'  ' * depth}{label}{where}")
         for row in by_group[label]:
-            pad = "  " * ((g["depth"] if g else 0) + 1)
-            level = row["level"] + (" (tolerated)" if row["tolerated"] else "")
-            at = f"byte {row['offset']}" if row["offset"] is not None else "no offset"
-            lines.append(f"{pad}{level:<9} {row['rule_id']}  at {at}: {row['message']}")
+            pad = "  " * (depth + 1)
+            at = f" at byte {row['offset']}" if row["offset"] is not None else ""
+            kept = f" [tolerated: {result['mode']}]" if row["tolerated"] else ""
+            lines.append(f"{pad}{row['level']:<9} {row['rule_id']}{at}: {row['message']}{kept}")
             lines.append(f"{pad}{'':<9} ↳ {row['citation']}")
     s = result["summary"]
     verdict = "FAIL" if result["exit_code"] else "OK"

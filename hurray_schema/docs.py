@@ -32,7 +32,6 @@ from typing import Iterable, Optional
 import construct as c
 
 from . import model
-from .structs import _declare
 from .structs._declare import Field, fields, static_size
 
 __all__ = [
@@ -383,12 +382,14 @@ def _struct_rows(doc: StructDoc) -> list[list[str]]:
     return rows
 
 
-def _struct_section(doc: StructDoc) -> list[str]:
+def _struct_section(doc: StructDoc, rules: list = ()) -> list[str]:
     size = table_size(doc.decl)
     size_text = f"{size} bytes" if size is not None else "variable size"
     out = [f'<a id="{doc.anchor}"></a>', "", f"## `{doc.name}`", ""]
     if doc.note:
         out += [doc.note, ""]
+    if size is not None and str(size) == "1":
+        size_text = "1 byte"
     facts = [f"Size: {size_text}."]
     if doc.start is not None:
         facts.append(f"Starts at descriptor byte {doc.start}.")
@@ -400,7 +401,14 @@ def _struct_section(doc: StructDoc) -> list[str]:
     ]
     out += _table(header, _struct_rows(doc))
     out.append("")
+    if rules:
+        links = ", ".join(f"[`{r.id}`](index.md#{_rule_anchor(r)})" for r in rules)
+        out += [f"Rules: {links}.", ""]
     return out
+
+
+def _rule_anchor(rule) -> str:
+    return "rule-" + re.sub(r"[^\w-]", "-", rule.id)
 
 
 def _page_title(module: str) -> str:
@@ -415,7 +423,7 @@ def _page_title(module: str) -> str:
     }.get(module, module.replace("_", " ").capitalize())
 
 
-def _struct_page(module, docs: list[StructDoc]) -> str:
+def _struct_page(module, docs: list[StructDoc], rules_of: dict) -> str:
     short = module.__name__.rsplit(".", 1)[1]
     out = [GENERATED, "", f"# {_page_title(short)}", ""]
     out += [f"Declared in `hurray_schema/structs/{short}.py`. {_module_summary(module)}", ""]
@@ -427,8 +435,22 @@ def _struct_page(module, docs: list[StructDoc]) -> str:
                  "does not depend on earlier variable fields")
     out += [note + ". All multi-byte fields are little-endian.", ""]
     for doc in docs:
-        out += _struct_section(doc)
+        out += _struct_section(doc, rules_of.get(id(doc), []))
     return "\n".join(out).rstrip() + "\n"
+
+
+def _packed_size(info) -> str:
+    """Buffer bytes of ``n`` elements as a formula, checked against ``buffer_bytes``."""
+    bits = info.bit_width
+    if bits % 8 == 0:
+        text, f = (f"{bits // 8}·n" if bits > 8 else "n"), (lambda n: bits // 8 * n)
+    elif 8 % bits == 0:
+        text, f = f"⌈n/{8 // bits}⌉", (lambda n: -(-n // (8 // bits)))
+    else:  # 6-bit: 4 elements in 3 bytes
+        text, f = "3·⌈n/4⌉", (lambda n: 3 * -(-n // 4))
+    if any(f(n) != info.buffer_bytes(n) for n in range(0, 65)):
+        raise AssertionError(f"size formula of {info.name} disagrees with buffer_bytes")
+    return text
 
 
 def _element_types_page() -> str:
@@ -441,11 +463,9 @@ def _element_types_page() -> str:
         rows.append([
             f"0x{int(info.tag):02X}", f"`{info.name}`", str(info.tier), str(info.bit_width),
             str(info.alignment), "yes" if info.is_float else "no", "yes" if info.is_signed else "no",
-            f"{info.buffer_bytes(12)}",
+            _packed_size(info),
         ])
-    out += _table(
-        ["Tag", "Name", "Tier", "Bits", "Alignment", "Float", "Signed", "Bytes for 12 elements"], rows,
-    )
+    out += _table(["Tag", "Name", "Tier", "Bits", "Alignment", "Float", "Signed", "Bytes for n elements"], rows)
     out += ["", f"Tag 0x{T.RESERVED_TYPE_TAG:02X} is reserved; 0xF0–0xFE are implementation-private "
             "(described by the extension type section); 0x00 and 0xFF are invalid.", ""]
     return "\n".join(out)
@@ -505,17 +525,29 @@ def _section_of(ref: str) -> str:
 
 
 def rule_structs(rule, docs: list[StructDoc]) -> list[StructDoc]:
-    """The struct(s) a rule constrains: those whose fields cite the rule's section,
-    narrowed (or, failing that, found) by field names in the rule id."""
-    tokens = set(rule.id.split("."))
-    cited = [d for d in docs if any(_section_of(r) == _section_of(rule.citation) for r in d.refs)]
-    named = [d for d in docs if tokens & {f.name for f in d.fields}]
-    both = [d for d in cited if d in named]
-    for choice in (both, cited, named):
-        if choice:
-            return choice
+    """The struct(s) a rule constrains, best first: a field citing the rule's section
+    weighs most, then a field or struct named by a word of the rule id (after its area
+    prefix), then a field citing the same spec page."""
+    words = set(rule.id.split(".")[1:])
+    section = _section_of(rule.citation)
     page = rule.citation.split(" § ")[0]
-    return [d for d in docs if any(r.split(" § ")[0] == page for r in d.refs)][:1]
+    scored = []
+    for d in docs:
+        score = 0
+        if any(_section_of(r) == section for r in d.refs):
+            score += 4
+        if words & {f.name for f in d.fields}:
+            score += 2
+        if words & set(d.name.lower().split("_")):
+            score += 2
+        if any(r.split(" § ")[0] == page for r in d.refs):
+            score += 1
+        if score:
+            scored.append((score, d))
+    if not scored:
+        return []
+    best = max(score for score, _ in scored)
+    return [d for score, d in scored if score == best]
 
 
 def _index_page(docs: list[StructDoc], pages: list[tuple[str, str]]) -> str:
@@ -567,7 +599,8 @@ def _index_page(docs: list[StructDoc], pages: list[tuple[str, str]]) -> str:
         links = ", ".join(f"[`{d.name}`]({d.page}#{d.anchor})" for d in targets[:6]) or "—"
         if len(targets) > 6:
             links += f" (+{len(targets) - 6})"
-        rows.append([f"`{rule.id}`", rule.level.value, rule.citation, links, rule.summary])
+        rows.append([f'<a id="{_rule_anchor(rule)}"></a>`{rule.id}`', rule.level.value, rule.citation, links,
+                     rule.summary])
     out += _table(["Rule", "Level", "Citation", "Struct", "Summary"], rows)
     out.append("")
     return "\n".join(out)
@@ -575,7 +608,13 @@ def _index_page(docs: list[StructDoc], pages: list[tuple[str, str]]) -> str:
 
 def render_pages() -> dict[str, str]:
     """File name → Markdown text of every page."""
+    from .rules.engine import registry
+
     docs = struct_docs()
+    rules_of: dict[int, list] = {}
+    for rule in registry():
+        for d in rule_structs(rule, docs)[:6]:
+            rules_of.setdefault(id(d), []).append(rule)
     pages: dict[str, str] = {}
     titles: list[tuple[str, str]] = []
     for module in struct_modules():
@@ -584,7 +623,7 @@ def render_pages() -> dict[str, str]:
         if not mine:
             continue
         name = f"{short.replace('_', '-')}.md"
-        pages[name] = _struct_page(module, mine)
+        pages[name] = _struct_page(module, mine, rules_of)
         titles.append((name, _page_title(short)))
     pages["element-types.md"] = _element_types_page()
     titles.append(("element-types.md", "Element types"))

@@ -529,8 +529,13 @@ def _annotate_file(view: memoryview) -> list[Node]:
     tw = _Walker(view, 0, [])
     trailer, _ = tw.table(F.TRAILER, "TRAILER", tpos, 1)
     entries = _read_index(view, trailer)
-    # tensor region, in index order (write order unless SORTED_INDEX)
-    ordered = sorted(entries, key=lambda e: e["descriptor_offset"]) if entries else []
+    if not entries:
+        entries = _scan_region(view, header, tpos)
+        if entries:
+            w.error("the index cannot be read: tensors found by walking the tensor region from "
+                    "first_descriptor_offset (file-format.md § Descriptor Placement)", header["first_descriptor_offset"], 0)
+    # tensor region in descriptor order (the write order; the index may be sorted by name)
+    ordered = sorted(entries, key=lambda e: e["descriptor_offset"])
     pending: list[int] = []
     for i, e in enumerate(ordered):
         off, n = e["descriptor_offset"], e["descriptor_length"]
@@ -543,8 +548,12 @@ def _annotate_file(view: memoryview) -> list[Node]:
         if desc is not None:
             d0, dl = e["data_offset"], e["data_length"]
             if dl:
-                nodes.append(Node("opaque", depth + 1, "data", d0, min(size, d0 + dl),
-                                  text=f"{dl} bytes in {len(desc.buffers)} buffer(s)", ref="file-format.md § Data Buffer Placement"))
+                end = min(size, d0 + dl) if d0 <= size else d0
+                raw = bytes(view[d0:min(end, d0 + OPAQUE_KEEP)]) if d0 < size else b""
+                n_buf = len(desc.buffers)
+                nodes.append(Node("opaque", depth + 1, "data", d0, max(end, d0), raw=raw,
+                                  text=f"{dl} bytes in {n_buf} buffer{'' if n_buf == 1 else 's'}",
+                                  ref="file-format.md § Data Buffer Placement"))
             _arrive(pending, desc)
     if trailer.get("kv_length"):
         _walk_kv(w, trailer["kv_offset"], trailer["kv_length"], F)
@@ -556,6 +565,38 @@ def _annotate_file(view: memoryview) -> list[Node]:
     except _Stop:
         pass
     return nodes
+
+
+def _align(n: int, a: int) -> int:
+    return -(-n // a) * a
+
+
+def _scan_region(view: memoryview, header: dict, end: int) -> list[dict]:
+    """Pseudo index entries found by walking descriptors from ``first_descriptor_offset``:
+    each descriptor on an 8-byte boundary, its buffers each on ``data_buffer_alignment``
+    (``file-format.md § Descriptor Placement``, ``§ Data Buffer Placement``)."""
+    from .codec import parse_descriptor
+    from .structs import file as F
+
+    align = header["data_buffer_alignment"]
+    if align < 1 or align & (align - 1):
+        return []
+    pos, found = header["first_descriptor_offset"], []
+    while pos + D.FIXED_HEADER_SIZE <= end and bytes(view[pos:pos + _MAGIC_LEN]) == D.MAGIC:
+        try:
+            desc, _ = parse_descriptor(view[pos:end], mode="permissive", base=pos)
+        except HurraySchemaError:
+            break
+        n = desc.encoded_length
+        data = cursor = _align(pos + n, align) if desc.buffers else pos + n
+        for i, handle in enumerate(desc.buffers):
+            if i:
+                cursor = _align(cursor, align)
+            cursor += handle.byte_size
+        found.append({"name": f"@{pos}", "descriptor_offset": pos, "descriptor_length": n,
+                      "data_offset": data, "data_length": cursor - data if desc.buffers else 0})
+        pos = _align(cursor, F.DESCRIPTOR_ALIGNMENT)
+    return found
 
 
 def _read_index(view: memoryview, trailer: dict) -> list[dict]:

@@ -8,7 +8,6 @@ whole-array NumPy operations written to read like the spec (``layouts/composite.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import ml_dtypes
@@ -220,6 +219,19 @@ def grid_partition(n, parts_per_side, tag=E.FLOAT32, seed=0):
             members.append(dense_tensor(arr, tag, "row", (i * step, j * step), shape))
             parts.append(((i * step, j * step), arr))
     return C(head(shape, tag, CompositionRule.PARTITION, len(members)), members), parts
+
+
+def band_partition(n, parts, tag=E.FLOAT32, seed=0):
+    """[n, n] partition into ``parts`` full-width row bands (each member's box is contiguous in the output)."""
+    rng = np.random.default_rng(seed)
+    shape = (n, n)
+    step = n // parts
+    members, result = [], []
+    for i in range(parts):
+        arr = rng.standard_normal((step, n)).astype(DTYPES[tag])
+        members.append(dense_tensor(arr, tag, "row", (i * step, 0), shape))
+        result.append(((i * step, 0), arr))
+    return C(head(shape, tag, CompositionRule.PARTITION, len(members)), members), result
 
 
 def bits_equal(a, b) -> bool:

@@ -178,11 +178,13 @@ def test_inspect_reads_stdin():
 
 
 def _has_audit() -> bool:
+    import importlib
+
     try:
-        from hurray_schema import audit
+        module = importlib.import_module("hurray_schema.audit")
     except ImportError:
         return False
-    return hasattr(audit, "audit")
+    return hasattr(module, "audit")
 
 
 needs_audit = pytest.mark.skipif(not _has_audit(), reason="hurray_schema.audit.audit is not available yet")
@@ -199,10 +201,16 @@ def test_audit_clean_descriptor_exits_0(tmp_path):
     assert data["findings"] == [] and data["summary"]["tensors"] == 1
 
 
-def test_audit_bad_magic_is_unreadable(tmp_path):
+@needs_audit
+def test_audit_bad_magic_is_a_must_finding(tmp_path):
     path = tmp_path / "t.bin"
     path.write_bytes(b"XXXX" + ROW_MAJOR_F32_3X4[4:])
-    assert run("audit", path).returncode == 2
+    done = run("audit", path)
+    assert done.returncode == 1
+    assert "descriptor.magic" in out(done) and "at byte 0" in out(done)
+
+
+def test_audit_missing_input_is_unreadable(tmp_path):
     assert run("audit", tmp_path / "missing.bin").returncode == 2
     data = json.loads(out(run("audit", "--json", tmp_path / "missing.bin")))
     assert data["exit_code"] == 2 and data["error"]
@@ -264,13 +272,39 @@ def _bad_file(tmp_path) -> tuple[Path, dict]:
                   "gap": entries["gap"].descriptor_offset}
 
 
-@needs_audit
-def test_audit_lists_torn_composite_partition_gap_and_reserved_byte(tmp_path):
-    path, at = _bad_file(tmp_path)
-    done = run("audit", path)
+def _bad_stream() -> tuple[bytes, dict]:
+    """The same three faults in a bare stream: gap composite, bias (reserved byte), torn group."""
+    from hurray_schema.io.stream import write_stream
+
+    f32 = np.float32
+    from hurray_schema.io.tensor import Composite, Tensor
+    from hurray_schema.model import CompositionRule, ElementType, Shard
+
+    gap = Composite.build(CompositionRule.PARTITION, [
+        Tensor.from_numpy(np.zeros((4, 3), f32), shard=Shard((4, 6), (0, 0))),
+        Tensor.from_numpy(np.ones((4, 2), f32), shard=Shard((4, 6), (0, 3))),
+    ], shape=(4, 6), type_tag=ElementType.FLOAT32)
+    bias = Tensor.from_numpy(np.zeros(6, f32))
+    group = Composite.build(CompositionRule.GROUP, [
+        Tensor.from_numpy(np.zeros(2, f32)), Tensor.from_numpy(np.zeros(3, f32)),
+    ], shape=(2,), type_tag=ElementType.FLOAT32)
+    data = bytearray(write_stream(None, [gap, bias, group]))
+    # byte sizes from metadata.md: head rank 2 = 20 + 16 + 8 + 8 + 1 = 53; member [4, k] rank 2 with
+    # one handle and a shard section = 20 + 16 + 8 + 17 + 32 = 93, data 4·4·k bytes; bias rank 1 =
+    # 20 + 8 + 8 + 17 = 53, data 24
+    bias_at = 53 + (93 + 48) + (93 + 32)
+    reserved_at = bias_at + 52
+    group_at = bias_at + 53 + 24
+    assert data[reserved_at] == 0 and data[group_at + 40] == 2
+    data[reserved_at] = 0x01
+    data[group_at + 40] = 3  # member_count: 3 announced, 2 follow, then the stream ends
+    return bytes(data), {"reserved": reserved_at, "group": group_at}
+
+
+def _check_three_faults(done, as_json, at):
     assert done.returncode == 1, out(done) + done.stderr.decode()
     text = out(done)
-    data = json.loads(out(run("audit", "--json", path)))
+    data = json.loads(out(as_json))
     assert data["exit_code"] == 1 and data["ok"] is False
     ids = [f["rule_id"] for f in data["findings"]]
     torn = [f for f in data["findings"] if "torn" in f["rule_id"]]
@@ -278,23 +312,45 @@ def test_audit_lists_torn_composite_partition_gap_and_reserved_byte(tmp_path):
     reserved = [f for f in data["findings"] if "reserved" in f["rule_id"]]
     assert torn and gap and reserved, ids
     assert reserved[0]["offset"] == at["reserved"]
-    assert "buffer-protocol.md" in reserved[0]["citation"] or "metadata.md" in reserved[0]["citation"]
-    assert torn[0]["citation"] and gap[0]["citation"].startswith("layouts/composite.md")
+    assert reserved[0]["citation"] == "buffer-protocol.md § Buffer Handle"
+    assert torn[0]["citation"].startswith(("layouts/composite.md", "file-format.md", "interchange.md"))
+    assert gap[0]["citation"].startswith("layouts/composite.md")
     for f in torn + gap + reserved:
         assert f["rule_id"] in text and f["citation"] in text and f["error"] is True
+        assert f["offset"] is None or isinstance(f["offset"], int)
         if f["offset"] is not None:
             assert f"at byte {f['offset']}" in text
-    # grouped under the tensor / composite the offset falls in
-    assert reserved[0]["group"] == "tensor 'bias'"
     assert text.splitlines()[-1].startswith(f"FAIL: {len(ids)} finding")
+    return reserved[0]
+
+
+@needs_audit
+def test_audit_stream_lists_torn_composite_partition_gap_and_reserved_byte(tmp_path):
+    data, at = _bad_stream()
+    path = tmp_path / "bad.stream"
+    path.write_bytes(data)
+    reserved = _check_three_faults(run("audit", path), run("audit", "--json", path), at)
+    assert reserved["group"] == "tensor 3"  # the fourth tensor of the stream: bias
+
+
+@needs_audit
+def test_audit_file_lists_torn_composite_partition_gap_and_reserved_byte(tmp_path):
+    path, at = _bad_file(tmp_path)
+    reserved = _check_three_faults(run("audit", path), run("audit", "--json", path), at)
+    assert reserved["group"] == "tensor 'bias'"
 
 
 @needs_audit
 def test_audit_permissive_flag_and_stdin(tmp_path):
-    path, _ = _bad_file(tmp_path)
+    data, _ = _bad_stream()
+    path = tmp_path / "bad.stream"
+    path.write_bytes(data)
     strict = json.loads(out(run("audit", "--json", path)))
     loose = json.loads(out(run("audit", "--json", "--permissive", path)))
     assert loose["mode"] == "permissive" and strict["mode"] == "strict"
+    # a permissive reader may keep a torn composite and a partition gap, never a bad reserved byte
+    assert loose["summary"]["tolerated"] >= 1 and loose["exit_code"] == 1
+    assert [f["rule_id"] for f in loose["findings"]] == [f["rule_id"] for f in strict["findings"]]
     piped = run("audit", "--json", "-", input=path.read_bytes())
     assert piped.returncode == 1
     assert [f["rule_id"] for f in json.loads(out(piped))["findings"]] == [f["rule_id"] for f in strict["findings"]]
@@ -306,11 +362,13 @@ def test_audit_permissive_flag_and_stdin(tmp_path):
 
 
 def _can_materialize() -> bool:
+    import importlib
+
     try:
-        from hurray_schema import evaluate
+        module = importlib.import_module("hurray_schema.evaluate")
     except ImportError:
         return False
-    return hasattr(evaluate, "materialize")
+    return hasattr(module, "materialize")
 
 
 @pytest.mark.skipif(not _can_materialize(), reason="hurray_schema.evaluate.materialize is not available yet")
@@ -384,3 +442,55 @@ def test_progress_bar_only_when_stderr_is_a_terminal(tmp_path):
     assert done.returncode == 0
     assert b"auditing" in seen and b"100%" in seen
     assert b"auditing" not in done.stdout  # the report itself stays clean
+
+
+def test_inspect_brief_is_the_tree_of_tensors():
+    done = run("inspect", "--brief", SAMPLES / "sample.hrry")
+    assert done.returncode == 0
+    lines = out(done).splitlines()[1:]
+    labels = [s.strip().split(" @")[0] for s in lines if " @" in s]
+    assert labels == ["file header", "tensor 'weights'", "tensor 'weights.0'", "tensor 'weights.1'",
+                      "tensor 'bias'", "kv metadata", "index", "trailer"]
+    assert not any("magic" in s for s in lines)
+
+
+def test_inspect_message_stream(tmp_path):
+    from hurray_schema.io.stream import write_stream
+    from hurray_schema.io.tensor import Tensor
+
+    path = tmp_path / "m.stream"
+    path.write_bytes(write_stream(None, [Tensor.from_numpy(np.arange(6, dtype=np.int16))], framing="messages"))
+    done = run("inspect", path)
+    assert done.returncode == 0, done.stderr
+    text = out(done)
+    assert "message stream" in text.splitlines()[0]
+    # interchange.md § Message Framing: 12-byte header, TENSOR_DESCRIPTOR (0x04) first
+    assert "message 0 @0-" in text and "0x04 (TENSOR_DESCRIPTOR)" in text
+    assert "0x05 (TENSOR_DATA)" in text and "0x06 (TENSOR_DATA_END)" in text
+    assert "descriptor @12-64" in text and "total_data_bytes" in text and "= 12" in text
+
+
+@needs_audit
+def test_audit_message_stream(tmp_path):
+    from hurray_schema.io.stream import write_stream
+    from hurray_schema.io.tensor import Composite, Tensor
+    from hurray_schema.model import CompositionRule, ElementType, Shard
+
+    clean = tmp_path / "clean.msgs"
+    clean.write_bytes(write_stream(None, [Tensor.from_numpy(np.arange(6, dtype=np.int16))], framing="messages"))
+    done = run("audit", clean)
+    assert done.returncode == 0, out(done)
+    assert json.loads(out(run("audit", "--json", clean)))["kind"] == "messages"
+    gap = Composite.build(CompositionRule.PARTITION, [
+        Tensor.from_numpy(np.zeros((4, 3), np.float32), shard=Shard((4, 6), (0, 0))),
+        Tensor.from_numpy(np.ones((4, 2), np.float32), shard=Shard((4, 6), (0, 3))),
+    ], shape=(4, 6), type_tag=ElementType.FLOAT32)
+    data = write_stream(None, [gap], framing="messages")
+    bad = tmp_path / "bad.msgs"
+    bad.write_bytes(data[:-5])  # the last TENSOR_DATA_END header (12 bytes) is cut short
+    report = json.loads(out(run("audit", "--json", bad)))
+    assert report["exit_code"] == 1
+    ids = [f["rule_id"] for f in report["findings"]]
+    assert any("partition" in i for i in ids) and any("truncated" in i for i in ids), ids
+    cut = next(f for f in report["findings"] if "truncated" in f["rule_id"])
+    assert cut["offset"] == len(data) - 5 and cut["citation"].startswith("interchange.md")

@@ -141,3 +141,31 @@ def test_hostile_bytes_never_crash(seed, edits, cut, kind):
         assert 0 <= n.start <= n.end <= len(data) or n.kind == "opaque" and n.label == "data"
     render_tree(nodes)
     render_hex(nodes)
+
+
+def test_file_with_unreadable_index_is_walked_from_the_first_descriptor():
+    from pathlib import Path
+
+    data = bytearray((Path(__file__).resolve().parents[1] / "hurray_schema" / "samples" / "sample.hrry").read_bytes())
+    # trailer (file-format.md § Trailer): 40 bytes at the end, index_offset first
+    data[-40:-32] = (10**9).to_bytes(8, "little")
+    nodes = annotate(bytes(data))
+    tensors = [n for n in nodes if n.kind == "section" and n.label.startswith("tensor")]
+    assert [(n.label, n.start, n.depth) for n in tensors] == [
+        ("tensor '@64'", 64, 0), ("tensor '@120'", 120, 1), ("tensor '@4144'", 4144, 1), ("tensor '@8240'", 8240, 0),
+    ]
+    assert any(n.kind == "error" and "index cannot be read" in n.text for n in nodes)
+
+
+def test_golden_vectors_are_fully_annotated(conformance_dir):
+    for path in sorted((conformance_dir / "descriptors").glob("*.bin")):
+        wire = path.read_bytes()
+        nodes = annotate(wire, "descriptor")
+        assert not [n for n in nodes if n.kind == "error"], path.name
+        covered = b"".join(n.raw for n in _fields(nodes))
+        assert covered == wire, path.name
+    for path in sorted((conformance_dir / "files").glob("*.hrry")):
+        nodes = annotate(path.read_bytes())
+        assert not [n for n in nodes if n.kind == "error"], path.name
+        labels = [n.label for n in nodes if n.kind == "section" and n.depth == 0]
+        assert labels[0] == "file header" and labels[-1] == "trailer" and "index" in labels

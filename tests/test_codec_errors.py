@@ -19,7 +19,8 @@ from hurray_schema.model import (
     BufferHandle, CompositeLayout, CsrLayout, ElementType, ExtensionLayout, PerBlockAffine, PerTensorAffine, Shard,
     Statistics, TensorDescriptor, TiledLayout, UnknownLayout, UnknownQuantization,
 )
-from hurray_schema.rules.engine import registry
+from hurray_schema.rules import structure
+from hurray_schema.rules.engine import get_rule, registry
 
 F32 = ElementType.FLOAT32
 ROW_MAJOR_F32 = TensorDescriptor(F32, (3, 4), buffers=[BufferHandle(48)])
@@ -45,7 +46,7 @@ def violation(data, mode="strict", rule=None) -> SpecViolation:
     raise AssertionError("decoded without a SpecViolation")
 
 
-RULE_IDS = {r.rule_id if hasattr(r, "rule_id") else r.id for r in registry()}
+RULE_IDS = {r.id for r in registry()}
 
 
 def patch(data: bytes, offset: int, fmt: str, value) -> bytes:
@@ -420,3 +421,44 @@ def test_every_byte_of_every_golden_vector_corrupted(manifest, conformance_dir):
                         continue
                     length = struct.unpack_from("<I", bad, 6)[0]
                     assert encode_descriptor(back) == bad[:length], (entry["file"], pos, value)
+
+
+# --------------------------------------------------------------------------------------
+# Every structural rule has a firing input
+# --------------------------------------------------------------------------------------
+
+FIRING = {
+    "descriptor.truncated": lambda: ROW_MAJOR_WIRE[:30],
+    "descriptor.magic": lambda: b"XRRY" + ROW_MAJOR_WIRE[4:],
+    "descriptor.version_major": lambda: patch(ROW_MAJOR_WIRE, 4, "B", 2),
+    "descriptor.version_minor": lambda: patch(ROW_MAJOR_WIRE, 5, "B", 1),
+    "descriptor.length.minimum": lambda: patch(ROW_MAJOR_WIRE, 6, "I", 19),
+    "descriptor.length.bounds": lambda: patch(ROW_MAJOR_WIRE, LAYOUT_FIELDS_AT, "B", 2),
+    "descriptor.length.exact": lambda: with_length(ROW_MAJOR_WIRE + b"\0"),
+    "descriptor.flags.reserved": lambda: patch(ROW_MAJOR_WIRE, 10, "I", 1 << 31),
+    "descriptor.rank.cap": lambda: patch(ROW_MAJOR_WIRE, 16, "I", 65),
+    "descriptor.type_tag.invalid": lambda: patch(ROW_MAJOR_WIRE, 14, "B", 0),
+    "descriptor.type_tag.unknown": lambda: patch(ROW_MAJOR_WIRE, 14, "B", 0x47),
+    "descriptor.layout_tag.invalid": lambda: patch(ROW_MAJOR_WIRE, 15, "B", 0xFF),
+    "descriptor.layout_tag.unknown": lambda: patch(ROW_MAJOR_WIRE, 15, "B", 0x0C),
+    "descriptor.layout.extension_unknown": lambda: encode_descriptor(
+        TensorDescriptor(F32, (3, 4), ExtensionLayout(0xF0, 1), buffers=[BufferHandle(48)])),
+    "descriptor.tiled.depth": lambda: encode_descriptor(TensorDescriptor(F32, (2, 2), _tiled(9),
+                                                                         buffers=[BufferHandle(16)])),
+    "quantization.scheme_tag.invalid": lambda: patch(QUANT_WIRE, SCHEME_AT, "B", 0),
+    "quantization.scheme_tag.unknown": lambda: patch(QUANT_WIRE, SCHEME_AT, "B", 0x06),
+    "quantization.scheme_version": lambda: patch(QUANT_WIRE, SCHEME_AT + 1, "B", 2),
+    "quantization.length.bounds": lambda: with_length(patch(QUANT_WIRE[:SCHEME_AT + 8], QLEN_AT, "I", 8)),
+}
+
+
+def test_every_structure_rule_has_a_firing_input():
+    declared = {rule.id for rule in vars(structure).values() if hasattr(rule, "violation") and hasattr(rule, "id")}
+    assert declared == set(FIRING)
+
+
+@pytest.mark.parametrize("rule_id", sorted(FIRING))
+def test_structure_rule_fires(rule_id):
+    exc = violation(FIRING[rule_id](), rule=rule_id)
+    assert exc.citation == get_rule(rule_id).citation
+    assert exc.offset is not None

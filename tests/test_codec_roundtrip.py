@@ -9,6 +9,8 @@ such a descriptor, and for any mutation of them that still decodes,
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import struct
 
 import construct as c
@@ -25,11 +27,13 @@ from hurray_schema.model import (
     HilbertLayout, LayoutTag, MortonLayout, Mxfp, Nf4, PerBlockAffine, PerChannelAffine, PerTensorAffine,
     RowMajorLayout, Shard, Statistics, StridedLayout, TensorDescriptor, TiledLayout,
 )
+import hurray_schema.structs as structs_pkg
 from hurray_schema.structs import descriptor as D
 from hurray_schema.structs import layouts as L
 from hurray_schema.structs import quantization as Q
 from hurray_schema.structs import sections as X
 from hurray_schema.structs._declare import Field, plan
+from hurray_schema.structs.wire import descriptor_spans
 
 U8, U16, U32, U64 = (st.integers(0, 2**b - 1) for b in (8, 16, 32, 64))
 I64 = st.integers(-(2**63), 2**63 - 1)
@@ -168,6 +172,14 @@ SETTINGS = settings(max_examples=150, deadline=None,
 # Properties
 # --------------------------------------------------------------------------------------
 
+def _nested_tiled(depth: int) -> TiledLayout:
+    """``depth`` tiling levels of 1x1 tiles, innermost row-major."""
+    level = TiledLayout((1, 1))
+    for _ in range(depth - 1):
+        level = TiledLayout((1, 1), inner_layout=0x04, inner=level)
+    return level
+
+
 EDGE_CASES = {
     "empty-1d": TensorDescriptor(ElementType.FLOAT32, (0,), buffers=[BufferHandle(0)]),
     "empty-3x0x5": TensorDescriptor(ElementType.FLOAT32, (3, 0, 5), buffers=[BufferHandle(0)]),
@@ -183,9 +195,8 @@ EDGE_CASES = {
     "dynamic": TensorDescriptor(ElementType.FLOAT32, (DYNAMIC_DIMENSION, 4), buffers=[BufferHandle(0)]),
     "dynamic-and-zero": TensorDescriptor(ElementType.FLOAT32, (DYNAMIC_DIMENSION, 0), buffers=[BufferHandle(0)]),
     "rank-64": TensorDescriptor(ElementType.UINT8, (1,) * 64, buffers=[BufferHandle(1)]),
-    "tiled-depth-8": TensorDescriptor(ElementType.FLOAT32, (2, 2), buffers=[BufferHandle(16)], layout=(
-        lambda build: build(build, 1))(lambda self, d: TiledLayout((1, 1), inner_layout=0x04 if d < 8 else 0x01,
-                                                                   inner=self(self, d + 1) if d < 8 else None))),
+    "tiled-depth-8": TensorDescriptor(ElementType.FLOAT32, (2, 2), buffers=[BufferHandle(16)],
+                                      layout=_nested_tiled(8)),
     "composite-head": TensorDescriptor(ElementType.FLOAT32, (8, 8), CompositeLayout(1, 2)),
     "all-sections": TensorDescriptor(0xF3, (2,), buffers=[BufferHandle(3)], quantization=Nf4(0, 64, 1),
                                      shard=Shard((4,), (2,)), statistics=Statistics(0x3F, nnz=1),
@@ -234,6 +245,11 @@ def test_decode_encode_round_trip(desc):
     back, findings = parse_descriptor(wire, mode=_mode(desc))
     assert back == desc
     assert encode_descriptor(back) == wire
+    spans = descriptor_spans(desc)  # contiguous, in wire order, covering every byte
+    assert [start for _, start, _ in spans] == [0] + [end for _, _, end in spans[:-1]]
+    assert spans[-1][2] == len(wire)
+    order = [name for name, _ in D.DESCRIPTOR_ORDER]
+    assert [order.index(name) for name, _, _ in spans] == sorted(order.index(name) for name, _, _ in spans)
     assert [f.rule_id for f in findings] == (["descriptor.layout.extension_unknown"] if _mode(desc) != "strict" else [])
 
 
@@ -293,12 +309,24 @@ def test_arbitrary_bytes_raise_only_spec_violation(raw, mode):
 # --------------------------------------------------------------------------------------
 
 
+def _is_declaration(obj) -> bool:
+    return isinstance(obj, c.Struct) and bool(obj.subcons) and all(isinstance(s, Field) for s in obj.subcons)
+
+
 def _declarations():
+    """Every table declared in a module of ``hurray_schema.structs`` (also inside
+    module-level dicts such as tag -> table maps)."""
     seen = {}
-    for module in (D, L, Q, X):
+    for info in pkgutil.iter_modules(structs_pkg.__path__):
+        module = importlib.import_module(f"{structs_pkg.__name__}.{info.name}")
+        short = info.name
         for name, obj in vars(module).items():
-            if isinstance(obj, c.Struct) and obj.subcons and all(isinstance(s, Field) for s in obj.subcons):
-                seen.setdefault(id(obj), (f"{module.__name__.rsplit('.', 1)[-1]}.{name}", obj))
+            if _is_declaration(obj):
+                seen.setdefault(id(obj), (f"{short}.{name}", obj))
+            elif isinstance(obj, dict):
+                for key, value in obj.items():
+                    if _is_declaration(value):
+                        seen.setdefault(id(value), (f"{short}.{name}[{key!r}]", value))
     return sorted(seen.values(), key=lambda item: item[0])
 
 

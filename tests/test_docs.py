@@ -12,7 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from hurray_schema.docs import check_docs, render_pages
+import functools
+
+from hurray_schema.docs import check_docs
+from hurray_schema.docs import render_pages as _render_pages
+
+@functools.lru_cache(maxsize=1)
+def _pages() -> tuple:
+    return tuple(_render_pages().items())
+
+
+def render_pages() -> dict:
+    """One render shared by the tests of this module (rendering walks every declaration)."""
+    return dict(_pages())
+
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "docs" / "format"
@@ -120,9 +133,11 @@ def test_tag_tables_and_rule_index():
     from hurray_schema.rules.engine import registry
 
     for rule in registry():
-        assert f"| `{rule.id}` |" in index
-    magic = next(line for line in index.splitlines() if line.startswith("| `descriptor.magic` |"))
+        assert f"`{rule.id}` |" in index
+    magic = next(line for line in index.splitlines() if "`descriptor.magic` |" in line)
     assert "[`FIXED_HEADER`](descriptor.md#fixed_header)" in magic
+    # and back: the struct's page lists the rule
+    assert "[`descriptor.magic`](index.md#rule-descriptor-magic)" in pages["descriptor.md"]
 
 
 @pytest.mark.parametrize("page", sorted(render_pages()))

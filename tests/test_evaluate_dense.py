@@ -16,7 +16,7 @@ from hurray_schema.errors import HurraySchemaError
 from hurray_schema.evaluate import tensor_to_numpy
 from hurray_schema.evaluate.dense import hilbert_coords, hilbert_index
 from hurray_schema.model import (BlockPagedLayout, ColumnMajorLayout, ElementType, HilbertLayout, LayoutTag,
-                                 MortonLayout, RowMajorLayout, StridedLayout, TensorDescriptor, TiledLayout)
+                                 MortonLayout, StridedLayout, TensorDescriptor, TiledLayout)
 
 E = ElementType
 
@@ -242,4 +242,39 @@ def test_random_strides_match_numpy_as_strided(shape, data):
     buf = np.arange(hi - lo + 1, dtype=np.float32)
     ref = np.lib.stride_tricks.as_strided(buf[-lo:], shape=shape, strides=[s * 4 for s in strides])
     got = tensor_to_numpy(*tensor(E.FLOAT32, tuple(shape), StridedLayout(strides), buf, byte_offset=-lo * 4))
+    assert np.array_equal(got, ref)
+
+
+def test_block_paged_per_block_quantized_scales_follow_pages():
+    """layouts/block-paged.md § Per-page-slot parameters: scale of physical page p, slot i at p * page_size + i."""
+    from hurray_schema.model import PerBlockAffine
+    page_size, num_pages, heads, dim = 2, 3, 1, 4
+    rng = np.random.default_rng(2)
+    pool = rng.integers(-100, 100, num_pages * page_size * heads * dim).astype(np.int8)
+    scales = (rng.random(num_pages * page_size, np.float32) + np.float32(0.5)).astype(np.float32)
+    table = np.array([2, 0], np.uint32)
+    seq_ptr = np.array([0, 2], np.uint32)
+    bufs = [np.frombuffer(b.tobytes(), np.uint8) for b in (pool, table, seq_ptr, scales)]
+    q = PerBlockAffine(axis=0, block_size=page_size, scale_buffer_index=3, zero_point_buffer_index=0xFFFFFFFF,
+                       flags=1)
+    d = TensorDescriptor(E.INT8, (3, heads, dim), BlockPagedLayout(page_size, num_pages, 1), handles(bufs),
+                         quantization=q)
+    got = tensor_to_numpy(d, [memoryview(b) for b in bufs])
+    pages = pool.reshape(num_pages, page_size, heads, dim).astype(np.float32)
+    slot_scales = scales.reshape(num_pages, page_size)
+    ref = np.concatenate([pages[2] * slot_scales[2][:, None, None], pages[0][:1] * slot_scales[0][:1, None, None]])
+    assert got.tobytes() == ref.astype(np.float32).tobytes()
+
+
+def test_tiled_strided_grid_with_negative_strides():
+    """A tile grid walked backwards (outer strides -1 in tiles): offsets below byte_offset."""
+    shape, tile = (4, 4), (2, 2)
+    ref = np.arange(16, dtype=np.float32).reshape(shape)
+    # tile grid [2, 2]; outer strides [-2, -1] tiles: tile (1, 1) first in memory
+    def off(i):
+        t = -2 * (i[0] // 2) - (i[1] // 2)
+        return t * 4 + (i[0] % 2) * 2 + (i[1] % 2)
+    buf = place(ref, off, 16, byte_offset_elems=12)
+    lay = TiledLayout(tile, outer_layout=LayoutTag.STRIDED, outer_strides=(-2, -1))
+    got = tensor_to_numpy(*tensor(E.FLOAT32, shape, lay, buf, byte_offset=12 * 4))
     assert np.array_equal(got, ref)

@@ -4,6 +4,8 @@ Direction 1: descriptors built and encoded by pyhurray decode with hurray_schema
 same fields (read back through pyhurray's own getters) and re-encode byte-identical.
 Direction 2: descriptors built and encoded by hurray_schema decode in pyhurray to the
 same fields, and pyhurray re-encodes them to our bytes.
+Generated: hypothesis draws tensor parameters, both libraries build the tensor, and the
+two encodings must be identical (and pass every descriptor rule).
 
 Expected values always come from pyhurray (or from literals), never from the code under
 test.  pyhurray cannot set ``alignment``, ``sync_mode`` or ``byte_offset`` and rejects
@@ -15,6 +17,8 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 hurray = pytest.importorskip("hurray")
 
@@ -508,3 +512,94 @@ def test_our_overlay_members_read_back_by_pyhurray_stream_reader():
     assert back.member_roles == ("base", "correction")
     assert [m.descriptor.encode() for m in back.members] == [encode_descriptor(base), encode_descriptor(corr)]
     assert_same(head, back.descriptor)
+
+
+@pytest.mark.parametrize("name", DT.__all__)
+def test_our_descriptor_of_every_dtype_decodes_in_pyhurray(name):
+    dt = getattr(DT, name)
+    for shape in ((3, 4), (0, 5), ()):
+        count = 1
+        for n in shape:
+            count *= n
+        desc = TensorDescriptor(dt.tag, shape, buffers=[BufferHandle(hurray.buffer_size_bytes(dt, count))])
+        wire = encode_descriptor(desc)
+        py = hurray.Descriptor.decode(wire)
+        assert py.dtype is dt
+        assert_same(desc, py)
+        assert py.encode() == wire
+        assert decode_descriptor(wire) == desc
+
+
+# --------------------------------------------------------------------------------------
+# Generated: the same tensor built on both sides encodes to the same bytes
+# --------------------------------------------------------------------------------------
+
+WHOLE_BYTE = [n for n in DT.__all__ if getattr(DT, n).bit_width % 8 == 0]
+
+
+@st.composite
+def same_tensor(draw):
+    """Parameters of one tensor, built with pyhurray and with our model."""
+    kind = draw(st.sampled_from(["row_major", "col_major", "strided", "csr", "csc", "coo", "scalar"]))
+    name = draw(st.sampled_from(WHOLE_BYTE if kind in ("csr", "csc", "coo") else DT.__all__))
+    dt = getattr(DT, name)
+    rank = {"scalar": 0, "csr": 2, "csc": 2}.get(kind) or draw(st.integers(1, 3))
+    shape = draw(st.lists(st.integers(0, 5), min_size=rank, max_size=rank))
+    count = 1
+    for n in shape:
+        count *= n
+    size = hurray.buffer_size_bytes
+    py_kw, aux, ours_layout = {}, [], RowMajorLayout()
+    if kind == "col_major":
+        py_kw["layout"], ours_layout = hurray.ColMajorLayout(), ColumnMajorLayout()
+    if kind == "strided":  # the contiguous strides of a row- or column-major order
+        dims = shape if draw(st.booleans()) else shape[::-1]
+        strides, step = [], 1
+        for n in reversed(dims):
+            strides.insert(0, step)
+            step *= max(n, 1)
+        strides = strides if dims is shape else strides[::-1]
+        py_kw["layout"], ours_layout = hurray.StridedLayout(strides), StridedLayout(strides)
+    if kind in ("csr", "csc", "coo"):
+        nnz = draw(st.integers(0, count))
+        data = bytes(size(dt, nnz))
+        if kind == "coo":
+            aux = [bytes(8 * nnz * rank)]
+            py_kw["layout"], ours_layout = hurray.CooLayout(nnz=nnz), CooLayout(nnz)
+        else:
+            major = shape[0] if kind == "csr" else shape[1]
+            aux = [bytes(8 * nnz), bytes(8 * (major + 1))]
+            py_cls, our_cls = (hurray.CsrLayout, CsrLayout) if kind == "csr" else (hurray.CscLayout, CscLayout)
+            py_kw["layout"], ours_layout = py_cls(nnz=nnz), our_cls(nnz)
+    else:
+        data = bytes(size(dt, count))
+    shard = statistics = None
+    if draw(st.booleans()):
+        extra = draw(st.lists(st.integers(0, 3), min_size=rank, max_size=rank))
+        offset = [draw(st.integers(0, e)) for e in extra]
+        parent = [n + e for n, e in zip(shape, extra)]
+        py_kw["shard"], shard = hurray.Shard(parent, offset), Shard(parent, offset)
+    if draw(st.booleans()):  # a sparse layout's statistics nnz equals its own (layouts/coo.md)
+        nnz = ours_layout.nnz if kind in ("csr", "csc", "coo") else draw(st.integers(0, count))
+        py_kw["statistics"], statistics = hurray.Statistics(nnz=nnz), Statistics(1, nnz=nnz)
+    quantization = None
+    if name in ("int8", "uint8") and kind not in ("csr", "csc", "coo") and draw(st.booleans()):
+        scale = draw(st.floats(0.125, 1024.0, width=32))
+        zero_point = draw(st.integers(-128, 127) if name == "int8" else st.integers(0, 255))  # storage range
+        py_kw["quantization"] = hurray.PerTensorAffine(scale, zero_point)
+        quantization = PerTensorAffine(scale, zero_point)
+    py = hurray.Tensor(data, dt, shape, aux_buffers=aux, **py_kw)
+    buffers = [BufferHandle(len(b), alignment=64 if b else 1) for b in (data, *aux)]  # pyhurray: 1 when empty
+    ours = TensorDescriptor(dt.tag, shape, ours_layout, buffers=buffers, shard=shard, statistics=statistics,
+                            quantization=quantization)
+    return py, ours
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(same_tensor())
+def test_generated_tensors_encode_identically_on_both_sides(pair):
+    py, ours = pair
+    wire = py.descriptor.encode()
+    assert encode_descriptor(ours) == wire
+    assert decode_descriptor(wire) == ours  # every descriptor rule passes
+    assert_same(ours, hurray.Descriptor.decode(wire))

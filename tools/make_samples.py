@@ -6,7 +6,10 @@
 * ``sample.hrry`` -- a file holding a partition composite ``weights`` (float32
   [4, 6], two [4, 3] members), a plain tensor ``bias`` (float32 [6]) and two KV entries;
 * ``member.bin`` -- the descriptor of ``weights.1`` alone (it carries a shard section);
-* ``sample.stream`` -- the same tensors as a bare stream.
+* ``sample.stream`` -- the same tensors as a bare stream;
+* ``faulty.stream`` -- a bare stream with three faults for ``hurray-schema audit`` to find:
+  a partition composite whose members leave a column uncovered, a buffer handle whose
+  reserved byte is 0x01, and a group composite announcing 3 members when 2 follow.
 
 The values are fixed (``arange``), so the bytes are reproducible.
 """
@@ -25,6 +28,9 @@ from hurray_schema.io.file import write_file
 from hurray_schema.io.stream import write_stream
 from hurray_schema.io.tensor import Composite, Tensor
 from hurray_schema.model import CompositionRule, ElementType, Shard
+from hurray_schema.structs._declare import static_offset
+from hurray_schema.structs.layouts import COMPOSITE
+from hurray_schema.structs.wire import descriptor_spans
 
 SAMPLES = Path(__file__).resolve().parents[1] / "hurray_schema" / "samples"
 
@@ -38,12 +44,36 @@ def items() -> dict:
     return {"weights": weights, "bias": bias}
 
 
+def faulty() -> bytes:
+    f32 = np.float32
+    gap = Composite.build(CompositionRule.PARTITION, [
+        Tensor.from_numpy(np.zeros((4, 3), f32), shard=Shard((4, 6), (0, 0))),
+        Tensor.from_numpy(np.ones((4, 2), f32), shard=Shard((4, 6), (0, 3))),  # column 5: nobody
+    ], shape=(4, 6), type_tag=ElementType.FLOAT32)
+    bias = Tensor.from_numpy(np.zeros(6, f32))
+    group = Composite.build(CompositionRule.GROUP, [
+        Tensor.from_numpy(np.zeros(2, f32)), Tensor.from_numpy(np.zeros(3, f32)),
+    ], shape=(2,), type_tag=ElementType.FLOAT32)
+    data = bytearray()
+    for item in (gap, bias, group):
+        start = len(data)
+        data += write_stream(None, [item])
+        if item is bias:  # the last byte of its descriptor: the buffer handle's _reserved
+            data[start + bias.descriptor.encoded_length - 1] = 0x01
+        if item is group:  # member_count: promise 3 members, deliver 2
+            layout_at = next(a for part, a, _ in descriptor_spans(group.descriptor) if part == "layout")
+            at = start + layout_at + static_offset(COMPOSITE, "member_count")
+            data[at:at + 4] = (3).to_bytes(4, "little")
+    return bytes(data)
+
+
 def render(outdir: Path) -> list[Path]:
     outdir.mkdir(parents=True, exist_ok=True)
     content = items()
     write_file(outdir / "sample.hrry", content, kv={"producer": "hurray-schema samples", "layers": 1})
     (outdir / "member.bin").write_bytes(encode_descriptor(content["weights"].members[1].descriptor))
     write_stream(outdir / "sample.stream", [content["weights"].with_name("weights"), content["bias"]])
+    (outdir / "faulty.stream").write_bytes(faulty())
     return sorted(outdir.iterdir())
 
 

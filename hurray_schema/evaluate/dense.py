@@ -26,8 +26,9 @@ __all__ = ["row_major_strides", "column_major_strides", "affine_strides", "eleme
            "tiled_offsets", "morton_offsets", "hilbert_index", "hilbert_coords", "hilbert_offsets",
            "block_paged_offsets", "MAX_ELEMENTS"]
 
-MAX_ELEMENTS = 1 << 34
-"""Largest logical element count this evaluator will materialize (a safety bound on hostile shapes)."""
+MAX_ELEMENTS = 1 << 32
+"""Largest logical element count this evaluator will materialize (a safety bound on hostile shapes;
+raise it by assigning ``hurray_schema.evaluate.dense.MAX_ELEMENTS``)."""
 
 
 def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:

@@ -162,7 +162,27 @@ def _f32_to_f16_hw(typingctx, x):
     return sig, codegen
 
 
+@intrinsic
+def _f16_to_f32_hw(typingctx, h):
+    """LLVM ``fpext half -> float`` of float16 bits (exact)."""
+    sig = types.float32(types.uint16)
+
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+
+    return sig, codegen
+
+
 if HAS_F16C:
+    @njit(cache=True, nogil=True, inline="always")
+    def f16_to_f32_fast(h):
+        """:func:`f16_to_f32` in hardware for non-NaN patterns (exact either way); NaNs keep the
+        software path so a signalling NaN's payload is not quieted."""
+        h = np.uint16(h)
+        if (h & np.uint16(0x7C00)) == np.uint16(0x7C00) and (h & np.uint16(0x03FF)) != 0:
+            return f16_to_f32(h)
+        return _f16_to_f32_hw(h)
+
     @njit(cache=True, nogil=True, inline="always")
     def f32_to_f16_fast(x):
         """:func:`f32_to_f16` using the hardware conversion for non-NaN values (identical bits: both
@@ -171,8 +191,14 @@ if HAS_F16C:
         if x != x:
             return f32_to_f16(x)
         return _f32_to_f16_hw(x)
+    @njit(cache=True, nogil=True, inline="always")
+    def f32_to_f16_not_nan(x):
+        """Hardware conversion of a float32 known not to be NaN (branch-free, vectorizable)."""
+        return _f32_to_f16_hw(np.float32(x))
 else:  # pragma: no cover - depends on the host CPU
     f32_to_f16_fast = f32_to_f16
+    f16_to_f32_fast = f16_to_f32
+    f32_to_f16_not_nan = f32_to_f16
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -210,7 +236,7 @@ def _add_f32(a, b):
 @njit(cache=True, nogil=True, inline="always")
 def f16_add(a, b):
     """float16 bits a + b, one float16 rounding: NumPy's float16 arithmetic (float32 sum, then round)."""
-    return f32_to_f16(_add_f32(f16_to_f32(a), f16_to_f32(b)))
+    return f32_to_f16_fast(_add_f32(f16_to_f32_fast(a), f16_to_f32_fast(b)))
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -30,9 +30,10 @@ from ..model import (BlockPagedLayout, CombineOp, CompositionRule, ElementType, 
 from ..structs.element_types import element_type_info
 from .dense import affine_strides, hilbert_index, tiled_offsets
 from .elements import bf16_add, f16_add, numpy_dtype
-from .quant import OUT_BF16, OUT_F16, OUT_F32, PK_BLOCK, decode_gather, quant_params, storage_shape
+from .quant import (OUT_BF16, OUT_F16, OUT_F32, PK_CHANNEL, PK_TENSOR, decode_gather, quant_params,
+                    storage_shape)
 from .sparse import linear_indices, sparse_entries, sparse_linear
-from .tensor import (SPARSE_TAGS, DecodedTypeMismatch, _check_bounds, _gather_codes, as_bytes, check_shape,
+from .tensor import (SPARSE_TAGS, readonly, DecodedTypeMismatch, _check_bounds, _gather_codes, as_bytes, check_shape,
                      decode_into, dense_view, tensor_to_numpy)
 
 __all__ = ["materialize", "lookup", "read", "member_values", "MAX_NESTING"]
@@ -48,38 +49,59 @@ ADD_NATIVE, ADD_F16, ADD_BF16, ADD_OR = 0, 1, 2, 3
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _add(a, b, mode):
+def _add_bits(a, b, mode):
+    """float16 / bfloat16 addition on bits, rounded to the type."""
     if mode == ADD_F16:
         return f16_add(a, b)
-    if mode == ADD_BF16:
-        return bf16_add(a, b)
-    if mode == ADD_OR:
-        return a | b
+    return bf16_add(a, b)
+
+
+@njit(cache=True, nogil=True)
+def _add_native(a, b):
+    """a + b in the array's own type; with NaN operands the right one's NaN (quieted) is kept."""
+    if b != b:  # made explicit so the compiler cannot swap which payload survives
+        return b + b
+    if a != a:
+        return a + a
     return a + b
 
 
-@njit(cache=True)
-def _scatter(out, lin, vals, combine, mode):
-    """Sparse correction at its stored indices: replace or add, in storage order."""
-    for k in range(lin.size):
+@njit(cache=True, parallel=True)
+def _scatter_replace(out, lin, vals):
+    # one member stores each index once (coo.md § Validity Constraints): entries are independent
+    for k in prange(lin.size):
+        out[lin[k]] = vals[k]
+
+
+@njit(cache=True, parallel=True)
+def _scatter_add_bits(out, lin, vals, mode):
+    for k in prange(lin.size):
         i = lin[k]
-        if combine == 1:
-            out[i] = vals[k]
-        else:
-            out[i] = _add(out[i], vals[k], mode)
+        out[i] = _add_bits(out[i], vals[k], mode)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
+def _scatter_add_native(out, lin, vals):
+    for k in range(lin.size):
+        out[lin[k]] = _add_native(out[lin[k]], vals[k])
+
+
+def _scatter(out, lin, vals, combine, mode):
+    """Sparse correction at its stored indices: replace or add, in storage order (no duplicates)."""
+    if combine == 1:
+        _scatter_replace(out, lin, vals)
+    elif mode == ADD_OR:  # bool: addition is logical or
+        out[lin] |= vals
+    elif mode in (ADD_F16, ADD_BF16):
+        _scatter_add_bits(out, lin, vals, mode)
+    else:
+        _scatter_add_native(out, lin, vals)
+
+
+@njit(cache=True)
 def _add_dense_bits(acc, vals, mode):
-    for i in prange(acc.size):
-        acc[i] = _add(acc[i], vals[i], mode)
-
-
-@njit(cache=True, parallel=True)
-def _copy_rows(dst, src):
-    """dst[...] = src for 2-D arrays, rows in parallel (first touch of fresh pages split across threads)."""
-    for i in prange(src.shape[0]):
-        dst[i, :] = src[i, :]
+    for i in range(acc.size):
+        acc[i] = _add_bits(acc[i], vals[i], mode)
 
 
 # ------------------------------------------------------------------------------------
@@ -142,11 +164,8 @@ def _fill(member, view: np.ndarray, target, depth) -> None:
     if desc.quantization is None and desc.type_tag != target:
         raise DecodedTypeMismatch(f"member values are type 0x{int(desc.type_tag):02X}, head is 0x{int(target):02X}")
     src = dense_view(desc, member.buffers)
-    if src is not None:
-        if view.ndim == 2 and view.shape[0] >= 64 and view.dtype.kind in "fiub" and view.dtype.itemsize in (4, 8):
-            _copy_rows(view, src)
-        else:
-            np.copyto(view, src)
+    if src is not None:  # zero-copy view of the member's buffer: one strided copy into its box
+        np.copyto(view, src)
         return
     if view.flags.c_contiguous and desc.layout.tag not in SPARSE_TAGS and target != E.FLOAT64:
         decode_into(desc, member.buffers, view)
@@ -229,7 +248,7 @@ def _materialize_into(composite, out: np.ndarray, depth: int) -> None:
             if vals.size == 0:
                 continue
             target_flat = flat if flat is not None else np.ascontiguousarray(out).reshape(-1)
-            _scatter(_kernel_view(target_flat, target), lin, _kernel_view(np.ascontiguousarray(vals), target),
+            _scatter(_kernel_view(target_flat, target), lin, readonly(_kernel_view(np.ascontiguousarray(vals), target)),
                      int(combine), mode)
             if flat is None:
                 np.copyto(out, target_flat.reshape(out.shape))
@@ -306,6 +325,19 @@ def _element_offset(desc, index) -> tuple[int, int]:
     raise HurraySchemaError(f"layout 0x{int(layout.tag):02X} is not addressable")
 
 
+def _param_index(p, shape, index) -> int:
+    """Quantization parameter index of one logical index (per-block-affine.md § Block Layout)."""
+    if p.pk == PK_TENSOR:
+        return 0
+    if p.pk == PK_CHANNEL:
+        return int(index[p.axis])
+    outer = 0
+    for d, (i, n) in enumerate(zip(index, shape)):
+        if d != p.axis:
+            outer = outer * n + i
+    return outer * p.nb + index[p.axis] // p.block
+
+
 def _read_element(member, index, target):
     """One element of a non-composite member, decoded to ``target`` (a 0-d array)."""
     desc = member.descriptor
@@ -323,8 +355,7 @@ def _read_element(member, index, target):
     offs = np.array([offset], np.int64)
     if desc.quantization is not None:
         p = quant_params(desc, member.buffers)
-        from .quant import param_indices
-        pi = int(param_indices(p, tuple(desc.shape))[tuple(index)])
+        pi = _param_index(p, tuple(desc.shape), index)
         if pi >= p.scales.size:
             raise HurraySchemaError("quantization parameter buffer is too short")
         work = np.float32 if target in (E.FLOAT32, E.FLOAT64) else dtype
@@ -388,7 +419,7 @@ def lookup(composite, index: Sequence[int], _depth: int = 0):
         if combine == CombineOp.REPLACE:
             acc = v
         else:
-            _scatter(_kernel_view(acc, target), np.zeros(1, np.int64), _kernel_view(v, target), 2, mode)
+            _scatter(_kernel_view(acc, target), np.zeros(1, np.int64), readonly(_kernel_view(v, target)), 2, mode)
     return acc[0]
 
 
@@ -454,6 +485,8 @@ def read(composite, region, _depth: int = 0) -> np.ndarray:
     flat = out.reshape(-1)
     for m in members[1:]:
         off, shp = _box(m, shape)
+        if any(max(l, o) >= min(h, o + n) for l, h, o, n in zip(lo, hi, off, shp)):
+            continue  # the member's box misses the region: never decoded
         if not _is_composite(m) and m.descriptor.layout.tag in SPARSE_TAGS:
             coords, vals = sparse_entries(m.descriptor, m.buffers, target)
             g = coords + np.asarray(off, np.int64)
@@ -461,7 +494,7 @@ def read(composite, region, _depth: int = 0) -> np.ndarray:
             if not keep.any():
                 continue
             lin = linear_indices(g[keep] - np.asarray(lo, np.int64), out.shape)
-            _scatter(_kernel_view(flat, target), lin, _kernel_view(np.ascontiguousarray(vals[keep]), target),
+            _scatter(_kernel_view(flat, target), lin, readonly(_kernel_view(np.ascontiguousarray(vals[keep]), target)),
                      int(combine), mode)
             continue
         got = part(m, off, shp)

@@ -25,7 +25,7 @@ from ..model import (NO_BUFFER_INDEX, ElementType, Mxfp, Nf4, PerBlockAffine, Pe
 from ..structs.element_types import element_type_info
 from ..structs.quantization import NF4_LEVELS
 from .elements import (UnsupportedEvaluation, bf16_bits_to_f32_array, f16_bits_to_f32_array,
-                       f32_to_bf16, f32_to_f16_fast, load_code, minifloat_table, sign_extend)
+                       f32_to_bf16, f32_to_f16_fast, f32_to_f16_not_nan, load_code, minifloat_table, sign_extend)
 
 __all__ = ["QuantParams", "quant_params", "decode_rows", "decode_gather", "OUT_F32", "OUT_F16", "OUT_BF16",
            "storage_shape", "param_indices"]
@@ -175,7 +175,7 @@ def param_indices(p: QuantParams, shape) -> np.ndarray:
 # ------------------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _value(code, pi, valmode, bits, signed, table, scales, zps):
     s = scales[pi]
     if valmode == VAL_INT:
@@ -186,7 +186,7 @@ def _value(code, pi, valmode, bits, signed, table, scales, zps):
     return np.float32(s * table[code])
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _store(out, i, x, out_kind):
     if out_kind == OUT_F16:
         out[i] = f32_to_f16_fast(x)
@@ -216,6 +216,20 @@ def _row_origin(row, shape, strides, axis):
     return off, i_axis, outer_na
 
 
+@njit(cache=True, nogil=True)
+def _row_params(row, i_axis, outer_na, cols, pk, axis, last, nb, block):
+    """Parameter index of element j of a row is ``base + j * step + (j // block) * bstep``."""
+    if pk == PK_TENSOR:
+        return np.int64(0), np.int64(0), np.int64(0)
+    if axis == last:
+        if pk == PK_BLOCK:
+            return row * nb, np.int64(0), np.int64(1)
+        return np.int64(0), np.int64(1), np.int64(0)  # per-channel along the row
+    if pk == PK_CHANNEL:
+        return i_axis, np.int64(0), np.int64(0)
+    return outer_na * cols * nb + i_axis // block, nb, np.int64(0)
+
+
 @njit(cache=True, parallel=True)
 def decode_rows(buf, base, shape, strides, valmode, bits, signed, table, scales, zps,
                 pk, axis, block, nb, out_kind, out):
@@ -227,26 +241,12 @@ def decode_rows(buf, base, shape, strides, valmode, bits, signed, table, scales,
     for prow in prange(rows):
         row = np.int64(prow)  # prange indices may be unsigned; keep integer arithmetic signed
         off, i_axis, outer_na = _row_origin(row, shape, strides, axis)
+        pbase, pstep, bstep = _row_params(row, i_axis, outer_na, cols, pk, axis, r - 1, nb, block)
         o = row * cols
-        if pk == PK_TENSOR:
-            for j in range(cols):
-                _store(out, o + j, _value(load_code(buf, base, off + j * sl, bits), 0, valmode, bits, signed,
-                                          table, scales, zps), out_kind)
-        elif axis == r - 1:
-            pb = row * nb if pk == PK_BLOCK else 0
-            for j in range(cols):
-                pi = pb + j // block
-                _store(out, o + j, _value(load_code(buf, base, off + j * sl, bits), pi, valmode, bits, signed,
-                                          table, scales, zps), out_kind)
-        elif pk == PK_CHANNEL:
-            for j in range(cols):
-                _store(out, o + j, _value(load_code(buf, base, off + j * sl, bits), i_axis, valmode, bits, signed,
-                                          table, scales, zps), out_kind)
-        else:
-            pb = outer_na * cols * nb + i_axis // block
-            for j in range(cols):
-                _store(out, o + j, _value(load_code(buf, base, off + j * sl, bits), pb + j * nb, valmode, bits,
-                                          signed, table, scales, zps), out_kind)
+        for j in range(cols):
+            pi = pbase + j * pstep + (j // block) * bstep
+            _store(out, o + j, _value(load_code(buf, base, off + j * sl, bits), pi, valmode, bits, signed,
+                                      table, scales, zps), out_kind)
 
 
 @njit(cache=True, parallel=True)
@@ -255,6 +255,27 @@ def decode_gather(buf, base, offsets, pidx, valmode, bits, signed, table, scales
     for i in prange(out.size):
         _store(out, i, _value(load_code(buf, base, offsets[i], bits), pidx[i], valmode, bits, signed,
                               table, scales, zps), out_kind)
+
+
+@njit(cache=True, nogil=True)
+def _build_lut(lut, pi, ncode, valmode, signed, table, scales, zps, out_kind):
+    """The decoded value of every code under parameter set ``pi`` (same formula as :func:`_value`)."""
+    s = scales[pi]
+    z = np.int64(zps[pi]) if zps.size > 1 else np.int64(zps[0])
+    half = ncode >> 1
+    if out_kind == OUT_F16 and valmode == VAL_INT and np.abs(s) <= np.float32(3.4028235e38):
+        # finite scale times a finite integer is never NaN: straight-line conversion
+        for c in range(ncode):
+            v = np.int64(c - ncode) if (signed and c >= half) else np.int64(c)
+            lut[c] = f32_to_f16_not_nan(np.float32(np.float32(np.int32(v - z)) * s))
+        return
+    for c in range(ncode):
+        if valmode == VAL_INT:
+            v = np.int64(c - ncode) if (signed and c >= half) else np.int64(c)
+            x = np.float32(np.float32(np.int32(v - z)) * s)
+        else:
+            x = np.float32(s * table[c])
+        _store(lut, c, x, out_kind)
 
 
 @njit(cache=True, parallel=True)
@@ -288,20 +309,20 @@ def decode_rows_lut(buf, base, shape, strides, valmode, bits, signed, table, sca
             else:
                 pi = np.int64(0)
                 end = cols
-            for c in range(ncode):
-                _store(lut, c, _value(np.uint64(c), pi, valmode, bits, signed, table, scales, zps), out_kind)
+            _build_lut(lut, pi, ncode, valmode, signed, table, scales, zps, out_kind)
             jj = j
             if bits == 4 and sl == 1:
                 e = off + jj
                 if e & 1:  # odd start: one high nibble first
                     out[o + jj] = lut[buf[base + (e >> 1)] >> np.uint8(4)]
                     jj += 1
-                e = base + ((off + jj) >> 1)
+                e = np.uint64(base + ((off + jj) >> 1))  # unsigned indices: no wrap-around checks
                 npairs = (end - jj) >> 1
-                for k in range(npairs):  # two elements per byte: low nibble first
+                d = np.uint64(o + jj)
+                for k in range(np.uint64(npairs)):  # two elements per byte: low nibble first
                     b = buf[e + k]
-                    out[o + jj + 2 * k] = lut[b & np.uint8(15)]
-                    out[o + jj + 2 * k + 1] = lut[b >> np.uint8(4)]
+                    out[d + 2 * k] = lut[b & np.uint8(15)]
+                    out[d + 2 * k + np.uint64(1)] = lut[b >> np.uint8(4)]
                 jj += 2 * npairs
             for jx in range(jj, end):
                 e = off + jx * sl

@@ -14,11 +14,12 @@ from typing import Optional, Sequence
 import numpy as np
 from numba import njit, prange
 
-from ..errors import HurraySchemaError
-from ..model import DYNAMIC_DIMENSION, BlockPagedLayout, CsfLayout, CooLayout, CscLayout, CsrLayout, ElementType, \
-    LayoutTag, PerBlockAffine, PerChannelAffine
+from ..errors import HurraySchemaError, LimitExceeded
+from ..model import (DYNAMIC_DIMENSION, BlockPagedLayout, ElementType, LayoutTag, PerBlockAffine, PerChannelAffine,
+                     PerTensorAffine)
 from ..structs.element_types import element_type_info
-from .dense import MAX_ELEMENTS, element_offsets
+from . import dense as dense_module
+from .dense import element_offsets
 from .elements import CODE_VIEW_TYPES, UnsupportedEvaluation, load_code, numpy_dtype
 from .quant import (OUT_BF16, OUT_F16, OUT_F32, PK_BLOCK, PK_CHANNEL, decode_gather, decode_rows, decode_rows_lut, param_indices, quant_params,
                     storage_shape)
@@ -39,11 +40,28 @@ class DecodedTypeMismatch(HurraySchemaError):
 def as_bytes(buffer) -> np.ndarray:
     """A read-only uint8 view of any buffer-protocol object (memoryview, bytes, ndarray...)."""
     if isinstance(buffer, np.ndarray):
-        return buffer.reshape(-1).view(np.uint8) if buffer.flags.c_contiguous else np.frombuffer(buffer.tobytes(), np.uint8)
-    mv = memoryview(buffer)
-    if not mv.c_contiguous:
-        mv = memoryview(mv.tobytes())
-    return np.frombuffer(mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv, np.uint8)
+        out = buffer.reshape(-1).view(np.uint8) if buffer.flags.c_contiguous else np.frombuffer(buffer.tobytes(),
+                                                                                                np.uint8)
+    else:
+        mv = memoryview(buffer)
+        if not mv.c_contiguous:
+            mv = memoryview(mv.tobytes())
+        out = np.frombuffer(mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv, np.uint8)
+    out = out.view()
+    out.flags.writeable = False  # one kernel signature whatever the buffer's origin
+    return out
+
+
+def _owned(a) -> np.ndarray:
+    """A fresh, writeable, flat int64 copy (keeps kernel signatures to one per argument)."""
+    return np.array(a, np.int64, copy=True).reshape(-1)
+
+
+def readonly(a: np.ndarray) -> np.ndarray:
+    """A read-only view (keeps kernel signatures to one per argument)."""
+    v = a.view()
+    v.flags.writeable = False
+    return v
 
 
 def decoded_type(desc) -> int:
@@ -55,9 +73,31 @@ def check_shape(shape) -> tuple[int, ...]:
     shape = tuple(int(n) for n in shape)
     if DYNAMIC_DIMENSION in shape:
         raise HurraySchemaError("a dynamic dimension must be resolved before the tensor is evaluated")
-    if math.prod(shape) > MAX_ELEMENTS:
-        raise HurraySchemaError(f"{math.prod(shape)} elements exceed the evaluator's limit of {MAX_ELEMENTS}")
+    if math.prod(shape) > dense_module.MAX_ELEMENTS:
+        raise LimitExceeded("element count", math.prod(shape), dense_module.MAX_ELEMENTS)
     return shape
+
+
+_INJECTIVE = (LayoutTag.ROW_MAJOR, LayoutTag.COLUMN_MAJOR, LayoutTag.TILED, LayoutTag.MORTON, LayoutTag.HILBERT)
+
+
+def _precheck_dense(desc, buffers, shape) -> None:
+    """Before allocating per element: an injective dense layout needs buffer 0 to hold every element
+    (strided and block-paged may alias elements; they are bounded from their offsets)."""
+    info = element_type_info(desc.type_tag)
+    if info is None or desc.layout.tag not in _INJECTIVE or 0 in shape:
+        return
+    if not buffers:
+        raise HurraySchemaError("a dense tensor needs buffer 0")
+    lay = desc.layout
+    while lay is not None and lay.tag == LayoutTag.TILED:
+        if LayoutTag.STRIDED in (lay.outer_layout, lay.inner_layout):
+            return  # strided tile orders may alias or run backwards: bounded from the offsets
+        lay = lay.inner
+    need = info.buffer_bytes(math.prod(shape))
+    have = len(as_bytes(buffers[0]))
+    if have < need:
+        raise HurraySchemaError(f"buffer 0 holds {have} bytes, the tensor's elements need {need}")
 
 
 def _target(desc, dtype) -> int:
@@ -131,7 +171,6 @@ def dense_view(desc, buffers) -> Optional[np.ndarray]:
 def decode_into(desc, buffers, out: np.ndarray, seq_lens=None) -> None:
     """Decode a dense / indirect tensor into the C-contiguous array ``out`` (its dtype picks the target)."""
     shape = tuple(out.shape)
-    target = E.FLOAT32 if out.dtype == np.float32 and desc.quantization is not None else None
     info = element_type_info(desc.type_tag)
     if info is None or desc.type_tag == E.FLOAT128:
         raise UnsupportedEvaluation(f"element type 0x{int(desc.type_tag):02X} is not evaluated here")
@@ -149,11 +188,12 @@ def decode_into(desc, buffers, out: np.ndarray, seq_lens=None) -> None:
     flat = out.reshape(-1)
     if desc.quantization is not None:
         count = None
-        if isinstance(desc.layout, BlockPagedLayout) and not isinstance(desc.quantization, PerChannelAffine) \
-                and desc.quantization.scheme != 0x01:
-            if not isinstance(desc.quantization, PerBlockAffine) or desc.quantization.axis != 0 \
-                    or desc.quantization.block_size != desc.layout.page_size:
-                raise HurraySchemaError("block-paged per-block quantization needs axis 0 and block_size == page_size")
+        q = desc.quantization
+        if isinstance(desc.layout, BlockPagedLayout) and not isinstance(q, (PerTensorAffine, PerChannelAffine)):
+            # layouts/block-paged.md § Per-scheme composition: block parameters are per page slot
+            if not isinstance(q, PerBlockAffine) or q.axis != 0 or q.block_size != desc.layout.page_size:
+                raise HurraySchemaError("block-paged block quantization needs per-block affine, axis 0 and "
+                                        "block_size == page_size")
             count = int(desc.layout.num_pages) * int(desc.layout.page_size)
         p = quant_params(desc, buffers, count)
         kind = {np.dtype(np.float32): OUT_F32, np.dtype(np.float16): OUT_F16}.get(out.dtype, OUT_BF16)
@@ -166,7 +206,7 @@ def decode_into(desc, buffers, out: np.ndarray, seq_lens=None) -> None:
                 and (p.pk != PK_CHANNEL or axis != len(rshape) - 1) and (p.pk != PK_BLOCK or p.block >= 16)
             kernel = decode_rows_lut if lut_ok else decode_rows
             kernel(buf, base, rshape, rstr, p.valmode, p.bits, p.signed, p.table, p.scales, p.zps,
-                        p.pk, axis, p.block, p.nb, kind, kout)
+                   p.pk, axis, p.block, p.nb, kind, kout)
         else:
             if slots is not None and p.pk == PK_BLOCK:
                 pidx = np.broadcast_to(slots[:, None, None], shape)
@@ -176,8 +216,7 @@ def decode_into(desc, buffers, out: np.ndarray, seq_lens=None) -> None:
             if pidx.size and (pidx.min() < 0 or pidx.max() >= p.scales.size
                               or (p.zps.size > 1 and pidx.max() >= p.zps.size)):
                 raise HurraySchemaError("quantization parameter buffer is too short for the tensor")
-            decode_gather(buf, base, np.ascontiguousarray(offsets, np.int64).reshape(-1),
-                          np.ascontiguousarray(pidx, np.int64).reshape(-1), p.valmode, p.bits, p.signed,
+            decode_gather(buf, base, _owned(offsets), _owned(pidx), p.valmode, p.bits, p.signed,
                           p.table, p.scales, p.zps, kind, kout)
         return
     if bits >= 8 and desc.type_tag not in CODE_VIEW_TYPES:
@@ -187,13 +226,14 @@ def decode_into(desc, buffers, out: np.ndarray, seq_lens=None) -> None:
                               strides=tuple(s * w for s in strides))
             np.copyto(out, view)
         else:
-            span = np.ndarray((hi + 1,), out.dtype, buffer=buf, offset=desc.byte_offset)
-            np.take(span, offsets, out=out)
+            # offsets may be negative (strided tile grids): the span starts at the lowest one
+            span = np.ndarray((hi - lo + 1,), out.dtype, buffer=buf, offset=desc.byte_offset + lo * w)
+            np.take(span, offsets - lo, out=out)
         return
     if strides is not None:
         offsets = _affine_offsets(strides, shape)
     codes = flat.view(np.uint8)
-    _gather_codes(buf, base, np.ascontiguousarray(offsets, np.int64).reshape(-1), np.int64(bits), codes)
+    _gather_codes(buf, base, _owned(offsets), np.int64(bits), codes)
     if desc.type_tag == E.BOOL:
         np.minimum(codes, 1, out=codes)  # a stored bit is 0 or 1 already; keep bool items canonical
 
@@ -222,6 +262,7 @@ def tensor_to_numpy(desc, buffers: Sequence, dtype: Optional[int] = None, *, seq
     if desc.layout.tag in SPARSE_TAGS:
         from .sparse import densify
         return densify(desc, buffers, target)
+    _precheck_dense(desc, buffers, shape)
     widen = desc.quantization is not None and target == E.FLOAT64  # float32 arithmetic, then widened
     work_dtype = np.dtype(np.float32) if widen else out_dtype
     out = np.zeros(shape, work_dtype) if 0 in shape else np.empty(shape, work_dtype)

@@ -1,1 +1,536 @@
-"""Rules of this spec area (being written)."""
+"""Composite validation: head checks, per-member checks as members arrive, close-time checks.
+
+``layouts/composite.md § Validation``: a reader keeps state bounded by ``member_count``
+and reaches one verdict at the Nth member.  :class:`CompositeValidator` does exactly
+that for one head and its *direct* members (a nested composite arrives as its head
+descriptor; its own members go to its own validator, which is what the stream and file
+readers do).  :func:`validate_preorder` drives a flat pre-order sequence of descriptors
+through a stack of validators, enforcing the nesting depth limit of 8.
+
+The partition exact-cover / non-overlap check is exact for any rank and any box shapes,
+and costs ``O(N * 2**r * log N)`` for ``N`` boxes of effective rank ``r`` instead of the
+``O(N**2)`` of comparing every pair.  It rests on an identity: the coverage count
+``c(x) = number of member boxes containing x`` equals the indicator of the head box
+everywhere iff the *corner measures* agree, where the corner measure of a box
+``[a, b)`` puts weight ``(-1)**(number of upper coordinates)`` on each of its ``2**r``
+corners (``c`` is the prefix sum of the corner measure, and the prefix sum is
+invertible).  "Every index covered exactly once" is precisely ``c == 1_head``, i.e. exact
+cover *and* no overlap.  So: add up the signed corners of all boxes (a sort and a
+segmented sum in numpy), subtract the head's, and the partition is valid iff nothing
+remains.  When something remains, the residual points locate a fault: a non-zero
+residual at ``p`` means ``c - 1_head`` is non-zero at one of the ``2**r`` points
+``p - s`` (``s`` in ``{0,1}**r``); counting the boxes containing those points names a gap
+or the overlapping members.  Dimensions every box spans fully are dropped first, and
+empty boxes (a zero extent) contain no index, so they neither cover nor overlap.  Above
+an effective rank of 16 an exact sort-and-sweep fallback is used.
+
+Decoded value type of a member (check 2, our interpretation, see ``spec-map.md``): an
+unquantized member decodes to its ``type_tag``; a nested composite to its head's
+``type_tag``; per-tensor affine, NF4 and MXFP to float32 (their pages state float32
+arithmetic / a float32 result); per-channel and per-block affine to their
+``scale_type_tag`` (float16 / bfloat16 / float32) -- which is how the spec's SpQR example
+has an int4 per-block-affine base "decode to float16".  An unknown scheme's decoded type
+is unknown and is not compared.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+
+from ..model import (
+    CompositeLayout, ElementType, Mxfp, Nf4, PerBlockAffine, PerChannelAffine, PerTensorAffine,
+    TensorDescriptor, DYNAMIC_DIMENSION,
+)
+from ..structs import sections as X
+from .descriptor import DESCRIPTOR_RULES, DescriptorContext
+from .engine import Finding, Level, Mode, Report, as_mode, declare
+
+__all__ = [
+    "CompositeValidator", "validate_preorder", "decoded_type", "partition_check", "MAX_COMPOSITE_DEPTH",
+]
+
+MUST, MUST_NOT = Level.MUST, Level.MUST_NOT
+MAX_COMPOSITE_DEPTH = 8
+
+V = "layouts/composite.md § Validation"
+PM = "layouts/composite.md § Composition Semantics › Partition"
+
+MEMBER_SHARD = declare(
+    "composite.member.shard", MUST, "layouts/composite.md § Members",
+    "Every partition and overlay member carries a shard section.", scope="composite.member")
+MEMBER_PARENT = declare(
+    "composite.member.parent_shape", MUST, V,
+    "A partition or overlay member's parent_shape equals the head's shape (check 1).", scope="composite.member")
+MEMBER_BOUNDS = declare(
+    "composite.member.box_bounds", MUST, V,
+    "A partition or overlay member's box lies inside the head: shard_offset[k] + shape[k] <= head shape[k] "
+    "(check 1).", scope="composite.member")
+MEMBER_TYPE = declare(
+    "composite.member.decoded_type", MUST, V,
+    "A partition or overlay member's decoded value type (after dequantization) equals the head's type_tag "
+    "(check 2).", scope="composite.member")
+MEMBER_OVERLAY_SECTION = declare(
+    "composite.member.overlay_section", MUST, "layouts/composite.md § Composite Member Section",
+    "Every overlay member carries a Composite Member section (check 4).", scope="composite.member")
+MEMBER_BASE_FIRST = declare(
+    "composite.member.overlay_base_first", MUST, V,
+    "The first overlay member has member_role 0x01 (base) (check 4).", scope="composite.member")
+MEMBER_BASE_SPAN = declare(
+    "composite.member.overlay_base_span", MUST, V,
+    "The overlay base spans the index space: all-zero shard_offset and shape equal to the head's (check 4).",
+    scope="composite.member")
+MEMBER_CORRECTION = declare(
+    "composite.member.overlay_correction_role", MUST, V,
+    "Every overlay member after the first has member_role 0x00 (correction) (check 4).", scope="composite.member")
+MEMBER_NO_SECTION = declare(
+    "composite.member.no_member_section", MUST_NOT, V,
+    "A partition or group member does not set HAS_COMPOSITE_MEMBER (check 5).", scope="composite.member")
+NESTING_DEPTH = declare(
+    "composite.nesting.depth", MUST, "layouts/composite.md § Binding",
+    "Composites nest at most 8 levels deep (a head counts as one level).", scope="composite.member")
+CLOSE_GAP = declare(
+    "composite.close.partition_gap", MUST, PM,
+    "At close, the partition members' boxes cover every index of the head (exact cover); a permissive "
+    "reader may keep a violating composite.", scope="composite.close", permissive=True)
+CLOSE_OVERLAP = declare(
+    "composite.close.partition_overlap", MUST_NOT, PM,
+    "At close, no two partition members' boxes share an index; a permissive reader may keep a violating "
+    "composite.", scope="composite.close", permissive=True)
+CLOSE_OVERLAY_EMPTY = declare(
+    "composite.close.overlay_empty", MUST, V,
+    "An overlay head with member_count 0 is rejected: it has no base member.", scope="composite.close")
+TORN = declare(
+    "composite.torn", MUST, "layouts/composite.md § Validation › Torn composite",
+    "A composite whose input ends before all member_count members arrived is rejected; a permissive reader "
+    "exposes the arrived members as independent shards, never as a complete composite.",
+    scope="composite.close", permissive=True)
+
+_HEAD_RULES = [r for r in DESCRIPTOR_RULES if r.scope == "composite.head"]
+_DYN = DYNAMIC_DIMENSION
+_PARTITION, _OVERLAY, _GROUP = 0x01, 0x02, 0x03
+
+
+def decoded_type(desc: TensorDescriptor) -> Optional[int]:
+    """The element type a member decodes to (see the module docstring), None when unknown."""
+    q = desc.quantization
+    if q is None or isinstance(desc.layout, CompositeLayout):
+        return int(desc.type_tag)
+    if isinstance(q, (PerTensorAffine, Nf4, Mxfp)):
+        return int(ElementType.FLOAT32)
+    if isinstance(q, (PerChannelAffine, PerBlockAffine)):
+        return int(q.scale_type_tag)
+    return None
+
+
+class CompositeValidator:
+    """Validates one composite as its direct members arrive.
+
+    ``push_member(desc)`` runs the per-member checks, ``close()`` the close-time checks
+    (call it once ``member_count`` members have arrived; before that it is a torn
+    composite, as is :meth:`torn`).  In strict mode the first MUST violation is raised as
+    :class:`~hurray_schema.errors.SpecViolation`; in permissive mode what the spec lets a
+    permissive reader keep is recorded (``findings``) and other violations still raise.
+    ``collect=True`` raises nothing and records everything (used by :func:`hurray_schema.audit`).
+    Both calls return the findings they recorded.
+
+    ``base`` / ``push_member(..., base=)`` give the byte offset of the head / member
+    descriptor in the input; without one, per-field findings carry no offset.
+    """
+
+    def __init__(self, head: TensorDescriptor, *, mode="strict", collect: bool = False, depth: int = 1,
+                 base: Optional[int] = None, check_head: bool = True):
+        if not isinstance(head.layout, CompositeLayout):
+            raise ValueError("CompositeValidator needs a composite head (layout_tag 0x0B)")
+        self.head = head
+        self.mode = as_mode(mode)
+        self.collect = collect
+        self.depth = depth
+        self.rule = int(head.layout.composition_rule)
+        self.member_count = int(head.layout.member_count)
+        self.members: list[TensorDescriptor] = []
+        self.findings: list[Finding] = []
+        self.closed = False
+        self.torn_composite = False
+        self._shape = tuple(head.shape)
+        self._head_type = int(head.type_tag)
+        self._flat_offsets: list[int] = []  # partition boxes, flattened (bounded by N * rank)
+        self._flat_shapes: list[int] = []
+        self._boxes = 0
+        self._arrays = None
+        out: list[Finding] = []
+        ctx = DescriptorContext(head, self.mode, base or 0)
+        for rule in _HEAD_RULES if check_head else ():
+            for f in rule.check(head, ctx):
+                self._emit(f if base is not None else _no_offset(f), out)
+
+    # -- recording -----------------------------------------------------------------
+    def _emit(self, finding: Finding, out: list) -> None:
+        if finding.is_error and not self.collect:
+            raise finding.to_violation()
+        self.findings.append(finding)
+        out.append(finding)
+
+    def _fire(self, rule, message: str, out: list, offset: Optional[int] = None) -> None:
+        self._emit(rule.finding(message, offset, self.mode), out)
+
+    @property
+    def spatial(self) -> bool:
+        return self.rule in (_PARTITION, _OVERLAY)
+
+    @property
+    def complete(self) -> bool:
+        return len(self.members) >= self.member_count
+
+    @property
+    def report(self) -> Report:
+        return Report(tuple(self.findings))
+
+    @property
+    def ok(self) -> bool:
+        return self.report.ok
+
+    # -- per member ----------------------------------------------------------------
+    def push_member(self, desc: TensorDescriptor, *, base: Optional[int] = None) -> list[Finding]:
+        """Run checks 1-5 of ``layouts/composite.md § Validation`` on the next member."""
+        members = self.members
+        if self.closed:
+            raise ValueError("push_member() after close()")
+        index = len(members)
+        if index >= self.member_count:
+            raise ValueError(f"the composite already has its {self.member_count} members")
+        members.append(desc)
+        out: list[Finding] = []
+        rule = self.rule
+        if desc.layout.__class__ is CompositeLayout and self.depth + 1 > MAX_COMPOSITE_DEPTH:
+            self._fire(NESTING_DEPTH, f"member {index} is a composite head at nesting level {self.depth + 1}; at "
+                       f"most {MAX_COMPOSITE_DEPTH} levels are allowed", out, base)
+        if rule == _PARTITION or rule == _OVERLAY:
+            shard = desc.shard
+            if shard is not None and rule == _PARTITION and shard.parent_shape == self._shape and \
+                    all(o + d <= h for o, d, h in zip(shard.shard_offset, desc.shape, self._shape)):
+                self._flat_offsets.extend(shard.shard_offset)  # the common case: an in-bounds box
+                self._flat_shapes.extend(desc.shape)
+                self._boxes += 1
+            else:
+                self._check_box(desc, index, base, out)
+            decoded = decoded_type(desc)
+            if decoded is not None and decoded != self._head_type:
+                self._fire(MEMBER_TYPE, f"member {index} decodes to type 0x{decoded:02X}, the head's type_tag is "
+                           f"0x{self._head_type:02X}", out, base)
+            if rule == _OVERLAY:
+                self._check_overlay(desc, index, base, out)
+            elif desc.composite_member is not None:
+                self._fire(MEMBER_NO_SECTION, f"member {index} of a partition carries a Composite Member section",
+                           out, base)
+        elif rule == _GROUP and desc.composite_member is not None:
+            self._fire(MEMBER_NO_SECTION, f"member {index} of a group carries a Composite Member section", out, base)
+        return out
+
+    @staticmethod
+    def _at(desc, base, part, decl, name):
+        return None if base is None else DescriptorContext(desc, Mode.STRICT, base).section(part, decl, name)
+
+    def _check_box(self, desc, index, base, out) -> None:
+        who = f"member {index}"
+        shard = desc.shard
+        if shard is None:
+            self._fire(MEMBER_SHARD, f"{who} has no shard section", out, base)
+            return
+        if tuple(shard.parent_shape) != self._shape:
+            self._fire(MEMBER_PARENT, f"{who} parent_shape {list(shard.parent_shape)} differs from the head's shape "
+                       f"{list(self._shape)}", out, self._at(desc, base, "shard", X.SHARD_SECTION, "parent_shape"))
+            return
+        for k, (o, d, h) in enumerate(zip(shard.shard_offset, desc.shape, self._shape)):
+            if d == _DYN or o + d > h:
+                self._fire(MEMBER_BOUNDS, f"{who} box [{o}, {o}+{'dynamic' if d == _DYN else d}) leaves the head's "
+                           f"dimension {k} of size {h}", out,
+                           self._at(desc, base, "shard", X.SHARD_SECTION, "shard_offset"))
+                return
+        if self.rule == _PARTITION:
+            self._flat_offsets.extend(shard.shard_offset)
+            self._flat_shapes.extend(desc.shape)
+            self._boxes += 1
+
+    def _check_overlay(self, desc, index, base, out) -> None:
+        who = f"member {index}"
+        m = desc.composite_member
+        if m is None:
+            self._fire(MEMBER_OVERLAY_SECTION, f"overlay {who} has no Composite Member section", out, base)
+        elif index == 0 and m.member_role != 1:
+            self._fire(MEMBER_BASE_FIRST, f"the first overlay member has member_role 0x{m.member_role:02X}, not "
+                       "0x01 (base)", out,
+                       self._at(desc, base, "composite_member", X.COMPOSITE_MEMBER_SECTION, "member_role"))
+        elif index > 0 and m.member_role != 0:
+            self._fire(MEMBER_CORRECTION, f"overlay {who} has member_role 0x{m.member_role:02X}, not 0x00 "
+                       "(correction)", out,
+                       self._at(desc, base, "composite_member", X.COMPOSITE_MEMBER_SECTION, "member_role"))
+        if index == 0 and desc.shard is not None and (
+                any(desc.shard.shard_offset) or tuple(desc.shape) != self._shape):
+            self._fire(MEMBER_BASE_SPAN, f"the overlay base (shape {list(desc.shape)}, shard_offset "
+                       f"{list(desc.shard.shard_offset)}) does not span the head shape {list(self._shape)}", out,
+                       self._at(desc, base, "shard", X.SHARD_SECTION, "shard_offset"))
+
+    # -- close ---------------------------------------------------------------------
+    def close(self) -> list[Finding]:
+        """Close-time checks at the Nth member; before it, the composite is torn."""
+        if self.closed:
+            return []
+        if not self.complete:
+            self.torn()
+            return [self.findings[-1]]
+        self.closed = True
+        out: list[Finding] = []
+        if self.rule == _OVERLAY and self.member_count == 0:
+            self._fire(CLOSE_OVERLAY_EMPTY, "an overlay head with member_count 0 has no base member", out)
+        if self.rule == _PARTITION and self._boxes == len(self.members):
+            offsets, shapes = self._box_arrays()
+            for rule, message in partition_check(self._shape, offsets, shapes):
+                self._fire(rule, message, out)
+        return out
+
+    def torn(self) -> tuple[TensorDescriptor, ...]:
+        """The input ended before all members arrived: strict raises ``composite.torn``;
+        permissive records it and returns the arrived members as independent shards (the
+        composite is never presented as complete)."""
+        if self.complete:
+            return ()
+        self.closed = True
+        self.torn_composite = True
+        self._fire(TORN, f"the input ended after {len(self.members)} of {self.member_count} members", [])
+        return tuple(self.members)
+
+    # -- lookup --------------------------------------------------------------------
+    def resolve(self, index: Sequence[int]) -> tuple[int, tuple[int, ...]]:
+        """Partition lookup: ``(member index, local index)`` of logical ``index`` (``index - shard_offset``)."""
+        if self.rule != _PARTITION:
+            raise ValueError("resolve() is defined for partition composites")
+        index = tuple(int(i) for i in index)
+        if len(index) != len(self._shape) or not all(0 <= i < d for i, d in zip(index, self._shape)):
+            raise IndexError(f"{list(index)} is outside the head shape {list(self._shape)}")
+        if self._boxes != len(self.members):
+            raise ValueError("resolve() needs every member's box (a member failed its box check)")
+        offsets, shapes = self._box_arrays()
+        if isinstance(offsets, np.ndarray):
+            idx = np.asarray(index, dtype=np.int64)
+            hits = np.flatnonzero(np.all((offsets <= idx) & (idx < offsets + shapes), axis=1)) if len(index) else \
+                np.arange(len(offsets))
+            if hits.size:
+                m = int(hits[0])
+                return m, tuple(int(i - o) for i, o in zip(index, offsets[m]))
+        else:
+            for m, (off, shp) in enumerate(zip(offsets, shapes)):
+                if all(o <= i < o + d for i, o, d in zip(index, off, shp)):
+                    return m, tuple(i - o for i, o in zip(index, off))
+        raise IndexError(f"no member covers {list(index)}")
+
+    def _box_arrays(self):
+        """The partition boxes as two ``(N, rank)`` arrays (object rows past int64 range)."""
+        if self._arrays is None:
+            rank = len(self._shape)
+            if max(self._shape, default=0) >= _INT_LIMIT:
+                off = [tuple(self._flat_offsets[i * rank:(i + 1) * rank]) for i in range(self._boxes)]
+                shp = [tuple(self._flat_shapes[i * rank:(i + 1) * rank]) for i in range(self._boxes)]
+                self._arrays = (off, shp)
+            else:
+                self._arrays = (np.array(self._flat_offsets, dtype=np.int64).reshape(self._boxes, rank),
+                                np.array(self._flat_shapes, dtype=np.int64).reshape(self._boxes, rank))
+        return self._arrays
+
+
+def _no_offset(f: Finding) -> Finding:
+    return Finding(f.rule_id, f.level, f.citation, f.message, None, f.tolerated)
+
+
+# ------------------------------------------------------------------------------------
+# The partition check
+# ------------------------------------------------------------------------------------
+
+_MAX_CORNER_RANK = 16
+_MAX_CORNERS = 1 << 26
+_INT_LIMIT = 1 << 62
+
+
+def partition_check(head_shape: Sequence[int], offsets, shapes) -> list[tuple]:
+    """``[(rule, message)]`` for the gap / overlap faults of in-bounds boxes; [] when they partition the head.
+
+    Boxes are ``[offsets[i][k], offsets[i][k] + shapes[i][k])`` (sequences of rows, or
+    ``(N, rank)`` integer arrays); every box must already be inside the head (per-member
+    check 1).
+    """
+    head = tuple(int(h) for h in head_shape)
+    rank = len(head)
+    head_volume = math.prod(head)
+    if head_volume == 0:
+        return []  # an empty head: in-bounds boxes are all empty, nothing to cover
+    if rank == 0:  # a scalar head: every member box is the single index
+        count = len(offsets)
+        if count == 1:
+            return []
+        if count == 0:
+            return [(CLOSE_GAP, "no member covers the scalar head")]
+        return [(CLOSE_OVERLAP, f"members 0 and 1 both cover the scalar head ({count} members)")]
+    if max(head, default=0) >= _INT_LIMIT:
+        keep = [i for i, row in enumerate(shapes) if all(d > 0 for d in row)]
+        return _sweep_check(head, [tuple(offsets[i]) for i in keep], [tuple(shapes[i]) for i in keep], keep)
+    off = np.asarray(offsets, dtype=np.int64).reshape(-1, rank)
+    shp = np.asarray(shapes, dtype=np.int64).reshape(-1, rank)
+    nonempty = np.all(shp > 0, axis=1)
+    if not nonempty.all():
+        keep = np.flatnonzero(nonempty).tolist()
+        off, shp = off[nonempty], shp[nonempty]
+    else:
+        keep = range(len(off))
+    n = len(off)
+    if n == 0:
+        return [(CLOSE_GAP, f"no member covers any index of the head shape {list(head)}")]
+    full = np.all((off == 0) & (shp == np.asarray(head, dtype=np.int64)), axis=0)
+    dims = [k for k in range(rank) if not full[k]]
+    if not dims:
+        if n == 1:
+            return []
+        return [(CLOSE_OVERLAP, f"members {keep[0]} and {keep[1]} both span the whole head")]
+    r = len(dims)
+    total = 1
+    for k in dims:
+        total *= head[k] + 1
+    if r > _MAX_CORNER_RANK or n << r > _MAX_CORNERS or total >= _INT_LIMIT:
+        return _sweep_check(head, off.tolist(), shp.tolist(), keep)
+    o = off[:, dims] if r < rank else off
+    s = shp[:, dims] if r < rank else shp
+    hd = np.asarray([head[k] for k in dims], dtype=np.int64)
+    strides = np.ones(r, dtype=np.int64)
+    for j in range(r - 2, -1, -1):
+        strides[j] = strides[j + 1] * (hd[j + 1] + 1)
+    base_key = o @ strides
+    ext = s * strides
+    # each corner as one sortable int64: (point key << 1) | (sign is +1); sorting brings the
+    # +1 and -1 weights of one point together, and the weight of a point is (#plus - #minus)
+    keys = np.empty((n << r) + (1 << r), dtype=np.int64)
+    base2 = base_key << 1
+    ext2 = ext << 1
+    for corner in range(1 << r):
+        pick = np.asarray([(corner >> j) & 1 for j in range(r)], dtype=np.int64)
+        plus = 0 if bin(corner).count("1") & 1 else 1
+        np.add(base2, ext2 @ pick + plus, out=keys[corner * n:(corner + 1) * n])
+        keys[(n << r) + corner] = (int((hd * pick) @ strides) << 1) | (1 - plus)  # the head, negated
+    keys.sort()
+    points = keys >> 1
+    weight = (keys & 1) * 2 - 1
+    starts = np.flatnonzero(np.concatenate(([True], points[1:] != points[:-1])))
+    sums = np.add.reduceat(weight, starts)
+    bad = np.flatnonzero(sums)
+    if bad.size == 0:
+        return []
+    residual = [int(points[starts[b]]) for b in bad[:8]]
+    return _diagnose(head, dims, hd, strides, o, s, keep, residual)
+
+
+def _diagnose(head, dims, hd, strides, o, s, keep, residual) -> list[tuple]:
+    """Name a gap and/or overlapping members from residual corner points."""
+    r = len(dims)
+    vols = np.prod(s, axis=1)
+    if len(s) and int(vols.max()) < (1 << 62) // max(len(s), 1):
+        vol_members = int(vols.sum())
+    else:
+        vol_members = sum(math.prod(int(v) for v in row) for row in s)
+    vol_head = math.prod(head)
+    need_gap, need_overlap = vol_members <= vol_head, vol_members >= vol_head
+    gap_at = overlap_at = None
+    for key in residual:
+        p = np.asarray([(key // int(strides[j])) % int(hd[j] + 1) for j in range(r)], dtype=np.int64)
+        near = np.flatnonzero(np.all((o <= p) & (p - 1 < o + s), axis=1))  # boxes touching [p-1, p]
+        for corner in range(1 << r):
+            q = p - np.asarray([(corner >> j) & 1 for j in range(r)], dtype=np.int64)
+            if np.any(q < 0) or np.any(q >= hd):
+                continue
+            inside = near[np.all((o[near] <= q) & (q < o[near] + s[near]), axis=1)]
+            if inside.size == 0 and gap_at is None:
+                gap_at = [int(c) for c in q]
+            elif inside.size > 1 and overlap_at is None:
+                overlap_at = ([int(c) for c in q], [keep[i] for i in inside[:4]])
+        if (gap_at is not None or not need_gap) and (overlap_at is not None or not need_overlap):
+            break
+
+    def full_index(q):
+        idx = [0] * len(head)
+        for j, k in enumerate(dims):
+            idx[k] = q[j]
+        return idx
+
+    out = []
+    if overlap_at is not None or vol_members >= vol_head:
+        if overlap_at is not None:
+            q, who = overlap_at
+            msg = f"members {who} overlap: each contains index {full_index(q)}"
+        else:
+            msg = "member boxes overlap (their volumes add up to the head's but coverage is not exact)"
+        out.append((CLOSE_OVERLAP, msg))
+    if gap_at is not None or vol_members <= vol_head:
+        if gap_at is not None:
+            msg = f"no member covers index {full_index(gap_at)} (member volumes {vol_members} of {vol_head})"
+        else:
+            msg = f"member boxes leave a gap (member volumes {vol_members} of {vol_head})"
+        out.append((CLOSE_GAP, msg))
+    return out
+
+
+def _sweep_check(head, off, shp, keep) -> list[tuple]:
+    """Exact fallback for very high effective rank or huge extents: sort by the start along
+    dimension 0 and compare each box only with boxes still open there; then volumes."""
+    r = len(head)
+    order = sorted(range(len(off)), key=lambda i: off[i][0])
+    active: list[int] = []
+    out = []
+    for i in order:
+        start = off[i][0]
+        active = [j for j in active if off[j][0] + shp[j][0] > start]
+        for j in active:
+            if all(off[i][k] < off[j][k] + shp[j][k] and off[j][k] < off[i][k] + shp[i][k] for k in range(r)):
+                out.append((CLOSE_OVERLAP, f"members {keep[j]} and {keep[i]} overlap"))
+                break
+        if out:
+            break
+        active.append(i)
+    vol_members = sum(math.prod(s) for s in shp)
+    vol_head = math.prod(head)
+    # disjoint boxes cover exactly their volume sum; overlapping ones strictly less
+    if vol_members < vol_head or (out and vol_members == vol_head):
+        out.append((CLOSE_GAP, f"member boxes leave a gap (member volumes {vol_members} of {vol_head})"))
+    return out
+
+
+# ------------------------------------------------------------------------------------
+# Pre-order driving with the depth limit
+# ------------------------------------------------------------------------------------
+
+
+def validate_preorder(descs: Iterable[TensorDescriptor], *, mode="strict", collect: bool = False,
+                      bases: Optional[Iterable[Optional[int]]] = None, check_heads: bool = True) -> list[Finding]:
+    """Validate a pre-order sequence of descriptors: composites bind the next
+    ``member_count`` tensors (nested heads included) and are closed at their Nth member;
+    composites still open at the end are torn.  Returns the findings (raises in strict /
+    permissive mode unless ``collect``)."""
+    mode = as_mode(mode)
+    findings: list[Finding] = []
+    stack: list[CompositeValidator] = []
+    bases = iter(bases) if bases is not None else None
+    for desc in descs:
+        base = next(bases) if bases is not None else None
+        if stack:
+            stack[-1].push_member(desc, base=base)
+        if isinstance(desc.layout, CompositeLayout):
+            # beyond depth 8 the enclosing validator has fired composite.nesting.depth; in collect
+            # mode binding goes on so the rest of the structure can still be checked
+            stack.append(CompositeValidator(desc, mode=mode, collect=collect, depth=len(stack) + 1, base=base,
+                                            check_head=check_heads))
+        while stack and stack[-1].complete:
+            done = stack.pop()
+            done.close()
+            findings.extend(done.findings)
+    for open_validator in reversed(stack):
+        open_validator.torn()
+        findings.extend(open_validator.findings)
+    return findings

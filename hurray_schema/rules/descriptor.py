@@ -56,6 +56,9 @@ MUST, MUST_NOT, SHOULD = Level.MUST, Level.MUST_NOT, Level.SHOULD
 DESCRIPTOR_RULES: list[Rule] = []
 """The rules :func:`check_descriptor` runs, in declaration order (roughly wire order)."""
 
+_RAW: dict[str, Callable] = {}
+"""Rule id -> its check yielding ``(message, offset)`` (the registered check wraps it into Findings)."""
+
 _DYN = DYNAMIC_DIMENSION
 _HANDLE_SIZE = plan(BUFFER_HANDLE).fixed_size
 _COUNT_SIZE = plan(BUFFER_COUNT).fixed_size
@@ -175,6 +178,7 @@ def _rule(id: str, level: Level, citation: str, summary: str, *, scope: str = "d
         rule = declare(id, level, citation, summary, scope=scope, permissive=permissive, check=check)
         holder.append(rule)
         DESCRIPTOR_RULES.append(rule)
+        _RAW[id] = fn
         return rule
 
     return wrap
@@ -869,6 +873,15 @@ def _qflags(desc, ctx):
         yield f"reserved quantization flag bits 0x{q.flags & ~allowed:04X} are set", ctx.quantization("flags")
 
 
+@_rule("quantization.scheme_version.value", MUST, "quantization/per-tensor-affine.md § Binary Encoding",
+       "scheme_version of every scheme defined here is 0x01 (a newer one is the structural rule "
+       "quantization.scheme_version; 0x00 is not a version).")
+def _qversion(desc, ctx):
+    q = desc.quantization
+    if q is not None and not isinstance(q, UnknownQuantization) and q.scheme_version == 0:
+        yield "scheme_version is 0x00, not 0x01", ctx.quantization("scheme_version")
+
+
 @_rule("quantization.reserved", MUST, "quantization/per-channel-affine.md § Validity Constraints",
        "The _reserved bytes of a per-tensor, per-channel or per-block affine descriptor are zero.")
 def _qreserved(desc, ctx):
@@ -922,6 +935,26 @@ def _block_upper(desc, ctx):
         size = desc.shape[q.axis]
         if 0 < size != _DYN and q.block_size > size:
             yield f"block_size {q.block_size} exceeds shape[{q.axis}] = {size}", ctx.quantization("block_size")
+
+
+@_rule("quantization.block_padding", MUST, "quantization/per-block-affine.md § Padding",
+       "With per-block affine or NF4 and a partial trailing block, the data buffer of a row- or column-major "
+       "tensor still holds full blocks: ceil(shape[axis] / block_size) * block_size elements along the axis.")
+def _block_padding(desc, ctx):
+    q = desc.quantization
+    h = _data_handle(desc)
+    if (h is None or not isinstance(q, (PerBlockAffine, Nf4)) or not _axis_ok(desc) or _dynamic(desc)
+            or q.block_size <= 0 or not isinstance(desc.layout, (RowMajorLayout, ColumnMajorLayout))):
+        return
+    size = desc.shape[q.axis]
+    if size % q.block_size == 0:
+        return
+    padded = -(-size // q.block_size) * q.block_size
+    n = padded * math.prod(d for k, d in enumerate(desc.shape) if k != q.axis)
+    need = storage_bytes(desc, n)
+    if need is not None and desc.byte_offset + need > h.byte_size:
+        yield (f"buffer 0 holds {h.byte_size} bytes; shape[{q.axis}] = {size} padded to {padded} needs "
+               f"{desc.byte_offset + need}"), ctx.buffer(0)
 
 
 @_rule("quantization.mxfp.multiple", MUST, "quantization/mxfp.md § Validity Constraints",
@@ -1341,20 +1374,83 @@ def _head_open(desc, ctx):
 # ------------------------------------------------------------------------------------
 
 
+_LAYOUT_TOPICS = {
+    "tiled": {LayoutTag.TILED}, "morton": {LayoutTag.MORTON}, "coo": {LayoutTag.COO}, "csr": {LayoutTag.CSR},
+    "csc": {LayoutTag.CSC}, "csf": {LayoutTag.CSF}, "block_paged": {LayoutTag.BLOCK_PAGED},
+    "hilbert": {LayoutTag.HILBERT}, "strided": {LayoutTag.STRIDED}, "dense": set(_DENSE),
+    "sparse": {LayoutTag.COO, LayoutTag.CSR, LayoutTag.CSC, LayoutTag.CSF, LayoutTag.BLOCK_PAGED},
+}
+
+
+def _topics(rule_id: str) -> set:
+    """When a rule can fire at all: a cheap pre-filter so a decode runs only the relevant checks."""
+    parts = rule_id.split(".")
+    if rule_id == "layout.sparse.statistics_nnz":
+        return {"statistics"}
+    if parts[0] == "layout":
+        return {("layout", tag) for tag in _LAYOUT_TOPICS[parts[1]]}
+    if parts[0] == "quantization":
+        return {"quantization"}
+    if parts[0] == "buffer":
+        return {"buffers"}
+    if parts[0] == "composite":
+        return {("layout", LayoutTag.COMPOSITE)}
+    if parts[0] == "metadata" and parts[1] in ("statistics", "extension_type", "composite_member", "shard"):
+        return {parts[1]}
+    return {"always"}
+
+
+def _plain_buffers(handles) -> bool:
+    """True when no ``buffer.*`` rule can fire: every handle is a CPU-or-named-device, producer-synced,
+    STANDARD-memory handle with a valid alignment and zero reserved byte, all on one device."""
+    if not handles:
+        return True
+    device = handles[0].device_tag
+    for h in handles:
+        a = h.alignment
+        if (h.device_tag != device or h.sync_mode or h.memory_class or h._reserved or device > 0x08
+                or a <= 0 or a & (a - 1) or (a < 64 and h.byte_size)):
+            return False
+    return True
+
+
+_RULE_TOPICS = None
+_PLANS: dict = {}
+
+
+def _rules_for(desc: TensorDescriptor) -> list:
+    global _RULE_TOPICS
+    if _RULE_TOPICS is None:
+        _RULE_TOPICS = [(rule, _topics(rule.id), _RAW[rule.id]) for rule in DESCRIPTOR_RULES]
+    key = (desc.layout.tag, desc.quantization is not None, not _plain_buffers(desc.buffers), desc.statistics is not None,
+           desc.extension_type is not None, desc.composite_member is not None, desc.shard is not None)
+    plan_ = _PLANS.get(key)
+    if plan_ is None:
+        have = {"always", ("layout", key[0])}
+        for name, present in zip(("quantization", "buffers", "statistics", "extension_type", "composite_member",
+                                  "shard"), key[1:]):
+            if present:
+                have.add(name)
+        plan_ = _PLANS[key] = [(rule, raw) for rule, topics, raw in _RULE_TOPICS if topics & have]
+    return plan_
+
+
 def check_descriptor(desc: TensorDescriptor, mode="strict", *, base: int = 0) -> list[Finding]:
     """Every finding of the semantic rules on ``desc`` (offsets relative to ``base``)."""
     ctx = DescriptorContext(desc, as_mode(mode), base)
     out: list[Finding] = []
-    for rule in DESCRIPTOR_RULES:
-        out.extend(rule.check(desc, ctx))
+    for rule, raw in _rules_for(desc):
+        for message, offset in raw(desc, ctx):
+            out.append(rule.finding(message, offset, ctx.mode))
     return out
 
 
 def first_error(desc: TensorDescriptor, mode="strict", *, base: int = 0) -> Optional[Finding]:
     """The first finding the mode does not tolerate (a MUST breach), or None; stops there."""
     ctx = DescriptorContext(desc, as_mode(mode), base)
-    for rule in DESCRIPTOR_RULES:
-        for finding in rule.check(desc, ctx):
+    for rule, raw in _rules_for(desc):
+        for message, offset in raw(desc, ctx):
+            finding = rule.finding(message, offset, ctx.mode)
             if finding.is_error:
                 return finding
     return None

@@ -45,7 +45,15 @@ class Mode(str, enum.Enum):
     PERMISSIVE = "permissive"
 
 
+_MODES = {"strict": Mode.STRICT, "permissive": Mode.PERMISSIVE}
+
+
 def as_mode(mode) -> Mode:
+    if mode.__class__ is Mode:
+        return mode
+    found = _MODES.get(mode) if isinstance(mode, str) else None
+    if found is not None:
+        return found
     try:
         return Mode(mode)
     except ValueError:

@@ -187,6 +187,10 @@ class _If:
             self.inner.pack_into(values, parts)
 
 
+_FLAT_CACHE_SIZE = 256
+"""Most count combinations a plan keeps a compiled struct for (ranks 0-64 fit easily)."""
+
+
 def _getter(expr):
     """``this.name`` as a plain item getter (same result on a dict, without construct's
     expression machinery); any other callable unchanged."""
@@ -228,6 +232,7 @@ class Plan:
         self._has_condition = any(step.__class__ not in (_Fixed, _Array) for step in self.steps)
         self._flat: dict = {}
         self._counts = tuple(step.count for step in self.steps if step.__class__ is _Array)
+        self._single = self._counts[0] if len(self._counts) == 1 else None
         self.fixed_size = (
             self.steps[0].size if len(self.steps) == 1 and isinstance(self.steps[0], _Fixed) else None
         )
@@ -259,11 +264,16 @@ class Plan:
         if self._has_condition:
             return None
         try:
-            counts = tuple([count(context) for count in self._counts])
+            if self._single is not None:  # the common case: one count (``rank``)
+                counts = self._single(context)
+            else:
+                counts = tuple([count(context) for count in self._counts])
         except (KeyError, TypeError):
             return None
         entry = self._flat.get(counts)
         if entry is None:
+            if self._single is not None:
+                counts = (counts,)
             fmt, slots, index, it = "<", [], 0, iter(counts)
             for step in self.steps:
                 if step.__class__ is _Fixed:
@@ -276,7 +286,9 @@ class Plan:
                     fmt += f"{n}{step.char}"
                     slots.append((step.name, index, index + n))
                     index += n
-            entry = self._flat[counts] = (_struct.Struct(fmt), tuple(slots))
+            entry = (_struct.Struct(fmt), tuple(slots))
+            if len(self._flat) < _FLAT_CACHE_SIZE:  # counts come from input: keep the cache bounded
+                self._flat[counts[0] if self._single is not None else counts] = entry
         return entry
 
     def unpack(self, buf, offset: int = 0, **context: Any) -> tuple[dict, int]:

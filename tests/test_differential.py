@@ -1,0 +1,556 @@
+"""Differential check against the reference implementation, pyhurray.
+
+Mutated valid descriptors, bare streams and files are given to ``hurray_schema`` (strict
+mode) and to pyhurray (``Descriptor.decode``, ``StreamReader``, ``load``/``load_kv``; see
+``fuzz/reference.py``).  Every input on which one accepts and the other rejects -- or on
+which pyhurray kills its process -- must be explained by an entry of :data:`KNOWN`:
+
+* ``divergence``: the spec and the reference differ (or the spec is ambiguous); recorded
+  in ``spec-map.md § Divergences`` (``/work/notes/specmap_fuzz.md``) with the spec
+  citation and which side follows the spec;
+* ``pending``: a bug on our side waiting for a component that is not in this build yet;
+  such an entry only explains disagreements while that component is missing.
+
+Each entry also has a focused test (``test_divergence[<id>]``) on a crafted input that
+pins both sides' behaviour, so a change on either side is noticed.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import struct
+from pathlib import Path
+from typing import Callable, Optional
+
+import attrs
+import pytest
+
+import hurray_schema as hs
+from fuzz import reference, targets
+from fuzz.corpus import seed_files, seed_inputs, seed_streams
+from fuzz.mutate import hot_regions, mutate, refresh_index_crc
+from hurray_schema.model import (
+    BlockPagedLayout, BufferHandle, CompositeLayout, CooLayout, CsrLayout, ExtensionType, MortonLayout, PerBlockAffine, Shard,
+    TensorDescriptor,
+)
+from hurray_schema.structs._declare import plan, static_offset
+from hurray_schema.structs.descriptor import FIXED_HEADER
+from hurray_schema.structs.file import (
+    FILE_HEADER, INDEX_COUNT, INDEX_ENTRY_FIELDS, INDEX_NAME_LENGTH, KV_COUNT, TRAILER, TRAILER_SIZE, FileFlag,
+)
+
+pytestmark = pytest.mark.skipif(not reference.available(), reason="pyhurray is not installed")
+
+ABORT = reference.ABORT
+F32 = 0x03
+
+
+def _composite_validation_missing() -> bool:
+    try:
+        from hurray_schema.rules import composite
+    except ImportError:
+        return True
+    return not hasattr(composite, "CompositeValidator")
+
+
+@attrs.frozen
+class Known:
+    """One explained class of disagreement (see the module docstring)."""
+
+    id: str
+    kind: str  # "divergence" | "pending"
+    what: str
+    spec: str
+    follows: str  # which side follows the spec
+    ours: frozenset = frozenset()  # our rule ids (or "limit:<name>") when we reject and pyhurray accepts
+    theirs: Optional[str] = None  # regex on pyhurray's error when it rejects and we accept
+    abort: bool = False  # pyhurray aborts its process where we reject
+    active: Callable[[], bool] = lambda: True
+
+    def explains(self, ours_rule: Optional[str], theirs: Optional[str]) -> bool:
+        if not self.active():
+            return False
+        if theirs == ABORT:
+            return self.abort and ours_rule is not None
+        if ours_rule is not None and theirs is None:
+            return ours_rule in self.ours
+        if ours_rule is None and theirs is not None and self.theirs is not None:
+            return re.search(self.theirs, theirs) is not None
+        return False
+
+
+def _rules(*ids: str) -> frozenset:
+    return frozenset(ids)
+
+
+KNOWN = [
+    # -- one descriptor -------------------------------------------------------------
+    Known("DIV-BUFSIZE", "divergence",
+          "pyhurray's Descriptor.decode does not check buffer byte_size against shape, layout and "
+          "quantization (nor byte_offset against the buffer, nor ADR-007's zero-byte data buffer)",
+          "layouts/*.md § Buffer Size; metadata.md § byte_offset; quantization/*.md § Referenced Buffers; "
+          "ADR-007 § Decision", "hurray_schema",
+          ours=_rules("layout.dense.buffer_size", "layout.sparse.buffer_size", "layout.strided.buffer_bounds",
+                      "layout.morton.buffer_size", "layout.hilbert.buffer_size", "quantization.buffer.size",
+                      "adr007.empty.data_buffer_size", "metadata.byte_offset.bounds")),
+    Known("DIV-LAYOUT", "divergence",
+          "pyhurray's Descriptor.decode does not check layout constraints on shape and rank "
+          "(Morton/Hilbert extents, Hilbert and block-paged rank, scalar layout, no dynamic dimension in a "
+          "shard) nor byte_offset = 0 for "
+          "sparse and indirect layouts, nor the per-layout buffer_count",
+          "layouts/morton.md § Dimension Size Constraints; layouts/hilbert.md § Validity Constraints; "
+          "layouts/block-paged.md § Description; data-model.md § Scalar Tensors; layouts/coo.md, csr.md, csf.md, "
+          "block-paged.md § byte_offset; metadata.md § Buffer Table", "hurray_schema",
+          ours=_rules("layout.morton.shape", "layout.hilbert.shape", "layout.hilbert.rank", "layout.block_paged.rank",
+                      "data_model.scalar.layout", "data_model.shard.dynamic", "layout.block_paged.paged_axis", "layout.block_paged.page_size", "layout.coo.byte_offset", "layout.csr.byte_offset",
+                      "layout.csc.byte_offset", "layout.csf.byte_offset", "layout.block_paged.byte_offset",
+                      "metadata.buffer_count.dense", "layout.coo.buffer_count", "layout.csr.buffer_count",
+                      "layout.csc.buffer_count", "layout.csf.buffer_count", "layout.block_paged.buffer_count")),
+    Known("DIV-QUANT", "divergence",
+          "pyhurray's Descriptor.decode does not check quantization parameters against the tensor "
+          "(axis < rank, block_size <= shape[axis], parameter buffer indices, zero_point range, storage "
+          "type) nor scheme_version = 0x01 (it accepts 0x00)",
+          "quantization/*.md § Validity Constraints, § Referenced Buffers", "hurray_schema",
+          ours=_rules("quantization.axis", "quantization.block_size.upper", "quantization.buffer_index.range",
+                      "quantization.buffer_index.data", "quantization.per_tensor.zero_point",
+                      "quantization.per_tensor.storage_type", "quantization.per_channel.storage_type",
+                      "quantization.per_block.storage_type", "quantization.nf4.storage_type",
+                      "quantization.mxfp.storage_type", "quantization.scheme_version.value")),
+    Known("DIV-BUFFER", "divergence",
+          "pyhurray's Descriptor.decode does not check that all buffers share device and memory class, "
+          "nor that the memory class is valid for the device",
+          "buffer-protocol.md § Device Colocation, § Memory Class", "hurray_schema",
+          ours=_rules("buffer.colocation", "buffer.memory_class.device")),
+    Known("DIV-EXTTYPE", "divergence",
+          "pyhurray's Descriptor.decode does not check the float fields of an extension type "
+          "(sign_bits 0 or 1, exponent/mantissa bits)",
+          "metadata.md § Extension Type Section", "hurray_schema",
+          ours=_rules("metadata.extension_type.float_fields")),
+    Known("DIV-MINOR", "divergence",
+          "A descriptor with a newer version_minor: pyhurray accepts it (the spec's SHOULD); hurray_schema "
+          "rejects it in strict mode and accepts it in permissive mode",
+          "metadata.md § Version Compatibility", "pyhurray (and hurray_schema permissive)",
+          ours=_rules("descriptor.version_minor")),
+    Known("DIV-MINOR-TRUNC", "divergence",
+          "A newer-minor descriptor whose descriptor_length runs past the end of the input: pyhurray accepts "
+          "it (it stops at the fields it knows); hurray_schema reports it truncated",
+          "metadata.md § Fixed Header (descriptor_length is the total length)", "hurray_schema",
+          ours=_rules("descriptor.truncated")),
+    Known("DIV-SYMIDX", "divergence",
+          "Per-block-affine with SYMMETRIC set and zero_point_buffer_index != 0xFFFFFFFF: pyhurray rejects "
+          "(flag table: MUST); hurray_schema warns (field table: ignored, writers SHOULD set 0xFFFFFFFF)",
+          "quantization/per-block-affine.md § Binary Encoding vs § Flags (the spec contradicts itself)",
+          "ambiguous",
+          theirs=r"SYMMETRIC flag is set but"),
+    Known("DIV-PAGED-ENUM", "divergence",
+          "Block-paged kv_role or block_table_index_type outside the values the spec lists: pyhurray rejects; "
+          "hurray_schema accepts (the spec lists the values but states no reject rule; an unknown index type "
+          "leaves buffers 1 and 2 without an element type, so rejecting it is the safer reading -- reported)",
+          "layouts/block-paged.md § Additional Descriptor Fields", "ambiguous",
+          theirs=r"block-paged: unknown (kv_role|block_table_index_type|blo)"),
+    Known("DIV-NEWFLAGS", "divergence",
+          "A newer-minor descriptor with flag bits unknown to 1.0: pyhurray rejects (§ Flags: MUST reject "
+          "reserved bits); hurray_schema permissive keeps them opaque (§ Version Compatibility: newer minors "
+          "add flag bits)", "metadata.md § Flags vs § Version Compatibility", "ambiguous"),
+    # -- streams ---------------------------------------------------------------------
+    Known("DIV-STREAM-ABORT", "divergence",
+          "pyhurray's StreamReader aborts the Python process (Rust allocation failure) on a buffer byte_size "
+          "or a composite member_count larger than memory; hurray_schema rejects (truncated stream / limit)",
+          "interchange.md § Scope; layouts/composite.md § Binding (no allocation for unarrived members)",
+          "hurray_schema", abort=True),
+    # -- files -----------------------------------------------------------------------
+    Known("DIV-FILE-ABORT", "divergence",
+          "pyhurray's load aborts the Python process on counts and sizes larger than the file "
+          "(index_entry_count, data_length, buffer sizes, ...); hurray_schema rejects",
+          "file-format.md § Index Section, § Tensor Region", "hurray_schema", abort=True),
+    Known("DIV-FILE-HEADER", "divergence",
+          "pyhurray's load does not check the file header's reserved bytes, data_buffer_alignment "
+          "(power of two in [4096, 2 MiB]) or first_descriptor_offset (>= 64, 8-aligned, inside the file)",
+          "file-format.md § File Header", "hurray_schema",
+          ours=_rules("file.header.reserved", "file.header.alignment", "file.header.first_descriptor_offset")),
+    Known("DIV-FILE-TRAILER", "divergence",
+          "pyhurray's load does not check the trailer's reserved bytes, a non-zero index_crc32c with "
+          "HAS_INDEX_CRC32C clear, or the index bounds",
+          "file-format.md § Trailer", "hurray_schema",
+          ours=_rules("file.trailer.reserved", "file.index.crc_unset", "file.index.bounds", "file.index.alignment")),
+    Known("DIV-FILE-INDEX", "divergence",
+          "pyhurray's load does not check index entries: flags = 0, descriptor_length equal to the "
+          "descriptor's, SORTED_INDEX order, bytes left after the last entry",
+          "file-format.md § Index Section, § File Flags", "hurray_schema",
+          ours=_rules("file.index.flags", "file.index.descriptor_length", "file.index.sorted", "file.index.truncated")),
+    Known("DIV-FILE-PLACEMENT", "divergence",
+          "pyhurray's load does not check where descriptors and data sit: inside the tensor region, "
+          "data after its descriptor, data aligned, data_length equal to the buffers' span",
+          "file-format.md § Tensor Region, § Data Buffer Placement, § Index Section", "hurray_schema",
+          ours=_rules("file.index.descriptor_bounds", "file.index.overlap", "file.data.alignment", "file.data.length",
+                      "file.data.bounds")),
+    Known("DIV-FILE-KV", "divergence",
+          "pyhurray's load_kv does not check the KV section's placement or bytes left after the last entry",
+          "file-format.md § KV Metadata Section, § KV Section Encoding", "hurray_schema",
+          ours=_rules("file.kv.bounds", "file.kv.truncated")),
+]
+KNOWN_BY_ID = {k.id: k for k in KNOWN}
+
+
+def _our_rule(exc) -> str:
+    return getattr(exc, "rule_id", None) or f"limit:{getattr(exc, 'limit', type(exc).__name__)}"
+
+
+def explain(ours_exc, theirs: Optional[str]) -> Optional[Known]:
+    ours_rule = None if ours_exc is None else _our_rule(ours_exc)
+    for k in KNOWN:
+        if k.explains(ours_rule, theirs):
+            return k
+    return None
+
+
+def _disagree(ours_exc, theirs) -> bool:
+    return theirs == ABORT or (ours_exc is None) != (theirs is None)
+
+
+def _ours(fn, *args, **kw):
+    try:
+        fn(*args, **kw)
+    except hs.HurraySchemaError as exc:
+        return exc
+    return None
+
+
+class Unexplained(list):
+    def add(self, data: bytes, ours_exc, theirs) -> None:
+        if len(self) < 12:
+            self.append(f"ours={ours_exc!s:.160} | pyhurray={theirs!s:.160} | {bytes(data[:96]).hex()}")
+
+
+def _report(found: dict, unexplained: Unexplained) -> None:
+    print("differential:", {k: v for k, v in sorted(found.items())})
+    assert not unexplained, "unexplained disagreements:\n" + "\n".join(unexplained)
+
+
+@pytest.fixture(scope="module")
+def ref():
+    with reference.Reference() as r:
+        yield r
+
+
+def _mutants(seeds, seed: int, n: int):
+    rng = random.Random(seed)
+    pool = [(s, hot_regions(s)) for s in seeds]
+    for i in range(n):
+        data, hot = rng.choice(pool)
+        yield i, mutate(rng, data, hot=hot)
+
+
+def test_descriptors_agree_with_pyhurray(ref):
+    found, unexplained = {}, Unexplained()
+    for _, data in _mutants(seed_inputs(), 4242, 10_000):
+        ours = _ours(hs.decode_descriptor, data)
+        theirs = ref.descriptor(data)
+        if _disagree(ours, theirs):
+            k = explain(ours, theirs)
+            if k is None:
+                unexplained.add(data, ours, theirs)
+            else:
+                found[k.id] = found.get(k.id, 0) + 1
+    _report(found, unexplained)
+
+
+def test_streams_agree_with_pyhurray(ref):
+    if targets.entry_point("read_stream") is None:
+        pytest.skip("read_stream is not in this build yet")
+    found, unexplained = {}, Unexplained()
+    for _, data in _mutants(seed_streams("bare"), 4343, 5_000):
+        ours = _ours(targets.run_read_stream, data, "strict", "bare")
+        theirs = ref.stream(data)
+        if _disagree(ours, theirs):
+            k = explain(ours, theirs)
+            if k is None:
+                unexplained.add(data, ours, theirs)
+            else:
+                found[k.id] = found.get(k.id, 0) + 1
+    _report(found, unexplained)
+
+
+def test_files_agree_with_pyhurray(ref, tmp_path):
+    if targets.entry_point("read_file") is None:
+        pytest.skip("read_file is not in this build yet")
+    found, unexplained = {}, Unexplained()
+    scratch = targets.scratch_file()
+    try:
+        for i, data in _mutants(seed_files(tmp_path), 4444, 1_500):
+            if i % 2:
+                data = refresh_index_crc(data)
+            targets.write_scratch(scratch, data)
+            ours = _ours(targets.run_read_file, scratch, "strict")
+            theirs = ref.file(scratch)
+            if _disagree(ours, theirs):
+                k = explain(ours, theirs)
+                if k is None:
+                    unexplained.add(data, ours, theirs)
+                else:
+                    found[k.id] = found.get(k.id, 0) + 1
+    finally:
+        scratch.unlink(missing_ok=True)
+    _report(found, unexplained)
+
+
+# ---------------------------------------------------------------------------------------
+# Focused tests: one crafted input per entry of KNOWN
+# ---------------------------------------------------------------------------------------
+
+
+def _enc(desc: TensorDescriptor) -> bytes:
+    return hs.encode_descriptor(desc)
+
+
+def _patch(data: bytes, at: int, value: bytes) -> bytes:
+    return bytes(data[:at]) + value + bytes(data[at + len(value):])
+
+
+def _dense(**kw) -> TensorDescriptor:
+    kw.setdefault("buffers", (BufferHandle(48),))
+    return TensorDescriptor(F32, (3, 4), **kw)
+
+
+_MINOR = static_offset(FIXED_HEADER, "version_minor")
+_FLAGS = static_offset(FIXED_HEADER, "flags")
+_LENGTH = static_offset(FIXED_HEADER, "descriptor_length")
+
+
+def _newer_minor(data: bytes) -> bytes:
+    return _patch(data, _MINOR, b"\x01")
+
+
+def _head(rule: int, n: int, shape=(8, 8)) -> bytes:
+    return _enc(TensorDescriptor(F32, shape, CompositeLayout(rule, n)))
+
+
+def _shard_tensor(shape, parent, offset) -> bytes:
+    n = 4
+    for s in shape:
+        n *= s
+    return _enc(TensorDescriptor(F32, shape, buffers=(BufferHandle(n),), shard=Shard(parent, offset))) + bytes(n)
+
+
+def _file(tmp_path: Path, kv=None, sorted_index=False, names=("a", "b")) -> bytearray:
+    from hurray_schema.io.file import write_file
+    from hurray_schema.io.tensor import Tensor
+
+    path = tmp_path / "seed.hrry"
+    write_file(path, {n: Tensor.dense(F32, (4,), bytes(16)) for n in names}, kv=kv, sorted_index=sorted_index)
+    return bytearray(path.read_bytes())
+
+
+def _trailer(data) -> dict:
+    return plan(TRAILER).unpack(bytes(data), len(data) - TRAILER_SIZE)[0]
+
+
+def _first_entry_field(data, name: str) -> int:
+    """Absolute offset of field ``name`` of the first index entry."""
+    start = _trailer(data)["index_offset"] + plan(INDEX_COUNT).fixed_size
+    name_length = struct.unpack_from("<H", data, start)[0]
+    return start + plan(INDEX_NAME_LENGTH).fixed_size + name_length + static_offset(INDEX_ENTRY_FIELDS, name)
+
+
+def _put(data: bytearray, at: int, fmt: str, value: int) -> None:
+    struct.pack_into(fmt, data, at, value)
+
+
+def _index_patched(tmp_path, field: str, fmt: str, value: int, **kw) -> bytes:
+    data = _file(tmp_path, **kw)
+    _put(data, _first_entry_field(data, field), fmt, value)
+    return refresh_index_crc(bytes(data))
+
+
+def _header_patched(tmp_path, field: str, fmt: str, value: int) -> bytes:
+    data = _file(tmp_path)
+    _put(data, static_offset(FILE_HEADER, field), fmt, value)
+    return bytes(data)
+
+
+def _trailer_patched(tmp_path, field: str, fmt: str, value: int) -> bytes:
+    data = _file(tmp_path)
+    _put(data, len(data) - TRAILER_SIZE + static_offset(TRAILER, field), fmt, value)
+    return bytes(data)
+
+
+def _crc_without_flag(tmp_path) -> bytes:
+    data = _file(tmp_path)
+    flags = static_offset(FILE_HEADER, "file_flags")
+    _put(data, flags, "<I", struct.unpack_from("<I", data, flags)[0] & ~int(FileFlag.HAS_INDEX_CRC32C))
+    return bytes(data)
+
+
+def _unsorted(tmp_path) -> bytes:
+    data = _file(tmp_path, names=("b", "a"))
+    flags = static_offset(FILE_HEADER, "file_flags")
+    _put(data, flags, "<I", struct.unpack_from("<I", data, flags)[0] | int(FileFlag.SORTED_INDEX))
+    return bytes(data)
+
+
+def _kv_count_zero(tmp_path) -> bytes:
+    data = _file(tmp_path, kv={"k": "v"})
+    _put(data, _trailer(data)["kv_offset"], "<I", 0)  # the entry's bytes now follow "0 entries"
+    assert plan(KV_COUNT).fixed_size == 4
+    return bytes(data)
+
+
+def _huge_index(tmp_path) -> bytes:
+    data = _file(tmp_path)
+    _put(data, _trailer(data)["index_offset"], "<Q", 2**38)
+    return refresh_index_crc(bytes(data))
+
+
+# (id, kind, build(tmp_path) -> bytes, our expected rule or None for "accepts", mode,
+#  pyhurray expectation: None accepts / regex of its error / ABORT)
+CASES = [
+    ("DIV-BUFSIZE", "descriptor", lambda _: _enc(_dense(buffers=(BufferHandle(47),))), "layout.dense.buffer_size",
+     "strict", None),
+    ("DIV-LAYOUT", "descriptor",
+     lambda _: _enc(TensorDescriptor(F32, (3, 3), CsrLayout(3), (BufferHandle(12), BufferHandle(24), BufferHandle(32)),
+                                     byte_offset=4)), "layout.csr.byte_offset", "strict", None),
+    ("DIV-QUANT", "descriptor",
+     lambda _: _enc(TensorDescriptor(0x48, (128, 128), buffers=(BufferHandle(8192), BufferHandle(512)),
+                                     quantization=PerBlockAffine(5, 64, 1, scale_type_tag=0x01, flags=1))),
+     "quantization.axis", "strict", None),
+    ("DIV-BUFFER", "descriptor",
+     lambda _: _enc(TensorDescriptor(F32, (3, 3), CooLayout(2, 1), (BufferHandle(8), BufferHandle(32, memory_class=1)))),
+     "buffer.colocation", "strict", None),
+    ("DIV-EXTTYPE", "descriptor",
+     lambda _: _enc(TensorDescriptor(0xF0, (16,), buffers=(BufferHandle(32),),
+                                     extension_type=ExtensionType(16, 1, 1, 0, 9, 5, 10, 15, 1, 1))),
+     "metadata.extension_type.float_fields", "strict", None),
+    ("DIV-MINOR", "descriptor", lambda _: _newer_minor(_enc(_dense())), "descriptor.version_minor", "strict", None),
+    ("DIV-MINOR", "descriptor", lambda _: _newer_minor(_enc(_dense())), None, "permissive", None),
+    ("DIV-MINOR-TRUNC", "descriptor",
+     lambda _: _patch(_newer_minor(_enc(_dense())), _LENGTH, struct.pack("<I", len(_enc(_dense())) + 8)),
+     "descriptor.truncated", "permissive", None),
+    ("DIV-SYMIDX", "descriptor",
+     lambda _: _enc(TensorDescriptor(0x48, (128, 128), buffers=(BufferHandle(8192), BufferHandle(512)),
+                                     quantization=PerBlockAffine(1, 64, 1, zero_point_buffer_index=0, flags=1,
+                                                                 scale_type_tag=0x01))),
+     None, "strict", r"SYMMETRIC flag is set but"),
+    ("DIV-PAGED-ENUM", "descriptor",
+     lambda _: _enc(TensorDescriptor(0x01, (9, 2, 8), BlockPagedLayout(4, 3, 2, kv_role=0x11, layer_index=5),
+                                     (BufferHandle(384), BufferHandle(12), BufferHandle(12)))),
+     None, "strict", r"block-paged: unknown kv_role"),
+    ("DIV-NEWFLAGS", "descriptor",
+     lambda _: _patch(_newer_minor(_enc(_dense())), _FLAGS, struct.pack("<I", 1 << 5)), None, "permissive",
+     r"reserved flag bits set"),
+    ("DIV-STREAM-ABORT", "stream_default",
+     lambda _: _enc(TensorDescriptor(0x11, (2**48,), buffers=(BufferHandle(2**48),))) + bytes(64),
+     "stream.truncated", "strict", ABORT),
+    ("DIV-STREAM-ABORT", "stream_default",
+     lambda _: _head(0x03, 10**9, (4,)) + _enc(TensorDescriptor(F32, (4,), buffers=(BufferHandle(16),))) + bytes(16),
+     "limit:max_composite_members", "strict", ABORT),
+    ("DIV-FILE-ABORT", "file", _huge_index, "file.index.truncated", "strict", ABORT),
+    ("DIV-FILE-HEADER", "file", lambda p: _header_patched(p, "_reserved_header", "<B", 1), "file.header.reserved",
+     "strict", None),
+    ("DIV-FILE-HEADER", "file", lambda p: _header_patched(p, "data_buffer_alignment", "<I", 4096 + 64),
+     "file.header.alignment", "strict", None),
+    ("DIV-FILE-TRAILER", "file", lambda p: _trailer_patched(p, "_reserved", "<B", 1), "file.trailer.reserved",
+     "strict", None),
+    ("DIV-FILE-TRAILER", "file", _crc_without_flag, "file.index.crc_unset", "strict", None),
+    ("DIV-FILE-INDEX", "file", lambda p: _index_patched(p, "flags", "<I", 1), "file.index.flags", "strict", None),
+    ("DIV-FILE-INDEX", "file", lambda p: _index_patched(p, "descriptor_length", "<I", 64),
+     "file.index.descriptor_length", "strict", None),
+    ("DIV-FILE-INDEX", "file", _unsorted, "file.index.sorted", "strict", None),
+    ("DIV-FILE-PLACEMENT", "file", lambda p: _index_patched(p, "data_length", "<Q", 17), "file.data.length",
+     "strict", None),
+    ("DIV-FILE-KV", "file", _kv_count_zero, "file.kv.truncated", "strict", None),
+]
+
+
+def _case_ids(cases) -> list[str]:
+    """``DIV-X``, ``DIV-X.2``, ... : stable ids for the spec-map (independent of list order elsewhere)."""
+    seen: dict[str, int] = {}
+    out = []
+    for c in cases:
+        seen[c[0]] = seen.get(c[0], 0) + 1
+        out.append(c[0] if seen[c[0]] == 1 else f"{c[0]}.{seen[c[0]]}")
+    return out
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_ids(CASES))
+def test_divergence(case, ref, tmp_path):
+    known_id, kind, build, our_rule, mode, theirs_expected = case
+    known = KNOWN_BY_ID[known_id]
+    data = build(tmp_path)
+    if kind == "descriptor":
+        ours = _ours(hs.decode_descriptor, data, mode=mode)
+        theirs = ref.descriptor(data)
+    elif kind.startswith("stream"):
+        if targets.entry_point("read_stream") is None:
+            pytest.skip("read_stream is not in this build yet")
+        ours = _ours(targets.run_read_stream, data, mode, "bare")
+        theirs = ref.stream_default(data) if kind == "stream_default" else ref.stream(data)
+    else:
+        if targets.entry_point("read_file") is None:
+            pytest.skip("read_file is not in this build yet")
+        path = targets.write_scratch(tmp_path / "case.hrry", data)
+        ours = _ours(targets.run_read_file, path, mode)
+        theirs = ref.file(path)
+    if known.kind == "pending" and not known.active():
+        # the missing component has landed: we must now agree with pyhurray and reject
+        assert ours is not None, f"{known.id}: the component is in, yet the input is accepted"
+        return
+    # our side
+    if our_rule is None:
+        assert ours is None, ours
+    else:
+        assert ours is not None and _our_rule(ours) == our_rule, ours
+    # pyhurray's side
+    if theirs_expected is None:
+        assert theirs is None, theirs
+    elif theirs_expected == ABORT:
+        assert theirs == ABORT, theirs
+    else:
+        assert theirs is not None and theirs != ABORT and re.search(theirs_expected, theirs), theirs
+
+
+def test_every_known_class_has_a_focused_case():
+    assert {c[0] for c in CASES} == set(KNOWN_BY_ID)
+
+
+def test_known_rule_ids_exist():
+    import hurray_schema.rules.all_rules  # noqa: F401  (registers every rule)
+    from hurray_schema.rules.engine import registry
+
+    ids = {r.id for r in registry()}
+    named = set().union(*(k.ours for k in KNOWN)) | {c[3] for c in CASES if c[3]}
+    missing = {r for r in named if not r.startswith("limit:") and r != "composite" and r not in ids}
+    assert not missing, f"rule ids in KNOWN/CASES that no rule declares: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("device_tag, sync_mode, ours_rule", [
+    (0, 1, "buffer.sync_mode.cpu"), (0, 2, "buffer.sync_mode.cpu"), (1, 1, None), (1, 2, None), (2, 2, None),
+    (1, 3, "buffer.sync_mode.reserved"),
+])
+def test_sync_mode_is_not_a_divergence(device_tag, sync_mode, ours_rule, ref):
+    """pyhurray rejects sync_mode 1 and 2 only on CPU buffers -- as the spec does
+    (buffer-protocol.md § Producer Requirement); on device buffers both sides accept them."""
+    data = _enc(_dense(buffers=(BufferHandle(48, device_tag=device_tag, sync_mode=sync_mode),)))
+    ours = _ours(hs.decode_descriptor, data)
+    theirs = ref.descriptor(data)
+    assert (None if ours is None else _our_rule(ours)) == ours_rule
+    assert (theirs is None) == (ours_rule is None), theirs
+
+
+@pytest.mark.parametrize("members, pattern", [
+    ([((8, 4), (0, 0)), ((8, 4), (0, 0))], r"partition composite"),  # overlap and a gap
+    ([((8, 4), (0, 0))], r"partition composite"),  # member_count 2, one member: torn / gap
+    ([((8, 4), (0, 0)), ((8, 4), (0, 4))], None),  # exact cover
+])
+def test_composite_validation_agrees(members, pattern, ref):
+    """Partition coverage in a bare stream: both sides reject (or accept) the same composites."""
+    if targets.entry_point("read_stream") is None:
+        pytest.skip("read_stream is not in this build yet")
+    data = _head(0x01, 2) + b"".join(_shard_tensor(shape, (8, 8), offset) for shape, offset in members)
+    ours = _ours(targets.run_read_stream, data, "strict", "bare")
+    theirs = ref.stream(data)
+    if pattern is None:
+        assert ours is None and theirs is None, (ours, theirs)
+    else:
+        assert ours is not None, "our reader accepts a partition that does not cover its head"
+        assert theirs is not None and theirs != ABORT, theirs

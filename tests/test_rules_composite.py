@@ -1,0 +1,321 @@
+"""Composite validator: head, per-member and close-time rules; the seed's worked examples;
+the partition check against a brute-force oracle."""
+
+from __future__ import annotations
+
+import itertools
+
+import attrs
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import hurray_schema as hs
+from hurray_schema.codec import decode_descriptor, encode_descriptor
+from hurray_schema.model import (
+    BufferHandle as B, CombineOp, CompositeLayout, CompositeMember, CompositionRule, CooLayout,
+    ElementType as T, PerBlockAffine, PerTensorAffine, Shard, TensorDescriptor as D,
+)
+from hurray_schema.rules.composite import CompositeValidator, decoded_type, partition_check, validate_preorder
+from hurray_schema.rules.engine import get_rule
+
+ev = attrs.evolve
+F32, F16 = T.FLOAT32, T.FLOAT16
+
+
+def head(rule=CompositionRule.PARTITION, n=2, shape=(8, 8), t=F32, op=CombineOp.NONE):
+    return D(t, shape, CompositeLayout(rule, n, op))
+
+
+def member(shape=(8, 4), offset=(0, 0), parent=(8, 8), t=F32, size=None, role=None, **kw):
+    size = size if size is not None else 4 * int(np.prod(shape))
+    return D(t, shape, buffers=[B(size)], shard=Shard(parent, offset),
+             composite_member=None if role is None else CompositeMember(role), **kw)
+
+
+M0, M1 = member(offset=(0, 0)), member(offset=(0, 4))
+OV_HEAD = head(CompositionRule.OVERLAY, 2, op=CombineOp.ADD)
+BASE = member((8, 8), role=1)
+CORR = member((2, 2), (3, 3), role=0)
+GROUP = head(CompositionRule.GROUP, 2)
+
+
+def run(h, members, mode="strict"):
+    v = CompositeValidator(h, mode=mode)
+    for m in members:
+        v.push_member(m)
+    v.close()
+    return v
+
+
+def fired(h, members, **kw):
+    v = CompositeValidator(h, collect=True, **kw)
+    for m in members:
+        v.push_member(m)
+    v.close()
+    return v.findings
+
+
+# (rule id, head, passing members, firing members)
+CASES = [
+    ("composite.member.shard", head(), [M0, M1], [M0, ev(M1, shard=None)]),
+    ("composite.member.parent_shape", head(), [M0, M1], [M0, member(offset=(0, 4), parent=(8, 9))]),
+    ("composite.member.box_bounds", head(), [M0, M1], [M0, member(offset=(0, 5))]),
+    ("composite.member.decoded_type", head(), [M0, ev(M1, type_tag=T.INT8, buffers=[B(32)],
+                                                       quantization=PerTensorAffine(0.1))],
+     [M0, ev(M1, type_tag=F16, buffers=[B(64)])]),
+    ("composite.member.overlay_section", OV_HEAD, [BASE, CORR], [BASE, ev(CORR, composite_member=None)]),
+    ("composite.member.overlay_base_first", OV_HEAD, [BASE, CORR],
+     [ev(BASE, composite_member=CompositeMember(0)), CORR]),
+    ("composite.member.overlay_base_span", OV_HEAD, [BASE, CORR], [member((8, 4), role=1), CORR]),
+    ("composite.member.overlay_correction_role", OV_HEAD, [BASE, CORR],
+     [BASE, ev(CORR, composite_member=CompositeMember(1))]),
+    ("composite.member.no_member_section", head(), [M0, M1], [M0, ev(M1, composite_member=CompositeMember(0))]),
+    ("composite.close.partition_gap", head(), [M0, M1], [M0, member((8, 3), (0, 4))]),
+    ("composite.close.partition_overlap", head(n=3), [member((8, 2)), member((8, 2), (0, 2)), member((8, 4), (0, 4))],
+     [member((8, 3)), member((8, 2), (0, 2)), member((8, 4), (0, 4))]),
+    ("composite.close.overlay_empty", head(CompositionRule.OVERLAY, 1, op=CombineOp.REPLACE), [BASE], []),
+]
+
+
+@pytest.mark.parametrize("rule_id,h,good,bad", CASES, ids=[c[0] for c in CASES])
+def test_rule_passes_then_fires(rule_id, h, good, bad):
+    rule = get_rule(rule_id)
+    if rule_id == "composite.close.overlay_empty":
+        h_bad = ev(h, layout=CompositeLayout(CompositionRule.OVERLAY, 0, CombineOp.REPLACE))
+    else:
+        h_bad = h
+    v = run(h, good)  # strict: passes without raising
+    assert v.ok and v.findings == []
+    found = [f for f in fired(h_bad, bad) if f.rule_id == rule_id]
+    assert found and found[0].citation == rule.citation and ".md" in rule.citation
+    with pytest.raises(hs.SpecViolation) as exc:
+        run(h_bad, bad)
+    if not rule.permissive:
+        assert exc.value.rule_id == rule_id
+
+
+def test_group_members_may_differ_but_carry_no_member_section():
+    odd = [member((3,), (0,), (3,), t=T.INT8, size=3), D(F16, (2, 2), buffers=[B(8)])]
+    assert run(GROUP, odd).ok
+    found = fired(GROUP, [odd[0], ev(odd[1], composite_member=CompositeMember(0))])
+    assert [f.rule_id for f in found] == ["composite.member.no_member_section"]
+
+
+def test_head_rules_run_when_the_validator_is_built():
+    with pytest.raises(hs.SpecViolation) as exc:
+        CompositeValidator(ev(head(), byte_offset=8))
+    assert exc.value.rule_id == "composite.head.byte_offset_zero"
+    v = CompositeValidator(ev(head(), layout=CompositeLayout(0xF2, 1)), mode="permissive")
+    assert [f.rule_id for f in v.findings] == ["composite.head.rule_private"] and v.ok
+
+
+def test_permissive_keeps_a_violating_partition():
+    v = run(head(), [M0, member((8, 3), (0, 4))], mode="permissive")
+    (f,) = v.findings
+    assert f.rule_id == "composite.close.partition_gap" and f.tolerated and v.ok
+
+
+# -- the seed's worked examples ------------------------------------------------------------
+
+
+def test_seed_partition_8x8_and_resolve():
+    h = head()
+    for d in (h, M0, M1):
+        assert decode_descriptor(encode_descriptor(d)) == d
+    v = run(h, [M0, M1])
+    assert v.findings == []
+    assert v.resolve([3, 6]) == (1, (3, 2))
+    assert v.resolve([7, 3]) == (0, (7, 3))
+    with pytest.raises(IndexError):
+        v.resolve([8, 0])
+
+
+def test_seed_spqr_overlay():
+    n = 4096
+    blocks = n * (n // 128)
+    h = head(CompositionRule.OVERLAY, 2, (n, n), F16, CombineOp.REPLACE)
+    base = D(T.INT4, (n, n), buffers=[B(n * n // 2), B(blocks * 2), B(blocks * 4)],
+             quantization=PerBlockAffine(1, 128, 1, 2, scale_type_tag=F16),
+             shard=Shard((n, n), (0, 0)), composite_member=CompositeMember(1))
+    corr = D(F16, (n, n), CooLayout(3), buffers=[B(6), B(48)], shard=Shard((n, n), (0, 0)),
+             composite_member=CompositeMember(0))
+    for d in (h, base, corr):
+        assert decode_descriptor(encode_descriptor(d)) == d
+    assert decoded_type(base) == F16  # int4 storage decodes through its float16 scales
+    assert run(h, [base, corr]).findings == []
+    # the same base with float32 scales decodes to float32, not the head's float16
+    base32 = ev(base, buffers=[B(n * n // 2), B(blocks * 4), B(blocks * 4)],
+                quantization=PerBlockAffine(1, 128, 1, 2, scale_type_tag=F32))
+    assert [f.rule_id for f in fired(h, [base32, corr])] == ["composite.member.decoded_type"]
+
+
+# -- nesting and torn composites -----------------------------------------------------------
+
+
+def _chain(levels):
+    """``levels`` nested group heads, the innermost holding one tensor (pre-order)."""
+    heads = [head(CompositionRule.GROUP, 1, (4,)) for _ in range(levels)]
+    return heads + [D(F32, (4,), buffers=[B(16)])]
+
+
+def test_nesting_depth_limit():
+    assert validate_preorder(_chain(8)) == []
+    with pytest.raises(hs.SpecViolation) as exc:
+        validate_preorder(_chain(9))
+    assert exc.value.rule_id == "composite.nesting.depth"
+    assert exc.value.citation == get_rule("composite.nesting.depth").citation
+    found = validate_preorder(_chain(9), collect=True)
+    assert [f.rule_id for f in found] == ["composite.nesting.depth"]
+
+
+def test_nested_partition_member_is_validated_as_a_box():
+    inner = ev(head(CompositionRule.PARTITION, 2, (8, 4)), shard=Shard((8, 8), (0, 4)))
+    parts = [member((4, 4), (0, 0), (8, 4)), member((4, 4), (4, 0), (8, 4))]
+    assert validate_preorder([head(), M0, inner, *parts]) == []
+    wrong = ev(inner, type_tag=F16)
+    with pytest.raises(hs.SpecViolation) as exc:
+        validate_preorder([head(), M0, wrong, *parts])
+    assert exc.value.rule_id == "composite.member.decoded_type"
+
+
+def test_torn_composite():
+    v = CompositeValidator(head())
+    v.push_member(M0)
+    with pytest.raises(hs.SpecViolation) as exc:
+        v.close()
+    assert exc.value.rule_id == "composite.torn"
+    v = CompositeValidator(head(), mode="permissive")
+    v.push_member(M0)
+    assert v.torn() == (M0,)
+    assert v.torn_composite and not v.complete and v.findings[0].tolerated
+    with pytest.raises(hs.SpecViolation):
+        validate_preorder([head(), M0])
+    found = validate_preorder([head(), M0], mode="permissive")
+    assert [f.rule_id for f in found] == ["composite.torn"]
+
+
+def test_push_beyond_member_count_is_an_api_error():
+    v = CompositeValidator(head())
+    v.push_member(M0)
+    v.push_member(M1)
+    with pytest.raises(ValueError):
+        v.push_member(M1)
+
+
+# -- the partition check against brute force -----------------------------------------------
+
+
+def _oracle(shape, boxes):
+    cover = np.zeros(shape, dtype=np.int64)
+    for off, shp in boxes:
+        cover[tuple(slice(o, o + s) for o, s in zip(off, shp))] += 1
+    return bool((cover == 0).any()), bool((cover > 1).any())
+
+
+@st.composite
+def box_sets(draw):
+    rank = draw(st.integers(1, 3))
+    shape = tuple(draw(st.lists(st.integers(0, 5), min_size=rank, max_size=rank)))
+    n = draw(st.integers(0, 6))
+    boxes = []
+    for _ in range(n):
+        off = tuple(draw(st.integers(0, d)) for d in shape)
+        shp = tuple(draw(st.integers(0, d - o)) for o, d in zip(off, shape))
+        boxes.append((off, shp))
+    return shape, boxes
+
+
+def _split(shape, cuts):
+    """A grid partition of ``shape`` cut at ``cuts[k]`` along dimension ``k``."""
+    edges = [sorted({0, d, *[c for c in cs if 0 < c < d]}) for d, cs in zip(shape, cuts)]
+    return [(tuple(e[i] for e, i in zip(edges, idx)), tuple(e[i + 1] - e[i] for e, i in zip(edges, idx)))
+            for idx in itertools.product(*[range(len(e) - 1) for e in edges])]
+
+
+@settings(max_examples=300, deadline=None)
+@given(box_sets())
+def test_partition_check_matches_brute_force(case):
+    shape, boxes = case
+    gap, overlap = _oracle(shape, boxes)
+    got = {rule.id for rule, _ in partition_check(shape, [b[0] for b in boxes], [b[1] for b in boxes])}
+    if not gap and not overlap:
+        assert got == set()
+    else:
+        assert got  # a fault is found
+        if gap and not overlap:
+            assert got == {"composite.close.partition_gap"}
+        if overlap and not gap:
+            assert got == {"composite.close.partition_overlap"}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=4), st.data())
+def test_grid_partitions_validate(shape, data):
+    cuts = [data.draw(st.lists(st.integers(0, d), max_size=3)) for d in shape]
+    boxes = _split(tuple(shape), cuts)
+    assert partition_check(shape, [b[0] for b in boxes], [b[1] for b in boxes]) == []
+
+
+def _staircase(rank):
+    """An exact partition of [2]*rank into rank+1 boxes that splits every dimension."""
+    boxes = []
+    for k in range(rank):
+        boxes.append((tuple([0] * k + [1] + [0] * (rank - k - 1)), tuple([1] * k + [1] + [2] * (rank - k - 1))))
+    boxes.append(((0,) * rank, (1,) * rank))
+    return boxes
+
+
+@pytest.mark.parametrize("rank", [3, 17])  # 17 > 16: the exact sort-and-sweep fallback
+def test_partition_check_high_rank(rank):
+    shape = (2,) * rank
+    boxes = _staircase(rank)
+    assert partition_check(shape, [b[0] for b in boxes], [b[1] for b in boxes]) == []
+    gap = boxes[:-1]
+    assert {r.id for r, _ in partition_check(shape, [b[0] for b in gap], [b[1] for b in gap])} == {
+        "composite.close.partition_gap"}
+    over = boxes + [boxes[-1]]
+    assert "composite.close.partition_overlap" in {
+        r.id for r, _ in partition_check(shape, [b[0] for b in over], [b[1] for b in over])}
+
+
+def test_partition_check_huge_extents():
+    big = (1 << 63, 4)
+    ok = [((0, 0), (1 << 62, 4)), ((1 << 62, 0), (1 << 62, 4))]
+    assert partition_check(big, [b[0] for b in ok], [b[1] for b in ok]) == []
+    bad = [((0, 0), (1 << 62, 4)), ((1 << 61, 0), (1 << 62, 4))]
+    assert {r.id for r, _ in partition_check(big, [b[0] for b in bad], [b[1] for b in bad])} == {
+        "composite.close.partition_overlap", "composite.close.partition_gap"}
+
+
+def test_empty_boxes_neither_cover_nor_overlap():
+    # an empty member inside another member's box contains no index (ADR-007)
+    boxes = [((0, 0), (4, 4)), ((2, 2), (0, 3))]
+    assert partition_check((4, 4), [b[0] for b in boxes], [b[1] for b in boxes]) == []
+    assert partition_check((0, 4), [(0, 0)], [(0, 4)]) == []
+    assert partition_check((), [(), ()], [(), ()])[0][0].id == "composite.close.partition_overlap"
+    assert partition_check((), [()], [()]) == []
+
+
+def test_resolve_on_an_irregular_rank3_partition():
+    import random
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from partition_validation import guillotine
+
+    shape = (16, 12, 10)
+    boxes = guillotine(shape, 300, random.Random(5))
+    h = D(T.UINT8, shape, CompositeLayout(CompositionRule.PARTITION, len(boxes)))
+    v = CompositeValidator(h)
+    for o, s in boxes:
+        v.push_member(D(T.UINT8, s, buffers=[B(int(np.prod(s)))], shard=Shard(shape, o)))
+    assert v.close() == []
+    rng = random.Random(6)
+    for _ in range(200):
+        idx = tuple(rng.randrange(d) for d in shape)
+        want = [m for m, (o, s) in enumerate(boxes) if all(a <= i < a + n for i, a, n in zip(idx, o, s))]
+        assert len(want) == 1
+        o = boxes[want[0]][0]
+        assert v.resolve(idx) == (want[0], tuple(i - a for i, a in zip(idx, o)))

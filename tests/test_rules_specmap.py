@@ -1,0 +1,58 @@
+"""spec-map.md against the rule registry, and every rule of the rule engine made to fire by a test."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from hurray_schema.rules import registry
+from hurray_schema.rules import composite as composite_rules
+from hurray_schema.rules.descriptor import DESCRIPTOR_RULES
+
+try:  # pytest puts tests/ on sys.path (rootdir-relative "prepend" import mode)
+    import test_rules_composite as TC
+    import test_rules_descriptor as TD
+except ImportError:  # pragma: no cover - imported as a package module
+    from tests import test_rules_composite as TC, test_rules_descriptor as TD
+
+SPEC_MAP = Path(__file__).resolve().parents[1] / "spec-map.md"
+RULE_ID = re.compile(r"`([a-z0-9_]+(?:\.[a-z0-9_]+)+)`")
+
+
+def _map_rule_ids() -> set[str]:
+    """Rule ids in the Rule id column of the ``## Rules`` table of spec-map.md."""
+    text = SPEC_MAP.read_text(encoding="utf-8")
+    section = text.split("## Rules", 1)[1].split("\n## ", 1)[0]
+    ids: set[str] = set()
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 6 and not set(cells[0]) <= {"-", " "} and cells[0] != "Spec file":
+            ids.update(RULE_ID.findall(cells[4]))
+    return ids
+
+
+MAP_IDS = _map_rule_ids()
+ENGINE_RULES = {r.id for r in DESCRIPTOR_RULES} | {
+    r.id for r in registry() if r.scope.startswith("composite") and r.id.startswith("composite.")}
+not_merged = pytest.mark.xfail(
+    not (ENGINE_RULES & MAP_IDS), reason="the rule rows of /work/notes/specmap_rules.md are not merged into spec-map.md yet",
+    strict=False)
+
+
+@not_merged
+def test_every_registered_rule_is_in_the_spec_map():
+    missing = sorted({r.id for r in registry()} - MAP_IDS)
+    assert not missing, f"rules missing from spec-map.md: {missing}"
+
+
+def test_every_rule_in_the_spec_map_exists():
+    unknown = sorted(MAP_IDS - {r.id for r in registry()})
+    assert not unknown, f"spec-map.md names rules that do not exist: {unknown}"
+
+
+def test_every_engine_rule_has_a_test_that_fires_it():
+    fired = {c[0] for c in TD.CASES} | {c[0] for c in TC.CASES}
+    fired |= {composite_rules.NESTING_DEPTH.id, composite_rules.TORN.id}  # dedicated tests
+    assert ENGINE_RULES - fired == set()
