@@ -52,7 +52,7 @@ def numpy_spqr(comp, combine):
     q = base.descriptor.quantization
     nb = -(-m // q.block_size)
     data = np.frombuffer(base.buffers[0], np.uint8)
-    scales = np.frombuffer(base.buffers[1], np.float32)
+    scales = np.frombuffer(base.buffers[1], np.float16)  # scale_type_tag float16: decodes to the head type
     zps = np.frombuffer(base.buffers[2], np.int32)
     codes = ref_unpack_int4(data, n * nb * q.block_size, True).reshape(n, nb * q.block_size)
     out = ref_block_affine(codes, scales, zps, q.block_size, np.float16)[:, :m]

@@ -133,28 +133,46 @@ def mutate(rng: random.Random, data: bytes, rounds: int | None = None, hot: Opti
     return bytes(b)
 
 
+_TRAILER_PLANS = None
+
+
+def _trailer_plans():
+    """(where, crc, offsets) for the trailer fields, built once: ``plan`` caches by
+    declaration identity, so building ``select(...)`` tables per call would grow its cache."""
+    global _TRAILER_PLANS
+    if _TRAILER_PLANS is None:
+        from hurray_schema.structs._declare import plan, select, static_offset
+        from hurray_schema.structs.file import TRAILER, TRAILER_SIZE
+
+        _TRAILER_PLANS = (
+            plan(select(TRAILER, "index_offset", "index_length")),
+            plan(select(TRAILER, "index_crc32c")),
+            static_offset(TRAILER, "index_offset"),
+            static_offset(TRAILER, "index_crc32c"),
+            TRAILER_SIZE,
+        )
+    return _TRAILER_PLANS
+
+
 def refresh_index_crc(data: bytes) -> bytes:
     """``data`` with the trailer's ``index_crc32c`` recomputed over the index it points to.
 
     A damaged index is otherwise caught by the CRC check before any entry is parsed; with
     the CRC made right again the fuzzers reach the index and KV decoders.  Inputs whose
-    trailer does not point inside the file are returned unchanged.
+    trailer does not point inside the file, or that record no CRC, are returned unchanged.
     """
     import crc32c
 
-    from hurray_schema.structs._declare import plan, select, static_offset
-    from hurray_schema.structs.file import TRAILER, TRAILER_SIZE
-
-    if len(data) < TRAILER_SIZE:
+    where, crc_plan, where_at, crc_at, trailer_size = _trailer_plans()
+    if len(data) < trailer_size:
         return data
-    t0 = len(data) - TRAILER_SIZE
-    where = plan(select(TRAILER, "index_offset", "index_length"))
-    values, _ = where.unpack(data, t0 + static_offset(TRAILER, "index_offset"))
+    t0 = len(data) - trailer_size
+    values, _ = where.unpack(data, t0 + where_at)
     start, length = values["index_offset"], values["index_length"]
     if not 0 <= start <= start + length <= t0:
         return data
-    at = t0 + static_offset(TRAILER, "index_crc32c")
+    at = t0 + crc_at
     if not any(data[at:at + 4]):
         return data  # no CRC recorded (HAS_INDEX_CRC32C clear): keep it that way
-    crc = plan(select(TRAILER, "index_crc32c")).pack(index_crc32c=crc32c.crc32c(data[start:start + length]))
+    crc = crc_plan.pack(index_crc32c=crc32c.crc32c(data[start:start + length]))
     return data[:at] + crc + data[at + len(crc):]

@@ -471,7 +471,11 @@ def _arrive(pending: list[int], desc=None) -> int:
 
 
 def _depth(pending: list[int]) -> int:
-    return len([p for p in pending if p > 0])
+    """Depth of the next tensor: open composites, not counting those already complete on top."""
+    depth = len(pending)
+    while depth and pending[depth - 1] <= 0:
+        depth -= 1
+    return depth
 
 
 def _annotate_messages(view: memoryview) -> list[Node]:

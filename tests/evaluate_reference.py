@@ -196,8 +196,8 @@ def spqr(n=4096, density=0.01, combine=CombineOp.REPLACE, seed=0, block=64):
     float16 COO correction; returns (composite, pieces for the reference)."""
     rng = np.random.default_rng(seed)
     shape = (n, n)
-    base, base_ref = block_affine_int4_tensor(n, n, block, rng, shard_offset=(0, 0), parent_shape=shape,
-                                              role=MemberRole.BASE)
+    base, base_ref = block_affine_int4_tensor(n, n, block, rng, scale_tag=E.FLOAT16, shard_offset=(0, 0),
+                                              parent_shape=shape, role=MemberRole.BASE)
     nnz = int(n * n * density)
     lin = np.sort(rng.choice(n * n, size=nnz, replace=False))
     coords = np.stack([lin // n, lin % n], axis=1)

@@ -169,3 +169,20 @@ def test_golden_vectors_are_fully_annotated(conformance_dir):
         assert not [n for n in nodes if n.kind == "error"], path.name
         labels = [n.label for n in nodes if n.kind == "section" and n.depth == 0]
         assert labels[0] == "file header" and labels[-1] == "trailer" and "index" in labels
+
+
+def test_nested_composites_are_indented_by_binding_depth():
+    import numpy as np
+
+    from hurray_schema.io.stream import write_stream
+    from hurray_schema.io.tensor import Composite, Tensor
+
+    def t(n):
+        return Tensor.from_numpy(np.zeros(n, np.float32))
+
+    inner = Composite.build(CompositionRule.GROUP, [t(2), t(3)], shape=(2,), type_tag=F32)
+    outer = Composite.build(CompositionRule.GROUP, [t(1), inner], shape=(2,), type_tag=F32)
+    nodes = annotate(write_stream(None, [outer, t(4)]))
+    depths = [n.depth for n in nodes if n.kind == "section" and n.label.startswith("tensor")]
+    # outer head, its member, the inner head (a member), the inner head's two members, a plain tensor
+    assert depths == [0, 1, 1, 2, 2, 0]

@@ -14,7 +14,7 @@ from evaluate_reference import (DTYPES, C, T, bits_equal, coo_tensor, csr_tensor
                                 handles, head, member_sections, ref_overlay, ref_partition, spqr)
 from hurray_schema.errors import HurraySchemaError
 from hurray_schema.evaluate import lookup, materialize, read
-from hurray_schema.model import (CombineOp, CompositionRule, ElementType, MemberRole, PerTensorAffine,
+from hurray_schema.model import (CombineOp, CompositionRule, ElementType, MemberRole, PerBlockAffine, PerTensorAffine,
                                  RowMajorLayout, TensorDescriptor)
 
 E = ElementType
@@ -166,15 +166,30 @@ def random_values(rng, shape, tag, specials=True):
 
 
 def quantized_member(rng, shape, tag, shard_offset, parent_shape, role=None):
-    """An int8 per-tensor-affine member and its reference values decoded to ``tag`` (float32 math, one rounding)."""
+    """A quantized int8 member whose decoded value type is ``tag`` (layouts/composite.md § Members), and
+    its reference values (float32 math, one rounding to ``tag``): per-tensor affine for a float32 head,
+    per-block affine along the last axis with ``tag`` scales for a float16 / bfloat16 head."""
     q = rng.integers(-128, 128, size=shape).astype(np.int8)
-    scale, zp = np.float32(rng.choice([0.125, 0.0371, 3.3])), int(rng.integers(-5, 6))
     buf = np.frombuffer(q.tobytes(), np.uint8)
-    d = TensorDescriptor(E.INT8, shape, RowMajorLayout(), handles([buf]), quantization=PerTensorAffine(float(scale), zp),
+    if tag == E.FLOAT32:
+        scale, zp = np.float32(rng.choice([0.125, 0.0371, 3.3])), int(rng.integers(-5, 6))
+        d = TensorDescriptor(E.INT8, shape, RowMajorLayout(), handles([buf]),
+                             quantization=PerTensorAffine(float(scale), zp),
+                             **member_sections(shape, shard_offset, parent_shape, role))
+        ref = (q.astype(np.int32) - zp).astype(np.float32) * scale
+        return T(d, [memoryview(buf)]), ref.astype(np.float32)
+    block = 2  # shape[-1] is even here (random_member checks)
+    nb = shape[-1] // block
+    scales = (rng.random(shape[:-1] + (nb,), np.float32) * 4 + 0.01).astype(DTYPES[tag])
+    zps = rng.integers(-5, 6, size=shape[:-1] + (nb,), dtype=np.int32)
+    bufs = [buf, np.frombuffer(scales.tobytes(), np.uint8), np.frombuffer(zps.tobytes(), np.uint8)]
+    d = TensorDescriptor(E.INT8, shape, RowMajorLayout(), handles(bufs),
+                         quantization=PerBlockAffine(len(shape) - 1, block, 1, 2, scale_type_tag=tag),
                          **member_sections(shape, shard_offset, parent_shape, role))
-    ref = ((q.astype(np.int32) - zp).astype(np.float32) * scale)
-    ref = ref.astype(np.float32) if tag == E.FLOAT64 else ref.astype(DTYPES[tag])
-    return T(d, [memoryview(buf)]), ref.astype(DTYPES[tag])
+    wide_s = np.repeat(scales.astype(np.float32), block, axis=-1)
+    wide_z = np.repeat(zps, block, axis=-1)
+    ref = (q.astype(np.int32) - wide_z).astype(np.float32) * wide_s
+    return T(d, [memoryview(b) for b in bufs]), ref.astype(DTYPES[tag])
 
 
 def split_boxes(rng, offset, shape, depth):
@@ -196,8 +211,8 @@ def split_boxes(rng, offset, shape, depth):
 def random_member(rng, tag, off, shp, parent_shape, role=None, depth=0, allow_nested=True):
     """(member, reference array of the box) in a random encoding that decodes to ``tag``."""
     kinds = ["row", "col", "strided_rev", "coo", "quant"]
-    if tag not in FLOATS:
-        kinds.remove("quant")
+    if tag not in (E.FLOAT32, E.FLOAT16, E.BFLOAT16) or (tag != E.FLOAT32 and (not shp or shp[-1] % 2)):
+        kinds.remove("quant")  # no quantized member decodes to this type / shape (see quantized_member)
     if len(shp) != 2:
         kinds.append("row")
     else:
@@ -348,8 +363,8 @@ def test_lookup_in_quantized_members_matches_materialize():
     rng = np.random.default_rng(11)
     from evaluate_reference import block_affine_int4_tensor
     shape = (6, 40)
-    a, ra = block_affine_int4_tensor(6, 24, 16, rng, shard_offset=(0, 0), parent_shape=shape)
-    b, rb = block_affine_int4_tensor(6, 16, 8, rng, shard_offset=(0, 24), parent_shape=shape)
+    a, ra = block_affine_int4_tensor(6, 24, 16, rng, scale_tag=E.FLOAT16, shard_offset=(0, 0), parent_shape=shape)
+    b, rb = block_affine_int4_tensor(6, 16, 8, rng, scale_tag=E.FLOAT16, shard_offset=(0, 24), parent_shape=shape)
     comp = C(head(shape, E.FLOAT16, P, 2), [a, b])
     expected = ref_partition(shape, np.float16, [((0, 0), ra), ((0, 24), rb)])
     assert bits_equal(materialize(comp), expected)

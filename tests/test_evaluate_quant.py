@@ -103,7 +103,10 @@ def test_per_block_affine_last_axis_partial_block(scale_tag, cols):
     assert got.tobytes() == ref.tobytes()
     t32, ref32 = block_affine_int4_tensor(6, cols, 16, np.random.default_rng(cols), scale_tag=scale_tag,
                                           out_dtype=np.float32)
-    assert tensor_to_numpy(t32.descriptor, t32.buffers).tobytes() == ref32.tobytes()
+    assert tensor_to_numpy(t32.descriptor, t32.buffers, E.FLOAT32).tobytes() == ref32.tobytes()
+    # by default the values come out in the decoded type, the scale type (spec-map § Interpretations)
+    assert tensor_to_numpy(t.descriptor, t.buffers).dtype == {E.FLOAT32: np.float32, E.FLOAT16: np.float16,
+                                                             E.BFLOAT16: ml_dtypes.bfloat16}[scale_tag]
 
 
 def block_reference(q, scales, zps, axis, block, dtype):

@@ -25,16 +25,18 @@ import numpy as np
 from numba import njit, prange
 
 from ..errors import HurraySchemaError
+from ..rules.composite import partition_check
 from ..model import (BlockPagedLayout, CombineOp, CompositionRule, ElementType, HilbertLayout, LayoutTag,
                      MemberRole, MortonLayout, TiledLayout)
 from ..structs.element_types import element_type_info
+from .copy import copy_into
 from .dense import affine_strides, hilbert_index, tiled_offsets
 from .elements import bf16_add, f16_add, numpy_dtype
 from .quant import (OUT_BF16, OUT_F16, OUT_F32, PK_CHANNEL, PK_TENSOR, decode_gather, quant_params,
                     storage_shape)
 from .sparse import linear_indices, sparse_entries, sparse_linear
 from .tensor import (SPARSE_TAGS, readonly, DecodedTypeMismatch, _check_bounds, _gather_codes, as_bytes, check_shape,
-                     decode_into, dense_view, tensor_to_numpy)
+                     decode_into, decoded_type, dense_view, tensor_to_numpy)
 
 __all__ = ["materialize", "lookup", "read", "member_values", "MAX_NESTING"]
 
@@ -150,7 +152,15 @@ def member_values(member, target, depth: int = 0) -> np.ndarray:
         if member.descriptor.type_tag != target:
             raise DecodedTypeMismatch("a nested composite's type_tag must equal its parent's")
         return materialize(member, _depth=depth + 1)
+    _check_member_type(member.descriptor, target)
     return tensor_to_numpy(member.descriptor, member.buffers, target)
+
+
+def _check_member_type(desc, target) -> None:
+    """A member's decoded value type equals the head's type_tag (layouts/composite.md § Members)."""
+    got = decoded_type(desc)
+    if got != target:
+        raise DecodedTypeMismatch(f"member values decode to type 0x{int(got):02X}, head is 0x{int(target):02X}")
 
 
 def _fill(member, view: np.ndarray, target, depth) -> None:
@@ -161,11 +171,10 @@ def _fill(member, view: np.ndarray, target, depth) -> None:
         _materialize_into(member, view, depth + 1)
         return
     desc = member.descriptor
-    if desc.quantization is None and desc.type_tag != target:
-        raise DecodedTypeMismatch(f"member values are type 0x{int(desc.type_tag):02X}, head is 0x{int(target):02X}")
+    _check_member_type(desc, target)
     src = dense_view(desc, member.buffers)
-    if src is not None:  # zero-copy view of the member's buffer: one strided copy into its box
-        np.copyto(view, src)
+    if src is not None:  # zero-copy view of the member's buffer: one (streaming) copy into its box
+        copy_into(view, src)
         return
     if view.flags.c_contiguous and desc.layout.tag not in SPARSE_TAGS and target != E.FLOAT64:
         decode_into(desc, member.buffers, view)
@@ -186,25 +195,11 @@ def _head(composite):
 
 
 def _check_partition(boxes, head_shape):
-    total = 1
-    for n in head_shape:
-        total *= n
-    volume = 0
-    for off, shp in boxes:
-        v = 1
-        for n in shp:
-            v *= n
-        volume += v
-    for a in range(len(boxes)):
-        (oa, sa) = boxes[a]
-        if 0 in sa:
-            continue
-        for b in range(a + 1, len(boxes)):
-            (ob, sb) = boxes[b]
-            if 0 not in sb and all(x < y + m and y < x + n for x, n, y, m in zip(oa, sa, ob, sb)):
-                raise HurraySchemaError(f"partition members {a} and {b} overlap")
-    if volume != total:
-        raise HurraySchemaError("partition members do not cover the head's index space exactly")
+    """Exact cover without overlap, by the rule engine's scalable check (layouts/composite.md § Validation)."""
+    faults = partition_check(head_shape, [off for off, _ in boxes], [shp for _, shp in boxes])
+    if faults:
+        rule, message = faults[0]
+        raise rule.violation(message)
 
 
 def _materialize_into(composite, out: np.ndarray, depth: int) -> None:

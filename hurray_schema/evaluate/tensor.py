@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 import numpy as np
 from numba import njit, prange
 
+from ..rules.composite import decoded_type as rules_decoded_type
 from ..errors import HurraySchemaError, LimitExceeded
 from ..model import (DYNAMIC_DIMENSION, BlockPagedLayout, ElementType, LayoutTag, PerBlockAffine, PerChannelAffine,
                      PerTensorAffine)
@@ -65,8 +66,11 @@ def readonly(a: np.ndarray) -> np.ndarray:
 
 
 def decoded_type(desc) -> int:
-    """Element type the values of ``desc`` decode to by default (float32 for a quantized tensor)."""
-    return E.FLOAT32 if desc.quantization is not None else desc.type_tag
+    """Element type the values of ``desc`` decode to: the rule engine's reading of the spec
+    (``rules.composite.decoded_type``: per-channel / per-block affine decode to their scale
+    type, the other schemes to float32), float32 for a scheme it does not know."""
+    tag = rules_decoded_type(desc)
+    return E(tag) if tag is not None else E.FLOAT32
 
 
 def check_shape(shape) -> tuple[int, ...]:
