@@ -11,7 +11,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import hurray_schema.evaluate as evaluate_pkg
 import hurray_schema.rules.composite as composite_rules
 from hurray_schema.errors import HurraySchemaError, LimitExceeded, SpecViolation
 from hurray_schema.limits import Limits
@@ -87,22 +86,6 @@ def _shard(offset, parent=4):
     from hurray_schema.model import Shard
 
     return Shard((parent,), (offset,))
-
-
-def test_to_numpy_and_materialize_delegate_to_evaluate(monkeypatch):
-    calls = []
-    monkeypatch.setattr(evaluate_pkg, "tensor_to_numpy", lambda d, b: calls.append((d, b)) or "arr")
-    monkeypatch.setattr(evaluate_pkg, "materialize", lambda c: calls.append(c) or "view")
-    x = t([1, 2])
-    assert x.to_numpy() == "arr" and calls[0] == (x.descriptor, x.buffers)
-    c = Composite.build("group", [x], shape=[2], type_tag=F32)
-    assert c.materialize() == "view" and calls[1] is c
-    monkeypatch.delattr(evaluate_pkg, "tensor_to_numpy")
-    monkeypatch.delattr(evaluate_pkg, "materialize")
-    with pytest.raises(NotImplementedError):
-        x.to_numpy()
-    with pytest.raises(NotImplementedError):
-        c.materialize()
 
 
 def test_to_numpy_with_the_real_evaluator():
@@ -426,3 +409,22 @@ def test_stream_reader_holds_one_tensor_at_a_time(tmp_path):
         tracemalloc.stop()
     assert count == 41
     assert peak < 4 * size, peak  # the composite (2 members) plus one tensor being read
+
+
+def test_composite_methods_evaluate_the_seed_partition():
+    """The seed's [8, 8] partition built from numpy arrays: materialize, lookup([3, 6]) -> member 1 at
+    [3, 2], and read of a box crossing both members (layouts/composite.md § Example)."""
+    import numpy as np
+
+    from hurray_schema import Composite, Shard, Tensor
+
+    left = np.arange(32, dtype=np.float32).reshape(8, 4)
+    right = 100 + np.arange(32, dtype=np.float32).reshape(8, 4)
+    members = [Tensor.from_numpy(left, shard=Shard((8, 8), (0, 0))),
+               Tensor.from_numpy(right, shard=Shard((8, 8), (0, 4)))]
+    comp = Composite.build("partition", members, shape=(8, 8), type_tag=0x03)
+    expected = np.concatenate([left, right], axis=1)
+    assert np.array_equal(comp.materialize(), expected)
+    assert comp.lookup([3, 6]) == right[3, 2]
+    assert np.array_equal(comp.read([(2, 5), (3, 6)]), expected[2:5, 3:6])
+    assert np.array_equal(members[1].to_numpy(), right)

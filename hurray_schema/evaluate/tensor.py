@@ -251,8 +251,9 @@ def _check_quant_axis(desc):
 def tensor_to_numpy(desc, buffers: Sequence, dtype: Optional[int] = None, *, seq_lens=None) -> np.ndarray:
     """The logical array of a tensor, in logical C order.
 
-    ``dtype`` (an :class:`ElementType`) asks a quantized tensor for float16 / bfloat16 /
-    float64 instead of float32; for an unquantized tensor it must equal ``type_tag``.
+    The values come out in the tensor's decoded type (:func:`decoded_type`); ``dtype`` (an
+    :class:`ElementType`) asks a quantized tensor for another float type (float32 arithmetic,
+    one rounding); for an unquantized tensor it must equal ``type_tag``.
     Sub-byte and narrow float types come back as ``ml_dtypes`` arrays; an empty tensor as an
     empty array of its shape.  ``seq_lens`` gives the per-sequence token counts of a
     block-paged tensor when the descriptor does not determine them.

@@ -99,16 +99,13 @@ class Tensor:
     def nbytes(self) -> int:
         return sum(len(b) for b in self.buffers)
 
-    def to_numpy(self):
-        """The logical array (delegates to :mod:`hurray_schema.evaluate`)."""
-        try:
-            from .. import evaluate
-        except ImportError:  # pragma: no cover - evaluate is part of the package
-            evaluate = None
-        convert = getattr(evaluate, "tensor_to_numpy", None)
-        if convert is None:
-            raise NotImplementedError("hurray_schema.evaluate.tensor_to_numpy is not available")
-        return convert(self.descriptor, self.buffers)
+    def to_numpy(self, dtype=None):
+        """The logical array, in its decoded type or ``dtype`` (an ``ElementType``)
+        (computed by :func:`hurray_schema.evaluate.tensor_to_numpy`; imported here, at
+        call time, because the evaluator sits above the readers)."""
+        from ..evaluate import tensor_to_numpy
+
+        return tensor_to_numpy(self.descriptor, self.buffers, dtype)
 
     def with_name(self, name: Optional[str]) -> "Tensor":
         return Tensor(self.descriptor, self.buffers, name=name)
@@ -199,16 +196,27 @@ class Composite:
     def type_tag(self):
         return self.descriptor.type_tag
 
-    def materialize(self):
-        """The logical array (delegates to :func:`hurray_schema.evaluate.materialize`)."""
-        try:
-            from .. import evaluate
-        except ImportError:  # pragma: no cover
-            evaluate = None
-        fn = getattr(evaluate, "materialize", None)
-        if fn is None:
-            raise NotImplementedError("hurray_schema.evaluate.materialize is not available")
-        return fn(self)
+    # The evaluator sits above the readers: its functions are imported at call time.
+
+    def materialize(self, *, out=None):
+        """The merged logical array (a tuple of arrays for a group), bit-exact in the head's
+        type (:func:`hurray_schema.evaluate.materialize`)."""
+        from ..evaluate import materialize
+
+        return materialize(self, out=out)
+
+    def lookup(self, index):
+        """One element of the logical view, reading only the member that holds it."""
+        from ..evaluate import lookup
+
+        return lookup(self, index)
+
+    def read(self, region):
+        """A box of the logical view (``region``: slices or (start, stop) pairs), touching only
+        the members that intersect it."""
+        from ..evaluate import read
+
+        return read(self, region)
 
     def with_name(self, name: Optional[str]) -> "Composite":
         return Composite(self.descriptor, self.members, name=name)
