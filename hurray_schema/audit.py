@@ -9,9 +9,16 @@
   every descriptor as above, offsets from the start of the stream, then the composites
   bound pre-order and validated per member and at close
   (:func:`hurray_schema.rules.composite.validate_preorder`, collecting);
-* a **file** (``"HRRYFILE"``): delegated to :func:`hurray_schema.io.read_file` when the
-  io package provides it; the file reader stops at its first untolerated violation, which
-  becomes the last finding of the report.
+* a **message stream** (interchange message framing): every descriptor of its
+  TENSOR_DESCRIPTOR messages and the composites they bind, then the framing rules as
+  :func:`hurray_schema.io.read_stream` sees them;
+* a **file** (``"HRRYFILE"``): the container rules of :func:`hurray_schema.io.read_file`;
+  when the reader stops at a fault, every descriptor of the tensor region (located
+  through the index, or by walking the region) is audited as in a stream and the
+  composites are bound in descriptor order, so one report lists every fault.
+
+Close-time composite findings (a partition gap or overlap, a torn composite) are located
+at the composite's head descriptor.
 
 A structural fault (truncation, bad magic, ...) ends the walk: nothing after it can be
 located.  ``mode`` decides which findings are tolerated (``Finding.tolerated``), so
@@ -75,20 +82,43 @@ def _read_source(source) -> tuple[Optional[bytes], Optional[str]]:
     raise TypeError(f"audit() takes bytes or a path, not {type(source).__name__}")
 
 
-def audit(source, *, mode="strict") -> Report:
-    """Every finding of every applicable rule on ``source`` (bytes or a path), each with its byte offset."""
+KINDS = ("descriptor", "stream", "messages", "file")
+
+
+def audit(source, *, mode="strict", kind: str = "auto", progress=None) -> Report:
+    """Every finding of every applicable rule on ``source`` (bytes or a path), each with its byte offset.
+
+    ``kind`` is one of :data:`KINDS` or ``"auto"`` (sniffed from the first bytes);
+    ``progress``, when given, is called with the number of bytes audited so far.
+    """
     mode = as_mode(mode)
     data, path = _read_source(source)
-    if data[: len(FILE_MAGIC)] == FILE_MAGIC:
+    if kind == "auto":
+        kind = "file" if data[: len(FILE_MAGIC)] == FILE_MAGIC else _sniff(data)
+    if kind == "file":
         return _audit_file(path if path is not None else data, mode)
-    return _audit_stream(data, mode)
+    if path is not None and data == FILE_MAGIC:  # a file read as another kind: it needs all its bytes
+        with open(path, "rb") as fh:
+            data = fh.read()
+    if kind == "messages":
+        return _audit_messages(data, mode)
+    return _audit_stream(data, mode, progress)
 
 
-def _audit_stream(data: bytes, mode: Mode) -> Report:
+def _sniff(data) -> str:
+    from .hexview import detect_kind
+
+    found = detect_kind(data)
+    return found if found in KINDS else "stream"
+
+
+def _audit_stream(data: bytes, mode: Mode, progress=None) -> Report:
     findings: list[Finding] = []
     descs, bases = [], []
     pos = 0
     while True:
+        if progress is not None:
+            progress(pos)
         desc, found, length = audit_descriptor(memoryview(data)[pos:], mode=mode, base=pos)
         findings.extend(found)
         if desc is None:
@@ -119,11 +149,8 @@ def _stream_truncated(pos: int, need: int, have: int, mode: Mode) -> Finding:
 
 
 def _audit_file(source, mode: Mode) -> Report:
-    try:
-        from .io import read_file
-    except ImportError:  # pragma: no cover - the io package is part of the library
-        return Report((Finding("audit.unsupported", Level.SHOULD, "file-format.md",
-                               "file audits need hurray_schema.io.read_file"),))
+    from .io import read_file
+
     temporary = None
     if not isinstance(source, str):
         import tempfile
@@ -143,11 +170,77 @@ def _audit_file(source, mode: Mode) -> Report:
         except HurraySchemaError as exc:
             findings.append(Finding("file.unreadable", Level.MUST, "file-format.md", str(exc)))
         if reader is not None:
-            findings[:0] = list(getattr(reader, "findings", ()))
-            close = getattr(reader, "close", None)
-            if close is not None:
-                close()
+            findings[:0] = list(reader.findings)
+            reader.close()
+        if any(f.is_error for f in findings):  # the reader stopped at its first fault: audit every tensor
+            findings += _dedup(findings, _file_tensor_findings(source, mode))
     finally:
         if temporary is not None:
             os.unlink(temporary)
     return Report(tuple(findings))
+
+
+def _section_starts(data, kind: str, label: str) -> list[int]:
+    """Start offsets of the sections the annotated view labels ``label…`` (descriptors located
+    through the index, or by walking the tensor region when the index cannot be read)."""
+    from .hexview import annotate
+
+    try:
+        nodes = annotate(data, kind)
+    except HurraySchemaError:
+        return []
+    return sorted({n.start for n in nodes if n.kind == "section" and n.label.startswith(label)})
+
+
+def _descriptors_findings(data, mode: Mode, starts: list[int]) -> list[Finding]:
+    """Each descriptor at ``starts`` audited (offsets from the start of ``data``), then the
+    composites bound in that order and validated, collecting every finding."""
+    found, descs, bases = [], [], []
+    for start in starts:
+        desc, more, _ = audit_descriptor(memoryview(data)[start:], mode=mode, base=start)
+        found += more
+        if desc is not None:
+            descs.append(desc)
+            bases.append(start)
+    if descs:
+        found += validate_preorder(descs, mode=mode, collect=True, bases=bases, check_heads=False)
+    return found
+
+
+def _file_tensor_findings(source: str, mode: Mode) -> list[Finding]:
+    import mmap
+
+    with open(source, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        return _descriptors_findings(data, mode, _section_starts(data, "file", "tensor"))
+
+
+def _audit_messages(data: bytes, mode: Mode) -> Report:
+    """A message stream: every descriptor of its TENSOR_DESCRIPTOR messages and the composites
+    they bind, then the framing as the stream reader sees it (up to its first fault)."""
+    from .io.stream import read_stream
+
+    found = _descriptors_findings(data, mode, _section_starts(data, "messages", "descriptor"))
+    framing: list[Finding] = []
+    reader = read_stream(bytes(data), framing="messages", mode=mode)
+    try:
+        for _ in reader:
+            pass
+    except SpecViolation as exc:
+        framing.append(_violation_finding(exc))
+    except HurraySchemaError:
+        pass
+    framing = list(getattr(reader, "findings", [])) + framing
+    # descriptor and composite rules are reported above; keep the stream's own framing rules
+    framing = [f for f in framing if f.rule_id.startswith("stream.") and "composite" not in f.rule_id]
+    return Report(tuple(found + _dedup(found, framing)))
+
+
+def _dedup(known: list[Finding], extra: list[Finding]) -> list[Finding]:
+    """``extra`` without the findings (same rule, same offset) already in ``known``."""
+    seen = {(f.rule_id, f.offset) for f in known}
+    fresh = []
+    for f in extra:
+        if (f.rule_id, f.offset) not in seen:
+            seen.add((f.rule_id, f.offset))
+            fresh.append(f)
+    return fresh

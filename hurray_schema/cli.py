@@ -20,7 +20,6 @@ Commands:
 from __future__ import annotations
 
 import contextlib
-import inspect as _inspect
 import json
 import mmap
 import os
@@ -275,7 +274,7 @@ def audit(path: str, permissive: bool, as_json: bool, kind: str) -> None:
         group = _group_of(groups, f.offset)
         rows.append({
             "rule_id": f.rule_id, "level": _level(f), "citation": f.citation, "message": f.message,
-            "offset": f.offset, "tolerated": bool(getattr(f, "tolerated", False)), "error": _is_error(f),
+            "offset": f.offset, "tolerated": f.tolerated, "error": f.is_error,
             "group": group["label"] if group else ("input" if f.offset is None else "outside any tensor"),
         })
     errors = sum(r["error"] for r in rows)
@@ -310,272 +309,23 @@ def _unreadable(result: dict, message: str, as_json: bool) -> None:
 
 
 def _level(f) -> str:
-    level = getattr(f, "level", "")
-    return getattr(level, "value", str(level))
+    return f.level.value
 
 
 def _is_error(f) -> bool:
-    if hasattr(f, "is_error"):
-        return bool(f.is_error)
-    return _level(f) in ("MUST", "MUST NOT") and not getattr(f, "tolerated", False)
+    return f.is_error
 
 
 def _run_audit(path: str, source: _Input, kind: str, mode: str) -> list:
-    """Findings of ``hurray_schema.audit.audit`` (with a progress bar for large inputs)."""
-    import importlib
+    """Findings of :func:`hurray_schema.audit.audit` (with a progress bar for large inputs)."""
+    from .audit import KINDS
+    from .audit import audit as run_audit
 
-    try:  # the package re-exports the function under the same name: import the module
-        audit_module = importlib.import_module(f"{__package__}.audit")
-    except ImportError:
-        audit_module = None
+    if kind not in KINDS:  # unrecognised first bytes: audited as a descriptor, whose magic rule then fires
+        kind = "descriptor"
     with _progress(source.size) as tick:
-        if audit_module is None or not hasattr(audit_module, "audit"):
-            return _fallback_audit(source, kind, mode)
-        fn = audit_module.audit
-        params = _inspect.signature(fn).parameters
-        kwargs: dict[str, Any] = {"mode": mode}
-        if "kind" in params and kind != "auto":
-            kwargs["kind"] = kind
-        if tick is not None and "progress" in params:
-            kwargs["progress"] = tick
-        arg: Any = source.data if path == "-" else path
-        try:
-            report = fn(arg, **kwargs)
-        except SpecViolation as exc:  # a reader that stops at the first violation
-            return [_violation_finding(exc)]
-    findings = list(getattr(report, "findings", report))
-    if kind == "file" and any(_is_error(f) for f in findings):
-        findings += _tensor_region_findings(audit_module, source.data, mode, findings)
-    if kind == "messages" and any(f.rule_id == "descriptor.magic" and f.offset == 0 for f in findings):
-        findings = _message_stream_findings(audit_module, source.data, mode)  # read as a descriptor
-    return findings
-
-
-def _descriptors_findings(audit_module, data, mode: str, starts: list[int]) -> list:
-    """Each descriptor at ``starts`` audited (offsets from the start of ``data``), then the
-    composites bound in that order and validated (collecting)."""
-    audit_descriptor = getattr(audit_module, "audit_descriptor", None)
-    if audit_descriptor is None:
-        return []
-    try:
-        from .rules.composite import validate_preorder
-    except ImportError:  # pragma: no cover
-        validate_preorder = None
-    found, descs, bases = [], [], []
-    for start in starts:
-        try:
-            desc, more, _ = audit_descriptor(data[start:], mode=mode, base=start)
-        except HurraySchemaError:
-            continue
-        found += more
-        if desc is not None:
-            descs.append(desc)
-            bases.append(start)
-    if validate_preorder is not None and descs:
-        try:
-            found += validate_preorder(descs, mode=mode, collect=True, bases=bases, check_heads=False)
-        except HurraySchemaError:
-            pass
-    return found
-
-
-def _section_starts(data, kind: str, label: str) -> list[int]:
-    from .hexview import annotate
-
-    try:
-        nodes = annotate(data, kind)
-    except HurraySchemaError:
-        return []
-    return sorted({n.start for n in nodes if n.kind == "section" and n.label.startswith(label)})
-
-
-def _message_stream_findings(audit_module, data, mode: str) -> list:
-    """A message stream: every descriptor of its TENSOR_DESCRIPTOR messages and the
-    composites, then the framing as the stream reader sees it (up to its first fault)."""
-    found = _descriptors_findings(audit_module, data, mode, _section_starts(data, "messages", "descriptor"))
-    try:
-        from .io.stream import read_stream
-    except ImportError:  # pragma: no cover
-        return found
-    framing = []
-    reader = None
-    try:
-        reader = read_stream(bytes(data), framing="messages", mode=mode)
-        for _ in reader:
-            pass
-    except SpecViolation as exc:
-        framing.append(_violation_finding(exc))
-    except HurraySchemaError:
-        pass
-    if reader is not None:
-        framing = list(getattr(reader, "findings", [])) + framing
-    # the descriptor and composite rules are reported above; keep the stream's own rules
-    framing = [f for f in framing if f.rule_id.startswith("stream.") and "composite" not in f.rule_id]
-    return _dedup([], found + framing)
-
-
-def _dedup(known: list, extra: list) -> list:
-    seen = {(f.rule_id, f.offset) for f in known}
-    fresh = []
-    for f in extra:
-        if (f.rule_id, f.offset) not in seen:
-            seen.add((f.rule_id, f.offset))
-            fresh.append(f)
-    return fresh
-
-
-def _tensor_region_findings(audit_module, data, mode: str, known: list) -> list:
-    """Findings of every descriptor of a file and of its composites, for when the file
-    audit stopped at its first violation (the file reader raises on it).
-
-    The descriptors are located through the index (or, when it cannot be read, by walking
-    the tensor region) as ``inspect`` does; each is audited like a stream's, then the
-    composites are bound in descriptor order.  Findings already reported are left out.
-    """
-    starts = _section_starts(data, "file", "tensor")
-    return _dedup(known, _descriptors_findings(audit_module, data, mode, starts))
-
-
-def _descriptors_findings(audit_module, data, mode: str, starts: list[int]) -> list:
-    """Each descriptor at ``starts`` audited (offsets from the start of ``data``), then the
-    composites bound in that order and validated (collecting)."""
-    audit_descriptor = getattr(audit_module, "audit_descriptor", None)
-    if audit_descriptor is None:
-        return []
-    try:
-        from .rules.composite import validate_preorder
-    except ImportError:  # pragma: no cover
-        validate_preorder = None
-    found, descs, bases = [], [], []
-    for start in starts:
-        try:
-            desc, more, _ = audit_descriptor(data[start:], mode=mode, base=start)
-        except HurraySchemaError:
-            continue
-        found += more
-        if desc is not None:
-            descs.append(desc)
-            bases.append(start)
-    if validate_preorder is not None and descs:
-        try:
-            found += validate_preorder(descs, mode=mode, collect=True, bases=bases, check_heads=False)
-        except HurraySchemaError:
-            pass
-    return found
-
-
-def _section_starts(data, kind: str, label: str) -> list[int]:
-    from .hexview import annotate
-
-    try:
-        nodes = annotate(data, kind)
-    except HurraySchemaError:
-        return []
-    return sorted({n.start for n in nodes if n.kind == "section" and n.label.startswith(label)})
-
-
-def _message_stream_findings(audit_module, data, mode: str) -> list:
-    """A message stream: every descriptor of its TENSOR_DESCRIPTOR messages and the
-    composites, then the framing as the stream reader sees it (up to its first fault)."""
-    found = _descriptors_findings(audit_module, data, mode, _section_starts(data, "messages", "descriptor"))
-    try:
-        from .io.stream import read_stream
-    except ImportError:  # pragma: no cover
-        return found
-    framing = []
-    reader = None
-    try:
-        reader = read_stream(bytes(data), framing="messages", mode=mode)
-        for _ in reader:
-            pass
-    except SpecViolation as exc:
-        framing.append(_violation_finding(exc))
-    except HurraySchemaError:
-        pass
-    if reader is not None:
-        framing = list(getattr(reader, "findings", [])) + framing
-    # the descriptor and composite rules are reported above; keep the stream's own rules
-    framing = [f for f in framing if f.rule_id.startswith("stream.") and "composite" not in f.rule_id]
-    return _dedup([], found + framing)
-
-
-def _dedup(known: list, extra: list) -> list:
-    seen = {(f.rule_id, f.offset) for f in known}
-    fresh = []
-    for f in extra:
-        if (f.rule_id, f.offset) not in seen:
-            seen.add((f.rule_id, f.offset))
-            fresh.append(f)
-    return fresh
-
-
-def _tensor_region_findings(audit_module, data, mode: str, known: list) -> list:
-    """Findings of every descriptor of a file and of its composites, for when the file
-    audit stopped at its first violation (the file reader raises on it).
-
-    The descriptors are located through the index (or, when it cannot be read, by walking
-    the tensor region) as ``inspect`` does; each is audited like a stream's, then the
-    composites are bound in descriptor order.  Findings already reported are left out.
-    """
-    from .hexview import annotate
-
-    audit_descriptor = getattr(audit_module, "audit_descriptor", None)
-    if audit_descriptor is None:
-        return []
-    try:
-        from .rules.composite import validate_preorder
-    except ImportError:  # pragma: no cover
-        validate_preorder = None
-    try:
-        nodes = annotate(data, "file")
-    except HurraySchemaError:
-        return []
-    starts = sorted({n.start for n in nodes if n.kind == "section" and n.label.startswith("tensor")})
-    extra, descs, bases = [], [], []
-    for start in starts:
-        try:
-            desc, found, _ = audit_descriptor(data[start:], mode=mode, base=start)
-        except HurraySchemaError:
-            continue
-        extra += found
-        if desc is not None:
-            descs.append(desc)
-            bases.append(start)
-    if validate_preorder is not None and descs:
-        try:
-            extra += validate_preorder(descs, mode=mode, collect=True, bases=bases, check_heads=False)
-        except HurraySchemaError:
-            pass
-    seen = {(f.rule_id, f.offset) for f in known}
-    fresh = []
-    for f in extra:
-        if (f.rule_id, f.offset) not in seen:
-            seen.add((f.rule_id, f.offset))
-            fresh.append(f)
-    return fresh
-
-
-def _fallback_audit(source: _Input, kind: str, mode: str) -> list:
-    """Descriptor-only audit while ``hurray_schema.audit`` is not available."""
-    from .codec import parse_descriptor
-
-    if kind != "descriptor":
-        raise _Unreadable(f"auditing a {kind} needs hurray_schema.audit, which this installation lacks")
-    try:
-        _, findings = parse_descriptor(source.data, mode=mode)
-    except SpecViolation as exc:
-        return [_violation_finding(exc)]
-    return list(findings)
-
-
-def _violation_finding(exc: SpecViolation):
-    from .rules.engine import Finding, Level, get_rule
-
-    try:
-        level = get_rule(exc.rule_id).level
-    except KeyError:
-        level = Level.MUST
-    return Finding(exc.rule_id, level, exc.citation, exc.message, exc.offset)
+        report = run_audit(source.data if path == "-" else path, mode=mode, kind=kind, progress=tick)
+    return list(report.findings)
 
 
 @contextlib.contextmanager
@@ -692,13 +442,8 @@ def merge(path: str, name: str, output: str, permissive: bool) -> None:
     """Materialize tensor or composite NAME of the file PATH into OUTPUT (.npy)."""
     import numpy as np
 
-    try:
-        from . import io as hio
-    except ImportError:  # pragma: no cover
-        hio = None
-    read_file = getattr(hio, "read_file", None)
-    if read_file is None:
-        _fail("merge needs hurray_schema.io.read_file, which this installation lacks")
+    from .io import read_file
+
     try:
         container = read_file(path, mode="permissive" if permissive else "strict")
         item = _lookup(container, name)
@@ -732,17 +477,13 @@ def _materialize(item):
     """The logical array of a tensor or composite; a group has no single array."""
     import numpy as np
 
-    fn = getattr(item, "materialize", None) or getattr(item, "to_numpy", None)
-    if fn is None:
-        raise HurraySchemaError(f"{type(item).__name__} cannot be materialized by this installation")
-    try:
-        result = fn()
-    except NotImplementedError as exc:
-        raise HurraySchemaError(str(exc)) from None
+    from .io import Composite
+
+    result = item.materialize() if isinstance(item, Composite) else item.to_numpy()
     if isinstance(result, tuple):
-        names = [getattr(m, "name", None) or f"#{i}" for i, m in enumerate(getattr(item, "members", ()))]
+        names = [m.name or f"#{i}" for i, m in enumerate(item.members)]
         raise HurraySchemaError(
-            f"{getattr(item, 'name', 'this')!r} is a group composite (no single array); merge one of its "
+            f"{item.name or 'this'!r} is a group composite (no single array); merge one of its "
             f"members instead: {', '.join(names)}")
     return np.asarray(result)
 

@@ -315,11 +315,10 @@ def _check_three_faults(done, as_json, at):
     assert reserved[0]["citation"] == "buffer-protocol.md § Buffer Handle"
     assert torn[0]["citation"].startswith(("layouts/composite.md", "file-format.md", "interchange.md"))
     assert gap[0]["citation"].startswith("layouts/composite.md")
+    assert torn[0]["offset"] == at["group"]  # a torn composite is located at its head descriptor
     for f in torn + gap + reserved:
         assert f["rule_id"] in text and f["citation"] in text and f["error"] is True
-        assert f["offset"] is None or isinstance(f["offset"], int)
-        if f["offset"] is not None:
-            assert f"at byte {f['offset']}" in text
+        assert isinstance(f["offset"], int) and f"at byte {f['offset']}" in text
     assert text.splitlines()[-1].startswith(f"FAIL: {len(ids)} finding")
     return reserved[0]
 

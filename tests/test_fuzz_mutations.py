@@ -60,6 +60,7 @@ class Tally:
             self.rules[rule] = self.rules.get(rule, 0) + 1
             if isinstance(exc, hs.SpecViolation):
                 assert exc.rule_id and exc.citation, exc
+            if isinstance(exc, (hs.SpecViolation, hs.LimitExceeded)):
                 assert exc.offset is None or 0 <= exc.offset <= len(data), (exc, len(data))
             result = exc
         else:

@@ -145,6 +145,7 @@ class CompositeValidator:
         if not isinstance(head.layout, CompositeLayout):
             raise ValueError("CompositeValidator needs a composite head (layout_tag 0x0B)")
         self.head = head
+        self.base = base  # byte offset of the head descriptor in the input, when known
         self.mode = as_mode(mode)
         self.collect = collect
         self.depth = depth
@@ -283,12 +284,14 @@ class CompositeValidator:
             return [self.findings[-1]]
         self.closed = True
         out: list[Finding] = []
+        # close-time faults belong to the composite as a whole: located at its head descriptor
         if self.rule == _OVERLAY and self.member_count == 0:
-            self._fire(CLOSE_OVERLAY_EMPTY, "an overlay head with member_count 0 has no base member", out)
+            self._fire(CLOSE_OVERLAY_EMPTY, "an overlay head with member_count 0 has no base member", out,
+                       self.base)
         if self.rule == _PARTITION and self._boxes == len(self.members):
             offsets, shapes = self._box_arrays()
             for rule, message in partition_check(self._shape, offsets, shapes):
-                self._fire(rule, message, out)
+                self._fire(rule, message, out, self.base)
         return out
 
     def torn(self) -> tuple[TensorDescriptor, ...]:
@@ -299,7 +302,8 @@ class CompositeValidator:
             return ()
         self.closed = True
         self.torn_composite = True
-        self._fire(TORN, f"the input ended after {len(self.members)} of {self.member_count} members", [])
+        self._fire(TORN, f"the input ended after {len(self.members)} of {self.member_count} members", [],
+                   self.base)
         return tuple(self.members)
 
     # -- lookup --------------------------------------------------------------------
