@@ -581,12 +581,21 @@ def _count_dense(desc, ctx):
             yield f"buffer_count is {len(desc.buffers)}, expected {want}", ctx.buffer_count()
 
 
-@_rule("buffer.reserved", MUST, "buffer-protocol.md § Buffer Handle",
-       "The reserved byte of every buffer handle is zero.")
-def _buffer_reserved(desc, ctx):
-    for i, h in enumerate(desc.buffers):
-        if h._reserved:
-            yield f"buffer {i} _reserved is 0x{h._reserved:02X}", ctx.buffer(i, "_reserved")
+def _per_handle(field: str, bad: Callable[[int], bool], what: str):
+    """A check that fires once per buffer handle whose ``field`` value ``bad`` accepts."""
+
+    def check(desc, ctx):
+        for i, h in enumerate(desc.buffers):
+            value = getattr(h, field)
+            if bad(value):
+                yield f"buffer {i} {field} 0x{value:02X} {what}", ctx.buffer(i, field)
+
+    return check
+
+
+_rule("buffer.reserved", MUST, "buffer-protocol.md § Buffer Handle",
+      "The reserved byte of every buffer handle is zero.")(
+    _per_handle("_reserved", lambda v: v != 0, "is not zero"))
 
 
 @_rule("buffer.alignment.power_of_two", MUST, "buffer-protocol.md § Buffer Handle",
@@ -607,36 +616,21 @@ def _align_min(desc, ctx):
                 ctx.buffer(i, "alignment")
 
 
-@_rule("buffer.device_tag.invalid", MUST, "buffer-protocol.md § Device Tags",
-       "device_tag 0xFF is rejected.")
-def _dev_invalid(desc, ctx):
-    for i, h in enumerate(desc.buffers):
-        if h.device_tag == 0xFF:
-            yield f"buffer {i} device_tag is 0xFF", ctx.buffer(i, "device_tag")
+_rule("buffer.device_tag.invalid", MUST, "buffer-protocol.md § Device Tags",
+      "device_tag 0xFF is rejected.")(
+    _per_handle("device_tag", lambda v: v == 0xFF, "is invalid"))
 
+_rule("buffer.device_tag.reserved", MUST_NOT, "buffer-protocol.md § Device Tags",
+      "device_tag 0x09-0xEF is reserved for future versions and is not used.")(
+    _per_handle("device_tag", lambda v: 0x09 <= v <= 0xEF, "is reserved"))
 
-@_rule("buffer.device_tag.reserved", MUST_NOT, "buffer-protocol.md § Device Tags",
-       "device_tag 0x09-0xEF is reserved for future versions and is not used.")
-def _dev_reserved(desc, ctx):
-    for i, h in enumerate(desc.buffers):
-        if 0x09 <= h.device_tag <= 0xEF:
-            yield f"buffer {i} device_tag 0x{h.device_tag:02X} is reserved", ctx.buffer(i, "device_tag")
+_rule("buffer.sync_mode.invalid", MUST, "buffer-protocol.md § Stream and Event Synchronisation",
+      "sync_mode 0xFF is rejected.")(
+    _per_handle("sync_mode", lambda v: v == 0xFF, "is invalid"))
 
-
-@_rule("buffer.sync_mode.invalid", MUST, "buffer-protocol.md § Stream and Event Synchronisation",
-       "sync_mode 0xFF is rejected.")
-def _sync_invalid(desc, ctx):
-    for i, h in enumerate(desc.buffers):
-        if h.sync_mode == 0xFF:
-            yield f"buffer {i} sync_mode is 0xFF", ctx.buffer(i, "sync_mode")
-
-
-@_rule("buffer.sync_mode.reserved", MUST, "buffer-protocol.md § Stream and Event Synchronisation",
-       "sync_mode 0x03-0xFE is reserved and rejected.")
-def _sync_reserved(desc, ctx):
-    for i, h in enumerate(desc.buffers):
-        if 0x03 <= h.sync_mode <= 0xFE:
-            yield f"buffer {i} sync_mode 0x{h.sync_mode:02X} is reserved", ctx.buffer(i, "sync_mode")
+_rule("buffer.sync_mode.reserved", MUST, "buffer-protocol.md § Stream and Event Synchronisation",
+      "sync_mode 0x03-0xFE is reserved and rejected.")(
+    _per_handle("sync_mode", lambda v: 0x03 <= v <= 0xFE, "is reserved"))
 
 
 @_rule("buffer.sync_mode.cpu", MUST, "buffer-protocol.md § Producer Requirement",
@@ -647,20 +641,13 @@ def _sync_cpu(desc, ctx):
             yield f"buffer {i} is on the CPU but declares sync_mode 0x{h.sync_mode:02X}", ctx.buffer(i, "sync_mode")
 
 
-@_rule("buffer.memory_class.invalid", MUST, "buffer-protocol.md § Memory Class Values",
-       "memory_class 0xFF is rejected.")
-def _mc_invalid(desc, ctx):
-    for i, h in enumerate(desc.buffers):
-        if h.memory_class == 0xFF:
-            yield f"buffer {i} memory_class is 0xFF", ctx.buffer(i, "memory_class")
+_rule("buffer.memory_class.invalid", MUST, "buffer-protocol.md § Memory Class Values",
+      "memory_class 0xFF is rejected.")(
+    _per_handle("memory_class", lambda v: v == 0xFF, "is invalid"))
 
-
-@_rule("buffer.memory_class.reserved", MUST, "buffer-protocol.md § Memory Class Values",
-       "memory_class 0x04-0xEF is reserved and rejected.")
-def _mc_reserved(desc, ctx):
-    for i, h in enumerate(desc.buffers):
-        if 0x04 <= h.memory_class <= 0xEF:
-            yield f"buffer {i} memory_class 0x{h.memory_class:02X} is reserved", ctx.buffer(i, "memory_class")
+_rule("buffer.memory_class.reserved", MUST, "buffer-protocol.md § Memory Class Values",
+      "memory_class 0x04-0xEF is reserved and rejected.")(
+    _per_handle("memory_class", lambda v: 0x04 <= v <= 0xEF, "is reserved"))
 
 
 @_rule("buffer.memory_class.private", MUST, "buffer-protocol.md § Memory Class Values",
