@@ -179,6 +179,8 @@ class QuantFlag(enum.IntFlag):
     SYMMETRIC = 1 << 0
 
 
+_SYMMETRIC = int(QuantFlag.SYMMETRIC)  # plain int: IntFlag arithmetic is slow on hot paths
+
 class StatisticsMask(enum.IntFlag):
     """``computed_mask`` bits of the Statistics section (``metadata.md § computed_mask``)."""
 
@@ -461,7 +463,7 @@ class PerChannelAffine:
 
     @property
     def symmetric(self) -> bool:
-        return bool(self.flags & QuantFlag.SYMMETRIC)
+        return bool(self.flags & _SYMMETRIC)
 
 
 @value
@@ -481,7 +483,7 @@ class PerBlockAffine:
 
     @property
     def symmetric(self) -> bool:
-        return bool(self.flags & QuantFlag.SYMMETRIC)
+        return bool(self.flags & _SYMMETRIC)
 
 
 @value

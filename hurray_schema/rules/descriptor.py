@@ -192,6 +192,11 @@ _DENSE = {LayoutTag.ROW_MAJOR, LayoutTag.COLUMN_MAJOR, LayoutTag.STRIDED, Layout
           LayoutTag.MORTON, LayoutTag.HILBERT}
 _SPARSE = (CooLayout, CsrLayout, CscLayout, CsfLayout)
 _HAS_COMPOSITE_MEMBER = int(DescriptorFlag.HAS_COMPOSITE_MEMBER)
+# plain ints: IntFlag arithmetic costs a microsecond per operation on the decode path
+_SYMMETRIC = int(QuantFlag.SYMMETRIC)
+_NNZ_VALID = int(StatisticsMask.NNZ_VALID)
+_VALUE_STATS_VALID = int(StatisticsMask.VALUE_STATS_VALID)
+_NM_SPARSITY_VALID = int(StatisticsMask.NM_SPARSITY_VALID)
 
 
 def _known_layout(desc) -> bool:
@@ -243,7 +248,7 @@ def quantization_buffer_indices(q) -> list[tuple[str, int]]:
     """``(field name, buffer index)`` of every parameter buffer the scheme references."""
     if isinstance(q, (PerChannelAffine, PerBlockAffine)):
         out = [("scale_buffer_index", q.scale_buffer_index)]
-        if not q.flags & QuantFlag.SYMMETRIC:
+        if not q.flags & _SYMMETRIC:
             out.append(("zero_point_buffer_index", q.zero_point_buffer_index))
         return out
     if isinstance(q, (Nf4, Mxfp)):
@@ -855,7 +860,7 @@ def _qflags(desc, ctx):
     q = desc.quantization
     if q is None or isinstance(q, UnknownQuantization):
         return
-    allowed = int(QuantFlag.SYMMETRIC) if isinstance(q, (PerChannelAffine, PerBlockAffine)) else 0
+    allowed = _SYMMETRIC if isinstance(q, (PerChannelAffine, PerBlockAffine)) else 0
     if q.flags & ~allowed:
         yield f"reserved quantization flag bits 0x{q.flags & ~allowed:04X} are set", ctx.quantization("flags")
 
@@ -1171,7 +1176,7 @@ def _stats_reserved(desc, ctx):
        "With NM_SPARSITY_VALID, nm_n <= nm_m.")
 def _stats_nm(desc, ctx):
     s = desc.statistics
-    if s is not None and s.computed_mask & StatisticsMask.NM_SPARSITY_VALID and s.nm_n > s.nm_m:
+    if s is not None and s.computed_mask & _NM_SPARSITY_VALID and s.nm_n > s.nm_m:
         yield f"nm_n {s.nm_n} exceeds nm_m {s.nm_m}", ctx.section("statistics", X.STATISTICS_SECTION, "nm_n")
 
 
@@ -1179,7 +1184,7 @@ def _stats_nm(desc, ctx):
        "With VALUE_STATS_VALID, value_stddev >= 0.0 (a NaN is not).")
 def _stats_stddev(desc, ctx):
     s = desc.statistics
-    if s is not None and s.computed_mask & StatisticsMask.VALUE_STATS_VALID and not s.value_stddev >= 0.0:
+    if s is not None and s.computed_mask & _VALUE_STATS_VALID and not s.value_stddev >= 0.0:
         yield f"value_stddev {s.value_stddev!r} is not >= 0", \
             ctx.section("statistics", X.STATISTICS_SECTION, "value_stddev")
 
@@ -1188,7 +1193,7 @@ def _stats_stddev(desc, ctx):
        "For COO, CSR, CSC and CSF, a valid statistics nnz equals the layout's nnz (which is authoritative).")
 def _stats_nnz(desc, ctx):
     s = desc.statistics
-    if s is not None and isinstance(desc.layout, _SPARSE) and s.computed_mask & StatisticsMask.NNZ_VALID:
+    if s is not None and isinstance(desc.layout, _SPARSE) and s.computed_mask & _NNZ_VALID:
         if s.nnz != desc.layout.nnz:
             yield f"statistics nnz {s.nnz} differs from the layout's nnz {desc.layout.nnz}", \
                 ctx.section("statistics", X.STATISTICS_SECTION, "nnz")
