@@ -6,6 +6,7 @@ The public API is re-exported here; see README.md.
 from .audit import audit
 from .codec import decode_descriptor, encode_descriptor, parse_descriptor
 from .errors import HurraySchemaError, LimitExceeded, SpecViolation
+from .limits import DEFAULT_LIMITS, Limits
 from .evaluate import DecodedTypeMismatch, UnsupportedEvaluation, lookup, materialize, tensor_to_numpy
 from .io import (
     Composite, HurrayFile, IndexEntry, RemoteError, StreamReader, Tensor, UInt64, read_file,
@@ -29,7 +30,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Composite", "HurrayFile", "IndexEntry", "RemoteError", "StreamReader", "Tensor", "UInt64",
     "read_file", "read_stream", "write_file", "write_stream",
-    "DecodedTypeMismatch", "UnsupportedEvaluation", "lookup", "materialize", "tensor_to_numpy",
+    "DEFAULT_LIMITS", "Limits", "DecodedTypeMismatch", "UnsupportedEvaluation", "lookup", "materialize", "tensor_to_numpy",
     "audit", "CompositeValidator", "Finding", "Level", "Mode", "Report", "parse_descriptor",
     "decode_descriptor", "encode_descriptor", "HurraySchemaError", "LimitExceeded", "SpecViolation",
     "DYNAMIC_DIMENSION", "BlockPagedLayout", "BlockTableIndexType", "BufferHandle", "ColumnMajorLayout",

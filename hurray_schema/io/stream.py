@@ -28,8 +28,8 @@ from ..rules import container as C
 from ..rules import structure as S
 from ..rules.descriptor import first_error
 from ..rules.engine import Finding, as_mode
-from ..structs._declare import plan
-from ..structs.descriptor import FIXED_HEADER_SIZE
+from ..structs._declare import plan, static_offset
+from ..structs.descriptor import FIXED_HEADER, FIXED_HEADER_SIZE
 from ..structs.file import FILE_MAGIC
 from ..structs.stream import (
     MESSAGE_HEADER, RESERVED_STREAM_ID, TENSOR_DATA_HEADER, TENSOR_DESCRIPTOR_FIELDS, ERROR_HEADER, MessageType,
@@ -37,11 +37,14 @@ from ..structs.stream import (
 from ._bind import Binder
 from .tensor import Composite, Item, Tensor, walk
 
+_DESCRIPTOR_LENGTH_AT = static_offset(FIXED_HEADER, "descriptor_length")
+
 __all__ = ["read_stream", "write_stream", "StreamReader", "RemoteError", "FRAMINGS"]
 
 FRAMINGS = ("bare", "messages")
 DEFAULT_FRAME_BYTES = 16 * 1024 * 1024
 _CHUNK = 8 * 1024 * 1024
+_FIRST_CHUNK = 64 * 1024
 
 _MSG = plan(MESSAGE_HEADER)
 _MSG_SIZE = _MSG.fixed_size
@@ -109,11 +112,13 @@ class _Source:
         if self._pending and n:
             buf += self._pending
             self._pending = b""
+        step = _FIRST_CHUNK  # grows with what has arrived: a length that lies costs no big read-ahead
         while len(buf) < n:
-            chunk = self.file.read(min(n - len(buf), _CHUNK))
+            chunk = self.file.read(min(n - len(buf), step))
             if not chunk:
                 break
             buf += chunk
+            step = min(2 * step, _CHUNK)
         self.pos += len(buf)
         return memoryview(buf) if len(buf) == n else buf
 
@@ -209,7 +214,7 @@ class StreamReader:
                 raise S.MAGIC.violation("the input starts with \"HRRYFILE\": it is a .hrry file, not a stream "
                                         "(use read_file)", 0)
             length = peek_descriptor_length(head, start)
-            self.limits.check("max_descriptor_bytes", length, start + 6)
+            self.limits.check("max_descriptor_bytes", length, start + _DESCRIPTOR_LENGTH_AT)
             rest = src.read(length - FIXED_HEADER_SIZE)
             if len(rest) < length - FIXED_HEADER_SIZE:
                 raise C.STREAM_TRUNCATED.violation(

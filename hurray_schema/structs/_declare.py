@@ -328,12 +328,10 @@ class Plan:
         return b"".join(parts)
 
 
-_PLANS: dict[int, Plan] = {}
-
-
 def plan(decl: c.Construct) -> Plan:
-    """The (cached) fast codec of a declaration."""
-    p = _PLANS.get(id(decl))
+    """The fast codec of a declaration, built once and kept on the declaration itself
+    (so a table built at run time takes its plan with it when it goes)."""
+    p = decl.__dict__.get("_fast_plan")
     if p is None:
-        p = _PLANS[id(decl)] = Plan(decl)
+        p = decl._fast_plan = Plan(decl)
     return p
