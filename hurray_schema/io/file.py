@@ -52,7 +52,7 @@ _H = {name: static_offset(FILE_HEADER, name) for name in (
     "container_version_major", "_reserved", "file_flags", "data_buffer_alignment", "first_descriptor_offset",
     "_reserved_header")}
 _T = {name: static_offset(TRAILER, name) for name in (
-    "index_offset", "kv_offset", "index_crc32c", "_reserved", "trailer_magic")}
+    "index_offset", "index_length", "kv_offset", "kv_length", "index_crc32c", "_reserved", "trailer_magic")}
 _E = {name: static_offset(INDEX_ENTRY_FIELDS, name) for name in (
     "descriptor_offset", "descriptor_length", "data_offset", "data_length", "flags")}
 
@@ -177,7 +177,7 @@ class HurrayFile(Mapping):
                 base + _T["index_offset"])
         if io_ % SECTION_ALIGNMENT:
             raise C.INDEX_ALIGNMENT.violation(f"index_offset {io_} is not a multiple of 8", base + _T["index_offset"])
-        self.limits.check("max_index_bytes", il, base + _T["index_offset"] + 8)
+        self.limits.check("max_index_bytes", il, base + _T["index_length"])
         crc = t["index_crc32c"]
         if h["file_flags"] & FileFlag.HAS_INDEX_CRC32C:
             actual = _crc32c.crc32c(self._view[io_ : io_ + il])
@@ -213,14 +213,14 @@ class HurrayFile(Mapping):
             try:
                 name = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise C.INDEX_NAME.violation(f"tensor name is not valid UTF-8 ({exc.reason})", at + 2) from None
+                raise C.INDEX_NAME.violation(f"tensor name is not valid UTF-8 ({exc.reason})", at + _NAME_LEN.fixed_size) from None
             if raw in seen:
                 raise C.INDEX_DUPLICATE.violation(f"tensor name {name!r} appears twice in the index", at)
             seen.add(raw)
             f, pos = _ENTRY.unpack(view, pos)
             if f["flags"]:
                 raise C.INDEX_FLAGS.violation(
-                    f"entry {name!r} has flags 0x{f['flags']:08X}", at + 2 + n + _E["flags"])
+                    f"entry {name!r} has flags 0x{f['flags']:08X}", at + _NAME_LEN.fixed_size + n + _E["flags"])
             entries.append(IndexEntry(name, f["descriptor_offset"], f["descriptor_length"], f["data_offset"],
                                       f["data_length"], f["flags"], at))
         if pos != end:
@@ -247,7 +247,7 @@ class HurrayFile(Mapping):
             raise C.KV_BOUNDS.violation(
                 f"KV section at {ko} length {kl} is not an 8-aligned range between the header and the index",
                 base + _T["kv_offset"])
-        self.limits.check("max_kv_bytes", kl, base + _T["kv_offset"] + 8)
+        self.limits.check("max_kv_bytes", kl, base + _T["kv_length"])
         return decode_kv(self._view[ko : ko + kl], ko, self.limits)
 
     def _check_tensors(self, ordered: list[IndexEntry], first: int, region_end: int) -> None:

@@ -47,6 +47,8 @@ _CHUNK = 8 * 1024 * 1024
 _FIRST_CHUNK = 64 * 1024
 
 _MSG = plan(MESSAGE_HEADER)
+_MSG_AT = {name: static_offset(MESSAGE_HEADER, name) for name in ("stream_id", "payload_length")}
+_SHARD_INDEX_AT = static_offset(TENSOR_DESCRIPTOR_FIELDS, "shard_index")
 _MSG_SIZE = _MSG.fixed_size
 _TRANSPORT = plan(TENSOR_DESCRIPTOR_FIELDS)
 _TRANSPORT_SIZE = _TRANSPORT.fixed_size
@@ -244,8 +246,8 @@ class StreamReader:
                 f"the stream ends {len(raw)} bytes into a {_MSG_SIZE}-byte message header", src.pos)
         h, _ = _MSG.unpack(raw)
         if h["stream_id"] == RESERVED_STREAM_ID:
-            raise C.MESSAGE_STREAM_ID.violation("stream_id 0 is reserved", at + 4)
-        self.limits.check("max_message_bytes", h["payload_length"], at + 8)
+            raise C.MESSAGE_STREAM_ID.violation("stream_id 0 is reserved", at + _MSG_AT["stream_id"])
+        self.limits.check("max_message_bytes", h["payload_length"], at + _MSG_AT["payload_length"])
         try:
             h["message_type"] = MessageType(h["message_type"])
         except ValueError:
@@ -287,16 +289,16 @@ class StreamReader:
                 payload = self._payload(plen, at)
                 if plen < FIXED_HEADER_SIZE + _TRANSPORT_SIZE:
                     raise C.DESCRIPTOR_PAYLOAD.violation(
-                        f"payload_length {plen} cannot hold a descriptor and the {_TRANSPORT_SIZE} transport bytes", at + 8)
+                        f"payload_length {plen} cannot hold a descriptor and the {_TRANSPORT_SIZE} transport bytes", at + _MSG_AT["payload_length"])
                 length = peek_descriptor_length(payload, pstart)
                 if length + _TRANSPORT_SIZE != plen:
                     raise C.DESCRIPTOR_PAYLOAD.violation(
-                        f"payload_length {plen} is not descriptor_length {length} + {_TRANSPORT_SIZE}", at + 8)
+                        f"payload_length {plen} is not descriptor_length {length} + {_TRANSPORT_SIZE}", at + _MSG_AT["payload_length"])
                 desc = self._descriptor(payload[:length], pstart)
                 t, _ = _TRANSPORT.unpack(payload, length)
                 if t["total_shards"] < 1 or t["shard_index"] >= t["total_shards"]:
                     raise C.TRANSPORT_SHARDS.violation(
-                        f"shard_index {t['shard_index']} / total_shards {t['total_shards']}", pstart + length + 8)
+                        f"shard_index {t['shard_index']} / total_shards {t['total_shards']}", pstart + length + _SHARD_INDEX_AT)
                 expected = sum(b.byte_size for b in desc.buffers)
                 if t["total_data_bytes"] != expected:
                     raise C.TOTAL_DATA_BYTES.violation(
@@ -311,7 +313,7 @@ class StreamReader:
                     raise C.MESSAGE_ORDER.violation("TENSOR_DATA outside a tensor (no TENSOR_DESCRIPTOR before it)", at)
                 if plen < _DATA_SIZE:
                     raise C.DATA_FRAME.violation(
-                        f"a TENSOR_DATA payload of {plen} bytes cannot hold byte_offset_in_buffer", at + 8)
+                        f"a TENSOR_DATA payload of {plen} bytes cannot hold byte_offset_in_buffer", at + _MSG_AT["payload_length"])
                 payload = self._payload(plen, at)
                 offset_in_buffer = _DATA.unpack(payload)[0]["byte_offset_in_buffer"]
                 n = plen - _DATA_SIZE
@@ -330,7 +332,7 @@ class StreamReader:
                 if current is None:
                     raise C.MESSAGE_ORDER.violation("TENSOR_DATA_END outside a tensor", at)
                 if plen:
-                    raise C.DATA_END_PAYLOAD.violation(f"TENSOR_DATA_END carries {plen} payload bytes", at + 8)
+                    raise C.DATA_END_PAYLOAD.violation(f"TENSOR_DATA_END carries {plen} payload bytes", at + _MSG_AT["payload_length"])
                 desc, start, total, frames, received = current
                 if received != total:
                     raise C.DATA_SUM.violation(
