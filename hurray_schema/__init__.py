@@ -7,7 +7,6 @@ from .audit import audit
 from .codec import decode_descriptor, encode_descriptor, parse_descriptor
 from .errors import HurraySchemaError, LimitExceeded, SpecViolation
 from .limits import DEFAULT_LIMITS, Limits
-from .evaluate import DecodedTypeMismatch, UnsupportedEvaluation, lookup, materialize, tensor_to_numpy
 from .io import (
     Composite, HurrayFile, IndexEntry, RemoteError, StreamReader, Tensor, UInt64, read_file,
     read_stream, write_file, write_stream,
@@ -26,6 +25,18 @@ from .rules.composite import CompositeValidator
 from .rules.engine import Finding, Level, Mode, Report
 
 __version__ = "0.1.0"
+
+_EVALUATOR_NAMES = frozenset({"DecodedTypeMismatch", "UnsupportedEvaluation", "lookup", "materialize",
+                              "tensor_to_numpy"})
+
+
+def __getattr__(name):
+    """The evaluator's names, imported on first use: parsing and auditing need no numba."""
+    if name in _EVALUATOR_NAMES:
+        from . import evaluate
+
+        return getattr(evaluate, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "Composite", "HurrayFile", "IndexEntry", "RemoteError", "StreamReader", "Tensor", "UInt64",
