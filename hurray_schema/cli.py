@@ -321,8 +321,8 @@ def _run_audit(path: str, source: _Input, kind: str, mode: str) -> list:
     from .audit import KINDS
     from .audit import audit as run_audit
 
-    if kind not in KINDS:  # unrecognised first bytes: audited as a descriptor, whose magic rule then fires
-        kind = "descriptor"
+    if kind not in KINDS:  # unrecognised first bytes: audit() decides how to read them (its magic rule fires)
+        kind = "auto"
     with _progress(source.size) as tick:
         report = run_audit(source.data if path == "-" else path, mode=mode, kind=kind, progress=tick)
     return list(report.findings)
