@@ -23,7 +23,8 @@ import attrs
 from construct import Struct
 
 from .errors import SpecViolation  # noqa: F401  (re-exported name, documented above)
-from .limits import Limits, resolve_limits
+from . import signature
+from .limits import DEFAULT_LIMITS, Limits, resolve_limits
 from .model import (
     KNOWN_DESCRIPTOR_FLAGS, BlockPagedLayout, BufferHandle, ColumnMajorLayout, CompositeLayout,
     CompositeMember, CooLayout, CscLayout, CsfLayout, CsrLayout, DescriptorFlag, ExtensionLayout,
@@ -187,9 +188,36 @@ def parse_descriptor(data, *, mode="strict", base: int = 0,
     """
     mode = _MODES.get(mode) or as_mode(mode)
     limits = resolve_limits(limits)
+    if data.__class__ is bytes:  # the common case: the first 20 bytes are the signature as they are
+        desc = _decode_compiled(data, data[:FIXED_HEADER_SIZE], limits)
+        if desc is not None:
+            return desc, []
     view = memoryview(data)
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
+    header = view[:FIXED_HEADER_SIZE].tobytes()
+    if data.__class__ is not bytes:
+        desc = _decode_compiled(view, header, limits)
+        if desc is not None:
+            return desc, []
+    desc, findings = _parse_general(view, mode, base, limits)
+    if not findings:  # a clean decode: later descriptors with this header take the compiled path
+        (length,) = _LENGTH_FIELD.unpack_from(view, _AT["descriptor_length"])
+        signature.remember(header, desc, view, length)
+    return desc, findings
+
+
+def _decode_compiled(data, header: bytes, limits: Limits) -> Optional[TensorDescriptor]:
+    """The descriptor from the decoder compiled for ``header`` (:mod:`hurray_schema.signature`),
+    or None when there is none, the input is shorter, a limit is lower or a guard differs."""
+    compiled = signature.lookup(header)
+    if compiled is None or len(data) < compiled.length or not (limits is DEFAULT_LIMITS or compiled.fits(limits)):
+        return None
+    return compiled.decode(data)
+
+
+def _parse_general(view, mode: Mode, base: int, limits: Limits) -> tuple[TensorDescriptor, list[Finding]]:
+    """The general decoder: every structural rule checked, every part read in turn."""
     length = peek_descriptor_length(view, base)
     if length > len(view):  # a fact about the input, reported before any configured limit
         raise S.TRUNCATED.violation(

@@ -1374,15 +1374,34 @@ _LAYOUT_TOPICS = {
 }
 
 
+_SCHEME_TOPICS = {"per_tensor": PerTensorAffine, "per_channel": PerChannelAffine, "per_block": PerBlockAffine,
+                  "nf4": Nf4, "mxfp": Mxfp}
+
+_FACT_TOPICS = {
+    # rule id -> the facts of which at least one must hold for the rule to be able to fire
+    "data_model.scalar.layout": {"scalar"},
+    "data_model.shard.dynamic": {"shard"},
+    "metadata.flags.extension_type": {"private_type", "extension_type"},
+    "adr007.empty.data_buffer_size": {"empty"},
+    "layout.sparse.statistics_nnz": {"statistics"},
+}
+
+
 def _topics(rule_id: str) -> set:
-    """When a rule can fire at all: a cheap pre-filter so a decode runs only the relevant checks."""
+    """When a rule can fire at all: a cheap pre-filter so a decode runs only the relevant checks.
+
+    A topic is a fact of the descriptor (:func:`_facts`); a rule runs when one of its
+    topics holds.  Each rule's test with a rejected input goes through this filter, so a
+    topic that missed a case would fail that test.
+    """
+    if rule_id in _FACT_TOPICS:
+        return _FACT_TOPICS[rule_id]
     parts = rule_id.split(".")
-    if rule_id == "layout.sparse.statistics_nnz":
-        return {"statistics"}
     if parts[0] == "layout":
         return {("layout", tag) for tag in _LAYOUT_TOPICS[parts[1]]}
     if parts[0] == "quantization":
-        return {"quantization"}
+        scheme = _SCHEME_TOPICS.get(parts[1])
+        return {("quantization", scheme)} if scheme is not None else {"quantization"}
     if parts[0] == "buffer":
         return {"buffers"}
     if parts[0] == "composite":
@@ -1410,19 +1429,34 @@ _RULE_TOPICS = None
 _PLANS: dict = {}
 
 
+def _facts(key: tuple) -> set:
+    """The topics that hold for a descriptor whose :func:`_rules_for` key is ``key``."""
+    (layout_tag, scheme, odd_buffers, statistics, extension_type, composite_member, shard,
+     scalar, empty, private_type) = key
+    have = {"always", ("layout", layout_tag)}
+    if scheme is not None:
+        have.update(("quantization", ("quantization", scheme)))
+    for name, present in (("buffers", odd_buffers), ("statistics", statistics), ("extension_type", extension_type),
+                          ("composite_member", composite_member), ("shard", shard), ("scalar", scalar),
+                          ("empty", empty), ("private_type", private_type)):
+        if present:
+            have.add(name)
+    return have
+
+
 def _rules_for(desc: TensorDescriptor) -> list:
+    """The rules that can fire on ``desc``, in declaration order (cached per combination of facts)."""
     global _RULE_TOPICS
     if _RULE_TOPICS is None:
         _RULE_TOPICS = [(rule, _topics(rule.id), _RAW[rule.id]) for rule in DESCRIPTOR_RULES]
-    key = (desc.layout.tag, desc.quantization is not None, not _plain_buffers(desc.buffers), desc.statistics is not None,
-           desc.extension_type is not None, desc.composite_member is not None, desc.shard is not None)
+    q = desc.quantization
+    shape = desc.shape
+    key = (desc.layout.tag, None if q is None else q.__class__, not _plain_buffers(desc.buffers),
+           desc.statistics is not None, desc.extension_type is not None, desc.composite_member is not None,
+           desc.shard is not None, not shape, 0 in shape, is_private_type(desc.type_tag))
     plan_ = _PLANS.get(key)
     if plan_ is None:
-        have = {"always", ("layout", key[0])}
-        for name, present in zip(("quantization", "buffers", "statistics", "extension_type", "composite_member",
-                                  "shard"), key[1:]):
-            if present:
-                have.add(name)
+        have = _facts(key)
         plan_ = _PLANS[key] = [(rule, raw) for rule, topics, raw in _RULE_TOPICS if topics & have]
     return plan_
 

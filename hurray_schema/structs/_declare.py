@@ -291,6 +291,19 @@ class Plan:
                 self._flat[counts[0] if self._single is not None else counts] = entry
         return entry
 
+    def flat_layout(self, **context: Any):
+        """``(format, slots)`` of the whole table as one run once ``context`` fixes every
+        count: ``format`` is a :mod:`struct` format without its byte-order prefix, each slot
+        is ``(name, start, stop)`` into the unpacked tuple (``stop`` None for a scalar).
+        ``None`` when a count or a condition depends on the table's own fields."""
+        if self._fixed is not None:
+            return self._fixed.codec.format[1:], tuple((n, i, None) for i, n in enumerate(self._fixed.names))
+        flat = self._flat_codec(context)
+        if flat is None:
+            return None
+        codec, slots = flat
+        return codec.format[1:], slots
+
     def unpack(self, buf, offset: int = 0, **context: Any) -> tuple[dict, int]:
         """Decode at ``offset``; ``context`` supplies outside values such as ``rank``."""
         out = context

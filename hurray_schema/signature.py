@@ -1,0 +1,291 @@
+"""Descriptor decoders compiled per header signature.
+
+The 20-byte fixed header (``metadata.md § Fixed Header``) decides almost everything about
+where the rest of a descriptor lies: ``rank`` fixes the shape and the rank-dependent
+layout and shard arrays, ``layout_tag`` the layout table, ``flags`` which optional
+sections follow, ``descriptor_length`` the total.  Tensors of one stream or file mostly
+share a handful of headers.  So once the general decoder of :mod:`hurray_schema.codec`
+has read a descriptor cleanly, this module compiles, for that exact header, one
+function that unpacks everything after the header with a single :class:`struct.Struct`
+and builds the value objects positionally -- the way ``attrs`` and
+:func:`collections.namedtuple` generate their methods.
+
+Nothing here is declared a second time: the format and the position of every field come
+from the plans of the declarations (:meth:`~hurray_schema.structs._declare.Plan.flat_layout`),
+and the value objects' constructors take the fields by their spec names.
+
+The few values the header does not fix (``buffer_count``, ``quantization_length``, the
+scheme tag and version) are *guards*: the compiled decoder returns ``None`` when one of
+them differs from the descriptor it was compiled from, and the caller falls back to the
+general decoder, which also does all the error reporting.  A signature is compiled only
+from a descriptor that produced no finding, within the limits in use, and only when
+re-decoding that same input with the compiled function gives an equal descriptor, and only
+the second time its header is seen.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Callable, Optional
+
+import attrs
+
+from .limits import Limits
+from .model import (
+    BlockPagedLayout, BufferHandle, ColumnMajorLayout, CompositeLayout, CompositeMember, CooLayout, CscLayout,
+    CsfLayout, CsrLayout, ExtensionType, HilbertLayout, LayoutTag, MortonLayout, Mxfp, Nf4, PerBlockAffine,
+    PerChannelAffine, PerTensorAffine, RowMajorLayout, Shard, Statistics, StridedLayout, TensorDescriptor,
+)
+from .structs import layouts as L
+from .structs import quantization as Q
+from .structs import sections as X
+from .structs._declare import plan
+from .structs.descriptor import BUFFER_COUNT, BUFFER_HANDLE, BYTE_OFFSET, FIXED_HEADER, SHAPE
+
+__all__ = ["CompiledDecoder", "compile_decoder", "lookup", "remember", "clear", "MAX_SIGNATURES"]
+
+MAX_SIGNATURES = 1024
+"""Most headers remembered at once (seen, compiled or refused); the input picks the headers,
+so the tables are bounded."""
+
+_HEADER_SIZE = plan(FIXED_HEADER).fixed_size
+_LAYOUT_CLASSES = {
+    LayoutTag.STRIDED: StridedLayout, LayoutTag.MORTON: MortonLayout, LayoutTag.COO: CooLayout,
+    LayoutTag.CSR: CsrLayout, LayoutTag.CSC: CscLayout, LayoutTag.CSF: CsfLayout,
+    LayoutTag.BLOCK_PAGED: BlockPagedLayout, LayoutTag.COMPOSITE: CompositeLayout, LayoutTag.HILBERT: HilbertLayout,
+}
+_SCHEME_CLASSES = {cls.scheme: cls for cls in (PerTensorAffine, PerChannelAffine, PerBlockAffine, Nf4, Mxfp)}
+_SECTIONS = (  # descriptor attribute, declaration, value class -- in wire order (metadata.md § Flags)
+    ("shard", X.SHARD_SECTION, Shard),
+    ("statistics", X.STATISTICS_SECTION, Statistics),
+    ("extension_type", X.EXTENSION_TYPE_SECTION, ExtensionType),
+    ("composite_member", X.COMPOSITE_MEMBER_SECTION, CompositeMember),
+)
+
+
+def slot_constructor(cls, trusted: frozenset = frozenset()) -> Callable:
+    """A constructor of the frozen slotted attrs class ``cls`` taking every field positionally.
+
+    It stores the same values ``cls(...)`` would -- each field's attrs converter applied --
+    but writes the slots through their descriptors, which costs half of what the frozen
+    ``__init__`` pays per field.  Fields named in ``trusted`` skip their converter: the
+    caller guarantees the value is already what the converter returns (a tuple of ints
+    straight from :mod:`struct`, a tuple it built itself).  The model has no validators
+    (checked here), so nothing else is bypassed.
+    """
+    fields = attrs.fields(cls)
+    if any(f.validator is not None for f in fields) or hasattr(cls, "__attrs_post_init__"):
+        raise TypeError(f"{cls.__name__} has validators or a post-init hook")
+    namespace: dict = {"_new": object.__new__, "_cls": cls}
+    lines = [f"def new_{cls.__name__}({', '.join(f'a{i}' for i in range(len(fields)))}):", "    s = _new(_cls)"]
+    for i, f in enumerate(fields):
+        namespace[f"_set{i}"] = cls.__dict__[f.name].__set__
+        value = f"a{i}"
+        if f.converter is not None and f.name not in trusted:
+            namespace[f"_convert{i}"] = f.converter
+            value = f"_convert{i}(a{i})"
+        lines.append(f"    _set{i}(s, {value})")
+    lines.append("    return s")
+    exec("\n".join(lines) + "\n", namespace)
+    return namespace[f"new_{cls.__name__}"]
+
+
+class _NotCompilable(Exception):
+    """This descriptor's shape of wire data is left to the general decoder."""
+
+
+@attrs.frozen(slots=True)
+class CompiledDecoder:
+    """The decoder of one header signature, with what it needs from the limits."""
+
+    decode: Callable = attrs.field(repr=False)
+    """``decode(data) -> TensorDescriptor | None`` (``None``: a guard differs)."""
+    source: str = attrs.field(repr=False)
+    length: int
+    rank: int
+    buffer_count: int
+
+    def fits(self, limits: Limits) -> bool:
+        return (self.length <= limits.max_descriptor_bytes and self.rank <= limits.max_rank
+                and self.buffer_count <= limits.max_buffer_count)
+
+
+class _Source:
+    """Accumulates the struct format, the guards and the constructor expressions."""
+
+    def __init__(self) -> None:
+        self.fmt = "<"
+        self.count = 0  # items of the unpacked tuple so far
+        self.names: dict = {}  # generated-code name -> object
+        self.guards: list[str] = []
+
+    def table(self, decl, **context) -> dict:
+        """Append one declared table; returns field name -> expression."""
+        layout = plan(decl).flat_layout(**context)
+        if layout is None:
+            raise _NotCompilable(f"{decl} has self-dependent counts")
+        fmt, slots = layout
+        base = self.count
+        self.fmt += fmt
+        exprs = {}
+        for name, start, stop in slots:
+            exprs[name] = f"v[{base + start}]" if stop is None else f"v[{base + start}:{base + stop}]"
+        self.count = base + _items(fmt)
+        return exprs
+
+    def bytes_field(self, n: int) -> str:
+        self.fmt += f"{n}s"
+        self.count += 1
+        return f"v[{self.count - 1}]"
+
+    def guard(self, expr: str, value: int) -> None:
+        self.guards.append(f"{expr} != {int(value)}")
+
+    def constant(self, name: str, obj) -> str:
+        self.names[name] = obj
+        return name
+
+    def construct(self, cls, exprs: dict) -> str:
+        """An expression building ``cls`` with its attrs fields taken by name, in order."""
+        name = self.constant(f"_new_{cls.__name__}", _constructor(cls))
+        args = []
+        for f in attrs.fields(cls):
+            if f.name.lstrip("_") not in exprs and f.name not in exprs:
+                raise _NotCompilable(f"{cls.__name__}.{f.name} is not on the wire table")
+            args.append(exprs.get(f.name, exprs.get(f.name.lstrip("_"))))
+        return f"{name}({', '.join(args)})"
+
+
+_CONSTRUCTORS: dict = {}
+
+
+def _constructor(cls) -> Callable:
+    made = _CONSTRUCTORS.get(cls)
+    if made is None:
+        made = _CONSTRUCTORS[cls] = slot_constructor(cls)
+    return made
+
+
+_NEW_DESCRIPTOR = slot_constructor(TensorDescriptor, frozenset({"type_tag", "shape", "buffers", "trailing"}))
+"""The descriptor's converters are skipped: the compiled decoder passes the converted
+type_tag, the shape as unpacked (a tuple of ints), a tuple of handles and ``b''``."""
+
+
+def _items(fmt: str) -> int:
+    """Number of values ``struct`` unpacks for ``fmt`` (``4Q`` is four, ``4s`` one)."""
+    count, digits = 0, ""
+    for ch in fmt:
+        if ch.isdigit():
+            digits += ch
+            continue
+        n = int(digits) if digits else 1
+        count += 1 if ch in "sp" else n
+        digits = ""
+    return count
+
+
+def _layout_expr(src: _Source, desc: TensorDescriptor) -> str:
+    layout = desc.layout
+    if isinstance(layout, (RowMajorLayout, ColumnMajorLayout)):
+        return src.constant("_LAYOUT", layout)  # no layout-specific fields
+    cls = _LAYOUT_CLASSES.get(layout.tag)
+    if cls is None or layout.__class__ is not cls:
+        raise _NotCompilable(f"layout 0x{layout.tag:02X}")
+    return src.construct(cls, src.table(L.LAYOUT_FIELDS[layout.tag], rank=desc.rank))
+
+
+def _quantization_expr(src: _Source, desc: TensorDescriptor) -> str:
+    q = desc.quantization
+    if q is None:
+        return "None"
+    cls = _SCHEME_CLASSES.get(getattr(q, "scheme", None))
+    if cls is None or q.__class__ is not cls:
+        raise _NotCompilable("unknown quantization scheme")
+    qlen = src.table(Q.QUANTIZATION_LENGTH)["quantization_length"]
+    decl = Q.SCHEMES[cls.scheme]
+    exprs = src.table(decl)
+    src.guard(exprs["scheme_tag"], cls.scheme)
+    src.guard(exprs["scheme_version"], q.scheme_version)
+    table_size = plan(decl).fixed_size
+    if table_size is None:
+        raise _NotCompilable("quantization table of variable size")
+    src.guard(qlen, table_size + len(q.padding))
+    exprs["padding"] = src.bytes_field(len(q.padding)) if q.padding else "b''"
+    return src.construct(cls, exprs)
+
+
+def compile_decoder(desc: TensorDescriptor, length: int) -> CompiledDecoder:
+    """The decoder of every descriptor sharing the fixed header of ``desc`` (``descriptor_length``
+    ``length``).  Raises :class:`_NotCompilable` for what the general decoder keeps to itself:
+    tiled and private layouts, unknown schemes, newer-minor trailing data."""
+    if desc.unparsed_flags or desc.trailing:
+        raise _NotCompilable("newer minor version")
+    src = _Source()
+    exprs = {"type_tag": src.constant("_TYPE_TAG", desc.type_tag),
+             "version_major": str(int(desc.version_major)), "version_minor": str(int(desc.version_minor))}
+    core = src.table(SHAPE, rank=desc.rank)
+    exprs["shape"] = core["shape"]
+    exprs["byte_offset"] = src.table(BYTE_OFFSET)["byte_offset"]
+    exprs["layout"] = _layout_expr(src, desc)
+    src.guard(src.table(BUFFER_COUNT)["buffer_count"], len(desc.buffers))
+    handles = []
+    for _ in desc.buffers:
+        fields = src.table(BUFFER_HANDLE)
+        handles.append(src.construct(BufferHandle, fields))
+    exprs["buffers"] = "(" + "".join(h + ", " for h in handles) + ")"
+    exprs["quantization"] = _quantization_expr(src, desc)
+    for attr, decl, cls in _SECTIONS:
+        exprs[attr] = "None" if getattr(desc, attr) is None else src.construct(cls, src.table(decl, rank=desc.rank))
+    codec = struct.Struct(src.fmt)
+    if _HEADER_SIZE + codec.size != length:
+        raise _NotCompilable("descriptor_length does not match the tables")
+    src.names["_unpack"] = codec.unpack_from
+    exprs.update(unparsed_flags="0", trailing="b''")
+    args = [exprs[f.name] for f in attrs.fields(TensorDescriptor)]
+    guard = f"    if {' or '.join(src.guards)}:\n        return None\n" if src.guards else ""
+    source = (f"def decode(data):\n    v = _unpack(data, {_HEADER_SIZE})\n{guard}"
+              f"    return _TD({', '.join(args)})\n")
+    namespace = dict(src.names, _TD=_NEW_DESCRIPTOR)
+    exec(compile(source, f"<hurray_schema signature {desc.layout.tag:#04x}/rank {desc.rank}>", "exec"), namespace)
+    return CompiledDecoder(namespace["decode"], source, length, desc.rank, len(desc.buffers))
+
+
+_COMPILED: dict = {}  # header bytes -> CompiledDecoder
+_SEEN: set = set()  # headers decoded cleanly once (compiled the second time)
+_REFUSED: set = set()  # headers the general decoder keeps
+
+
+def lookup(header: bytes) -> Optional[CompiledDecoder]:
+    """The compiled decoder for these 20 header bytes, if one was made."""
+    return _COMPILED.get(header)
+
+
+def remember(header: bytes, desc: TensorDescriptor, data, length: int) -> None:
+    """Note that ``desc`` is the clean general decode of ``data``; the second time a header is
+    seen its decoder is compiled (a header seen once, as hostile input may make every header,
+    costs one set entry).  Past :data:`MAX_SIGNATURES` every table is emptied and filling
+    starts again, so memory stays bounded whatever the input."""
+    if header in _COMPILED or header in _REFUSED:
+        return
+    if header not in _SEEN:
+        if len(_COMPILED) + len(_SEEN) + len(_REFUSED) >= MAX_SIGNATURES:
+            clear()
+        _SEEN.add(header)
+        return
+    _SEEN.discard(header)
+    try:
+        compiled = compile_decoder(desc, length)
+    except _NotCompilable:
+        _REFUSED.add(header)
+        return
+    if compiled.decode(data) != desc:  # belt and braces: never keep a decoder that disagrees
+        _REFUSED.add(header)
+        return
+    _COMPILED[header] = compiled
+
+
+def clear() -> None:
+    """Forget every signature (tests use it to compare both decoders)."""
+    _COMPILED.clear()
+    _SEEN.clear()
+    _REFUSED.clear()

@@ -1,0 +1,180 @@
+"""The decoders compiled per header signature (``hurray_schema.signature``) agree with the
+general decoder on every input: same descriptor, same findings, same error.
+
+Each property clears the signature tables, decodes a descriptor twice (so its header is
+compiled), then compares what :func:`parse_descriptor` returns for the original and for
+mutated copies with what the general decoder alone returns.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hurray_schema import signature
+from hurray_schema.codec import _parse_general, encode_descriptor, parse_descriptor
+from hurray_schema.errors import HurraySchemaError, LimitExceeded
+from hurray_schema.limits import DEFAULT_LIMITS, Limits
+from hurray_schema.model import (
+    BufferHandle, CsrLayout, ElementType, PerBlockAffine, Shard, TensorDescriptor, TiledLayout,
+)
+from hurray_schema.rules.engine import Mode
+from hurray_schema.structs.descriptor import FIXED_HEADER_SIZE
+
+from test_codec_roundtrip import SETTINGS, U8, _mode, descriptors
+
+
+def _general(data, mode: str):
+    """What the general decoder says: ``("ok", desc, findings)`` or ``("error", type, rule_id)``."""
+    try:
+        desc, findings = _parse_general(memoryview(data), Mode(mode), 0, DEFAULT_LIMITS)
+    except HurraySchemaError as exc:
+        return ("error", type(exc), getattr(exc, "rule_id", None))
+    return ("ok", desc, [(f.rule_id, f.offset) for f in findings])
+
+
+def _public(data, mode: str, limits=None):
+    try:
+        desc, findings = parse_descriptor(data, mode=mode, limits=limits)
+    except HurraySchemaError as exc:
+        return ("error", type(exc), getattr(exc, "rule_id", None))
+    return ("ok", desc, [(f.rule_id, f.offset) for f in findings])
+
+
+def _warm(wire: bytes, mode: str) -> None:
+    signature.clear()
+    parse_descriptor(wire, mode=mode)
+    parse_descriptor(wire, mode=mode)
+
+
+def _same_repr(a, b) -> bool:
+    """Equal, and equal down to the types (an IntEnum member stays one)."""
+    return a == b and repr(a) == repr(b)
+
+
+@SETTINGS
+@given(descriptors(), st.data())
+def test_compiled_decoder_agrees_with_the_general_decoder(desc, data):
+    mode = _mode(desc)
+    wire = encode_descriptor(desc)
+    _warm(wire, mode)
+    compiled = signature.lookup(wire[:FIXED_HEADER_SIZE])
+    want = _general(wire, mode)
+    assert want[0] == "ok" and want[1] == desc
+    if compiled is not None:
+        assert want[2] == [] and _same_repr(compiled.decode(wire), want[1])
+    assert _public(wire, mode)[0] == "ok"
+    assert _same_repr(_public(wire, mode)[1], want[1]) and _public(wire, mode)[2] == want[2]
+    # any byte after the header changed: the compiled path (or its fallback) still agrees
+    mutated = bytearray(wire)
+    if len(mutated) > FIXED_HEADER_SIZE:
+        pos = data.draw(st.integers(FIXED_HEADER_SIZE, len(mutated) - 1))
+        mutated[pos] = data.draw(U8.filter(lambda v: v != mutated[pos]))
+    for variant in (bytes(mutated), bytes(mutated) + b"\xAA" * 7, memoryview(bytearray(mutated))):
+        for m in ("strict", "permissive"):
+            want, got = _general(variant, m), _public(variant, m)
+            assert got[0] == want[0]
+            if want[0] == "ok":
+                assert _same_repr(got[1], want[1]) and got[2] == want[2]
+            else:
+                assert got[1:] == want[1:]
+
+
+def _per_block() -> TensorDescriptor:
+    return TensorDescriptor(
+        ElementType.INT4, (128, 128), buffers=(BufferHandle(8192), BufferHandle(256)),
+        quantization=PerBlockAffine(axis=1, block_size=128, scale_buffer_index=1, flags=1,
+                                    scale_type_tag=ElementType.FLOAT16),
+        shard=Shard((256, 128), (128, 0)),
+    )
+
+
+def test_every_common_layout_is_compiled():
+    for desc in (_per_block(),
+                 TensorDescriptor(ElementType.FLOAT32, (3, 3), CsrLayout(nnz=3),
+                                  (BufferHandle(12), BufferHandle(24), BufferHandle(32)))):
+        wire = encode_descriptor(desc)
+        _warm(wire, "strict")
+        compiled = signature.lookup(wire[:FIXED_HEADER_SIZE])
+        assert compiled is not None and compiled.length == len(wire)
+        assert "_unpack(data" in compiled.source
+
+
+def test_a_header_is_compiled_only_the_second_time():
+    wire = encode_descriptor(_per_block())
+    signature.clear()
+    parse_descriptor(wire)
+    assert signature.lookup(wire[:FIXED_HEADER_SIZE]) is None
+    parse_descriptor(wire)
+    assert signature.lookup(wire[:FIXED_HEADER_SIZE]) is not None
+
+
+def test_tiled_layout_stays_with_the_general_decoder():
+    desc = TensorDescriptor(ElementType.FLOAT32, (4, 4), TiledLayout(tile_shape=(2, 2)), (BufferHandle(64),))
+    wire = encode_descriptor(desc)
+    _warm(wire, "strict")
+    assert signature.lookup(wire[:FIXED_HEADER_SIZE]) is None
+    assert parse_descriptor(wire)[0] == desc
+
+
+def test_a_different_buffer_count_under_the_same_header_falls_back():
+    """buffer_count is a guard: same header (length included), other count -> general decoder."""
+    desc = _per_block()
+    wire = encode_descriptor(desc)
+    _warm(wire, "strict")
+    count_at = FIXED_HEADER_SIZE + 8 * desc.rank + 8  # shape, byte_offset, then buffer_count
+    assert wire[count_at] == 2
+    forged = wire[:count_at] + b"\x01" + wire[count_at + 1:]
+    assert _public(forged, "strict") == _general(forged, "strict")
+    assert _public(forged, "strict")[0] == "error"
+
+
+def test_a_lower_limit_is_still_enforced_on_a_compiled_header():
+    wire = encode_descriptor(_per_block())
+    _warm(wire, "strict")
+    with pytest.raises(LimitExceeded):
+        parse_descriptor(wire, limits=Limits(max_buffer_count=1))
+    with pytest.raises(LimitExceeded):
+        parse_descriptor(wire, limits=Limits(max_rank=1))
+    assert parse_descriptor(wire, limits=Limits(max_rank=2))[0] == _per_block()
+
+
+def test_truncated_input_under_a_compiled_header_is_reported_truncated():
+    wire = encode_descriptor(_per_block())
+    _warm(wire, "strict")
+    assert _public(wire[:-1], "strict") == _general(wire[:-1], "strict")
+    assert _public(wire[:-1], "strict")[0] == "error"
+
+
+def test_the_signature_tables_stay_bounded():
+    """More distinct headers than MAX_SIGNATURES (rank x type_tag): the tables are emptied
+    and refilled, never larger than the bound, and decoding stays correct throughout."""
+    signature.clear()
+    types = list(ElementType)
+    headers = [(t, rank) for rank in range(1, 61) for t in types]
+    assert len(headers) > signature.MAX_SIGNATURES
+    for t, rank in headers:
+        desc = TensorDescriptor(t, (0,) * rank, buffers=(BufferHandle(0),))
+        wire = encode_descriptor(desc)
+        assert parse_descriptor(wire)[0] == desc
+        assert parse_descriptor(wire)[0] == desc
+        total = len(signature._COMPILED) + len(signature._SEEN) + len(signature._REFUSED)
+        assert total <= signature.MAX_SIGNATURES
+
+
+def test_slot_constructor_stores_what_the_attrs_constructor_stores():
+    make = signature.slot_constructor(BufferHandle)
+    assert _same_repr(make(64, 64, 0, 0, 0, 0), BufferHandle(64, 64, 0, 0, 0, 0))
+    assert _same_repr(make(64, 64, 0x42, 0x09, 0xF5, 1), BufferHandle(64, 64, 0x42, 0x09, 0xF5, 1))
+    with pytest.raises(AttributeError):
+        make(1, 64, 0, 0, 0, 0).byte_size = 2  # still frozen
+
+
+def test_struct_item_count_helper():
+    assert signature._items("QQ4Q") == 6
+    assert signature._items("B3sI") == 3
+    assert signature._items("") == 0
+    assert struct.calcsize("<B3sI") == 8
