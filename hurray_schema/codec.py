@@ -415,5 +415,9 @@ def decode_descriptor(data, *, mode="strict", limits: Optional[Limits] = None) -
 
 
 def encode_descriptor(desc: TensorDescriptor) -> bytes:
-    """The wire bytes of ``desc`` (``descriptor_length`` filled in)."""
-    return encode_descriptor_bytes(desc)
+    """The wire bytes of ``desc`` (``descriptor_length`` filled in).
+
+    Descriptors shaped like one encoded before (same layout, rank, buffer count, scheme,
+    sections) go through an encoder compiled for that shape (:func:`hurray_schema.signature.encode`).
+    """
+    return signature.encode(desc, encode_descriptor_bytes)

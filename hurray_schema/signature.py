@@ -40,9 +40,10 @@ from .structs import layouts as L
 from .structs import quantization as Q
 from .structs import sections as X
 from .structs._declare import plan
-from .structs.descriptor import BUFFER_COUNT, BUFFER_HANDLE, BYTE_OFFSET, FIXED_HEADER, SHAPE
+from .structs.descriptor import BUFFER_COUNT, BUFFER_HANDLE, BYTE_OFFSET, FIXED_HEADER, MAGIC, SHAPE
 
-__all__ = ["CompiledDecoder", "compile_decoder", "lookup", "remember", "clear", "MAX_SIGNATURES"]
+__all__ = ["CompiledDecoder", "compile_decoder", "lookup", "remember", "clear", "MAX_SIGNATURES", "slot_constructor",
+           "encoder_key", "compile_encoder", "encode"]
 
 MAX_SIGNATURES = 1024
 """Most headers remembered at once (seen, compiled or refused); the input picks the headers,
@@ -285,7 +286,149 @@ def remember(header: bytes, desc: TensorDescriptor, data, length: int) -> None:
 
 
 def clear() -> None:
-    """Forget every signature (tests use it to compare both decoders)."""
+    """Forget every signature and compiled encoder (tests use it to compare both paths)."""
+    _ENCODERS.clear()
     _COMPILED.clear()
     _SEEN.clear()
     _REFUSED.clear()
+
+
+# --------------------------------------------------------------------------------------
+# Encoders compiled per descriptor shape
+# --------------------------------------------------------------------------------------
+
+
+class _Expr:
+    """Source text standing for a header value computed in the compiled encoder."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+
+class _Length:
+    def __repr__(self) -> str:
+        return "<descriptor_length>"
+
+
+_LENGTH = _Length()  # stands for descriptor_length until the whole format is known
+
+
+class _Packer:
+    """Accumulates the struct format, the arguments and the guards of a compiled encoder."""
+
+    def __init__(self) -> None:
+        self.fmt = "<"
+        self.args: list[str] = []
+        self.guards: list[str] = []
+
+    def table(self, decl, obj: str, constants: Optional[dict] = None, **context) -> None:
+        """Append one declared table whose fields are read from ``obj`` (an expression)."""
+        layout = plan(decl).flat_layout(**context)
+        if layout is None:
+            raise _NotCompilable(f"{decl} has self-dependent counts")
+        fmt, slots = layout
+        self.fmt += fmt
+        for name, start, stop in slots:
+            if constants and name in constants:
+                value = constants[name]
+                self.args.append(value.source if isinstance(value, _Expr) else repr(value))
+            elif stop is None:
+                self.args.append(f"{obj}.{name}")
+            else:  # an array: packed with its own length by the general encoder, so it must match
+                self.guards.append(f"len({obj}.{name}) != {stop - start}")
+                self.args.append(f"*{obj}.{name}")
+
+    def raw(self, fmt: str, expr: str) -> None:
+        self.fmt += fmt
+        self.args.append(expr)
+
+
+def encoder_key(desc: TensorDescriptor) -> tuple:
+    """What fixes the wire layout of ``desc`` apart from its values (see :func:`compile_encoder`)."""
+    q = desc.quantization
+    return (desc.layout.__class__, len(desc.shape), len(desc.buffers), q.__class__,
+            -1 if q is None else len(getattr(q, "padding", b"")), desc.shard is None, desc.statistics is None,
+            desc.extension_type is None, desc.composite_member is None)
+
+
+def compile_encoder(desc: TensorDescriptor) -> Callable:
+    """``encode(desc) -> bytes | None`` for every descriptor with the :func:`encoder_key` of
+    ``desc``: one ``struct.pack`` of every field after a constant part of the header.  It
+    returns ``None`` (the caller then uses the general encoder, which also reports errors)
+    when an array's length differs from the rank, a value does not fit its field, or the
+    descriptor carries newer-minor trailing data."""
+    layout = desc.layout
+    cls = _LAYOUT_CLASSES.get(layout.tag)
+    if not isinstance(layout, (RowMajorLayout, ColumnMajorLayout)) and (cls is None or layout.__class__ is not cls):
+        raise _NotCompilable(f"layout 0x{layout.tag:02X}")
+    p = _Packer()
+    rank = desc.rank
+    presence = attrs.evolve(desc, unparsed_flags=0).flags  # the section bits the key fixes
+    p.table(FIXED_HEADER, "d", dict(magic=MAGIC, descriptor_length=_LENGTH, layout_tag=int(layout.tag), rank=rank,
+                                    flags=_Expr(f"{presence} | d.unparsed_flags")))
+    p.table(SHAPE, "d", rank=rank)
+    p.table(BYTE_OFFSET, "d")
+    if cls is not None:
+        p.table(L.LAYOUT_FIELDS[layout.tag], "d.layout", rank=rank)
+    p.table(BUFFER_COUNT, "d", dict(buffer_count=len(desc.buffers)))
+    for i in range(len(desc.buffers)):
+        p.table(BUFFER_HANDLE, f"d.buffers[{i}]")
+    q = desc.quantization
+    if q is not None:
+        qcls = _SCHEME_CLASSES.get(getattr(q, "scheme", None))
+        if qcls is None or q.__class__ is not qcls:
+            raise _NotCompilable("unknown quantization scheme")
+        decl = Q.SCHEMES[qcls.scheme]
+        size = plan(decl).fixed_size
+        if size is None:
+            raise _NotCompilable("quantization table of variable size")
+        p.table(Q.QUANTIZATION_LENGTH, "d", dict(quantization_length=size + len(q.padding)))
+        p.table(decl, "d.quantization", dict(scheme_tag=int(qcls.scheme)))
+        if q.padding:
+            p.raw(f"{len(q.padding)}s", "d.quantization.padding")
+    for attr, decl, _ in _SECTIONS:
+        if getattr(desc, attr) is not None:
+            p.table(decl, f"d.{attr}", rank=rank)
+    codec = struct.Struct(p.fmt)
+    p.args = [str(codec.size) if a == repr(_LENGTH) else a for a in p.args]
+    guards = " or ".join(["d.trailing"] + p.guards)
+    source = (f"def encode(d):\n    if {guards}:\n        return None\n    try:\n"
+              f"        return _pack({', '.join(p.args)})\n    except _error:\n        return None\n")
+    namespace = {"_pack": codec.pack, "_error": struct.error}
+    exec(compile(source, f"<hurray_schema encoder {layout.tag:#04x}/rank {rank}>", "exec"), namespace)
+    encode = namespace["encode"]
+    encode.source = source
+    return encode
+
+
+_ENCODERS: dict = {}  # encoder_key -> compiled encoder, or None where the general encoder is used
+
+
+def encode(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> bytes:
+    """The wire bytes of ``desc``: through the encoder compiled for its :func:`encoder_key`
+    (compiled the first time, kept only if it gives the bytes ``general`` gives), else
+    through ``general``."""
+    key = encoder_key(desc)
+    encoder = _ENCODERS.get(key, _ENCODERS)
+    if encoder is _ENCODERS:  # not seen yet
+        encoder = _compile_checked(desc, general)
+        if len(_ENCODERS) >= MAX_SIGNATURES:
+            _ENCODERS.clear()
+        _ENCODERS[key] = encoder
+    if encoder is not None:
+        data = encoder(desc)
+        if data is not None:
+            return data
+    return general(desc)
+
+
+def _compile_checked(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> Optional[Callable]:
+    try:
+        encoder = compile_encoder(desc)
+    except _NotCompilable:
+        return None
+    try:
+        expected = general(desc)
+    except Exception:  # noqa: BLE001 -- the general encoder reports it when called for real
+        return None
+    return encoder if encoder(desc) == expected else None

@@ -790,30 +790,31 @@ def _hilbert_size(desc, ctx):
         yield f"buffer 0 holds {h.byte_size} bytes, {need} needed for 2**{bits} elements", ctx.buffer(0)
 
 
-def _sparse_needs(desc) -> list[tuple[int, int, str]]:
-    """``(buffer index, minimum bytes, what)`` for the layout buffers of a sparse / paged tensor."""
+def _sparse_needs(desc) -> list[tuple[int, int, str, tuple]]:
+    """``(buffer index, minimum bytes, what, arguments of what)`` for the layout buffers of a
+    sparse / paged tensor; ``what.format(*arguments)`` names the need (formatted only on a finding)."""
     layout, shape, rank = desc.layout, desc.shape, desc.rank
     values = storage_bytes(desc, layout.nnz) if hasattr(layout, "nnz") else None
     out = []
     if values is not None:
-        out.append((0, values, f"{layout.nnz} values"))
+        out.append((0, values, "{} values", (layout.nnz,)))
     if isinstance(layout, CooLayout):
-        out.append((1, layout.nnz * rank * 8, f"{layout.nnz}x{rank} uint64 indices"))
+        out.append((1, layout.nnz * rank * 8, "{}x{} uint64 indices", (layout.nnz, rank)))
     elif isinstance(layout, (CsrLayout, CscLayout)) and rank == 2:
-        out.append((1, layout.nnz * 8, f"{layout.nnz} uint64 indices"))
+        out.append((1, layout.nnz * 8, "{} uint64 indices", (layout.nnz,)))
         axis = 0 if isinstance(layout, CsrLayout) else 1
         if shape[axis] != _DYN:
-            out.append((2, (shape[axis] + 1) * 8, f"{shape[axis] + 1} uint64 pointers"))
+            out.append((2, (shape[axis] + 1) * 8, "{} uint64 pointers", (shape[axis] + 1,)))
     elif isinstance(layout, CsfLayout) and rank >= 3:
-        out.append((1, 16, "pos_0 (2 uint64)"))
-        out.append((2 * rank, layout.nnz * 8, f"{layout.nnz} leaf coordinates"))
+        out.append((1, 16, "pos_0 (2 uint64)", ()))
+        out.append((2 * rank, layout.nnz * 8, "{} leaf coordinates", (layout.nnz,)))
     elif isinstance(layout, BlockPagedLayout) and rank == 3 and not _dynamic(desc):
         n = layout.num_pages * layout.page_size * shape[1] * shape[2]
         pool = storage_bytes(desc, n)
         if pool is not None:
-            out.append((0, pool, f"{n} page-pool elements"))
+            out.append((0, pool, "{} page-pool elements", (n,)))
         width = 8 if layout.block_table_index_type == 1 else 4
-        out.append((2, (layout.num_seqs + 1) * width, f"{layout.num_seqs + 1} seq_ptr entries"))
+        out.append((2, (layout.num_seqs + 1) * width, "{} seq_ptr entries", (layout.num_seqs + 1,)))
     return out
 
 
@@ -823,9 +824,10 @@ def _sparse_needs(desc) -> list[tuple[int, int, str]]:
 def _sparse_size(desc, ctx):
     if not isinstance(desc.layout, (*_SPARSE, BlockPagedLayout)):
         return
-    for index, need, what in _sparse_needs(desc):
-        if index < len(desc.buffers) and desc.buffers[index].byte_size < need:
-            yield f"buffer {index} holds {desc.buffers[index].byte_size} bytes, {need} needed for {what}", \
+    buffers = desc.buffers
+    for index, need, what, args in _sparse_needs(desc):
+        if index < len(buffers) and buffers[index].byte_size < need:
+            yield f"buffer {index} holds {buffers[index].byte_size} bytes, {need} needed for {what.format(*args)}", \
                 ctx.buffer(index)
             return
 
@@ -1083,36 +1085,39 @@ def _qdevice(desc, ctx):
 
 
 def _param_sizes(desc) -> dict[int, int]:
-    """Exact byte size each parameter buffer index must have (None when not computable)."""
+    """Exact byte size each parameter buffer index must have (empty when not computable)."""
     q = desc.quantization
-    if not _axis_ok(desc) or _dynamic(desc):
+    shape = desc.shape
+    axis = getattr(q, "axis", None)
+    if axis is None or axis >= len(shape) or _DYN in shape:
         return {}
-    if isinstance(q, PerChannelAffine):
-        n = desc.shape[q.axis]
-        entries = [(q.scale_buffer_index, n * 4)]
-        if not q.symmetric:
-            entries.append((q.zero_point_buffer_index, n * 4))
+    cls = q.__class__
+    if cls is PerChannelAffine:
+        per_param, count = 4, shape[axis]
     else:
-        blocks = _num_blocks(desc)
-        if blocks is None:
+        if q.block_size <= 0 or cls not in _BLOCK_PARAM_WIDTH:
             return {}
-        if isinstance(q, PerBlockAffine):
+        others = 1
+        for k, d in enumerate(shape):
+            if k != axis:
+                others *= d
+        count = -(-shape[axis] // q.block_size) * others  # partial trailing block counted
+        if cls is PerBlockAffine:
             if q.scale_type_tag not in (1, 2, 3):
                 return {}
-            width = element_type_info(q.scale_type_tag).byte_width
-            entries = [(q.scale_buffer_index, blocks * width)]
-            if not q.symmetric:
-                entries.append((q.zero_point_buffer_index, blocks * 4))
-        elif isinstance(q, Nf4):
-            entries = [(q.scale_buffer_index, blocks * 4)]
-        elif isinstance(q, Mxfp):
-            entries = [(q.scale_buffer_index, blocks)]
+            per_param = element_type_info(q.scale_type_tag).byte_width
         else:
-            return {}
-    sizes: dict[int, int] = {}
-    for index, size in entries:  # one shared entry holds [scales | zero_points] end to end
-        sizes[index] = sizes.get(index, 0) + size
+            per_param = _BLOCK_PARAM_WIDTH[cls]
+    sizes = {q.scale_buffer_index: count * per_param}
+    if cls in (PerChannelAffine, PerBlockAffine) and not q.flags & _SYMMETRIC:  # int32 zero points
+        index = q.zero_point_buffer_index  # one shared entry holds [scales | zero_points] end to end
+        sizes[index] = sizes.get(index, 0) + count * 4
     return sizes
+
+
+_BLOCK_PARAM_WIDTH = {PerBlockAffine: None, Nf4: 4, Mxfp: 1}
+"""Bytes per block of the scale buffer: NF4 float32 absmax, MXFP float8_e8m0; per-block
+affine takes the width of its scale_type_tag."""
 
 
 @_rule("quantization.buffer.size", MUST, "quantization/per-block-affine.md § Referenced Buffers",
