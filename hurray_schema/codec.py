@@ -22,15 +22,13 @@ from typing import Optional
 import attrs
 from construct import Struct
 
-from .errors import SpecViolation  # noqa: F401  (re-exported name, documented above)
 from . import signature
+from .errors import SpecViolation  # noqa: F401  (re-exported name, documented above)
 from .limits import DEFAULT_LIMITS, Limits, resolve_limits
 from .model import (
-    KNOWN_DESCRIPTOR_FLAGS, BlockPagedLayout, BufferHandle, ColumnMajorLayout, CompositeLayout,
-    CompositeMember, CooLayout, CscLayout, CsfLayout, CsrLayout, DescriptorFlag, ExtensionLayout,
-    ExtensionType, HilbertLayout, LayoutTag, MortonLayout, Mxfp, Nf4, PerBlockAffine,
-    PerChannelAffine, PerTensorAffine, QuantScheme, RowMajorLayout, Shard, Statistics, StridedLayout,
-    TensorDescriptor, TiledLayout, UnknownLayout, UnknownQuantization, COLUMN_MAJOR, ROW_MAJOR,
+    KNOWN_DESCRIPTOR_FLAGS, SCHEMES, TABLE_LAYOUTS, BufferHandle, CompositeMember, DescriptorFlag, ExtensionLayout,
+    ExtensionType, LayoutTag, QuantScheme, Shard, Statistics, TensorDescriptor, TiledLayout, UnknownLayout,
+    UnknownQuantization, COLUMN_MAJOR, ROW_MAJOR,
 )
 from .rules import structure as S
 from .rules.descriptor import first_error
@@ -62,20 +60,10 @@ def _builder(cls):
     return build
 
 
-_LAYOUT_CLASSES = {
-    LayoutTag.STRIDED: StridedLayout, LayoutTag.MORTON: MortonLayout, LayoutTag.COO: CooLayout,
-    LayoutTag.CSR: CsrLayout, LayoutTag.CSC: CscLayout, LayoutTag.CSF: CsfLayout,
-    LayoutTag.BLOCK_PAGED: BlockPagedLayout, LayoutTag.COMPOSITE: CompositeLayout,
-    LayoutTag.HILBERT: HilbertLayout,
-}
 _LAYOUT_BUILDERS = {tag: (plan(L.LAYOUT_FIELDS[tag]), _builder(cls), f"{LayoutTag(tag).name.lower()} layout fields")
-                    for tag, cls in _LAYOUT_CLASSES.items()}
-_SCHEME_CLASSES = {
-    QuantScheme.PER_TENSOR_AFFINE: PerTensorAffine, QuantScheme.PER_CHANNEL_AFFINE: PerChannelAffine,
-    QuantScheme.PER_BLOCK_AFFINE: PerBlockAffine, QuantScheme.NF4: Nf4, QuantScheme.MXFP: Mxfp,
-}
+                    for tag, cls in TABLE_LAYOUTS.items()}
 _SCHEME_BUILDERS = {tag: (plan(Q.SCHEMES[tag]), _builder(cls), f"{QuantScheme(tag).name.lower()} fields")
-                    for tag, cls in _SCHEME_CLASSES.items()}
+                    for tag, cls in SCHEMES.items()}
 
 _HEADER = plan(FIXED_HEADER)
 _CORE = plan(Struct(*SHAPE.subcons, *BYTE_OFFSET.subcons))

@@ -425,6 +425,13 @@ Layout = Union[
     ExtensionLayout, UnknownLayout,
 ]
 
+TABLE_LAYOUTS: dict = {cls.tag: cls for cls in (
+    StridedLayout, MortonLayout, CooLayout, CsrLayout, CscLayout, CsfLayout, BlockPagedLayout, CompositeLayout,
+    HilbertLayout,
+)}
+"""layout_tag -> class, for the layouts whose fields are exactly one declared table
+(row- and column-major have none; tiled nests; private layouts carry opaque data)."""
+
 ROW_MAJOR = RowMajorLayout()
 COLUMN_MAJOR = ColumnMajorLayout()
 
@@ -527,6 +534,9 @@ class UnknownQuantization:
 
 
 Quantization = Union[PerTensorAffine, PerChannelAffine, PerBlockAffine, Nf4, Mxfp, UnknownQuantization]
+
+SCHEMES: dict = {cls.scheme: cls for cls in (PerTensorAffine, PerChannelAffine, PerBlockAffine, Nf4, Mxfp)}
+"""scheme_tag -> class of every quantization scheme the spec defines."""
 
 
 # ------------------------------------------------------------------------------------

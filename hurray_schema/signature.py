@@ -32,9 +32,8 @@ import attrs
 
 from .limits import Limits
 from .model import (
-    BlockPagedLayout, BufferHandle, ColumnMajorLayout, CompositeLayout, CompositeMember, CooLayout, CscLayout,
-    CsfLayout, CsrLayout, ExtensionType, HilbertLayout, LayoutTag, MortonLayout, Mxfp, Nf4, PerBlockAffine,
-    PerChannelAffine, PerTensorAffine, RowMajorLayout, Shard, Statistics, StridedLayout, TensorDescriptor,
+    SCHEMES, TABLE_LAYOUTS, BufferHandle, ColumnMajorLayout, CompositeMember, ExtensionType, RowMajorLayout, Shard,
+    Statistics, TensorDescriptor,
 )
 from .structs import layouts as L
 from .structs import quantization as Q
@@ -50,12 +49,6 @@ MAX_SIGNATURES = 1024
 so the tables are bounded."""
 
 _HEADER_SIZE = plan(FIXED_HEADER).fixed_size
-_LAYOUT_CLASSES = {
-    LayoutTag.STRIDED: StridedLayout, LayoutTag.MORTON: MortonLayout, LayoutTag.COO: CooLayout,
-    LayoutTag.CSR: CsrLayout, LayoutTag.CSC: CscLayout, LayoutTag.CSF: CsfLayout,
-    LayoutTag.BLOCK_PAGED: BlockPagedLayout, LayoutTag.COMPOSITE: CompositeLayout, LayoutTag.HILBERT: HilbertLayout,
-}
-_SCHEME_CLASSES = {cls.scheme: cls for cls in (PerTensorAffine, PerChannelAffine, PerBlockAffine, Nf4, Mxfp)}
 _SECTIONS = (  # descriptor attribute, declaration, value class -- in wire order (metadata.md § Flags)
     ("shard", X.SHARD_SECTION, Shard),
     ("statistics", X.STATISTICS_SECTION, Statistics),
@@ -189,7 +182,7 @@ def _layout_expr(src: _Source, desc: TensorDescriptor) -> str:
     layout = desc.layout
     if isinstance(layout, (RowMajorLayout, ColumnMajorLayout)):
         return src.constant("_LAYOUT", layout)  # no layout-specific fields
-    cls = _LAYOUT_CLASSES.get(layout.tag)
+    cls = TABLE_LAYOUTS.get(layout.tag)
     if cls is None or layout.__class__ is not cls:
         raise _NotCompilable(f"layout 0x{layout.tag:02X}")
     return src.construct(cls, src.table(L.LAYOUT_FIELDS[layout.tag], rank=desc.rank))
@@ -199,7 +192,7 @@ def _quantization_expr(src: _Source, desc: TensorDescriptor) -> str:
     q = desc.quantization
     if q is None:
         return "None"
-    cls = _SCHEME_CLASSES.get(getattr(q, "scheme", None))
+    cls = SCHEMES.get(getattr(q, "scheme", None))
     if cls is None or q.__class__ is not cls:
         raise _NotCompilable("unknown quantization scheme")
     qlen = src.table(Q.QUANTIZATION_LENGTH)["quantization_length"]
@@ -358,7 +351,7 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
     when an array's length differs from the rank, a value does not fit its field, or the
     descriptor carries newer-minor trailing data."""
     layout = desc.layout
-    cls = _LAYOUT_CLASSES.get(layout.tag)
+    cls = TABLE_LAYOUTS.get(layout.tag)
     if not isinstance(layout, (RowMajorLayout, ColumnMajorLayout)) and (cls is None or layout.__class__ is not cls):
         raise _NotCompilable(f"layout 0x{layout.tag:02X}")
     p = _Packer()
@@ -375,7 +368,7 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
         p.table(BUFFER_HANDLE, f"d.buffers[{i}]")
     q = desc.quantization
     if q is not None:
-        qcls = _SCHEME_CLASSES.get(getattr(q, "scheme", None))
+        qcls = SCHEMES.get(getattr(q, "scheme", None))
         if qcls is None or q.__class__ is not qcls:
             raise _NotCompilable("unknown quantization scheme")
         decl = Q.SCHEMES[qcls.scheme]
