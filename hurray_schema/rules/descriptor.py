@@ -1392,6 +1392,10 @@ _FACT_TOPICS = {
 }
 
 
+def _layout_topics(kind: str) -> set:
+    return {("layout", tag) for tag in _LAYOUT_TOPICS[kind]}
+
+
 def _topics(rule_id: str) -> set:
     """When a rule can fire at all: a cheap pre-filter so a decode runs only the relevant checks.
 
@@ -1401,9 +1405,11 @@ def _topics(rule_id: str) -> set:
     """
     if rule_id in _FACT_TOPICS:
         return _FACT_TOPICS[rule_id]
+    if rule_id == "metadata.buffer_count.dense":
+        return _layout_topics("dense")
     parts = rule_id.split(".")
     if parts[0] == "layout":
-        return {("layout", tag) for tag in _LAYOUT_TOPICS[parts[1]]}
+        return _layout_topics(parts[1])
     if parts[0] == "quantization":
         scheme = _SCHEME_TOPICS.get(parts[1])
         return {("quantization", scheme)} if scheme is not None else {"quantization"}
