@@ -1,6 +1,6 @@
 """Composite merge speed: copy floor vs NumPy reference vs the numba evaluator, same run.
 
-    python benchmarks/merge.py [--repeat 7] [--n-overlay 4096] [--n-partition 8192]
+    python benchmarks/merge.py [--repeat 7] [--n-overlay 4096] [--n-partition 8192] [--threads N]
 
 For each case it prints the median wall time of
 
@@ -87,7 +87,12 @@ def main():
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--n-overlay", type=int, default=4096)
     ap.add_argument("--n-partition", type=int, default=8192)
+    ap.add_argument("--threads", type=int, default=0, help="numba threads (default: numba's own choice)")
     args = ap.parse_args()
+    import numba
+    if args.threads:
+        numba.set_num_threads(args.threads)
+    print(f"numba threads: {numba.get_num_threads()} of {numba.config.NUMBA_NUM_THREADS}")
 
     for combine in (CombineOp.REPLACE, CombineOp.ADD):
         comp, _, _ = spqr(args.n_overlay, 0.01, combine)

@@ -40,10 +40,21 @@ def test_three_dimensional_box_and_fallbacks():
     assert np.array_equal(out[0, :4, :33], transposed)
 
 
-def test_streaming_kernel_is_used_for_large_copies(monkeypatch):
+def _record_jobs(monkeypatch):
+    """(rows, row bytes) of every streamed copy, in the order they reach the kernel."""
     calls = []
-    original = copy_module._stream_rows
-    monkeypatch.setattr(copy_module, "_stream_rows", lambda d, s: (calls.append(d.shape), original(d, s)))
+    original = copy_module._stream_jobs
+
+    def spy(jobs):
+        calls.extend((int(r), int(w)) for r, w in jobs[:, [copy_module.JOB_ROWS, copy_module.JOB_WIDTH]])
+        return original(jobs)
+
+    monkeypatch.setattr(copy_module, "_stream_jobs", spy)
+    return calls
+
+
+def test_streaming_kernel_is_used_for_large_copies(monkeypatch):
+    calls = _record_jobs(monkeypatch)
     out = np.zeros((16, 4096), np.float32)
     src = np.arange(8 * 4096, dtype=np.float32).reshape(8, 4096)
     copy_into(out[4:12], src)
@@ -52,9 +63,7 @@ def test_streaming_kernel_is_used_for_large_copies(monkeypatch):
 
 
 def test_three_dimensional_box_whose_rows_nest_is_streamed(monkeypatch):
-    calls = []
-    original = copy_module._stream_rows
-    monkeypatch.setattr(copy_module, "_stream_rows", lambda d, s: (calls.append(d.shape), original(d, s)))
+    calls = _record_jobs(monkeypatch)
     out = np.zeros((5, 6, 40), np.int16)
     src = np.arange(2 * 6 * 17, dtype=np.int16).reshape(2, 6, 17)
     copy_into(out[2:4, :, 3:20], src)  # full middle axis: rows nest, 12 rows of 34 bytes
@@ -62,3 +71,31 @@ def test_three_dimensional_box_whose_rows_nest_is_streamed(monkeypatch):
     expected = np.zeros_like(out)
     expected[2:4, :, 3:20] = src
     assert np.array_equal(out, expected)
+
+
+def test_many_boxes_stream_in_one_kernel_call(monkeypatch):
+    """A partition's boxes reach the kernel together: rows of several boxes, odd start addresses,
+    a row longer than a work piece."""
+    calls = _record_jobs(monkeypatch)
+    rng = np.random.default_rng(3)
+    out = np.zeros((40, 3001), np.uint8)
+    pairs = [(out[0:10, 1:2900], rng.integers(0, 255, (10, 2899), dtype=np.uint8)),
+             (out[10:40, 0:3001], rng.integers(0, 255, (30, 3001), dtype=np.uint8)),
+             (out[0:10, 2900:3001], rng.integers(0, 255, (10, 101), dtype=np.uint8))]
+    long_out = np.zeros(3 * copy_module._PIECE + 1003, np.uint8)
+    long_src = rng.integers(0, 255, long_out.size - 3, dtype=np.uint8)
+    pairs.append((long_out[3:], long_src))
+    copy_module.copy_boxes(pairs)
+    assert calls == [(10, 2899), (30, 3001), (10, 101), (1, long_src.size)]
+    for dst, src in pairs:
+        assert dst.tobytes() == src.tobytes()
+    assert long_out[:3].tobytes() == bytes(3)
+    assert not out[0:10, 0].any()  # the byte left of the first box is untouched
+
+
+def test_small_copies_keep_copyto(monkeypatch):
+    monkeypatch.setattr(copy_module, "STREAMING_MIN_BYTES", 1 << 20)
+    calls = _record_jobs(monkeypatch)
+    out = np.zeros((8, 8), np.float32)
+    copy_into(out[2:4], np.ones((2, 8), np.float32))
+    assert calls == [] and out[2:4].all() and not out[:2].any()

@@ -1,47 +1,78 @@
-"""Streaming (non-temporal) copy of a member's bytes into its box of a large output.
+"""Streaming (non-temporal) copy of members' bytes into their boxes of a large output.
 
 Assembling a partition is a copy per member.  For a box of a few megabytes the C
 library's ``memcpy`` uses ordinary stores, which first read every destination line into
 the cache; only very large copies switch to non-temporal stores.  A partition of many
 mid-sized members therefore moves about 1.5x the bytes of one big copy.  This module
-writes the destination with 32-byte non-temporal vector stores (LLVM ``!nontemporal``),
-so a partition of N members costs about one output-sized copy.  Small copies keep
-``np.copyto`` (their destination is better left in the cache).
+writes the destination with 64-byte (one cache line) non-temporal vector stores (LLVM
+``!nontemporal``), so a partition of N members costs about one output-sized copy.
+
+All the boxes of a partition are copied by one parallel kernel (:func:`copy_boxes`): the
+rows (and pieces of long rows) of every box are shared among numba's threads, because
+one core does not saturate the memory bus, and one parallel region per partition (not per
+member) waits for the slowest thread once.  Small copies keep ``np.copyto`` (their
+destination is better left in the cache).
 """
 
 from __future__ import annotations
 
+from typing import Iterable
+
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
+from numba import njit, parallel_chunksize, prange, types
 from numba.extending import intrinsic
+
+__all__ = ["STREAMING_MIN_BYTES", "copy_into", "copy_boxes"]
 
 STREAMING_MIN_BYTES = 1 << 20
 """Below this many bytes a copy goes through ``np.copyto``."""
 
-_VECTOR = 32  # bytes per non-temporal store
+_VECTOR = 64  # bytes per non-temporal store: one cache line
+_PIECE = 1 << 18  # a thread copies at most this many bytes of a row at a time
+_TASKS = 64  # the work is split into this many runs of consecutive rows / pieces, handed out dynamically
+JOB_DST, JOB_DST_STRIDE, JOB_SRC, JOB_ROWS, JOB_WIDTH = range(5)  # columns of a job table
+
+
+def _pointer(builder, address, width):
+    return builder.inttoptr(address, ir.VectorType(ir.IntType(8), width).as_pointer())
 
 
 @intrinsic
-def _stream_store32(typingctx, dst, r, dc, src, sc):
-    """Copy 32 bytes ``src[r, sc:sc+32]`` to ``dst[r, dc:dc+32]``; the destination must be 32-byte aligned."""
+def _stream_line(typingctx, dst, src):
+    """Copy the 64 bytes at address ``src`` to address ``dst`` (64-byte aligned) with a non-temporal store."""
 
     def codegen(context, builder, sig, args):
-        dty, _, _, sty, _ = sig.args
-        d = context.make_array(dty)(context, builder, args[0])
-        s = context.make_array(sty)(context, builder, args[3])
-        dp = cgutils.get_item_pointer(context, builder, dty, d, [args[1], args[2]], wraparound=False,
-                                      boundscheck=False)
-        sp = cgutils.get_item_pointer(context, builder, sty, s, [args[1], args[4]], wraparound=False,
-                                      boundscheck=False)
-        vec = ir.VectorType(ir.IntType(8), _VECTOR)
-        value = builder.load(builder.bitcast(sp, vec.as_pointer()), align=1)
-        store = builder.store(value, builder.bitcast(dp, vec.as_pointer()), align=_VECTOR)
+        value = builder.load(_pointer(builder, args[1], _VECTOR), align=1)
+        store = builder.store(value, _pointer(builder, args[0], _VECTOR), align=_VECTOR)
         store.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
         return context.get_dummy_value()
 
-    return types.void(dst, r, dc, src, sc), codegen
+    return types.void(types.int64, types.int64), codegen
+
+
+@intrinsic
+def _copy_line(typingctx, dst, src):
+    """The 64 bytes at address ``src`` to address ``dst`` (any alignment), an ordinary store."""
+
+    def codegen(context, builder, sig, args):
+        value = builder.load(_pointer(builder, args[1], _VECTOR), align=1)
+        builder.store(value, _pointer(builder, args[0], _VECTOR), align=1)
+        return context.get_dummy_value()
+
+    return types.void(types.int64, types.int64), codegen
+
+
+@intrinsic
+def _copy_byte(typingctx, dst, src):
+    """One byte from address ``src`` to address ``dst``."""
+
+    def codegen(context, builder, sig, args):
+        ptr = ir.IntType(8).as_pointer()
+        builder.store(builder.load(builder.inttoptr(args[1], ptr)), builder.inttoptr(args[0], ptr))
+        return context.get_dummy_value()
+
+    return types.void(types.int64, types.int64), codegen
 
 
 @intrinsic
@@ -55,29 +86,64 @@ def _store_fence(typingctx):
     return types.void(), codegen
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _stream_span(dst, src, n):
+    """``n`` bytes from address ``src`` to address ``dst``: whole destination lines streamed; the partial
+    lines at both ends by one ordinary unaligned 64-byte copy each (overlapping the streamed part, same
+    bytes); spans shorter than a line byte by byte."""
+    if n < _VECTOR:
+        for c in range(n):
+            _copy_byte(dst + c, src + c)
+        return
+    _copy_line(dst, src)
+    c = _VECTOR - dst % _VECTOR  # first line-aligned destination offset
+    while c + 4 * _VECTOR <= n:  # four lines per turn keep the write-combining buffers busy
+        _stream_line(dst + c, src + c)
+        _stream_line(dst + c + _VECTOR, src + c + _VECTOR)
+        _stream_line(dst + c + 2 * _VECTOR, src + c + 2 * _VECTOR)
+        _stream_line(dst + c + 3 * _VECTOR, src + c + 3 * _VECTOR)
+        c += 4 * _VECTOR
+    while c + _VECTOR <= n:
+        _stream_line(dst + c, src + c)
+        c += _VECTOR
+    if c < n:
+        _copy_line(dst + n - _VECTOR, src + n - _VECTOR)
+
+
 @njit(cache=True, nogil=True)
-def _stream_rows(dst, src):
-    """``dst[r, :] = src[r, :]`` for byte matrices; ``dst`` rows may be strided, ``src`` is C-contiguous."""
-    rows, width = src.shape
-    for r in range(rows):
-        address = dst.ctypes.data + r * dst.strides[0]
-        c = 0
-        while c < width and (address + c) % _VECTOR:
-            dst[r, c] = src[r, c]
-            c += 1
-        while c + 4 * _VECTOR <= width:  # a whole 128-byte run per turn keeps write-combining lines full
-            _stream_store32(dst, r, c, src, c)
-            _stream_store32(dst, r, c + _VECTOR, src, c + _VECTOR)
-            _stream_store32(dst, r, c + 2 * _VECTOR, src, c + 2 * _VECTOR)
-            _stream_store32(dst, r, c + 3 * _VECTOR, src, c + 3 * _VECTOR)
-            c += 4 * _VECTOR
-        while c + _VECTOR <= width:
-            _stream_store32(dst, r, c, src, c)
-            c += _VECTOR
-        while c < width:
-            dst[r, c] = src[r, c]
-            c += 1
-    _store_fence()
+def _first_items(jobs):
+    """``first[j]``: number of the first work item (row, or piece of a long row) of job ``j``; ``first[-1]``
+    is the item count."""
+    first = np.zeros(jobs.shape[0] + 1, np.int64)
+    for j in range(jobs.shape[0]):
+        first[j + 1] = first[j] + jobs[j, JOB_ROWS] * ((jobs[j, JOB_WIDTH] + _PIECE - 1) // _PIECE)
+    return first
+
+
+@njit(cache=True, parallel=True)
+def _stream_jobs(jobs):
+    """Run a job table: job ``j`` copies ``jobs[j, JOB_ROWS]`` rows of ``jobs[j, JOB_WIDTH]`` bytes from
+    the contiguous source at address ``jobs[j, JOB_SRC]`` to rows ``JOB_DST_STRIDE`` bytes apart from
+    address ``jobs[j, JOB_DST]``.  Work items are rows, or :data:`_PIECE`-byte pieces of long rows,
+    numbered across jobs; each of :data:`_TASKS` tasks copies a run of consecutive items, then fences
+    its streamed stores once."""
+    first = _first_items(jobs)
+    items = first[-1]
+    tasks = min(items, _TASKS)
+    for t in prange(tasks):
+        lo = items * np.int64(t) // tasks
+        hi = items * (np.int64(t) + 1) // tasks
+        j = np.searchsorted(first, lo, side="right") - 1
+        for item in range(lo, hi):
+            while item >= first[j + 1]:
+                j += 1
+            width = jobs[j, JOB_WIDTH]
+            pieces = (width + _PIECE - 1) // _PIECE
+            r = (item - first[j]) // pieces
+            c = (item - first[j]) % pieces * _PIECE
+            _stream_span(jobs[j, JOB_DST] + r * jobs[j, JOB_DST_STRIDE] + c, jobs[j, JOB_SRC] + r * width + c,
+                         min(width - c, _PIECE))
+        _store_fence()  # a thread orders its own streamed stores
 
 
 def _byte_rows(a: np.ndarray):
@@ -94,19 +160,39 @@ def _byte_rows(a: np.ndarray):
     return np.lib.stride_tricks.as_strided(b, (rows, b.shape[-1]), (b.strides[-2], 1))
 
 
-def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
-    """``np.copyto(dst, src)``, streaming the stores when the copy is large.
+def _job(dst: np.ndarray, src: np.ndarray):
+    """The job-table row streaming ``src`` into ``dst``, or None when it goes through ``np.copyto``."""
+    if src.nbytes < STREAMING_MIN_BYTES or src.shape != dst.shape or src.dtype != dst.dtype \
+            or not src.flags.c_contiguous or not dst.flags.writeable:
+        return None
+    d, s = _byte_rows(dst), _byte_rows(src)
+    if d is None or s is None:
+        return None
+    return (d.ctypes.data, d.strides[0], s.ctypes.data, d.shape[0], d.shape[1])
 
-    Streams when both arrays have the same dtype and shape, ``src`` is C-contiguous, the
+
+def copy_boxes(pairs: Iterable[tuple[np.ndarray, np.ndarray]]) -> None:
+    """``np.copyto(dst, src)`` for every pair (the destinations must not overlap), the large ones
+    streamed together by one parallel kernel.
+
+    A pair streams when both arrays have the same dtype and shape, ``src`` is C-contiguous, the
     rows of ``dst`` are contiguous along the last axis and the copy is at least
     :data:`STREAMING_MIN_BYTES`; otherwise it is ``np.copyto``.
     """
-    if src.nbytes < STREAMING_MIN_BYTES or src.shape != dst.shape or src.dtype != dst.dtype \
-            or not src.flags.c_contiguous or not dst.flags.writeable:
-        np.copyto(dst, src)
-        return
-    d, s = _byte_rows(dst), _byte_rows(src)
-    if d is None or s is None:
-        np.copyto(dst, src)
-        return
-    _stream_rows(d, s)
+    jobs, keep = [], []
+    for dst, src in pairs:
+        job = _job(dst, src)
+        if job is None:
+            np.copyto(dst, src)
+        else:
+            jobs.append(job)
+            keep.append((dst, src))  # the kernel works on raw addresses: the arrays stay alive until it returns
+    if jobs:
+        with parallel_chunksize(1):  # a free thread takes the next task: a thread sharing a busy core holds up less
+            _stream_jobs(np.array(jobs, np.int64))
+    del keep
+
+
+def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
+    """``np.copyto(dst, src)``, streaming the stores when the copy is large (see :func:`copy_boxes`)."""
+    copy_boxes([(dst, src)])

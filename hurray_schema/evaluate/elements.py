@@ -249,7 +249,7 @@ def bf16_add(a, b):
 def f16_bits_to_f32_array(h):
     out = np.empty(h.size, np.float32)
     for i in range(h.size):
-        out[i] = f16_to_f32(h[i])
+        out[i] = f16_to_f32_fast(h[i])
     return out
 
 

@@ -29,7 +29,7 @@ from ..rules.composite import partition_check
 from ..model import (BlockPagedLayout, CombineOp, CompositionRule, ElementType, HilbertLayout, LayoutTag,
                      MemberRole, MortonLayout, TiledLayout)
 from ..structs.element_types import element_type_info
-from .copy import copy_into
+from .copy import copy_boxes, copy_into
 from .dense import affine_strides, hilbert_index, tiled_offsets
 from .elements import bf16_add, f16_add, numpy_dtype
 from .quant import (OUT_BF16, OUT_F16, OUT_F32, PK_CHANNEL, PK_TENSOR, decode_gather, quant_params,
@@ -163,23 +163,55 @@ def _check_member_type(desc, target) -> None:
         raise DecodedTypeMismatch(f"member values decode to type 0x{int(got):02X}, head is 0x{int(target):02X}")
 
 
-def _fill(member, view: np.ndarray, target, depth) -> None:
-    """Write the member's values into ``view`` (the member's box of the output)."""
+def _plain_view(member, target):
+    """A non-composite member's values as a zero-copy view of its buffer (type checked), else None."""
+    if _is_composite(member):
+        return None
+    _check_member_type(member.descriptor, target)
+    return dense_view(member.descriptor, member.buffers)
+
+
+def _fill(member, view: np.ndarray, target, depth, patch=None) -> bool:
+    """Write the member's values into ``view`` (the member's box of the output).
+
+    ``patch`` (see :func:`_sparse_patch`) is a sparse correction that follows; returns True if it
+    was applied during the decode (tensor.decode_into fuses it when it can), False if not.
+    """
     if _is_composite(member):
         if member.descriptor.type_tag != target:
             raise DecodedTypeMismatch("a nested composite's type_tag must equal its parent's")
         _materialize_into(member, view, depth + 1)
-        return
-    desc = member.descriptor
-    _check_member_type(desc, target)
-    src = dense_view(desc, member.buffers)
+        return False
+    src = _plain_view(member, target)
     if src is not None:  # zero-copy view of the member's buffer: one (streaming) copy into its box
         copy_into(view, src)
-        return
+        return False
+    desc = member.descriptor
     if view.flags.c_contiguous and desc.layout.tag not in SPARSE_TAGS and target != E.FLOAT64:
-        decode_into(desc, member.buffers, view)
-        return
+        return decode_into(desc, member.buffers, view, patch=patch)
     np.copyto(view, tensor_to_numpy(desc, member.buffers, target))
+    return False
+
+
+def _is_sparse(member) -> bool:
+    return not _is_composite(member) and member.descriptor.layout.tag in SPARSE_TAGS
+
+
+def _sparse_patch(member, target, off, head_shape, combine):
+    """(flat head indices, values as kernel bits, combine) of a sparse correction; None if it stores nothing."""
+    lin, vals = sparse_linear(member.descriptor, member.buffers, target, off, head_shape)
+    if vals.size == 0:
+        return None
+    return lin, readonly(_kernel_view(np.ascontiguousarray(vals), target)), int(combine)
+
+
+def _correction_box(member, head_shape):
+    """(offset, shape) of an overlay correction's box, its role checked."""
+    off, shp = _box(member, head_shape)
+    cm = member.descriptor.composite_member
+    if cm is not None and cm.member_role != MemberRole.CORRECTION:
+        raise HurraySchemaError("overlay members after the first must be corrections")
+    return off, shp
 
 
 # ------------------------------------------------------------------------------------
@@ -213,9 +245,15 @@ def _materialize_into(composite, out: np.ndarray, depth: int) -> None:
     if rule == CompositionRule.PARTITION:
         boxes = [_box(m, head_shape) for m in members]
         _check_partition(boxes, head_shape)
+        copies = []  # members whose buffer is a view of their values: copied together, in one kernel call
         for m, (off, shp) in zip(members, boxes):
             if 0 not in shp:
-                _fill(m, out[_slices(off, shp)], target, depth)
+                src = _plain_view(m, target)
+                if src is None:
+                    _fill(m, out[_slices(off, shp)], target, depth)
+                else:
+                    copies.append((out[_slices(off, shp)], src))
+        copy_boxes(copies)
         return
     if rule != CompositionRule.OVERLAY:
         raise HurraySchemaError(f"composition rule 0x{int(rule):02X} has no single array view")
@@ -228,23 +266,27 @@ def _materialize_into(composite, out: np.ndarray, depth: int) -> None:
     role = getattr(base.descriptor.composite_member, "member_role", MemberRole.BASE)
     if any(off) or shp != head_shape or role != MemberRole.BASE:
         raise HurraySchemaError("the first overlay member must be the base and span the whole index space")
-    _fill(base, out, target, depth)
     mode = _add_mode(target)
     flat = out.reshape(-1) if out.flags.c_contiguous else None
-    for m in members[1:]:
-        off, shp = _box(m, head_shape)
-        cm = m.descriptor.composite_member
-        if cm is not None and cm.member_role != MemberRole.CORRECTION:
-            raise HurraySchemaError("overlay members after the first must be corrections")
+    # a sparse first correction may be applied by the base's decode, row by row (output written once)
+    early = len(members) > 1 and flat is not None and _is_sparse(members[1]) and mode != ADD_OR
+    first = None
+    if early:
+        off, shp = _correction_box(members[1], head_shape)
+        if 0 not in shp:
+            first = _sparse_patch(members[1], target, off, head_shape, combine)
+    fused = _fill(base, out, target, depth, first)
+    for k, m in enumerate(members[1:]):
+        off, shp = _correction_box(m, head_shape)
         if 0 in shp:
             continue
-        if not _is_composite(m) and m.descriptor.layout.tag in SPARSE_TAGS:
-            lin, vals = sparse_linear(m.descriptor, m.buffers, target, off, head_shape)
-            if vals.size == 0:
-                continue
+        if _is_sparse(m):
+            patch = first if k == 0 and early else _sparse_patch(m, target, off, head_shape, combine)
+            if patch is None or (k == 0 and fused):
+                continue  # stores nothing, or already applied during the base's decode
+            lin, vals, _ = patch
             target_flat = flat if flat is not None else np.ascontiguousarray(out).reshape(-1)
-            _scatter(_kernel_view(target_flat, target), lin, readonly(_kernel_view(np.ascontiguousarray(vals), target)),
-                     int(combine), mode)
+            _scatter(_kernel_view(target_flat, target), lin, vals, int(combine), mode)
             if flat is None:
                 np.copyto(out, target_flat.reshape(out.shape))
             continue

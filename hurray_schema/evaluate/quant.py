@@ -24,11 +24,13 @@ from ..model import (NO_BUFFER_INDEX, ElementType, Mxfp, Nf4, PerBlockAffine, Pe
                      PerTensorAffine, QuantFlag)
 from ..structs.element_types import element_type_info
 from ..structs.quantization import NF4_LEVELS
-from .elements import (UnsupportedEvaluation, bf16_bits_to_f32_array, f16_bits_to_f32_array,
+from .elements import (UnsupportedEvaluation, bf16_add, bf16_bits_to_f32_array, f16_add, f16_bits_to_f32_array,
                        f32_to_bf16, f32_to_f16_fast, f32_to_f16_not_nan, load_code, minifloat_table, sign_extend)
+from .simd import LANES, VECTOR_F16, int4x32
 
-__all__ = ["QuantParams", "quant_params", "decode_rows", "decode_gather", "OUT_F32", "OUT_F16", "OUT_BF16",
-           "storage_shape", "param_indices"]
+__all__ = ["QuantParams", "quant_params", "decode_rows", "decode_rows_lut", "decode_rows_int4", "decode_gather",
+           "OUT_F32", "OUT_F16", "OUT_BF16", "storage_shape", "param_indices", "int4_vector_ok", "NO_PATCH",
+           "PATCH_REPLACE", "PATCH_ADD"]
 
 E = ElementType
 OUT_F32, OUT_F16, OUT_BF16 = 0, 1, 2
@@ -186,7 +188,7 @@ def _value(code, pi, valmode, bits, signed, table, scales, zps):
     return np.float32(s * table[code])
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _store(out, i, x, out_kind):
     if out_kind == OUT_F16:
         out[i] = f32_to_f16_fast(x)
@@ -329,3 +331,104 @@ def decode_rows_lut(buf, base, shape, strides, valmode, bits, signed, table, sca
                 b = buf[base + (e >> shift)]
                 out[o + jx] = lut[(b >> np.uint8((e & emask) * bits)) & cmask]
             j = end
+
+
+# ------------------------------------------------------------------------------------
+# 4-bit codes, vector steps (simd.py), with an optional sparse patch fused in
+# ------------------------------------------------------------------------------------
+
+NO_PATCH, PATCH_REPLACE, PATCH_ADD = 0, 1, 2
+_FLT_MAX = np.float32(3.4028235e38)
+
+
+def int4_vector_ok(p: QuantParams, axis_is_last: bool, last_stride: int, out_kind: int) -> bool:
+    """:func:`decode_rows_int4` applies: 4-bit integer codes contiguous along the last axis, parameters
+    constant over runs of a row (per-tensor, per-channel off the last axis, per-block along it),
+    and a vector step for the output type on this host.  Blocks shorter than a step go to
+    :func:`decode_rows_lut`."""
+    runs = p.pk == PK_TENSOR or (p.pk == PK_CHANNEL and not axis_is_last) \
+        or (p.pk == PK_BLOCK and axis_is_last and p.block >= LANES)
+    return (p.bits == 4 and p.valmode == VAL_INT and last_stride == 1 and runs
+            and (out_kind != OUT_F16 or VECTOR_F16))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _int4_scalar(buf, e, s, z, signed, out_kind, out, o):
+    """Code at nibble ``e`` -> ``out[o]``: the formula of :func:`_value`, rounded as :func:`_store` does."""
+    b = buf[e >> 1]
+    q = np.int64(b >> np.uint8(4)) if e & 1 else np.int64(b & np.uint8(15))
+    if signed and q >= 8:
+        q -= 16
+    _store(out, o, np.float32(np.float32(np.int32(q - np.int64(z))) * s), out_kind)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _int4_run(buf, e, n, signed, s, z, out_kind, out, o):
+    """Decode the ``n`` codes from nibble ``e`` of ``buf`` into ``out[o:o + n]`` under scale ``s`` and zero
+    point ``z``: vector steps over whole 16-byte groups; the exact scalar formula for an odd first nibble,
+    the tail, and a non-finite scale (whose NaN rules the steps do not model).  Inlined: a call taking
+    arrays would touch their reference counts, atomically, once per block."""
+    k = np.int64(0)
+    if np.abs(s) <= _FLT_MAX:
+        if e & 1:
+            _int4_scalar(buf, e, s, z, signed, out_kind, out, o)
+            k = np.int64(1)
+        byte = (e + k) >> 1
+        while k + LANES <= n:
+            int4x32(buf, byte, s, z, out, o + k, signed, out_kind)
+            byte += LANES // 2
+            k += LANES
+    for i in range(k, n):
+        _int4_scalar(buf, e + i, s, z, signed, out_kind, out, o + i)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _patch_row(out, lo, hi, lin, vals, combine, out_kind):
+    """The entries of a sparse correction whose flat indices lie in ``[lo, hi)`` (``lin`` strictly
+    increasing) applied to ``out`` (``layouts/composite.md § Overlay``): replace, or add rounded to the
+    head type (float16 / bfloat16 bits, or float32 with NumPy's NaN choice made explicit, like
+    merge._add_native)."""
+    k = np.searchsorted(lin, lo)
+    while k < lin.size and lin[k] < hi:
+        i = lin[k]
+        if combine == PATCH_REPLACE:
+            out[i] = vals[k]
+        elif out_kind == OUT_F16:
+            out[i] = f16_add(out[i], vals[k])
+        elif out_kind == OUT_BF16:
+            out[i] = bf16_add(out[i], vals[k])
+        else:
+            a, b = out[i], vals[k]
+            out[i] = b + b if b != b else (a + a if a != a else a + b)
+        k += 1
+
+
+@njit(cache=True, parallel=True)
+def decode_rows_int4(buf, base, shape, strides, signed, scales, zps, pk, axis, block, nb, out_kind, out,
+                     patch_lin, patch_vals, patch_combine):
+    """:func:`decode_rows_lut` for 4-bit integer codes (see :func:`int4_vector_ok`), in vector steps.
+
+    With ``patch_combine`` != ``NO_PATCH``, the entries of a sparse correction (flat indices into
+    ``out``, strictly increasing, and values) that fall in a row are applied right after the row is
+    decoded, while it is still in cache: the output is written in one pass.
+    """
+    r = shape.size
+    cols = shape[r - 1]
+    rows = out.size // cols if cols else 0
+    for prow in prange(rows):
+        row = np.int64(prow)  # prange indices may be unsigned; keep integer arithmetic signed
+        off, i_axis, outer_na = _row_origin(row, shape, strides, axis)
+        o = row * cols
+        e = 2 * base + off  # nibble index of the row's first code
+        if pk == PK_BLOCK:  # along the row: block bk holds columns [bk * block, (bk + 1) * block)
+            for bk in range(nb):
+                pi = row * nb + bk
+                j = bk * block
+                z = zps[pi] if zps.size > 1 else zps[0]
+                _int4_run(buf, e + j, min(block, cols - j), signed, scales[pi], z, out_kind, out, o + j)
+        else:
+            pi = i_axis if pk == PK_CHANNEL else np.int64(0)
+            z = zps[pi] if zps.size > 1 else zps[0]
+            _int4_run(buf, e, cols, signed, scales[pi], z, out_kind, out, o)
+        if patch_combine != NO_PATCH:
+            _patch_row(out, o, o + cols, patch_lin, patch_vals, patch_combine, out_kind)

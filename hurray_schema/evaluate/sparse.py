@@ -113,7 +113,6 @@ def _values(desc, buffers, coords, target) -> np.ndarray:
     need = info.buffer_bytes(nnz)
     if buf.size < need:
         raise HurraySchemaError(f"values: needs {need} bytes, buffer 0 has {buf.size}")
-    offsets = np.arange(nnz, dtype=np.int64)
     if desc.quantization is not None:
         p = quant_params(desc, buffers)
         pidx = np.ascontiguousarray(param_indices(p, desc.shape)[tuple(coords.T)], np.int64)
@@ -122,13 +121,13 @@ def _values(desc, buffers, coords, target) -> np.ndarray:
         work = np.dtype(np.float32) if target in (E.FLOAT32, E.FLOAT64) else out_dtype
         out = np.empty(nnz, work)
         kind = OUT_F32 if work == np.float32 else (OUT_F16 if target == E.FLOAT16 else OUT_BF16)
-        decode_gather(buf, np.int64(0), offsets, pidx, p.valmode, p.bits, p.signed, p.table, p.scales, p.zps,
-                      kind, out if kind == OUT_F32 else out.view(np.uint16))
+        decode_gather(buf, np.int64(0), np.arange(nnz, dtype=np.int64), pidx, p.valmode, p.bits, p.signed, p.table,
+                      p.scales, p.zps, kind, out if kind == OUT_F32 else out.view(np.uint16))
         return out.astype(out_dtype, copy=False)
     if bits >= 8 and desc.type_tag not in CODE_VIEW_TYPES:
         return np.frombuffer(buf, out_dtype, nnz)
     out = np.empty(nnz, out_dtype)
-    _gather_codes(buf, np.int64(0), offsets, np.int64(bits), out.view(np.uint8))
+    _gather_codes(buf, np.int64(0), np.arange(nnz, dtype=np.int64), np.int64(bits), out.view(np.uint8))
     return out
 
 
@@ -171,6 +170,27 @@ def _coo_linear(idx, rank, mshape, offset, hshape, check_sorted):
     return lin, 0
 
 
+@njit(cache=True)
+def _coo_linear_2d(idx, mshape, offset, hshape, check_sorted):
+    """:func:`_coo_linear` for rank 2 (matrices), with the dimension loop written out."""
+    nnz = idx.size // 2
+    lin = np.empty(nnz, np.int64)
+    m0, m1 = np.uint64(mshape[0]), np.uint64(mshape[1])
+    h1 = hshape[1]
+    base = offset[0] * h1 + offset[1]
+    prev = np.int64(-1)
+    for k in range(nnz):
+        c0, c1 = idx[2 * k], idx[2 * k + 1]
+        if c0 >= m0 or c1 >= m1:
+            return lin, 1
+        ml = np.int64(c0 * m1 + c1)
+        if check_sorted and ml <= prev:
+            return lin, 2
+        prev = ml
+        lin[k] = np.int64(c0) * h1 + np.int64(c1) + base
+    return lin, 0
+
+
 def sparse_linear(desc, buffers, target, offset, head_shape) -> tuple[np.ndarray, np.ndarray]:
     """(row-major linear index in ``head_shape`` of every stored entry shifted by ``offset``, values)."""
     shape = check_shape(desc.shape)
@@ -180,8 +200,9 @@ def sparse_linear(desc, buffers, target, offset, head_shape) -> tuple[np.ndarray
         rank, nnz = len(shape), int(desc.layout.nnz)
         idx = _u64(buffers, 1, nnz * rank, "COO indices")
         sorted_flag = desc.layout.is_sorted == 1
-        lin, err = _coo_linear(np.ascontiguousarray(idx), rank, np.asarray(shape, np.int64),
-                               np.asarray(offset, np.int64), np.asarray(head_shape, np.int64), sorted_flag)
+        args = (np.ascontiguousarray(idx), np.asarray(shape, np.int64), np.asarray(offset, np.int64),
+                np.asarray(head_shape, np.int64), sorted_flag)
+        lin, err = _coo_linear_2d(*args) if rank == 2 else _coo_linear(args[0], rank, *args[1:])
         if err == 1:
             raise HurraySchemaError("COO indices: coordinate out of bounds")
         if err == 2:

@@ -12,7 +12,7 @@ import math
 from typing import Optional, Sequence
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, parallel_chunksize, prange
 
 from ..rules.composite import decoded_type as rules_decoded_type
 from ..errors import HurraySchemaError, LimitExceeded
@@ -22,8 +22,8 @@ from ..structs.element_types import element_type_info
 from . import dense as dense_module
 from .dense import element_offsets
 from .elements import CODE_VIEW_TYPES, UnsupportedEvaluation, load_code, numpy_dtype
-from .quant import (OUT_BF16, OUT_F16, OUT_F32, PK_BLOCK, PK_CHANNEL, decode_gather, decode_rows, decode_rows_lut, param_indices, quant_params,
-                    storage_shape)
+from .quant import (NO_PATCH, OUT_BF16, OUT_F16, OUT_F32, PK_BLOCK, PK_CHANNEL, decode_gather, decode_rows,
+                    decode_rows_int4, decode_rows_lut, int4_vector_ok, param_indices, quant_params, storage_shape)
 
 __all__ = ["tensor_to_numpy", "decoded_type", "as_bytes", "dense_view", "check_shape", "decode_into",
            "DecodedTypeMismatch"]
@@ -172,14 +172,19 @@ def dense_view(desc, buffers) -> Optional[np.ndarray]:
                       strides=tuple(s * w for s in strides))
 
 
-def decode_into(desc, buffers, out: np.ndarray, seq_lens=None) -> None:
-    """Decode a dense / indirect tensor into the C-contiguous array ``out`` (its dtype picks the target)."""
+def decode_into(desc, buffers, out: np.ndarray, seq_lens=None, patch=None) -> bool:
+    """Decode a dense / indirect tensor into the C-contiguous array ``out`` (its dtype picks the target).
+
+    ``patch`` = (flat indices into ``out``, values in ``out``'s kernel type, combine) is a sparse
+    correction the caller wants applied afterwards; returns True if it was applied here, fused into
+    the decode (only the 4-bit vector kernel does), False if the caller must still apply it.
+    """
     shape = tuple(out.shape)
     info = element_type_info(desc.type_tag)
     if info is None or desc.type_tag == E.FLOAT128:
         raise UnsupportedEvaluation(f"element type 0x{int(desc.type_tag):02X} is not evaluated here")
     if out.size == 0:
-        return
+        return False
     if not buffers:
         raise HurraySchemaError("a dense tensor needs buffer 0")
     buf = as_bytes(buffers[0])
@@ -206,6 +211,8 @@ def decode_into(desc, buffers, out: np.ndarray, seq_lens=None) -> None:
             rshape = np.array(shape if shape else (1,), np.int64)
             rstr = np.array(strides if shape else (0,), np.int64)
             axis = p.axis if shape else 0
+            if INT4_VECTOR and int4_vector_ok(p, axis == len(rshape) - 1, int(rstr[-1]), kind):
+                return _decode_int4(buf, base, rshape, rstr, p, axis, kind, kout, patch)
             lut_ok = p.bits in (1, 2, 4) and (p.pk != PK_BLOCK or axis == len(rshape) - 1) \
                 and (p.pk != PK_CHANNEL or axis != len(rshape) - 1) and (p.pk != PK_BLOCK or p.block >= 16)
             kernel = decode_rows_lut if lut_ok else decode_rows
@@ -222,7 +229,7 @@ def decode_into(desc, buffers, out: np.ndarray, seq_lens=None) -> None:
                 raise HurraySchemaError("quantization parameter buffer is too short for the tensor")
             decode_gather(buf, base, _owned(offsets), _owned(pidx), p.valmode, p.bits, p.signed,
                           p.table, p.scales, p.zps, kind, kout)
-        return
+        return False
     if bits >= 8 and desc.type_tag not in CODE_VIEW_TYPES:
         w = bits // 8
         if strides is not None:
@@ -233,13 +240,48 @@ def decode_into(desc, buffers, out: np.ndarray, seq_lens=None) -> None:
             # offsets may be negative (strided tile grids): the span starts at the lowest one
             span = np.ndarray((hi - lo + 1,), out.dtype, buffer=buf, offset=desc.byte_offset + lo * w)
             np.take(span, offsets - lo, out=out)
-        return
+        return False
     if strides is not None:
         offsets = _affine_offsets(strides, shape)
     codes = flat.view(np.uint8)
     _gather_codes(buf, base, _owned(offsets), np.int64(bits), codes)
     if desc.type_tag == E.BOOL:
         np.minimum(codes, 1, out=codes)  # a stored bit is 0 or 1 already; keep bool items canonical
+    return False
+
+
+INT4_VECTOR = True
+"""Decode 4-bit codes with :func:`quant.decode_rows_int4` where it applies (tests switch it off to
+exercise the table-lookup kernel)."""
+
+_NO_ENTRIES = np.zeros(1, np.int64)
+
+DYNAMIC_CHUNKS = 64
+"""Parallel row loops hand out about this many chunks of rows to whichever thread is free
+(dynamic scheduling): on a machine whose other core is busy, a static half of the rows would
+wait for a thread that gets half a core."""
+
+
+@njit(cache=True, nogil=True)
+def _strictly_increasing(lin):
+    for k in range(1, lin.size):
+        if lin[k] <= lin[k - 1]:
+            return False
+    return True
+
+
+def _decode_int4(buf, base, rshape, rstr, p, axis, kind, kout, patch) -> bool:
+    """Run :func:`quant.decode_rows_int4`, fusing ``patch`` when its indices are strictly increasing
+    (storage order of a sorted COO or of CSR rows; entries at distinct indices commute, so another
+    order would only need sorting)."""
+    lin, vals, combine = _NO_ENTRIES, kout[:1], NO_PATCH
+    if patch is not None and _strictly_increasing(patch[0]):
+        lin, vals, combine = patch[0], patch[1], int(patch[2])
+    rows = kout.size // int(rshape[-1])
+    with parallel_chunksize(max(1, rows // DYNAMIC_CHUNKS)):
+        decode_rows_int4(buf, base, rshape, rstr, p.signed, p.scales, p.zps, p.pk, axis, p.block, p.nb, kind, kout,
+                         readonly(lin), readonly(vals), combine)
+    return combine != NO_PATCH
 
 
 def _check_quant_axis(desc):
