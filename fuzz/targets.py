@@ -52,7 +52,35 @@ def _touch(item) -> None:
 
 
 def run_decode_descriptor(data: bytes, mode: str = "strict", **kw):
-    return entry_point("decode_descriptor")(data, mode=mode, **kw)
+    """Decode ``data`` and check the compiled-signature path against the general decoder:
+    same descriptor, or the same error (a disagreement raises ``AssertionError``)."""
+    try:
+        got = entry_point("decode_descriptor")(data, mode=mode, **kw)
+    except hs.HurraySchemaError as exc:
+        _check_general(data, mode, kw, ("error", type(exc), getattr(exc, "rule_id", None)))
+        raise
+    _check_general(data, mode, kw, ("ok", got))
+    return got
+
+
+def _check_general(data: bytes, mode: str, kw: dict, outcome: tuple) -> None:
+    try:
+        from hurray_schema.codec import _parse_general
+        from hurray_schema.limits import resolve_limits
+        from hurray_schema.rules.descriptor import first_error
+        from hurray_schema.rules.engine import as_mode
+    except ImportError:  # a build from before the compiled path
+        return
+    try:
+        desc, _ = _parse_general(memoryview(data).cast("B"), as_mode(mode), 0, resolve_limits(kw.get("limits")))
+        finding = first_error(desc, mode)
+        if finding is not None:
+            raise finding.to_violation()
+        want = ("ok", desc)
+    except hs.HurraySchemaError as exc:
+        want = ("error", type(exc), getattr(exc, "rule_id", None))
+    if want != outcome:
+        raise AssertionError(f"compiled and general decoders disagree: {outcome!r} != {want!r}")
 
 
 def run_read_stream(data: bytes, mode: str = "strict", framing: str = "bare", **kw) -> int:
