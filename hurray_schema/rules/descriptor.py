@@ -299,7 +299,7 @@ def _scalar_layout(desc, ctx):
 @_rule("data_model.shard.dynamic", MUST_NOT, "data-model.md § Dynamic Dimensions",
        "A tensor with a shard section has no dynamic dimension, in its shape or in the shard's parent_shape.")
 def _shard_dynamic(desc, ctx):
-    if desc.shard is None:
+    if desc.shard is None or (_DYN not in desc.shape and _DYN not in desc.shard.parent_shape):
         return
     for k, d in enumerate(desc.shape):
         if d == _DYN:
