@@ -142,11 +142,10 @@ class _Source:
     def construct(self, cls, exprs: dict) -> str:
         """An expression building ``cls`` with its attrs fields taken by name, in order."""
         name = self.constant(f"_new_{cls.__name__}", _constructor(cls))
-        args = []
-        for f in attrs.fields(cls):
-            if f.name.lstrip("_") not in exprs and f.name not in exprs:
-                raise _NotCompilable(f"{cls.__name__}.{f.name} is not on the wire table")
-            args.append(exprs.get(f.name, exprs.get(f.name.lstrip("_"))))
+        try:
+            args = [exprs[f.name] for f in attrs.fields(cls)]  # attrs field names are the spec names
+        except KeyError as missing:
+            raise _NotCompilable(f"{cls.__name__}.{missing} is not on the wire table") from None
         return f"{name}({', '.join(args)})"
 
 
@@ -167,15 +166,8 @@ type_tag, the shape as unpacked (a tuple of ints), a tuple of handles and ``b''`
 
 def _items(fmt: str) -> int:
     """Number of values ``struct`` unpacks for ``fmt`` (``4Q`` is four, ``4s`` one)."""
-    count, digits = 0, ""
-    for ch in fmt:
-        if ch.isdigit():
-            digits += ch
-            continue
-        n = int(digits) if digits else 1
-        count += 1 if ch in "sp" else n
-        digits = ""
-    return count
+    codec = struct.Struct("<" + fmt)
+    return len(codec.unpack(bytes(codec.size)))
 
 
 def _layout_expr(src: _Source, desc: TensorDescriptor) -> str:
@@ -403,19 +395,23 @@ def encode(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes])
     through ``general``."""
     key = encoder_key(desc)
     encoder = _ENCODERS.get(key, _ENCODERS)
-    if encoder is _ENCODERS:  # not seen yet
+    if encoder is _ENCODERS:  # not seen yet, or only with values the general encoder rejected
         encoder = _compile_checked(desc, general)
-        if len(_ENCODERS) >= MAX_SIGNATURES:
-            _ENCODERS.clear()
-        _ENCODERS[key] = encoder
-    if encoder is not None:
+        if encoder is not _ENCODERS:
+            if len(_ENCODERS) >= MAX_SIGNATURES:
+                _ENCODERS.clear()
+            _ENCODERS[key] = encoder
+    if encoder is not None and encoder is not _ENCODERS:
         data = encoder(desc)
         if data is not None:
             return data
     return general(desc)
 
 
-def _compile_checked(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> Optional[Callable]:
+def _compile_checked(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]):
+    """The encoder for the shape of ``desc``; ``None`` if the shape stays with the general
+    encoder; the ``_ENCODERS`` table itself (meaning "decide later") if ``desc``'s values do
+    not encode, so that one bad descriptor does not decide for its whole shape."""
     try:
         encoder = compile_encoder(desc)
     except _NotCompilable:
@@ -423,5 +419,5 @@ def _compile_checked(desc: TensorDescriptor, general: Callable[[TensorDescriptor
     try:
         expected = general(desc)
     except Exception:  # noqa: BLE001 -- the general encoder reports it when called for real
-        return None
+        return _ENCODERS
     return encoder if encoder(desc) == expected else None

@@ -22,7 +22,9 @@ from hurray_schema.model import (
     BufferHandle, CsrLayout, ElementType, PerBlockAffine, Shard, TensorDescriptor, TiledLayout,
 )
 from hurray_schema.rules.engine import Mode
-from hurray_schema.structs.descriptor import FIXED_HEADER_SIZE
+from hurray_schema.structs._declare import static_offset
+from hurray_schema.structs.descriptor import BUFFER_COUNT, FIXED_HEADER_SIZE
+from hurray_schema.structs.wire import descriptor_spans
 
 from test_codec_roundtrip import SETTINGS, U8, _mode, descriptors
 
@@ -125,7 +127,8 @@ def test_a_different_buffer_count_under_the_same_header_falls_back():
     desc = _per_block()
     wire = encode_descriptor(desc)
     _warm(wire, "strict")
-    count_at = FIXED_HEADER_SIZE + 8 * desc.rank + 8  # shape, byte_offset, then buffer_count
+    count_at = dict((part, start) for part, start, _ in descriptor_spans(desc))["buffer_table"] + static_offset(
+        BUFFER_COUNT, "buffer_count")
     assert wire[count_at] == 2
     forged = wire[:count_at] + b"\x01" + wire[count_at + 1:]
     assert _public(forged, "strict") == _general(forged, "strict")
@@ -238,3 +241,14 @@ def test_trailing_bytes_of_a_newer_minor_are_encoded_by_the_general_encoder():
     assert signature.encoder_key(newer) == signature.encoder_key(good)
     assert encode_descriptor(newer) == encode_descriptor_bytes(newer)
     assert encode_descriptor(newer).endswith(b"\x01\x02")
+
+
+def test_a_first_descriptor_that_does_not_encode_leaves_its_shape_compilable():
+    good = _per_block()
+    bad = TensorDescriptor(good.type_tag, good.shape, buffers=(BufferHandle(-1), BufferHandle(256)),
+                           quantization=good.quantization, shard=good.shard)
+    signature.clear()
+    with pytest.raises(struct.error):
+        encode_descriptor(bad)
+    assert encode_descriptor(good) == encode_descriptor_bytes(good)
+    assert signature._ENCODERS.get(signature.encoder_key(good)) is not None
