@@ -199,7 +199,8 @@ def _decode_compiled(data, header: bytes, limits: Limits) -> Optional[TensorDesc
     """The descriptor from the decoder compiled for ``header`` (:mod:`hurray_schema.signature`),
     or None when there is none, the input is shorter, a limit is lower or a guard differs."""
     compiled = signature.lookup(header)
-    if compiled is None or len(data) < compiled.length or not (limits is DEFAULT_LIMITS or compiled.fits(limits)):
+    if compiled is None or len(data) < compiled.length or not (
+            compiled.fits_default if limits is DEFAULT_LIMITS else compiled.fits(limits)):
         return None
     return compiled.decode(data)
 

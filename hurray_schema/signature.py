@@ -30,7 +30,7 @@ from typing import Callable, Optional
 
 import attrs
 
-from .limits import Limits
+from .limits import DEFAULT_LIMITS, Limits
 from .model import (
     SCHEMES, TABLE_LAYOUTS, BufferHandle, ColumnMajorLayout, CompositeMember, ExtensionType, RowMajorLayout, Shard,
     Statistics, TensorDescriptor,
@@ -98,6 +98,12 @@ class CompiledDecoder:
     length: int
     rank: int
     buffer_count: int
+    fits_default: bool = attrs.field(init=False)
+    """Within :data:`~hurray_schema.limits.DEFAULT_LIMITS` (it may have been compiled under raised ones)."""
+
+    @fits_default.default
+    def _fits_default(self) -> bool:
+        return self.fits(DEFAULT_LIMITS)
 
     def fits(self, limits: Limits) -> bool:
         return (self.length <= limits.max_descriptor_bytes and self.rank <= limits.max_rank

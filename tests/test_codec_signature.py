@@ -252,3 +252,20 @@ def test_a_first_descriptor_that_does_not_encode_leaves_its_shape_compilable():
         encode_descriptor(bad)
     assert encode_descriptor(good) == encode_descriptor_bytes(good)
     assert signature._ENCODERS.get(signature.encoder_key(good)) is not None
+
+
+def test_a_header_compiled_under_raised_limits_still_meets_the_default_ones():
+    """A 16 MiB + 64 byte descriptor (long quantization padding) compiled while
+    max_descriptor_bytes was raised is still refused under the default limits."""
+    big = TensorDescriptor(ElementType.INT4, (128, 128), buffers=(BufferHandle(8192), BufferHandle(256)),
+                           quantization=PerBlockAffine(axis=1, block_size=128, scale_buffer_index=1, flags=1,
+                                                       scale_type_tag=ElementType.FLOAT16,
+                                                       padding=bytes(DEFAULT_LIMITS.max_descriptor_bytes)))
+    wire = encode_descriptor(big)
+    raised = Limits(max_descriptor_bytes=2 * DEFAULT_LIMITS.max_descriptor_bytes)
+    signature.clear()
+    parse_descriptor(wire, limits=raised)
+    parse_descriptor(wire, limits=raised)
+    assert signature.lookup(wire[:FIXED_HEADER_SIZE]) is not None
+    with pytest.raises(LimitExceeded):
+        parse_descriptor(wire)
