@@ -44,7 +44,8 @@ from .structs.descriptor import (
 from .structs.element_types import RESERVED_TYPE_TAG, element_type_info, is_private_type
 from .structs.wire import descriptor_spans, encode_descriptor_bytes
 
-__all__ = ["decode_descriptor", "encode_descriptor", "parse_descriptor", "peek_descriptor_length", "descriptor_spans"]
+__all__ = ["decode_descriptor", "encode_descriptor", "parse_descriptor", "check_semantics", "peek_descriptor_length",
+           "descriptor_spans"]
 
 
 def _builder(cls):
@@ -177,14 +178,15 @@ def parse_descriptor(data, *, mode="strict", base: int = 0,
     mode = _MODES.get(mode) or as_mode(mode)
     limits = resolve_limits(limits)
     if data.__class__ is bytes:  # the common case: the first 20 bytes are the signature as they are
-        desc = _decode_compiled(data, data[:FIXED_HEADER_SIZE], limits)
+        header = data[:FIXED_HEADER_SIZE]
+        desc = _decode_compiled(data, header, limits)
         if desc is not None:
             return desc, []
     view = memoryview(data)
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
-    header = view[:FIXED_HEADER_SIZE].tobytes()
     if data.__class__ is not bytes:
+        header = view[:FIXED_HEADER_SIZE].tobytes()
         desc = _decode_compiled(view, header, limits)
         if desc is not None:
             return desc, []
@@ -397,7 +399,13 @@ def decode_descriptor(data, *, mode="strict", limits: Optional[Limits] = None) -
     raises :class:`~hurray_schema.errors.LimitExceeded`.
     """
     desc, _ = parse_descriptor(data, mode=mode, limits=limits)
-    finding = first_error(desc, mode)  # the semantic rules of one descriptor (rules/descriptor.py)
+    return check_semantics(desc, mode)
+
+
+def check_semantics(desc: TensorDescriptor, mode="strict") -> TensorDescriptor:
+    """``desc`` once the semantic rules of one descriptor (:mod:`hurray_schema.rules.descriptor`)
+    pass; the first violation the mode does not tolerate is raised."""
+    finding = first_error(desc, mode)
     if finding is not None:
         raise finding.to_violation()
     return desc
