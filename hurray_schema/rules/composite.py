@@ -88,8 +88,9 @@ MEMBER_PARENT = declare(
     "A partition or overlay member's parent_shape equals the head's shape (check 1).", scope="composite.member")
 MEMBER_BOUNDS = declare(
     "composite.member.box_bounds", MUST, V,
-    "A partition or overlay member's box lies inside the head: shard_offset[k] + shape[k] <= head shape[k] "
-    "(check 1).", scope="composite.member")
+    "A partition or overlay member's box lies inside the head (check 1): its extent is definite (no dynamic "
+    "dimension).  A definite box past the head is the member's shard past its parent_shape, which equals the "
+    "head's shape: metadata.shard.bounds, the one rule for that fault.", scope="composite.member")
 MEMBER_TYPE = declare(
     "composite.member.decoded_type", MUST, V,
     "A partition or overlay member's decoded value type (after dequantization) equals the head's type_tag "
@@ -133,6 +134,7 @@ TORN = declare(
     scope="composite.close", permissive=True)
 
 _HEAD_RULES = [r for r in DESCRIPTOR_RULES if r.scope == "composite.head"]
+_SHARD_BOUNDS = next(r for r in DESCRIPTOR_RULES if r.id == "metadata.shard.bounds")
 _DYN = DYNAMIC_DIMENSION
 _PARTITION, _OVERLAY, _GROUP = CompositionRule.PARTITION, CompositionRule.OVERLAY, CompositionRule.GROUP
 
@@ -162,6 +164,11 @@ class CompositeValidator:
 
     ``base`` / ``push_member(..., base=)`` give the byte offset of the head / member
     descriptor in the input; without one, per-field findings carry no offset.
+
+    ``check_head=False`` is for callers that ran the descriptor rules on every descriptor
+    already (readers, audit): the head rules are not re-run, and a member box past the
+    head -- a shard past its parent_shape, ``metadata.shard.bounds`` -- is not reported
+    twice (the box is left out of the close-time checks all the same).
     """
 
     def __init__(self, head: TensorDescriptor, *, mode="strict", collect: bool = False, depth: int = 1,
@@ -185,6 +192,7 @@ class CompositeValidator:
         self._flat_shapes: list[int] = []
         self._boxes = 0
         self._arrays = None
+        self._descriptor_rules = check_head
         out: list[Finding] = []
         ctx = DescriptorContext(head, self.mode, base or 0)
         for rule in _HEAD_RULES if check_head else ():
@@ -254,8 +262,8 @@ class CompositeValidator:
         return out
 
     @staticmethod
-    def _at(desc, base, part, decl, name):
-        return None if base is None else DescriptorContext(desc, Mode.STRICT, base).section(part, decl, name)
+    def _at(desc, base, part, decl, name, index: int = 0):
+        return None if base is None else DescriptorContext(desc, Mode.STRICT, base).section(part, decl, name, index)
 
     def _check_box(self, desc, index, base, out) -> None:
         who = f"member {index}"
@@ -268,10 +276,14 @@ class CompositeValidator:
                        f"{list(self._shape)}", out, self._at(desc, base, "shard", X.SHARD_SECTION, "parent_shape"))
             return
         for k, (o, d, h) in enumerate(zip(shard.shard_offset, desc.shape, self._shape)):
-            if d == _DYN or o + d > h:
-                self._fire(MEMBER_BOUNDS, f"{who} box [{o}, {o}+{'dynamic' if d == _DYN else d}) leaves the head's "
-                           f"dimension {k} of size {h}", out,
-                           self._at(desc, base, "shard", X.SHARD_SECTION, "shard_offset"))
+            if d == _DYN:
+                self._fire(MEMBER_BOUNDS, f"{who} box [{o}, {o}+dynamic) along dimension {k} is not inside the "
+                           f"head's {h}", out, self._at(desc, base, "shard", X.SHARD_SECTION, "shard_offset", k))
+                return
+            if o + d > h:
+                if self._descriptor_rules:
+                    for f in _SHARD_BOUNDS.check(desc, DescriptorContext(desc, self.mode, base or 0)):
+                        self._emit(f if base is not None else _no_offset(f), out)
                 return
         if self.rule == _PARTITION:
             self._flat_offsets.extend(shard.shard_offset)
@@ -422,8 +434,10 @@ class CompositeBinder:
     (a list the caller may pass in) receives them in the order they were found.
 
     ``validate=False`` binds without the per-member and close-time checks (the depth limit
-    and torn composites are still enforced); ``check_heads`` re-runs the composite-head
-    rules on each head (callers that already ran the descriptor rules leave it off);
+    and torn composites are still enforced); ``check_heads`` is for descriptors the
+    descriptor rules have not seen (in-memory ones): it runs the composite-head rules and
+    the shard-bounds rule on a member box past the head (callers that ran the descriptor
+    rules on every descriptor -- readers, audit -- leave it off, so no fault is reported twice);
     ``limits`` applies :class:`~hurray_schema.limits.Limits` ``max_composite_depth`` and
     ``max_composite_members`` (None: only the spec's depth limit).
 
