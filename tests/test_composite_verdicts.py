@@ -38,7 +38,7 @@ from hurray_schema.model import (
 from hurray_schema.rules.composite import CompositeValidator, validate_preorder
 
 F32, F16 = ElementType.FLOAT32, ElementType.FLOAT16
-PARTITION, OVERLAY, GROUP = CompositionRule.PARTITION, CompositionRule.OVERLAY, CompositionRule.GROUP
+PARTITION, OVERLAY = CompositionRule.PARTITION, CompositionRule.OVERLAY
 
 WRITER_OPTIONS: dict = {}
 """Passed to every writer below.  The writers do not validate yet; once they refuse to

@@ -66,7 +66,7 @@ from ..model import (
     CompositeLayout, CompositionRule, ElementType, MemberRole, Mxfp, Nf4, PerBlockAffine, PerChannelAffine,
     PerTensorAffine, TensorDescriptor, DYNAMIC_DIMENSION,
 )
-from ..structs import sections as X
+from ..structs.sections import COMPOSITE_MEMBER_SECTION, SHARD_SECTION
 from .descriptor import DESCRIPTOR_RULES, DescriptorContext
 from .engine import Finding, Level, Mode, Report, as_mode, declare
 
@@ -273,12 +273,12 @@ class CompositeValidator:
             return
         if tuple(shard.parent_shape) != self._shape:
             self._fire(MEMBER_PARENT, f"{who} parent_shape {list(shard.parent_shape)} differs from the head's shape "
-                       f"{list(self._shape)}", out, self._at(desc, base, "shard", X.SHARD_SECTION, "parent_shape"))
+                       f"{list(self._shape)}", out, self._at(desc, base, "shard", SHARD_SECTION, "parent_shape"))
             return
         for k, (o, d, h) in enumerate(zip(shard.shard_offset, desc.shape, self._shape)):
             if d == _DYN:
                 self._fire(MEMBER_BOUNDS, f"{who} box [{o}, {o}+dynamic) along dimension {k} is not inside the "
-                           f"head's {h}", out, self._at(desc, base, "shard", X.SHARD_SECTION, "shard_offset", k))
+                           f"head's {h}", out, self._at(desc, base, "shard", SHARD_SECTION, "shard_offset", k))
                 return
             if o + d > h:
                 if self._descriptor_rules:
@@ -301,16 +301,16 @@ class CompositeValidator:
         elif index == 0 and m.member_role != MemberRole.BASE:
             self._fire(MEMBER_BASE_FIRST, f"the first overlay member has member_role 0x{m.member_role:02X}, not "
                        "0x01 (base)", out,
-                       self._at(desc, base, "composite_member", X.COMPOSITE_MEMBER_SECTION, "member_role"))
+                       self._at(desc, base, "composite_member", COMPOSITE_MEMBER_SECTION, "member_role"))
         elif index > 0 and m.member_role != MemberRole.CORRECTION:
             self._fire(MEMBER_CORRECTION, f"overlay {who} has member_role 0x{m.member_role:02X}, not 0x00 "
                        "(correction)", out,
-                       self._at(desc, base, "composite_member", X.COMPOSITE_MEMBER_SECTION, "member_role"))
+                       self._at(desc, base, "composite_member", COMPOSITE_MEMBER_SECTION, "member_role"))
         if index == 0 and desc.shard is not None and (
                 any(desc.shard.shard_offset) or tuple(desc.shape) != self._shape):
             self._fire(MEMBER_BASE_SPAN, f"the overlay base (shape {list(desc.shape)}, shard_offset "
                        f"{list(desc.shard.shard_offset)}) does not span the head shape {list(self._shape)}", out,
-                       self._at(desc, base, "shard", X.SHARD_SECTION, "shard_offset"))
+                       self._at(desc, base, "shard", SHARD_SECTION, "shard_offset"))
 
     # -- close ---------------------------------------------------------------------
     def close(self) -> list[Finding]:
@@ -493,10 +493,9 @@ class CompositeBinder:
             parent.members.append(node)
             return self._settle()
         depth = len(stack) + 1
-        if depth > MAX_COMPOSITE_DEPTH:
-            if parent is not None:
-                parent.clean = False
-            if parent is None or parent.validator is None:  # a validating parent fired it already
+        if depth > MAX_COMPOSITE_DEPTH:  # depth > 1: there is a parent
+            parent.clean = False
+            if parent.validator is None:  # a validating parent has fired it in push_member
                 self._emit(_too_deep(depth, offset, self.mode))
         elif self.limits is not None:
             self.limits.check("max_composite_depth", depth, offset)
