@@ -535,9 +535,8 @@ class CompositeBinder:
         outer = stack[0]
         nested = len(stack) - 1
         self._emit(TORN.finding(
-            f"the input ends after {len(outer.members)} of the members this head binds (member_count "
-            f"{outer.head.layout.member_count})" + (f"; {nested} nested composite(s) also open" if nested else ""),
-            outer.offset, self.mode))
+            f"the input ended after {len(outer.members)} of {outer.head.layout.member_count} members"
+            + (f" ({nested} nested composite(s) also open)" if nested else ""), outer.offset, self.mode))
         loose = [node for frame in stack for node in frame.members]
         stack.clear()
         return loose
