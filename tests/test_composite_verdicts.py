@@ -331,3 +331,17 @@ def test_the_verdict_is_kept_and_readers_mark_what_they_bound(monkeypatch):
     with pytest.raises(SpecViolation):
         unchecked.materialize()  # bound without the checks: validated on first evaluation
     assert len(runs) == 3
+
+
+def test_a_composite_kept_by_a_permissive_reader_is_still_rejected_by_the_evaluator():
+    """A permissive reader keeps a partition with a gap (a tolerated finding) but does not
+    mark it valid: evaluating it raises the rule the strict reader raises."""
+    data = write_stream(None, [FAULTS["gap"].item()], **WRITER_OPTIONS)
+    reader = read_stream(data, mode="permissive")
+    (kept,) = reader
+    assert [(f.rule_id, f.tolerated) for f in reader.findings] == [("composite.close.partition_gap", True)]
+    strict_rule, _ = raised(lambda: list(read_stream(data)))
+    for evaluate in (kept.materialize, lambda: kept.read([(0, 4)]), lambda: kept.lookup((0,))):
+        with pytest.raises(SpecViolation) as info:
+            evaluate()
+        assert info.value.rule_id == strict_rule
