@@ -315,7 +315,8 @@ class HurrayFile(Mapping):
 
     def _bind(self, ordered: list[IndexEntry], validate: bool) -> None:
         binder = CompositeBinder(mode=self.mode, validate=validate, limits=self.limits, findings=self.findings,
-                                 leaf=self._tensor_node, assemble=Composite.from_binder)
+                                 leaf=lambda desc, name: Tensor(desc, self._buffers(name), name=name),
+                                 assemble=Composite.from_binder)
         self._items: dict[str, Item] = {}
         for e in ordered:
             for item in binder.add(self._descriptors[e.name], e.descriptor_offset, e.name):
@@ -324,9 +325,6 @@ class HurrayFile(Mapping):
             self._items[item.name] = item
         order = {e.name: i for i, e in enumerate(self._entries)}
         self._names = sorted(self._items, key=order.__getitem__)
-
-    def _tensor_node(self, desc: TensorDescriptor, name: str) -> Tensor:
-        return Tensor(desc, self._buffers(name), name=name)
 
     def _buffers(self, name: str) -> list:
         view = self._view
