@@ -32,16 +32,20 @@ import attrs
 
 from .errors import LimitExceeded
 
-__all__ = ["Limits", "DEFAULT_LIMITS", "HARD_MAXIMUM", "resolve_limits"]
+__all__ = ["Limits", "DEFAULT_LIMITS", "HARD_MAXIMUM", "MAX_COMPOSITE_DEPTH", "resolve_limits"]
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+MAX_COMPOSITE_DEPTH = 8
+"""Deepest composite nesting the spec lets a reader accept, a head counting as one level
+(``layouts/composite.md § Binding``); the binder, the evaluator and the limits use this one value."""
 U8, U16, U32, U64 = (1 << 8) - 1, (1 << 16) - 1, (1 << 32) - 1, (1 << 64) - 1
 
 HARD_MAXIMUM = {
     "max_descriptor_bytes": U32,  # descriptor_length is a uint32 (metadata.md § Fixed Header)
     "max_rank": 64,  # normative cap (data-model.md § Rank)
     "max_buffer_count": U8,  # buffer_count is a uint8 (metadata.md § Buffer Table)
-    "max_composite_depth": 8,  # normative (layouts/composite.md § Binding)
+    "max_composite_depth": MAX_COMPOSITE_DEPTH,  # normative (layouts/composite.md § Binding)
     "max_tiled_depth": 64,  # our recursion guard; the spec leaves the limit to the reader
     "max_composite_members": U32 - 1,  # member_count uint32, 0xFFFFFFFF reserved (layouts/composite.md)
     "max_buffer_bytes": U64,  # byte_size is a uint64 (buffer-protocol.md § Buffer Handle)
@@ -81,7 +85,7 @@ class Limits:
                                                  "read whole before decoding).")
     max_rank: int = _limit(64, "Largest rank accepted; the spec cap (64) can only be lowered.")
     max_buffer_count: int = _limit(U8, "Largest buffer_count accepted (uint8 on the wire).")
-    max_composite_depth: int = _limit(8, "Deepest composite nesting accepted (a head is depth 1); "
+    max_composite_depth: int = _limit(MAX_COMPOSITE_DEPTH, "Deepest composite nesting accepted (a head is depth 1); "
                                          "the spec's 8 can only be lowered.")
     max_tiled_depth: int = _limit(8, "Deepest tiled recursion accepted (the outer tiled level is 1); "
                                      "the spec recommends 8.")

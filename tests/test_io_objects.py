@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import hurray_schema.rules.composite as composite_rules
 from hurray_schema.errors import HurraySchemaError, LimitExceeded, SpecViolation
 from hurray_schema.limits import Limits
+from hurray_schema.model import Shard
 from hurray_schema.io import (
     Composite, RemoteError, Tensor, read_file, read_stream, write_file, write_stream,
 )
@@ -99,20 +100,22 @@ def test_to_numpy_with_the_real_evaluator():
 # --------------------------------------------------------------------------------------
 
 
-class RecordingValidator:
+class RecordingValidator(composite_rules.CompositeValidator):
+    """The rule engine's validator, logging what the binder asks of it."""
+
     log: list = []
 
-    def __init__(self, head, mode):
-        self.head = head
-        self.log.append(("open", head.layout.member_count, str(mode.value if hasattr(mode, "value") else mode)))
+    def __init__(self, head, **options):
+        super().__init__(head, **options)
+        self.log.append(("open", head.layout.member_count, self.mode.value))
 
-    def push_member(self, desc):
+    def push_member(self, desc, *, base=None):
         self.log.append(("member", desc.shape))
-        return []
+        return super().push_member(desc, base=base)
 
     def close(self):
         self.log.append(("close",))
-        return []
+        return super().close()
 
 
 def _group():
@@ -121,7 +124,7 @@ def _group():
 
 
 def test_stream_binding_uses_the_validator(monkeypatch):
-    monkeypatch.setattr(composite_rules, "CompositeValidator", RecordingValidator, raising=False)
+    monkeypatch.setattr(composite_rules, "CompositeValidator", RecordingValidator)
     RecordingValidator.log = []
     (c,) = read_stream(write_stream(None, [_group()]))
     assert isinstance(c.members[0], Composite) and isinstance(c.members[1], Tensor)
@@ -131,7 +134,7 @@ def test_stream_binding_uses_the_validator(monkeypatch):
 
 
 def test_file_binding_uses_the_validator(monkeypatch, tmp_path):
-    monkeypatch.setattr(composite_rules, "CompositeValidator", RecordingValidator, raising=False)
+    monkeypatch.setattr(composite_rules, "CompositeValidator", RecordingValidator)
     RecordingValidator.log = []
     write_file(tmp_path / "g.hrry", {"g": _group()})
     with read_file(tmp_path / "g.hrry", mode="permissive") as f:
@@ -141,10 +144,10 @@ def test_file_binding_uses_the_validator(monkeypatch, tmp_path):
 
 def test_validator_violation_propagates(monkeypatch):
     class Rejecting(RecordingValidator):
-        def push_member(self, desc):
-            raise SpecViolation("composite.test", "layouts/composite.md § Validation", None, "no")
+        def push_member(self, desc, *, base=None):
+            raise SpecViolation("composite.test", "layouts/composite.md § Validation", base, "no")
 
-    monkeypatch.setattr(composite_rules, "CompositeValidator", Rejecting, raising=False)
+    monkeypatch.setattr(composite_rules, "CompositeValidator", Rejecting)
     with pytest.raises(SpecViolation, match="composite.test"):
         list(read_stream(write_stream(None, [_group()])))
     assert len(list(read_stream(write_stream(None, [_group()]), validate_composites=False))) == 1
@@ -153,9 +156,9 @@ def test_validator_violation_propagates(monkeypatch):
 def test_validator_findings_get_container_offsets(monkeypatch):
     class Rejecting(RecordingValidator):
         def close(self):
-            raise SpecViolation("composite.test", "layouts/composite.md § Validation", None, "no")
+            raise SpecViolation("composite.test", "layouts/composite.md § Validation", self.base, "no")
 
-    monkeypatch.setattr(composite_rules, "CompositeValidator", Rejecting, raising=False)
+    monkeypatch.setattr(composite_rules, "CompositeValidator", Rejecting)
     data = write_stream(None, [t([1]), _group()])
     with pytest.raises(SpecViolation) as info:
         list(read_stream(data))
@@ -163,17 +166,25 @@ def test_validator_findings_get_container_offsets(monkeypatch):
     assert info.value.offset == len(write_stream(None, [t([1])])) + len(_encode(_group()))
 
 
+def test_unvalidated_composite_is_validated_on_first_evaluation():
+    """validate_composites=False binds without the checks; the evaluator then runs them
+    (a partition whose one member leaves a gap)."""
+    half = t([1, 2], shard=Shard((4,), (0,)))
+    gap = Composite.build("partition", [half], shape=[4], type_tag=F32)
+    (c,) = read_stream(write_stream(None, [gap]), validate_composites=False)
+    with pytest.raises(SpecViolation) as info:
+        c.materialize()
+    assert info.value.rule_id == "composite.close.partition_gap"
+    with pytest.raises(SpecViolation) as info:
+        list(read_stream(write_stream(None, [gap])))
+    assert info.value.rule_id == "composite.close.partition_gap"
+
+
 def test_file_is_not_a_stream(tmp_path):
     write_file(tmp_path / "f.hrry", {"x": t([1])})
     with pytest.raises(SpecViolation) as info:
         list(read_stream(tmp_path / "f.hrry"))
     assert info.value.rule_id == "descriptor.magic" and "read_file" in info.value.message
-
-
-def test_binding_without_a_validator(monkeypatch):
-    monkeypatch.delattr(composite_rules, "CompositeValidator", raising=False)
-    (c,) = read_stream(write_stream(None, [_group()]))
-    assert c.same_content(_group())
 
 
 # --------------------------------------------------------------------------------------

@@ -417,12 +417,12 @@ def test_file_composite_torn(tmp_path, clean):
     p = Parts(clean)
     head = p.entry(b"p")[1]
     bad = _bump_member_count(clean, head, 3)  # 2 members follow, 3 promised: runs past the end
-    v = fires(tmp_path, bad, "file.composite.torn")
-    assert "member_count 3" in v.message
+    v = fires(tmp_path, bad, "composite.torn")
+    assert "2 of 3 members" in v.message and v.offset == head  # located at the torn composite's head
     with read_file(write(tmp_path, bad), mode="permissive") as f:
         assert "p" not in f  # never the composite ...
         assert isinstance(f["p.0"], Tensor) and isinstance(f["p.1"], Tensor)  # ... its members, plain
-        assert [x.rule_id for x in f.findings if x.tolerated] == ["file.composite.torn"]
+        assert [x.rule_id for x in f.findings if x.tolerated] == ["composite.torn"]
 
 
 def test_nesting_depth(tmp_path):
@@ -438,11 +438,11 @@ def test_nesting_depth(tmp_path):
     write_file(tmp_path / "deep.hrry", {"x": nest(9)})
     with pytest.raises(SpecViolation) as info:
         read_file(tmp_path / "deep.hrry")
-    assert info.value.rule_id == "stream.composite.depth"
+    assert info.value.rule_id == "composite.nesting.depth"
     assert len(list(read_stream(write_stream(None, [nest(8)])))) == 1
     with pytest.raises(SpecViolation) as info:
         list(read_stream(write_stream(None, [nest(9)])))
-    assert info.value.rule_id == "stream.composite.depth"
+    assert info.value.rule_id == "composite.nesting.depth"
 
 
 # --------------------------------------------------------------------------------------
@@ -479,11 +479,11 @@ def test_stream_composite_torn(bare):
     cut = bare[: w_len + head_len + member]
     with pytest.raises(SpecViolation) as info:
         list(read_stream(cut))
-    assert info.value.rule_id == "stream.composite.torn" and info.value.offset == len(cut)
+    assert info.value.rule_id == "composite.torn" and info.value.offset == w_len  # the torn composite's head
     r = read_stream(cut, mode="permissive")
     items = list(r)
     assert [type(i) for i in items] == [Tensor, Tensor]  # w, then the arrived member as a plain tensor
-    assert [f.rule_id for f in r.findings] == ["stream.composite.torn"]
+    assert [f.rule_id for f in r.findings] == ["composite.torn"]
     # a head with nothing after it
     r = read_stream(bare[: w_len + head_len], mode="permissive")
     assert [type(i) for i in r] == [Tensor]
@@ -602,9 +602,10 @@ def test_message_stream_composite_torn():
         "485252590100350000000000000003" "0b" "02000000" "0800000000000000" "0800000000000000"
         "0000000000000000" "01000000" "02000000" "00")
     stream = msg(4, head + struct.pack("<QII", 0, 0, 1)) + msg(6)
-    msg_fires(stream, "stream.composite.torn")
+    v = msg_fires(stream, "composite.torn")
+    assert v.offset == 12  # the head descriptor, after its 12-byte message header
     r = read_stream(stream, framing="messages", mode="permissive")
-    assert list(r) == [] and r.findings[0].rule_id == "stream.composite.torn"
+    assert list(r) == [] and r.findings[0].rule_id == "composite.torn"
 
 
 # --------------------------------------------------------------------------------------
@@ -619,8 +620,7 @@ FIRED_ABOVE = {
     "file.index.descriptor_length", "file.index.descriptor_bounds", "file.index.overlap",
     "file.descriptor.alignment", "file.data.alignment", "file.data.length", "file.data.bounds", "file.kv.flag",
     "file.kv.bounds", "file.kv.truncated", "file.kv.key", "file.kv.duplicate", "file.kv.value_tag", "file.kv.bool",
-    "file.kv.array_tag", "file.kv.string", "file.composite.torn", "stream.truncated", "stream.composite.torn",
-    "stream.composite.depth", "stream.message.type", "stream.message.stream_id", "stream.message.truncated",
+    "file.kv.array_tag", "file.kv.string", "stream.truncated", "stream.message.type", "stream.message.stream_id", "stream.message.truncated",
     "stream.message.order", "stream.descriptor.payload", "stream.descriptor.shards", "stream.data.total_bytes",
     "stream.data.frame", "stream.data.sum", "stream.data_end.payload", "stream.sync_mode.cross_machine",
 }

@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 import hurray_schema as hs
 from hurray_schema.codec import decode_descriptor, encode_descriptor
 from hurray_schema.model import (
-    BufferHandle as B, CombineOp, CompositeLayout, CompositeMember, CompositionRule, CooLayout,
+    DYNAMIC_DIMENSION, BufferHandle as B, CombineOp, CompositeLayout, CompositeMember, CompositionRule, CooLayout,
     ElementType as T, PerBlockAffine, PerTensorAffine, Shard, TensorDescriptor as D,
 )
 from hurray_schema.rules.composite import CompositeValidator, decoded_type, partition_check, validate_preorder
@@ -60,7 +60,8 @@ def fired(h, members, **kw):
 CASES = [
     ("composite.member.shard", head(), [M0, M1], [M0, ev(M1, shard=None)]),
     ("composite.member.parent_shape", head(), [M0, M1], [M0, member(offset=(0, 4), parent=(8, 9))]),
-    ("composite.member.box_bounds", head(), [M0, M1], [M0, member(offset=(0, 5))]),
+    ("composite.member.box_bounds", head(), [M0, M1], [M0, member((8, DYNAMIC_DIMENSION), (0, 4), size=0)]),
+    ("metadata.shard.bounds", head(), [M0, M1], [M0, member(offset=(0, 5))]),  # past the head = past parent_shape
     ("composite.member.decoded_type", head(), [M0, ev(M1, type_tag=T.INT8, buffers=[B(32)],
                                                        quantization=PerTensorAffine(0.1))],
      [M0, ev(M1, type_tag=F16, buffers=[B(64)])]),

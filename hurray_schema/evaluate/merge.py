@@ -10,8 +10,13 @@ Semantics (``layouts/composite.md § Composition Semantics``):
   (for float16 / bfloat16 every addition rounds to the head type, in order, the bits
   NumPy / ml_dtypes arithmetic gives).  A sparse correction acts at its stored indices only;
 * group -- a tuple of the members' own arrays;
-* a member that is itself a composite is evaluated recursively (depth <= 8,
-  ``layouts/composite.md § Binding``).
+* a member that is itself a composite is evaluated recursively.
+
+The evaluator keeps only the arithmetic: it accepts a composite only once the composite
+binder (:mod:`hurray_schema.rules.composite`) has accepted it -- the shard boxes, the
+exact cover, the overlay roles and the nesting depth are the binder's checks, with its
+rule ids.  A :class:`~hurray_schema.io.Composite` is validated once (its ``validate()``,
+which readers have already answered); any other object is validated on every call.
 
 Objects are duck-typed: a composite has ``.descriptor`` (the head) and ``.members``; a
 member tensor has ``.descriptor`` and ``.buffers``.
@@ -25,9 +30,9 @@ import numpy as np
 from numba import njit, prange
 
 from ..errors import HurraySchemaError
-from ..rules.composite import partition_check
+from ..rules.composite import validate_preorder
 from ..model import (BlockPagedLayout, CombineOp, CompositionRule, ElementType, HilbertLayout, LayoutTag,
-                     MemberRole, MortonLayout, TiledLayout)
+                     MortonLayout, TiledLayout)
 from ..structs.element_types import element_type_info
 from .copy import copy_boxes, copy_into
 from .dense import affine_strides, hilbert_index, tiled_offsets
@@ -38,10 +43,9 @@ from .sparse import linear_indices, sparse_entries, sparse_linear
 from .tensor import (SPARSE_TAGS, readonly, DecodedTypeMismatch, _check_bounds, _gather_codes, as_bytes, check_shape,
                      decode_into, decoded_type, dense_view, tensor_to_numpy)
 
-__all__ = ["materialize", "lookup", "read", "member_values", "MAX_NESTING"]
+__all__ = ["materialize", "lookup", "read", "member_values"]
 
 E = ElementType
-MAX_NESTING = 8
 ADD_NATIVE, ADD_F16, ADD_BF16, ADD_OR = 0, 1, 2, 3
 
 
@@ -115,18 +119,30 @@ def _is_composite(obj) -> bool:
     return hasattr(obj, "members") or obj.descriptor.layout.tag == LayoutTag.COMPOSITE
 
 
+def _preorder(composite):
+    """The descriptors of a duck-typed composite, head first, then its members (pre-order)."""
+    pending = [composite]
+    while pending:
+        node = pending.pop()
+        yield node.descriptor
+        pending.extend(reversed(getattr(node, "members", ())))
+
+
+def _validated(composite) -> None:
+    """The composite binder's verdict on ``composite`` (raises its SpecViolation): cached by
+    a :class:`~hurray_schema.io.Composite`, recomputed for other objects."""
+    validate = getattr(composite, "validate", None)
+    if validate is not None:
+        validate()
+    else:
+        validate_preorder(_preorder(composite))
+
+
 def _box(member, head_shape) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(offset, shape) of a partition / overlay member's box in the head's index space."""
+    """(offset, shape) of a partition / overlay member's box in the head's index space
+    (the binder has checked the shard section and the bounds)."""
     d = member.descriptor
-    shape = check_shape(d.shape)
-    if d.shard is None:
-        raise HurraySchemaError("a partition / overlay member must carry a shard section")
-    offset = tuple(int(o) for o in d.shard.shard_offset)
-    if tuple(d.shard.parent_shape) != tuple(head_shape) or len(offset) != len(head_shape):
-        raise HurraySchemaError("member shard parent_shape must equal the head's shape")
-    if any(o + n > h for o, n, h in zip(offset, shape, head_shape)):
-        raise HurraySchemaError("member box lies outside the head's index space")
-    return offset, shape
+    return tuple(int(o) for o in d.shard.shard_offset), check_shape(d.shape)
 
 
 def _slices(offset, shape):
@@ -205,15 +221,6 @@ def _sparse_patch(member, target, off, head_shape, combine):
     return lin, readonly(_kernel_view(np.ascontiguousarray(vals), target)), int(combine)
 
 
-def _correction_box(member, head_shape):
-    """(offset, shape) of an overlay correction's box, its role checked."""
-    off, shp = _box(member, head_shape)
-    cm = member.descriptor.composite_member
-    if cm is not None and cm.member_role != MemberRole.CORRECTION:
-        raise HurraySchemaError("overlay members after the first must be corrections")
-    return off, shp
-
-
 # ------------------------------------------------------------------------------------
 # materialize
 # ------------------------------------------------------------------------------------
@@ -226,17 +233,7 @@ def _head(composite):
     return head
 
 
-def _check_partition(boxes, head_shape):
-    """Exact cover without overlap, by the rule engine's scalable check (layouts/composite.md § Validation)."""
-    faults = partition_check(head_shape, [off for off, _ in boxes], [shp for _, shp in boxes])
-    if faults:
-        rule, message = faults[0]
-        raise rule.violation(message)
-
-
 def _materialize_into(composite, out: np.ndarray, depth: int) -> None:
-    if depth > MAX_NESTING:
-        raise HurraySchemaError(f"composite nesting deeper than {MAX_NESTING}")
     head = _head(composite)
     rule, combine = head.layout.composition_rule, head.layout.combine_op
     target = head.type_tag
@@ -244,7 +241,6 @@ def _materialize_into(composite, out: np.ndarray, depth: int) -> None:
     head_shape = tuple(out.shape)
     if rule == CompositionRule.PARTITION:
         boxes = [_box(m, head_shape) for m in members]
-        _check_partition(boxes, head_shape)
         copies = []  # members whose buffer is a view of their values: copied together, in one kernel call
         for m, (off, shp) in zip(members, boxes):
             if 0 not in shp:
@@ -257,27 +253,19 @@ def _materialize_into(composite, out: np.ndarray, depth: int) -> None:
         return
     if rule != CompositionRule.OVERLAY:
         raise HurraySchemaError(f"composition rule 0x{int(rule):02X} has no single array view")
-    if combine not in (CombineOp.REPLACE, CombineOp.ADD):
-        raise HurraySchemaError("overlay combine_op must be replace (0x01) or add (0x02)")
-    if not members:
-        raise HurraySchemaError("an overlay needs a base member")
     base = members[0]
-    off, shp = _box(base, head_shape)
-    role = getattr(base.descriptor.composite_member, "member_role", MemberRole.BASE)
-    if any(off) or shp != head_shape or role != MemberRole.BASE:
-        raise HurraySchemaError("the first overlay member must be the base and span the whole index space")
     mode = _add_mode(target)
     flat = out.reshape(-1) if out.flags.c_contiguous else None
     # a sparse first correction may be applied by the base's decode, row by row (output written once)
     early = len(members) > 1 and flat is not None and _is_sparse(members[1]) and mode != ADD_OR
     first = None
     if early:
-        off, shp = _correction_box(members[1], head_shape)
+        off, shp = _box(members[1], head_shape)
         if 0 not in shp:
             first = _sparse_patch(members[1], target, off, head_shape, combine)
     fused = _fill(base, out, target, depth, first)
     for k, m in enumerate(members[1:]):
-        off, shp = _correction_box(m, head_shape)
+        off, shp = _box(m, head_shape)
         if 0 in shp:
             continue
         if _is_sparse(m):
@@ -312,9 +300,9 @@ def materialize(composite, *, out: np.ndarray | None = None, _depth: int = 0):
     ``out`` (C-contiguous, the head's shape and dtype) receives the view instead of a fresh
     array, saving the allocation and first-touch page faults on repeated evaluation.
     """
-    if _depth > MAX_NESTING:
-        raise HurraySchemaError(f"composite nesting deeper than {MAX_NESTING}")
     head = _head(composite)
+    if not _depth:
+        _validated(composite)
     if head.layout.composition_rule == CompositionRule.GROUP:
         out = []
         for m in composite.members:
@@ -415,9 +403,9 @@ def lookup(composite, index: Sequence[int], _depth: int = 0):
     Partition: the one member whose box holds ``index``, read at ``index - shard_offset``.
     Overlay: the base value, then each covering correction in emission order.
     """
-    if _depth > MAX_NESTING:
-        raise HurraySchemaError(f"composite nesting deeper than {MAX_NESTING}")
     head = _head(composite)
+    if not _depth:
+        _validated(composite)
     shape = check_shape(head.shape)
     index = tuple(int(i) for i in index)
     if len(index) != len(shape) or any(not 0 <= i < n for i, n in zip(index, shape)):
@@ -435,9 +423,7 @@ def lookup(composite, index: Sequence[int], _depth: int = 0):
         off, shp = _box(m, shape)
         if all(o <= i < o + n for i, o, n in zip(index, off, shp)):
             covering.append((m, tuple(i - o for i, o in zip(index, off))))
-    if rule == CompositionRule.PARTITION:
-        if len(covering) != 1:
-            raise HurraySchemaError(f"{len(covering)} partition members cover {index}")
+    if rule == CompositionRule.PARTITION:  # the binder has checked the exact cover: one member covers it
         return one(*covering[0])
     if rule != CompositionRule.OVERLAY or not covering:
         raise HurraySchemaError("lookup needs a partition or overlay composite")
@@ -481,9 +467,9 @@ def _region(region, shape):
 def read(composite, region, _depth: int = 0) -> np.ndarray:
     """The box ``region`` (slices or (start, stop) pairs) of the logical view; only members that
     intersect it are decoded."""
-    if _depth > MAX_NESTING:
-        raise HurraySchemaError(f"composite nesting deeper than {MAX_NESTING}")
     head = _head(composite)
+    if not _depth:
+        _validated(composite)
     shape = check_shape(head.shape)
     lo, hi = _region(region, shape)
     target = head.type_tag

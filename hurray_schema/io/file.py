@@ -26,6 +26,7 @@ from ..errors import HurraySchemaError
 from ..limits import Limits, resolve_limits
 from ..model import TensorDescriptor
 from ..rules import container as C
+from ..rules.composite import CompositeBinder
 from ..rules.descriptor import first_error
 from ..rules.engine import Finding, as_mode
 from ..structs._declare import plan, static_offset
@@ -35,7 +36,6 @@ from ..structs.file import (
     INDEX_NAME_LENGTH, KNOWN_FILE_FLAGS, MAX_DATA_BUFFER_ALIGNMENT, MIN_DATA_BUFFER_ALIGNMENT, SECTION_ALIGNMENT,
     SUPPORTED_CONTAINER_MAJOR, SUPPORTED_CONTAINER_MINOR, TRAILER, TRAILER_MAGIC, TRAILER_SIZE, FileFlag,
 )
-from ._bind import Binder
 from .kv import decode_kv, encode_kv
 from .stream import node_buffers
 from .tensor import Composite, Item, Tensor, walk
@@ -314,13 +314,14 @@ class HurrayFile(Mapping):
             previous_end, previous = end, e.name
 
     def _bind(self, ordered: list[IndexEntry], validate: bool) -> None:
-        binder = Binder(self.mode, C.FILE_COMPOSITE_TORN, self.findings, validate, self.limits)
+        binder = CompositeBinder(mode=self.mode, validate=validate, limits=self.limits, findings=self.findings,
+                                 leaf=lambda desc, name: Tensor(desc, self._buffers(name), name=name),
+                                 assemble=Composite.from_binder)
         self._items: dict[str, Item] = {}
         for e in ordered:
-            desc = self._descriptors[e.name]
-            for item in binder.add(desc, self._buffers(e.name), e.name, e.descriptor_offset):
+            for item in binder.add(self._descriptors[e.name], e.descriptor_offset, e.name):
                 self._items[item.name] = item
-        for item in binder.finish(self.size - TRAILER_SIZE, "the tensor region"):
+        for item in binder.finish():
             self._items[item.name] = item
         order = {e.name: i for i, e in enumerate(self._entries)}
         self._names = sorted(self._items, key=order.__getitem__)

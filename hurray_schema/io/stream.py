@@ -26,6 +26,7 @@ from ..limits import Limits, resolve_limits
 from ..model import SyncMode, TensorDescriptor
 from ..rules import container as C
 from ..rules import structure as S
+from ..rules.composite import CompositeBinder
 from ..rules.descriptor import first_error
 from ..rules.engine import Finding, as_mode
 from ..structs._declare import plan, static_offset
@@ -34,7 +35,6 @@ from ..structs.file import FILE_MAGIC
 from ..structs.stream import (
     MESSAGE_HEADER, RESERVED_STREAM_ID, TENSOR_DATA_HEADER, TENSOR_DESCRIPTOR_FIELDS, ERROR_HEADER, MessageType,
 )
-from ._bind import Binder
 from .tensor import Composite, Item, Tensor, walk
 
 _DESCRIPTOR_LENGTH_AT = static_offset(FIXED_HEADER, "descriptor_length")
@@ -156,7 +156,8 @@ class StreamReader:
         self.findings: list[Finding] = []
         self._count = 0
         self._src = _Source(source)
-        self._binder = Binder(self.mode, C.STREAM_COMPOSITE_TORN, self.findings, validate_composites, self.limits)
+        self._binder = CompositeBinder(mode=self.mode, validate=validate_composites, limits=self.limits,
+                                       findings=self.findings, leaf=Tensor, assemble=Composite.from_binder)
         self._gen = self._bare() if framing == "bare" else self._messages()
 
     def __iter__(self) -> "StreamReader":
@@ -200,7 +201,7 @@ class StreamReader:
         self.limits.check("max_buffer_bytes", size, offset)
 
     def _finish(self) -> Iterator[Item]:
-        yield from self._binder.finish(self._src.pos, "the stream")
+        yield from self._binder.finish()
 
     # -- bare framing --------------------------------------------------------------
     def _bare(self) -> Iterator[Item]:
@@ -233,7 +234,7 @@ class StreamReader:
                         f"buffer {i} of the tensor at byte {start} needs {handle.byte_size} bytes, "
                         f"the stream has {len(data)} left", at + len(data))
                 buffers.append(data)
-            yield from self._binder.add(desc, buffers, None, start)
+            yield from self._binder.add(desc, start, buffers)
         yield from self._finish()
 
     # -- message framing -----------------------------------------------------------
@@ -344,7 +345,7 @@ class StreamReader:
                     buffers.append(view[pos : pos + handle.byte_size])
                     pos += handle.byte_size
                 current = None
-                yield from self._binder.add(desc, buffers, None, start)
+                yield from self._binder.add(desc, start + _MSG_SIZE, buffers)  # the descriptor, not its message
                 continue
             raise C.MESSAGE_ORDER.violation(f"{kind.name} does not belong in a tensor data stream", at)
         if current is not None:
@@ -357,7 +358,7 @@ def read_stream(source, *, framing: str = "bare", mode="strict", **options) -> S
     """Iterate over the tensors and composites of a stream (bytes, path or binary file).
 
     Composites are bound as their members arrive and validated per member and at close;
-    a torn composite raises ``stream.composite.torn`` in strict mode, and in permissive
+    a torn composite raises ``composite.torn`` in strict mode, and in permissive
     mode its arrived members come out as independent items (never the composite).
     Options: ``limits`` (:class:`~hurray_schema.limits.Limits`), ``cross_machine`` (reject
     buffers not producer-synced), ``validate_composites`` (False skips the composite rules).

@@ -13,11 +13,12 @@ from typing import Iterable, Iterator, Optional, Sequence, Union
 
 import attrs
 
-from ..errors import HurraySchemaError
+from ..errors import HurraySchemaError, SpecViolation
 from ..model import (
     BufferHandle, CombineOp, CompositeLayout, CompositeMember, CompositionRule, ElementType, MemberRole,
     ROW_MAJOR, Shard, TensorDescriptor,
 )
+from ..rules.composite import validate_preorder
 from ..structs.element_types import element_type_info
 
 __all__ = ["Tensor", "Composite", "Item", "walk", "DEFAULT_BUFFER_ALIGNMENT"]
@@ -142,10 +143,20 @@ def _numpy_tag(dtype) -> ElementType:
     return tag
 
 
-class Composite:
-    """A composite tensor: head descriptor plus members in binding order."""
+_VALID = True
+"""Verdict of a composite that passed the composite binder."""
 
-    __slots__ = ("descriptor", "members", "name")
+
+class Composite:
+    """A composite tensor: head descriptor plus members in binding order.
+
+    The evaluator only works on composites that passed the composite binder
+    (:class:`hurray_schema.rules.composite.CompositeBinder`): a composite a reader bound
+    cleanly is marked valid; any other one is validated by the binder on first evaluation
+    (:meth:`validate`, strict mode) and the verdict is kept.
+    """
+
+    __slots__ = ("descriptor", "members", "name", "_verdict")
 
     def __init__(self, descriptor: TensorDescriptor, members: Iterable["Item"] = (), *, name: Optional[str] = None):
         if not descriptor.is_composite_head:
@@ -153,9 +164,37 @@ class Composite:
         self.descriptor = descriptor
         self.members = tuple(members)
         self.name = name
+        self._verdict: Union[None, bool, SpecViolation] = None  # None: not validated yet
         if len(self.members) != descriptor.layout.member_count:
             raise HurraySchemaError(
                 f"the head binds {descriptor.layout.member_count} members, {len(self.members)} were given")
+
+    @classmethod
+    def from_binder(cls, head: TensorDescriptor, payload, members: list, clean: bool) -> "Composite":
+        """The composite the readers' binder assembled (``payload`` is the head's name in a
+        file; a stream's heads have none); ``clean`` marks it as already validated."""
+        composite = cls(head, members, name=payload if isinstance(payload, str) else None)
+        if clean:
+            composite._verdict = _VALID
+        return composite
+
+    def validate(self) -> None:
+        """Validate this composite once with the composite binder (strict; pre-order over
+        the head and every member, nested composites included) and keep the verdict: raises
+        the binder's :class:`~hurray_schema.errors.SpecViolation` now and on every later call.
+        Offsets are None: an in-memory composite has no bytes."""
+        if self._verdict is None:
+            try:
+                validate_preorder(node.descriptor for _name, node in walk(self))
+            except SpecViolation as exc:
+                self._verdict = exc
+            else:
+                for _name, node in walk(self):
+                    if isinstance(node, Composite):
+                        node._verdict = _VALID
+        if self._verdict is not _VALID:
+            fault = self._verdict
+            raise SpecViolation(fault.rule_id, fault.citation, fault.offset, fault.message)
 
     @classmethod
     def build(cls, rule, members: Sequence["Item"], *, shape: Sequence[int], type_tag,
@@ -219,7 +258,9 @@ class Composite:
         return read(self, region)
 
     def with_name(self, name: Optional[str]) -> "Composite":
-        return Composite(self.descriptor, self.members, name=name)
+        renamed = Composite(self.descriptor, self.members, name=name)
+        renamed._verdict = self._verdict
+        return renamed
 
     def same_content(self, other) -> bool:
         return (isinstance(other, Composite) and other.descriptor == self.descriptor

@@ -1,11 +1,31 @@
-"""Composite validation: head checks, per-member checks as members arrive, close-time checks.
+"""Composite binding and validation: head checks, per-member checks as members arrive,
+close-time checks, torn composites and the nesting depth.
 
 ``layouts/composite.md § Validation``: a reader keeps state bounded by ``member_count``
 and reaches one verdict at the Nth member.  :class:`CompositeValidator` does exactly
 that for one head and its *direct* members (a nested composite arrives as its head
-descriptor; its own members go to its own validator, which is what the stream and file
-readers do).  :func:`validate_preorder` drives a flat pre-order sequence of descriptors
-through a stack of validators, enforcing the nesting depth limit of 8.
+descriptor; its own members go to its own validator).  :class:`CompositeBinder` is the
+one binder every entry point uses -- the stream readers (both framings), the file
+reader, ``audit``, the in-memory :class:`~hurray_schema.io.Composite` on first
+evaluation, and :func:`validate_preorder`: it takes descriptors in pre-order (stream /
+descriptor-offset order, ``§ Binding``), keeps a stack of validators, enforces the
+nesting depth limit and finds torn composites, under one fault policy (raise the first
+untolerated finding, or collect every finding).
+
+One fault, one rule, one location.  Offsets are byte offsets from the start of the
+container, given by the caller per descriptor (the descriptor's first byte -- in the
+message framing the descriptor inside the TENSOR_DESCRIPTOR payload, not the message
+header); a finding sits at:
+
+* a member's ``parent_shape`` (``composite.member.parent_shape``), its ``shard_offset``
+  (``box_bounds``, ``overlay_base_span``) or its ``member_role``
+  (``overlay_base_first``, ``overlay_correction_role``) field;
+* the member descriptor's first byte for the member faults about the descriptor as a
+  whole (``shard``, ``decoded_type``, ``overlay_section``, ``no_member_section``) and for
+  a head nested too deep (``composite.nesting.depth``, at the head that is one level too many);
+* the head descriptor's first byte for the close-time faults (``partition_gap``,
+  ``partition_overlap``, ``overlay_empty``) and for a torn composite (``composite.torn``,
+  one finding, at the outermost composite still open when the input ends).
 
 The partition exact-cover / non-overlap check is exact for any rank and any box shapes,
 and costs ``O(N * 2**r * log N)`` for ``N`` boxes of effective rank ``r`` instead of the
@@ -35,25 +55,27 @@ is unknown and is not compared.
 
 from __future__ import annotations
 
+import itertools
 import math
-from typing import Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
+from ..limits import MAX_COMPOSITE_DEPTH, Limits
 from ..model import (
-    CompositeLayout, ElementType, Mxfp, Nf4, PerBlockAffine, PerChannelAffine, PerTensorAffine,
-    TensorDescriptor, DYNAMIC_DIMENSION,
+    CompositeLayout, CompositionRule, ElementType, MemberRole, Mxfp, Nf4, PerBlockAffine, PerChannelAffine,
+    PerTensorAffine, TensorDescriptor, DYNAMIC_DIMENSION,
 )
-from ..structs import sections as X
+from ..structs.sections import COMPOSITE_MEMBER_SECTION, SHARD_SECTION
 from .descriptor import DESCRIPTOR_RULES, DescriptorContext
 from .engine import Finding, Level, Mode, Report, as_mode, declare
 
 __all__ = [
-    "CompositeValidator", "validate_preorder", "decoded_type", "partition_check", "MAX_COMPOSITE_DEPTH",
+    "CompositeBinder", "CompositeValidator", "validate_preorder", "decoded_type", "partition_check",
+    "MAX_COMPOSITE_DEPTH",
 ]
 
 MUST, MUST_NOT = Level.MUST, Level.MUST_NOT
-MAX_COMPOSITE_DEPTH = 8
 
 V = "layouts/composite.md § Validation"
 PM = "layouts/composite.md § Composition Semantics › Partition"
@@ -66,15 +88,17 @@ MEMBER_PARENT = declare(
     "A partition or overlay member's parent_shape equals the head's shape (check 1).", scope="composite.member")
 MEMBER_BOUNDS = declare(
     "composite.member.box_bounds", MUST, V,
-    "A partition or overlay member's box lies inside the head: shard_offset[k] + shape[k] <= head shape[k] "
-    "(check 1).", scope="composite.member")
+    "A partition or overlay member's box lies inside the head (check 1): its extent is definite (no dynamic "
+    "dimension).  A definite box past the head is the member's shard past its parent_shape, which equals the "
+    "head's shape: metadata.shard.bounds, the one rule for that fault.", scope="composite.member")
 MEMBER_TYPE = declare(
     "composite.member.decoded_type", MUST, V,
     "A partition or overlay member's decoded value type (after dequantization) equals the head's type_tag "
     "(check 2).", scope="composite.member")
 MEMBER_OVERLAY_SECTION = declare(
     "composite.member.overlay_section", MUST, "layouts/composite.md § Composite Member Section",
-    "Every overlay member carries a Composite Member section (check 4).", scope="composite.member")
+    "Every overlay member carries a Composite Member section (check 4); a nested composite head, which must "
+    "not carry one, takes its role from its position.", scope="composite.member")
 MEMBER_BASE_FIRST = declare(
     "composite.member.overlay_base_first", MUST, V,
     "The first overlay member has member_role 0x01 (base) (check 4).", scope="composite.member")
@@ -90,7 +114,8 @@ MEMBER_NO_SECTION = declare(
     "A partition or group member does not set HAS_COMPOSITE_MEMBER (check 5).", scope="composite.member")
 NESTING_DEPTH = declare(
     "composite.nesting.depth", MUST, "layouts/composite.md § Binding",
-    "Composites nest at most 8 levels deep (a head counts as one level).", scope="composite.member")
+    f"Composites nest at most {MAX_COMPOSITE_DEPTH} levels deep (a head counts as one level), in streams and "
+    "files alike.", scope="composite.member")
 CLOSE_GAP = declare(
     "composite.close.partition_gap", MUST, PM,
     "At close, the partition members' boxes cover every index of the head (exact cover); a permissive "
@@ -104,13 +129,14 @@ CLOSE_OVERLAY_EMPTY = declare(
     "An overlay head with member_count 0 is rejected: it has no base member.", scope="composite.close")
 TORN = declare(
     "composite.torn", MUST, "layouts/composite.md § Validation › Torn composite",
-    "A composite whose input ends before all member_count members arrived is rejected; a permissive reader "
-    "exposes the arrived members as independent shards, never as a complete composite.",
+    "A composite whose input (stream or file) ends before all member_count members arrived is rejected; a "
+    "permissive reader exposes the arrived members as independent shards, never as a complete composite.",
     scope="composite.close", permissive=True)
 
 _HEAD_RULES = [r for r in DESCRIPTOR_RULES if r.scope == "composite.head"]
+_SHARD_BOUNDS = next(r for r in DESCRIPTOR_RULES if r.id == "metadata.shard.bounds")
 _DYN = DYNAMIC_DIMENSION
-_PARTITION, _OVERLAY, _GROUP = 0x01, 0x02, 0x03
+_PARTITION, _OVERLAY, _GROUP = CompositionRule.PARTITION, CompositionRule.OVERLAY, CompositionRule.GROUP
 
 
 def decoded_type(desc: TensorDescriptor) -> Optional[int]:
@@ -138,6 +164,11 @@ class CompositeValidator:
 
     ``base`` / ``push_member(..., base=)`` give the byte offset of the head / member
     descriptor in the input; without one, per-field findings carry no offset.
+
+    ``check_head=False`` is for callers that ran the descriptor rules on every descriptor
+    already (readers, audit): the head rules are not re-run, and a member box past the
+    head -- a shard past its parent_shape, ``metadata.shard.bounds`` -- is not reported
+    twice (the box is left out of the close-time checks all the same).
     """
 
     def __init__(self, head: TensorDescriptor, *, mode="strict", collect: bool = False, depth: int = 1,
@@ -161,6 +192,7 @@ class CompositeValidator:
         self._flat_shapes: list[int] = []
         self._boxes = 0
         self._arrays = None
+        self._descriptor_rules = check_head
         out: list[Finding] = []
         ctx = DescriptorContext(head, self.mode, base or 0)
         for rule in _HEAD_RULES if check_head else ():
@@ -206,8 +238,7 @@ class CompositeValidator:
         out: list[Finding] = []
         rule = self.rule
         if desc.layout.__class__ is CompositeLayout and self.depth + 1 > MAX_COMPOSITE_DEPTH:
-            self._fire(NESTING_DEPTH, f"member {index} is a composite head at nesting level {self.depth + 1}; at "
-                       f"most {MAX_COMPOSITE_DEPTH} levels are allowed", out, base)
+            self._emit(_too_deep(self.depth + 1, base, self.mode, f"member {index} is a composite head at "), out)
         if rule == _PARTITION or rule == _OVERLAY:
             shard = desc.shard
             if shard is not None and rule == _PARTITION and shard.parent_shape == self._shape and \
@@ -231,8 +262,8 @@ class CompositeValidator:
         return out
 
     @staticmethod
-    def _at(desc, base, part, decl, name):
-        return None if base is None else DescriptorContext(desc, Mode.STRICT, base).section(part, decl, name)
+    def _at(desc, base, part, decl, name, index: int = 0):
+        return None if base is None else DescriptorContext(desc, Mode.STRICT, base).section(part, decl, name, index)
 
     def _check_box(self, desc, index, base, out) -> None:
         who = f"member {index}"
@@ -242,13 +273,17 @@ class CompositeValidator:
             return
         if tuple(shard.parent_shape) != self._shape:
             self._fire(MEMBER_PARENT, f"{who} parent_shape {list(shard.parent_shape)} differs from the head's shape "
-                       f"{list(self._shape)}", out, self._at(desc, base, "shard", X.SHARD_SECTION, "parent_shape"))
+                       f"{list(self._shape)}", out, self._at(desc, base, "shard", SHARD_SECTION, "parent_shape"))
             return
         for k, (o, d, h) in enumerate(zip(shard.shard_offset, desc.shape, self._shape)):
-            if d == _DYN or o + d > h:
-                self._fire(MEMBER_BOUNDS, f"{who} box [{o}, {o}+{'dynamic' if d == _DYN else d}) leaves the head's "
-                           f"dimension {k} of size {h}", out,
-                           self._at(desc, base, "shard", X.SHARD_SECTION, "shard_offset"))
+            if d == _DYN:
+                self._fire(MEMBER_BOUNDS, f"{who} box [{o}, {o}+dynamic) along dimension {k} is not inside the "
+                           f"head's {h}", out, self._at(desc, base, "shard", SHARD_SECTION, "shard_offset", k))
+                return
+            if o + d > h:
+                if self._descriptor_rules:
+                    for f in _SHARD_BOUNDS.check(desc, DescriptorContext(desc, self.mode, base or 0)):
+                        self._emit(f if base is not None else _no_offset(f), out)
                 return
         if self.rule == _PARTITION:
             self._flat_offsets.extend(shard.shard_offset)
@@ -259,20 +294,23 @@ class CompositeValidator:
         who = f"member {index}"
         m = desc.composite_member
         if m is None:
-            self._fire(MEMBER_OVERLAY_SECTION, f"overlay {who} has no Composite Member section", out, base)
-        elif index == 0 and m.member_role != 1:
+            # a nested head MUST NOT carry the section (composite.head.no_member_section): its role is its
+            # position, base first (our reading of the conflict; see spec-map.md)
+            if desc.layout.__class__ is not CompositeLayout:
+                self._fire(MEMBER_OVERLAY_SECTION, f"overlay {who} has no Composite Member section", out, base)
+        elif index == 0 and m.member_role != MemberRole.BASE:
             self._fire(MEMBER_BASE_FIRST, f"the first overlay member has member_role 0x{m.member_role:02X}, not "
                        "0x01 (base)", out,
-                       self._at(desc, base, "composite_member", X.COMPOSITE_MEMBER_SECTION, "member_role"))
-        elif index > 0 and m.member_role != 0:
+                       self._at(desc, base, "composite_member", COMPOSITE_MEMBER_SECTION, "member_role"))
+        elif index > 0 and m.member_role != MemberRole.CORRECTION:
             self._fire(MEMBER_CORRECTION, f"overlay {who} has member_role 0x{m.member_role:02X}, not 0x00 "
                        "(correction)", out,
-                       self._at(desc, base, "composite_member", X.COMPOSITE_MEMBER_SECTION, "member_role"))
+                       self._at(desc, base, "composite_member", COMPOSITE_MEMBER_SECTION, "member_role"))
         if index == 0 and desc.shard is not None and (
                 any(desc.shard.shard_offset) or tuple(desc.shape) != self._shape):
             self._fire(MEMBER_BASE_SPAN, f"the overlay base (shape {list(desc.shape)}, shard_offset "
                        f"{list(desc.shard.shard_offset)}) does not span the head shape {list(self._shape)}", out,
-                       self._at(desc, base, "shard", X.SHARD_SECTION, "shard_offset"))
+                       self._at(desc, base, "shard", SHARD_SECTION, "shard_offset"))
 
     # -- close ---------------------------------------------------------------------
     def close(self) -> list[Finding]:
@@ -346,6 +384,182 @@ class CompositeValidator:
 
 def _no_offset(f: Finding) -> Finding:
     return Finding(f.rule_id, f.level, f.citation, f.message, None, f.tolerated)
+
+
+def _too_deep(depth: int, offset: Optional[int], mode: Mode, what: str = "a composite head at ") -> Finding:
+    return NESTING_DEPTH.finding(
+        f"{what}nesting level {depth}; at most {MAX_COMPOSITE_DEPTH} levels are allowed", offset, mode)
+
+
+# ------------------------------------------------------------------------------------
+# The binder
+# ------------------------------------------------------------------------------------
+
+
+class _Frame:
+    """A composite being bound: its head, where it is, what arrived, its validator."""
+
+    __slots__ = ("head", "offset", "payload", "members", "validator", "clean")
+
+    def __init__(self, head: TensorDescriptor, offset: Optional[int], payload, validator):
+        self.head = head
+        self.offset = offset
+        self.payload = payload
+        self.members: list = []
+        self.validator = validator
+        self.clean = validator is not None and not validator.findings
+
+
+def _payload_itself(desc, payload):
+    return payload
+
+
+def _head_payload(head, payload, members, clean):
+    return payload
+
+
+class CompositeBinder:
+    """The composite binder: descriptors in, bound composites out, one verdict per composite.
+
+    Feed every tensor of a container, in pre-order (stream order, or descriptor-offset
+    order in a file; ``layouts/composite.md § Binding``), to :meth:`add`, then call
+    :meth:`finish` at the end of the input.  A head opens a composite that binds the next
+    ``member_count`` tensors (nested heads included); each member gets the per-member
+    checks as it arrives and the composite its close-time checks at the Nth member
+    (``§ Validation``).  State is bounded by the composites still open.
+
+    Fault policy: ``collect=False`` raises the first finding the mode does not tolerate as
+    :class:`~hurray_schema.errors.SpecViolation` (readers) and records the tolerated ones;
+    ``collect=True`` raises nothing and records every finding (audit).  ``findings``
+    (a list the caller may pass in) receives them in the order they were found.
+
+    ``validate=False`` binds without the per-member and close-time checks (the depth limit
+    and torn composites are still enforced); ``check_heads`` is for descriptors the
+    descriptor rules have not seen (in-memory ones): it runs the composite-head rules and
+    the shard-bounds rule on a member box past the head (callers that ran the descriptor
+    rules on every descriptor -- readers, audit -- leave it off, so no fault is reported twice);
+    ``limits`` applies :class:`~hurray_schema.limits.Limits` ``max_composite_depth`` and
+    ``max_composite_members`` (None: only the spec's depth limit).
+
+    What comes out: :meth:`add` and :meth:`finish` return the top-level nodes completed;
+    a tensor's node is ``leaf(desc, payload)`` and a composite's
+    ``assemble(head, head_payload, member_nodes, clean)`` -- ``clean`` is True when the
+    composite and every composite nested in it passed every check without a finding.
+    By default both return the payload given to :meth:`add`.
+    """
+
+    def __init__(self, *, mode="strict", collect: bool = False, validate: bool = True, check_heads: bool = False,
+                 limits: Optional[Limits] = None, findings: Optional[list] = None,
+                 leaf: Callable[[TensorDescriptor, Any], Any] = _payload_itself,
+                 assemble: Callable[[TensorDescriptor, Any, list, bool], Any] = _head_payload):
+        self.mode = as_mode(mode)
+        self.collect = collect
+        self.validate = validate
+        self.check_heads = check_heads
+        self.limits = limits
+        self.findings: list[Finding] = [] if findings is None else findings
+        self._leaf = leaf
+        self._assemble = assemble
+        self._stack: list[_Frame] = []
+
+    @property
+    def depth(self) -> int:
+        """How many composites are open (the nesting level of the next member)."""
+        return len(self._stack)
+
+    def _emit(self, finding: Finding) -> None:
+        if finding.is_error and not self.collect:
+            raise finding.to_violation()
+        self.findings.append(finding)
+
+    def _record(self, found: list, frame: Optional[_Frame] = None) -> None:
+        """Findings a validator recorded (it raised already for an untolerated one, unless collecting)."""
+        if found:
+            self.findings.extend(found)
+            if frame is not None:
+                frame.clean = False
+
+    def add(self, desc: TensorDescriptor, offset: Optional[int] = None, payload=None) -> list:
+        """The next tensor of the input (``offset``: its descriptor's first byte in the
+        container); returns the top-level nodes it completed."""
+        stack = self._stack
+        parent = stack[-1] if stack else None
+        if parent is not None and parent.validator is not None:
+            self._record(parent.validator.push_member(desc, base=offset), parent)
+        if desc.layout.__class__ is not CompositeLayout:
+            node = self._leaf(desc, payload)
+            if parent is None:
+                return [node]
+            parent.members.append(node)
+            return self._settle()
+        depth = len(stack) + 1
+        if depth > MAX_COMPOSITE_DEPTH:  # depth > 1: there is a parent
+            parent.clean = False
+            if parent.validator is None:  # a validating parent has fired it in push_member
+                self._emit(_too_deep(depth, offset, self.mode))
+        elif self.limits is not None:
+            self.limits.check("max_composite_depth", depth, offset)
+        if self.limits is not None:
+            self.limits.check("max_composite_members", desc.layout.member_count, offset)
+        validator = None
+        if self.validate:
+            validator = CompositeValidator(desc, mode=self.mode, collect=self.collect, depth=depth, base=offset,
+                                           check_head=self.check_heads)
+            self._record(validator.findings)
+        stack.append(_Frame(desc, offset, payload, validator))
+        return self._settle()
+
+    def _settle(self) -> list:
+        """Close every composite that has all its members; the top-level ones come back."""
+        stack = self._stack
+        done = []
+        while stack and len(stack[-1].members) >= stack[-1].head.layout.member_count:
+            frame = stack.pop()
+            if frame.validator is not None:
+                self._record(frame.validator.close(), frame)
+            node = self._assemble(frame.head, frame.payload, frame.members, frame.clean)
+            if stack:
+                stack[-1].members.append(node)
+                stack[-1].clean = stack[-1].clean and frame.clean
+            else:
+                done.append(node)
+        return done
+
+    def finish(self) -> list:
+        """End of input.  Nothing open: []; else the composite is torn (``composite.torn``,
+        at the outermost open head): raised, or -- when tolerated or collected -- recorded,
+        and the members that arrived come back as independent nodes (never the composite)."""
+        stack = self._stack
+        if not stack:
+            return []
+        outer = stack[0]
+        nested = len(stack) - 1
+        self._emit(TORN.finding(
+            f"the input ended after {len(outer.members)} of {outer.head.layout.member_count} members"
+            + (f" ({nested} nested composite(s) also open)" if nested else ""), outer.offset, self.mode))
+        loose = [node for frame in stack for node in frame.members]
+        stack.clear()
+        return loose
+
+
+# ------------------------------------------------------------------------------------
+# Pre-order driving
+# ------------------------------------------------------------------------------------
+
+
+def validate_preorder(descs: Iterable[TensorDescriptor], *, mode="strict", collect: bool = False,
+                      bases: Optional[Iterable[Optional[int]]] = None, check_heads: bool = True) -> list[Finding]:
+    """Validate a pre-order sequence of descriptors with :class:`CompositeBinder`:
+    composites bind the next ``member_count`` tensors (nested heads included) and are
+    closed at their Nth member; a composite still open at the end is torn.  ``bases`` are
+    the descriptors' byte offsets (None: findings carry no offset).  Returns the findings
+    (raises the first untolerated one unless ``collect``)."""
+    binder = CompositeBinder(mode=mode, collect=collect, check_heads=check_heads)
+    offsets = iter(bases) if bases is not None else itertools.repeat(None)
+    for desc in descs:
+        binder.add(desc, next(offsets))
+    binder.finish()
+    return binder.findings
 
 
 # ------------------------------------------------------------------------------------
@@ -532,37 +746,3 @@ def _sweep_check(head, off, shp, keep) -> list[tuple]:
     if vol_members < vol_head or (out and vol_members == vol_head):
         out.append((CLOSE_GAP, f"member boxes leave a gap (member volumes {vol_members} of {vol_head})"))
     return out
-
-
-# ------------------------------------------------------------------------------------
-# Pre-order driving with the depth limit
-# ------------------------------------------------------------------------------------
-
-
-def validate_preorder(descs: Iterable[TensorDescriptor], *, mode="strict", collect: bool = False,
-                      bases: Optional[Iterable[Optional[int]]] = None, check_heads: bool = True) -> list[Finding]:
-    """Validate a pre-order sequence of descriptors: composites bind the next
-    ``member_count`` tensors (nested heads included) and are closed at their Nth member;
-    composites still open at the end are torn.  Returns the findings (raises in strict /
-    permissive mode unless ``collect``)."""
-    mode = as_mode(mode)
-    findings: list[Finding] = []
-    stack: list[CompositeValidator] = []
-    bases = iter(bases) if bases is not None else None
-    for desc in descs:
-        base = next(bases) if bases is not None else None
-        if stack:
-            stack[-1].push_member(desc, base=base)
-        if isinstance(desc.layout, CompositeLayout):
-            # beyond depth 8 the enclosing validator has fired composite.nesting.depth; in collect
-            # mode binding goes on so the rest of the structure can still be checked
-            stack.append(CompositeValidator(desc, mode=mode, collect=collect, depth=len(stack) + 1, base=base,
-                                            check_head=check_heads))
-        while stack and stack[-1].complete:
-            done = stack.pop()
-            done.close()
-            findings.extend(done.findings)
-    for open_validator in reversed(stack):
-        open_validator.torn()
-        findings.extend(open_validator.findings)
-    return findings

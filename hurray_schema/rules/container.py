@@ -1,6 +1,7 @@
 """Rules of the containers: ``.hrry`` files (``file-format.md``), bare streams and the
-interchange message framing (``interchange.md``), and composite binding inside them
-(``layouts/composite.md § Binding`` / ``§ Validation``).
+interchange message framing (``interchange.md``).  Composite binding inside them (a torn
+composite, the nesting depth, the per-member and close-time checks) is one set of rules
+whatever the container: :mod:`hurray_schema.rules.composite`.
 
 These are structural rules: the readers in :mod:`hurray_schema.io` fire them while
 walking a container, with the byte offset (from the start of the file or stream) of the
@@ -20,7 +21,6 @@ IX = "file-format.md § Index Section"
 KV = "file-format.md § KV Metadata Section"
 KVT = "file-format.md § KV Value Types"
 TREG = "file-format.md § Tensor Region"
-CF = "file-format.md § Composite Tensors"
 
 # --- file: header ---------------------------------------------------------------------
 FILE_TOO_SHORT = declare(
@@ -121,23 +121,11 @@ KV_ARRAY_TAG = declare(
     "file.kv.array_tag", MUST, KVT, "An array's element type tag is 0x01-0x06.", scope="file")
 KV_STRING = declare(
     "file.kv.string", MUST, KVT, "A string value is valid UTF-8.", scope="file")
-FILE_COMPOSITE_TORN = declare(
-    "file.composite.torn", MUST, CF,
-    "A head's member_count does not run past the end of the file: N tensors follow it in descriptor-offset "
-    "order (a permissive reader keeps the members as plain tensors, never the composite).",
-    scope="file", permissive=True)
 
 # --- streams --------------------------------------------------------------------------
 STREAM_TRUNCATED = declare(
     "stream.truncated", MUST, "interchange.md § Scope",
     "A stream does not end inside a descriptor or inside the buffers it announces.", scope="stream")
-STREAM_COMPOSITE_TORN = declare(
-    "stream.composite.torn", MUST, "interchange.md § Composite Tensor Streaming",
-    "A stream does not end before a head's N members have arrived (a permissive reader keeps the members "
-    "as plain tensors, never the composite).", scope="stream", permissive=True)
-COMPOSITE_DEPTH = declare(
-    "stream.composite.depth", MUST, "layouts/composite.md § Binding",
-    "Composites nest at most 8 levels deep (streams and files).", scope="stream")
 MESSAGE_TYPE = declare(
     "stream.message.type", MUST, "interchange.md § Message Types",
     "A message_type outside the defined table (or an unagreed private one) ends the stream.", scope="stream")
