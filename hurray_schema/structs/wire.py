@@ -14,7 +14,7 @@ an unknown tag whose bytes the value object keeps opaque.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import Iterator, Optional
 
 import attrs
 
@@ -23,9 +23,6 @@ from .descriptor import CORE_PARTS, FIXED_HEADER, MAGIC, PARTS
 from .layouts import is_extension_layout
 from .quantization import QUANTIZATION_HEADER
 from .tags import LayoutTag
-
-if TYPE_CHECKING:
-    from ..model import TensorDescriptor
 
 __all__ = ["encode_parts", "descriptor_spans", "encoded_length", "values_of", "encode_descriptor_bytes"]
 
@@ -104,8 +101,9 @@ def _section_bytes(part, obj) -> bytes:
     return plan(part.decl).pack(**values_of(obj))
 
 
-def encode_parts(desc: "TensorDescriptor", descriptor_length: int = 0) -> Iterator[tuple[str, bytes]]:
-    """Each part of ``desc`` with its bytes; the header carries ``descriptor_length``."""
+def encode_parts(desc, descriptor_length: int = 0) -> Iterator[tuple[str, bytes]]:
+    """Each part of ``desc`` (a :class:`~hurray_schema.model.TensorDescriptor`) with its
+    bytes; the header carries ``descriptor_length``."""
     rank = desc.rank
     yield "fixed_header", _P_HEADER.pack(
         magic=MAGIC, version_major=desc.version_major, version_minor=desc.version_minor,
@@ -131,7 +129,7 @@ def encode_parts(desc: "TensorDescriptor", descriptor_length: int = 0) -> Iterat
         yield "trailing", desc.trailing
 
 
-def descriptor_spans(desc: "TensorDescriptor") -> list[tuple[str, int, int]]:
+def descriptor_spans(desc) -> list[tuple[str, int, int]]:
     """``(part, start, end)`` byte spans of every part of the encoded descriptor."""
     spans, start = [], 0
     for name, data in encode_parts(desc):
@@ -140,7 +138,7 @@ def descriptor_spans(desc: "TensorDescriptor") -> list[tuple[str, int, int]]:
     return spans
 
 
-def encoded_length(desc: "TensorDescriptor") -> int:
+def encoded_length(desc) -> int:
     return sum(len(data) for _, data in encode_parts(desc))
 
 
@@ -148,7 +146,7 @@ _LENGTH_AT = static_offset(FIXED_HEADER, "descriptor_length")
 _LENGTH_CODEC = plan(select(FIXED_HEADER, "descriptor_length"))
 
 
-def encode_descriptor_bytes(desc: "TensorDescriptor") -> bytes:
+def encode_descriptor_bytes(desc) -> bytes:
     """The descriptor's wire bytes, ``descriptor_length`` filled in."""
     parts = [data for _, data in encode_parts(desc)]
     total = sum(len(p) for p in parts)
