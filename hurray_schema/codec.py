@@ -249,9 +249,10 @@ def _parse_general(view, mode: Mode, base: int, limits: Limits) -> tuple[TensorD
             f"buffer_count {count} needs {need} bytes of handles, only {r.end - r.pos} remain", r.at()
         )
     fields[_BUFFER_PART.attribute] = _read_handles(r, count)
-    for attribute, flag, read in _OPTIONAL_READERS:
-        if flags & flag:
-            fields[attribute] = read(r, rank)
+    if flags & _OPTIONAL_FLAGS:
+        for attribute, flag, table, build, what in _OPTIONAL_READERS:
+            if flags & flag:
+                fields[attribute] = _read_quantization(r) if table is None else build(r.read(table, what, rank=rank))
     if r.pos < r.end:
         if not newer_minor:
             raise structure_rules.LENGTH_EXACT.violation(
@@ -349,7 +350,7 @@ def _read_handles(r: _Reader, count: int) -> tuple:
     return handles
 
 
-def _read_quantization(r: _Reader, rank: int):
+def _read_quantization(r: _Reader):
     qlen = r.read(_QLEN, "quantization_length")["quantization_length"]
     start = r.pos
     if qlen > r.end - start:
@@ -392,21 +393,17 @@ def _read_quantization(r: _Reader, rank: int):
     return build(values)
 
 
-def _section_reader(part):
-    """Reader of a flag-gated section: one declared table built into the part's value class."""
-    table, build, what = plan(part.decl), _builder(VALUE_CLASSES[part.value_class]), part.label
-
-    def read(r: _Reader, rank: int):
-        return build(r.read(table, what, rank=rank))
-
-    return read
+def _optional_reader(part) -> tuple:
+    """``(attribute, flag bit, plan, builder, what)`` of a flag-gated part; plan and builder
+    are ``None`` for quantization, which :func:`_read_quantization` reads."""
+    if part is _QUANTIZATION_PART:
+        return part.attribute, int(part.flag), None, None, part.label
+    return part.attribute, int(part.flag), plan(part.decl), _builder(VALUE_CLASSES[part.value_class]), part.label
 
 
-_OPTIONAL_READERS = tuple(
-    (part.attribute, int(part.flag), _read_quantization if part is _QUANTIZATION_PART else _section_reader(part))
-    for part in DESCRIPTOR_PARTS if part.flag is not None
-)
-"""``(attribute, flag bit, reader)`` of quantization and each section, in wire order."""
+_OPTIONAL_READERS = tuple(_optional_reader(part) for part in DESCRIPTOR_PARTS if part.flag is not None)
+"""Quantization and each section, in wire order."""
+_OPTIONAL_FLAGS = sum(flag for _, flag, _, _, _ in _OPTIONAL_READERS)
 
 
 def decode_descriptor(data, *, mode="strict", limits: Optional[Limits] = None) -> TensorDescriptor:
