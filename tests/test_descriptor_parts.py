@@ -185,3 +185,12 @@ def test_declarations_never_import_the_model(path):
 
 def test_tags_module_imports_nothing_of_the_project():
     assert not [n for n in _imports(STRUCTS_DIR / "tags.py") if n.startswith((".", "hurray_schema"))]
+
+
+def test_classes_chosen_by_tag_match_the_tables_of_their_part():
+    """Every layout / scheme class the model builds from a tag has that tag's table in the part."""
+    layout, quantization = descriptor_structs.PARTS["layout"], descriptor_structs.PARTS["quantization"]
+    assert layout.chosen_by == "layout_tag" and quantization.chosen_by == "scheme_tag"
+    assert all(layout.tables[tag] is not None for tag in model.TABLE_LAYOUTS)
+    assert set(model.SCHEMES) == set(quantization.tables)
+    assert {int(t) for t, decl in layout.tables.items() if decl is None} == {0x01, 0x02}  # row-, column-major

@@ -1,7 +1,7 @@
 """Optional descriptor sections after the buffer table: shard, statistics, extension
 type, composite member.  Each is present when its ``flags`` bit is set
 (``metadata.md § Flags``); they appear in the order of
-:data:`hurray_schema.structs.descriptor.DESCRIPTOR_ORDER`.
+:data:`hurray_schema.structs.descriptor.DESCRIPTOR_PARTS`.
 """
 
 from __future__ import annotations
