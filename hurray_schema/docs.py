@@ -285,7 +285,7 @@ def _place(docs: list[StructDoc]) -> None:
             flag = part.flag
             by_decl[id(part.decl)].context = f"Present when flag bit {flag.bit_length() - 1} ({flag.name}) is set."
         if part.prefix is not None and part.tables is None and id(part.decl) in by_decl:
-            (count,) = [f.name for f in fields(part.prefix)]
+            count = part.prefix_field
             by_decl[id(part.decl)].context = f"Repeated `{count}` times after `{count}`."
         if start is not None and part.decl is not None and part.prefix is None and id(part.decl) in by_decl:
             by_decl[id(part.decl)].start = start
@@ -302,9 +302,8 @@ def _place_chosen(part, start: Optional[_Size], by_decl: dict) -> None:
             doc.start = start
             doc.context = f"Present when `{part.chosen_by}` is 0x{int(tag):02X} ({tag.name})."
         else:
-            (prefix,) = [f.name for f in fields(part.prefix)]
             doc.context = (f"The {part.name} descriptor when `{part.chosen_by}` is 0x{int(tag):02X} "
-                           f"({tag.name}); it follows `{prefix}`.")
+                           f"({tag.name}); it follows `{part.prefix_field}`.")
     doc = by_decl.get(id(part.private)) if part.private is not None else None
     if doc is not None:
         doc.start = start

@@ -189,7 +189,7 @@ def _quantization_expr(src: _Source, desc: TensorDescriptor) -> str:
     cls = SCHEMES.get(getattr(q, "scheme", None))
     if cls is None or q.__class__ is not cls:
         raise _NotCompilable("unknown quantization scheme")
-    (qlen,) = src.table(_QUANTIZATION.prefix).values()
+    qlen = src.table(_QUANTIZATION.prefix)[_QUANTIZATION.prefix_field]
     decl = _QUANTIZATION.tables[cls.scheme]
     exprs = src.table(decl)
     src.guard(exprs[_QUANTIZATION.chosen_by], cls.scheme)
@@ -214,8 +214,7 @@ def compile_decoder(desc: TensorDescriptor, length: int) -> CompiledDecoder:
     for part in CORE_PARTS:
         exprs[part.attribute] = src.table(part.decl, rank=desc.rank)[part.attribute]
     exprs[_LAYOUT.attribute] = _layout_expr(src, desc)
-    (count,) = src.table(_BUFFER_TABLE.prefix).values()
-    src.guard(count, len(desc.buffers))
+    src.guard(src.table(_BUFFER_TABLE.prefix)[_BUFFER_TABLE.prefix_field], len(desc.buffers))
     handle_class = VALUE_CLASSES[_BUFFER_TABLE.value_class]
     handles = [src.construct(handle_class, src.table(_BUFFER_TABLE.decl)) for _ in desc.buffers]
     exprs[_BUFFER_TABLE.attribute] = "(" + "".join(h + ", " for h in handles) + ")"
@@ -355,8 +354,7 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
         p.table(part.decl, "d", rank=rank)
     if cls is not None:
         p.table(_LAYOUT.tables[layout.tag], f"d.{_LAYOUT.attribute}", rank=rank)
-    (count,) = [f.name for f in _BUFFER_TABLE.prefix.subcons]
-    p.table(_BUFFER_TABLE.prefix, "d", {count: len(desc.buffers)})
+    p.table(_BUFFER_TABLE.prefix, "d", {_BUFFER_TABLE.prefix_field: len(desc.buffers)})
     for i in range(len(desc.buffers)):
         p.table(_BUFFER_TABLE.decl, f"d.{_BUFFER_TABLE.attribute}[{i}]")
     q = desc.quantization
@@ -368,8 +366,7 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
         size = plan(decl).fixed_size
         if size is None:
             raise _NotCompilable("quantization table of variable size")
-        (length,) = [f.name for f in _QUANTIZATION.prefix.subcons]
-        p.table(_QUANTIZATION.prefix, "d", {length: size + len(q.padding)})
+        p.table(_QUANTIZATION.prefix, "d", {_QUANTIZATION.prefix_field: size + len(q.padding)})
         p.table(decl, f"d.{_QUANTIZATION.attribute}", {_QUANTIZATION.chosen_by: int(qcls.scheme)})
         if q.padding:
             p.raw(f"{len(q.padding)}s", f"d.{_QUANTIZATION.attribute}.padding")

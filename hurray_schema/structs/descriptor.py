@@ -111,6 +111,14 @@ class DescriptorPart:
     private: Optional[Struct] = None
 
     @property
+    def prefix_field(self) -> Optional[str]:
+        """Name of the one field of ``prefix`` (``buffer_count``, ``quantization_length``)."""
+        if self.prefix is None:
+            return None
+        (name,) = [sub.name for sub in self.prefix.subcons]
+        return name
+
+    @property
     def label(self) -> str:
         """The part as decoder messages name it (``"composite member section"``)."""
         return self.name.replace("_", " ") + (" section" if self.flag is not None else "")
