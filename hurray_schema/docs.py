@@ -32,7 +32,7 @@ import re
 from pathlib import Path
 from typing import Iterable, Optional
 
-import construct as c
+import construct
 
 from .structs import descriptor as descriptor_structs
 from .structs import tags as tag_tables
@@ -63,33 +63,33 @@ def _expr(e) -> str:
     return re.sub(r"== (\d+)\b", lambda m: f"== 0x{int(m.group(1)):02X}", text)
 
 
-def spec_type(sub: c.Construct) -> str:
+def spec_type(sub: construct.Construct) -> str:
     """The wire type of a declared field, written as the spec's tables write it."""
-    if isinstance(sub, c.Renamed):
+    if isinstance(sub, construct.Renamed):
         return spec_type(sub.subcon)
-    if isinstance(sub, c.Const):
+    if isinstance(sub, construct.Const):
         inner = sub.subcon
-        if isinstance(inner, c.Bytes) and isinstance(inner.length, int):
+        if isinstance(inner, construct.Bytes) and isinstance(inner.length, int):
             return f"bytes[{inner.length}]"
         return spec_type(inner)
-    if isinstance(sub, c.FormatField):
+    if isinstance(sub, construct.FormatField):
         return _FORMAT_NAMES.get(sub.fmtstr[1:], sub.fmtstr)
-    if isinstance(sub, c.Bytes):
+    if isinstance(sub, construct.Bytes):
         if isinstance(sub.length, int):
             return f"uint8[{sub.length}]"
         return f"bytes[{_expr(sub.length)}]"
-    if isinstance(sub, c.Array):
+    if isinstance(sub, construct.Array):
         count = sub.count if isinstance(sub.count, int) else _expr(sub.count)
         return f"{spec_type(sub.subcon)}[{count}]"
-    if isinstance(sub, c.IfThenElse):
+    if isinstance(sub, construct.IfThenElse):
         return spec_type(sub.thensubcon)
     return type(sub).__name__
 
 
-def presence(sub: c.Construct) -> Optional[str]:
+def presence(sub: construct.Construct) -> Optional[str]:
     """The condition under which a field is present (``If`` fields), else ``None``."""
-    inner = sub.subcon if isinstance(sub, c.Renamed) else sub
-    if isinstance(inner, c.IfThenElse):
+    inner = sub.subcon if isinstance(sub, construct.Renamed) else sub
+    if isinstance(inner, construct.IfThenElse):
         return _expr(inner.condfunc)
     return None
 
@@ -118,19 +118,19 @@ class _Size:
         return term if not self.const else f"{self.const} + {term}"
 
 
-def _field_size(sub: c.Construct) -> Optional[_Size]:
-    inner = sub.subcon if isinstance(sub, c.Renamed) else sub
+def _field_size(sub: construct.Construct) -> Optional[_Size]:
+    inner = sub.subcon if isinstance(sub, construct.Renamed) else sub
     size = static_size(inner)
     if size is not None:
         return _Size(size)
-    if isinstance(inner, c.Array) and not isinstance(inner.count, int) and _expr(inner.count) == "rank":
+    if isinstance(inner, construct.Array) and not isinstance(inner.count, int) and _expr(inner.count) == "rank":
         item = static_size(inner.subcon)
         if item is not None:
             return _Size(0, item)
     return None
 
 
-def table_size(decl: c.Construct) -> Optional[_Size]:
+def table_size(decl: construct.Construct) -> Optional[_Size]:
     """Size of a whole table as ``a + b·rank``, or ``None`` when it depends on its values."""
     total = _Size()
     for f in fields(decl):
@@ -145,10 +145,10 @@ def table_size(decl: c.Construct) -> Optional[_Size]:
 # Field → tag table
 # ------------------------------------------------------------------------------------
 
-_DECLARATIONS: dict[str, c.Construct] = {}
+_DECLARATIONS: dict[str, construct.Construct] = {}
 
 
-def declarations() -> dict[str, c.Construct]:
+def declarations() -> dict[str, construct.Construct]:
     """Every declared table of ``hurray_schema.structs`` by its module-level name."""
     if not _DECLARATIONS:
         for module in struct_modules():
@@ -178,7 +178,7 @@ def tag_table(decl_name: str, field_name: str) -> Optional[type[enum.IntEnum]]:
 class StructDoc:
     """One declared wire table and where it sits."""
 
-    def __init__(self, module: str, name: str, decl: c.Construct, note: str):
+    def __init__(self, module: str, name: str, decl: construct.Construct, note: str):
         self.module = module  # e.g. "layouts"
         self.name = name  # e.g. "COMPOSITE"
         self.decl = decl
@@ -243,7 +243,7 @@ def struct_modules() -> list:
 
 
 def _is_table(value) -> bool:
-    return isinstance(value, c.Struct) and any(isinstance(s, Field) for s in value.subcons)
+    return isinstance(value, construct.Struct) and any(isinstance(s, Field) for s in value.subcons)
 
 
 def struct_docs() -> list[StructDoc]:
@@ -434,19 +434,19 @@ def _packed_size(info) -> str:
 
 
 def _element_types_page() -> str:
-    from .structs import element_types as T
+    from .structs import element_types
 
     out = [GENERATED, "", "# Element types", ""]
-    out += [f"Declared in `hurray_schema/structs/element_types.py` ({T.REF}). {_module_summary(T)}", ""]
+    out += [f"Declared in `hurray_schema/structs/element_types.py` ({element_types.REF}). {_module_summary(element_types)}", ""]
     rows = []
-    for info in T.ELEMENT_TYPES.values():
+    for info in element_types.ELEMENT_TYPES.values():
         rows.append([
             f"0x{int(info.tag):02X}", f"`{info.name}`", str(info.tier), str(info.bit_width),
             str(info.alignment), "yes" if info.is_float else "no", "yes" if info.is_signed else "no",
             _packed_size(info),
         ])
     out += _table(["Tag", "Name", "Tier", "Bits", "Alignment", "Float", "Signed", "Bytes for n elements"], rows)
-    out += ["", f"Tag 0x{T.RESERVED_TYPE_TAG:02X} is reserved; {_private_range()} are implementation-private "
+    out += ["", f"Tag 0x{element_types.RESERVED_TYPE_TAG:02X} is reserved; {_private_range()} are implementation-private "
             "(described by the extension type section); 0x00 and 0xFF are invalid.", ""]
     return "\n".join(out)
 
