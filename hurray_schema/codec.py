@@ -1,8 +1,10 @@
 """Decode and encode tensor descriptors.
 
-Decoding walks the parts of a descriptor in wire order
+Decoding walks the parts of a descriptor in the wire order of
+:data:`~hurray_schema.structs.descriptor.DESCRIPTOR_PARTS`
 (``metadata.md § Overall Descriptor Structure``) with the fast plans derived from the
-declarations in :mod:`hurray_schema.structs`.  It is bounded: nothing is read beyond
+declarations in :mod:`hurray_schema.structs`: each part's declaration, gating flag,
+descriptor attribute and value class come from that table.  It is bounded: nothing is read beyond
 ``descriptor_length`` and every count (rank, buffer_count, lengths) is checked against
 the bytes that remain before anything is built for it.
 
@@ -26,22 +28,20 @@ from . import signature
 from .errors import SpecViolation  # noqa: F401  (re-exported name, documented above)
 from .limits import DEFAULT_LIMITS, Limits, resolve_limits
 from .model import (
-    KNOWN_DESCRIPTOR_FLAGS, SCHEMES, TABLE_LAYOUTS, BufferHandle, CompositeMember, DescriptorFlag, ExtensionLayout,
-    ExtensionType, LayoutTag, QuantScheme, Shard, Statistics, TensorDescriptor, TiledLayout, UnknownLayout,
-    UnknownQuantization, COLUMN_MAJOR, ROW_MAJOR,
+    KNOWN_DESCRIPTOR_FLAGS, SCHEMES, TABLE_LAYOUTS, VALUE_CLASSES, DescriptorFlag, ExtensionLayout, LayoutTag,
+    QuantScheme, TensorDescriptor, TiledLayout, UnknownLayout, UnknownQuantization, COLUMN_MAJOR, ROW_MAJOR,
+    is_private_tag,
 )
-from .rules import structure as S
+from .rules import structure as structure_rules
 from .rules.descriptor import first_error
 from .rules.engine import Finding, Mode, as_mode
-from .structs import layouts as L
-from .structs import quantization as Q
-from .structs import sections as X
+from .structs import layouts, quantization
 from .structs._declare import plan, select, static_offset
 from .structs.descriptor import (
-    BUFFER_COUNT, BUFFER_HANDLE, BYTE_OFFSET, FIXED_HEADER, FIXED_HEADER_SIZE, MAGIC, MAX_RANK, SHAPE,
+    CORE_PARTS, DESCRIPTOR_PARTS, FIXED_HEADER, FIXED_HEADER_SIZE, MAGIC, MAX_RANK, PARTS,
     SUPPORTED_VERSION_MAJOR, SUPPORTED_VERSION_MINOR,
 )
-from .structs.element_types import RESERVED_TYPE_TAG, element_type_info, is_private_type
+from .structs.element_types import RESERVED_TYPE_TAG, element_type_info
 from .structs.wire import descriptor_spans, encode_descriptor_bytes
 
 __all__ = ["decode_descriptor", "encode_descriptor", "parse_descriptor", "check_semantics", "peek_descriptor_length",
@@ -61,41 +61,38 @@ def _builder(cls):
     return build
 
 
-_LAYOUT_BUILDERS = {tag: (plan(L.LAYOUT_FIELDS[tag]), _builder(cls), f"{LayoutTag(tag).name.lower()} layout fields")
-                    for tag, cls in TABLE_LAYOUTS.items()}
-_SCHEME_BUILDERS = {tag: (plan(Q.SCHEMES[tag]), _builder(cls), f"{QuantScheme(tag).name.lower()} fields")
-                    for tag, cls in SCHEMES.items()}
+_LAYOUT_PART = PARTS["layout"]
+_BUFFER_PART = PARTS["buffer_table"]
+_QUANTIZATION_PART = PARTS["quantization"]
+
+_LAYOUT_BUILDERS = {
+    tag: (plan(_LAYOUT_PART.tables[tag]), _builder(cls), f"{LayoutTag(tag).name.lower()} layout fields")
+    for tag, cls in TABLE_LAYOUTS.items()
+}
+_SCHEME_BUILDERS = {
+    tag: (plan(_QUANTIZATION_PART.tables[tag]), _builder(cls), f"{QuantScheme(tag).name.lower()} fields")
+    for tag, cls in SCHEMES.items()
+}
 
 _HEADER = plan(FIXED_HEADER)
-_CORE = plan(Struct(*SHAPE.subcons, *BYTE_OFFSET.subcons))
+_CORE = plan(Struct(*[sub for part in CORE_PARTS for sub in part.decl.subcons]))
+_CORE_WHAT = " and ".join(part.name for part in CORE_PARTS)
 _MODES = {"strict": Mode.STRICT, "permissive": Mode.PERMISSIVE, Mode.STRICT: Mode.STRICT,
           Mode.PERMISSIVE: Mode.PERMISSIVE}
-_BUFFER_COUNT = plan(BUFFER_COUNT)
-_HANDLE = plan(BUFFER_HANDLE)
+_BUFFER_COUNT = plan(_BUFFER_PART.prefix)
+_HANDLE = plan(_BUFFER_PART.decl)
 _HANDLE_FIELDS = _HANDLE.steps[0]
+_NEW_HANDLE = VALUE_CLASSES[_BUFFER_PART.value_class]
 _BUFFER_COUNT_CODEC = _BUFFER_COUNT.steps[0].codec
 _BUFFER_COUNT_SIZE = _BUFFER_COUNT.fixed_size
 _HEADER_NAMES, _HEADER_CODEC = _HEADER.steps[0].names, _HEADER.steps[0].codec
-_TILED = plan(L.TILED)
-_EXTENSION_HEAD = plan(L.EXTENSION_HEAD)
-_QLEN = plan(Q.QUANTIZATION_LENGTH)
-_QHEADER = plan(Q.QUANTIZATION_HEADER)
-_SHARD = plan(X.SHARD_SECTION)
-_STATS = plan(X.STATISTICS_SECTION)
-_EXTTYPE = plan(X.EXTENSION_TYPE_SECTION)
-_MEMBER = plan(X.COMPOSITE_MEMBER_SECTION)
-
-_build_shard = _builder(Shard)
-_build_stats = _builder(Statistics)
-_build_exttype = _builder(ExtensionType)
-_build_member = _builder(CompositeMember)
+_TILED = plan(_LAYOUT_PART.tables[LayoutTag.TILED])
+_EXTENSION_HEAD = plan(layouts.EXTENSION_HEAD)
+_QLEN = plan(_QUANTIZATION_PART.prefix)
+_QHEADER = plan(quantization.QUANTIZATION_HEADER)
 _build_tiled = _builder(TiledLayout)
 
-_HAS_QUANTIZATION = int(DescriptorFlag.HAS_QUANTIZATION)
-_HAS_SHARD = int(DescriptorFlag.HAS_SHARD)
-_HAS_STATISTICS = int(DescriptorFlag.HAS_STATISTICS)
 _HAS_EXTENSION_TYPE = int(DescriptorFlag.HAS_EXTENSION_TYPE)
-_HAS_COMPOSITE_MEMBER = int(DescriptorFlag.HAS_COMPOSITE_MEMBER)
 
 _AT = {name: static_offset(FIXED_HEADER, name) for name in ("magic", "version_major", "version_minor",
                                                              "descriptor_length", "flags", "type_tag",
@@ -125,14 +122,14 @@ class _Reader:
         try:
             values, self.pos = p.unpack(self.view, self.pos, **context)
         except struct.error:
-            raise S.LENGTH_BOUNDS.violation(
+            raise structure_rules.LENGTH_BOUNDS.violation(
                 f"{what} runs past descriptor_length ({self.end} bytes)", self.at()
             ) from None
         return values
 
     def take(self, n: int, what: str) -> bytes:
         if n > self.end - self.pos:
-            raise S.LENGTH_BOUNDS.violation(
+            raise structure_rules.LENGTH_BOUNDS.violation(
                 f"{what} needs {n} bytes but only {self.end - self.pos} remain before descriptor_length",
                 self.at(),
             )
@@ -152,14 +149,16 @@ def peek_descriptor_length(data, base: int = 0) -> int:
     """``descriptor_length`` from the first 10 bytes, after checking magic and minimum."""
     view = memoryview(data)
     if len(view) < FIXED_HEADER_SIZE:
-        raise S.TRUNCATED.violation(
+        raise structure_rules.TRUNCATED.violation(
             f"a descriptor needs at least {FIXED_HEADER_SIZE} bytes, the input has {len(view)}", base + len(view)
         )
     if bytes(view[: len(MAGIC)]) != MAGIC:
-        raise S.MAGIC.violation(f"magic is {bytes(view[:len(MAGIC)])!r}, not {MAGIC!r}", base + _AT["magic"])
+        raise structure_rules.MAGIC.violation(
+            f"magic is {bytes(view[:len(MAGIC)])!r}, not {MAGIC!r}", base + _AT["magic"]
+        )
     (length,) = _LENGTH_FIELD.unpack_from(view, _AT["descriptor_length"])
     if length < FIXED_HEADER_SIZE:
-        raise S.LENGTH_MINIMUM.violation(
+        raise structure_rules.LENGTH_MINIMUM.violation(
             f"descriptor_length {length} is below the {FIXED_HEADER_SIZE}-byte fixed header",
             base + _AT["descriptor_length"],
         )
@@ -211,7 +210,7 @@ def _parse_general(view, mode: Mode, base: int, limits: Limits) -> tuple[TensorD
     """The general decoder: every structural rule checked, every part read in turn."""
     length = peek_descriptor_length(view, base)
     if length > len(view):  # a fact about the input, reported before any configured limit
-        raise S.TRUNCATED.violation(
+        raise structure_rules.TRUNCATED.violation(
             f"descriptor_length is {length} but only {len(view)} bytes are available", base + len(view)
         )
     if length > limits.max_descriptor_bytes:
@@ -221,7 +220,7 @@ def _parse_general(view, mode: Mode, base: int, limits: Limits) -> tuple[TensorD
     r.pos = _HEADER.fixed_size
     _check_header(r, h)
     rank = h["rank"]
-    core = r.read(_CORE, "shape and byte_offset", rank=rank)
+    core = r.read(_CORE, _CORE_WHAT, rank=rank)
     shape, byte_offset = core["shape"], core["byte_offset"]
     flags = h["flags"]
     newer_minor = h["version_minor"] > SUPPORTED_VERSION_MINOR
@@ -237,30 +236,26 @@ def _parse_general(view, mode: Mode, base: int, limits: Limits) -> tuple[TensorD
         return TensorDescriptor(**fields), r.findings
 
     if r.pos + _BUFFER_COUNT_SIZE > r.end:
-        raise S.LENGTH_BOUNDS.violation(f"buffer_count runs past descriptor_length ({r.end} bytes)", r.at())
+        raise structure_rules.LENGTH_BOUNDS.violation(
+            f"buffer_count runs past descriptor_length ({r.end} bytes)", r.at()
+        )
     (count,) = _BUFFER_COUNT_CODEC.unpack_from(r.view, r.pos)
     r.pos += _BUFFER_COUNT_SIZE
     if count > limits.max_buffer_count:
-        limits.check("max_buffer_count", count, r.at(r.pos - _BUFFER_COUNT.fixed_size))
+        limits.check("max_buffer_count", count, r.at(r.pos - _BUFFER_COUNT_SIZE))
     need = count * _HANDLE.fixed_size
     if need > r.end - r.pos:
-        raise S.LENGTH_BOUNDS.violation(
+        raise structure_rules.LENGTH_BOUNDS.violation(
             f"buffer_count {count} needs {need} bytes of handles, only {r.end - r.pos} remain", r.at()
         )
-    fields["buffers"] = _read_handles(r, count)
-    if flags & _HAS_QUANTIZATION:
-        fields["quantization"] = _read_quantization(r)
-    if flags & _HAS_SHARD:
-        fields["shard"] = _build_shard(r.read(_SHARD, "shard section", rank=rank))
-    if flags & _HAS_STATISTICS:
-        fields["statistics"] = _build_stats(r.read(_STATS, "statistics section"))
-    if flags & _HAS_EXTENSION_TYPE:
-        fields["extension_type"] = _build_exttype(r.read(_EXTTYPE, "extension type section"))
-    if flags & _HAS_COMPOSITE_MEMBER:
-        fields["composite_member"] = _build_member(r.read(_MEMBER, "composite member section"))
+    fields[_BUFFER_PART.attribute] = _read_handles(r, count)
+    if flags & _OPTIONAL_FLAGS:
+        for attribute, flag, table, build, what in _OPTIONAL_READERS:
+            if flags & flag:
+                fields[attribute] = _read_quantization(r) if table is None else build(r.read(table, what, rank=rank))
     if r.pos < r.end:
         if not newer_minor:
-            raise S.LENGTH_EXACT.violation(
+            raise structure_rules.LENGTH_EXACT.violation(
                 f"{r.end - r.pos} bytes remain after the last section of a {h['version_major']}."
                 f"{h['version_minor']} descriptor", r.at()
             )
@@ -272,37 +267,41 @@ def _parse_general(view, mode: Mode, base: int, limits: Limits) -> tuple[TensorD
 
 def _check_header(r: _Reader, h: dict) -> None:
     if h["version_major"] > SUPPORTED_VERSION_MAJOR:
-        raise S.VERSION_MAJOR.violation(
+        raise structure_rules.VERSION_MAJOR.violation(
             f"version_major {h['version_major']} is newer than {SUPPORTED_VERSION_MAJOR}", r.at(_AT["version_major"])
         )
     if h["version_minor"] > SUPPORTED_VERSION_MINOR:
         r.tolerate(
-            S.VERSION_MINOR,
+            structure_rules.VERSION_MINOR,
             f"version_minor {h['version_minor']} is newer than {SUPPORTED_VERSION_MINOR}; its additions stay opaque",
             _AT["version_minor"],
         )
     reserved = h["flags"] & ~KNOWN_DESCRIPTOR_FLAGS
     if reserved and h["version_minor"] <= SUPPORTED_VERSION_MINOR:
-        raise S.FLAGS_RESERVED.violation(f"reserved flag bits 0x{reserved:08X} are set", r.at(_AT["flags"]))
+        raise structure_rules.FLAGS_RESERVED.violation(
+            f"reserved flag bits 0x{reserved:08X} are set", r.at(_AT["flags"])
+        )
     if h["rank"] > MAX_RANK:
-        raise S.RANK_CAP.violation(f"rank {h['rank']} exceeds {MAX_RANK}", r.at(_AT["rank"]))
+        raise structure_rules.RANK_CAP.violation(f"rank {h['rank']} exceeds {MAX_RANK}", r.at(_AT["rank"]))
     if h["rank"] > r.limits.max_rank:
         r.limits.check("max_rank", h["rank"], r.at(_AT["rank"]))
     _check_type_tag(r, h["type_tag"], h["flags"])
     tag = h["layout_tag"]
     if tag in (0x00, 0xFF):
-        raise S.LAYOUT_TAG_INVALID.violation(f"layout_tag 0x{tag:02X} is invalid", r.at(_AT["layout_tag"]))
+        raise structure_rules.LAYOUT_TAG_INVALID.violation(
+            f"layout_tag 0x{tag:02X} is invalid", r.at(_AT["layout_tag"])
+        )
 
 
 def _check_type_tag(r: _Reader, tag: int, flags: int) -> None:
     if tag in (0x00, 0xFF):
-        raise S.TYPE_TAG_INVALID.violation(f"type_tag 0x{tag:02X} is invalid", r.at(_AT["type_tag"]))
+        raise structure_rules.TYPE_TAG_INVALID.violation(f"type_tag 0x{tag:02X} is invalid", r.at(_AT["type_tag"]))
     if element_type_info(tag) is not None:
         return
-    if is_private_type(tag) and flags & _HAS_EXTENSION_TYPE:
+    if is_private_tag(tag) and flags & _HAS_EXTENSION_TYPE:
         return  # described inline by the extension type section (ADR-001)
     what = "reserved" if tag == RESERVED_TYPE_TAG or 0x80 <= tag <= 0xEF else "not a type this reader knows"
-    r.tolerate(S.TYPE_TAG_UNKNOWN, f"type_tag 0x{tag:02X} is {what}", _AT["type_tag"])
+    r.tolerate(structure_rules.TYPE_TAG_UNKNOWN, f"type_tag 0x{tag:02X} is {what}", _AT["type_tag"])
 
 
 def _read_layout(r: _Reader, tag: int, rank: int):
@@ -316,33 +315,37 @@ def _read_layout(r: _Reader, tag: int, rank: int):
         return build(r.read(p, what, rank=rank))
     if tag == LayoutTag.TILED:
         return _read_tiled(r, rank, depth=1)
-    if L.is_extension_layout(tag):
+    if layouts.is_extension_layout(tag):
         start = r.pos
         head = r.read(_EXTENSION_HEAD, "extension layout fields")
         data = r.take(head["extension_data_length"], "extension_data")
         r.tolerate(
-            S.EXTENSION_LAYOUT_UNKNOWN,
+            structure_rules.EXTENSION_LAYOUT_UNKNOWN,
             f"private layout 0x{tag:02X} with extension_layout_id {head['extension_layout_id']} is not known here",
             start,
         )
         return ExtensionLayout(tag, head["extension_layout_id"], data)
-    r.tolerate(S.LAYOUT_TAG_UNKNOWN, f"layout_tag 0x{tag:02X} is not a layout this reader knows", _AT["layout_tag"])
+    r.tolerate(structure_rules.LAYOUT_TAG_UNKNOWN, f"layout_tag 0x{tag:02X} is not a layout this reader knows",
+               _AT["layout_tag"])
     return UnknownLayout(tag, r.take(r.end - r.pos, "opaque layout payload"))
 
 
 def _read_tiled(r: _Reader, rank: int, depth: int) -> TiledLayout:
     if depth > r.limits.max_tiled_depth:
-        raise S.TILED_DEPTH.violation(f"tiled layout nests deeper than {r.limits.max_tiled_depth} levels", r.at())
+        raise structure_rules.TILED_DEPTH.violation(
+            f"tiled layout nests deeper than {r.limits.max_tiled_depth} levels", r.at()
+        )
     values = r.read(_TILED, "tiled layout fields", rank=rank)
     values["inner"] = _read_tiled(r, rank, depth + 1) if values["inner_layout"] == LayoutTag.TILED else None
     return _build_tiled(values)
 
 
-def _read_handles(r: _Reader, count: int) -> tuple[BufferHandle, ...]:
+def _read_handles(r: _Reader, count: int) -> tuple:
     unpack = _HANDLE_FIELDS.codec.unpack_from
     size = _HANDLE.fixed_size
     view, pos = r.view, r.pos
-    handles = tuple([BufferHandle(*unpack(view, at)) for at in range(pos, pos + count * size, size)])
+    new = _NEW_HANDLE
+    handles = tuple([new(*unpack(view, at)) for at in range(pos, pos + count * size, size)])
     r.pos = pos + count * size
     return handles
 
@@ -351,7 +354,7 @@ def _read_quantization(r: _Reader):
     qlen = r.read(_QLEN, "quantization_length")["quantization_length"]
     start = r.pos
     if qlen > r.end - start:
-        raise S.LENGTH_BOUNDS.violation(
+        raise structure_rules.LENGTH_BOUNDS.violation(
             f"quantization_length {qlen} runs past descriptor_length ({r.end - start} bytes remain)", r.at()
         )
     end = start + qlen
@@ -359,34 +362,48 @@ def _read_quantization(r: _Reader):
     try:
         head, _ = _QHEADER.unpack(section, start)
     except struct.error:
-        raise S.QUANTIZATION_LENGTH.violation(
+        raise structure_rules.QUANTIZATION_LENGTH.violation(
             f"quantization_length {qlen} is shorter than the {_QHEADER.fixed_size}-byte quantization header",
             r.at(start),
         ) from None
     tag = head["scheme_tag"]
     if tag in (0x00, 0xFF):
-        raise S.SCHEME_TAG_INVALID.violation(f"scheme_tag 0x{tag:02X} is invalid", r.at(start))
+        raise structure_rules.SCHEME_TAG_INVALID.violation(f"scheme_tag 0x{tag:02X} is invalid", r.at(start))
     entry = _SCHEME_BUILDERS.get(tag)
     if entry is None:
-        r.tolerate(S.SCHEME_TAG_UNKNOWN, f"scheme_tag 0x{tag:02X} is not a scheme this reader knows", start)
+        r.tolerate(structure_rules.SCHEME_TAG_UNKNOWN,
+                   f"scheme_tag 0x{tag:02X} is not a scheme this reader knows", start)
         r.pos = end
         payload = bytes(r.view[start + _QHEADER.fixed_size : end])
         return UnknownQuantization(tag, head["scheme_version"], head["flags"], payload)
-    if head["scheme_version"] > Q.HIGHEST_SCHEME_VERSION[tag]:
-        raise S.SCHEME_VERSION.violation(
+    if head["scheme_version"] > quantization.HIGHEST_SCHEME_VERSION[tag]:
+        raise structure_rules.SCHEME_VERSION.violation(
             f"scheme_version {head['scheme_version']} of scheme 0x{tag:02X} is newer than "
-            f"{Q.HIGHEST_SCHEME_VERSION[tag]}", r.at(start + 1)
+            f"{quantization.HIGHEST_SCHEME_VERSION[tag]}", r.at(start + 1)
         )
     p, build, what = entry
     try:
         values, pos = p.unpack(section, start)
     except struct.error:
-        raise S.QUANTIZATION_LENGTH.violation(
+        raise structure_rules.QUANTIZATION_LENGTH.violation(
             f"quantization_length {qlen} is shorter than the {p.fixed_size}-byte {what} table", r.at(start)
         ) from None
     values["padding"] = bytes(r.view[pos:end])
     r.pos = end
     return build(values)
+
+
+def _optional_reader(part) -> tuple:
+    """``(attribute, flag bit, plan, builder, what)`` of a flag-gated part; plan and builder
+    are ``None`` for quantization, which :func:`_read_quantization` reads."""
+    if part is _QUANTIZATION_PART:
+        return part.attribute, int(part.flag), None, None, part.label
+    return part.attribute, int(part.flag), plan(part.decl), _builder(VALUE_CLASSES[part.value_class]), part.label
+
+
+_OPTIONAL_READERS = tuple(_optional_reader(part) for part in DESCRIPTOR_PARTS if part.flag is not None)
+"""Quantization and each section, in wire order."""
+_OPTIONAL_FLAGS = sum(flag for _, flag, _, _, _ in _OPTIONAL_READERS)
 
 
 def decode_descriptor(data, *, mode="strict", limits: Optional[Limits] = None) -> TensorDescriptor:

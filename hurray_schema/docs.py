@@ -1,9 +1,11 @@
 """Format documentation generated from the wire-table declarations.
 
 Every page under ``docs/format/`` is written by :func:`write_docs` from the same
-``construct`` declarations the codec runs (``hurray_schema/structs/``), the tag tables
-of :mod:`hurray_schema.model` and the rule registry, so the documentation cannot drift
-from the code: a test regenerates the pages and compares them with the committed ones.
+``construct`` declarations the codec runs (``hurray_schema/structs/``): their fields,
+the tag table attached to each field, the descriptor's parts
+(:data:`~hurray_schema.structs.descriptor.DESCRIPTOR_PARTS`), and the rule registry, so
+the documentation cannot drift from the code: a test regenerates the pages and compares
+them with the committed ones.
 
 * one page per ``structs`` module (one spec area), with a table per declared struct:
   offset inside the table (a formula in ``rank`` where the size of an earlier field
@@ -11,7 +13,8 @@ from the code: a test regenerates the pages and compares them with the committed
   the spec's vocabulary (``uint32``, ``uint8[2]``, ``uint64[rank]``), our one-line
   description and the spec citation;
 * ``element-types.md``: the element type table;
-* ``tags.md``: every tag table (``IntEnum`` / ``IntFlag`` of ``model.py``);
+* ``tags.md``: every tag table (``IntEnum`` / ``IntFlag`` of ``structs/tags.py`` and of
+  the container modules);
 * ``index.md``: the pages, the parts of a descriptor, and every rule linked to the
   struct(s) it constrains.
 
@@ -29,13 +32,14 @@ import re
 from pathlib import Path
 from typing import Iterable, Optional
 
-import construct as c
+import construct
 
-from . import model
+from .structs import descriptor as descriptor_structs
+from .structs import tags as tag_tables
 from .structs._declare import Field, fields, static_size
 
 __all__ = [
-    "spec_type", "FIELD_TAGS", "StructDoc", "struct_docs", "render_pages", "write_docs", "check_docs",
+    "spec_type", "tag_table", "StructDoc", "struct_docs", "render_pages", "write_docs", "check_docs",
 ]
 
 # ------------------------------------------------------------------------------------
@@ -59,33 +63,33 @@ def _expr(e) -> str:
     return re.sub(r"== (\d+)\b", lambda m: f"== 0x{int(m.group(1)):02X}", text)
 
 
-def spec_type(sub: c.Construct) -> str:
+def spec_type(sub: construct.Construct) -> str:
     """The wire type of a declared field, written as the spec's tables write it."""
-    if isinstance(sub, c.Renamed):
+    if isinstance(sub, construct.Renamed):
         return spec_type(sub.subcon)
-    if isinstance(sub, c.Const):
+    if isinstance(sub, construct.Const):
         inner = sub.subcon
-        if isinstance(inner, c.Bytes) and isinstance(inner.length, int):
+        if isinstance(inner, construct.Bytes) and isinstance(inner.length, int):
             return f"bytes[{inner.length}]"
         return spec_type(inner)
-    if isinstance(sub, c.FormatField):
+    if isinstance(sub, construct.FormatField):
         return _FORMAT_NAMES.get(sub.fmtstr[1:], sub.fmtstr)
-    if isinstance(sub, c.Bytes):
+    if isinstance(sub, construct.Bytes):
         if isinstance(sub.length, int):
             return f"uint8[{sub.length}]"
         return f"bytes[{_expr(sub.length)}]"
-    if isinstance(sub, c.Array):
+    if isinstance(sub, construct.Array):
         count = sub.count if isinstance(sub.count, int) else _expr(sub.count)
         return f"{spec_type(sub.subcon)}[{count}]"
-    if isinstance(sub, c.IfThenElse):
+    if isinstance(sub, construct.IfThenElse):
         return spec_type(sub.thensubcon)
     return type(sub).__name__
 
 
-def presence(sub: c.Construct) -> Optional[str]:
+def presence(sub: construct.Construct) -> Optional[str]:
     """The condition under which a field is present (``If`` fields), else ``None``."""
-    inner = sub.subcon if isinstance(sub, c.Renamed) else sub
-    if isinstance(inner, c.IfThenElse):
+    inner = sub.subcon if isinstance(sub, construct.Renamed) else sub
+    if isinstance(inner, construct.IfThenElse):
         return _expr(inner.condfunc)
     return None
 
@@ -114,19 +118,19 @@ class _Size:
         return term if not self.const else f"{self.const} + {term}"
 
 
-def _field_size(sub: c.Construct) -> Optional[_Size]:
-    inner = sub.subcon if isinstance(sub, c.Renamed) else sub
+def _field_size(sub: construct.Construct) -> Optional[_Size]:
+    inner = sub.subcon if isinstance(sub, construct.Renamed) else sub
     size = static_size(inner)
     if size is not None:
         return _Size(size)
-    if isinstance(inner, c.Array) and not isinstance(inner.count, int) and _expr(inner.count) == "rank":
+    if isinstance(inner, construct.Array) and not isinstance(inner.count, int) and _expr(inner.count) == "rank":
         item = static_size(inner.subcon)
         if item is not None:
             return _Size(0, item)
     return None
 
 
-def table_size(decl: c.Construct) -> Optional[_Size]:
+def table_size(decl: construct.Construct) -> Optional[_Size]:
     """Size of a whole table as ``a + b·rank``, or ``None`` when it depends on its values."""
     total = _Size()
     for f in fields(decl):
@@ -141,53 +145,29 @@ def table_size(decl: c.Construct) -> Optional[_Size]:
 # Field → tag table
 # ------------------------------------------------------------------------------------
 
-FIELD_TAGS: dict[str, type[enum.IntEnum]] = {
-    "type_tag": model.ElementType,
-    "scale_type_tag": model.ElementType,
-    "layout_tag": model.LayoutTag,
-    "outer_layout": model.LayoutTag,
-    "inner_layout": model.LayoutTag,
-    "flags": model.DescriptorFlag,
-    "device_tag": model.DeviceTag,
-    "sync_mode": model.SyncMode,
-    "memory_class": model.MemoryClass,
-    "scheme_tag": model.QuantScheme,
-    "composition_rule": model.CompositionRule,
-    "combine_op": model.CombineOp,
-    "member_role": model.MemberRole,
-    "computed_mask": model.StatisticsMask,
-    "kv_role": model.KvRole,
-    "block_table_index_type": model.BlockTableIndexType,
-}
-"""Which tag table gives the meaning of a field's value (used by docs and the hex view).
-
-``flags`` is the descriptor flags field; the quantization header's ``flags`` is
-scheme-specific (``QuantFlag``), resolved by :func:`tag_table`."""
+_DECLARATIONS: dict[str, construct.Construct] = {}
 
 
-_CONTAINER_TAGS = {
-    # field name -> (structs module, enum name); looked up lazily, these modules may be absent
-    "file_flags": ("file", "FileFlag"),
-    "value_tag": ("file", "KvTag"),
-    "element_tag": ("file", "KvTag"),
-    "message_type": ("stream", "MessageType"),
-}
+def declarations() -> dict[str, construct.Construct]:
+    """Every declared table of ``hurray_schema.structs`` by its module-level name."""
+    if not _DECLARATIONS:
+        for module in struct_modules():
+            for name, value in vars(module).items():
+                if _is_table(value) and not name.startswith("_"):
+                    _DECLARATIONS.setdefault(name, value)
+    return _DECLARATIONS
 
 
 def tag_table(decl_name: str, field_name: str) -> Optional[type[enum.IntEnum]]:
-    """The tag table of ``field_name`` in the struct ``decl_name``."""
-    if field_name == "flags" and decl_name != "FIXED_HEADER":
-        if decl_name in ("PER_CHANNEL_AFFINE", "PER_BLOCK_AFFINE"):
-            return model.QuantFlag
+    """The tag table attached to field ``field_name`` of the table named ``decl_name``
+    (``None``: an unknown table or field, or a field without a tag table)."""
+    decl = declarations().get(decl_name)
+    if decl is None:
         return None
-    found = FIELD_TAGS.get(field_name)
-    if found is None and field_name in _CONTAINER_TAGS:
-        module, name = _CONTAINER_TAGS[field_name]
-        try:
-            found = getattr(importlib.import_module(f"{__package__}.structs.{module}"), name, None)
-        except ImportError:
-            found = None
-    return found
+    for f in fields(decl):
+        if f.name == field_name:
+            return f.tags
+    return None
 
 
 # ------------------------------------------------------------------------------------
@@ -198,7 +178,7 @@ def tag_table(decl_name: str, field_name: str) -> Optional[type[enum.IntEnum]]:
 class StructDoc:
     """One declared wire table and where it sits."""
 
-    def __init__(self, module: str, name: str, decl: c.Construct, note: str):
+    def __init__(self, module: str, name: str, decl: construct.Construct, note: str):
         self.module = module  # e.g. "layouts"
         self.name = name  # e.g. "COMPOSITE"
         self.decl = decl
@@ -263,7 +243,7 @@ def struct_modules() -> list:
 
 
 def _is_table(value) -> bool:
-    return isinstance(value, c.Struct) and any(isinstance(s, Field) for s in value.subcons)
+    return isinstance(value, construct.Struct) and any(isinstance(s, Field) for s in value.subcons)
 
 
 def struct_docs() -> list[StructDoc]:
@@ -289,53 +269,53 @@ def struct_docs() -> list[StructDoc]:
     return docs
 
 
+def _private_range() -> str:
+    return f"0x{tag_tables.PRIVATE_TAG_FIRST:02X}–0x{tag_tables.PRIVATE_TAG_LAST:02X}"
+
+
 def _place(docs: list[StructDoc]) -> None:
-    """Start offsets inside a descriptor and the tag/flag that selects each table."""
-    from .structs import descriptor as D
-    from .structs import layouts as L
-    from .structs import quantization as Q
-
+    """Start offsets inside a descriptor and the tag/flag that selects each table, from
+    :data:`~hurray_schema.structs.descriptor.DESCRIPTOR_PARTS`."""
     by_decl = {id(d.decl): d for d in docs}
-    start = _Size()
-    for part, decl in D.DESCRIPTOR_ORDER:
-        if decl is not None:
-            doc = by_decl.get(id(decl))
-            if doc is not None:
-                doc.start = start
-            size = table_size(decl)
-            if size is None:
-                break
-            start = start + size
-        elif part == "layout":
-            for tag, layout_decl in L.LAYOUT_FIELDS.items():
-                doc = by_decl.get(id(layout_decl)) if layout_decl is not None else None
-                if doc is not None:
-                    doc.start = start
-                    doc.context = f"Present when `layout_tag` is 0x{int(tag):02X} ({tag.name})."
-            doc = by_decl.get(id(L.EXTENSION))
-            if doc is not None:
-                doc.start = start
-                doc.context = "Present when `layout_tag` is in 0xF0–0xFE (implementation-private)."
-            break
-    for part, _ in D.DESCRIPTOR_ORDER:
-        flag = getattr(model.DescriptorFlag, f"HAS_{part.upper()}", None)
-        if flag is None:
-            continue
-        from .structs import sections as X
+    start: Optional[_Size] = _Size()
+    for part in descriptor_structs.DESCRIPTOR_PARTS:
+        if part.tables is not None:
+            _place_chosen(part, start, by_decl)
+        elif part.flag is not None and id(part.decl) in by_decl:
+            flag = part.flag
+            by_decl[id(part.decl)].context = f"Present when flag bit {flag.bit_length() - 1} ({flag.name}) is set."
+        if part.prefix is not None and part.tables is None and id(part.decl) in by_decl:
+            count = part.prefix_field
+            by_decl[id(part.decl)].context = f"Repeated `{count}` times after `{count}`."
+        if start is not None and part.decl is not None and part.prefix is None and id(part.decl) in by_decl:
+            by_decl[id(part.decl)].start = start
+        start = _part_end(part, start)
 
-        decl = getattr(X, f"{part.upper()}_SECTION", None)
+
+def _place_chosen(part, start: Optional[_Size], by_decl: dict) -> None:
+    """Where the tables of a part chosen by a tag start, and which tag value selects each."""
+    for tag, decl in part.tables.items():
         doc = by_decl.get(id(decl)) if decl is not None else None
-        if doc is not None:
-            doc.context = f"Present when flag bit {flag.bit_length() - 1} ({flag.name}) is set."
-    for tag, decl in Q.SCHEMES.items():
-        doc = by_decl.get(id(decl))
-        if doc is not None:
-            doc.context = (
-                f"The quantization descriptor when `scheme_tag` is 0x{int(tag):02X} ({tag.name}); "
-                f"it follows `quantization_length`."
-            )
-    if id(D.BUFFER_HANDLE) in by_decl:
-        by_decl[id(D.BUFFER_HANDLE)].context = "Repeated `buffer_count` times after `buffer_count`."
+        if doc is None:
+            continue
+        if part.prefix is None:
+            doc.start = start
+            doc.context = f"Present when `{part.chosen_by}` is 0x{int(tag):02X} ({tag.name})."
+        else:
+            doc.context = (f"The {part.name} descriptor when `{part.chosen_by}` is 0x{int(tag):02X} "
+                           f"({tag.name}); it follows `{part.prefix_field}`.")
+    doc = by_decl.get(id(part.private)) if part.private is not None else None
+    if doc is not None:
+        doc.start = start
+        doc.context = f"Present when `{part.chosen_by}` is in {_private_range()} (implementation-private)."
+
+
+def _part_end(part, start: Optional[_Size]) -> Optional[_Size]:
+    """Where the part after ``part`` starts, while that does not depend on values."""
+    if start is None or part.decl is None or part.prefix is not None or part.flag is not None:
+        return None
+    size = table_size(part.decl)
+    return start + size if size is not None else None
 
 
 # ------------------------------------------------------------------------------------
@@ -454,27 +434,28 @@ def _packed_size(info) -> str:
 
 
 def _element_types_page() -> str:
-    from .structs import element_types as T
+    from .structs import element_types
 
     out = [GENERATED, "", "# Element types", ""]
-    out += [f"Declared in `hurray_schema/structs/element_types.py` ({T.REF}). {_module_summary(T)}", ""]
+    out += [f"Declared in `hurray_schema/structs/element_types.py` ({element_types.REF}). {_module_summary(element_types)}", ""]
     rows = []
-    for info in T.ELEMENT_TYPES.values():
+    for info in element_types.ELEMENT_TYPES.values():
         rows.append([
             f"0x{int(info.tag):02X}", f"`{info.name}`", str(info.tier), str(info.bit_width),
             str(info.alignment), "yes" if info.is_float else "no", "yes" if info.is_signed else "no",
             _packed_size(info),
         ])
     out += _table(["Tag", "Name", "Tier", "Bits", "Alignment", "Float", "Signed", "Bytes for n elements"], rows)
-    out += ["", f"Tag 0x{T.RESERVED_TYPE_TAG:02X} is reserved; 0xF0–0xFE are implementation-private "
+    out += ["", f"Tag 0x{element_types.RESERVED_TYPE_TAG:02X} is reserved; {_private_range()} are implementation-private "
             "(described by the extension type section); 0x00 and 0xFF are invalid.", ""]
     return "\n".join(out)
 
 
 def model_enums() -> list[type[enum.IntEnum]]:
-    """The tag tables of ``model.py`` then of the ``structs`` modules, in declaration order."""
+    """The tag tables of ``structs/tags.py`` then of the other ``structs`` modules, in
+    declaration order."""
     found = []
-    for module in [model, *struct_modules()]:
+    for module in [tag_tables, *struct_modules()]:
         for value in vars(module).values():
             if (
                 isinstance(value, type) and issubclass(value, (enum.IntEnum, enum.IntFlag))
@@ -492,8 +473,8 @@ def _tags_page(docs: list[StructDoc]) -> str:
             if tags is not None:
                 users.setdefault(tags, []).append(f"[`{doc.name}.{f.name}`]({doc.page}#{doc.anchor})")
     out = [GENERATED, "", "# Tag tables", ""]
-    out += ["Declared as `IntEnum` / `IntFlag` classes in `hurray_schema/model.py` and the "
-            "`hurray_schema/structs/` modules.", ""]
+    out += ["Declared as `IntEnum` / `IntFlag` classes in `hurray_schema/structs/tags.py` and the "
+            "`hurray_schema/structs/` container modules, and attached to the fields that carry them.", ""]
     for e in model_enums():
         out += [f'<a id="{e.__name__.lower()}"></a>', "", f"## `{e.__name__}`", ""]
         doc = " ".join((e.__doc__ or "").split())
@@ -550,14 +531,34 @@ def rule_structs(rule, docs: list[StructDoc]) -> list[StructDoc]:
     return [d for score, d in scored if score == best]
 
 
+def _part_presence(part) -> str:
+    if part.flag is not None:
+        return f"flag bit {part.flag.bit_length() - 1} ({part.flag.name})"
+    if part.chosen_by is not None:
+        return f"depends on `{part.chosen_by}`"
+    return "always"
+
+
+def _part_declaration(part, by_decl: dict) -> str:
+    """Links to the declaration(s) of a part of the descriptor."""
+    def link(decl) -> Optional[str]:
+        d = by_decl.get(id(decl))
+        return f"[`{d.name}`]({d.page}#{d.anchor})" if d is not None else None
+
+    if part.tables is not None:
+        pages = [by_decl[id(d)].page for d in part.tables.values() if d is not None and id(d) in by_decl]
+        return f"[{part.name} tables]({pages[0]})" if pages else "—"
+    links = [link(decl) for decl in (part.prefix, part.decl) if decl is not None]
+    return ", ".join(x for x in links if x) or "—"
+
+
 def _index_page(docs: list[StructDoc], pages: list[tuple[str, str]]) -> str:
     from .rules.engine import registry
-    from .structs import descriptor as D
 
     out = [GENERATED, "", "# Hurray wire format (generated)", ""]
     out += [
         "These pages are generated from the `construct` declarations the codec runs "
-        "(`hurray_schema/structs/`), the tag tables of `hurray_schema/model.py` and the rule "
+        "(`hurray_schema/structs/`), the tag tables attached to their fields and the rule "
         "registry. Regenerate them with `hurray-schema docs docs/format`.",
         "",
         "## Pages",
@@ -568,29 +569,10 @@ def _index_page(docs: list[StructDoc], pages: list[tuple[str, str]]) -> str:
     by_decl = {id(d.decl): d for d in docs}
     rows = []
     start: Optional[_Size] = _Size()
-    for part, decl in D.DESCRIPTOR_ORDER:
-        flag = getattr(model.DescriptorFlag, f"HAS_{part.upper()}", None)
-        when = f"flag bit {flag.bit_length() - 1} ({flag.name})" if flag is not None else "always"
-        if part == "layout":
-            when = "depends on `layout_tag`"
-        where = "—"
-        if decl is not None and id(decl) in by_decl:
-            d = by_decl[id(decl)]
-            where = f"[`{d.name}`]({d.page}#{d.anchor})"
-        elif part == "layout":
-            where = "[layout tables](layouts.md)"
-        elif part == "buffer_table":
-            where = "[`BUFFER_COUNT`](descriptor.md#buffer_count), [`BUFFER_HANDLE`](descriptor.md#buffer_handle)"
-        elif part == "quantization":
-            where = "[quantization tables](quantization.md)"
-        else:
-            name = f"{part.upper()}_SECTION"
-            hit = [d for d in docs if d.name == name]
-            if hit:
-                where = f"[`{hit[0].name}`]({hit[0].page}#{hit[0].anchor})"
-        size = table_size(decl) if decl is not None else None
-        rows.append([f"`{part}`", str(start) if start is not None else "—", when, where])
-        start = start + size if (start is not None and size is not None) else None
+    for part in descriptor_structs.DESCRIPTOR_PARTS:
+        rows.append([f"`{part.name}`", str(start) if start is not None else "—", _part_presence(part),
+                     _part_declaration(part, by_decl)])
+        start = _part_end(part, start)
     out += _table(["Part", "Starts at", "Present", "Declaration"], rows)
     out += ["", "## Rules", "", "Each rule of the registry with the struct(s) it constrains.", ""]
     rows = []

@@ -1,7 +1,9 @@
 """Value objects and tag tables of the Hurray tensor descriptor.
 
-Enumerations mirror the spec's tag tables (``enum.IntEnum``); value objects are frozen,
-slotted ``attrs`` classes.  Field names follow the spec's field names.  Fields the spec
+The tag tables (``enum.IntEnum`` / ``IntFlag``) are declared in
+:mod:`hurray_schema.structs.tags` and re-exported here; a field that carries a tag takes
+its table from the wire declaration of that field (``field(..., tags=...)``).  Value
+objects are frozen, slotted ``attrs`` classes.  Field names follow the spec's field names.  Fields the spec
 calls ``_reserved`` are kept (as ``_reserved``, constructor argument ``reserved``) so
 that a descriptor decoded from bytes re-encodes to the same bytes and so that the rule
 engine can report a non-zero reserved byte with its offset; they default to zeros.
@@ -18,6 +20,17 @@ from typing import ClassVar, Optional, Union
 
 import attrs
 
+from .structs import descriptor as _descriptor
+from .structs import layouts as _layouts
+from .structs import sections as _sections
+from .structs._declare import tags_of as _tags_of
+from .structs.tags import (  # noqa: F401  (re-exported: the tag tables belong to the model's API)
+    KNOWN_DESCRIPTOR_FLAGS, PRIVATE_TAG_FIRST, PRIVATE_TAG_LAST, BlockTableIndexType, CombineOp, CompositionRule,
+    DescriptorFlag, DeviceTag, ElementType, KvRole, LayoutTag, MemberRole, MemoryClass, QuantFlag, QuantScheme,
+    StatisticsMask, SyncMode, is_private_tag,
+)
+from .structs.wire import encoded_length as _encoded_length
+
 DYNAMIC_DIMENSION = 0xFFFF_FFFF_FFFF_FFFF
 """The dynamic-dimension sentinel (``metadata.md § shape``); never the same as ``0``."""
 
@@ -32,179 +45,13 @@ NOT_LAYER_SCOPED = 0xFFFF_FFFF
 
 
 # ------------------------------------------------------------------------------------
-# Tag tables
+# Tag tables (declared in structs/tags.py)
 # ------------------------------------------------------------------------------------
 
-
-class ElementType(enum.IntEnum):
-    """``type_tag`` values (``element-types.md § Type Properties Summary``)."""
-
-    FLOAT16 = 0x01
-    BFLOAT16 = 0x02
-    FLOAT32 = 0x03
-    FLOAT64 = 0x04
-    INT8 = 0x10
-    UINT8 = 0x11
-    INT16 = 0x12
-    UINT16 = 0x13
-    INT32 = 0x14
-    UINT32 = 0x15
-    INT64 = 0x16
-    UINT64 = 0x17
-    BOOL = 0x20
-    FLOAT8_E4M3 = 0x40
-    FLOAT8_E5M2 = 0x41
-    FLOAT8_E8M0 = 0x42
-    FLOAT4_E2M1 = 0x43
-    FLOAT6_E2M3 = 0x44
-    FLOAT6_E3M2 = 0x45
-    FLOAT128 = 0x46
-    INT4 = 0x48
-    UINT4 = 0x49
-    INT2 = 0x4A
-    UINT2 = 0x4B
-    COMPLEX64 = 0x50
-    COMPLEX128 = 0x51
-
-
-class LayoutTag(enum.IntEnum):
-    """``layout_tag`` values (``memory-layout.md § Named Layout Tags``)."""
-
-    ROW_MAJOR = 0x01
-    COLUMN_MAJOR = 0x02
-    STRIDED = 0x03
-    TILED = 0x04
-    MORTON = 0x05
-    COO = 0x06
-    CSR = 0x07
-    CSC = 0x08
-    CSF = 0x09
-    BLOCK_PAGED = 0x0A
-    COMPOSITE = 0x0B
-    HILBERT = 0x40
-
-
-class DescriptorFlag(enum.IntFlag):
-    """Bits of the descriptor ``flags`` field (``metadata.md § Flags``)."""
-
-    HAS_QUANTIZATION = 1 << 0
-    HAS_SHARD = 1 << 1
-    HAS_EXTENSION_TYPE = 1 << 2
-    HAS_STATISTICS = 1 << 3
-    HAS_COMPOSITE_MEMBER = 1 << 4
-
-
-_HAS_QUANTIZATION = int(DescriptorFlag.HAS_QUANTIZATION)
-_HAS_SHARD = int(DescriptorFlag.HAS_SHARD)
-_HAS_EXTENSION_TYPE = int(DescriptorFlag.HAS_EXTENSION_TYPE)
-_HAS_STATISTICS = int(DescriptorFlag.HAS_STATISTICS)
-_HAS_COMPOSITE_MEMBER = int(DescriptorFlag.HAS_COMPOSITE_MEMBER)
-
-KNOWN_DESCRIPTOR_FLAGS = int(
-    DescriptorFlag.HAS_QUANTIZATION
-    | DescriptorFlag.HAS_SHARD
-    | DescriptorFlag.HAS_EXTENSION_TYPE
-    | DescriptorFlag.HAS_STATISTICS
-    | DescriptorFlag.HAS_COMPOSITE_MEMBER
-)
-
-
-class CompositionRule(enum.IntEnum):
-    """``composition_rule`` of a composite head (``metadata.md § Composite / Virtual``)."""
-
-    PARTITION = 0x01
-    OVERLAY = 0x02
-    GROUP = 0x03
-
-
-class CombineOp(enum.IntEnum):
-    """``combine_op`` of a composite head; ``NONE`` for partition and group."""
-
-    NONE = 0x00
-    REPLACE = 0x01
-    ADD = 0x02
-
-
-class MemberRole(enum.IntEnum):
-    """``member_role`` of the Composite Member section (``metadata.md § Composite Member Section``)."""
-
-    CORRECTION = 0x00
-    BASE = 0x01
-
-
-class DeviceTag(enum.IntEnum):
-    """Buffer ``device_tag`` values (``buffer-protocol.md § Device Tags``)."""
-
-    CPU = 0x00
-    CUDA = 0x01
-    ROCM = 0x02
-    METAL = 0x03
-    VULKAN = 0x04
-    WEBGPU = 0x05
-    HEXAGON = 0x06
-    LEVEL_ZERO = 0x07
-    OPENCL = 0x08
-
-
-class SyncMode(enum.IntEnum):
-    """Buffer ``sync_mode`` values (``buffer-protocol.md § Stream and Event Synchronisation``)."""
-
-    PRODUCER_SYNCED = 0x00
-    EVENT = 0x01
-    CONSUMER_STREAM = 0x02
-
-
-class MemoryClass(enum.IntEnum):
-    """Buffer ``memory_class`` values (``buffer-protocol.md § Memory Class``)."""
-
-    STANDARD = 0x00
-    HOST_PINNED = 0x01
-    UNIFIED = 0x02
-    PEER = 0x03
-
-
-class QuantScheme(enum.IntEnum):
-    """``scheme_tag`` values (``quantization.md § Assigned Scheme Tags``)."""
-
-    PER_TENSOR_AFFINE = 0x01
-    PER_CHANNEL_AFFINE = 0x02
-    PER_BLOCK_AFFINE = 0x03
-    NF4 = 0x04
-    MXFP = 0x05
-
-
-class QuantFlag(enum.IntFlag):
-    """Scheme flags of per-channel and per-block affine (``quantization/per-block-affine.md``)."""
-
-    SYMMETRIC = 1 << 0
-
-
+_GATED_ATTRIBUTES = tuple((part.attribute, int(part.flag))  # plain ints: IntFlag arithmetic is slow
+                          for part in _descriptor.DESCRIPTOR_PARTS if part.flag is not None)
+"""``(descriptor attribute, flag bit)`` of every flag-gated part: ``flags`` follows from them."""
 _SYMMETRIC = int(QuantFlag.SYMMETRIC)  # plain int: IntFlag arithmetic is slow on hot paths
-
-class StatisticsMask(enum.IntFlag):
-    """``computed_mask`` bits of the Statistics section (``metadata.md § computed_mask``)."""
-
-    NNZ_VALID = 1 << 0
-    SPARSITY_VALID = 1 << 1
-    VALUE_RANGE_VALID = 1 << 2
-    VALUE_STATS_VALID = 1 << 3
-    NM_SPARSITY_VALID = 1 << 4
-    NAN_INF_VALID = 1 << 5
-
-
-class KvRole(enum.IntEnum):
-    """``kv_role`` of a block-paged tensor (``layouts/block-paged.md``)."""
-
-    KEY = 0x00
-    VALUE = 0x01
-    GENERIC = 0x02
-
-
-class BlockTableIndexType(enum.IntEnum):
-    """``block_table_index_type`` of a block-paged tensor (``layouts/block-paged.md``)."""
-
-    UINT32 = 0x00
-    UINT64 = 0x01
 
 
 def as_tag(enum_type: type[enum.IntEnum], value: int) -> Union[enum.IntEnum, int]:
@@ -220,6 +67,11 @@ def _tag(enum_type):
     members = {int(m): m for m in enum_type}
     get = members.get
     return lambda value: get(value, value)
+
+
+def _tag_field(decl, name: str, **kwargs):
+    """An attrs field converting to the tag table attached to field ``name`` of ``decl``."""
+    return attrs.field(converter=_tag(_tags_of(decl, name)), **kwargs)
 
 
 def _ints(value) -> tuple[int, ...]:
@@ -245,10 +97,12 @@ class BufferHandle:
 
     byte_size: int
     alignment: int = 64
-    device_tag: Union[DeviceTag, int] = attrs.field(default=DeviceTag.CPU, converter=_tag(DeviceTag))
-    sync_mode: Union[SyncMode, int] = attrs.field(default=SyncMode.PRODUCER_SYNCED, converter=_tag(SyncMode))
-    memory_class: Union[MemoryClass, int] = attrs.field(
-        default=MemoryClass.STANDARD, converter=_tag(MemoryClass)
+    device_tag: Union[DeviceTag, int] = _tag_field(_descriptor.BUFFER_HANDLE, "device_tag", default=DeviceTag.CPU)
+    sync_mode: Union[SyncMode, int] = _tag_field(
+        _descriptor.BUFFER_HANDLE, "sync_mode", default=SyncMode.PRODUCER_SYNCED
+    )
+    memory_class: Union[MemoryClass, int] = _tag_field(
+        _descriptor.BUFFER_HANDLE, "memory_class", default=MemoryClass.STANDARD
     )
     _reserved: int = attrs.field(default=0, repr=False)
 
@@ -361,10 +215,10 @@ class BlockPagedLayout:
     num_pages: int
     num_seqs: int
     paged_axis: int = 0
-    kv_role: Union[KvRole, int] = attrs.field(default=KvRole.GENERIC, converter=_tag(KvRole))
+    kv_role: Union[KvRole, int] = _tag_field(_layouts.BLOCK_PAGED, "kv_role", default=KvRole.GENERIC)
     layer_index: int = NOT_LAYER_SCOPED
-    block_table_index_type: Union[BlockTableIndexType, int] = attrs.field(
-        default=BlockTableIndexType.UINT32, converter=_tag(BlockTableIndexType)
+    block_table_index_type: Union[BlockTableIndexType, int] = _tag_field(
+        _layouts.BLOCK_PAGED, "block_table_index_type", default=BlockTableIndexType.UINT32
     )
     _reserved: bytes = _zeros(6)
 
@@ -374,9 +228,9 @@ class CompositeLayout:
     """Composite head fields (``metadata.md § Composite / Virtual``, ``layouts/composite.md``)."""
 
     tag: ClassVar[int] = LayoutTag.COMPOSITE
-    composition_rule: Union[CompositionRule, int] = attrs.field(converter=_tag(CompositionRule))
+    composition_rule: Union[CompositionRule, int] = _tag_field(_layouts.COMPOSITE, "composition_rule")
     member_count: int
-    combine_op: Union[CombineOp, int] = attrs.field(default=CombineOp.NONE, converter=_tag(CombineOp))
+    combine_op: Union[CombineOp, int] = _tag_field(_layouts.COMPOSITE, "combine_op", default=CombineOp.NONE)
     _reserved: bytes = _zeros(2)
 
 
@@ -607,7 +461,7 @@ class ExtensionType:
 class CompositeMember:
     """Role of an overlay member (``metadata.md § Composite Member Section``)."""
 
-    member_role: Union[MemberRole, int] = attrs.field(converter=_tag(MemberRole))
+    member_role: Union[MemberRole, int] = _tag_field(_sections.COMPOSITE_MEMBER_SECTION, "member_role")
     _reserved: bytes = _zeros(15)
 
 
@@ -626,7 +480,7 @@ class TensorDescriptor:
     newer minor version appended after the sections this reader knows.
     """
 
-    type_tag: Union[ElementType, int] = attrs.field(converter=_tag(ElementType))
+    type_tag: Union[ElementType, int] = _tag_field(_descriptor.FIXED_HEADER, "type_tag")
     shape: tuple[int, ...] = attrs.field(converter=_ints)
     layout: Layout = ROW_MAJOR
     buffers: tuple[BufferHandle, ...] = attrs.field(default=(), converter=tuple)
@@ -653,16 +507,9 @@ class TensorDescriptor:
     def flags(self) -> int:
         """The wire ``flags`` value this descriptor encodes to."""
         bits = int(self.unparsed_flags)  # plain ints: IntFlag arithmetic is slow
-        if self.quantization is not None:
-            bits |= _HAS_QUANTIZATION
-        if self.shard is not None:
-            bits |= _HAS_SHARD
-        if self.extension_type is not None:
-            bits |= _HAS_EXTENSION_TYPE
-        if self.statistics is not None:
-            bits |= _HAS_STATISTICS
-        if self.composite_member is not None:
-            bits |= _HAS_COMPOSITE_MEMBER
+        for attribute, flag in _GATED_ATTRIBUTES:
+            if getattr(self, attribute) is not None:
+                bits |= flag
         return bits
 
     @property
@@ -688,6 +535,11 @@ class TensorDescriptor:
     @property
     def encoded_length(self) -> int:
         """``descriptor_length`` of this descriptor once encoded."""
-        from .structs.wire import encoded_length  # the declarations sit beside the model
+        return _encoded_length(self)
 
-        return encoded_length(self)
+
+VALUE_CLASSES: dict = {part.value_class: globals()[part.value_class]
+                       for part in _descriptor.DESCRIPTOR_PARTS if part.value_class is not None}
+"""The value class (or union of classes) each part of
+:data:`~hurray_schema.structs.descriptor.DESCRIPTOR_PARTS` names, by name; a name missing
+here fails the import."""

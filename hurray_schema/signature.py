@@ -10,9 +10,12 @@ function that unpacks everything after the header with a single :class:`struct.S
 and builds the value objects positionally -- the way ``attrs`` and
 :func:`collections.namedtuple` generate their methods.
 
-Nothing here is declared a second time: the format and the position of every field come
-from the plans of the declarations (:meth:`~hurray_schema.structs._declare.Plan.flat_layout`),
-and the value objects' constructors take the fields by their spec names.
+Nothing here is declared a second time: which parts follow in which order, gated by which
+flag and built into which class comes from
+:data:`~hurray_schema.structs.descriptor.DESCRIPTOR_PARTS`; the format and the position of
+every field from the plans of the declarations
+(:meth:`~hurray_schema.structs._declare.Plan.flat_layout`); and the value objects'
+constructors take the fields by their spec names.
 
 The few values the header does not fix (``buffer_count``, ``quantization_length``, the
 scheme tag and version) are *guards*: the compiled decoder returns ``None`` when one of
@@ -31,15 +34,9 @@ from typing import Callable, Optional
 import attrs
 
 from .limits import DEFAULT_LIMITS, Limits
-from .model import (
-    SCHEMES, TABLE_LAYOUTS, BufferHandle, ColumnMajorLayout, CompositeMember, ExtensionType, RowMajorLayout, Shard,
-    Statistics, TensorDescriptor,
-)
-from .structs import layouts as L
-from .structs import quantization as Q
-from .structs import sections as X
+from .model import SCHEMES, TABLE_LAYOUTS, VALUE_CLASSES, ColumnMajorLayout, RowMajorLayout, TensorDescriptor
 from .structs._declare import plan
-from .structs.descriptor import BUFFER_COUNT, BUFFER_HANDLE, BYTE_OFFSET, FIXED_HEADER, MAGIC, SHAPE
+from .structs.descriptor import CORE_PARTS, FIXED_HEADER, MAGIC, PARTS, SECTION_PARTS
 
 __all__ = ["CompiledDecoder", "compile_decoder", "lookup", "remember", "clear", "MAX_SIGNATURES", "slot_constructor",
            "encoder_key", "compile_encoder", "encode"]
@@ -49,12 +46,11 @@ MAX_SIGNATURES = 1024
 so the tables are bounded."""
 
 _HEADER_SIZE = plan(FIXED_HEADER).fixed_size
-_SECTIONS = (  # descriptor attribute, declaration, value class -- in wire order (metadata.md § Flags)
-    ("shard", X.SHARD_SECTION, Shard),
-    ("statistics", X.STATISTICS_SECTION, Statistics),
-    ("extension_type", X.EXTENSION_TYPE_SECTION, ExtensionType),
-    ("composite_member", X.COMPOSITE_MEMBER_SECTION, CompositeMember),
-)
+_LAYOUT = PARTS["layout"]
+_BUFFER_TABLE = PARTS["buffer_table"]
+_QUANTIZATION = PARTS["quantization"]
+_SECTIONS = tuple((part.attribute, part.decl, VALUE_CLASSES[part.value_class]) for part in SECTION_PARTS)
+"""``(descriptor attribute, declaration, value class)`` of each section after quantization, in wire order."""
 
 
 def slot_constructor(cls, trusted: frozenset = frozenset()) -> Callable:
@@ -183,7 +179,7 @@ def _layout_expr(src: _Source, desc: TensorDescriptor) -> str:
     cls = TABLE_LAYOUTS.get(layout.tag)
     if cls is None or layout.__class__ is not cls:
         raise _NotCompilable(f"layout 0x{layout.tag:02X}")
-    return src.construct(cls, src.table(L.LAYOUT_FIELDS[layout.tag], rank=desc.rank))
+    return src.construct(cls, src.table(_LAYOUT.tables[layout.tag], rank=desc.rank))
 
 
 def _quantization_expr(src: _Source, desc: TensorDescriptor) -> str:
@@ -193,10 +189,10 @@ def _quantization_expr(src: _Source, desc: TensorDescriptor) -> str:
     cls = SCHEMES.get(getattr(q, "scheme", None))
     if cls is None or q.__class__ is not cls:
         raise _NotCompilable("unknown quantization scheme")
-    qlen = src.table(Q.QUANTIZATION_LENGTH)["quantization_length"]
-    decl = Q.SCHEMES[cls.scheme]
+    qlen = src.table(_QUANTIZATION.prefix)[_QUANTIZATION.prefix_field]
+    decl = _QUANTIZATION.tables[cls.scheme]
     exprs = src.table(decl)
-    src.guard(exprs["scheme_tag"], cls.scheme)
+    src.guard(exprs[_QUANTIZATION.chosen_by], cls.scheme)
     src.guard(exprs["scheme_version"], q.scheme_version)
     table_size = plan(decl).fixed_size
     if table_size is None:
@@ -215,17 +211,14 @@ def compile_decoder(desc: TensorDescriptor, length: int) -> CompiledDecoder:
     src = _Source()
     exprs = {"type_tag": src.constant("_TYPE_TAG", desc.type_tag),
              "version_major": str(int(desc.version_major)), "version_minor": str(int(desc.version_minor))}
-    core = src.table(SHAPE, rank=desc.rank)
-    exprs["shape"] = core["shape"]
-    exprs["byte_offset"] = src.table(BYTE_OFFSET)["byte_offset"]
-    exprs["layout"] = _layout_expr(src, desc)
-    src.guard(src.table(BUFFER_COUNT)["buffer_count"], len(desc.buffers))
-    handles = []
-    for _ in desc.buffers:
-        fields = src.table(BUFFER_HANDLE)
-        handles.append(src.construct(BufferHandle, fields))
-    exprs["buffers"] = "(" + "".join(h + ", " for h in handles) + ")"
-    exprs["quantization"] = _quantization_expr(src, desc)
+    for part in CORE_PARTS:
+        exprs[part.attribute] = src.table(part.decl, rank=desc.rank)[part.attribute]
+    exprs[_LAYOUT.attribute] = _layout_expr(src, desc)
+    src.guard(src.table(_BUFFER_TABLE.prefix)[_BUFFER_TABLE.prefix_field], len(desc.buffers))
+    handle_class = VALUE_CLASSES[_BUFFER_TABLE.value_class]
+    handles = [src.construct(handle_class, src.table(_BUFFER_TABLE.decl)) for _ in desc.buffers]
+    exprs[_BUFFER_TABLE.attribute] = "(" + "".join(h + ", " for h in handles) + ")"
+    exprs[_QUANTIZATION.attribute] = _quantization_expr(src, desc)
     for attr, decl, cls in _SECTIONS:
         exprs[attr] = "None" if getattr(desc, attr) is None else src.construct(cls, src.table(decl, rank=desc.rank))
     codec = struct.Struct(src.fmt)
@@ -357,26 +350,26 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
     presence = attrs.evolve(desc, unparsed_flags=0).flags  # the section bits the key fixes
     p.table(FIXED_HEADER, "d", dict(magic=MAGIC, descriptor_length=_LENGTH, layout_tag=int(layout.tag), rank=rank,
                                     flags=_Expr(f"{presence} | d.unparsed_flags")))
-    p.table(SHAPE, "d", rank=rank)
-    p.table(BYTE_OFFSET, "d")
+    for part in CORE_PARTS:
+        p.table(part.decl, "d", rank=rank)
     if cls is not None:
-        p.table(L.LAYOUT_FIELDS[layout.tag], "d.layout", rank=rank)
-    p.table(BUFFER_COUNT, "d", dict(buffer_count=len(desc.buffers)))
+        p.table(_LAYOUT.tables[layout.tag], f"d.{_LAYOUT.attribute}", rank=rank)
+    p.table(_BUFFER_TABLE.prefix, "d", {_BUFFER_TABLE.prefix_field: len(desc.buffers)})
     for i in range(len(desc.buffers)):
-        p.table(BUFFER_HANDLE, f"d.buffers[{i}]")
+        p.table(_BUFFER_TABLE.decl, f"d.{_BUFFER_TABLE.attribute}[{i}]")
     q = desc.quantization
     if q is not None:
         qcls = SCHEMES.get(getattr(q, "scheme", None))
         if qcls is None or q.__class__ is not qcls:
             raise _NotCompilable("unknown quantization scheme")
-        decl = Q.SCHEMES[qcls.scheme]
+        decl = _QUANTIZATION.tables[qcls.scheme]
         size = plan(decl).fixed_size
         if size is None:
             raise _NotCompilable("quantization table of variable size")
-        p.table(Q.QUANTIZATION_LENGTH, "d", dict(quantization_length=size + len(q.padding)))
-        p.table(decl, "d.quantization", dict(scheme_tag=int(qcls.scheme)))
+        p.table(_QUANTIZATION.prefix, "d", {_QUANTIZATION.prefix_field: size + len(q.padding)})
+        p.table(decl, f"d.{_QUANTIZATION.attribute}", {_QUANTIZATION.chosen_by: int(qcls.scheme)})
         if q.padding:
-            p.raw(f"{len(q.padding)}s", "d.quantization.padding")
+            p.raw(f"{len(q.padding)}s", f"d.{_QUANTIZATION.attribute}.padding")
     for attr, decl, _ in _SECTIONS:
         if getattr(desc, attr) is not None:
             p.table(decl, f"d.{attr}", rank=rank)

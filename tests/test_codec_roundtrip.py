@@ -248,7 +248,7 @@ def test_decode_encode_round_trip(desc):
     spans = descriptor_spans(desc)  # contiguous, in wire order, covering every byte
     assert [start for _, start, _ in spans] == [0] + [end for _, _, end in spans[:-1]]
     assert spans[-1][2] == len(wire)
-    order = [name for name, _ in D.DESCRIPTOR_ORDER]
+    order = [part.name for part in D.DESCRIPTOR_PARTS]
     assert [order.index(name) for name, _, _ in spans] == sorted(order.index(name) for name, _, _ in spans)
     assert [f.rule_id for f in findings] == (["descriptor.layout.extension_unknown"] if _mode(desc) != "strict" else [])
 

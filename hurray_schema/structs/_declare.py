@@ -5,8 +5,8 @@ each field carries its spec name, a one-line description in our own words and th
 spec section it comes from (``doc`` / ``ref``, as in Kaitai Struct).  From that single
 declaration this module derives:
 
-* :func:`fields` -- the field list (name, construct, doc, ref) for documentation and
-  the annotated hex view;
+* :func:`fields` -- the field list (name, construct, doc, ref, tags) for documentation
+  and the annotated hex view; :func:`tags_of` -- the tag table of one field;
 * :func:`static_offset` -- the byte offset of a field inside its table, where fixed;
 * :class:`Plan` -- a fast decoder/encoder.  Runs of fixed-size fields are merged into
   one :class:`struct.Struct`; arrays whose length comes from the context
@@ -20,28 +20,43 @@ from __future__ import annotations
 import operator as _operator
 import re as _re
 import struct as _struct
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import construct as c
 
-__all__ = ["field", "Field", "fields", "select", "static_offset", "static_size", "Plan", "plan"]
+__all__ = ["field", "Field", "fields", "tags_of", "select", "static_offset", "static_size", "Plan", "plan"]
 
 
 class Field(c.Renamed):
-    """A named construct field with its description and spec citation."""
+    """A named construct field with its description, spec citation and tag table.
 
-    def __init__(self, name: str, subcon: c.Construct, doc: str, ref: str):
+    ``tags`` is the ``IntEnum`` / ``IntFlag`` (:mod:`hurray_schema.structs.tags`) that gives
+    the meaning of the field's value, or ``None``.  It is metadata only: both ``construct``
+    and :class:`Plan` still decode the field to a plain ``int``.
+    """
+
+    def __init__(self, name: str, subcon: c.Construct, doc: str, ref: str, tags: Optional[type] = None):
         super().__init__(subcon, newname=name, newdocs=doc)
         self.ref = ref
+        self.tags = tags
 
     @property
     def doc(self) -> str:
         return self.docs
 
 
-def field(name: str, subcon: c.Construct, doc: str, ref: str) -> Field:
-    """Declare one field of a spec table: ``name`` as in the spec, then its wire type."""
-    return Field(name, subcon, doc, ref)
+def field(name: str, subcon: c.Construct, doc: str, ref: str, tags: Optional[type] = None) -> Field:
+    """Declare one field of a spec table: ``name`` as in the spec, then its wire type;
+    ``tags`` is the tag table its values come from, where it has one."""
+    return Field(name, subcon, doc, ref, tags)
+
+
+def tags_of(decl: c.Construct, name: str) -> Optional[type]:
+    """The tag table attached to field ``name`` of ``decl`` (``None``: a plain number)."""
+    for sub in fields(decl):
+        if sub.name == name:
+            return sub.tags
+    raise KeyError(name)
 
 
 def fields(decl: c.Construct) -> Iterator[Field]:

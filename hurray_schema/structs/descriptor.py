@@ -4,17 +4,25 @@ Spec: ``metadata.md § Fixed Header``, ``§ Core Variable Fields``, ``§ Buffer 
 the 16-byte buffer handle as refined by ``buffer-protocol.md § Buffer Handle``
 (``sync_mode`` and ``memory_class`` occupy what ``metadata.md`` still shows as reserved).
 
-The overall order of a descriptor (``metadata.md § Overall Descriptor Structure``) is
-:data:`DESCRIPTOR_ORDER`; the optional sections are declared in
-:mod:`hurray_schema.structs.sections` and :mod:`hurray_schema.structs.quantization`,
-the layout-specific fields in :mod:`hurray_schema.structs.layouts`.
+How a whole descriptor is put together (``metadata.md § Overall Descriptor Structure``)
+is :data:`DESCRIPTOR_PARTS`: every part in wire order with its declaration, the flag
+that gates it, the :class:`~hurray_schema.model.TensorDescriptor` attribute it fills and
+the value class it decodes to.  The decoder, the encoder, the compiled fast path and the
+generated documentation all read that one table.  The optional sections are declared in
+:mod:`hurray_schema.structs.sections` and :mod:`hurray_schema.structs.quantization`, the
+layout-specific fields in :mod:`hurray_schema.structs.layouts`.
 """
 
 from __future__ import annotations
 
+from typing import Mapping, Optional
+
+import attrs
 from construct import Array, Bytes, Const, Int8ul, Int32ul, Int64ul, Struct, this
 
+from . import layouts, quantization, sections
 from ._declare import field, plan
+from .tags import DescriptorFlag, DeviceTag, ElementType, LayoutTag, MemoryClass, SyncMode
 
 MAGIC = b"HRRY"
 SUPPORTED_VERSION_MAJOR = 1
@@ -32,9 +40,11 @@ FIXED_HEADER = Struct(
     field("version_major", Int8ul, "Major format version; a reader rejects a newer one.", HEADER),
     field("version_minor", Int8ul, "Minor format version; newer minors only add.", HEADER),
     field("descriptor_length", Int32ul, "Whole descriptor length in bytes, header included.", HEADER),
-    field("flags", Int32ul, "Which optional sections follow (bits 0-4); bits 5-31 reserved.", "metadata.md § Flags"),
-    field("type_tag", Int8ul, "Element type tag.", "element-types.md § Type Identifier Encoding"),
-    field("layout_tag", Int8ul, "Memory layout tag.", "memory-layout.md § Layout Taxonomy"),
+    field("flags", Int32ul, "Which optional sections follow (bits 0-4); bits 5-31 reserved.", "metadata.md § Flags",
+          tags=DescriptorFlag),
+    field("type_tag", Int8ul, "Element type tag.", "element-types.md § Type Identifier Encoding",
+          tags=ElementType),
+    field("layout_tag", Int8ul, "Memory layout tag.", "memory-layout.md § Layout Taxonomy", tags=LayoutTag),
     field("rank", Int32ul, "Number of dimensions; 0 is a scalar, at most 64.", HEADER),
 )
 """The 20 bytes every descriptor starts with."""
@@ -65,26 +75,98 @@ BUFFER_COUNT = Struct(
 BUFFER_HANDLE = Struct(
     field("byte_size", Int64ul, "Buffer size in bytes; 0 for an empty buffer.", HANDLE_REF),
     field("alignment", Int32ul, "Guaranteed base alignment, a power of two, >= 64 unless empty.", HANDLE_REF),
-    field("device_tag", Int8ul, "Device holding the buffer.", "buffer-protocol.md § Device Tags"),
-    field("sync_mode", Int8ul, "How the producer synchronised before hand-off.", "buffer-protocol.md § Stream and Event Synchronisation"),
-    field("memory_class", Int8ul, "Memory access class.", "buffer-protocol.md § Memory Class"),
+    field("device_tag", Int8ul, "Device holding the buffer.", "buffer-protocol.md § Device Tags", tags=DeviceTag),
+    field("sync_mode", Int8ul, "How the producer synchronised before hand-off.",
+          "buffer-protocol.md § Stream and Event Synchronisation", tags=SyncMode),
+    field("memory_class", Int8ul, "Memory access class.", "buffer-protocol.md § Memory Class", tags=MemoryClass),
     field("_reserved", Int8ul, "Must be 0x00.", HANDLE_REF),
 )
 """One 16-byte entry of the buffer table."""
 
-DESCRIPTOR_ORDER = (
-    ("fixed_header", FIXED_HEADER),
-    ("shape", SHAPE),
-    ("byte_offset", BYTE_OFFSET),
-    ("layout", None),  # layout-specific fields: structs.layouts
-    ("buffer_table", None),  # BUFFER_COUNT then buffer_count x BUFFER_HANDLE
-    ("quantization", None),  # structs.quantization.QUANTIZATION_SECTION, flag bit 0
-    ("shard", None),  # structs.sections.SHARD_SECTION, flag bit 1
-    ("statistics", None),  # structs.sections.STATISTICS_SECTION, flag bit 3
-    ("extension_type", None),  # structs.sections.EXTENSION_TYPE_SECTION, flag bit 2
-    ("composite_member", None),  # structs.sections.COMPOSITE_MEMBER_SECTION, flag bit 4
+
+@attrs.frozen(slots=True, eq=False)
+class DescriptorPart:
+    """One part of a descriptor as :data:`DESCRIPTOR_PARTS` lists it.
+
+    A part is read with ``decl`` (repeated ``prefix``'s count times when it has a
+    ``prefix``), or with the table ``tables[tag]`` that the value of field ``chosen_by``
+    selects (tags in the private range read ``private`` when it is set, and are opaque
+    otherwise).  It is present when ``flag`` is set in the header's ``flags`` (always
+    when ``flag`` is ``None``), fills the descriptor attribute ``attribute`` and is decoded
+    into ``value_class``, the name of a class of :mod:`hurray_schema.model` (a name, as the
+    declarations sit below the model; the model resolves every one at import).  A part
+    without a value class gives its attribute the value of the table's field of that name.
+    """
+
+    name: str
+    decl: Optional[Struct]
+    attribute: Optional[str]
+    value_class: Optional[str]
+    ref: str
+    flag: Optional[DescriptorFlag] = None
+    prefix: Optional[Struct] = None
+    """A table read before the part's entries: the count of a repeated part, a length."""
+    chosen_by: Optional[str] = None
+    tables: Optional[Mapping[int, Optional[Struct]]] = None
+    private: Optional[Struct] = None
+
+    @property
+    def prefix_field(self) -> Optional[str]:
+        """Name of the one field of ``prefix`` (``buffer_count``, ``quantization_length``)."""
+        if self.prefix is None:
+            return None
+        (name,) = [sub.name for sub in self.prefix.subcons]
+        return name
+
+    @property
+    def label(self) -> str:
+        """The part as decoder messages name it (``"composite member section"``)."""
+        return self.name.replace("_", " ") + (" section" if self.flag is not None else "")
+
+    @property
+    def is_section(self) -> bool:
+        """A flag-gated part read with one fixed declaration (the optional sections after
+        the buffer table, quantization excepted)."""
+        return self.flag is not None and self.decl is not None and self.tables is None
+
+
+DESCRIPTOR_PARTS: tuple[DescriptorPart, ...] = (
+    DescriptorPart("fixed_header", FIXED_HEADER, None, None, HEADER),
+    DescriptorPart("shape", SHAPE, "shape", None, CORE),
+    DescriptorPart("byte_offset", BYTE_OFFSET, "byte_offset", None, CORE),
+    DescriptorPart("layout", None, "layout", "Layout", "metadata.md § Layout-Specific Fields",
+                   chosen_by="layout_tag", tables=layouts.LAYOUT_FIELDS, private=layouts.EXTENSION),
+    DescriptorPart("buffer_table", BUFFER_HANDLE, "buffers", "BufferHandle", BUFFER_TABLE_REF, prefix=BUFFER_COUNT),
+    DescriptorPart("quantization", None, "quantization", "Quantization", quantization.SECTION_REF,
+                   flag=DescriptorFlag.HAS_QUANTIZATION, prefix=quantization.QUANTIZATION_LENGTH,
+                   chosen_by="scheme_tag", tables=quantization.SCHEMES),
+    DescriptorPart("shard", sections.SHARD_SECTION, "shard", "Shard", sections.SHARD_REF,
+                   flag=DescriptorFlag.HAS_SHARD),
+    DescriptorPart("statistics", sections.STATISTICS_SECTION, "statistics", "Statistics", sections.STATS_REF,
+                   flag=DescriptorFlag.HAS_STATISTICS),
+    DescriptorPart("extension_type", sections.EXTENSION_TYPE_SECTION, "extension_type", "ExtensionType",
+                   sections.EXT_REF, flag=DescriptorFlag.HAS_EXTENSION_TYPE),
+    DescriptorPart("composite_member", sections.COMPOSITE_MEMBER_SECTION, "composite_member", "CompositeMember",
+                   sections.MEMBER_REF, flag=DescriptorFlag.HAS_COMPOSITE_MEMBER),
 )
-"""Wire order of a descriptor's parts (``metadata.md § Overall Descriptor Structure``)."""
+"""Every part of a descriptor in wire order (``metadata.md § Overall Descriptor Structure``;
+the section order after the buffer table is the spec's, not the order of the flag bits)."""
+
+PARTS = {part.name: part for part in DESCRIPTOR_PARTS}
+""":data:`DESCRIPTOR_PARTS` by part name."""
+
+SECTION_PARTS = tuple(part for part in DESCRIPTOR_PARTS if part.is_section)
+"""The flag-gated sections after quantization, each one fixed declaration and value class."""
+
+CORE_PARTS = tuple(part for part in DESCRIPTOR_PARTS[1:] if part.value_class is None)
+"""The parts between the fixed header and the layout fields whose attribute is their one
+field (``shape``, ``byte_offset``)."""
+
+DESCRIPTOR_ORDER = tuple(
+    (part.name, part.decl if part.flag is None and part.prefix is None else None) for part in DESCRIPTOR_PARTS
+)
+"""``(name, declaration)`` in wire order, the declaration given only for the always-present
+single-table parts: the older view of :data:`DESCRIPTOR_PARTS`, kept for its readers."""
 
 FIXED_HEADER_SIZE = plan(FIXED_HEADER).fixed_size
 BUFFER_HANDLE_SIZE = plan(BUFFER_HANDLE).fixed_size

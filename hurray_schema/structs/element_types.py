@@ -9,7 +9,7 @@ from typing import Optional
 
 import attrs
 
-from ..model import ElementType
+from .tags import ElementType, is_private_tag
 
 REF = "element-types.md § Type Properties Summary"
 
@@ -92,9 +92,9 @@ RESERVED_TYPE_TAG = 0x47
 """Held back by the spec; no implementation may use it (``element-types.md``)."""
 
 
-def is_private_type(tag: int) -> bool:
-    """Implementation-private element types (``element-types.md § Type Identifier Encoding``)."""
-    return 0xF0 <= tag <= 0xFE
+is_private_type = is_private_tag
+"""Implementation-private element types (``element-types.md § Type Identifier Encoding``):
+the private tag range of :mod:`hurray_schema.structs.tags`."""
 
 
 def element_type_info(tag: int) -> Optional[ElementTypeInfo]:

@@ -75,7 +75,7 @@ FILE_HEADER = Struct(
     field("container_version_major", Int8ul, "Container major version; a newer one is rejected.", HEADER_REF),
     field("container_version_minor", Int8ul, "Container minor version.", HEADER_REF),
     field("_reserved", Bytes(2), "Must be 0x00.", HEADER_REF),
-    field("file_flags", Int32ul, "File-level flag bits 0-2; bits 3-31 reserved.", FLAGS_REF),
+    field("file_flags", Int32ul, "File-level flag bits 0-2; bits 3-31 reserved.", FLAGS_REF, tags=FileFlag),
     field("data_buffer_alignment", Int32ul, "Alignment of every data buffer: a power of two in [4096, 2 MiB].", HEADER_REF),
     field("first_descriptor_offset", Int64ul, "Absolute offset of the first descriptor, >= 64 and 8-aligned.", HEADER_REF),
     field("tensor_count_hint", Int64ul, "Tensor count if known when writing, else all ones; advisory.", HEADER_REF),
@@ -98,14 +98,15 @@ TRAILER = Struct(
 
 KV_COUNT = Struct(field("kv_count", Int32ul, "Number of KV entries that follow.", "file-format.md § KV Section Encoding"))
 KV_KEY_LENGTH = Struct(field("key_length", Int16ul, "Key length in bytes, >= 1; the UTF-8 key follows.", "file-format.md § KV Section Encoding"))
-KV_VALUE_TAG = Struct(field("value_tag", Int8ul, "Type of the value that follows (KvTag).", "file-format.md § KV Section Encoding"))
+KV_VALUE_TAG = Struct(field("value_tag", Int8ul, "Type of the value that follows (KvTag).", "file-format.md § KV Section Encoding",
+                           tags=KvTag))
 KV_LENGTH_PREFIX = Struct(field("length", Int32ul, "Byte length of a string or byte-sequence value.", KV_TYPES_REF))
 KV_INT64 = Struct(field("value", Int64sl, "Signed 64-bit integer value.", KV_TYPES_REF))
 KV_UINT64 = Struct(field("value", Int64ul, "Unsigned 64-bit integer value.", KV_TYPES_REF))
 KV_FLOAT64 = Struct(field("value", Float64l, "IEEE 754 binary64 value.", KV_TYPES_REF))
 KV_BOOL = Struct(field("value", Int8ul, "0x00 false, 0x01 true; anything else is rejected.", KV_TYPES_REF))
 KV_ARRAY_HEADER = Struct(
-    field("element_tag", Int8ul, "Element value tag, 0x01-0x06.", KV_TYPES_REF),
+    field("element_tag", Int8ul, "Element value tag, 0x01-0x06.", KV_TYPES_REF, tags=KvTag),
     field("element_count", Int32ul, "Number of element payloads that follow.", KV_TYPES_REF),
 )
 KV_SCALAR_VALUES = {KvTag.INT64: KV_INT64, KvTag.UINT64: KV_UINT64, KvTag.FLOAT64: KV_FLOAT64, KvTag.BOOL: KV_BOOL}

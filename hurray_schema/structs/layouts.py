@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from construct import Array, Bytes, If, Int8ul, Int32ul, Int64sl, Int64ul, Struct, this
 
-from ..model import LayoutTag
 from ._declare import field
+from .tags import BlockTableIndexType, CombineOp, CompositionRule, KvRole, LayoutTag, is_private_tag
 
 TILED_REF = "layouts/tiled.md § Additional Descriptor Fields"
 
@@ -22,8 +22,10 @@ STRIDED = Struct(
 
 TILED = Struct(
     field("tile_shape", Array(this.rank, Int64ul), "Tile extent along each dimension, each > 0.", TILED_REF),
-    field("outer_layout", Int8ul, "Order of the tile grid: 0x01, 0x02 or 0x03.", TILED_REF),
-    field("inner_layout", Int8ul, "Order inside a tile: 0x01, 0x02, 0x03, or 0x04 to tile again.", TILED_REF),
+    field("outer_layout", Int8ul, "Order of the tile grid: 0x01, 0x02 or 0x03.", TILED_REF,
+          tags=LayoutTag),
+    field("inner_layout", Int8ul, "Order inside a tile: 0x01, 0x02, 0x03, or 0x04 to tile again.", TILED_REF,
+          tags=LayoutTag),
     field("_reserved", Bytes(2), "Must be 0x00.", TILED_REF),
     field("outer_strides", If(this.outer_layout == LayoutTag.STRIDED, Array(this.rank, Int64sl)),
           "Tile-grid strides in tiles; present when outer_layout is strided.", TILED_REF),
@@ -67,18 +69,19 @@ BLOCK_PAGED = Struct(
     field("num_pages", Int64ul, "Physical pages in the page pool.", BLOCK_PAGED_REF),
     field("paged_axis", Int32ul, "Axis cut into pages; 0 in this version.", BLOCK_PAGED_REF),
     field("num_seqs", Int32ul, "Sequences in the batch; may be 0.", BLOCK_PAGED_REF),
-    field("kv_role", Int8ul, "0x00 key, 0x01 value, 0x02 fused or generic.", BLOCK_PAGED_REF),
+    field("kv_role", Int8ul, "0x00 key, 0x01 value, 0x02 fused or generic.", BLOCK_PAGED_REF, tags=KvRole),
     field("layer_index", Int32ul, "Transformer layer, 0xFFFFFFFF when not layer-scoped.", BLOCK_PAGED_REF),
     field("block_table_index_type", Int8ul, "Index width of buffers 1 and 2: 0x00 uint32, 0x01 uint64.",
-          BLOCK_PAGED_REF),
+          BLOCK_PAGED_REF, tags=BlockTableIndexType),
     field("_reserved", Bytes(6), "Must be 0x00.", BLOCK_PAGED_REF),
 )
 
 COMPOSITE_REF = "layouts/composite.md § Head Layout-Specific Fields"
 COMPOSITE = Struct(
     field("composition_rule", Int8ul, "0x01 partition, 0x02 overlay, 0x03 group; 0xF0-0xFE private.",
-          COMPOSITE_REF),
-    field("combine_op", Int8ul, "Overlay only: 0x01 replace, 0x02 add; 0x00 otherwise.", COMPOSITE_REF),
+          COMPOSITE_REF, tags=CompositionRule),
+    field("combine_op", Int8ul, "Overlay only: 0x01 replace, 0x02 add; 0x00 otherwise.", COMPOSITE_REF,
+          tags=CombineOp),
     field("_reserved", Bytes(2), "Must be 0x00.", COMPOSITE_REF),
     field("member_count", Int32ul, "How many following tensors are members; 0xFFFFFFFF reserved.",
           COMPOSITE_REF),
@@ -125,4 +128,4 @@ MAX_TILED_DEPTH = 8
 
 def is_extension_layout(tag: int) -> bool:
     """Implementation-private layout range (``memory-layout.md § Layout Taxonomy``)."""
-    return 0xF0 <= tag <= 0xFE
+    return is_private_tag(tag)

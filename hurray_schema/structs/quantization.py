@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from construct import Bytes, Float32l, Int8ul, Int16ul, Int32sl, Int32ul, Struct
 
-from ..model import QuantScheme
 from ._declare import field
+from .tags import ElementType, QuantFlag, QuantScheme
 
 SECTION_REF = "metadata.md § Quantization Section"
 HEADER_REF = "quantization.md § Descriptor Header"
@@ -21,17 +21,21 @@ QUANTIZATION_LENGTH = Struct(
 )
 
 QUANTIZATION_HEADER = Struct(
-    field("scheme_tag", Int8ul, "Which quantization scheme the payload encodes.", HEADER_REF),
+    field("scheme_tag", Int8ul, "Which quantization scheme the payload encodes.", HEADER_REF,
+          tags=QuantScheme),
     field("scheme_version", Int8ul, "Version of that scheme's encoding; 0x01 for every scheme here.", HEADER_REF),
     field("flags", Int16ul, "Scheme-specific flags; undefined bits must be 0.", HEADER_REF),
 )
 """The 4 bytes every quantization descriptor starts with."""
 
 
-def _scheme(page: str, *payload):
+def _scheme(page: str, *payload, flag_tags=None):
+    """``payload`` entries are ``(name, construct, doc)`` or ``(name, construct, doc, tags)``;
+    ``flag_tags`` is the tag table of the header's scheme-specific ``flags``."""
     ref = f"quantization/{page}.md § Binary Encoding"
-    head = [field(sub.name, sub.subcon, sub.doc, ref) for sub in QUANTIZATION_HEADER.subcons]
-    return Struct(*head, *[field(name, sub, doc, ref) for name, sub, doc in payload])
+    head = [field(sub.name, sub.subcon, sub.doc, ref, flag_tags if sub.name == "flags" else sub.tags)
+            for sub in QUANTIZATION_HEADER.subcons]
+    return Struct(*head, *[field(name, sub, doc, ref, *tags) for name, sub, doc, *tags in payload])
 
 
 PER_TENSOR_AFFINE = _scheme(
@@ -46,8 +50,9 @@ PER_CHANNEL_AFFINE = _scheme(
     ("axis", Int32ul, "Quantized axis, < rank."),
     ("scale_buffer_index", Int32ul, "Buffer holding shape[axis] float32 scales."),
     ("zero_point_buffer_index", Int32ul, "Buffer holding shape[axis] int32 zero points; 0xFFFFFFFF when symmetric."),
-    ("scale_type_tag", Int8ul, "Scale element type; 0x03 (float32) in version 1."),
+    ("scale_type_tag", Int8ul, "Scale element type; 0x03 (float32) in version 1.", ElementType),
     ("_reserved", Bytes(3), "Must be 0x00."),
+    flag_tags=QuantFlag,
 )
 
 PER_BLOCK_AFFINE = _scheme(
@@ -56,8 +61,9 @@ PER_BLOCK_AFFINE = _scheme(
     ("block_size", Int32ul, "Logical elements per block; a power of two >= 2."),
     ("scale_buffer_index", Int32ul, "Buffer holding one scale per block."),
     ("zero_point_buffer_index", Int32ul, "Buffer holding one int32 zero point per block; 0xFFFFFFFF when symmetric."),
-    ("scale_type_tag", Int8ul, "Scale element type: 0x01 float16, 0x02 bfloat16 or 0x03 float32."),
+    ("scale_type_tag", Int8ul, "Scale element type: 0x01 float16, 0x02 bfloat16 or 0x03 float32.", ElementType),
     ("_reserved", Bytes(3), "Must be 0x00."),
+    flag_tags=QuantFlag,
 )
 
 NF4 = _scheme(

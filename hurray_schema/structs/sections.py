@@ -1,7 +1,7 @@
 """Optional descriptor sections after the buffer table: shard, statistics, extension
 type, composite member.  Each is present when its ``flags`` bit is set
 (``metadata.md § Flags``); they appear in the order of
-:data:`hurray_schema.structs.descriptor.DESCRIPTOR_ORDER`.
+:data:`hurray_schema.structs.descriptor.DESCRIPTOR_PARTS`.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from construct import Array, Bytes, Float64l, Int8ul, Int32ul, Int64ul, Struct, this
 
 from ._declare import field
+from .tags import MemberRole, StatisticsMask
 
 SHARD_REF = "metadata.md § Shard Section"
 SHARD_SECTION = Struct(
@@ -18,7 +19,8 @@ SHARD_SECTION = Struct(
 
 STATS_REF = "metadata.md § Statistics Section › Field Encoding"
 STATISTICS_SECTION = Struct(
-    field("computed_mask", Int32ul, "Which statistics below are valid (bits 0-5).", "metadata.md § computed_mask"),
+    field("computed_mask", Int32ul, "Which statistics below are valid (bits 0-5).", "metadata.md § computed_mask",
+          tags=StatisticsMask),
     field("_reserved", Int32ul, "Must be 0.", STATS_REF),
     field("nnz", Int64ul, "Non-zero elements (NNZ_VALID).", STATS_REF),
     field("sparsity_ratio", Float64l, "Fraction of zeros in [0, 1] (SPARSITY_VALID).", STATS_REF),
@@ -54,7 +56,8 @@ EXTENSION_TYPE_SECTION = Struct(
 
 MEMBER_REF = "metadata.md § Composite Member Section"
 COMPOSITE_MEMBER_SECTION = Struct(
-    field("member_role", Int8ul, "0x00 correction, 0x01 base; 0x02-0xFF reserved.", MEMBER_REF),
+    field("member_role", Int8ul, "0x00 correction, 0x01 base; 0x02-0xFF reserved.", MEMBER_REF,
+          tags=MemberRole),
     field("_reserved", Bytes(15), "Must be 0x00 (room for a future member_version).", MEMBER_REF),
 )
 """16-byte section carried by overlay members."""

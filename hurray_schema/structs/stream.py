@@ -48,7 +48,7 @@ class MessageType(enum.IntEnum):
 
 
 MESSAGE_HEADER = Struct(
-    field("message_type", Int32ul, "What the payload is (MessageType).", FRAMING_REF),
+    field("message_type", Int32ul, "What the payload is (MessageType).", FRAMING_REF, tags=MessageType),
     field("stream_id", Int32ul, "Opaque stream identifier; 0 is reserved.", FRAMING_REF),
     field("payload_length", Int32ul, "Payload bytes after this header.", FRAMING_REF),
 )

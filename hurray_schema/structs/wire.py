@@ -1,23 +1,28 @@
 """Value objects → wire bytes, part by part, through the declarations' fast plans.
 
-:func:`encode_parts` yields each part of a descriptor in wire order
-(:data:`~hurray_schema.structs.descriptor.DESCRIPTOR_ORDER`) with its bytes; the
-encoder, ``descriptor_length`` and the byte span of every part (used to locate a
-finding) all come from it, so they cannot disagree.
+:func:`encode_parts` yields each part of a descriptor in the wire order of
+:data:`~hurray_schema.structs.descriptor.DESCRIPTOR_PARTS` with its bytes; the encoder,
+``descriptor_length`` and the byte span of every part (used to locate a finding) all
+come from it, so they cannot disagree.
+
+The value objects are read by their attrs field names, which are the spec's field
+names; this module does not import :mod:`hurray_schema.model` (the model imports it).
+A layout or quantization scheme is encoded by its tag, the way the decoder chose its
+class: a tag with a declared table, a private layout tag (extension layout fields), or
+an unknown tag whose bytes the value object keeps opaque.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Optional
 
 import attrs
 
-from ..model import (
-    ExtensionLayout, TensorDescriptor, TiledLayout, UnknownLayout, UnknownQuantization,
-)
-from . import layouts, quantization, sections
 from ._declare import plan, select, static_offset
-from .descriptor import BUFFER_COUNT, BUFFER_HANDLE, BYTE_OFFSET, FIXED_HEADER, MAGIC, SHAPE
+from .descriptor import CORE_PARTS, FIXED_HEADER, MAGIC, PARTS
+from .layouts import is_extension_layout
+from .quantization import QUANTIZATION_HEADER
+from .tags import LayoutTag
 
 __all__ = ["encode_parts", "descriptor_spans", "encoded_length", "values_of", "encode_descriptor_bytes"]
 
@@ -34,81 +39,97 @@ def values_of(obj) -> dict:
     return {name: getattr(obj, name) for name in names}
 
 
-def _layout_bytes(layout, rank: int) -> bytes:
-    if isinstance(layout, UnknownLayout):
-        return layout.payload
-    if isinstance(layout, ExtensionLayout):
+_LAYOUT = PARTS["layout"]
+_BUFFER_TABLE = PARTS["buffer_table"]
+_QUANTIZATION = PARTS["quantization"]
+_OPTIONAL_PARTS = tuple(part for part in PARTS.values() if part.flag is not None)
+"""Quantization and the sections, in wire order."""
+
+
+def _layout_bytes(layout, rank: int) -> Optional[bytes]:
+    """The layout-specific fields of ``layout``; ``None`` for a layout tag this encoder
+    does not know, whose value object keeps the rest of the descriptor as ``payload``."""
+    tag = layout.tag
+    if tag == LayoutTag.TILED:
+        return _tiled_bytes(layout, rank)
+    tables = _LAYOUT.tables
+    if tag in tables:  # IntEnum keys: a plain int finds them
+        decl = tables[tag]
+        return b"" if decl is None else plan(decl).pack(**values_of(layout))
+    if is_extension_layout(tag):
         data = layout.extension_data
-        return plan(layouts.EXTENSION).pack(
+        return plan(_LAYOUT.private).pack(
             extension_layout_id=layout.extension_layout_id, extension_data_length=len(data), extension_data=data,
         )
-    if isinstance(layout, TiledLayout):
-        return _tiled_bytes(layout, rank)
-    decl = layouts.LAYOUT_FIELDS[layout.tag]  # IntEnum keys: a plain int finds them
-    if decl is None:
-        return b""
-    return plan(decl).pack(**values_of(layout))
+    return None
 
 
-def _tiled_bytes(layout: TiledLayout, rank: int) -> bytes:
+def _tiled_bytes(layout, rank: int) -> bytes:
     parts = []
     level = layout
+    tiled = plan(_LAYOUT.tables[LayoutTag.TILED])
     while level is not None:
-        parts.append(plan(layouts.TILED).pack(rank=rank, **values_of(level)))
+        parts.append(tiled.pack(rank=rank, **values_of(level)))
         level = level.inner
     return b"".join(parts)
 
 
+_QUANTIZATION_HEADER = plan(QUANTIZATION_HEADER)
+
+
 def _quantization_bytes(q) -> bytes:
-    if isinstance(q, UnknownQuantization):
-        body = plan(quantization.QUANTIZATION_HEADER).pack(
-            scheme_tag=q.scheme_tag, scheme_version=q.scheme_version, flags=q.flags,
-        ) + q.payload
+    decl = _QUANTIZATION.tables.get(q.scheme)
+    if decl is None:  # an unknown scheme: its header fields, then the payload kept opaque
+        body = _QUANTIZATION_HEADER.pack(scheme_tag=q.scheme_tag, scheme_version=q.scheme_version, flags=q.flags)
+        body += q.payload
     else:
         values = values_of(q)
         values["scheme_tag"] = q.scheme
-        body = plan(quantization.SCHEMES[q.scheme]).pack(**values) + q.padding
-    return plan(quantization.QUANTIZATION_LENGTH).pack(quantization_length=len(body)) + body
+        body = plan(decl).pack(**values) + q.padding
+    return _QUANTIZATION_LENGTH.pack(quantization_length=len(body)) + body
 
 
-_P_HEADER, _P_SHAPE, _P_BYTE_OFFSET = plan(FIXED_HEADER), plan(SHAPE), plan(BYTE_OFFSET)
-_P_BUFFER_COUNT, _P_HANDLE = plan(BUFFER_COUNT), plan(BUFFER_HANDLE)
-_P_SHARD, _P_STATISTICS = plan(sections.SHARD_SECTION), plan(sections.STATISTICS_SECTION)
-_P_EXTENSION_TYPE, _P_MEMBER = plan(sections.EXTENSION_TYPE_SECTION), plan(sections.COMPOSITE_MEMBER_SECTION)
+_QUANTIZATION_LENGTH = plan(_QUANTIZATION.prefix)
+_P_HEADER = plan(FIXED_HEADER)
+_P_BUFFER_COUNT, _P_HANDLE = plan(_BUFFER_TABLE.prefix), plan(_BUFFER_TABLE.decl)
+_CORE = tuple((part.name, part.attribute, plan(part.decl)) for part in CORE_PARTS)
 
 
-def encode_parts(desc: TensorDescriptor, descriptor_length: int = 0) -> Iterator[tuple[str, bytes]]:
-    """Each part of ``desc`` with its bytes; the header carries ``descriptor_length``."""
+def _section_bytes(part, obj) -> bytes:
+    if part is _QUANTIZATION:
+        return _quantization_bytes(obj)
+    return plan(part.decl).pack(**values_of(obj))
+
+
+def encode_parts(desc, descriptor_length: int = 0) -> Iterator[tuple[str, bytes]]:
+    """Each part of ``desc`` (a :class:`~hurray_schema.model.TensorDescriptor`) with its
+    bytes; the header carries ``descriptor_length``."""
     rank = desc.rank
     yield "fixed_header", _P_HEADER.pack(
         magic=MAGIC, version_major=desc.version_major, version_minor=desc.version_minor,
         descriptor_length=descriptor_length, flags=desc.flags, type_tag=desc.type_tag,
         layout_tag=desc.layout.tag, rank=rank,
     )
-    yield "shape", _P_SHAPE.pack(shape=desc.shape)
-    yield "byte_offset", _P_BYTE_OFFSET.pack(byte_offset=desc.byte_offset)
-    yield "layout", _layout_bytes(desc.layout, rank)
-    if isinstance(desc.layout, UnknownLayout):
+    for name, attribute, codec in _CORE:
+        yield name, codec.pack(**{attribute: getattr(desc, attribute)})
+    layout = _layout_bytes(desc.layout, rank)
+    if layout is None:
+        yield _LAYOUT.name, desc.layout.payload
         return  # everything after the layout fields is inside the opaque payload
+    yield _LAYOUT.name, layout
     handle = _P_HANDLE
-    yield "buffer_table", _P_BUFFER_COUNT.pack(buffer_count=len(desc.buffers)) + b"".join(
+    yield _BUFFER_TABLE.name, _P_BUFFER_COUNT.pack(buffer_count=len(desc.buffers)) + b"".join(
         [handle.pack(**values_of(b)) for b in desc.buffers]
     )
-    if desc.quantization is not None:
-        yield "quantization", _quantization_bytes(desc.quantization)
-    if desc.shard is not None:
-        yield "shard", _P_SHARD.pack(**values_of(desc.shard))
-    if desc.statistics is not None:
-        yield "statistics", _P_STATISTICS.pack(**values_of(desc.statistics))
-    if desc.extension_type is not None:
-        yield "extension_type", _P_EXTENSION_TYPE.pack(**values_of(desc.extension_type))
-    if desc.composite_member is not None:
-        yield "composite_member", _P_MEMBER.pack(**values_of(desc.composite_member))
+    for part in _OPTIONAL_PARTS:
+        obj = getattr(desc, part.attribute)
+        if obj is not None:
+            yield part.name, _section_bytes(part, obj)
     if desc.trailing:
         yield "trailing", desc.trailing
 
 
-def descriptor_spans(desc: TensorDescriptor) -> list[tuple[str, int, int]]:
+def descriptor_spans(desc) -> list[tuple[str, int, int]]:
     """``(part, start, end)`` byte spans of every part of the encoded descriptor."""
     spans, start = [], 0
     for name, data in encode_parts(desc):
@@ -117,7 +138,7 @@ def descriptor_spans(desc: TensorDescriptor) -> list[tuple[str, int, int]]:
     return spans
 
 
-def encoded_length(desc: TensorDescriptor) -> int:
+def encoded_length(desc) -> int:
     return sum(len(data) for _, data in encode_parts(desc))
 
 
@@ -125,7 +146,7 @@ _LENGTH_AT = static_offset(FIXED_HEADER, "descriptor_length")
 _LENGTH_CODEC = plan(select(FIXED_HEADER, "descriptor_length"))
 
 
-def encode_descriptor_bytes(desc: TensorDescriptor) -> bytes:
+def encode_descriptor_bytes(desc) -> bytes:
     """The descriptor's wire bytes, ``descriptor_length`` filled in."""
     parts = [data for _, data in encode_parts(desc)]
     total = sum(len(p) for p in parts)
