@@ -17,7 +17,7 @@ from ...structs.element_types import element_type_info
 from ..engine import Level
 from .dispatch import ALWAYS, Fact, When, descriptor_rule
 from .sizes import (
-    DENSE_LAYOUTS, PAGED_LAYOUTS, data_handle, dynamic, is_dense, is_private_tag, power_of_two,
+    DENSE_LAYOUTS, DENSE_TAGS, PAGED_LAYOUTS, data_handle, dynamic, is_private_tag, power_of_two,
     quantization_parameter_count, storage_bytes,
 )
 
@@ -44,7 +44,7 @@ def _count_min(desc, ctx):
                  "A dense layout (0x01-0x05, 0x40) has exactly one buffer, plus the parameter buffers its "
                  "quantization scheme requires.", when=When(layouts=DENSE_LAYOUTS))
 def _count_dense(desc, ctx):
-    if is_dense(desc) and not isinstance(desc.quantization, UnknownQuantization):
+    if desc.layout.tag in DENSE_TAGS and not isinstance(desc.quantization, UnknownQuantization):
         want = 1 + quantization_parameter_count(desc.quantization)
         if len(desc.buffers) != want:
             yield f"buffer_count is {len(desc.buffers)}, expected {want}", ctx.buffer_count()
@@ -199,7 +199,7 @@ def _dense_elements(desc) -> Optional[int]:
                  when=When(layouts={RowMajorLayout, ColumnMajorLayout, TiledLayout}))
 def _dense_size(desc, ctx):
     h = data_handle(desc)
-    if h is None or not is_dense(desc):
+    if h is None or desc.layout.tag not in DENSE_TAGS:
         return
     n = _dense_elements(desc)
     if n is None:

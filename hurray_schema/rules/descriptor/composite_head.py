@@ -18,9 +18,13 @@ _SCOPE = "composite.head"
 _HEAD = When(layouts={CompositeLayout})
 _HAS_COMPOSITE_MEMBER = int(DescriptorFlag.HAS_COMPOSITE_MEMBER)
 _INVALID_RULES = frozenset({0x00, 0xFF})
+_LAST_ASSIGNED_RULE = int(max(CompositionRule))
 _OPEN_COMPOSITE = 0xFFFF_FFFF
-_NO_COMBINE = frozenset({CompositionRule.PARTITION, CompositionRule.GROUP})
-_OVERLAY_OPS = frozenset({CombineOp.REPLACE, CombineOp.ADD})
+# plain ints: comparing with enum members costs more on the decode path
+_NO_COMBINE = frozenset({int(CompositionRule.PARTITION), int(CompositionRule.GROUP)})
+_OVERLAY = int(CompositionRule.OVERLAY)
+_NO_OP = int(CombineOp.NONE)
+_OVERLAY_OPS = frozenset({int(CombineOp.REPLACE), int(CombineOp.ADD)})
 
 
 def _head(desc) -> Optional[CompositeLayout]:
@@ -29,7 +33,7 @@ def _head(desc) -> Optional[CompositeLayout]:
 
 def _reserved_rule(rule: int) -> bool:
     """Neither an assigned nor a private composition rule (0x00 and 0xFF are invalid)."""
-    return rule in _INVALID_RULES or (rule > max(CompositionRule) and not is_private_tag(rule))
+    return rule in _INVALID_RULES or (rule > _LAST_ASSIGNED_RULE and not is_private_tag(rule))
 
 
 @descriptor_rule("composite.head.buffer_count_zero", MUST, HEAD_REF, "A composite head has buffer_count 0.",
@@ -73,7 +77,7 @@ def _head_rule(desc, ctx):
                  "agreement.", scope=_SCOPE, permissive=True, when=_HEAD)
 def _head_private(desc, ctx):
     h = _head(desc)
-    if h and is_private_tag(h.composition_rule):
+    if h and h.composition_rule > _LAST_ASSIGNED_RULE and is_private_tag(h.composition_rule):
         yield f"private composition_rule 0x{h.composition_rule:02X} is not known here", ctx.layout("composition_rule")
 
 
@@ -84,9 +88,9 @@ def _head_combine(desc, ctx):
     if not h:
         return
     rule, op = h.composition_rule, h.combine_op
-    if rule in _NO_COMBINE and op != CombineOp.NONE:
+    if rule in _NO_COMBINE and op != _NO_OP:
         yield f"combine_op 0x{op:02X} for composition_rule 0x{rule:02X} (must be 0x00)", ctx.layout("combine_op")
-    elif rule == CompositionRule.OVERLAY and op not in _OVERLAY_OPS:
+    elif rule == _OVERLAY and op not in _OVERLAY_OPS:
         yield f"combine_op 0x{op:02X} for an overlay (must be 0x01 or 0x02)", ctx.layout("combine_op")
 
 

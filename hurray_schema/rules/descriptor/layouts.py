@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Callable
 
 from ...model import (
-    DYNAMIC_DIMENSION, BlockPagedLayout, CooLayout, CscLayout, CsfLayout, CsrLayout, HilbertLayout, MortonLayout,
-    PerBlockAffine, TensorDescriptor, TiledLayout,
+    DYNAMIC_DIMENSION, BlockPagedLayout, CooLayout, CscLayout, CsfLayout, CsrLayout, HilbertLayout, LayoutTag,
+    MortonLayout, PerBlockAffine, TensorDescriptor, TiledLayout,
 )
 from ..engine import Level
 from .dispatch import Fact, When, descriptor_rule
@@ -20,8 +20,10 @@ from .sizes import quantization_parameter_count
 
 MUST, MUST_NOT = Level.MUST, Level.MUST_NOT
 _DYNAMIC = DYNAMIC_DIMENSION
-_TILED_OUTER = frozenset({1, 2, 3})
-_TILED_INNER = frozenset({1, 2, 3, 4})
+_TILED_OUTER = frozenset(int(tag) for tag in (LayoutTag.ROW_MAJOR, LayoutTag.COLUMN_MAJOR, LayoutTag.STRIDED))
+"""The orders of a tile grid (``layouts/tiled.md § Additional Descriptor Fields``)."""
+_TILED_INNER = _TILED_OUTER | {int(LayoutTag.TILED)}
+"""The orders inside a tile, or tile again."""
 
 
 def _words(name: str) -> str:

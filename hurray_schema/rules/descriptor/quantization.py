@@ -8,8 +8,6 @@ parameter buffers it references are data beside the scheme declarations
 from __future__ import annotations
 
 import math
-from typing import Optional
-
 from ...model import (
     DYNAMIC_DIMENSION, NO_BUFFER_INDEX, SCHEMES, BlockPagedLayout, ColumnMajorLayout, Mxfp, Nf4, PerBlockAffine,
     PerChannelAffine, PerTensorAffine, QuantScheme, RowMajorLayout, UnknownQuantization,
@@ -290,14 +288,17 @@ def _qdevice(desc, ctx):
             return
 
 
-def _parameter_width(q, element_type) -> Optional[int]:
-    """Bytes of one parameter of ``element_type`` (``None``: the scheme's scale_type_tag says,
-    and it is not one the scheme accepts)."""
-    if element_type is None:
-        if q.scale_type_tag not in _SCALE_TYPES[q.scheme]:
-            return None
-        element_type = q.scale_type_tag
+def _width(element_type) -> int:
     return element_type_info(element_type).byte_width
+
+
+_BLOCK_CLASSES = _classes(*quantization_tables.BLOCK_SIZE_BOUNDS)
+_SCALE_WIDTH = {SCHEMES[scheme]: None if element_type is None else _width(element_type)
+                for scheme, element_type in quantization_tables.SCALE_BUFFER_TYPES.items()}
+"""Scheme class -> bytes of one scale (``None``: the width of its scale_type_tag)."""
+_SCALE_TYPE_WIDTH = {SCHEMES[scheme]: {tag: _width(tag) for tag in tags} for scheme, tags in _SCALE_TYPES.items()}
+_ZERO_POINT_WIDTH = {SCHEMES[scheme]: _width(element_type)
+                     for scheme, element_type in quantization_tables.ZERO_POINT_BUFFER_TYPES.items()}
 
 
 def _param_sizes(desc) -> dict[int, int]:
@@ -307,8 +308,8 @@ def _param_sizes(desc) -> dict[int, int]:
     axis = getattr(q, "axis", None)
     if axis is None or axis >= len(shape) or _DYNAMIC in shape:
         return {}
-    scheme = q.scheme
-    if scheme in quantization_tables.BLOCK_SIZE_BOUNDS:
+    cls = q.__class__
+    if cls in _BLOCK_CLASSES:
         if q.block_size <= 0:
             return {}
         others = 1
@@ -318,14 +319,16 @@ def _param_sizes(desc) -> dict[int, int]:
         count = -(-shape[axis] // q.block_size) * others  # partial trailing block counted
     else:  # one parameter per channel
         count = shape[axis]
-    width = _parameter_width(q, quantization_tables.SCALE_BUFFER_TYPES[scheme])
+    width = _SCALE_WIDTH[cls]
     if width is None:
-        return {}
+        width = _SCALE_TYPE_WIDTH[cls].get(q.scale_type_tag)
+        if width is None:
+            return {}
     sizes = {q.scale_buffer_index: count * width}
-    zero_point_type = quantization_tables.ZERO_POINT_BUFFER_TYPES.get(scheme)
-    if zero_point_type is not None and not q.flags & SYMMETRIC:
+    zero_point_width = _ZERO_POINT_WIDTH.get(cls)
+    if zero_point_width is not None and not q.flags & SYMMETRIC:
         index = q.zero_point_buffer_index  # one shared entry holds [scales | zero_points] end to end
-        sizes[index] = sizes.get(index, 0) + count * element_type_info(zero_point_type).byte_width
+        sizes[index] = sizes.get(index, 0) + count * zero_point_width
     return sizes
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ...model import (
-    DYNAMIC_DIMENSION, BlockPagedLayout, ColumnMajorLayout, CompositeLayout, CooLayout, CscLayout, CsfLayout,
+    DYNAMIC_DIMENSION, SCHEMES, BlockPagedLayout, ColumnMajorLayout, CompositeLayout, CooLayout, CscLayout, CsfLayout,
     CsrLayout, ExtensionLayout, HilbertLayout, MortonLayout, QuantFlag, RowMajorLayout, StridedLayout,
     TensorDescriptor, TiledLayout, UnknownLayout, UnknownQuantization,
 )
@@ -22,7 +22,7 @@ DENSE_LAYOUTS = (RowMajorLayout, ColumnMajorLayout, StridedLayout, TiledLayout, 
 SPARSE_LAYOUTS = (CooLayout, CsrLayout, CscLayout, CsfLayout)
 PAGED_LAYOUTS = (*SPARSE_LAYOUTS, BlockPagedLayout)
 """The layouts whose buffers hold values, indices, pointers or pages (nnz-sized or paged)."""
-_DENSE_TAGS = frozenset(cls.tag for cls in DENSE_LAYOUTS)
+DENSE_TAGS = frozenset(cls.tag for cls in DENSE_LAYOUTS)
 _DYNAMIC = DYNAMIC_DIMENSION
 # plain ints: IntFlag arithmetic costs a microsecond per operation on the decode path
 SYMMETRIC = int(QuantFlag.SYMMETRIC)
@@ -32,10 +32,6 @@ def is_private_tag(tag: int) -> bool:
     """A tag in the implementation-private range 0xF0-0xFE, which the spec reserves alike in
     every tag space (element types, layouts, composition rules, devices, memory classes)."""
     return is_private_type(tag)
-
-
-def is_dense(desc: TensorDescriptor) -> bool:
-    return desc.layout.tag in _DENSE_TAGS
 
 
 def known_layout(desc) -> bool:
@@ -71,7 +67,7 @@ def storage_bytes(desc: TensorDescriptor, count: int) -> Optional[int]:
 def layout_buffer_count(desc: TensorDescriptor) -> Optional[int]:
     """Buffers the layout itself uses (data, values, indices, pointers), None if not fixed."""
     layout = desc.layout
-    if layout.tag in _DENSE_TAGS:
+    if layout.tag in DENSE_TAGS:
         return 1
     if isinstance(layout, CooLayout):
         return 2
@@ -86,16 +82,17 @@ def layout_buffer_count(desc: TensorDescriptor) -> Optional[int]:
     return None
 
 
-_SCALE_SCHEMES = frozenset(quantization_tables.SCALE_BUFFER_TYPES)
-_ZERO_POINT_SCHEMES = frozenset(quantization_tables.ZERO_POINT_BUFFER_TYPES)
+_SCALE_CLASSES = frozenset(SCHEMES[scheme] for scheme in quantization_tables.SCALE_BUFFER_TYPES)
+_ZERO_POINT_CLASSES = frozenset(SCHEMES[scheme] for scheme in quantization_tables.ZERO_POINT_BUFFER_TYPES)
 
 
 def quantization_buffer_indices(q) -> list[tuple[str, int]]:
     """``(field name, buffer index)`` of every parameter buffer the scheme references."""
-    if q is None or isinstance(q, UnknownQuantization) or q.scheme not in _SCALE_SCHEMES:
+    cls = q.__class__
+    if cls not in _SCALE_CLASSES:
         return []
     out = [("scale_buffer_index", q.scale_buffer_index)]
-    if q.scheme in _ZERO_POINT_SCHEMES and not q.flags & SYMMETRIC:
+    if cls in _ZERO_POINT_CLASSES and not q.flags & SYMMETRIC:
         out.append(("zero_point_buffer_index", q.zero_point_buffer_index))
     return out
 
