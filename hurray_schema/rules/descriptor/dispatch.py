@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import enum
+import struct
 from typing import Callable, Iterator, Optional
 
 import attrs
@@ -167,12 +168,18 @@ def _prefix_plan(decl, name: str) -> Plan:
 
 def field_offset(decl, name: str, values: dict) -> int:
     """Offset of field ``name`` inside table ``decl``: :func:`static_offset` where every
-    preceding field is fixed, else the encoded size of those fields with ``values``
-    (the part's decoded fields and ``rank``)."""
+    preceding field is fixed; else the size of those fields, from their plan once ``values``
+    (``rank`` and the part's decoded fields) fix their counts, or encoded with ``values``
+    where a preceding field is conditional."""
     try:
         return static_offset(decl, name)
     except ValueError:
-        return _prefix_plan(decl, name).size(**values)
+        pass
+    prefix = _prefix_plan(decl, name)
+    flat = prefix.flat_layout(**values)
+    if flat is not None:
+        return struct.calcsize("<" + flat[0])
+    return prefix.size(**values)
 
 
 def _element_width(decl, name: str) -> int:
