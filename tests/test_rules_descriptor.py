@@ -399,6 +399,12 @@ def test_every_descriptor_rule_declares_when_it_applies():
     assert undeclared == []
 
 
+def test_the_plan_key_carries_every_fact():
+    from hurray_schema.rules.descriptor import Fact, dispatch
+
+    assert sorted(dispatch._FACT_SLOTS, key=str) == sorted(Fact, key=str)
+
+
 def test_when_needs_every_condition_it_names():
     from hurray_schema.rules.descriptor import Fact, When
 

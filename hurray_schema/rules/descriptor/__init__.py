@@ -35,9 +35,9 @@ from __future__ import annotations
 
 from . import core, layouts, buffers, quantization, sections, composite_head  # noqa: F401,I001  (declaration order)
 from .dispatch import (
-    ALWAYS, DESCRIPTOR_RULES, DescriptorContext, Fact, When, _rules_for, check_descriptor, descriptor_rule,
-    first_error,
+    ALWAYS, DESCRIPTOR_RULES, DescriptorContext, Fact, When, check_descriptor, descriptor_rule, first_error,
 )
+from .dispatch import _rules_for  # noqa: F401  (the plan of one descriptor, shown by benchmarks/decode.py)
 from .sizes import layout_buffer_count, quantization_buffer_indices, storage_bytes
 
 __all__ = [

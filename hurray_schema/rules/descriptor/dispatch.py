@@ -51,11 +51,11 @@ class Fact(enum.Enum):
     """A dimension is 0 (ADR-007); a dynamic dimension is not."""
     PRIVATE_TYPE = "private_type"
     """type_tag is in the implementation-private range."""
+    # the optional section of that name is present
     SHARD = "shard"
     STATISTICS = "statistics"
     EXTENSION_TYPE = "extension_type"
     COMPOSITE_MEMBER = "composite_member"
-    """The optional section of that name is present."""
     UNUSUAL_BUFFERS = "unusual_buffers"
     """Some buffer handle is not a plain one (see :func:`_plain_buffers`): only then can a
     rule on the handles' own fields fire."""
