@@ -12,7 +12,7 @@ prints the median time of one call of
   This is the work ``hurray.Descriptor.decode`` does: read the wire tables and apply the
   structural checks (magic, version, lengths, tags);
 * ``decode``  -- ``hurray_schema.decode_descriptor``: the same plus the semantic rules of
-  one descriptor (``rules/descriptor.py``; ``rules`` is how many can apply to it), which
+  one descriptor (``rules/descriptor/``; ``rules`` is how many can apply to it), which
   pyhurray does not check (``spec-map.md`` DIV-LAYOUT, DIV-QUANT, DIV-BUFFER);
 * ``encode``  -- ``hurray_schema.encode_descriptor`` (compiled per descriptor shape),
 

@@ -227,6 +227,8 @@ OFFSET_PROBES = {
     "buffer.sync_mode.cpu": (U8, 1),
     "layout.tiled.reserved": (lambda d, at: d[at + 1], 7),
     "layout.csf.mode_order": (U32, 0),
+    "layout.csf.reserved": (U8, 1),  # after the rank-long mode_order array
+    "metadata.statistics.stddev": (lambda d, at: struct.unpack_from("<d", d, at)[0], -0.5),
     "metadata.shard.bounds": (U64, 5),
     "quantization.per_channel.scale_type": (U8, 1),
     "quantization.buffer_index.range": (U32, 5),
@@ -384,3 +386,122 @@ def test_rules_survive_damaged_descriptors():
         validator.push_member(desc)
         checked += 1
     assert checked > 500
+
+
+# -- when a rule runs: declared with when=, never parsed from its id ------------------------
+
+
+def test_every_descriptor_rule_declares_when_it_applies():
+    from hurray_schema.rules.descriptor import DESCRIPTOR_RULES, When
+
+    assert DESCRIPTOR_RULES
+    undeclared = [rule.id for rule in DESCRIPTOR_RULES if not isinstance(rule.when, When)]
+    assert undeclared == []
+
+
+def test_the_plan_key_carries_every_fact():
+    from hurray_schema.rules.descriptor import Fact, dispatch
+
+    assert sorted(dispatch._FACT_SLOTS, key=str) == sorted(Fact, key=str)
+
+
+def test_when_needs_every_condition_it_names():
+    from hurray_schema.rules.descriptor import Fact, When
+
+    csr_with_stats = When(layouts={CsrLayout}, facts={Fact.STATISTICS})
+    assert csr_with_stats.holds(LayoutTag.CSR, None, frozenset({Fact.STATISTICS, Fact.SHARD}))
+    assert not csr_with_stats.holds(LayoutTag.CSR, None, frozenset({Fact.SHARD}))
+    assert not csr_with_stats.holds(LayoutTag.COO, None, frozenset({Fact.STATISTICS}))
+    assert When(schemes={Nf4}).holds(LayoutTag.ROW_MAJOR, Nf4, frozenset())
+    assert not When(schemes={Nf4}).holds(LayoutTag.ROW_MAJOR, None, frozenset())
+    assert When().holds(0xF3, None, frozenset())
+
+
+@pytest.fixture
+def scratch_rules(monkeypatch):
+    """Declare rules for one test only: the registry, the rule list and the plans are restored after."""
+    from hurray_schema.rules import engine
+    from hurray_schema.rules.descriptor import dispatch
+
+    monkeypatch.setattr(engine, "_REGISTRY", dict(engine._REGISTRY))
+    monkeypatch.setattr(dispatch, "DESCRIPTOR_RULES", list(dispatch.DESCRIPTOR_RULES))
+    monkeypatch.setattr(dispatch, "_RAW", dict(dispatch._RAW))
+    monkeypatch.setattr(dispatch, "_PLANS", {})
+    return dispatch.descriptor_rule
+
+
+def test_a_rule_declared_for_one_layout_runs_only_on_that_layout(scratch_rules):
+    from hurray_schema.rules.descriptor import When
+
+    seen = []
+
+    # the id names another layout on purpose: only when= decides where the rule runs
+    @scratch_rules("layout.coo.scratch_probe", Level.SHOULD, "layouts/csr.md § Description",
+                   "A probe that fires on every CSR tensor.", when=When(layouts={CsrLayout}))
+    def _probe(desc, ctx):
+        seen.append(desc.layout.tag)
+        yield "probe", ctx.header("layout_tag")
+
+    assert [f.rule_id for f in check_descriptor(CSR)] == ["layout.coo.scratch_probe"]
+    for other in (COO, CSC, GOOD, TILED, HEAD, PC, STATS):
+        assert "layout.coo.scratch_probe" not in {f.rule_id for f in check_descriptor(other)}
+    assert set(seen) == {LayoutTag.CSR}
+    (f,) = check_descriptor(CSR)
+    assert f.offset == 15  # metadata.md § Fixed Header: layout_tag is byte 15
+    assert encode_descriptor(CSR)[f.offset] == 0x07
+    assert decode_descriptor(encode_descriptor(CSR)) == CSR  # a SHOULD is a warning: the decode goes on
+
+
+def test_a_rule_with_an_id_no_table_knows_breaks_no_decode(scratch_rules):
+    from hurray_schema.rules.descriptor import ALWAYS, Fact, When
+
+    @scratch_rules("layout.brand_new_layout.scratch", Level.MUST, "layouts/tiled.md § Description",
+                   "A probe that never fires.", when=When(layouts={TiledLayout}))
+    def _never(desc, ctx):
+        return iter(())
+
+    @scratch_rules("zz_new_area.scratch", Level.SHOULD, "metadata.md § Flags", "A probe on sharded tensors.",
+                   when=When(facts={Fact.SHARD}))
+    def _on_shards(desc, ctx):
+        yield "sharded", ctx.part("shard")
+
+    @scratch_rules("zz_new_area.always", Level.SHOULD, "metadata.md § Flags", "A probe on every tensor.",
+                   when=ALWAYS)
+    def _everywhere(desc, ctx):
+        yield "seen", None
+
+    for _, good, _bad in CASES:
+        desc = decode_descriptor(encode_descriptor(good))
+        fired = [f.rule_id for f in check_descriptor(desc)]
+        assert fired[-1] == "zz_new_area.always"  # a later declaration comes later
+        assert ("zz_new_area.scratch" in fired) == (good.shard is not None)
+
+
+def test_a_rule_must_say_when_it_applies(scratch_rules):
+    with pytest.raises(TypeError):
+        scratch_rules("zz_new_area.unsaid", Level.MUST, "metadata.md § Flags", "No when.", when=None)
+
+
+def test_the_engine_imports_no_spec_area_module():
+    import ast
+    from pathlib import Path
+
+    import hurray_schema.rules.engine as engine
+
+    tree = ast.parse(Path(engine.__file__).read_text(encoding="utf-8"))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert imported <= {"__future__", "enum", "typing", "attrs", "errors"}, imported
+
+
+def test_importing_the_engine_alone_gives_the_whole_registry():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from hurray_schema.rules.engine import registry
+
+    probe = "from hurray_schema.rules.engine import registry; print(len(registry()))"
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=str(root))
+    assert int(out.stdout) == len(registry()) and len(registry()) > 150

@@ -1,3 +1,8 @@
-"""Imports every spec-area rule module so that their rules are declared."""
+"""Imports every spec-area rule module so that their rules are declared.
 
-from . import composite, container, descriptor, structure  # noqa: F401
+Imported by the package ``__init__`` (never by :mod:`.engine`).  The order is the
+registry's order: one descriptor, composite, descriptor structure, then containers.
+"""
+
+from . import descriptor  # noqa: F401  (first: its rules come first in the registry)
+from . import composite, structure, container  # noqa: F401,I001

@@ -7,7 +7,13 @@ listed by :func:`registry`.
 
 Some rules are *structural*: the decoder itself fires them because it cannot go on
 (bad magic, truncation).  The others have a ``check`` function run on a decoded object
-(``hurray_schema.rules.descriptor`` and friends) that yields :class:`Finding` s.
+(``hurray_schema.rules.descriptor`` and friends) that yields :class:`Finding` s, and may
+say with ``when`` which inputs they can fire on at all (the dispatch of their scope reads
+it; see :class:`hurray_schema.rules.descriptor.When`).
+
+This module is the bottom of the rules layer: it imports no spec-area module.  Importing
+the package :mod:`hurray_schema.rules` declares every rule (``rules/all_rules.py``), so
+:func:`registry` is complete for anyone who imported anything under ``rules``.
 """
 
 from __future__ import annotations
@@ -104,6 +110,9 @@ class Rule:
     permissive: bool = False
     """The spec lets a permissive reader keep input that breaks this rule."""
     check: Optional[Callable[..., Iterable[Finding]]] = attrs.field(default=None, eq=False, repr=False)
+    when: Optional[object] = attrs.field(default=None, eq=False, repr=False)
+    """On which inputs ``check`` can fire at all, in the terms of the scope's dispatch
+    (``None``: always)."""
 
     def finding(self, message: str, offset: Optional[int] = None, mode: Mode = Mode.STRICT) -> Finding:
         tolerated = self.permissive and mode is Mode.PERMISSIVE
@@ -119,24 +128,24 @@ _REGISTRY: dict[str, Rule] = {}
 def declare(
     id: str, level: Level, citation: str, summary: str, *, scope: str = "descriptor",
     permissive: bool = False, check: Optional[Callable[..., Iterable[Finding]]] = None,
+    when: Optional[object] = None,
 ) -> Rule:
-    """Create and register a rule; ids are unique."""
+    """Create and register a rule; ids are unique.  ``when`` says on which inputs ``check``
+    can fire (read by the dispatch of the rule's scope, never parsed from the id)."""
     if id in _REGISTRY:
         raise ValueError(f"rule {id!r} declared twice")
-    rule = Rule(id, level, citation, summary, scope, permissive, check)
+    rule = Rule(id, level, citation, summary, scope, permissive, check, when)
     _REGISTRY[id] = rule
     return rule
 
 
 def registry() -> tuple[Rule, ...]:
-    """Every declared rule, in declaration order."""
-    from . import all_rules  # noqa: F401  (importing the spec-area modules declares them)
-
+    """Every declared rule, in declaration order (all of them once :mod:`hurray_schema.rules`
+    is imported, which any import of a module under it does first)."""
     return tuple(_REGISTRY.values())
 
 
 def get_rule(rule_id: str) -> Rule:
-    registry()
     return _REGISTRY[rule_id]
 
 

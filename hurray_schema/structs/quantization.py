@@ -29,6 +29,16 @@ QUANTIZATION_HEADER = Struct(
 """The 4 bytes every quantization descriptor starts with."""
 
 
+SCHEME_PAGES = {
+    QuantScheme.PER_TENSOR_AFFINE: "per-tensor-affine",
+    QuantScheme.PER_CHANNEL_AFFINE: "per-channel-affine",
+    QuantScheme.PER_BLOCK_AFFINE: "per-block-affine",
+    QuantScheme.NF4: "nf4",
+    QuantScheme.MXFP: "mxfp",
+}
+"""Scheme tag → the name of its page under ``quantization/``."""
+
+
 def _scheme(page: str, *payload, flag_tags=None):
     """``payload`` entries are ``(name, construct, doc)`` or ``(name, construct, doc, tags)``;
     ``flag_tags`` is the tag table of the header's scheme-specific ``flags``."""
@@ -39,14 +49,14 @@ def _scheme(page: str, *payload, flag_tags=None):
 
 
 PER_TENSOR_AFFINE = _scheme(
-    "per-tensor-affine",
+    SCHEME_PAGES[QuantScheme.PER_TENSOR_AFFINE],
     ("scale", Float32l, "Dequantization scale; finite and non-zero."),
     ("zero_point", Int32sl, "Zero point; 0 for symmetric quantization."),
     ("_reserved", Bytes(4), "Must be 0x00."),
 )
 
 PER_CHANNEL_AFFINE = _scheme(
-    "per-channel-affine",
+    SCHEME_PAGES[QuantScheme.PER_CHANNEL_AFFINE],
     ("axis", Int32ul, "Quantized axis, < rank."),
     ("scale_buffer_index", Int32ul, "Buffer holding shape[axis] float32 scales."),
     ("zero_point_buffer_index", Int32ul, "Buffer holding shape[axis] int32 zero points; 0xFFFFFFFF when symmetric."),
@@ -56,7 +66,7 @@ PER_CHANNEL_AFFINE = _scheme(
 )
 
 PER_BLOCK_AFFINE = _scheme(
-    "per-block-affine",
+    SCHEME_PAGES[QuantScheme.PER_BLOCK_AFFINE],
     ("axis", Int32ul, "Axis cut into blocks, < rank."),
     ("block_size", Int32ul, "Logical elements per block; a power of two >= 2."),
     ("scale_buffer_index", Int32ul, "Buffer holding one scale per block."),
@@ -67,14 +77,14 @@ PER_BLOCK_AFFINE = _scheme(
 )
 
 NF4 = _scheme(
-    "nf4",
+    SCHEME_PAGES[QuantScheme.NF4],
     ("axis", Int32ul, "Axis cut into blocks, < rank."),
     ("block_size", Int32ul, "Logical elements per block; a power of two >= 8."),
     ("scale_buffer_index", Int32ul, "Buffer holding one float32 absmax per block."),
 )
 
 MXFP = _scheme(
-    "mxfp",
+    SCHEME_PAGES[QuantScheme.MXFP],
     ("axis", Int32ul, "Axis cut into microscaling blocks, < rank."),
     ("block_size", Int32ul, "Elements per block; a power of two in [16, 2048]."),
     ("scale_buffer_index", Int32ul, "Buffer holding one float8_e8m0 scale per block."),
@@ -91,6 +101,66 @@ SCHEMES = {
 
 HIGHEST_SCHEME_VERSION = {scheme: 1 for scheme in SCHEMES}
 """Highest ``scheme_version`` this specification defines per scheme (``quantization.md § Version Compatibility``)."""
+
+# ------------------------------------------------------------------------------------
+# What each scheme accepts and references, beside its wire table
+# ------------------------------------------------------------------------------------
+
+_E = ElementType
+_AFFINE_STORAGE = frozenset({_E.INT8, _E.UINT8, _E.INT16, _E.UINT16, _E.INT32, _E.UINT32,
+                             _E.INT4, _E.UINT4, _E.INT2, _E.UINT2})
+
+STORAGE_TYPES = {
+    QuantScheme.PER_TENSOR_AFFINE: _AFFINE_STORAGE,
+    QuantScheme.PER_CHANNEL_AFFINE: _AFFINE_STORAGE,
+    QuantScheme.PER_BLOCK_AFFINE: frozenset({_E.INT8, _E.UINT8, _E.INT4, _E.UINT4, _E.INT2, _E.UINT2}),
+    QuantScheme.NF4: frozenset({_E.UINT4}),
+    QuantScheme.MXFP: frozenset({_E.FLOAT8_E4M3, _E.FLOAT8_E5M2, _E.FLOAT4_E2M1, _E.FLOAT6_E2M3, _E.FLOAT6_E3M2,
+                                 _E.INT8, _E.INT4}),
+}
+"""Scheme tag → the storage ``type_tag`` values it quantizes (``quantization/<page>.md § Valid Storage Types``)."""
+
+DEFINED_FLAGS = {
+    QuantScheme.PER_TENSOR_AFFINE: 0,
+    QuantScheme.PER_CHANNEL_AFFINE: int(QuantFlag.SYMMETRIC),
+    QuantScheme.PER_BLOCK_AFFINE: int(QuantFlag.SYMMETRIC),
+    QuantScheme.NF4: 0,
+    QuantScheme.MXFP: 0,
+}
+"""Scheme tag → the quantization flag bits it defines; every other bit is 0 (``quantization.md § Descriptor Header``)."""
+
+SCALE_TYPES = {
+    QuantScheme.PER_CHANNEL_AFFINE: (_E.FLOAT32,),
+    QuantScheme.PER_BLOCK_AFFINE: (_E.FLOAT16, _E.BFLOAT16, _E.FLOAT32),
+}
+"""Scheme tag → the ``scale_type_tag`` values it accepts (``quantization/<page>.md § Validity Constraints``)."""
+
+BLOCK_SIZE_BOUNDS = {
+    QuantScheme.PER_BLOCK_AFFINE: (2, None),
+    QuantScheme.NF4: (8, None),
+    QuantScheme.MXFP: (16, 2048),
+}
+"""Scheme tag → ``(lowest, highest or None)`` power of two its ``block_size`` may be
+(``quantization/<page>.md § Validity Constraints``); the keys are the block schemes."""
+
+SCALE_BUFFER_TYPES = {
+    QuantScheme.PER_CHANNEL_AFFINE: _E.FLOAT32,
+    QuantScheme.PER_BLOCK_AFFINE: None,
+    QuantScheme.NF4: _E.FLOAT32,
+    QuantScheme.MXFP: _E.FLOAT8_E8M0,
+}
+"""Scheme tag → element type of the scale buffer ``scale_buffer_index`` names: one scale per
+channel (per-channel affine) or per block (the others); ``None``: the descriptor's
+``scale_type_tag`` says (``quantization/<page>.md § Referenced Buffers``).  The keys are the
+schemes with an ``axis`` and a scale buffer."""
+
+ZERO_POINT_BUFFER_TYPES = {
+    QuantScheme.PER_CHANNEL_AFFINE: _E.INT32,
+    QuantScheme.PER_BLOCK_AFFINE: _E.INT32,
+}
+"""Scheme tag → element type of the zero-point buffer ``zero_point_buffer_index`` names,
+one per scale; not referenced when the SYMMETRIC flag is set (``quantization/<page>.md § Referenced Buffers``)."""
+del _E
 
 NF4_LEVELS = (
     -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,

@@ -1,0 +1,318 @@
+"""How the descriptor rules are declared, located and run.
+
+* :class:`When` -- what a rule declares about the descriptors it can fire on (layouts,
+  quantization schemes, facts such as "has a shard section" or "is empty").  The
+  dispatch reads only these declarations; it never looks at a rule's id.
+* :func:`descriptor_rule` -- declares a rule whose check yields ``(message, offset)``
+  pairs, with its ``when``.
+* :class:`DescriptorContext` -- where each field sits, from the wire declarations
+  (:func:`hurray_schema.structs.wire.descriptor_spans` for the parts,
+  :func:`~hurray_schema.structs._declare.static_offset` and the declarations' plans for a
+  field inside its part).  Offsets are computed only when a rule fires.
+* :func:`check_descriptor` / :func:`first_error` -- run the rules that can fire on a
+  descriptor, in declaration order.  The list of those rules (its *plan*) is built from
+  the ``when`` declarations once per combination of the facts it depends on.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from typing import Callable, Iterator, Optional
+
+import attrs
+
+from ...model import DeviceTag, LayoutTag, TensorDescriptor, TiledLayout
+from ...structs import layouts as layout_tables
+from ...structs import quantization as quantization_tables
+from ...structs._declare import Plan, plan, select, static_offset
+from ...structs.descriptor import BUFFER_COUNT, BUFFER_HANDLE, BYTE_OFFSET, FIXED_HEADER, SHAPE
+from ...structs.element_types import is_private_type
+from ...structs.wire import descriptor_spans, values_of
+from ..engine import Finding, Level, Mode, Rule, as_mode, declare
+
+__all__ = [
+    "Fact", "When", "ALWAYS", "descriptor_rule", "DESCRIPTOR_RULES", "DescriptorContext", "check_descriptor",
+    "first_error",
+]
+
+
+# ------------------------------------------------------------------------------------
+# When a rule applies
+# ------------------------------------------------------------------------------------
+
+
+class Fact(enum.Enum):
+    """A cheap fact about a descriptor that a rule can need before it can fire."""
+
+    SCALAR = "scalar"
+    """rank 0."""
+    EMPTY = "empty"
+    """A dimension is 0 (ADR-007); a dynamic dimension is not."""
+    PRIVATE_TYPE = "private_type"
+    """type_tag is in the implementation-private range."""
+    # the optional section of that name is present
+    SHARD = "shard"
+    STATISTICS = "statistics"
+    EXTENSION_TYPE = "extension_type"
+    COMPOSITE_MEMBER = "composite_member"
+    UNUSUAL_BUFFERS = "unusual_buffers"
+    """Some buffer handle is not a plain one (see :func:`_plain_buffers`): only then can a
+    rule on the handles' own fields fire."""
+
+
+def _tags(layouts) -> Optional[frozenset]:
+    return None if layouts is None else frozenset(cls.tag for cls in layouts)
+
+
+def _frozen(items) -> Optional[frozenset]:
+    return None if items is None else frozenset(items)
+
+
+@attrs.frozen(slots=True)
+class When:
+    """The descriptors a rule can fire on: every condition given holds (one of its members).
+
+    ``layouts`` are layout classes (kept as their tags), ``schemes`` quantization classes
+    (a descriptor without quantization has none of them), ``facts`` :class:`Fact` s.
+    ``When()`` is every descriptor.  A rule whose ``when`` says too little just runs more
+    often; one that says too much would miss a finding, which the test running every rule
+    on damaged descriptors catches.
+    """
+
+    layouts: Optional[frozenset] = attrs.field(default=None, converter=_tags)
+    schemes: Optional[frozenset] = attrs.field(default=None, converter=_frozen)
+    facts: Optional[frozenset] = attrs.field(default=None, converter=_frozen)
+
+    def holds(self, layout_tag: int, scheme: Optional[type], facts: frozenset) -> bool:
+        return ((self.layouts is None or layout_tag in self.layouts)
+                and (self.schemes is None or scheme in self.schemes)
+                and (self.facts is None or not self.facts.isdisjoint(facts)))
+
+
+ALWAYS = When()
+
+
+# ------------------------------------------------------------------------------------
+# Declaring a rule with its check
+# ------------------------------------------------------------------------------------
+
+DESCRIPTOR_RULES: list[Rule] = []
+"""Every rule of one descriptor, in declaration order (roughly wire order): the order of
+the findings of :func:`check_descriptor`."""
+
+_RAW: dict[str, Callable] = {}
+"""Rule id -> its check yielding ``(message, offset)`` (the registered check wraps it into Findings)."""
+
+_PLANS: dict = {}
+"""Facts key (:func:`_facts_key`) -> the ``(rule, raw check)`` pairs that can fire; emptied by each declaration."""
+
+
+def descriptor_rule(id: str, level: Level, citation: str, summary: str, *, when: When, scope: str = "descriptor",
+                    permissive: bool = False):
+    """Declare a descriptor rule whose check yields ``(message, offset)`` pairs and that can
+    fire only on the descriptors ``when`` describes."""
+    if not isinstance(when, When):
+        raise TypeError(f"rule {id!r}: when= takes a When, not {when!r}")
+
+    def wrap(fn: Callable[[TensorDescriptor, "DescriptorContext"], Iterator[tuple[str, Optional[int]]]]) -> Rule:
+        holder: list[Rule] = []
+
+        def check(desc: TensorDescriptor, ctx: DescriptorContext) -> Iterator[Finding]:
+            rule = holder[0]
+            for message, offset in fn(desc, ctx):
+                yield rule.finding(message, offset, ctx.mode)
+
+        rule = declare(id, level, citation, summary, scope=scope, permissive=permissive, check=check, when=when)
+        holder.append(rule)
+        DESCRIPTOR_RULES.append(rule)
+        _RAW[id] = fn
+        _PLANS.clear()
+        return rule
+
+    return wrap
+
+
+# ------------------------------------------------------------------------------------
+# Where a field sits: offsets from the declarations
+# ------------------------------------------------------------------------------------
+
+_HANDLE_SIZE = plan(BUFFER_HANDLE).fixed_size
+_COUNT_SIZE = plan(BUFFER_COUNT).fixed_size
+_QLEN_SIZE = plan(quantization_tables.QUANTIZATION_LENGTH).fixed_size
+_TILED_PLAN = plan(layout_tables.TILED)
+_PREFIXES: dict[tuple[int, str], tuple] = {}
+
+
+def _subfield(decl, name: str):
+    for sub in decl.subcons:
+        if getattr(sub, "name", None) == name:
+            return sub
+    raise KeyError(name)
+
+
+def _prefix_plan(decl, name: str) -> Plan:
+    """The plan of the fields of ``decl`` before ``name`` (cached with its declaration)."""
+    entry = _PREFIXES.get((id(decl), name))
+    if entry is None or entry[0] is not decl:
+        names = []
+        for sub in decl.subcons:
+            if sub.name == name:
+                break
+            names.append(sub.name)
+        else:
+            raise KeyError(name)
+        entry = _PREFIXES[(id(decl), name)] = (decl, plan(select(decl, *names)))
+    return entry[1]
+
+
+def field_offset(decl, name: str, values: dict) -> int:
+    """Offset of field ``name`` inside table ``decl``: :func:`static_offset` where every
+    preceding field is fixed; else the size of those fields, from their plan once ``values``
+    (``rank`` and the part's decoded fields) fix their counts, or encoded with ``values``
+    where a preceding field is conditional."""
+    try:
+        return static_offset(decl, name)
+    except ValueError:
+        pass
+    prefix = _prefix_plan(decl, name)
+    flat = prefix.flat_layout(**values)
+    if flat is not None:
+        return struct.calcsize("<" + flat[0])
+    return prefix.size(**values)
+
+
+def _element_width(decl, name: str) -> int:
+    """Byte width of one element of the array field ``name`` of ``decl``."""
+    array = _subfield(decl, name).subcon
+    while not hasattr(array, "count") and hasattr(array, "subcon"):
+        array = array.subcon  # through If(...)
+    return array.subcon.sizeof()
+
+
+class DescriptorContext:
+    """What a check needs besides the descriptor: the mode and where each field sits."""
+
+    __slots__ = ("desc", "mode", "base", "_spans")
+
+    def __init__(self, desc: TensorDescriptor, mode: Mode = Mode.STRICT, base: int = 0):
+        self.desc = desc
+        self.mode = mode
+        self.base = base
+        self._spans: Optional[dict] = None
+
+    def part(self, name: str) -> int:
+        """Absolute offset of the first byte of descriptor part ``name``."""
+        if self._spans is None:
+            self._spans = {part: start for part, start, _ in descriptor_spans(self.desc)}
+        return self.base + self._spans[name]
+
+    def header(self, name: str) -> int:
+        return self.part("fixed_header") + static_offset(FIXED_HEADER, name)
+
+    def shape(self, k: int = 0) -> int:
+        return self.part("shape") + k * _element_width(SHAPE, "shape")
+
+    def byte_offset(self) -> int:
+        return self.part("byte_offset") + static_offset(BYTE_OFFSET, "byte_offset")
+
+    def buffer(self, i: int, name: str = "byte_size") -> int:
+        return self.part("buffer_table") + _COUNT_SIZE + i * _HANDLE_SIZE + static_offset(BUFFER_HANDLE, name)
+
+    def buffer_count(self) -> int:
+        return self.part("buffer_table") + static_offset(BUFFER_COUNT, "buffer_count")
+
+    def layout(self, name: str, index: int = 0, level: int = 0) -> int:
+        """A layout-specific field (``index``: array element; ``level``: tiled nesting level)."""
+        layout = self.desc.layout
+        rank = self.desc.rank
+        start = self.part("layout")
+        if isinstance(layout, TiledLayout):
+            decl = layout_tables.TILED
+            for _ in range(level):
+                start += len(_TILED_PLAN.pack(rank=rank, **values_of(layout)))
+                layout = layout.inner
+        else:
+            decl = layout_tables.LAYOUT_FIELDS[LayoutTag(layout.tag)]
+        at = start + field_offset(decl, name, dict(values_of(layout), rank=rank))
+        return at + index * _element_width(decl, name) if index else at
+
+    def quantization(self, name: str) -> int:
+        decl = quantization_tables.SCHEMES[self.desc.quantization.scheme]
+        return self.part("quantization") + _QLEN_SIZE + static_offset(decl, name)
+
+    def section(self, part: str, decl, name: str, index: int = 0) -> int:
+        """Field ``name`` of the optional section ``part`` (declared by ``decl``)."""
+        section = getattr(self.desc, part)
+        values = {"rank": self.desc.rank} if section is None else dict(values_of(section), rank=self.desc.rank)
+        at = self.part(part) + field_offset(decl, name, values)
+        return at + index * _element_width(decl, name) if index else at
+
+
+# ------------------------------------------------------------------------------------
+# The plan: which rules can fire on a descriptor
+# ------------------------------------------------------------------------------------
+
+_LAST_NAMED_DEVICE = int(max(DeviceTag))
+
+
+def _plain_buffers(handles) -> bool:
+    """True when no rule on the handles' own fields can fire: every handle is a
+    CPU-or-named-device, producer-synced, STANDARD-memory handle with a valid alignment and
+    zero reserved byte, all on one device."""
+    if not handles:
+        return True
+    device = handles[0].device_tag
+    for h in handles:
+        a = h.alignment
+        if (h.device_tag != device or h.sync_mode or h.memory_class or h._reserved or device > _LAST_NAMED_DEVICE
+                or a <= 0 or a & (a - 1) or (a < 64 and h.byte_size)):
+            return False
+    return True
+
+
+_FACT_SLOTS = (Fact.UNUSUAL_BUFFERS, Fact.STATISTICS, Fact.EXTENSION_TYPE, Fact.COMPOSITE_MEMBER, Fact.SHARD,
+               Fact.SCALAR, Fact.EMPTY, Fact.PRIVATE_TYPE)
+"""The facts in the order :func:`_rules_for` puts them in its key, after the layout tag and scheme."""
+
+
+def _plan_for(key: tuple) -> list:
+    layout_tag, scheme, *present = key
+    facts = frozenset(fact for fact, holds in zip(_FACT_SLOTS, present) if holds)
+    return [(rule, _RAW[rule.id]) for rule in DESCRIPTOR_RULES if rule.when.holds(layout_tag, scheme, facts)]
+
+
+def _rules_for(desc: TensorDescriptor) -> list:
+    """The ``(rule, raw check)`` pairs that can fire on ``desc``, in declaration order
+    (cached per combination of the facts the declarations depend on)."""
+    q = desc.quantization
+    shape = desc.shape
+    key = (desc.layout.tag, None if q is None else q.__class__, not _plain_buffers(desc.buffers),
+           desc.statistics is not None, desc.extension_type is not None, desc.composite_member is not None,
+           desc.shard is not None, not shape, 0 in shape, is_private_type(desc.type_tag))
+    plan_ = _PLANS.get(key)
+    if plan_ is None:
+        plan_ = _PLANS[key] = _plan_for(key)
+    return plan_
+
+
+def check_descriptor(desc: TensorDescriptor, mode="strict", *, base: int = 0) -> list[Finding]:
+    """Every finding of the semantic rules on ``desc`` (offsets relative to ``base``)."""
+    ctx = DescriptorContext(desc, as_mode(mode), base)
+    out: list[Finding] = []
+    for rule, raw in _rules_for(desc):
+        for message, offset in raw(desc, ctx):
+            out.append(rule.finding(message, offset, ctx.mode))
+    return out
+
+
+def first_error(desc: TensorDescriptor, mode="strict", *, base: int = 0) -> Optional[Finding]:
+    """The first finding the mode does not tolerate (a MUST breach), or None; stops there."""
+    ctx = DescriptorContext(desc, as_mode(mode), base)
+    for rule, raw in _rules_for(desc):
+        for message, offset in raw(desc, ctx):
+            finding = rule.finding(message, offset, ctx.mode)
+            if finding.is_error:
+                return finding
+    return None
+

@@ -1,0 +1,274 @@
+"""Rules on the layout-specific fields (``layouts/*.md``, ``metadata.md § Layout-Specific Fields``).
+
+The rules shared by several layouts (reserved bytes, byte_offset, buffer_count, rank,
+shard) are made per layout by one factory each; every rule names the layout classes it
+applies to in its ``when``.  The buffer-size rules of the layouts are in
+:mod:`.buffers`, the statistics one in :mod:`.sections`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ...model import (
+    DYNAMIC_DIMENSION, BlockPagedLayout, CooLayout, CscLayout, CsfLayout, CsrLayout, HilbertLayout, LayoutTag,
+    MortonLayout, PerBlockAffine, TensorDescriptor, TiledLayout,
+)
+from ..engine import Level
+from .dispatch import Fact, When, descriptor_rule
+from .sizes import quantization_parameter_count
+
+MUST, MUST_NOT = Level.MUST, Level.MUST_NOT
+_DYNAMIC = DYNAMIC_DIMENSION
+_TILED_OUTER = frozenset(int(tag) for tag in (LayoutTag.ROW_MAJOR, LayoutTag.COLUMN_MAJOR, LayoutTag.STRIDED))
+"""The orders of a tile grid (``layouts/tiled.md § Additional Descriptor Fields``)."""
+_TILED_INNER = _TILED_OUTER | {int(LayoutTag.TILED)}
+"""The orders inside a tile, or tile again."""
+
+
+def _words(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _byte_offset_zero(layout_cls, page: str, name: str):
+    citation = "layouts/block-paged.md § byte_offset" if layout_cls is BlockPagedLayout else \
+        f"layouts/{page}.md § Buffer Size"
+
+    @descriptor_rule(f"layout.{name}.byte_offset", MUST, citation, f"A {_words(name)} tensor has byte_offset 0.",
+                     when=When(layouts={layout_cls}))
+    def check(desc, ctx):
+        if isinstance(desc.layout, layout_cls) and desc.byte_offset != 0:
+            yield f"byte_offset is {desc.byte_offset}, not 0, for a {_words(name)} tensor", ctx.byte_offset()
+
+    return check
+
+
+def _reserved_zero(layout_cls, page: str, name: str):
+    @descriptor_rule(f"layout.{name}.reserved", MUST, f"layouts/{page}.md § Additional Descriptor Fields",
+                     f"The _reserved bytes of the {_words(name)} layout fields are zero.",
+                     when=When(layouts={layout_cls}))
+    def check(desc, ctx):
+        if isinstance(desc.layout, layout_cls) and any(desc.layout._reserved):
+            yield f"{_words(name)} _reserved bytes are {desc.layout._reserved.hex()}", ctx.layout("_reserved")
+
+    return check
+
+
+def _buffer_count_exact(layout_cls, page: str, name: str, base: Callable[[TensorDescriptor], int], words: str):
+    @descriptor_rule(f"layout.{name}.buffer_count", MUST, f"layouts/{page}.md § Buffer Table",
+                     f"A {_words(name)} descriptor has buffer_count {words} (plus the quantization-parameter "
+                     "buffers of its scheme, if quantized).", when=When(layouts={layout_cls}))
+    def check(desc, ctx):
+        if not isinstance(desc.layout, layout_cls):
+            return
+        want = base(desc) + quantization_parameter_count(desc.quantization)
+        if len(desc.buffers) != want:
+            yield f"buffer_count is {len(desc.buffers)}, expected {want}", ctx.buffer_count()
+
+    return check
+
+
+def _rank_rule(layout_cls, page: str, name: str, ok: Callable[[int], bool], words: str, section: str = "Description"):
+    @descriptor_rule(f"layout.{name}.rank", MUST, f"layouts/{page}.md § {section}",
+                     f"A {_words(name)} tensor has rank {words}.", when=When(layouts={layout_cls}))
+    def check(desc, ctx):
+        if isinstance(desc.layout, layout_cls) and not ok(desc.rank):
+            yield f"{_words(name)} tensor of rank {desc.rank}; rank {words} required", ctx.header("rank")
+
+    return check
+
+
+def _no_shard(layout_cls, page: str, name: str):
+    @descriptor_rule(f"layout.{name}.shard", MUST_NOT, f"layouts/{page}.md § Sharding",
+                     f"A {_words(name)} tensor carries no shard section in this version.",
+                     when=When(layouts={layout_cls}, facts={Fact.SHARD}))
+    def check(desc, ctx):
+        if isinstance(desc.layout, layout_cls) and desc.shard is not None:
+            yield f"a {_words(name)} tensor carries a shard section", ctx.part("shard")
+
+    return check
+
+
+# --- tiled ---------------------------------------------------------------------------
+
+_TILED = When(layouts={TiledLayout})
+
+
+def _tiled_levels(layout):
+    level, depth = layout, 0
+    while level is not None:
+        yield depth, level
+        level, depth = level.inner, depth + 1
+
+
+@descriptor_rule("layout.tiled.tile_shape", MUST, "layouts/tiled.md § Additional Descriptor Fields",
+                 "Every tile_shape value is greater than 0, at every tiling level.", when=_TILED)
+def _tile_shape(desc, ctx):
+    if isinstance(desc.layout, TiledLayout):
+        for depth, level in _tiled_levels(desc.layout):
+            for k, t in enumerate(level.tile_shape):
+                if t == 0:
+                    yield f"tile_shape[{k}] is 0 (tiling level {depth})", ctx.layout("tile_shape", k, depth)
+                    return
+
+
+@descriptor_rule("layout.tiled.outer_layout", MUST, "layouts/tiled.md § Additional Descriptor Fields",
+                 "outer_layout is 0x01, 0x02 or 0x03.", when=_TILED)
+def _tiled_outer(desc, ctx):
+    if isinstance(desc.layout, TiledLayout):
+        for depth, level in _tiled_levels(desc.layout):
+            if level.outer_layout not in _TILED_OUTER:
+                yield f"outer_layout 0x{level.outer_layout:02X} (tiling level {depth})", \
+                    ctx.layout("outer_layout", 0, depth)
+
+
+@descriptor_rule("layout.tiled.inner_layout", MUST, "layouts/tiled.md § Additional Descriptor Fields",
+                 "inner_layout is 0x01, 0x02, 0x03 or 0x04 (tile again).", when=_TILED)
+def _tiled_inner(desc, ctx):
+    if isinstance(desc.layout, TiledLayout):
+        for depth, level in _tiled_levels(desc.layout):
+            if level.inner_layout not in _TILED_INNER:
+                yield f"inner_layout 0x{level.inner_layout:02X} (tiling level {depth})", \
+                    ctx.layout("inner_layout", 0, depth)
+
+
+@descriptor_rule("layout.tiled.reserved", MUST, "layouts/tiled.md § Additional Descriptor Fields",
+                 "The _reserved bytes of every tiling level are zero.", when=_TILED)
+def _tiled_reserved(desc, ctx):
+    if isinstance(desc.layout, TiledLayout):
+        for depth, level in _tiled_levels(desc.layout):
+            if any(level._reserved):
+                yield f"tiled _reserved bytes are {level._reserved.hex()} (tiling level {depth})", \
+                    ctx.layout("_reserved", 0, depth)
+
+
+# --- morton --------------------------------------------------------------------------
+
+_MORTON = When(layouts={MortonLayout})
+
+
+@descriptor_rule("layout.morton.bits", MUST, "layouts/morton.md § Additional Descriptor Fields",
+                 "Every morton_bits value is greater than 0.", when=_MORTON)
+def _morton_bits(desc, ctx):
+    if isinstance(desc.layout, MortonLayout):
+        for k, b in enumerate(desc.layout.morton_bits):
+            if b == 0:
+                yield f"morton_bits[{k}] is 0", ctx.layout("morton_bits", k)
+                return
+
+
+@descriptor_rule("layout.morton.shape", MUST, "layouts/morton.md § Dimension Size Constraints",
+                 "shape[k] is at most 2**morton_bits[k] for every dimension.", when=_MORTON)
+def _morton_shape(desc, ctx):
+    if isinstance(desc.layout, MortonLayout):
+        for k, (d, b) in enumerate(zip(desc.shape, desc.layout.morton_bits)):
+            if d != _DYNAMIC and b < 64 and d > (1 << b):
+                yield f"shape[{k}] = {d} exceeds 2**morton_bits[{k}] = {1 << b}", ctx.shape(k)
+                return
+
+
+# --- sparse and block-paged ----------------------------------------------------------
+
+_reserved_zero(CooLayout, "coo", "coo")
+_reserved_zero(CsrLayout, "csr", "csr")
+_reserved_zero(CscLayout, "csc", "csc")
+_reserved_zero(CsfLayout, "csf", "csf")
+_reserved_zero(BlockPagedLayout, "block-paged", "block_paged")
+_byte_offset_zero(CooLayout, "coo", "coo")
+_byte_offset_zero(CsrLayout, "csr", "csr")
+_byte_offset_zero(CscLayout, "csc", "csc")
+_byte_offset_zero(CsfLayout, "csf", "csf")
+_byte_offset_zero(BlockPagedLayout, "block-paged", "block_paged")
+_buffer_count_exact(CooLayout, "coo", "coo", lambda d: 2, "2")
+_buffer_count_exact(CsrLayout, "csr", "csr", lambda d: 3, "3")
+_buffer_count_exact(CscLayout, "csc", "csc", lambda d: 3, "3")
+_buffer_count_exact(CsfLayout, "csf", "csf", lambda d: 2 * d.rank + 1, "2*rank+1")
+_rank_rule(CsrLayout, "csr", "csr", lambda r: r == 2, "2")
+_rank_rule(CscLayout, "csc", "csc", lambda r: r == 2, "2")
+_rank_rule(CsfLayout, "csf", "csf", lambda r: r >= 3, ">= 3")
+_rank_rule(BlockPagedLayout, "block-paged", "block_paged", lambda r: r == 3, "3")
+_no_shard(CsfLayout, "csf", "csf")
+_no_shard(BlockPagedLayout, "block-paged", "block_paged")
+
+_PAGED = When(layouts={BlockPagedLayout})
+
+
+@descriptor_rule("layout.csf.mode_order", MUST, "layouts/csf.md § Mode Ordering",
+                 "mode_order is a permutation of 0..rank-1.", when=When(layouts={CsfLayout}))
+def _csf_mode_order(desc, ctx):
+    if isinstance(desc.layout, CsfLayout):
+        order = desc.layout.mode_order
+        if sorted(order) != list(range(desc.rank)):
+            seen: set[int] = set()
+            bad = next((k for k, m in enumerate(order) if m >= desc.rank or m in seen or seen.add(m)), 0)
+            yield f"mode_order {list(order)} is not a permutation of 0..{desc.rank - 1}", ctx.layout("mode_order", bad)
+
+
+@descriptor_rule("layout.block_paged.paged_axis", MUST, "layouts/block-paged.md § Additional Descriptor Fields",
+                 "paged_axis is 0 in this version.", when=_PAGED)
+def _paged_axis(desc, ctx):
+    if isinstance(desc.layout, BlockPagedLayout) and desc.layout.paged_axis != 0:
+        yield f"paged_axis is {desc.layout.paged_axis}, not 0", ctx.layout("paged_axis")
+
+
+@descriptor_rule("layout.block_paged.page_size", MUST, "layouts/block-paged.md § Additional Descriptor Fields",
+                 "page_size is at least 1.", when=_PAGED)
+def _page_size(desc, ctx):
+    if isinstance(desc.layout, BlockPagedLayout) and desc.layout.page_size < 1:
+        yield "page_size is 0", ctx.layout("page_size")
+
+
+@descriptor_rule("layout.block_paged.buffer_count", MUST, "layouts/block-paged.md § Buffer Table",
+                 "A block-paged descriptor has buffer_count >= 3 (page pool, block table, seq_ptr), plus its "
+                 "quantization-parameter buffers.", when=_PAGED)
+def _paged_count(desc, ctx):
+    if isinstance(desc.layout, BlockPagedLayout):
+        want = 3 + quantization_parameter_count(desc.quantization)
+        if len(desc.buffers) < want:
+            yield f"buffer_count is {len(desc.buffers)}, at least {want} required", ctx.buffer_count()
+
+
+@descriptor_rule("layout.block_paged.quantization", MUST, "layouts/block-paged.md § Per-scheme composition",
+                 "A block-paged tensor quantized per-block-affine uses axis 0 and block_size equal to page_size.",
+                 when=When(layouts={BlockPagedLayout}, schemes={PerBlockAffine}))
+def _paged_quant(desc, ctx):
+    q = desc.quantization
+    if isinstance(desc.layout, BlockPagedLayout) and isinstance(q, PerBlockAffine):
+        if q.axis != 0:
+            yield f"per-block-affine axis is {q.axis}, not 0, on a block-paged tensor", ctx.quantization("axis")
+        elif q.block_size != desc.layout.page_size:
+            yield f"block_size {q.block_size} differs from page_size {desc.layout.page_size}", \
+                ctx.quantization("block_size")
+
+
+# --- hilbert -------------------------------------------------------------------------
+
+_HILBERT = When(layouts={HilbertLayout})
+
+
+@descriptor_rule("layout.hilbert.order", MUST, "layouts/hilbert.md § Validity Constraints",
+                 "hilbert_order is greater than 0.", when=_HILBERT)
+def _hilbert_order(desc, ctx):
+    if isinstance(desc.layout, HilbertLayout) and desc.layout.hilbert_order == 0:
+        yield "hilbert_order is 0", ctx.layout("hilbert_order")
+
+
+@descriptor_rule("layout.hilbert.rank", MUST, "layouts/hilbert.md § Validity Constraints",
+                 "hilbert_rank equals the tensor's rank and is at least 2.", when=_HILBERT)
+def _hilbert_rank(desc, ctx):
+    if isinstance(desc.layout, HilbertLayout):
+        hr = desc.layout.hilbert_rank
+        if hr != desc.rank or hr < 2:
+            yield f"hilbert_rank {hr} with tensor rank {desc.rank} (must be equal and >= 2)", ctx.layout("hilbert_rank")
+
+
+@descriptor_rule("layout.hilbert.shape", MUST, "layouts/hilbert.md § Validity Constraints",
+                 "Every dimension equals 2**hilbert_order.", when=_HILBERT)
+def _hilbert_shape(desc, ctx):
+    if isinstance(desc.layout, HilbertLayout):
+        order = desc.layout.hilbert_order
+        side = 1 << order if order < 64 else None
+        for k, d in enumerate(desc.shape):
+            if d != side:
+                yield f"shape[{k}] = {d} is not 2**hilbert_order", ctx.shape(k)
+                return

@@ -1,0 +1,103 @@
+"""What the parts of one descriptor measure, shared by the rules of several spec areas:
+storage bytes of the element type, buffers the layout uses, parameter buffers the
+quantization scheme references, and the layout families.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ...model import (
+    DYNAMIC_DIMENSION, SCHEMES, BlockPagedLayout, ColumnMajorLayout, CompositeLayout, CooLayout, CscLayout, CsfLayout,
+    CsrLayout, ExtensionLayout, HilbertLayout, MortonLayout, QuantFlag, RowMajorLayout, StridedLayout,
+    TensorDescriptor, TiledLayout, UnknownLayout, UnknownQuantization,
+)
+from ...structs import quantization as quantization_tables
+from ...structs.element_types import element_type_info, is_private_type
+
+__all__ = ["storage_bytes", "layout_buffer_count", "quantization_buffer_indices"]
+
+DENSE_LAYOUTS = (RowMajorLayout, ColumnMajorLayout, StridedLayout, TiledLayout, MortonLayout, HilbertLayout)
+"""The layouts with one data buffer (``metadata.md § Buffer Table``: 0x01-0x05, 0x40)."""
+SPARSE_LAYOUTS = (CooLayout, CsrLayout, CscLayout, CsfLayout)
+PAGED_LAYOUTS = (*SPARSE_LAYOUTS, BlockPagedLayout)
+"""The layouts whose buffers hold values, indices, pointers or pages (nnz-sized or paged)."""
+DENSE_TAGS = frozenset(cls.tag for cls in DENSE_LAYOUTS)
+_DYNAMIC = DYNAMIC_DIMENSION
+# plain ints: IntFlag arithmetic costs a microsecond per operation on the decode path
+SYMMETRIC = int(QuantFlag.SYMMETRIC)
+
+
+def known_layout(desc) -> bool:
+    return not isinstance(desc.layout, (UnknownLayout, ExtensionLayout))
+
+
+def dynamic(desc) -> bool:
+    return _DYNAMIC in desc.shape
+
+
+def power_of_two(v: int) -> bool:
+    return v > 0 and v & (v - 1) == 0
+
+
+def data_handle(desc):
+    return desc.buffers[0] if desc.buffers else None
+
+
+def storage_bytes(desc: TensorDescriptor, count: int) -> Optional[int]:
+    """Bytes holding ``count`` packed elements of the descriptor's storage type, or None if unknown."""
+    info = element_type_info(desc.type_tag)
+    if info is not None:
+        return info.buffer_bytes(count)
+    ext = desc.extension_type
+    if ext is not None and is_private_type(desc.type_tag) and ext.bit_width > 0:
+        if ext.bit_width >= 8:
+            return count * (-(-ext.bit_width // 8))
+        if ext.bit_width in (1, 2, 4):
+            return -(-count * ext.bit_width // 8)
+    return None
+
+
+def layout_buffer_count(desc: TensorDescriptor) -> Optional[int]:
+    """Buffers the layout itself uses (data, values, indices, pointers), None if not fixed."""
+    layout = desc.layout
+    if layout.tag in DENSE_TAGS:
+        return 1
+    if isinstance(layout, CooLayout):
+        return 2
+    if isinstance(layout, (CsrLayout, CscLayout)):
+        return 3
+    if isinstance(layout, CsfLayout):
+        return 2 * desc.rank + 1
+    if isinstance(layout, BlockPagedLayout):
+        return 3
+    if isinstance(layout, CompositeLayout):
+        return 0
+    return None
+
+
+_SCALE_CLASSES = frozenset(SCHEMES[scheme] for scheme in quantization_tables.SCALE_BUFFER_TYPES)
+_ZERO_POINT_CLASSES = frozenset(SCHEMES[scheme] for scheme in quantization_tables.ZERO_POINT_BUFFER_TYPES)
+
+
+def quantization_buffer_indices(q) -> list[tuple[str, int]]:
+    """``(field name, buffer index)`` of every parameter buffer the scheme references."""
+    cls = q.__class__
+    if cls not in _SCALE_CLASSES:
+        return []
+    out = [("scale_buffer_index", q.scale_buffer_index)]
+    if cls in _ZERO_POINT_CLASSES and not q.flags & SYMMETRIC:
+        out.append(("zero_point_buffer_index", q.zero_point_buffer_index))
+    return out
+
+
+def quantization_parameter_count(q) -> int:
+    """Distinct buffers the scheme's parameters occupy (a shared index counts once)."""
+    if q is None or isinstance(q, UnknownQuantization):
+        return 0
+    return len({index for _, index in quantization_buffer_indices(q)})
+
+
+def axis_in_rank(desc) -> bool:
+    q = desc.quantization
+    return hasattr(q, "axis") and q.axis < desc.rank
