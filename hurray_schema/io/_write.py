@@ -103,8 +103,9 @@ def checked_buffers(node: Item) -> tuple:
 def encode_nodes(nodes: Iterable[tuple[Optional[str], Item]], validate: bool = True) -> Iterator[EncodedNode]:
     """Each ``(name, node)`` encoded; ``validate=False`` takes the buffers as given."""
     for name, node in nodes:
+        descriptor = encode_descriptor(node.descriptor)
         buffers = checked_buffers(node) if validate else (() if isinstance(node, Composite) else node.buffers)
-        yield EncodedNode(name, node, encode_descriptor(node.descriptor), buffers)
+        yield EncodedNode(name, node, descriptor, buffers)
 
 
 def _decoded(data: bytes, base: int) -> TensorDescriptor:
@@ -116,13 +117,11 @@ def _decoded(data: bytes, base: int) -> TensorDescriptor:
     return desc
 
 
-def _descriptors_checked(encoded: Sequence[EncodedNode], bases: Sequence[int]) -> Iterator[TensorDescriptor]:
-    """The decoded descriptors in order, each checked before it is handed on, and the
-    nesting depth tracked the way the readers bind composites (the next ``member_count``
-    tensors belong to a head)."""
+def _bound(descs: Iterable[TensorDescriptor], bases: Sequence[int]) -> Iterator[TensorDescriptor]:
+    """``descs`` handed on in order, the composite nesting depth checked as the readers
+    bind (a head binds the next ``member_count`` tensors), before each is handed on."""
     open_counts: list[int] = []  # members still expected by each open composite, outermost first
-    for item, base in zip(encoded, bases):
-        desc = _decoded(item.descriptor, base)
+    for desc, base in zip(descs, bases):
         if open_counts:
             open_counts[-1] -= 1
         if desc.is_composite_head:
@@ -136,10 +135,17 @@ def _descriptors_checked(encoded: Sequence[EncodedNode], bases: Sequence[int]) -
         yield desc
 
 
-def check_nodes(encoded: Sequence[EncodedNode], bases: Sequence[int]) -> None:
+def check_nodes(encoded: Sequence[EncodedNode], bases: Sequence[int], *, descriptors_first: bool) -> None:
     """Raise the strict reader's first :class:`~hurray_schema.errors.SpecViolation` for the
-    output made of ``encoded``, whose descriptors start at the offsets ``bases``."""
-    validate_preorder(_descriptors_checked(encoded, bases), mode="strict", bases=list(bases))
+    output made of ``encoded``, whose descriptors start at the offsets ``bases``.
+
+    The faults are looked for in the reader's order: a file reader decodes every
+    descriptor before it binds composites (``descriptors_first=True``); a stream reader
+    binds each tensor as it arrives."""
+    decoded = (_decoded(item.descriptor, base) for item, base in zip(encoded, bases))
+    if descriptors_first:
+        decoded = list(decoded)
+    validate_preorder(_bound(decoded, bases), mode="strict", bases=list(bases))
 
 
 # --------------------------------------------------------------------------------------

@@ -523,6 +523,6 @@ def write_file(path, items: Union[Mapping[str, Item], Iterable[Item]], *, kv: Op
     layout = (encoded, flags, a, pad_after_composite_head, kv_bytes, sorted_index)
     if validate:
         placed = {e.name: e.descriptor_offset for e in _write_body(Sink(), *layout)}
-        check_nodes(encoded, [placed[item.name] for item in encoded])
+        check_nodes(encoded, [placed[item.name] for item in encoded], descriptors_first=True)
     with replacing(path) as f:
         return _write_body(Sink(f), *layout)

@@ -431,7 +431,7 @@ def write_stream(dest, items: Iterable[Item], *, framing: str = "bare", stream_i
     nodes = (node for item in items for node in walk(item))
     if validate:
         encoded = list(encode_nodes(nodes))
-        check_nodes(encoded, _write_parts(Sink(), encoded, framing, stream_id, max_frame_bytes))
+        check_nodes(encoded, _write_parts(Sink(), encoded, framing, stream_id, max_frame_bytes), descriptors_first=False)
     else:
         encoded = encode_nodes(nodes, validate=False)
     if isinstance(dest, (str, os.PathLike)):
