@@ -108,12 +108,24 @@ def encode_nodes(nodes: Iterable[tuple[Optional[str], Item]], validate: bool = T
         yield EncodedNode(name, node, descriptor, buffers)
 
 
+_PASSED: dict[bytes, TensorDescriptor] = {}
+"""Descriptor bytes that passed :func:`_decoded`, with what they decode to: the verdict
+depends on the bytes alone (only a violation's offset depends on where they sit)."""
+_MAX_PASSED = 4096
+
+
 def _decoded(data: bytes, base: int) -> TensorDescriptor:
     """What a strict reader makes of descriptor bytes found at ``base``, or its violation."""
+    desc = _PASSED.get(data)
+    if desc is not None:
+        return desc
     desc, _ = parse_descriptor(data, mode="strict", base=base, limits=WRITER_LIMITS)
     finding = first_error(desc, "strict", base=base)
     if finding is not None:
         raise finding.to_violation()
+    if len(_PASSED) >= _MAX_PASSED:  # a bounded memo: many distinct descriptors just start it again
+        _PASSED.clear()
+    _PASSED[data] = desc
     return desc
 
 
