@@ -125,7 +125,7 @@ def _value_fault(char: str, value) -> str | None:
     """Why ``value`` does not fit a field of format ``char``, or None if it does."""
     if char.endswith("s"):
         try:
-            length = len(memoryview(value))
+            length = memoryview(value).nbytes
         except TypeError:
             return f"is a {type(value).__name__}, not bytes"
         n = int(char[:-1] or 1)
