@@ -6,6 +6,7 @@ The public API is re-exported here; see README.md.
 from .audit import audit
 from .codec import decode_descriptor, encode_descriptor, parse_descriptor
 from .errors import HurraySchemaError, LimitExceeded, SpecViolation
+from .errors import EncodeError, FieldRangeError
 from .limits import DEFAULT_LIMITS, Limits
 from .io import (
     Composite, HurrayFile, IndexEntry, RemoteError, StreamReader, Tensor, UInt64, read_file,
@@ -51,4 +52,5 @@ __all__ = [
     "Mxfp", "Nf4", "PerBlockAffine", "PerChannelAffine", "PerTensorAffine", "QuantFlag", "QuantScheme",
     "RowMajorLayout", "Shard", "Statistics", "StatisticsMask", "StridedLayout", "SyncMode",
     "TensorDescriptor", "TiledLayout", "UnknownLayout", "UnknownQuantization",
+    "EncodeError", "FieldRangeError",
 ]

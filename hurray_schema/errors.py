@@ -4,11 +4,14 @@ Every error this library raises because of the *input* (bytes, files, streams,
 arguments describing tensors) derives from :class:`HurraySchemaError`.  A breach of a
 normative statement of the Hurray specification is a :class:`SpecViolation`, which
 names the rule, the spec section it comes from and the byte offset of the fault.
+
+This module imports nothing from the package, so every layer (the wire declarations in
+:mod:`hurray_schema.structs` included) may raise its errors.
 """
 
 from __future__ import annotations
 
-__all__ = ["HurraySchemaError", "SpecViolation", "LimitExceeded"]
+__all__ = ["HurraySchemaError", "SpecViolation", "LimitExceeded", "EncodeError", "FieldRangeError"]
 
 
 class HurraySchemaError(Exception):
@@ -52,3 +55,40 @@ class LimitExceeded(HurraySchemaError):
 
     def __reduce__(self):
         return (type(self), (self.limit, self.value, self.maximum, self.offset))
+
+
+class EncodeError(HurraySchemaError):
+    """The arguments given to an encoder or writer cannot be written as they are (for
+    example a tensor whose buffers do not match its buffer handles)."""
+
+
+class FieldRangeError(EncodeError):
+    """A value does not fit the wire field it is encoded into (an integer outside the
+    field's range, a float too large for its format, a byte string of the wrong length).
+
+    Attributes:
+        field: the field's spec name (``"shape[1]"`` for an array element), or ``None``
+            when the offending field could not be singled out.
+        value: the value that does not fit.
+        width: the field's wire type in words (``"uint8"``, ``"4-byte string"``).
+        reason: what is wrong with the value (``"is out of range"``).
+        citation: the spec section declaring the field, when known.
+    """
+
+    def __init__(self, field: str | None, value, width: str | None, reason: str, citation: str | None = None):
+        self.field = field
+        self.value = value
+        self.width = width
+        self.reason = reason
+        self.citation = citation
+        if field is None:
+            message = f"a value does not fit its wire field ({reason})"
+        else:
+            shown = repr(value)
+            if len(shown) > 60:
+                shown = shown[:57] + "..."
+            message = f"field {field} = {shown} {reason} for its {width} wire field"
+        super().__init__(message + (f" ({citation})" if citation else ""))
+
+    def __reduce__(self):
+        return (type(self), (self.field, self.value, self.width, self.reason, self.citation))

@@ -378,7 +378,7 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
     guards = " or ".join(["d.trailing"] + p.guards)
     source = (f"def encode(d):\n    if {guards}:\n        return None\n    try:\n"
               f"        return _pack({', '.join(p.args)})\n    except _error:\n        return None\n")
-    namespace = {"_pack": codec.pack, "_error": struct.error}
+    namespace = {"_pack": codec.pack, "_error": (struct.error, OverflowError)}  # a float too large for "f"
     exec(compile(source, f"<hurray_schema encoder {layout.tag:#04x}/rank {rank}>", "exec"), namespace)
     encode = namespace["encode"]
     encode.source = source

@@ -257,7 +257,7 @@ def _bad_file(tmp_path) -> tuple[Path, dict]:
         Tensor.from_numpy(np.zeros(2, f32)), Tensor.from_numpy(np.zeros(3, f32)),
     ], shape=(2,), type_tag=ElementType.FLOAT32)
     path = tmp_path / "bad.hrry"
-    entries = {e.name: e for e in write_file(path, {"gap": gap, "bias": bias, "group": group})}
+    entries = {e.name: e for e in write_file(path, {"gap": gap, "bias": bias, "group": group}, validate=False)}
     data = bytearray(path.read_bytes())
     # bias: rank-1 row-major float32 with one buffer and no sections, so its descriptor ends
     # with the 16-byte buffer handle whose last byte is _reserved (buffer-protocol.md § Buffer Handle)
@@ -288,7 +288,7 @@ def _bad_stream() -> tuple[bytes, dict]:
     group = Composite.build(CompositionRule.GROUP, [
         Tensor.from_numpy(np.zeros(2, f32)), Tensor.from_numpy(np.zeros(3, f32)),
     ], shape=(2,), type_tag=ElementType.FLOAT32)
-    data = bytearray(write_stream(None, [gap, bias, group]))
+    data = bytearray(write_stream(None, [gap, bias, group], validate=False))
     # byte sizes from metadata.md: head rank 2 = 20 + 16 + 8 + 8 + 1 = 53; member [4, k] rank 2 with
     # one handle and a shard section = 20 + 16 + 8 + 17 + 32 = 93, data 4·4·k bytes; bias rank 1 =
     # 20 + 8 + 8 + 17 = 53, data 24
@@ -484,7 +484,7 @@ def test_audit_message_stream(tmp_path):
         Tensor.from_numpy(np.zeros((4, 3), np.float32), shard=Shard((4, 6), (0, 0))),
         Tensor.from_numpy(np.ones((4, 2), np.float32), shard=Shard((4, 6), (0, 3))),
     ], shape=(4, 6), type_tag=ElementType.FLOAT32)
-    data = write_stream(None, [gap], framing="messages")
+    data = write_stream(None, [gap], framing="messages", validate=False)
     bad = tmp_path / "bad.msgs"
     bad.write_bytes(data[:-5])  # the last TENSOR_DATA_END header (12 bytes) is cut short
     report = json.loads(out(run("audit", "--json", bad)))

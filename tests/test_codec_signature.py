@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from hurray_schema import signature
 from hurray_schema.codec import _parse_general, encode_descriptor, parse_descriptor
-from hurray_schema.errors import HurraySchemaError, LimitExceeded
+from hurray_schema.errors import FieldRangeError, HurraySchemaError, LimitExceeded
 from hurray_schema.limits import DEFAULT_LIMITS, Limits
 from hurray_schema.model import (
     BufferHandle, CsrLayout, ElementType, PerBlockAffine, Shard, TensorDescriptor, TiledLayout,
@@ -248,8 +248,9 @@ def test_a_first_descriptor_that_does_not_encode_leaves_its_shape_compilable():
     bad = TensorDescriptor(good.type_tag, good.shape, buffers=(BufferHandle(-1), BufferHandle(256)),
                            quantization=good.quantization, shard=good.shard)
     signature.clear()
-    with pytest.raises(struct.error):
+    with pytest.raises(FieldRangeError) as info:
         encode_descriptor(bad)
+    assert info.value.field == "byte_size"
     assert encode_descriptor(good) == encode_descriptor_bytes(good)
     assert signature._ENCODERS.get(signature.encoder_key(good)) is not None
 

@@ -40,7 +40,7 @@ from hurray_schema.rules.composite import CompositeValidator, validate_preorder
 F32, F16 = ElementType.FLOAT32, ElementType.FLOAT16
 PARTITION, OVERLAY = CompositionRule.PARTITION, CompositionRule.OVERLAY
 
-WRITER_OPTIONS: dict = {}
+WRITER_OPTIONS: dict = {"validate": False}
 """Passed to every writer below.  The writers do not validate yet; once they refuse to
 write an invalid composite, this becomes ``{"validate": False}``."""
 

@@ -178,8 +178,11 @@ def _imports(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("path", sorted(STRUCTS_DIR.glob("*.py")), ids=lambda p: p.name)
 def test_declarations_never_import_the_model(path):
-    """structs sits below the model (model -> structs only), so there is no import cycle."""
+    """structs sits below the model (model -> structs only), so there is no import cycle; the
+    one project module below structs is errors (it imports nothing)."""
     for name in _imports(path):
+        if name.startswith(("..errors", "hurray_schema.errors")):
+            continue
         assert not name.startswith(("..", "hurray_schema.")) or name.startswith("hurray_schema.structs."), name
 
 

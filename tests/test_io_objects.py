@@ -123,10 +123,12 @@ def _group():
     return Composite.build("group", [inner, t([1, 2])], shape=[2], type_tag=F32)
 
 
+# The tests below patch the composite validator to watch the readers; the writers that make
+# their input (which validate through the same rules) run with validate=False.
 def test_stream_binding_uses_the_validator(monkeypatch):
     monkeypatch.setattr(composite_rules, "CompositeValidator", RecordingValidator)
     RecordingValidator.log = []
-    (c,) = read_stream(write_stream(None, [_group()]))
+    (c,) = read_stream(write_stream(None, [_group()], validate=False))
     assert isinstance(c.members[0], Composite) and isinstance(c.members[1], Tensor)
     assert RecordingValidator.log == [
         ("open", 2, "strict"), ("member", (1,)), ("open", 1, "strict"), ("member", (1,)), ("close",),
@@ -136,7 +138,7 @@ def test_stream_binding_uses_the_validator(monkeypatch):
 def test_file_binding_uses_the_validator(monkeypatch, tmp_path):
     monkeypatch.setattr(composite_rules, "CompositeValidator", RecordingValidator)
     RecordingValidator.log = []
-    write_file(tmp_path / "g.hrry", {"g": _group()})
+    write_file(tmp_path / "g.hrry", {"g": _group()}, validate=False)
     with read_file(tmp_path / "g.hrry", mode="permissive") as f:
         assert f["g"].members[0].members[0].name == "g.0.0"
     assert RecordingValidator.log[0] == ("open", 2, "permissive") and RecordingValidator.log[-1] == ("close",)
@@ -149,8 +151,8 @@ def test_validator_violation_propagates(monkeypatch):
 
     monkeypatch.setattr(composite_rules, "CompositeValidator", Rejecting)
     with pytest.raises(SpecViolation, match="composite.test"):
-        list(read_stream(write_stream(None, [_group()])))
-    assert len(list(read_stream(write_stream(None, [_group()]), validate_composites=False))) == 1
+        list(read_stream(write_stream(None, [_group()], validate=False)))
+    assert len(list(read_stream(write_stream(None, [_group()], validate=False), validate_composites=False))) == 1
 
 
 def test_validator_findings_get_container_offsets(monkeypatch):
@@ -159,7 +161,7 @@ def test_validator_findings_get_container_offsets(monkeypatch):
             raise SpecViolation("composite.test", "layouts/composite.md § Validation", self.base, "no")
 
     monkeypatch.setattr(composite_rules, "CompositeValidator", Rejecting)
-    data = write_stream(None, [t([1]), _group()])
+    data = write_stream(None, [t([1]), _group()], validate=False)
     with pytest.raises(SpecViolation) as info:
         list(read_stream(data))
     # the inner composite closes first: the violation points at the inner head
@@ -171,12 +173,12 @@ def test_unvalidated_composite_is_validated_on_first_evaluation():
     (a partition whose one member leaves a gap)."""
     half = t([1, 2], shard=Shard((4,), (0,)))
     gap = Composite.build("partition", [half], shape=[4], type_tag=F32)
-    (c,) = read_stream(write_stream(None, [gap]), validate_composites=False)
+    (c,) = read_stream(write_stream(None, [gap], validate=False), validate_composites=False)
     with pytest.raises(SpecViolation) as info:
         c.materialize()
     assert info.value.rule_id == "composite.close.partition_gap"
     with pytest.raises(SpecViolation) as info:
-        list(read_stream(write_stream(None, [gap])))
+        list(read_stream(write_stream(None, [gap], validate=False)))
     assert info.value.rule_id == "composite.close.partition_gap"
 
 

@@ -8,7 +8,9 @@ only when used.  Composite membership is recovered from descriptor-offset order
 
 Writing is one forward pass (``§ Writer Protocol``): header, tensors (descriptor 8-aligned,
 data buffers aligned to ``data_buffer_alignment``, no padding after a composite head),
-KV section, index, CRC-32C of the index, trailer.
+KV section, index, CRC-32C of the index, trailer -- into a temporary file renamed over
+the target once complete, after every tensor passed the strict reader's rules
+(:mod:`hurray_schema.io._write`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, Iterable, Iterator, Optional, Union
 import attrs
 import crc32c as _crc32c
 
-from ..codec import encode_descriptor, parse_descriptor, peek_descriptor_length
+from ..codec import parse_descriptor, peek_descriptor_length
 from ..errors import HurraySchemaError
 from ..limits import Limits, resolve_limits
 from ..model import TensorDescriptor
@@ -36,8 +38,8 @@ from ..structs.file import (
     INDEX_NAME_LENGTH, KNOWN_FILE_FLAGS, MAX_DATA_BUFFER_ALIGNMENT, MIN_DATA_BUFFER_ALIGNMENT, SECTION_ALIGNMENT,
     SUPPORTED_CONTAINER_MAJOR, SUPPORTED_CONTAINER_MINOR, TRAILER, TRAILER_MAGIC, TRAILER_SIZE, FileFlag,
 )
+from ._write import EncodedNode, Sink, check_nodes, encode_nodes, replacing
 from .kv import decode_kv, encode_kv
-from .stream import node_buffers
 from .tensor import Composite, Item, Tensor, walk
 
 __all__ = ["HurrayFile", "IndexEntry", "read_file", "write_file"]
@@ -423,36 +425,8 @@ def _named_items(items) -> list[tuple[str, Item]]:
     return pairs
 
 
-class _Out:
-    __slots__ = ("f", "pos")
-
-    def __init__(self, f):
-        self.f = f
-        self.pos = 0
-
-    def write(self, data) -> None:
-        self.f.write(data)
-        self.pos += len(data)
-
-    def pad(self, alignment: int) -> None:
-        n = _align(self.pos, alignment) - self.pos
-        if n:
-            self.write(bytes(n))
-
-
-def write_file(path, items: Union[Mapping[str, Item], Iterable[Item]], *, kv: Optional[Mapping[str, Any]] = None,
-               sorted_index: bool = False, data_buffer_alignment: int = MIN_DATA_BUFFER_ALIGNMENT,
-               pad_after_composite_head: bool = False) -> list[IndexEntry]:
-    """Write a ``.hrry`` file in one forward pass and return its index entries.
-
-    ``items`` maps names to tensors and composites (or is an iterable of named ones);
-    composite members are written after their head, named ``<name>.<i>`` unless they
-    carry a name.  ``pad_after_composite_head=True`` reproduces the reference writer's
-    padding after a head, which the spec forbids -- only for interop experiments.
-    """
-    a = data_buffer_alignment
-    if a & (a - 1) or not MIN_DATA_BUFFER_ALIGNMENT <= a <= MAX_DATA_BUFFER_ALIGNMENT:
-        raise HurraySchemaError(f"data_buffer_alignment {a} is not a power of two in [4096, 2 MiB]")
+def _file_nodes(items) -> list[tuple[str, Item]]:
+    """Every tensor of the file in pre-order, named, each name used once."""
     nodes: list[tuple[str, Item]] = []
     seen: set[str] = set()
     for name, item in _named_items(items):
@@ -463,6 +437,81 @@ def write_file(path, items: Union[Mapping[str, Item], Iterable[Item]], *, kv: Op
                 raise HurraySchemaError(f"tensor name {node_name!r} must be 1 to 65535 UTF-8 bytes")
             seen.add(node_name)
             nodes.append((node_name, node))
+    return nodes
+
+
+def _write_body(out: Sink, encoded: list[EncodedNode], flags: FileFlag, alignment: int, pad_after_head: bool,
+                kv_bytes: bytes, sorted_index: bool) -> list[IndexEntry]:
+    """Header, tensors, KV section, index and trailer (``file-format.md § Writer
+    Protocol``) into ``out``; the index entries in index order.  A :class:`Sink` without
+    a file lays the same file out without writing it."""
+    out.write(_HEADER.pack(
+        magic=FILE_MAGIC, container_version_major=SUPPORTED_CONTAINER_MAJOR,
+        container_version_minor=SUPPORTED_CONTAINER_MINOR, _reserved=bytes(2), file_flags=int(flags),
+        data_buffer_alignment=alignment, first_descriptor_offset=FILE_HEADER_SIZE, tensor_count_hint=len(encoded),
+        _reserved_header=bytes(28)))
+    entries: list[IndexEntry] = []
+    for item in encoded:
+        out.pad(DESCRIPTOR_ALIGNMENT)
+        desc_off = out.pos
+        out.write(item.descriptor)
+        if item.node.descriptor.buffers or pad_after_head:
+            out.pad(alignment)  # an empty tensor still has one (0-byte) buffer to align
+        data_off = out.pos
+        for i, b in enumerate(item.buffers):
+            if i:
+                out.pad(alignment)
+            out.write(b)
+        entries.append(IndexEntry(item.name, desc_off, len(item.descriptor), data_off, out.pos - data_off))
+    kv_off = 0
+    if kv_bytes:
+        out.pad(SECTION_ALIGNMENT)
+        kv_off = out.pos
+        out.write(kv_bytes)
+    out.pad(SECTION_ALIGNMENT)
+    index_off = out.pos
+    ordered = sorted(entries, key=lambda e: e.name.encode("utf-8")) if sorted_index else entries
+    index = _COUNT.pack(index_entry_count=len(ordered)) + b"".join(
+        _NAME_LEN.pack(name_length=len(e.name.encode("utf-8"))) + e.name.encode("utf-8")
+        + _ENTRY.pack(descriptor_offset=e.descriptor_offset, descriptor_length=e.descriptor_length,
+                      data_offset=e.data_offset, data_length=e.data_length, flags=0)
+        for e in ordered)
+    out.write(index)
+    out.write(_TRAILER.pack(
+        index_offset=index_off, index_length=len(index), kv_offset=kv_off, kv_length=len(kv_bytes),
+        index_crc32c=_crc32c.crc32c(index), _reserved=bytes(4), trailer_magic=TRAILER_MAGIC))
+    return ordered
+
+
+def write_file(path, items: Union[Mapping[str, Item], Iterable[Item]], *, kv: Optional[Mapping[str, Any]] = None,
+               sorted_index: bool = False, data_buffer_alignment: int = MIN_DATA_BUFFER_ALIGNMENT,
+               pad_after_composite_head: bool = False, validate: bool = True) -> list[IndexEntry]:
+    """Write a ``.hrry`` file in one forward pass and return its index entries.
+
+    ``items`` maps names to tensors and composites (or is an iterable of named ones);
+    composite members are written after their head, named ``<name>.<i>`` unless they
+    carry a name.
+
+    Nothing is lost: the file is written to a temporary file beside ``path``, flushed,
+    fsynced and renamed over ``path``; on any error the previous file is untouched and
+    the temporary file is removed.  Tensors read from ``path`` itself (memory-mapped) may
+    be written back to it.
+
+    Nothing invalid is written: before the first byte, every descriptor must decode and
+    pass the strict reader's rules and every composite ``layouts/composite.md
+    § Validation``; the first fault raises the :class:`~hurray_schema.errors.SpecViolation`
+    :func:`read_file` would raise for it (same rule id), at the byte offset it would have
+    in the file.  Buffers that do not match their handles raise
+    :class:`~hurray_schema.errors.EncodeError`, values that do not fit their wire field
+    :class:`~hurray_schema.errors.FieldRangeError` (also with ``validate=False``).
+    ``validate=False`` skips the rules and the buffer check: it exists to produce faulty
+    test inputs.  ``pad_after_composite_head=True`` reproduces the reference writer's
+    padding after a head, which the spec forbids -- only for interop experiments.
+    """
+    a = data_buffer_alignment
+    if a & (a - 1) or not MIN_DATA_BUFFER_ALIGNMENT <= a <= MAX_DATA_BUFFER_ALIGNMENT:
+        raise HurraySchemaError(f"data_buffer_alignment {a} is not a power of two in [4096, 2 MiB]")
+    nodes = _file_nodes(items)
     kv_bytes = encode_kv(kv) if kv else b""
     if len(kv_bytes) > 0xFFFF_FFFF:
         raise HurraySchemaError("the KV section exceeds the 4 GiB kv_length can express")
@@ -471,43 +520,10 @@ def write_file(path, items: Union[Mapping[str, Item], Iterable[Item]], *, kv: Op
         flags |= FileFlag.HAS_KV_METADATA
     if sorted_index:
         flags |= FileFlag.SORTED_INDEX
-    entries: list[IndexEntry] = []
-    with open(path, "wb") as f:
-        out = _Out(f)
-        out.write(_HEADER.pack(
-            magic=FILE_MAGIC, container_version_major=SUPPORTED_CONTAINER_MAJOR,
-            container_version_minor=SUPPORTED_CONTAINER_MINOR, _reserved=bytes(2), file_flags=int(flags),
-            data_buffer_alignment=a, first_descriptor_offset=FILE_HEADER_SIZE, tensor_count_hint=len(nodes),
-            _reserved_header=bytes(28)))
-        for name, node in nodes:
-            buffers = node_buffers(node)
-            desc = encode_descriptor(node.descriptor)
-            out.pad(DESCRIPTOR_ALIGNMENT)
-            desc_off = out.pos
-            out.write(desc)
-            if node.descriptor.buffers or pad_after_composite_head:
-                out.pad(a)  # an empty tensor still has one (0-byte) buffer to align
-            data_off = out.pos
-            for i, b in enumerate(buffers):
-                if i:
-                    out.pad(a)
-                out.write(b)
-            entries.append(IndexEntry(name, desc_off, len(desc), data_off, out.pos - data_off))
-        kv_off = 0
-        if kv_bytes:
-            out.pad(SECTION_ALIGNMENT)
-            kv_off = out.pos
-            out.write(kv_bytes)
-        out.pad(SECTION_ALIGNMENT)
-        index_off = out.pos
-        ordered = sorted(entries, key=lambda e: e.name.encode("utf-8")) if sorted_index else entries
-        index = _COUNT.pack(index_entry_count=len(ordered)) + b"".join(
-            _NAME_LEN.pack(name_length=len(e.name.encode("utf-8"))) + e.name.encode("utf-8")
-            + _ENTRY.pack(descriptor_offset=e.descriptor_offset, descriptor_length=e.descriptor_length,
-                          data_offset=e.data_offset, data_length=e.data_length, flags=0)
-            for e in ordered)
-        out.write(index)
-        out.write(_TRAILER.pack(
-            index_offset=index_off, index_length=len(index), kv_offset=kv_off, kv_length=len(kv_bytes),
-            index_crc32c=_crc32c.crc32c(index), _reserved=bytes(4), trailer_magic=TRAILER_MAGIC))
-    return ordered
+    encoded = list(encode_nodes(nodes, validate))
+    layout = (encoded, flags, a, pad_after_composite_head, kv_bytes, sorted_index)
+    if validate:
+        placed = {e.name: e.descriptor_offset for e in _write_body(Sink(), *layout)}
+        check_nodes(encoded, [placed[item.name] for item in encoded], descriptors_first=True)
+    with replacing(path) as f:
+        return _write_body(Sink(f), *layout)

@@ -20,7 +20,7 @@ import io
 import os
 from typing import Iterable, Iterator, Optional
 
-from ..codec import encode_descriptor, parse_descriptor, peek_descriptor_length
+from ..codec import parse_descriptor, peek_descriptor_length
 from ..errors import HurraySchemaError
 from ..limits import Limits, resolve_limits
 from ..model import SyncMode, TensorDescriptor
@@ -35,6 +35,7 @@ from ..structs.file import FILE_MAGIC
 from ..structs.stream import (
     MESSAGE_HEADER, RESERVED_STREAM_ID, TENSOR_DATA_HEADER, TENSOR_DESCRIPTOR_FIELDS, ERROR_HEADER, MessageType,
 )
+from ._write import EncodedNode, Sink, check_nodes, checked_buffers, encode_nodes, replacing
 from .tensor import Composite, Item, Tensor, walk
 
 _DESCRIPTOR_LENGTH_AT = static_offset(FIXED_HEADER, "descriptor_length")
@@ -372,29 +373,54 @@ def read_stream(source, *, framing: str = "bare", mode="strict", **options) -> S
 
 
 def tensor_parts(item: Item):
-    """``(descriptor_bytes, buffers)`` of each tensor of ``item`` in pre-order, after
+    """``(node, descriptor_bytes, buffers)`` of each tensor of ``item`` in pre-order, after
     checking that every buffer matches its handle's ``byte_size``."""
-    for _name, node in walk(item):
-        yield node, encode_descriptor(node.descriptor), node_buffers(node)
+    for part in encode_nodes(walk(item)):
+        yield part.node, part.descriptor, part.buffers
 
 
-def node_buffers(node: Item) -> tuple:
-    if isinstance(node, Composite):
-        return ()
-    handles = node.descriptor.buffers
-    if len(handles) != len(node.buffers):
-        raise HurraySchemaError(
-            f"{node!r}: the descriptor lists {len(handles)} buffers, {len(node.buffers)} were given")
-    for i, (h, b) in enumerate(zip(handles, node.buffers)):
-        if len(b) != h.byte_size:
-            raise HurraySchemaError(f"{node!r}: buffer {i} holds {len(b)} bytes, its handle says {h.byte_size}")
-    return node.buffers
+node_buffers = checked_buffers
+"""The buffers of a node once they match its handles (see :func:`hurray_schema.io._write.checked_buffers`)."""
+
+
+def _write_parts(sink: Sink, encoded: Iterable[EncodedNode], framing: str, stream_id: int,
+                 max_frame: int) -> list[int]:
+    """Write each encoded tensor in ``framing``; the offset of each descriptor (where a
+    reader decodes it from) in order."""
+    bases = []
+    for part in encoded:
+        if framing == "bare":
+            bases.append(sink.pos)
+            sink.write(part.descriptor)
+            for b in part.buffers:
+                sink.write(b)
+        else:
+            bases.append(sink.pos + _MSG_SIZE)
+            _write_messages(sink, part.descriptor, part.buffers, stream_id, max_frame)
+    return bases
 
 
 def write_stream(dest, items: Iterable[Item], *, framing: str = "bare", stream_id: int = 1,
-                 max_frame_bytes: int = DEFAULT_FRAME_BYTES):
+                 max_frame_bytes: int = DEFAULT_FRAME_BYTES, validate: bool = True):
     """Write ``items`` (tensors and composites, pre-order) to ``dest`` -- a path, a
-    binary file object, or ``None`` to get the bytes back."""
+    binary file object, or ``None`` to get the bytes back.
+
+    Before the first byte, every descriptor must decode and pass the strict reader's
+    rules and every composite ``layouts/composite.md § Validation``; the first fault
+    raises the :class:`~hurray_schema.errors.SpecViolation` :func:`read_stream` would
+    raise for it (same rule id), at the byte offset it would have in the output (from
+    the first byte this call writes).  An iterator of items is therefore consumed
+    before writing (the tensors are kept, not copies of their bytes).  Buffers that do
+    not match their handles raise :class:`~hurray_schema.errors.EncodeError`, values that
+    do not fit their wire field :class:`~hurray_schema.errors.FieldRangeError`.
+    ``validate=False`` skips the rules and the buffer check and writes item by item: it
+    exists to produce faulty test inputs.
+
+    A path is written through a temporary file renamed over it once complete, so an
+    error leaves the previous file untouched.  A file object cannot be protected that
+    way: what was written before an error (an I/O error, or any error with
+    ``validate=False``) stays in it.
+    """
     if framing not in FRAMINGS:
         raise ValueError(f"framing must be one of {FRAMINGS}, not {framing!r}")
     if framing == "messages" and stream_id == RESERVED_STREAM_ID:
@@ -403,21 +429,18 @@ def write_stream(dest, items: Iterable[Item], *, framing: str = "bare", stream_i
         raise ValueError("max_frame_bytes must be positive")
     if isinstance(items, (Tensor, Composite)):
         items = (items,)
+    nodes = (node for item in items for node in walk(item))
+    if validate:
+        encoded = list(encode_nodes(nodes))
+        check_nodes(encoded, _write_parts(Sink(), encoded, framing, stream_id, max_frame_bytes), descriptors_first=False)
+    else:
+        encoded = encode_nodes(nodes, validate=False)
+    if isinstance(dest, (str, os.PathLike)):
+        with replacing(dest) as f:
+            _write_parts(Sink(f), encoded, framing, stream_id, max_frame_bytes)
+        return None
     out = io.BytesIO() if dest is None else None
-    owned = open(dest, "wb") if isinstance(dest, (str, os.PathLike)) else None
-    sink = out or owned or dest
-    try:
-        for item in items:
-            for _node, desc, buffers in tensor_parts(item):
-                if framing == "bare":
-                    sink.write(desc)
-                    for b in buffers:
-                        sink.write(b)
-                else:
-                    _write_messages(sink, desc, buffers, stream_id, max_frame_bytes)
-    finally:
-        if owned is not None:
-            owned.close()
+    _write_parts(Sink(out or dest), encoded, framing, stream_id, max_frame_bytes)
     return out.getvalue() if out is not None else None
 
 

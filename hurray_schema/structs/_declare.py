@@ -13,6 +13,11 @@ declaration this module derives:
   (``this.rank``) and ``If`` branches are evaluated as they come.  ``construct``'s own
   ``parse``/``build`` remain available on every declaration and the tests check that
   both paths agree byte for byte.
+
+Encoding checks every value against its declared width: a value the field cannot hold
+(an integer out of range, a float too large for its format, a byte string of the wrong
+length, a non-number) raises :class:`~hurray_schema.errors.FieldRangeError` naming the
+field and its citation, never :class:`struct.error`.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import struct as _struct
 from typing import Any, Callable, Iterator, Optional
 
 import construct as c
+
+from ..errors import FieldRangeError
 
 __all__ = ["field", "Field", "fields", "tags_of", "select", "static_offset", "static_size", "Plan", "plan"]
 
@@ -111,22 +118,80 @@ def _format_char(sub: c.Construct) -> str | None:
     return None
 
 
+_FORMAT_CHARS = _re.compile(r"(\d*)([a-zA-Z?])")
+
+
+def _split_format(fmt: str) -> list[str]:
+    """One struct format character (with its count, for ``s``) per field of a run."""
+    return [count + char if char == "s" else char for count, char in _FORMAT_CHARS.findall(fmt)]
+
+
+def _width(char: str) -> str:
+    """A format character in words, for error messages."""
+    if char.endswith("s"):
+        return f"{char[:-1]}-byte string"
+    bits = 8 * _struct.calcsize("<" + char)
+    if char in "efd":
+        return f"float{bits}"
+    return f"{'u' if char.isupper() else ''}int{bits}"
+
+
+def _value_fault(char: str, value) -> str | None:
+    """Why ``value`` does not fit a field of format ``char``, or None if it does."""
+    if char.endswith("s"):
+        try:
+            length = memoryview(value).nbytes
+        except TypeError:
+            return f"is a {type(value).__name__}, not bytes"
+        n = int(char[:-1] or 1)
+        return None if length == n else f"is {length} bytes long"
+    try:
+        _struct.pack("<" + char, value)
+    except OverflowError:
+        return "is too large"
+    except _struct.error:
+        if char not in "efd" and not hasattr(value, "__index__"):
+            return f"is a {type(value).__name__}, not an integer"
+        if char in "efd":
+            return f"is a {type(value).__name__}, not a number"
+        return "is out of range"
+    return None
+
+
 class _Fixed:
     """A run of consecutive fixed-size fields decoded with one struct.Struct."""
 
-    __slots__ = ("names", "codec", "size")
+    __slots__ = ("names", "codec", "size", "chars", "byte_fields")
 
     def __init__(self, names: list[str], fmt: str):
         self.names = tuple(names)
         self.codec = _struct.Struct("<" + fmt)
         self.size = self.codec.size
+        self.chars = tuple(_split_format(fmt))
+        # struct pads or cuts a byte string silently: those fields are checked before packing
+        self.byte_fields = tuple((name, char) for name, char in zip(self.names, self.chars) if char.endswith("s"))
 
     def unpack(self, buf, offset: int, out: dict) -> int:
         out.update(zip(self.names, self.codec.unpack_from(buf, offset)))
         return offset + self.size
 
+    def check_bytes(self, values: dict) -> None:
+        for name, char in self.byte_fields:
+            if _value_fault(char, values[name]) is not None:
+                raise _struct.error(f"{name} does not fit {char}")
+
     def pack(self, values: dict, parts: list) -> None:
+        if self.byte_fields:
+            self.check_bytes(values)
         parts.append(self.codec.pack(*[values[n] for n in self.names]))
+
+    def fault(self, values: dict):
+        """``(name, value, format, why)`` of the first field whose value does not fit."""
+        for name, char in zip(self.names, self.chars):
+            why = _value_fault(char, values.get(name))
+            if why is not None:
+                return name, values.get(name), char, why
+        return None
 
 
 class _Array:
@@ -156,6 +221,18 @@ class _Array:
         items = values[self.name]
         parts.append(self._codec(len(items)).pack(*items))
 
+    def fault(self, values: dict):
+        items = values.get(self.name)
+        try:
+            items = list(items)
+        except TypeError:
+            return self.name, items, self.char, f"is a {type(items).__name__}, not a sequence"
+        for i, item in enumerate(items):
+            why = _value_fault(self.char, item)
+            if why is not None:
+                return f"{self.name}[{i}]", item, self.char, why
+        return None
+
 
 class _VarBytes:
     """A byte string whose length comes from an earlier field (``Bytes(this.x_length)``)."""
@@ -180,6 +257,16 @@ class _VarBytes:
             raise _struct.error(f"{self.name} is {len(data)} bytes, its length field says {self.count(values)}")
         parts.append(data)
 
+    def fault(self, values: dict):
+        value = values.get(self.name)
+        try:
+            length, expected = len(bytes(value)), self.count(values)
+        except (TypeError, ValueError):
+            return self.name, value, "s", f"is a {type(value).__name__}, not bytes"
+        if length != expected:
+            return self.name, value, f"{expected}s", f"is {length} bytes long, its length field says {expected}"
+        return None
+
 
 class _If:
     """A field present only when a condition on earlier fields holds."""
@@ -200,6 +287,13 @@ class _If:
     def pack(self, values: dict, parts: list) -> None:
         if self.cond(values):
             self.inner.pack_into(values, parts)
+
+    def fault(self, values: dict):
+        try:
+            present = self.cond(values)
+        except (KeyError, TypeError):
+            return None
+        return self.inner.fault(values) if present else None
 
 
 _FLAT_CACHE_SIZE = 256
@@ -228,6 +322,7 @@ class Plan:
     def __init__(self, decl: c.Construct):
         self.decl = decl
         self.steps: list = []
+        self.citations = {sub.name: sub.ref for sub in decl.subcons if isinstance(sub, Field)}
         run_names: list[str] = []
         run_fmt = ""
         for sub in decl.subcons:
@@ -348,12 +443,36 @@ class Plan:
             step.pack(values, parts)
 
     def pack(self, **values: Any) -> bytes:
-        fixed = self._fixed
-        if fixed is not None:
-            return fixed.codec.pack(*[values[n] for n in fixed.names])
-        parts: list[bytes] = []
-        self.pack_into(values, parts)
-        return b"".join(parts)
+        """The wire bytes of ``values``; a value its field cannot hold raises
+        :class:`~hurray_schema.errors.FieldRangeError` naming the field."""
+        try:
+            fixed = self._fixed
+            if fixed is not None:
+                if fixed.byte_fields:
+                    fixed.check_bytes(values)
+                return fixed.codec.pack(*[values[n] for n in fixed.names])
+            parts: list[bytes] = []
+            self.pack_into(values, parts)
+            return b"".join(parts)
+        except (_struct.error, OverflowError) as exc:
+            raise self.range_error(values, exc) from None
+
+    def fault(self, values: dict):
+        """``(field, value, format, why)`` of the first value its field cannot hold, or None."""
+        for step in self.steps:
+            found = step.fault(values)
+            if found is not None:
+                return found
+        return None
+
+    def range_error(self, values: dict, exc: Exception) -> FieldRangeError:
+        """The typed error for a failed pack of ``values`` (``exc`` what struct said)."""
+        found = self.fault(values)
+        if found is None:
+            return FieldRangeError(None, None, None, str(exc))
+        name, value, char, why = found
+        citation = self.citations.get(name.split("[")[0])
+        return FieldRangeError(name, value, _width(char), why, citation)
 
 
 def plan(decl: c.Construct) -> Plan:
