@@ -451,13 +451,14 @@ def _cover_faults(head, head_volume: int, off, shp, keep, huge: bool):
         return None, _overlap_message([0] * rank, [int(keep[0]), int(keep[1])])
     r = len(dims)
     total = math.prod(head[k] + 1 for k in dims)
+    pair = ()  # not searched yet
     if huge or r > _MAX_CORNER_RANK or n << r > _MAX_CORNERS or total >= _INT_LIMIT:
         pair = _sweep_overlap(off, shp)
-        if pair is None and sum(math.prod(int(v) for v in row) for row in shp) == head_volume:
+        if pair is None and _volume_sum(shp) == head_volume:
             return None, None  # disjoint boxes inside the head, as large as the head
     elif _corner_residual_is_zero(head, dims, off[:, dims], shp[:, dims]):
         return None, None
-    return _diagnose(head, head_volume, dims, off, shp, keep)
+    return _diagnose(head, head_volume, dims, off, shp, keep, pair)
 
 
 def _corner_residual_is_zero(head, dims, o, s) -> bool:
@@ -485,10 +486,10 @@ def _corner_residual_is_zero(head, dims, o, s) -> bool:
     return not np.any(np.add.reduceat(weight, starts))
 
 
-def _diagnose(head, head_volume: int, dims, off, shp, keep):
+def _diagnose(head, head_volume: int, dims, off, shp, keep, pair=()):
     """Locate the faults of non-empty boxes known not to partition the head: exactly on the
     compressed grid of their boundaries when it is small enough, else by a sweep for an
-    overlapping pair and a bounded search for an uncovered index."""
+    overlapping pair (``pair`` when already swept) and a search for an uncovered index."""
     rank = len(head)
     grid = _grid_diagnose([head[k] for k in dims], off[:, dims], off[:, dims] + shp[:, dims])
     spanned = math.prod(head[k] for k in range(rank) if k not in dims)  # fully spanned dimensions
@@ -508,12 +509,13 @@ def _diagnose(head, head_volume: int, dims, off, shp, keep):
             inside = np.flatnonzero(np.all((off <= q) & (np.asarray(q, dtype=off.dtype) < off + shp), axis=1))
             overlap = _overlap_message(q, [int(keep[i]) for i in inside[:4]])
         return gap, overlap
-    pair = _sweep_overlap(off, shp)
+    if pair == ():
+        pair = _sweep_overlap(off, shp)
     overlap = None
     if pair is not None:
         i, j = pair
         overlap = _overlap_message([int(max(a, b)) for a, b in zip(off[i], off[j])], [int(keep[i]), int(keep[j])])
-    volume = sum(math.prod(int(v) for v in row) for row in shp)
+    volume = _volume_sum(shp)
     lo = [0] * len(dims)
     hi = [head[k] for k in dims]
     o, e = off[:, dims], off[:, dims] + shp[:, dims]
@@ -563,10 +565,13 @@ def _grid_diagnose(hd, o, e):
     covered = count > 0
     volume = covered.astype(object if math.prod(hd) >= _INT_LIMIT else np.int64)
     for b in reversed(bounds):
-        volume = np.dot(volume, np.diff(b).astype(volume.dtype))
+        volume = np.dot(volume, np.diff(b).astype(volume.dtype))  # contract the last dimension with its widths
+
     def corner_of(flat):
+        """The index at the lower corner of cell number ``flat`` (C order)."""
         cell = np.unravel_index(int(flat), count.shape)
         return [bounds[j][c] for j, c in enumerate(cell)]
+
     holes = np.flatnonzero(~covered)
     doubles = np.flatnonzero(count > 1)
     return (int(volume), corner_of(holes[0]) if holes.size else None,
@@ -577,6 +582,7 @@ def _sweep_overlap(off, shp) -> Optional[tuple[int, int]]:
     """Exact overlap search: sort by the start along dimension 0 and compare each box only
     with boxes still open there; the first overlapping pair of rows, or None."""
     r = off.shape[1]
+    off, shp = off.tolist(), shp.tolist()  # plain ints: this loop indexes single elements
     order = sorted(range(len(off)), key=lambda i: off[i][0])
     active: list[int] = []
     for i in order:
