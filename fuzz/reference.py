@@ -8,7 +8,9 @@ child of the worker, so an abort there costs a fork rather than a new interprete
 
 A verdict is ``None`` (accepted: decoded, and every lazily decoded part -- layout,
 quantization, sections, buffer handles, composite members, KV -- read back without
-error), :data:`ABORT`, or ``"<ExceptionType>: <message>"``.
+error), :data:`ABORT`, or ``"<ExceptionType>: <message>"``.  "Read back" is deep: every
+public property of every decoded section object is read (``touch_value``), since pyhurray
+parses some sections only on first access.
 """
 
 from __future__ import annotations
@@ -32,11 +34,26 @@ ABORT = 'ABORT'
 PROPS = ("buffer_count", "buffer_handles", "byte_offset", "device", "dtype", "extension_type", "layout",
          "ndim", "quantization", "shape", "shard", "size", "statistics", "version")
 
+def touch_value(value, depth=0):
+    """Read every public, non-callable attribute of a decoded section object (layout,
+    quantization, shard, statistics, extension type, device, dtype, buffer handle), and of
+    the section objects they hold, so that errors pyhurray defers to first access surface."""
+    if depth > 8 or value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            touch_value(v, depth + 1)
+        return
+    for name in dir(value):
+        if name.startswith("_"):
+            continue
+        attr = getattr(value, name)
+        if not callable(attr):
+            touch_value(attr, depth + 1)
+
 def touch_descriptor(d):
     for p in PROPS:
-        getattr(d, p)
-    for h in d.buffer_handles:
-        (h.alignment, h.byte_size, h.device, h.sync_mode)
+        touch_value(getattr(d, p))
 
 def touch(item):
     if isinstance(item, hurray.Composite):

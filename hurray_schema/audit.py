@@ -34,6 +34,7 @@ from .errors import HurraySchemaError, LimitExceeded, SpecViolation
 from .rules.composite import validate_preorder
 from .rules.descriptor import check_descriptor
 from .rules.engine import Finding, Level, Mode, Report, as_mode, get_rule
+from .rules import interop
 
 __all__ = ["audit", "audit_descriptor"]
 
@@ -132,6 +133,7 @@ def _audit_stream(data: bytes, mode: Mode, progress=None) -> Report:
         if data_bytes > len(data) - pos:
             findings.append(_stream_truncated(pos, data_bytes, len(data) - pos, mode))
             break
+        findings += interop.stream_tensor_findings(desc, data, pos)  # INTEROP HOOK (rules/interop.py)
         pos += data_bytes
         if pos >= len(data):
             break
@@ -171,6 +173,8 @@ def _audit_file(source, mode: Mode) -> Report:
             findings.append(Finding("file.unreadable", Level.MUST, "file-format.md", str(exc)))
         if reader is not None:
             findings[:0] = list(reader.findings)
+            findings += interop.file_findings(  # INTEROP HOOK (rules/interop.py)
+                reader.entries(), reader.descriptor, lambda name: reader.tensor(name).buffers)
             reader.close()
         if any(f.is_error for f in findings):  # the reader stopped at its first fault: audit every tensor
             findings += _dedup(findings, _file_tensor_findings(source, mode))

@@ -31,8 +31,8 @@ from fuzz import reference, targets
 from fuzz.corpus import seed_files, seed_inputs, seed_streams
 from fuzz.mutate import hot_regions, mutate, refresh_index_crc
 from hurray_schema.model import (
-    BlockPagedLayout, BufferHandle, CompositeLayout, CooLayout, CsrLayout, ExtensionType, MortonLayout, PerBlockAffine, Shard,
-    TensorDescriptor,
+    DYNAMIC_DIMENSION, BlockPagedLayout, BufferHandle, CompositeLayout, CooLayout, CsrLayout, ExtensionType, MortonLayout,
+    Mxfp, PerBlockAffine, PerChannelAffine, Shard, TensorDescriptor,
 )
 from hurray_schema.structs._declare import plan, static_offset
 from hurray_schema.structs.descriptor import FIXED_HEADER
@@ -67,9 +67,12 @@ class Known:
     theirs: Optional[str] = None  # regex on pyhurray's error when it rejects and we accept
     abort: bool = False  # pyhurray aborts its process where we reject
     active: Callable[[], bool] = lambda: True
+    kinds: frozenset = frozenset({"descriptor", "stream", "file"})  # the inputs this class is about
+    when: Optional[Callable[[bytes], bool]] = None  # a condition on the input bytes, when the class needs one
 
-    def explains(self, ours_rule: Optional[str], theirs: Optional[str]) -> bool:
-        if not self.active():
+    def explains(self, ours_rule: Optional[str], theirs: Optional[str], kind: str = "descriptor",
+                 data: bytes = b"") -> bool:
+        if not self.active() or kind not in self.kinds or (self.when is not None and not self.when(data)):
             return False
         if theirs == ABORT:
             return self.abort and ours_rule is not None
@@ -82,6 +85,20 @@ class Known:
 
 def _rules(*ids: str) -> frozenset:
     return frozenset(ids)
+
+
+_MINOR = static_offset(FIXED_HEADER, "version_minor")
+_FLAGS = static_offset(FIXED_HEADER, "flags")
+_LENGTH = static_offset(FIXED_HEADER, "descriptor_length")
+
+
+def _newer_minor_input(data: bytes) -> bool:
+    """The (first) descriptor of ``data`` carries a version_minor above 0."""
+    return len(data) > _MINOR and data[_MINOR] > 0
+
+
+def _minor_zero_input(data: bytes) -> bool:
+    return len(data) > _MINOR and data[_MINOR] == 0
 
 
 KNOWN = [
@@ -136,7 +153,21 @@ KNOWN = [
           "A newer-minor descriptor whose descriptor_length runs past the end of the input: pyhurray accepts "
           "it (it stops at the fields it knows); hurray_schema reports it truncated",
           "metadata.md § Fixed Header (descriptor_length is the total length)", "hurray_schema",
-          ours=_rules("descriptor.truncated")),
+          ours=_rules("descriptor.truncated"), kinds=frozenset({"descriptor"}), when=_newer_minor_input),
+    Known("DIV-TRUNC", "divergence",
+          "A version_minor 0 descriptor whose descriptor_length runs past the end of the input: both reject "
+          "(pyhurray: 'descriptor_length mismatch'); any acceptance by pyhurray would be a divergence",
+          "metadata.md § Fixed Header", "hurray_schema",
+          ours=_rules("descriptor.truncated"), kinds=frozenset({"descriptor"}), when=_minor_zero_input),
+    Known("DIV-AXIS-DYNAMIC", "divergence",
+          "A quantization scheme whose axis is a dynamic dimension (per-channel, per-block, NF4, MXFP): "
+          "pyhurray accepts; hurray_schema rejects (the scheme needs the axis' size)",
+          "data-model.md § Dynamic Dimensions; quantization/*.md § Validity Constraints", "hurray_schema",
+          ours=_rules("quantization.axis.dynamic")),
+    Known("DIV-MXFP-MULTIPLE", "divergence",
+          "MXFP with shape[axis] not a multiple of block_size: pyhurray accepts; hurray_schema rejects",
+          "quantization/mxfp.md § Validity Constraints", "hurray_schema",
+          ours=_rules("quantization.mxfp.multiple")),
     Known("DIV-SYMIDX", "divergence",
           "Per-block-affine with SYMMETRIC set and zero_point_buffer_index != 0xFFFFFFFF: pyhurray rejects "
           "(flag table: MUST); hurray_schema warns (field table: ignored, writers SHOULD set 0xFFFFFFFF)",
@@ -152,18 +183,24 @@ KNOWN = [
     Known("DIV-NEWFLAGS", "divergence",
           "A newer-minor descriptor with flag bits unknown to 1.0: pyhurray rejects (§ Flags: MUST reject "
           "reserved bits); hurray_schema permissive keeps them opaque (§ Version Compatibility: newer minors "
-          "add flag bits)", "metadata.md § Flags vs § Version Compatibility", "ambiguous"),
+          "add flag bits)", "metadata.md § Flags vs § Version Compatibility; versioning.md § Compatibility Matrix (its "
+          "table ignores unknown flag bits of a newer minor, the text under it rejects them)", "ambiguous"),
     # -- streams ---------------------------------------------------------------------
     Known("DIV-STREAM-ABORT", "divergence",
           "pyhurray's StreamReader aborts the Python process (Rust allocation failure) on a buffer byte_size "
           "or a composite member_count larger than memory; hurray_schema rejects (truncated stream / limit)",
           "interchange.md § Scope; layouts/composite.md § Binding (no allocation for unarrived members)",
-          "hurray_schema", abort=True),
+          "hurray_schema", abort=True, kinds=frozenset({"stream"})),
+    Known("DIV-NESTING", "divergence",
+          "Composites nested 9 to 64 levels deep: pyhurray accepts (its limit is 64); hurray_schema rejects "
+          "(the spec's limit is 8)", "layouts/composite.md § Binding", "hurray_schema",
+          ours=_rules("composite.nesting.depth"), kinds=frozenset({"stream", "file"})),
     # -- files -----------------------------------------------------------------------
     Known("DIV-FILE-ABORT", "divergence",
           "pyhurray's load aborts the Python process on counts and sizes larger than the file "
           "(index_entry_count, data_length, buffer sizes, ...); hurray_schema rejects",
-          "file-format.md § Index Section, § Tensor Region", "hurray_schema", abort=True),
+          "file-format.md § Index Section, § Tensor Region", "hurray_schema", abort=True,
+          kinds=frozenset({"file"})),
     Known("DIV-FILE-HEADER", "divergence",
           "pyhurray's load does not check the file header's reserved bytes, data_buffer_alignment "
           "(power of two in [4096, 2 MiB]) or first_descriptor_offset (>= 64, 8-aligned, inside the file)",
@@ -197,12 +234,53 @@ def _our_rule(exc) -> str:
     return getattr(exc, "rule_id", None) or f"limit:{getattr(exc, 'limit', type(exc).__name__)}"
 
 
-def explain(ours_exc, theirs: Optional[str]) -> Optional[Known]:
+def explain(ours_exc, theirs: Optional[str], kind: str = "descriptor", data: bytes = b"") -> Optional[Known]:
     ours_rule = None if ours_exc is None else _our_rule(ours_exc)
     for k in KNOWN:
-        if k.explains(ours_rule, theirs):
+        if k.explains(ours_rule, theirs, kind, data):
             return k
     return None
+
+
+# -- the record: spec-map.md § Divergences › Differential run --------------------------------
+
+SPEC_MAP = Path(__file__).resolve().parents[1] / "spec-map.md"
+_ID_CELL = re.compile(r"`([a-z0-9_]+(?:\.[a-z0-9_]+)+)`")
+
+
+def divergence_rows() -> dict[str, frozenset]:
+    """``{row id: rule ids of its "Rule ids" column}`` of the differential-run table."""
+    section = SPEC_MAP.read_text(encoding="utf-8").split("### Differential run", 1)[1].split("\n#", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    column = header.index("Rule ids")
+    rows = {}
+    for line in lines[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        rows[cells[0]] = frozenset(_ID_CELL.findall(cells[column]))
+    return rows
+
+
+DIVERGENCE_ROWS = divergence_rows()
+
+
+def _recorded_name(ours_exc) -> str:
+    """Our rule id as the record writes it (a limit as ``limit.<name>``)."""
+    return _our_rule(ours_exc).replace("limit:", "limit.", 1)
+
+
+def _classify(data, ours, theirs, kind: str, found: dict, unexplained: "Unexplained") -> None:
+    """File a disagreement under its class; it stays unexplained unless the record's row
+    for that class names the rule we reject it with."""
+    if not _disagree(ours, theirs):
+        return
+    k = explain(ours, theirs, kind, data)
+    if k is None:
+        unexplained.add(data, ours, theirs)
+    elif ours is not None and _recorded_name(ours) not in DIVERGENCE_ROWS.get(k.id, ()):
+        unexplained.add(data, ours, f"{theirs} [{k.id}: spec-map.md does not name {_recorded_name(ours)}]")
+    else:
+        found[k.id] = found.get(k.id, 0) + 1
 
 
 def _disagree(ours_exc, theirs) -> bool:
@@ -247,12 +325,7 @@ def test_descriptors_agree_with_pyhurray(ref):
     for _, data in _mutants(seed_inputs(), 4242, 10_000):
         ours = _ours(hs.decode_descriptor, data)
         theirs = ref.descriptor(data)
-        if _disagree(ours, theirs):
-            k = explain(ours, theirs)
-            if k is None:
-                unexplained.add(data, ours, theirs)
-            else:
-                found[k.id] = found.get(k.id, 0) + 1
+        _classify(data, ours, theirs, "descriptor", found, unexplained)
     _report(found, unexplained)
 
 
@@ -263,12 +336,7 @@ def test_streams_agree_with_pyhurray(ref):
     for _, data in _mutants(seed_streams("bare"), 4343, 5_000):
         ours = _ours(targets.run_read_stream, data, "strict", "bare")
         theirs = ref.stream(data)
-        if _disagree(ours, theirs):
-            k = explain(ours, theirs)
-            if k is None:
-                unexplained.add(data, ours, theirs)
-            else:
-                found[k.id] = found.get(k.id, 0) + 1
+        _classify(data, ours, theirs, "stream", found, unexplained)
     _report(found, unexplained)
 
 
@@ -284,12 +352,7 @@ def test_files_agree_with_pyhurray(ref, tmp_path):
             targets.write_scratch(scratch, data)
             ours = _ours(targets.run_read_file, scratch, "strict")
             theirs = ref.file(scratch)
-            if _disagree(ours, theirs):
-                k = explain(ours, theirs)
-                if k is None:
-                    unexplained.add(data, ours, theirs)
-                else:
-                    found[k.id] = found.get(k.id, 0) + 1
+            _classify(data, ours, theirs, "file", found, unexplained)
     finally:
         scratch.unlink(missing_ok=True)
     _report(found, unexplained)
@@ -311,11 +374,6 @@ def _patch(data: bytes, at: int, value: bytes) -> bytes:
 def _dense(**kw) -> TensorDescriptor:
     kw.setdefault("buffers", (BufferHandle(48),))
     return TensorDescriptor(F32, (3, 4), **kw)
-
-
-_MINOR = static_offset(FIXED_HEADER, "version_minor")
-_FLAGS = static_offset(FIXED_HEADER, "flags")
-_LENGTH = static_offset(FIXED_HEADER, "descriptor_length")
 
 
 def _newer_minor(data: bytes) -> bytes:
@@ -402,6 +460,23 @@ def _huge_index(tmp_path) -> bytes:
     return refresh_index_crc(bytes(data))
 
 
+def _group_chain(levels: int) -> bytes:
+    """A bare stream of ``levels`` nested one-member group heads around one float32 [4] tensor."""
+    heads = b"".join(_head(0x03, 1, (4,)) for _ in range(levels))
+    return heads + _enc(TensorDescriptor(F32, (4,), buffers=(BufferHandle(16),))) + bytes(16)
+
+
+def _group_chain_file(tmp_path: Path, levels: int) -> bytes:
+    from hurray_schema.io import Composite, Tensor, write_file
+
+    item = Tensor.dense(F32, (4,), bytes(16))
+    for _ in range(levels):
+        item = Composite(TensorDescriptor(F32, (4,), CompositeLayout(0x03, 1)), [item])
+    path = tmp_path / "nested.hrry"
+    write_file(path, {"c": item}, validate=False)
+    return path.read_bytes()
+
+
 # (id, kind, build(tmp_path) -> bytes, our expected rule or None for "accepts", mode,
 #  pyhurray expectation: None accepts / regex of its error / ABORT)
 CASES = [
@@ -426,6 +501,21 @@ CASES = [
     ("DIV-MINOR-TRUNC", "descriptor",
      lambda _: _patch(_newer_minor(_enc(_dense())), _LENGTH, struct.pack("<I", len(_enc(_dense())) + 8)),
      "descriptor.truncated", "permissive", None),
+    ("DIV-TRUNC", "descriptor",
+     lambda _: _patch(_enc(_dense()), _LENGTH, struct.pack("<I", len(_enc(_dense())) + 8)),
+     "descriptor.truncated", "strict", r"descriptor_length mismatch"),
+    ("DIV-AXIS-DYNAMIC", "descriptor",
+     lambda _: _enc(TensorDescriptor(0x10, (DYNAMIC_DIMENSION, 64), buffers=(BufferHandle(64), BufferHandle(4)),
+                                     quantization=PerChannelAffine(0, 1, 0xFFFFFFFF, flags=1, scale_type_tag=F32))),
+     "quantization.axis.dynamic", "strict", None),
+    ("DIV-AXIS-DYNAMIC", "descriptor",
+     lambda _: _enc(TensorDescriptor(0x43, (4, DYNAMIC_DIMENSION), buffers=(BufferHandle(64), BufferHandle(4)),
+                                     quantization=Mxfp(1, 32, 1))),
+     "quantization.axis.dynamic", "strict", None),
+    ("DIV-MXFP-MULTIPLE", "descriptor",
+     lambda _: _enc(TensorDescriptor(0x43, (4, 40), buffers=(BufferHandle(80), BufferHandle(8)),
+                                     quantization=Mxfp(1, 32, 1))),
+     "quantization.mxfp.multiple", "strict", None),
     ("DIV-SYMIDX", "descriptor",
      lambda _: _enc(TensorDescriptor(0x48, (128, 128), buffers=(BufferHandle(8192), BufferHandle(512)),
                                      quantization=PerBlockAffine(1, 64, 1, zero_point_buffer_index=0, flags=1,
@@ -444,6 +534,9 @@ CASES = [
     ("DIV-STREAM-ABORT", "stream_default",
      lambda _: _head(0x03, 10**9, (4,)) + _enc(TensorDescriptor(F32, (4,), buffers=(BufferHandle(16),))) + bytes(16),
      "limit:max_composite_members", "strict", ABORT),
+    ("DIV-NESTING", "stream", lambda _: _group_chain(9), "composite.nesting.depth", "strict", None),
+    ("DIV-NESTING", "stream", lambda _: _group_chain(64), "composite.nesting.depth", "strict", None),
+    ("DIV-NESTING", "file", lambda p: _group_chain_file(p, 9), "composite.nesting.depth", "strict", None),
     ("DIV-FILE-ABORT", "file", _huge_index, "file.index.truncated", "strict", ABORT),
     ("DIV-FILE-HEADER", "file", lambda p: _header_patched(p, "_reserved_header", "<B", 1), "file.header.reserved",
      "strict", None),
@@ -511,6 +604,17 @@ def test_divergence(case, ref, tmp_path):
 
 def test_every_known_class_has_a_focused_case():
     assert {c[0] for c in CASES} == set(KNOWN_BY_ID)
+
+
+def test_every_known_class_is_recorded_with_its_rule_ids():
+    """spec-map.md's differential-run table has one row per class, and its Rule ids column
+    names every rule id the class explains (the fuzz runs check each disagreement against it)."""
+    assert set(DIVERGENCE_ROWS) == set(KNOWN_BY_ID)
+    for k in KNOWN:
+        assert {r.replace("limit:", "limit.") for r in k.ours} <= DIVERGENCE_ROWS[k.id], k.id
+    for case in CASES:
+        if case[3] is not None:
+            assert case[3].replace("limit:", "limit.") in DIVERGENCE_ROWS[case[0]], case
 
 
 def test_known_rule_ids_exist():

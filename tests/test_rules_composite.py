@@ -4,11 +4,12 @@ the partition check against a brute-force oracle."""
 from __future__ import annotations
 
 import itertools
+import re
 
 import attrs
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import hurray_schema as hs
 from hurray_schema.codec import decode_descriptor, encode_descriptor
@@ -207,11 +208,58 @@ def test_push_beyond_member_count_is_an_api_error():
 # -- the partition check against brute force -----------------------------------------------
 
 
+def _formula_overlap(a, b) -> bool:
+    """The non-overlap formula of layouts/composite.md § Composition Semantics › Partition, verbatim."""
+    (ao, ash), (bo, bsh) = a, b
+    return all(ao[k] < bo[k] + bsh[k] and bo[k] < ao[k] + ash[k] for k in range(len(ao)))
+
+
 def _oracle(shape, boxes):
+    """(uncovered indices, covered volume, overlapping pairs) by brute force."""
     cover = np.zeros(shape, dtype=np.int64)
     for off, shp in boxes:
         cover[tuple(slice(o, o + s) for o, s in zip(off, shp))] += 1
-    return bool((cover == 0).any()), bool((cover > 1).any())
+    holes = {tuple(int(v) for v in idx) for idx in np.argwhere(cover == 0)}
+    pairs = {(i, j) for i, j in itertools.combinations(range(len(boxes)), 2) if _formula_overlap(boxes[i], boxes[j])}
+    return holes, int((cover > 0).sum()), pairs
+
+
+GAP_MESSAGE = re.compile(r"no member covers index \[([0-9, ]*)\] \(members cover (\d+) of (\d+) indices\)")
+OVERLAP_MESSAGE = re.compile(r"members \[([0-9, ]+)\] overlap")
+SHARED_INDEX = re.compile(r"each contains index \[([0-9, ]*)\]")
+
+
+def _ints(text):
+    return tuple(int(v) for v in text.split(",") if v.strip())
+
+
+def _check_against_oracle(shape, boxes, findings, *, covered_known=True):
+    holes, covered, pairs = _oracle(shape, boxes)
+    by_rule = {rule.id: message for rule, message in findings}
+    assert len(by_rule) == len(findings)
+    if np.prod(shape) == 0:
+        assert findings == []  # nothing to cover; the formula fails along the empty dimension
+        return
+    # a gap is reported exactly when an index is uncovered: with one uncovered index and the true covered volume
+    assert ("composite.close.partition_gap" in by_rule) == bool(holes), (by_rule, holes)
+    if holes:
+        m = GAP_MESSAGE.search(by_rule["composite.close.partition_gap"])
+        if m is None and not covered_known:
+            return
+        assert m, by_rule
+        assert _ints(m.group(1)) in holes
+        assert (int(m.group(2)), int(m.group(3))) == (covered, int(np.prod(shape)))
+    # an overlap is reported exactly when two boxes meet the spec's formula, naming such boxes
+    assert ("composite.close.partition_overlap" in by_rule) == bool(pairs), (by_rule, pairs)
+    if pairs:
+        message = by_rule["composite.close.partition_overlap"]
+        named = _ints(OVERLAP_MESSAGE.search(message).group(1))
+        assert len(named) >= 2 and all(_formula_overlap(boxes[a], boxes[b])
+                                       for a, b in itertools.combinations(named, 2))
+        shared = SHARED_INDEX.search(message)
+        if shared:
+            idx = _ints(shared.group(1))
+            assert all(all(o <= i < o + s for i, o, s in zip(idx, *boxes[a])) for a in named)
 
 
 @st.composite
@@ -234,20 +282,53 @@ def _split(shape, cuts):
             for idx in itertools.product(*[range(len(e) - 1) for e in edges])]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(box_sets())
 def test_partition_check_matches_brute_force(case):
     shape, boxes = case
-    gap, overlap = _oracle(shape, boxes)
-    got = {rule.id for rule, _ in partition_check(shape, [b[0] for b in boxes], [b[1] for b in boxes])}
-    if not gap and not overlap:
-        assert got == set()
-    else:
-        assert got  # a fault is found
-        if gap and not overlap:
-            assert got == {"composite.close.partition_gap"}
-        if overlap and not gap:
-            assert got == {"composite.close.partition_overlap"}
+    _check_against_oracle(shape, boxes, partition_check(shape, [b[0] for b in boxes], [b[1] for b in boxes]))
+
+
+@pytest.fixture
+def without_fast_paths(monkeypatch):
+    """The sweep decides validity and the region search locates faults (as for high rank or
+    huge extents): no corner identity, no compressed grid."""
+    from hurray_schema.rules import composite
+
+    monkeypatch.setattr(composite, "_MAX_CORNER_RANK", 0)
+    monkeypatch.setattr(composite, "_GRID_CELLS", 0)
+    monkeypatch.setattr(composite, "_FEW_BOXES", 0)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(box_sets())
+def test_partition_check_fallback_matches_brute_force(without_fast_paths, case):
+    shape, boxes = case
+    findings = partition_check(shape, [b[0] for b in boxes], [b[1] for b in boxes])
+    # with overlapping boxes the fallback names an uncovered index but not the covered volume
+    _check_against_oracle(shape, boxes, findings, covered_known=False)
+
+
+@st.composite
+def partitions_with_empty_members(draw):
+    """A grid partition plus empty boxes, some strictly inside a member along their zero extent."""
+    rank = draw(st.integers(1, 3))
+    shape = tuple(draw(st.lists(st.integers(1, 5), min_size=rank, max_size=rank)))
+    cuts = [draw(st.lists(st.integers(0, d), max_size=2)) for d in shape]
+    boxes = _split(shape, cuts)
+    for _ in range(draw(st.integers(1, 3))):
+        off = tuple(draw(st.integers(0, d)) for d in shape)
+        shp = [draw(st.integers(0, d - o)) for o, d in zip(off, shape)]
+        shp[draw(st.integers(0, rank - 1))] = 0
+        boxes.insert(draw(st.integers(0, len(boxes))), (off, tuple(shp)))
+    return shape, boxes
+
+
+@settings(max_examples=300, deadline=None)
+@given(partitions_with_empty_members())
+def test_empty_members_overlap_by_the_formula(case):
+    shape, boxes = case
+    _check_against_oracle(shape, boxes, partition_check(shape, [b[0] for b in boxes], [b[1] for b in boxes]))
 
 
 @settings(max_examples=100, deadline=None)
@@ -289,13 +370,55 @@ def test_partition_check_huge_extents():
         "composite.close.partition_overlap", "composite.close.partition_gap"}
 
 
-def test_empty_boxes_neither_cover_nor_overlap():
-    # an empty member inside another member's box contains no index (ADR-007)
-    boxes = [((0, 0), (4, 4)), ((2, 2), (0, 3))]
-    assert partition_check((4, 4), [b[0] for b in boxes], [b[1] for b in boxes]) == []
+def test_empty_boxes_cover_nothing_and_overlap_by_the_formula():
+    # an empty member strictly inside another member's box along its zero extent meets the
+    # spec's overlap formula (the reference rejects it too); on a boundary it does not
+    inside = [((0, 0), (4, 4)), ((2, 2), (0, 3))]
+    (found,) = partition_check((4, 4), [b[0] for b in inside], [b[1] for b in inside])
+    assert found[0].id == "composite.close.partition_overlap" and "members [0, 1]" in found[1]
+    on_edge = [((0, 0), (4, 4)), ((0, 2), (0, 3)), ((4, 0), (0, 4))]
+    assert partition_check((4, 4), [b[0] for b in on_edge], [b[1] for b in on_edge]) == []
+    between = [((0, 0), (2, 4)), ((2, 0), (2, 4)), ((2, 1), (0, 2))]  # on the cut between two members
+    assert partition_check((4, 4), [b[0] for b in between], [b[1] for b in between]) == []
     assert partition_check((0, 4), [(0, 0)], [(0, 4)]) == []
     assert partition_check((), [(), ()], [(), ()])[0][0].id == "composite.close.partition_overlap"
     assert partition_check((), [()], [()]) == []
+
+
+def test_gap_message_counts_every_dimension():
+    # the README's faulty stream: [4, 6] with members [4, 3] at column 0 and [4, 2] at column 3
+    boxes = [((0, 0), (4, 3)), ((0, 3), (4, 2))]
+    ((rule, message),) = partition_check((4, 6), [b[0] for b in boxes], [b[1] for b in boxes])
+    assert rule.id == "composite.close.partition_gap"
+    assert message == "no member covers index [0, 5] (members cover 20 of 24 indices)"
+
+
+def test_overlap_without_gap_is_not_a_gap():
+    boxes = [((0, 0), (8, 5)), ((0, 4), (8, 4))]  # column 4 twice, nothing left out
+    found = partition_check((8, 8), [b[0] for b in boxes], [b[1] for b in boxes])
+    assert [r.id for r, _ in found] == ["composite.close.partition_overlap"]
+    assert found[0][1] == "members [0, 1] overlap: each contains index [0, 4]"
+
+
+def _bare_stream(descs) -> bytes:
+    return b"".join(encode_descriptor(d) + bytes(sum(b.byte_size for b in d.buffers)) for d in descs)
+
+
+def test_partition_with_empty_member_inside_is_rejected_by_both_sides():
+    from fuzz import reference
+    from hurray_schema.io.stream import read_stream
+
+    assert reference.available(), "pyhurray (the reference) is required by this test"
+    h = head(n=2)
+    inside = _bare_stream([h, member((8, 8), (0, 0)), member((0, 4), (3, 2))])
+    on_edge = _bare_stream([h, member((8, 8), (0, 0)), member((0, 4), (0, 2))])
+    with pytest.raises(hs.SpecViolation) as exc:
+        list(read_stream(inside, framing="bare"))
+    assert exc.value.rule_id == "composite.close.partition_overlap"
+    assert len(list(read_stream(on_edge, framing="bare"))) == 1
+    with reference.Reference() as ref:
+        assert ref.stream(inside) not in (None, reference.ABORT)
+        assert ref.stream(on_edge) is None
 
 
 def test_resolve_on_an_irregular_rank3_partition():

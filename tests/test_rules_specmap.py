@@ -56,3 +56,31 @@ def test_every_engine_rule_has_a_test_that_fires_it():
     fired = {c[0] for c in TD.CASES} | {c[0] for c in TC.CASES}
     fired |= {composite_rules.NESTING_DEPTH.id, composite_rules.TORN.id}  # dedicated tests
     assert ENGINE_RULES - fired == set()
+
+
+def _divergence_rule_ids() -> set[str]:
+    """Rule ids in the rule-id column ("Rule id" / "Rule ids") of every table under ``## Divergences``."""
+    section = SPEC_MAP.read_text(encoding="utf-8").split("## Divergences", 1)[1].split("\n## ", 1)[0]
+    ids: set[str] = set()
+    column = None
+    for line in section.splitlines():
+        if not line.startswith("|"):
+            column = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if column is None:
+            column = next(i for i, c in enumerate(cells) if c in ("Rule id", "Rule ids"))
+        elif not set(cells[0]) <= {"-", " "}:
+            ids.update(RULE_ID.findall(cells[column]))
+    return ids
+
+
+def test_divergence_rule_ids_exist():
+    from hurray_schema.limits import HARD_MAXIMUM
+
+    ids = _divergence_rule_ids()
+    assert {"file.composite.head_padding", "element_types.boolean.unpacked", "quantization.axis.dynamic"} <= ids
+    limits = {i for i in ids if i.startswith("limit.")}
+    assert {i.split(".", 1)[1] for i in limits} <= set(HARD_MAXIMUM), limits
+    unknown = sorted(ids - limits - {r.id for r in registry()})
+    assert not unknown, f"spec-map.md § Divergences names rules that do not exist: {unknown}"

@@ -40,9 +40,11 @@ segmented sum in numpy), subtract the head's, and the partition is valid iff not
 remains.  When something remains, the residual points locate a fault: a non-zero
 residual at ``p`` means ``c - 1_head`` is non-zero at one of the ``2**r`` points
 ``p - s`` (``s`` in ``{0,1}**r``); counting the boxes containing those points names a gap
-or the overlapping members.  Dimensions every box spans fully are dropped first, and
-empty boxes (a zero extent) contain no index, so they neither cover nor overlap.  Above
-an effective rank of 16 an exact sort-and-sweep fallback is used.
+or the overlapping members.  Dimensions every box spans fully are dropped first.  An
+empty box (a zero extent) contains no index, so it covers nothing; whether it overlaps
+is decided by the spec's own non-overlap formula, which an empty box strictly inside
+another box meets (``spec-map.md § Interpretations``).  Above an effective rank of 16 an
+exact sort-and-sweep fallback is used.
 
 Decoded value type of a member (check 2, our interpretation, see ``spec-map.md``): an
 unquantized member decodes to its ``type_tag``; a nested composite to its head's
@@ -569,6 +571,13 @@ def validate_preorder(descs: Iterable[TensorDescriptor], *, mode="strict", colle
 _MAX_CORNER_RANK = 16
 _MAX_CORNERS = 1 << 26
 _INT_LIMIT = 1 << 62
+_GRID_CELLS = 1 << 22
+"""Largest compressed grid (cells between distinct box boundaries) a faulty partition is
+diagnosed on; beyond it the diagnosis falls back to a sweep and a bounded search."""
+_SEARCH_NODES = 1 << 14
+"""Regions the fallback gap search may split before it gives up locating a gap."""
+_PAIR_BLOCK = 1 << 22
+"""Box pairs compared at once by the empty-box overlap test (bounds its memory)."""
 
 
 def partition_check(head_shape: Sequence[int], offsets, shapes) -> list[tuple]:
@@ -576,76 +585,44 @@ def partition_check(head_shape: Sequence[int], offsets, shapes) -> list[tuple]:
 
     Boxes are ``[offsets[i][k], offsets[i][k] + shapes[i][k])`` (sequences of rows, or
     ``(N, rank)`` integer arrays); every box must already be inside the head (per-member
-    check 1).
+    check 1).  A gap is reported with one uncovered index and the number of head indices
+    the members cover; an overlap with one shared index and the members containing it.
+    Each is reported only when it exists.  Overlap is the formula of
+    ``layouts/composite.md § Composition Semantics › Partition`` taken literally, so an
+    empty box whose offset lies strictly inside another box along its zero extents overlaps
+    that box although it holds no index (see ``spec-map.md`` § Interpretations).
     """
     head = tuple(int(h) for h in head_shape)
     rank = len(head)
     head_volume = math.prod(head)
     if head_volume == 0:
-        return []  # an empty head: in-bounds boxes are all empty, nothing to cover
-    if rank == 0:  # a scalar head: every member box is the single index
+        # in-bounds boxes are empty along the head's empty dimension, where the overlap
+        # formula cannot hold for any pair; there is no index to cover
+        return []
+    if rank == 0:  # a scalar head: every member box is the single index, every pair overlaps
         count = len(offsets)
         if count == 1:
             return []
         if count == 0:
-            return [(CLOSE_GAP, "no member covers the scalar head")]
-        return [(CLOSE_OVERLAP, f"members 0 and 1 both cover the scalar head ({count} members)")]
+            return [(CLOSE_GAP, "no member covers the scalar head (members cover 0 of 1 indices)")]
+        return [(CLOSE_OVERLAP, f"members [0, 1] overlap: each contains the scalar head ({count} members)")]
     if len(offsets) <= _FEW_BOXES and _few_boxes_tile(head, head_volume, offsets, shapes):
         return []
-    if max(head, default=0) >= _INT_LIMIT:
-        keep = [i for i, row in enumerate(shapes) if all(d > 0 for d in row)]
-        return _sweep_check(head, [tuple(offsets[i]) for i in keep], [tuple(shapes[i]) for i in keep], keep)
-    off = np.asarray(offsets, dtype=np.int64).reshape(-1, rank)
-    shp = np.asarray(shapes, dtype=np.int64).reshape(-1, rank)
+    huge = max(head) >= _INT_LIMIT
+    dtype = object if huge else np.int64
+    off = np.array([[int(v) for v in row] for row in offsets] if huge else offsets, dtype=dtype).reshape(-1, rank)
+    shp = np.array([[int(v) for v in row] for row in shapes] if huge else shapes, dtype=dtype).reshape(-1, rank)
     nonempty = np.all(shp > 0, axis=1)
-    if not nonempty.all():
-        keep = np.flatnonzero(nonempty).tolist()
-        off, shp = off[nonempty], shp[nonempty]
-    else:
-        keep = range(len(off))
-    n = len(off)
-    if n == 0:
-        return [(CLOSE_GAP, f"no member covers any index of the head shape {list(head)}")]
-    full = np.all((off == 0) & (shp == np.asarray(head, dtype=np.int64)), axis=0)
-    dims = [k for k in range(rank) if not full[k]]
-    if not dims:
-        if n == 1:
-            return []
-        return [(CLOSE_OVERLAP, f"members {keep[0]} and {keep[1]} both span the whole head")]
-    r = len(dims)
-    total = 1
-    for k in dims:
-        total *= head[k] + 1
-    if r > _MAX_CORNER_RANK or n << r > _MAX_CORNERS or total >= _INT_LIMIT:
-        return _sweep_check(head, off.tolist(), shp.tolist(), keep)
-    o = off[:, dims] if r < rank else off
-    s = shp[:, dims] if r < rank else shp
-    hd = np.asarray([head[k] for k in dims], dtype=np.int64)
-    strides = np.ones(r, dtype=np.int64)
-    for j in range(r - 2, -1, -1):
-        strides[j] = strides[j + 1] * (hd[j + 1] + 1)
-    base_key = o @ strides
-    ext = s * strides
-    # each corner as one sortable int64: (point key << 1) | (sign is +1); sorting brings the
-    # +1 and -1 weights of one point together, and the weight of a point is (#plus - #minus)
-    keys = np.empty((n << r) + (1 << r), dtype=np.int64)
-    base2 = base_key << 1
-    ext2 = ext << 1
-    for corner in range(1 << r):
-        pick = np.asarray([(corner >> j) & 1 for j in range(r)], dtype=np.int64)
-        plus = 0 if bin(corner).count("1") & 1 else 1
-        np.add(base2, ext2 @ pick + plus, out=keys[corner * n:(corner + 1) * n])
-        keys[(n << r) + corner] = (int((hd * pick) @ strides) << 1) | (1 - plus)  # the head, negated
-    keys.sort()
-    points = keys >> 1
-    weight = (keys & 1) * 2 - 1
-    starts = np.flatnonzero(np.concatenate(([True], points[1:] != points[:-1])))
-    sums = np.add.reduceat(weight, starts)
-    bad = np.flatnonzero(sums)
-    if bad.size == 0:
-        return []
-    residual = [int(points[starts[b]]) for b in bad[:8]]
-    return _diagnose(head, dims, hd, strides, o, s, keep, residual)
+    keep = np.flatnonzero(nonempty)
+    gap, overlap = _cover_faults(head, head_volume, off[keep], shp[keep], keep, huge)
+    if overlap is None:
+        overlap = _empty_box_overlap(head, off, shp, np.flatnonzero(~nonempty))
+    out = []
+    if overlap is not None:
+        out.append((CLOSE_OVERLAP, overlap))
+    if gap is not None:
+        out.append((CLOSE_GAP, gap))
+    return out
 
 
 _FEW_BOXES = 8
@@ -654,7 +631,7 @@ than setting up the corner sort (a faulty one still goes through it, which names
 
 
 def _few_boxes_tile(head, head_volume: int, offsets, shapes) -> bool:
-    """True when the in-bounds boxes are pairwise disjoint and their volumes add up to the
+    """True when no two boxes meet the spec's overlap formula and the volumes add up to the
     head's: then they cover every index exactly once (disjoint boxes inside the head whose
     total volume is the head's leave no gap).  False means "not shown here", not a fault."""
     spans = []  # per box: (start, end) per dimension
@@ -668,81 +645,254 @@ def _few_boxes_tile(head, head_volume: int, offsets, shapes) -> bool:
         for other in spans[i + 1:]:
             for (a0, a1), (b0, b1) in zip(box, other):
                 if a1 <= b0 or b1 <= a0:
-                    break  # apart along this dimension
+                    break  # the overlap formula fails along this dimension
             else:
-                return False  # these two intersect (or one is empty inside the other: the general check decides)
+                return False  # the formula holds in every dimension (an empty box may be the one)
     return True
 
 
-def _diagnose(head, dims, hd, strides, o, s, keep, residual) -> list[tuple]:
-    """Name a gap and/or overlapping members from residual corner points."""
+def _cover_faults(head, head_volume: int, off, shp, keep, huge: bool):
+    """``(gap message or None, overlap message or None)`` for the non-empty boxes ``off``/``shp``
+    (rows of ``keep``): exact cover decided by the corner identity (module docstring), or by
+    the sweep where it does not apply; a fault is then located by :func:`_diagnose`."""
+    rank = len(head)
+    n = len(off)
+    if n == 0:
+        return _gap_message([0] * rank, 0, head_volume), None
+    full = np.all((off == 0) & (shp == np.asarray(head, dtype=off.dtype)), axis=0)
+    dims = [k for k in range(rank) if not full[k]]
+    if not dims:  # every box is the whole head
+        if n == 1:
+            return None, None
+        return None, _overlap_message([0] * rank, [int(keep[0]), int(keep[1])])
     r = len(dims)
-    vols = np.prod(s, axis=1)
-    if len(s) and int(vols.max()) < (1 << 62) // max(len(s), 1):
-        vol_members = int(vols.sum())
-    else:
-        vol_members = sum(math.prod(int(v) for v in row) for row in s)
-    vol_head = math.prod(head)
-    need_gap, need_overlap = vol_members <= vol_head, vol_members >= vol_head
-    gap_at = overlap_at = None
-    for key in residual:
-        p = np.asarray([(key // int(strides[j])) % int(hd[j] + 1) for j in range(r)], dtype=np.int64)
-        near = np.flatnonzero(np.all((o <= p) & (p - 1 < o + s), axis=1))  # boxes touching [p-1, p]
-        for corner in range(1 << r):
-            q = p - np.asarray([(corner >> j) & 1 for j in range(r)], dtype=np.int64)
-            if np.any(q < 0) or np.any(q >= hd):
-                continue
-            inside = near[np.all((o[near] <= q) & (q < o[near] + s[near]), axis=1)]
-            if inside.size == 0 and gap_at is None:
-                gap_at = [int(c) for c in q]
-            elif inside.size > 1 and overlap_at is None:
-                overlap_at = ([int(c) for c in q], [keep[i] for i in inside[:4]])
-        if (gap_at is not None or not need_gap) and (overlap_at is not None or not need_overlap):
-            break
+    total = math.prod(head[k] + 1 for k in dims)
+    pair = ()  # not searched yet
+    if huge or r > _MAX_CORNER_RANK or n << r > _MAX_CORNERS or total >= _INT_LIMIT:
+        pair = _sweep_overlap(off, shp)
+        if pair is None and _volume_sum(shp) == head_volume:
+            return None, None  # disjoint boxes inside the head, as large as the head
+    elif _corner_residual_is_zero(head, dims, off[:, dims], shp[:, dims]):
+        return None, None
+    return _diagnose(head, head_volume, dims, off, shp, keep, pair)
+
+
+def _corner_residual_is_zero(head, dims, o, s) -> bool:
+    """True iff the boxes (restricted to the effective dimensions ``dims``) cover every index
+    of the head exactly once: their signed corner measures add up to the head's."""
+    n, r = o.shape
+    hd = np.asarray([head[k] for k in dims], dtype=np.int64)
+    strides = np.ones(r, dtype=np.int64)
+    for j in range(r - 2, -1, -1):
+        strides[j] = strides[j + 1] * (hd[j + 1] + 1)
+    base2 = (o @ strides) << 1
+    ext2 = (s * strides) << 1
+    # each corner as one sortable int64: (point key << 1) | (sign is +1); sorting brings the
+    # +1 and -1 weights of one point together, and the weight of a point is (#plus - #minus)
+    keys = np.empty((n << r) + (1 << r), dtype=np.int64)
+    for corner in range(1 << r):
+        pick = np.asarray([(corner >> j) & 1 for j in range(r)], dtype=np.int64)
+        plus = 0 if bin(corner).count("1") & 1 else 1
+        np.add(base2, ext2 @ pick + plus, out=keys[corner * n:(corner + 1) * n])
+        keys[(n << r) + corner] = (int((hd * pick) @ strides) << 1) | (1 - plus)  # the head, negated
+    keys.sort()
+    points = keys >> 1
+    weight = (keys & 1) * 2 - 1
+    starts = np.flatnonzero(np.concatenate(([True], points[1:] != points[:-1])))
+    return not np.any(np.add.reduceat(weight, starts))
+
+
+def _diagnose(head, head_volume: int, dims, off, shp, keep, pair=()):
+    """Locate the faults of non-empty boxes known not to partition the head: exactly on the
+    compressed grid of their boundaries when it is small enough, else by a sweep for an
+    overlapping pair (``pair`` when already swept) and a search for an uncovered index."""
+    rank = len(head)
+    grid = _grid_diagnose([head[k] for k in dims], off[:, dims], off[:, dims] + shp[:, dims])
+    spanned = math.prod(head[k] for k in range(rank) if k not in dims)  # fully spanned dimensions
 
     def full_index(q):
-        idx = [0] * len(head)
+        idx = [0] * rank
         for j, k in enumerate(dims):
-            idx[k] = q[j]
+            idx[k] = int(q[j])
         return idx
 
-    out = []
-    if overlap_at is not None or vol_members >= vol_head:
+    if grid is not None:
+        covered, gap_at, overlap_at = grid
+        gap = None if gap_at is None else _gap_message(full_index(gap_at), covered * spanned, head_volume)
+        overlap = None
         if overlap_at is not None:
-            q, who = overlap_at
-            msg = f"members {who} overlap: each contains index {full_index(q)}"
-        else:
-            msg = "member boxes overlap (their volumes add up to the head's but coverage is not exact)"
-        out.append((CLOSE_OVERLAP, msg))
-    if gap_at is not None or vol_members <= vol_head:
-        if gap_at is not None:
-            msg = f"no member covers index {full_index(gap_at)} (member volumes {vol_members} of {vol_head})"
-        else:
-            msg = f"member boxes leave a gap (member volumes {vol_members} of {vol_head})"
-        out.append((CLOSE_GAP, msg))
-    return out
+            q = full_index(overlap_at)
+            inside = np.flatnonzero(np.all((off <= q) & (np.asarray(q, dtype=off.dtype) < off + shp), axis=1))
+            overlap = _overlap_message(q, [int(keep[i]) for i in inside[:4]])
+        return gap, overlap
+    if pair == ():
+        pair = _sweep_overlap(off, shp)
+    overlap = None
+    if pair is not None:
+        i, j = pair
+        overlap = _overlap_message([int(max(a, b)) for a, b in zip(off[i], off[j])], [int(keep[i]), int(keep[j])])
+    volume = _volume_sum(shp)
+    lo = [0] * len(dims)
+    hi = [head[k] for k in dims]
+    o, e = off[:, dims], off[:, dims] + shp[:, dims]
+    gap_at = _find_uncovered(lo, hi, o, e, disjoint=pair is None)
+    if pair is None:  # disjoint boxes cover exactly their volume
+        return (None if volume == head_volume else
+                _gap_message(full_index(gap_at) if gap_at is not None else None, volume, head_volume)), overlap
+    if gap_at is not None:
+        return (f"no member covers index {full_index(gap_at)} (the member boxes overlap; their volumes add up "
+                f"to {volume} of {head_volume} indices, the covered volume was not computed)"), overlap
+    if volume <= head_volume:  # overlapping boxes cover less than their volume sum
+        return f"member boxes leave a gap (they overlap; their volumes add up to {volume} of {head_volume})", overlap
+    return None, overlap  # not decided within the search budget (the overlap already rejects the composite)
 
 
-def _sweep_check(head, off, shp, keep) -> list[tuple]:
-    """Exact fallback for very high effective rank or huge extents: sort by the start along
-    dimension 0 and compare each box only with boxes still open there; then volumes."""
-    r = len(head)
+def _gap_message(index, covered: int, head_volume: int) -> str:
+    where = f"no member covers index {index}" if index is not None else "member boxes leave a gap"
+    return f"{where} (members cover {covered} of {head_volume} indices)"
+
+
+def _overlap_message(index, members) -> str:
+    return f"members {members} overlap: each contains index {index}"
+
+
+def _grid_diagnose(hd, o, e):
+    """Exact faults of boxes ``[o, e)`` inside ``[0, hd)`` on their compressed grid:
+    ``(covered volume, an uncovered index or None, a doubly covered index or None)``, or
+    None when the grid has more than ``_GRID_CELLS`` cells."""
+    r = len(hd)
+    bounds = []
+    cells = 1
+    for j in range(r):
+        b = np.unique(np.concatenate((np.asarray([0, hd[j]], dtype=o.dtype), o[:, j], e[:, j])))
+        bounds.append(b)
+        cells *= len(b)
+        if cells > _GRID_CELLS:
+            return None
+    lows = [np.searchsorted(bounds[j], o[:, j]) for j in range(r)]
+    highs = [np.searchsorted(bounds[j], e[:, j]) for j in range(r)]
+    count = np.zeros([len(b) for b in bounds], dtype=np.int64)
+    for corner in range(1 << r):
+        at = tuple(highs[j] if (corner >> j) & 1 else lows[j] for j in range(r))
+        np.add.at(count, at, -1 if bin(corner).count("1") & 1 else 1)
+    for j in range(r):
+        np.cumsum(count, axis=j, out=count)
+    count = count[(slice(0, -1),) * r]  # one entry per cell [bounds[j][c], bounds[j][c + 1])
+    covered = count > 0
+    volume = covered.astype(object if math.prod(hd) >= _INT_LIMIT else np.int64)
+    for b in reversed(bounds):
+        volume = np.dot(volume, np.diff(b).astype(volume.dtype))  # contract the last dimension with its widths
+
+    def corner_of(flat):
+        """The index at the lower corner of cell number ``flat`` (C order)."""
+        cell = np.unravel_index(int(flat), count.shape)
+        return [bounds[j][c] for j, c in enumerate(cell)]
+
+    holes = np.flatnonzero(~covered)
+    doubles = np.flatnonzero(count > 1)
+    return (int(volume), corner_of(holes[0]) if holes.size else None,
+            corner_of(doubles[0]) if doubles.size else None)
+
+
+def _sweep_overlap(off, shp) -> Optional[tuple[int, int]]:
+    """Exact overlap search: sort by the start along dimension 0 and compare each box only
+    with boxes still open there; the first overlapping pair of rows, or None."""
+    r = off.shape[1]
+    off, shp = off.tolist(), shp.tolist()  # plain ints: this loop indexes single elements
     order = sorted(range(len(off)), key=lambda i: off[i][0])
     active: list[int] = []
-    out = []
     for i in order:
         start = off[i][0]
         active = [j for j in active if off[j][0] + shp[j][0] > start]
         for j in active:
             if all(off[i][k] < off[j][k] + shp[j][k] and off[j][k] < off[i][k] + shp[i][k] for k in range(r)):
-                out.append((CLOSE_OVERLAP, f"members {keep[j]} and {keep[i]} overlap"))
-                break
-        if out:
-            break
+                return j, i
         active.append(i)
-    vol_members = sum(math.prod(s) for s in shp)
-    vol_head = math.prod(head)
-    # disjoint boxes cover exactly their volume sum; overlapping ones strictly less
-    if vol_members < vol_head or (out and vol_members == vol_head):
-        out.append((CLOSE_GAP, f"member boxes leave a gap (member volumes {vol_members} of {vol_head})"))
-    return out
+    return None
+
+
+def _find_uncovered(lo, hi, o, e, *, disjoint: bool):
+    """One index of ``[lo, hi)`` outside every box ``[o, e)``, found by splitting regions at box
+    boundaries; a region is settled when a box contains it or, for disjoint boxes, when their
+    volumes inside it fill it (then a region left unsettled always holds a gap, so the search
+    goes straight down to one).  None when there is none -- or, for overlapping boxes, when
+    ``_SEARCH_NODES`` regions did not find one."""
+    stack = [(np.asarray(lo, dtype=o.dtype), np.asarray(hi, dtype=o.dtype), np.arange(len(o)))]
+    nodes = 0
+    while stack and (disjoint or nodes < _SEARCH_NODES):
+        nodes += 1
+        lo, hi, rows = stack.pop()
+        rows = rows[np.all((o[rows] < hi) & (e[rows] > lo), axis=1)]
+        if rows.size == 0:
+            return [int(v) for v in lo]
+        ro, re_ = np.maximum(o[rows], lo), np.minimum(e[rows], hi)
+        if np.any(np.all((ro == lo) & (re_ == hi), axis=1)):
+            continue
+        if disjoint and _volume_sum(re_ - ro) == math.prod(int(v) for v in hi - lo):
+            continue
+        k, at = _split_point(lo, hi, ro, re_)
+        left_hi, right_lo = hi.copy(), lo.copy()
+        left_hi[k], right_lo[k] = at, at
+        stack.append((right_lo, hi, rows))
+        stack.append((lo, left_hi, rows))
+    return None
+
+
+def _volume_sum(extents) -> int:
+    """Exact sum of the row products of an ``(N, r)`` array of non-negative extents."""
+    if extents.dtype != object and len(extents) and int(extents.max()) ** extents.shape[1] * len(extents) < _INT_LIMIT:
+        return int(np.prod(extents, axis=1).sum())  # no int64 overflow possible
+    return sum(math.prod(int(v) for v in row) for row in extents)
+
+
+def _split_point(lo, hi, ro, re_):
+    """``(dimension, coordinate)``: a box boundary strictly inside ``(lo[k], hi[k])`` -- the median
+    one along the dimension that has most of them (a region no box contains has one)."""
+    best = None
+    for k in range(len(lo)):
+        inside = np.concatenate((ro[:, k], re_[:, k]))
+        inside = inside[(inside > lo[k]) & (inside < hi[k])]
+        if inside.size and (best is None or inside.size > best[0]):
+            best = (inside.size, k, np.sort(inside)[inside.size // 2])
+    return best[1], best[2]
+
+
+def _empty_box_overlap(head, off, shp, empty_rows) -> Optional[str]:
+    """The first pair (an empty box, any other box) that meets the spec's overlap formula
+    (``layouts/composite.md § Composition Semantics › Partition``), as a message.
+
+    Along a zero extent the formula asks the other box to start before the empty box's offset
+    and end after it, so only an empty box whose offset lies strictly inside the head along
+    each of its zero extents can meet it.  Such boxes are taken in blocks sorted along one
+    dimension; each block is compared only with the boxes whose span there reaches the block's."""
+    if not len(empty_rows):
+        return None
+    head_arr = np.asarray(head, dtype=off.dtype)
+    zero = shp[empty_rows] == 0
+    inner = np.all(~zero | ((off[empty_rows] > 0) & (off[empty_rows] < head_arr)), axis=1)
+    candidates = empty_rows[inner]
+    if not candidates.size:
+        return None
+    end = off + shp
+    dim = max(range(len(head)), key=lambda k: len(np.unique(off[:, k])))
+    candidates = candidates[np.argsort(off[candidates, dim], kind="stable")]
+    by_start = np.argsort(off[:, dim], kind="stable")
+    starts = off[by_start, dim]
+    block = 64
+    for first in range(0, candidates.size, block):
+        rows = candidates[first:first + block]
+        low, high = off[rows, dim].min(), end[rows, dim].max()
+        partners = by_start[:np.searchsorted(starts, high, side="right")]
+        partners = partners[end[partners, dim] >= low]
+        for chunk in range(0, partners.size, _PAIR_BLOCK // (block * len(head))):
+            other = partners[chunk:chunk + _PAIR_BLOCK // (block * len(head))]
+            meets = np.all((off[other][None, :, :] < end[rows][:, None, :]) &
+                           (off[rows][:, None, :] < end[other][None, :, :]), axis=2)
+            meets &= rows[:, None] != other[None, :]
+            hits = np.argwhere(meets)
+            if hits.size:
+                a, b = int(rows[hits[0][0]]), int(other[hits[0][1]])
+                return (f"members {sorted([a, b])} overlap by the non-overlap formula: member {a}'s box "
+                        f"(shard_offset {[int(v) for v in off[a]]}, shape {[int(v) for v in shp[a]]}) is empty "
+                        f"but lies strictly inside member {b}'s box along its zero extents")
+    return None
