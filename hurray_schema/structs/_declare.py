@@ -27,14 +27,14 @@ import re as _re
 import struct as _struct
 from typing import Any, Callable, Iterator, Optional
 
-import construct as c
+import construct
 
 from ..errors import FieldRangeError
 
 __all__ = ["field", "Field", "fields", "tags_of", "select", "static_offset", "static_size", "Plan", "plan"]
 
 
-class Field(c.Renamed):
+class Field(construct.Renamed):
     """A named construct field with its description, spec citation and tag table.
 
     ``tags`` is the ``IntEnum`` / ``IntFlag`` (:mod:`hurray_schema.structs.tags`) that gives
@@ -42,7 +42,7 @@ class Field(c.Renamed):
     and :class:`Plan` still decode the field to a plain ``int``.
     """
 
-    def __init__(self, name: str, subcon: c.Construct, doc: str, ref: str, tags: Optional[type] = None):
+    def __init__(self, name: str, subcon: construct.Construct, doc: str, ref: str, tags: Optional[type] = None):
         super().__init__(subcon, newname=name, newdocs=doc)
         self.ref = ref
         self.tags = tags
@@ -52,13 +52,13 @@ class Field(c.Renamed):
         return self.docs
 
 
-def field(name: str, subcon: c.Construct, doc: str, ref: str, tags: Optional[type] = None) -> Field:
+def field(name: str, subcon: construct.Construct, doc: str, ref: str, tags: Optional[type] = None) -> Field:
     """Declare one field of a spec table: ``name`` as in the spec, then its wire type;
     ``tags`` is the tag table its values come from, where it has one."""
     return Field(name, subcon, doc, ref, tags)
 
 
-def tags_of(decl: c.Construct, name: str) -> Optional[type]:
+def tags_of(decl: construct.Construct, name: str) -> Optional[type]:
     """The tag table attached to field ``name`` of ``decl`` (``None``: a plain number)."""
     for sub in fields(decl):
         if sub.name == name:
@@ -66,30 +66,30 @@ def tags_of(decl: c.Construct, name: str) -> Optional[type]:
     raise KeyError(name)
 
 
-def fields(decl: c.Construct) -> Iterator[Field]:
+def fields(decl: construct.Construct) -> Iterator[Field]:
     """The declared fields of a table, in wire order (conditional ones included)."""
     for sub in decl.subcons:
         if isinstance(sub, Field):
             yield sub
 
 
-def select(decl: c.Construct, *names: str) -> c.Struct:
+def select(decl: construct.Construct, *names: str) -> construct.Struct:
     """A table made of some fields of ``decl`` (same declarations, same order)."""
     chosen = [sub for sub in decl.subcons if getattr(sub, "name", None) in names]
     if len(chosen) != len(names):
         raise KeyError(names)
-    return c.Struct(*chosen)
+    return construct.Struct(*chosen)
 
 
-def static_size(sub: c.Construct) -> int | None:
+def static_size(sub: construct.Construct) -> int | None:
     """Byte size of a construct when it does not depend on the context, else None."""
     try:
         return sub.sizeof()
-    except (c.SizeofError, AttributeError, KeyError):
+    except (construct.SizeofError, AttributeError, KeyError):
         return None
 
 
-def static_offset(decl: c.Construct, name: str) -> int:
+def static_offset(decl: construct.Construct, name: str) -> int:
     """Byte offset of field ``name`` inside ``decl``; every preceding field must be fixed."""
     offset = 0
     for sub in decl.subcons:
@@ -107,13 +107,13 @@ def static_offset(decl: c.Construct, name: str) -> int:
 # --------------------------------------------------------------------------------------
 
 
-def _format_char(sub: c.Construct) -> str | None:
+def _format_char(sub: construct.Construct) -> str | None:
     """struct-module format character of a little-endian fixed field, if it has one."""
-    if isinstance(sub, c.Const):  # the value is checked by a named rule, not here
+    if isinstance(sub, construct.Const):  # the value is checked by a named rule, not here
         return _format_char(sub.subcon)
-    if isinstance(sub, c.FormatField):
+    if isinstance(sub, construct.FormatField):
         return sub.fmtstr[1:]
-    if isinstance(sub, c.Bytes) and isinstance(sub.length, int):
+    if isinstance(sub, construct.Bytes) and isinstance(sub.length, int):
         return f"{sub.length}s"
     return None
 
@@ -303,7 +303,7 @@ _FLAT_CACHE_SIZE = 256
 def _getter(expr):
     """``this.name`` as a plain item getter (same result on a dict, without construct's
     expression machinery); any other callable unchanged."""
-    if isinstance(expr, c.expr.Path):
+    if isinstance(expr, construct.expr.Path):
         match = _re.fullmatch(r"this\['(\w+)'\]", repr(expr))
         if match:
             return _operator.itemgetter(match.group(1))
@@ -319,7 +319,7 @@ class Plan:
     else is decoded by the caller (the descriptor codec dispatches on tags itself).
     """
 
-    def __init__(self, decl: c.Construct):
+    def __init__(self, decl: construct.Construct):
         self.decl = decl
         self.steps: list = []
         self.citations = {sub.name: sub.ref for sub in decl.subcons if isinstance(sub, Field)}
@@ -327,7 +327,7 @@ class Plan:
         run_fmt = ""
         for sub in decl.subcons:
             name = sub.name
-            inner = sub.subcon if isinstance(sub, c.Renamed) else sub
+            inner = sub.subcon if isinstance(sub, construct.Renamed) else sub
             char = _format_char(inner)
             if char is not None:
                 run_names.append(name)
@@ -349,17 +349,17 @@ class Plan:
         self._fixed = self.steps[0] if self.fixed_size is not None else None
 
     @staticmethod
-    def _variable_step(name: str, inner: c.Construct):
-        if isinstance(inner, c.Array):
+    def _variable_step(name: str, inner: construct.Construct):
+        if isinstance(inner, construct.Array):
             char = _format_char(inner.subcon)
             if char is None:
                 raise TypeError(f"unsupported array element in {name!r}")
             count = inner.count
             return _Array(name, _getter(count) if callable(count) else (lambda _ctx, n=count: n), char)
-        if isinstance(inner, c.Bytes) and callable(inner.length):
+        if isinstance(inner, construct.Bytes) and callable(inner.length):
             return _VarBytes(name, _getter(inner.length))
-        if isinstance(inner, c.IfThenElse) and inner.elsesubcon is c.Pass:
-            return _If(name, inner.condfunc, Plan(c.Struct(field(name, inner.thensubcon, "", ""))))
+        if isinstance(inner, construct.IfThenElse) and inner.elsesubcon is construct.Pass:
+            return _If(name, inner.condfunc, Plan(construct.Struct(field(name, inner.thensubcon, "", ""))))
         raise TypeError(f"unsupported construct {type(inner).__name__} in field {name!r}")
 
     def unpack_into(self, buf, offset: int, out: dict) -> int:
@@ -475,7 +475,7 @@ class Plan:
         return FieldRangeError(name, value, _width(char), why, citation)
 
 
-def plan(decl: c.Construct) -> Plan:
+def plan(decl: construct.Construct) -> Plan:
     """The fast codec of a declaration, built once and kept on the declaration itself
     (so a table built at run time takes its plan with it when it goes)."""
     p = decl.__dict__.get("_fast_plan")

@@ -54,39 +54,37 @@ def _row(tag, tier, bits, align, is_float, signed):
     return ElementTypeInfo(tag, tag.name.lower(), tier, bits, align, is_float, signed)
 
 
-E = ElementType
 ELEMENT_TYPES: dict[ElementType, ElementTypeInfo] = {
     info.tag: info
     for info in (
-        _row(E.FLOAT16, 1, 16, 2, True, True),
-        _row(E.BFLOAT16, 1, 16, 2, True, True),
-        _row(E.FLOAT32, 1, 32, 4, True, True),
-        _row(E.FLOAT64, 1, 64, 8, True, True),
-        _row(E.INT8, 1, 8, 1, False, True),
-        _row(E.UINT8, 1, 8, 1, False, False),
-        _row(E.INT16, 1, 16, 2, False, True),
-        _row(E.UINT16, 1, 16, 2, False, False),
-        _row(E.INT32, 1, 32, 4, False, True),
-        _row(E.UINT32, 1, 32, 4, False, False),
-        _row(E.INT64, 1, 64, 8, False, True),
-        _row(E.UINT64, 1, 64, 8, False, False),
-        _row(E.BOOL, 1, 1, 1, False, False),
-        _row(E.FLOAT8_E4M3, 2, 8, 1, True, True),
-        _row(E.FLOAT8_E5M2, 2, 8, 1, True, True),
-        _row(E.FLOAT8_E8M0, 2, 8, 1, True, False),
-        _row(E.FLOAT4_E2M1, 2, 4, 1, True, True),
-        _row(E.FLOAT6_E2M3, 2, 6, 1, True, True),
-        _row(E.FLOAT6_E3M2, 2, 6, 1, True, True),
-        _row(E.FLOAT128, 2, 128, 16, True, True),
-        _row(E.INT4, 2, 4, 1, False, True),
-        _row(E.UINT4, 2, 4, 1, False, False),
-        _row(E.INT2, 2, 2, 1, False, True),
-        _row(E.UINT2, 2, 2, 1, False, False),
-        _row(E.COMPLEX64, 2, 64, 4, True, True),
-        _row(E.COMPLEX128, 2, 128, 8, True, True),
+        _row(ElementType.FLOAT16, 1, 16, 2, True, True),
+        _row(ElementType.BFLOAT16, 1, 16, 2, True, True),
+        _row(ElementType.FLOAT32, 1, 32, 4, True, True),
+        _row(ElementType.FLOAT64, 1, 64, 8, True, True),
+        _row(ElementType.INT8, 1, 8, 1, False, True),
+        _row(ElementType.UINT8, 1, 8, 1, False, False),
+        _row(ElementType.INT16, 1, 16, 2, False, True),
+        _row(ElementType.UINT16, 1, 16, 2, False, False),
+        _row(ElementType.INT32, 1, 32, 4, False, True),
+        _row(ElementType.UINT32, 1, 32, 4, False, False),
+        _row(ElementType.INT64, 1, 64, 8, False, True),
+        _row(ElementType.UINT64, 1, 64, 8, False, False),
+        _row(ElementType.BOOL, 1, 1, 1, False, False),
+        _row(ElementType.FLOAT8_E4M3, 2, 8, 1, True, True),
+        _row(ElementType.FLOAT8_E5M2, 2, 8, 1, True, True),
+        _row(ElementType.FLOAT8_E8M0, 2, 8, 1, True, False),
+        _row(ElementType.FLOAT4_E2M1, 2, 4, 1, True, True),
+        _row(ElementType.FLOAT6_E2M3, 2, 6, 1, True, True),
+        _row(ElementType.FLOAT6_E3M2, 2, 6, 1, True, True),
+        _row(ElementType.FLOAT128, 2, 128, 16, True, True),
+        _row(ElementType.INT4, 2, 4, 1, False, True),
+        _row(ElementType.UINT4, 2, 4, 1, False, False),
+        _row(ElementType.INT2, 2, 2, 1, False, True),
+        _row(ElementType.UINT2, 2, 2, 1, False, False),
+        _row(ElementType.COMPLEX64, 2, 64, 4, True, True),
+        _row(ElementType.COMPLEX128, 2, 128, 8, True, True),
     )
 }
-del E
 
 RESERVED_TYPE_TAG = 0x47
 """Held back by the spec; no implementation may use it (``element-types.md``)."""

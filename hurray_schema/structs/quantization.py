@@ -106,17 +106,16 @@ HIGHEST_SCHEME_VERSION = {scheme: 1 for scheme in SCHEMES}
 # What each scheme accepts and references, beside its wire table
 # ------------------------------------------------------------------------------------
 
-_E = ElementType
-_AFFINE_STORAGE = frozenset({_E.INT8, _E.UINT8, _E.INT16, _E.UINT16, _E.INT32, _E.UINT32,
-                             _E.INT4, _E.UINT4, _E.INT2, _E.UINT2})
+_AFFINE_STORAGE = frozenset({ElementType.INT8, ElementType.UINT8, ElementType.INT16, ElementType.UINT16, ElementType.INT32, ElementType.UINT32,
+                             ElementType.INT4, ElementType.UINT4, ElementType.INT2, ElementType.UINT2})
 
 STORAGE_TYPES = {
     QuantScheme.PER_TENSOR_AFFINE: _AFFINE_STORAGE,
     QuantScheme.PER_CHANNEL_AFFINE: _AFFINE_STORAGE,
-    QuantScheme.PER_BLOCK_AFFINE: frozenset({_E.INT8, _E.UINT8, _E.INT4, _E.UINT4, _E.INT2, _E.UINT2}),
-    QuantScheme.NF4: frozenset({_E.UINT4}),
-    QuantScheme.MXFP: frozenset({_E.FLOAT8_E4M3, _E.FLOAT8_E5M2, _E.FLOAT4_E2M1, _E.FLOAT6_E2M3, _E.FLOAT6_E3M2,
-                                 _E.INT8, _E.INT4}),
+    QuantScheme.PER_BLOCK_AFFINE: frozenset({ElementType.INT8, ElementType.UINT8, ElementType.INT4, ElementType.UINT4, ElementType.INT2, ElementType.UINT2}),
+    QuantScheme.NF4: frozenset({ElementType.UINT4}),
+    QuantScheme.MXFP: frozenset({ElementType.FLOAT8_E4M3, ElementType.FLOAT8_E5M2, ElementType.FLOAT4_E2M1, ElementType.FLOAT6_E2M3, ElementType.FLOAT6_E3M2,
+                                 ElementType.INT8, ElementType.INT4}),
 }
 """Scheme tag → the storage ``type_tag`` values it quantizes (``quantization/<page>.md § Valid Storage Types``)."""
 
@@ -130,8 +129,8 @@ DEFINED_FLAGS = {
 """Scheme tag → the quantization flag bits it defines; every other bit is 0 (``quantization.md § Descriptor Header``)."""
 
 SCALE_TYPES = {
-    QuantScheme.PER_CHANNEL_AFFINE: (_E.FLOAT32,),
-    QuantScheme.PER_BLOCK_AFFINE: (_E.FLOAT16, _E.BFLOAT16, _E.FLOAT32),
+    QuantScheme.PER_CHANNEL_AFFINE: (ElementType.FLOAT32,),
+    QuantScheme.PER_BLOCK_AFFINE: (ElementType.FLOAT16, ElementType.BFLOAT16, ElementType.FLOAT32),
 }
 """Scheme tag → the ``scale_type_tag`` values it accepts (``quantization/<page>.md § Validity Constraints``)."""
 
@@ -144,10 +143,10 @@ BLOCK_SIZE_BOUNDS = {
 (``quantization/<page>.md § Validity Constraints``); the keys are the block schemes."""
 
 SCALE_BUFFER_TYPES = {
-    QuantScheme.PER_CHANNEL_AFFINE: _E.FLOAT32,
+    QuantScheme.PER_CHANNEL_AFFINE: ElementType.FLOAT32,
     QuantScheme.PER_BLOCK_AFFINE: None,
-    QuantScheme.NF4: _E.FLOAT32,
-    QuantScheme.MXFP: _E.FLOAT8_E8M0,
+    QuantScheme.NF4: ElementType.FLOAT32,
+    QuantScheme.MXFP: ElementType.FLOAT8_E8M0,
 }
 """Scheme tag → element type of the scale buffer ``scale_buffer_index`` names: one scale per
 channel (per-channel affine) or per block (the others); ``None``: the descriptor's
@@ -155,12 +154,11 @@ channel (per-channel affine) or per block (the others); ``None``: the descriptor
 schemes with an ``axis`` and a scale buffer."""
 
 ZERO_POINT_BUFFER_TYPES = {
-    QuantScheme.PER_CHANNEL_AFFINE: _E.INT32,
-    QuantScheme.PER_BLOCK_AFFINE: _E.INT32,
+    QuantScheme.PER_CHANNEL_AFFINE: ElementType.INT32,
+    QuantScheme.PER_BLOCK_AFFINE: ElementType.INT32,
 }
 """Scheme tag → element type of the zero-point buffer ``zero_point_buffer_index`` names,
 one per scale; not referenced when the SYMMETRIC flag is set (``quantization/<page>.md § Referenced Buffers``)."""
-del _E
 
 NF4_LEVELS = (
     -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
