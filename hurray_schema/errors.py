@@ -8,7 +8,7 @@ names the rule, the spec section it comes from and the byte offset of the fault.
 
 from __future__ import annotations
 
-__all__ = ["HurraySchemaError", "SpecViolation", "LimitExceeded"]
+__all__ = ["HurraySchemaError", "SpecViolation", "LimitExceeded", "UnsupportedEvaluation"]
 
 
 class HurraySchemaError(Exception):
@@ -52,3 +52,9 @@ class LimitExceeded(HurraySchemaError):
 
     def __reduce__(self):
         return (type(self), (self.limit, self.value, self.maximum, self.offset))
+
+
+class UnsupportedEvaluation(HurraySchemaError):
+    """The tensor is valid but this evaluator cannot compute its values: float128, a private element
+    type whose codes are not 8, 16, 32 or 64 bits wide, a tag no table row describes, or a shape
+    NumPy cannot hold (see :mod:`hurray_schema.evaluate.tensor`)."""
