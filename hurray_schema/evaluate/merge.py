@@ -147,6 +147,11 @@ def _slices(offset, shape):
     return tuple(slice(o, o + n) for o, n in zip(offset, shape)) + (Ellipsis,)
 
 
+def _c_order(a, dtype=None) -> np.ndarray:
+    """``a`` C-contiguous, keeping its shape (``np.ascontiguousarray`` turns a 0-d array into 1-d)."""
+    return np.asarray(a, dtype, order="C")
+
+
 def _value_type(desc):
     """The element type a head's (or nested head's) values are evaluated in (a private type: its raw codes)."""
     return as_evaluated(desc).type_tag
@@ -318,7 +323,7 @@ def _materialize_into(composite, out: np.ndarray, depth: int, limits) -> None:
             continue
         vals = member_values(m, target, depth, limits)
         if mode in (ADD_F16, ADD_BF16):
-            acc = np.ascontiguousarray(box)
+            acc = _c_order(box)
             _add_dense_bits(acc.reshape(-1).view(np.uint16), np.ascontiguousarray(vals).reshape(-1).view(np.uint16),
                             mode)
             np.copyto(box, acc)
@@ -559,7 +564,7 @@ def read(composite, region, *, limits=None, _depth: int = 0) -> np.ndarray:
             if full is None:
                 full = member_values(member, target, _depth, limits)
             vals = full[box]
-        return tuple(slice(x - l, y - l) for x, y, l in zip(a, b, lo)), vals, local
+        return tuple(slice(x - l, y - l) for x, y, l in zip(a, b, lo)) + (Ellipsis,), vals, local
 
     members = list(composite.members)
     if rule == CompositionRule.PARTITION:
@@ -596,8 +601,8 @@ def read(composite, region, *, limits=None, _depth: int = 0) -> np.ndarray:
         if combine == CombineOp.REPLACE:
             out[sl] = vals
         else:
-            acc = np.ascontiguousarray(out[sl])
-            v = np.ascontiguousarray(vals, acc.dtype)
+            acc = _c_order(out[sl])
+            v = _c_order(vals, acc.dtype)
             if mode in (ADD_F16, ADD_BF16):
                 _add_dense_bits(acc.reshape(-1).view(np.uint16), v.reshape(-1).view(np.uint16), mode)
             elif mode == ADD_OR:
