@@ -270,9 +270,26 @@ def _check_bounds(byte_offset, bits, lo, hi, nbytes):
 
 
 @njit(cache=True, parallel=True)
-def _gather_codes(buf, base, offsets, bits, out):
+def _gather_codes_parallel(buf, base, offsets, bits, out):
     for i in prange(out.size):
         out[i] = load_code(buf, base, offsets[i], bits)
+
+
+@njit(cache=True)
+def _gather_codes_serial(buf, base, offsets, bits, out):
+    for i in range(out.size):
+        out[i] = load_code(buf, base, offsets[i], bits)
+
+
+PARALLEL_GATHER_MIN = 1 << 14
+"""Fewer codes than this are gathered on one thread: starting numba's thread pool costs more
+than the work (milliseconds on a loaded machine)."""
+
+
+def _gather_codes(buf, base, offsets, bits, out) -> None:
+    """``out[i]`` = the code at element offset ``offsets[i]`` (``elements.load_code``)."""
+    kernel = _gather_codes_parallel if out.size >= PARALLEL_GATHER_MIN else _gather_codes_serial
+    kernel(buf, base, offsets, bits, out)
 
 
 def _affine_offsets(strides, shape):
