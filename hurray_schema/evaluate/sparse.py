@@ -20,7 +20,7 @@ from ..limits import resolve_limits
 from ..model import CooLayout, CscLayout, CsfLayout, CsrLayout, ElementType
 from ..structs.element_types import element_type_info
 from .elements import CODE_VIEW_TYPES, UnsupportedEvaluation, numpy_dtype
-from .quant import OUT_BF16, OUT_F16, OUT_F32, decode_gather, param_indices, quant_params
+from .quant import OUT_BF16, OUT_F16, OUT_F32, decode_gather, param_indices_at, quant_params
 from .tensor import _gather_codes, as_bytes, as_evaluated, charge, check_representable, check_shape, new_array
 
 __all__ = ["sparse_entries", "sparse_linear", "densify", "linear_indices"]
@@ -119,7 +119,7 @@ def _values(desc, buffers, coords, target) -> np.ndarray:
         raise HurraySchemaError(f"values: needs {need} bytes, buffer 0 has {buf.size}")
     if desc.quantization is not None:
         p = quant_params(desc, buffers)
-        pidx = np.ascontiguousarray(param_indices(p, desc.shape)[tuple(coords.T)], np.int64)
+        pidx = param_indices_at(p, desc.shape, coords)
         if pidx.size and (pidx.max() >= p.scales.size or (p.zps.size > 1 and pidx.max() >= p.zps.size)):
             raise HurraySchemaError("quantization parameter buffer is too short for the tensor")
         work = np.dtype(np.float32) if target in (E.FLOAT32, E.FLOAT64) else out_dtype
