@@ -363,3 +363,20 @@ def test_a_huge_quantized_sparse_tensor_is_read_entry_by_entry():
         tracemalloc.stop()
     assert peak < TRACED_CEILING
     assert coords.tolist() == [[1 << 29]] and values.tolist() == [2.0]  # (7 - 3) * 0.5
+
+
+def test_a_partition_of_a_private_type_is_its_raw_codes():
+    """The reference cannot write a composite of a private type; ours round-trips through a stream."""
+    ext = hs.ExtensionType(16)
+    head = TensorDescriptor(0xF7, (4,), CompositeLayout(CompositionRule.PARTITION, 2), extension_type=ext)
+    members = [Tensor(TensorDescriptor(0xF7, (2,), buffers=(BufferHandle(4),), extension_type=ext,
+                                       shard=Shard((4,), (start,))),
+                      [np.array([10 * start, 10 * start + 1], "<u2").tobytes()]) for start in (0, 2)]
+    sink = io.BytesIO()
+    write_stream(sink, [hs.Composite(head, members)])
+    part = only_item(sink.getvalue())
+    got = part.materialize()
+    assert got.dtype == np.dtype("<u2")
+    np.testing.assert_array_equal(got, [0, 1, 20, 21])
+    np.testing.assert_array_equal(part.read(((1, 3),)), [1, 20])
+    assert part.lookup((3,)) == 21
