@@ -380,3 +380,23 @@ def test_a_partition_of_a_private_type_is_its_raw_codes():
     np.testing.assert_array_equal(got, [0, 1, 20, 21])
     np.testing.assert_array_equal(part.read(((1, 3),)), [1, 20])
     assert part.lookup((3,)) == 21
+
+
+# --------------------------------------------------------------------------------------
+# Found by the evaluation fuzz (tests/test_fuzz_mutations.py::test_evaluation_survives_mutations)
+# --------------------------------------------------------------------------------------
+
+
+def test_a_quantization_scheme_kept_opaque_is_unsupported():
+    """A permissive reader keeps an unknown scheme as ``UnknownQuantization`` (it has no axis)."""
+    desc = TensorDescriptor(hs.ElementType.UINT8, (4,), buffers=(BufferHandle(4),),
+                            quantization=hs.UnknownQuantization(0x77, 1, 0))
+    with pytest.raises(UnsupportedEvaluation):
+        hs.tensor_to_numpy(desc, [bytes(4)])
+
+
+@pytest.mark.parametrize("layout", [TiledLayout((1 << 63, 1)), TiledLayout((2, 2), hs.LayoutTag.STRIDED, hs.LayoutTag.ROW_MAJOR, outer_strides=(1 << 63, 1))])
+def test_tiled_fields_beyond_64_bit_offsets_are_refused(layout):
+    desc = TensorDescriptor(hs.ElementType.FLOAT32, (4, 4), layout, buffers=(BufferHandle(64),))
+    with pytest.raises(HurraySchemaError):
+        hs.tensor_to_numpy(desc, [bytes(64)])

@@ -13,6 +13,9 @@ Every item the stream and file readers accept is also evaluated (``fuzz.targets.
 shape cannot make the run slow; the budget check is the same at any size); the traced peak
 may then exceed the readers' bound by ``Evaluation.memory_allowance``.
 
+A further 20,000 mutants of ``fuzz.evaluation_corpus`` (every layout and scheme the evaluator
+decodes) go through ``read_stream`` and evaluation.
+
 Entry points this build does not have yet are skipped (``fuzz.targets.entry_point``).
 """
 
@@ -26,9 +29,11 @@ import pytest
 import hurray_schema as hs
 from fuzz import targets
 from fuzz.corpus import seed_files, seed_inputs, seed_streams
+from fuzz.evaluation_corpus import evaluation_streams
 from fuzz.mutate import hot_regions, mutate, refresh_index_crc
 
 INPUTS_PER_ENTRY_POINT = 20_000
+EVALUATION_INPUTS = INPUTS_PER_ENTRY_POINT
 TRACE_EVERY = 10
 MEMORY_SLACK = 1 << 20  # bytes allowed beyond MEMORY_FACTOR x input size
 MEMORY_FACTOR = 4
@@ -113,6 +118,19 @@ def test_read_stream_survives_mutations(framing):
         tally.run(targets.run_read_stream, data, _traced(i), data, mode, framing, tally.evaluation)
     assert tally.rejected > 0 and tally.accepted > 0, tally.rules
     assert tally.evaluation.values > 0 and tally.evaluation.refused, tally.evaluation
+
+
+def test_evaluation_survives_mutations():
+    """Mutants of streams of every layout, scheme and crash class the evaluator handles
+    (``fuzz.evaluation_corpus``): each item the reader accepts is evaluated."""
+    _require("read_stream")
+    tally = Tally(targets.Evaluation(rng=random.Random(17)))
+    for i, data in _mutants(evaluation_streams(), 17, EVALUATION_INPUTS):
+        mode = "permissive" if i % 2 else "strict"
+        tally.run(targets.run_read_stream, data, _traced(i), data, mode, "bare", tally.evaluation)
+    assert tally.rejected > 0 and tally.accepted > 0, tally.rules
+    refused = tally.evaluation.refused
+    assert tally.evaluation.values > 0 and "max_evaluation_bytes" in refused and "UnsupportedEvaluation" in refused
 
 
 def test_read_file_survives_mutations(tmp_path):

@@ -99,6 +99,8 @@ def quant_params(desc, buffers, param_count=None) -> QuantParams:
             raise HurraySchemaError(f"per-tensor affine cannot decode storage type {info.name}")
         return QuantParams(VAL_INT, NF4_TABLE, np.array([q.scale], np.float32), np.array([q.zero_point], np.int32),
                            PK_TENSOR, 0, 1, 1, bits, signed)
+    if not isinstance(q, (PerChannelAffine, PerBlockAffine, Nf4, Mxfp)):  # kept opaque by a permissive reader
+        raise UnsupportedEvaluation(f"quantization scheme 0x{int(q.scheme):02X} is not evaluated here")
     axis = int(q.axis)
     if axis >= rank:
         raise HurraySchemaError("quantization axis must be < rank")
