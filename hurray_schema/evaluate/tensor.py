@@ -10,7 +10,8 @@ has no values this library can interpret, only codes whose width its Extension T
 section gives (``metadata.md § Extension Type Section``): a tensor of 8, 16, 32 or 64-bit
 codes evaluates to those raw codes as uint8 / uint16 / uint32 / uint64 (little-endian,
 like every whole-byte type); other widths, and a tag no table row or extension section
-describes (kept by a permissive reader), raise :class:`UnsupportedEvaluation`.
+describes (kept by a permissive reader), raise :class:`UnsupportedEvaluation`.  So does an
+empty tensor NumPy cannot hold even empty (float32 ``[0, 2**62]``: :func:`new_array`).
 
 **Evaluation budget.**  An input can describe far more output than it holds (a sparse
 shape of 10**9 elements with three entries, a stride-0 tensor).  Before allocating,
