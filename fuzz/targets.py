@@ -10,14 +10,23 @@ Each ``run_*`` function drives the input to the end -- every item of a stream, e
 tensor, buffer, KV value and index entry of a file, every finding of an audit -- so a
 decoder that only fails lazily is still reached.  It returns normally or raises; the
 caller decides which exceptions are acceptable (only ``HurraySchemaError`` ones).
+
+``run_read_stream`` and ``run_read_file`` also *evaluate* every item they accept when given
+``evaluation=Evaluation(limits, rng)`` (:func:`evaluate`): ``to_numpy`` of a tensor (and of
+each tensor member), ``materialize`` and ``read`` of a random region of a composite, under
+``limits`` (its evaluation budget bounds what a mutant may allocate).  An evaluation that
+raises ``HurraySchemaError`` is counted and the next one runs; any other exception escapes.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import random
 from pathlib import Path
 from typing import Callable, Optional
+
+import attrs
 
 import hurray_schema as hs
 
@@ -51,6 +60,63 @@ def _touch(item) -> None:
         memoryview(b).tobytes()
 
 
+EVALUATION_BUDGET = 64 << 10
+"""``max_evaluation_bytes`` of the fuzz runs: small, so that a mutated shape cannot make a run slow
+(the budget check is the same at any size)."""
+
+EVALUATION_MEMORY_FACTOR = 8
+"""Budgets by which an evaluated input's traced peak may exceed the readers' memory bound (the
+output, one member decoded whole for ``read``, NumPy temporaries)."""
+
+EVALUATION_LIMITS = hs.Limits(max_evaluation_bytes=EVALUATION_BUDGET)
+
+
+@attrs.define
+class Evaluation:
+    """How accepted items are evaluated: under ``limits``, regions drawn from ``rng``; the outcome
+    counts of every evaluation call."""
+
+    limits: hs.Limits = EVALUATION_LIMITS
+    rng: random.Random = attrs.field(factory=lambda: random.Random(0))
+    values: int = 0
+    refused: dict = attrs.field(factory=dict)
+
+    @property
+    def memory_allowance(self) -> int:
+        """Bytes of traced peak an evaluated input may add to the readers' bound."""
+        return EVALUATION_MEMORY_FACTOR * self.limits.max_evaluation_bytes
+
+    def call(self, fn, *args, **kw) -> None:
+        try:
+            fn(*args, limits=self.limits, **kw)
+        except hs.HurraySchemaError as exc:
+            name = getattr(exc, "limit", None) or getattr(exc, "rule_id", None) or type(exc).__name__
+            self.refused[name] = self.refused.get(name, 0) + 1
+        else:
+            self.values += 1
+
+    def region(self, shape) -> tuple:
+        """A random box of ``shape``: (start, stop) per dimension, possibly empty."""
+        box = []
+        for n in shape:
+            start = self.rng.randint(0, n) if n >= 0 else 0
+            box.append((start, self.rng.randint(start, max(start, n))))
+        return tuple(box)
+
+
+def evaluate(item, evaluation: Evaluation) -> None:
+    """Evaluate one item a reader accepted (see the module docstring)."""
+    members = getattr(item, "members", None)
+    if members is None:
+        evaluation.call(item.to_numpy)
+        return
+    evaluation.call(item.materialize)
+    evaluation.call(item.read, evaluation.region(item.shape))
+    for m in members:
+        if getattr(m, "members", None) is None:
+            evaluation.call(m.to_numpy)
+
+
 def run_decode_descriptor(data: bytes, mode: str = "strict", **kw):
     """Decode ``data`` and check the compiled-signature path against the general decoder:
     same descriptor, or the same error (a disagreement raises ``AssertionError``)."""
@@ -79,12 +145,15 @@ def _check_general(data: bytes, mode: str, kw: dict, outcome: tuple) -> None:
         raise AssertionError(f"compiled and general decoders disagree: {outcome!r} != {want!r}")
 
 
-def run_read_stream(data: bytes, mode: str = "strict", framing: str = "bare", **kw) -> int:
+def run_read_stream(data: bytes, mode: str = "strict", framing: str = "bare",
+                    evaluation: Optional[Evaluation] = None, **kw) -> int:
     n = 0
     reader = entry_point("read_stream")(data, framing=framing, mode=mode, **kw)
     try:
         for item in reader:
             _touch(item)
+            if evaluation is not None:
+                evaluate(item, evaluation)
             n += 1
     finally:
         close = getattr(reader, "close", None)
@@ -93,7 +162,7 @@ def run_read_stream(data: bytes, mode: str = "strict", framing: str = "bare", **
     return n
 
 
-def run_read_file(path, mode: str = "strict", **kw) -> int:
+def run_read_file(path, mode: str = "strict", evaluation: Optional[Evaluation] = None, **kw) -> int:
     n = 0
     with entry_point("read_file")(path, mode=mode, **kw) as f:
         getattr(f, "kv", None)
@@ -102,6 +171,8 @@ def run_read_file(path, mode: str = "strict", **kw) -> int:
             entries()
         for name in f:
             _touch(f[name])
+            if evaluation is not None:
+                evaluate(f[name], evaluation)
             n += 1
     return n
 

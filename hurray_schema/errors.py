@@ -11,7 +11,8 @@ This module imports nothing from the package, so every layer (the wire declarati
 
 from __future__ import annotations
 
-__all__ = ["HurraySchemaError", "SpecViolation", "LimitExceeded", "EncodeError", "FieldRangeError"]
+__all__ = ["HurraySchemaError", "SpecViolation", "LimitExceeded", "EncodeError", "FieldRangeError",
+           "UnsupportedEvaluation"]
 
 
 class HurraySchemaError(Exception):
@@ -92,3 +93,9 @@ class FieldRangeError(EncodeError):
 
     def __reduce__(self):
         return (type(self), (self.field, self.value, self.width, self.reason, self.citation))
+
+
+class UnsupportedEvaluation(HurraySchemaError):
+    """The tensor is valid but this evaluator cannot compute its values: float128, a private element
+    type whose codes are not 8, 16, 32 or 64 bits wide, a tag no table row describes, or a shape
+    NumPy cannot hold (see :mod:`hurray_schema.evaluate.tensor`)."""

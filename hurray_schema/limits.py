@@ -18,6 +18,16 @@ Two kinds of bound are involved:
   The tiled recursion depth is of this kind too: the spec asks for *a* configured limit
   (8 recommended, ``layouts/tiled.md § Recursive Tiling``) and a breach of the configured
   limit is a :class:`~hurray_schema.errors.SpecViolation`.
+* **Evaluation budget** -- ``max_evaluation_bytes`` bounds what one step of the evaluator
+  (``Tensor.to_numpy``, sparse densify, ``Composite.materialize`` / ``read``) allocates,
+  however small the input: a 153-byte sparse stream can describe a shape of 10**9
+  elements, a stride-0 tensor repeats one element as often as its shape says.  The
+  evaluator takes ``limits=`` itself (an item does not remember the limits it was read with).
+  The cost is compared with the budget *before* anything is allocated (the exact rule is
+  in :mod:`hurray_schema.evaluate.tensor`); a breach raises
+  :class:`~hurray_schema.errors.LimitExceeded` naming ``max_evaluation_bytes``.  There
+  is no wire field behind it, so a caller may raise it up to 2**64 - 1.  Evaluating into
+  a caller-allocated ``out=`` array is not charged.
 
 Independently of the limits, every count read from the input is checked against the
 bytes that remain before anything is allocated for it, so memory stays bounded by a
@@ -56,6 +66,7 @@ HARD_MAXIMUM = {
     "max_index_entries": U64,  # index_entry_count is a uint64 (file-format.md § Index Encoding)
     "max_message_bytes": U32,  # payload_length is a uint32 (interchange.md § Message Framing)
     "max_stream_tensors": U64,  # a stream has no count of its own
+    "max_evaluation_bytes": U64,  # no wire field: bounded only by the memory of the caller's machine
 }
 """The largest value each limit may be raised to: the spec's cap or the wire type's range."""
 
@@ -99,6 +110,9 @@ class Limits:
     max_index_entries: int = _limit(1 << 20, "Largest index_entry_count of a file.")
     max_message_bytes: int = _limit(64 * MiB, "Largest interchange message payload_length accepted.")
     max_stream_tensors: int = _limit(U64, "Most top-level tensors read from one stream.")
+    max_evaluation_bytes: int = _limit(1 * GiB, "Most bytes one evaluation step allocates: its output plus the "
+                                                "per-element tables it builds (to_numpy, densify, materialize, "
+                                                "read); nothing is charged with out=.")
 
     def evolve(self, **changes) -> "Limits":
         """A copy with some limits changed (validated like the constructor)."""

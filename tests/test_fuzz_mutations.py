@@ -7,6 +7,15 @@ swapped chunks), aimed at the bytes decoders look at.  Per entry point 20,000 in
 every 10th one runs under ``tracemalloc`` and its peak allocation must stay below
 1 MiB plus a few times the input's size.
 
+Every item the stream and file readers accept is also evaluated (``fuzz.targets.evaluate``:
+``to_numpy``, ``materialize``, ``read`` of a random region) and must give a value or a
+``HurraySchemaError``, under the lowered budget ``fuzz.targets.EVALUATION_LIMITS`` (a mutated
+shape cannot make the run slow; the budget check is the same at any size); the traced peak
+may then exceed the readers' bound by ``Evaluation.memory_allowance``.
+
+A further 20,000 mutants of ``fuzz.evaluation_corpus`` (every layout and scheme the evaluator
+decodes) go through ``read_stream`` and evaluation.
+
 Entry points this build does not have yet are skipped (``fuzz.targets.entry_point``).
 """
 
@@ -20,9 +29,11 @@ import pytest
 import hurray_schema as hs
 from fuzz import targets
 from fuzz.corpus import seed_files, seed_inputs, seed_streams
+from fuzz.evaluation_corpus import evaluation_streams
 from fuzz.mutate import hot_regions, mutate, refresh_index_crc
 
 INPUTS_PER_ENTRY_POINT = 20_000
+EVALUATION_INPUTS = INPUTS_PER_ENTRY_POINT
 TRACE_EVERY = 10
 MEMORY_SLACK = 1 << 20  # bytes allowed beyond MEMORY_FACTOR x input size
 MEMORY_FACTOR = 4
@@ -41,9 +52,11 @@ def _require(name: str):
 class Tally:
     """Outcome counts and the invariants every outcome must satisfy."""
 
-    def __init__(self):
+    def __init__(self, evaluation: targets.Evaluation | None = None):
         self.accepted = self.rejected = 0
         self.rules: dict[str, int] = {}
+        self.evaluation = evaluation
+        self.memory_allowance = MEMORY_SLACK + (0 if evaluation is None else evaluation.memory_allowance)
 
     def run(self, fn, data: bytes, traced: bool, *args, **kw):
         if traced:
@@ -69,7 +82,7 @@ class Tally:
             if traced:
                 _, peak = tracemalloc.get_traced_memory()
                 tracemalloc.stop()
-                assert peak < MEMORY_SLACK + MEMORY_FACTOR * len(data), (peak, len(data), data[:64].hex())
+                assert peak < self.memory_allowance + MEMORY_FACTOR * len(data), (peak, len(data), data[:64].hex())
         return result
 
 
@@ -99,11 +112,25 @@ def test_read_stream_survives_mutations(framing):
     seeds = seed_streams(framing)
     if not seeds:
         pytest.skip(f"no writer for {framing} streams in this build")
-    tally = Tally()
+    tally = Tally(targets.Evaluation(rng=random.Random(framing)))
     for i, data in _mutants(seeds, 7 + len(framing)):
         mode = "permissive" if i % 2 else "strict"
-        tally.run(targets.run_read_stream, data, _traced(i), data, mode, framing)
+        tally.run(targets.run_read_stream, data, _traced(i), data, mode, framing, tally.evaluation)
     assert tally.rejected > 0 and tally.accepted > 0, tally.rules
+    assert tally.evaluation.values > 0 and tally.evaluation.refused, tally.evaluation
+
+
+def test_evaluation_survives_mutations():
+    """Mutants of streams of every layout, scheme and crash class the evaluator handles
+    (``fuzz.evaluation_corpus``): each item the reader accepts is evaluated."""
+    _require("read_stream")
+    tally = Tally(targets.Evaluation(rng=random.Random(17)))
+    for i, data in _mutants(evaluation_streams(), 17, EVALUATION_INPUTS):
+        mode = "permissive" if i % 2 else "strict"
+        tally.run(targets.run_read_stream, data, _traced(i), data, mode, "bare", tally.evaluation)
+    assert tally.rejected > 0 and tally.accepted > 0, tally.rules
+    refused = tally.evaluation.refused
+    assert tally.evaluation.values > 0 and "max_evaluation_bytes" in refused and "UnsupportedEvaluation" in refused
 
 
 def test_read_file_survives_mutations(tmp_path):
@@ -112,17 +139,18 @@ def test_read_file_survives_mutations(tmp_path):
     if not seeds:
         pytest.skip("no writer for files in this build")
     scratch = targets.scratch_file()
-    tally = Tally()
+    tally = Tally(targets.Evaluation(rng=random.Random(11)))
     try:
         for i, data in _mutants(seeds, 11):
             if i % 2:
                 data = refresh_index_crc(data)  # reach the index and KV decoders past the CRC
             targets.write_scratch(scratch, data)
             mode = "permissive" if i % 4 >= 2 else "strict"
-            tally.run(targets.run_read_file, data, _traced(i), scratch, mode)
+            tally.run(targets.run_read_file, data, _traced(i), scratch, mode, tally.evaluation)
     finally:
         scratch.unlink(missing_ok=True)
     assert tally.rejected > 0 and tally.accepted > 0, tally.rules
+    assert tally.evaluation.values > 0 and tally.evaluation.refused, tally.evaluation
 
 
 def test_audit_survives_mutations(tmp_path):

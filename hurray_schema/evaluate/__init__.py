@@ -4,6 +4,11 @@ Entry points: :func:`tensor_to_numpy` (one tensor's logical array), :func:`mater
 (a composite's view), :func:`lookup` and :func:`read` (one element / one box of a
 partition or overlay).  Inputs are duck-typed: a tensor has ``.descriptor`` and
 ``.buffers``; a composite has ``.descriptor`` (the head) and ``.members``.
+
+``tensor_to_numpy``, ``densify``, ``materialize`` and ``read`` take ``limits=`` (a
+:class:`~hurray_schema.limits.Limits`, default :data:`~hurray_schema.limits.DEFAULT_LIMITS`)
+and refuse an evaluation costing more than ``max_evaluation_bytes`` before allocating it
+(the rule: :mod:`.tensor` and :mod:`.merge` module docstrings).
 """
 
 from .elements import UnsupportedEvaluation, numpy_dtype

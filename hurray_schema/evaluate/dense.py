@@ -31,6 +31,10 @@ MAX_ELEMENTS = 1 << 32
 raise it by assigning ``hurray_schema.evaluate.dense.MAX_ELEMENTS``)."""
 
 
+ADDRESS_MAX = (1 << 62) - 1
+"""Largest tile volume or stride magnitude the offset arithmetic takes (int64, with headroom)."""
+
+
 def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
     strides, acc = [], 1
     for n in reversed(shape):
@@ -79,6 +83,10 @@ def tiled_offsets(layout: TiledLayout, shape: Sequence[int], idx=None) -> np.nda
     tile = tuple(layout.tile_shape)
     if len(tile) != rank or any(t <= 0 for t in tile):
         raise HurraySchemaError("tiled layout: tile_shape needs one positive extent per dimension")
+    for what, values in (("tile element count", (math.prod(tile),)), ("outer_strides", layout.outer_strides or ()),
+                         ("inner_strides", layout.inner_strides or ())):
+        if any(abs(int(v)) > ADDRESS_MAX for v in values):
+            raise HurraySchemaError(f"tiled layout: {what} beyond the 64-bit element offsets this evaluator computes")
     if idx is None:
         idx = _indices(shape)
     grid = tuple(-(-n // t) for n, t in zip(shape, tile))

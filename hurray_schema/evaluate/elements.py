@@ -18,7 +18,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from ..errors import HurraySchemaError
+from ..errors import UnsupportedEvaluation
 from ..model import ElementType
 from ..structs.element_types import element_type_info
 
@@ -27,10 +27,6 @@ __all__ = [
     "f16_add", "bf16_add", "f32_to_f16_fast", "HAS_F16C", "minifloat_table", "load_code", "sign_extend",
     "f16_bits_to_f32_array", "f32_to_f16_bits_array", "bf16_bits_to_f32_array", "f32_to_bf16_bits_array",
 ]
-
-
-class UnsupportedEvaluation(HurraySchemaError):
-    """The tensor is valid but this evaluator cannot compute its values (e.g. float128)."""
 
 
 E = ElementType

@@ -18,18 +18,30 @@ exact cover, the overlay roles and the nesting depth are the binder's checks, wi
 rule ids.  A :class:`~hurray_schema.io.Composite` is validated once (its ``validate()``,
 which readers have already answered); any other object is validated on every call.
 
+Evaluation budget (``limits.max_evaluation_bytes``, see :mod:`hurray_schema.evaluate.tensor`),
+charged before each allocation, ``limits=None`` meaning the default limits:
+
+* :func:`materialize` charges the head's array (for a group, the sum of what its members'
+  evaluations cost); a member that cannot be decoded straight into its box, or the offset
+  table a member's decode builds, is charged again as that member's own decode.  With
+  ``out=`` the caller has allocated the result: nothing in the call is charged;
+* :func:`read` charges the region's array, then each intersecting member that is not a
+  zero-copy view of its buffer, decoded whole before the region is cut from it.
+
 Objects are duck-typed: a composite has ``.descriptor`` (the head) and ``.members``; a
 member tensor has ``.descriptor`` and ``.buffers``.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
 from numba import njit, prange
 
 from ..errors import HurraySchemaError
+from ..limits import resolve_limits
 from ..rules.composite import validate_preorder
 from ..model import (BlockPagedLayout, CombineOp, CompositionRule, ElementType, HilbertLayout, LayoutTag,
                      MortonLayout, TiledLayout)
@@ -40,8 +52,9 @@ from .elements import bf16_add, f16_add, numpy_dtype
 from .quant import (OUT_BF16, OUT_F16, OUT_F32, PK_CHANNEL, PK_TENSOR, decode_gather, quant_params,
                     storage_shape)
 from .sparse import linear_indices, sparse_entries, sparse_linear
-from .tensor import (SPARSE_TAGS, readonly, DecodedTypeMismatch, _check_bounds, _gather_codes, as_bytes, check_shape,
-                     decode_into, decoded_type, dense_view, tensor_to_numpy)
+from .tensor import (NOT_CHARGED, SPARSE_TAGS, readonly, DecodedTypeMismatch, _check_bounds, _gather_codes, as_bytes,
+                     as_evaluated, charge, check_shape, decode_cost, decode_into, decoded_type, dense_view, new_array,
+                     tensor_to_numpy)
 
 __all__ = ["materialize", "lookup", "read", "member_values"]
 
@@ -146,7 +159,18 @@ def _box(member, head_shape) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 def _slices(offset, shape):
-    return tuple(slice(o, o + n) for o, n in zip(offset, shape))
+    """Index of the box; the trailing ``...`` keeps a rank-0 box a (0-d) view, not a scalar."""
+    return tuple(slice(o, o + n) for o, n in zip(offset, shape)) + (Ellipsis,)
+
+
+def _c_order(a, dtype=None) -> np.ndarray:
+    """``a`` C-contiguous, keeping its shape (``np.ascontiguousarray`` turns a 0-d array into 1-d)."""
+    return np.asarray(a, dtype, order="C")
+
+
+def _value_type(desc):
+    """The element type a head's (or nested head's) values are evaluated in (a private type: its raw codes)."""
+    return as_evaluated(desc).type_tag
 
 
 def _add_mode(tag) -> int:
@@ -162,14 +186,15 @@ def _kernel_view(a: np.ndarray, tag) -> np.ndarray:
     return a
 
 
-def member_values(member, target, depth: int = 0) -> np.ndarray:
-    """The member's logical array decoded to ``target`` (a nested composite is materialized)."""
+def member_values(member, target, depth: int = 0, limits=None) -> np.ndarray:
+    """The member's logical array decoded to ``target`` (a nested composite is materialized),
+    its cost charged against ``limits``."""
     if _is_composite(member):
-        if member.descriptor.type_tag != target:
+        if _value_type(member.descriptor) != target:
             raise DecodedTypeMismatch("a nested composite's type_tag must equal its parent's")
-        return materialize(member, _depth=depth + 1)
+        return materialize(member, limits=limits, _depth=depth + 1)
     _check_member_type(member.descriptor, target)
-    return tensor_to_numpy(member.descriptor, member.buffers, target)
+    return tensor_to_numpy(member.descriptor, member.buffers, target, limits=limits)
 
 
 def _check_member_type(desc, target) -> None:
@@ -187,25 +212,27 @@ def _plain_view(member, target):
     return dense_view(member.descriptor, member.buffers)
 
 
-def _fill(member, view: np.ndarray, target, depth, patch=None) -> bool:
+def _fill(member, view: np.ndarray, target, depth, limits, patch=None) -> bool:
     """Write the member's values into ``view`` (the member's box of the output).
 
     ``patch`` (see :func:`_sparse_patch`) is a sparse correction that follows; returns True if it
     was applied during the decode (tensor.decode_into fuses it when it can), False if not.
+    A temporary the member's decode needs is charged against ``limits``.
     """
     if _is_composite(member):
-        if member.descriptor.type_tag != target:
+        if _value_type(member.descriptor) != target:
             raise DecodedTypeMismatch("a nested composite's type_tag must equal its parent's")
-        _materialize_into(member, view, depth + 1)
+        _materialize_into(member, view, depth + 1, limits)
         return False
     src = _plain_view(member, target)
     if src is not None:  # zero-copy view of the member's buffer: one (streaming) copy into its box
         copy_into(view, src)
         return False
-    desc = member.descriptor
+    desc = as_evaluated(member.descriptor)
     if view.flags.c_contiguous and desc.layout.tag not in SPARSE_TAGS and target != E.FLOAT64:
+        charge(decode_cost(desc, view.shape, view.dtype, target, output=False), limits)
         return decode_into(desc, member.buffers, view, patch=patch)
-    np.copyto(view, tensor_to_numpy(desc, member.buffers, target))
+    np.copyto(view, tensor_to_numpy(desc, member.buffers, target, limits=limits))
     return False
 
 
@@ -233,10 +260,10 @@ def _head(composite):
     return head
 
 
-def _materialize_into(composite, out: np.ndarray, depth: int) -> None:
+def _materialize_into(composite, out: np.ndarray, depth: int, limits) -> None:
     head = _head(composite)
     rule, combine = head.layout.composition_rule, head.layout.combine_op
-    target = head.type_tag
+    target = _value_type(head)
     members = list(composite.members)
     head_shape = tuple(out.shape)
     if rule == CompositionRule.PARTITION:
@@ -246,7 +273,7 @@ def _materialize_into(composite, out: np.ndarray, depth: int) -> None:
             if 0 not in shp:
                 src = _plain_view(m, target)
                 if src is None:
-                    _fill(m, out[_slices(off, shp)], target, depth)
+                    _fill(m, out[_slices(off, shp)], target, depth, limits)
                 else:
                     copies.append((out[_slices(off, shp)], src))
         copy_boxes(copies)
@@ -263,7 +290,7 @@ def _materialize_into(composite, out: np.ndarray, depth: int) -> None:
         off, shp = _box(members[1], head_shape)
         if 0 not in shp:
             first = _sparse_patch(members[1], target, off, head_shape, combine)
-    fused = _fill(base, out, target, depth, first)
+    fused = _fill(base, out, target, depth, limits, first)
     for k, m in enumerate(members[1:]):
         off, shp = _box(m, head_shape)
         if 0 in shp:
@@ -280,11 +307,11 @@ def _materialize_into(composite, out: np.ndarray, depth: int) -> None:
             continue
         box = out[_slices(off, shp)]
         if combine == CombineOp.REPLACE:
-            _fill(m, box, target, depth)
+            _fill(m, box, target, depth, limits)
             continue
-        vals = member_values(m, target, depth)
+        vals = member_values(m, target, depth, limits)
         if mode in (ADD_F16, ADD_BF16):
-            acc = np.ascontiguousarray(box)
+            acc = _c_order(box)
             _add_dense_bits(acc.reshape(-1).view(np.uint16), np.ascontiguousarray(vals).reshape(-1).view(np.uint16),
                             mode)
             np.copyto(box, acc)
@@ -294,31 +321,52 @@ def _materialize_into(composite, out: np.ndarray, depth: int) -> None:
             np.add(box, vals, out=box, casting="unsafe")
 
 
-def materialize(composite, *, out: np.ndarray | None = None, _depth: int = 0):
+def _evaluation_cost(item) -> int:
+    """What :func:`materialize` (a composite) or ``tensor_to_numpy`` (a tensor) charges for ``item``."""
+    if _is_composite(item):
+        head = _head(item)
+        if head.layout.composition_rule == CompositionRule.GROUP:
+            return sum(_evaluation_cost(m) for m in item.members)
+        shape = check_shape(head.shape)
+        return math.prod(shape) * numpy_dtype(_value_type(head)).itemsize
+    desc = as_evaluated(item.descriptor)
+    target = decoded_type(desc)
+    shape = check_shape(desc.shape)
+    return decode_cost(desc, shape, numpy_dtype(target), target)
+
+
+def materialize(composite, *, out: np.ndarray | None = None, limits=None, _depth: int = 0):
     """The composite's logical view: an array (partition, overlay) or a tuple of arrays (group).
 
     ``out`` (C-contiguous, the head's shape and dtype) receives the view instead of a fresh
     array, saving the allocation and first-touch page faults on repeated evaluation.
+    Without ``out``, the head's array (for a group, the sum of its members' costs) is charged
+    against ``limits.max_evaluation_bytes`` (``None``: the default limits) before anything is
+    allocated -- :class:`~hurray_schema.errors.LimitExceeded` if larger; with ``out`` nothing is.
+    A private head type evaluates to its raw codes (``tensor.as_evaluated``).
     """
+    limits = resolve_limits(limits) if out is None else NOT_CHARGED
     head = _head(composite)
     if not _depth:
         _validated(composite)
     if head.layout.composition_rule == CompositionRule.GROUP:
-        out = []
+        charge(_evaluation_cost(composite), limits)
+        values = []
         for m in composite.members:
             if _is_composite(m):
-                out.append(materialize(m, _depth=_depth + 1))
+                values.append(materialize(m, limits=limits, _depth=_depth + 1))
             else:
-                out.append(tensor_to_numpy(m.descriptor, m.buffers))
-        return tuple(out)
+                values.append(tensor_to_numpy(m.descriptor, m.buffers, limits=limits))
+        return tuple(values)
     shape = check_shape(head.shape)
-    dtype = numpy_dtype(head.type_tag)
+    dtype = numpy_dtype(_value_type(head))
     if out is None:
-        out = np.empty(shape, dtype)
+        charge(math.prod(shape) * dtype.itemsize, limits)
+        out = new_array(shape, dtype)
     elif out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous or not out.flags.writeable:
         raise ValueError(f"out must be a writeable C-contiguous {dtype} array of shape {shape}")
     if out.size:
-        _materialize_into(composite, out, _depth)
+        _materialize_into(composite, out, _depth, limits)
     return out
 
 
@@ -365,7 +413,7 @@ def _param_index(p, shape, index) -> int:
 
 def _read_element(member, index, target):
     """One element of a non-composite member, decoded to ``target`` (a 0-d array)."""
-    desc = member.descriptor
+    desc = as_evaluated(member.descriptor)
     dtype = numpy_dtype(target)
     if desc.layout.tag in SPARSE_TAGS:
         coords, vals = sparse_entries(desc, member.buffers, target, check_duplicates=False)
@@ -410,7 +458,7 @@ def lookup(composite, index: Sequence[int], _depth: int = 0):
     index = tuple(int(i) for i in index)
     if len(index) != len(shape) or any(not 0 <= i < n for i, n in zip(index, shape)):
         raise IndexError(f"index {index} outside shape {shape}")
-    target = head.type_tag
+    target = _value_type(head)
     rule = head.layout.composition_rule
 
     def one(member, local):
@@ -464,17 +512,26 @@ def _region(region, shape):
     return tuple(lo), tuple(hi)
 
 
-def read(composite, region, _depth: int = 0) -> np.ndarray:
+def read(composite, region, *, limits=None, _depth: int = 0) -> np.ndarray:
     """The box ``region`` (slices or (start, stop) pairs) of the logical view; only members that
-    intersect it are decoded."""
+    intersect it are decoded.
+
+    The region's array, then each intersecting member that is not a zero-copy view of its
+    buffer (it is decoded whole), are charged against ``limits.max_evaluation_bytes``
+    (``None``: the default limits) before being allocated: :class:`LimitExceeded` if larger.
+    """
+    limits = resolve_limits(limits)
     head = _head(composite)
     if not _depth:
         _validated(composite)
     shape = check_shape(head.shape)
     lo, hi = _region(region, shape)
-    target = head.type_tag
+    target = _value_type(head)
     rule = head.layout.composition_rule
-    out = np.zeros(tuple(h - l for l, h in zip(lo, hi)), numpy_dtype(target))
+    out_shape = tuple(h - l for l, h in zip(lo, hi))
+    dtype = numpy_dtype(target)
+    charge(math.prod(out_shape) * dtype.itemsize, limits)
+    out = new_array(out_shape, dtype, zeros=True)
     if out.size == 0:
         return out
 
@@ -485,12 +542,15 @@ def read(composite, region, _depth: int = 0) -> np.ndarray:
         if any(x >= y for x, y in zip(a, b)):
             return None
         local = tuple((x - o, y - o) for x, y, o in zip(a, b, off))
+        box = tuple(slice(x, y) for x, y in local) + (Ellipsis,)
         if _is_composite(member):
-            vals = read(member, local, _depth + 1)
+            vals = read(member, local, limits=limits, _depth=_depth + 1)
         else:
-            full = member_values(member, target, _depth)
-            vals = full[tuple(slice(x, y) for x, y in local)]
-        return tuple(slice(x - l, y - l) for x, y, l in zip(a, b, lo)), vals, local
+            full = _plain_view(member, target)  # zero-copy: only the region's elements are read
+            if full is None:
+                full = member_values(member, target, _depth, limits)
+            vals = full[box]
+        return tuple(slice(x - l, y - l) for x, y, l in zip(a, b, lo)) + (Ellipsis,), vals, local
 
     members = list(composite.members)
     if rule == CompositionRule.PARTITION:
@@ -527,8 +587,8 @@ def read(composite, region, _depth: int = 0) -> np.ndarray:
         if combine == CombineOp.REPLACE:
             out[sl] = vals
         else:
-            acc = np.ascontiguousarray(out[sl])
-            v = np.ascontiguousarray(vals, acc.dtype)
+            acc = _c_order(out[sl])
+            v = _c_order(vals, acc.dtype)
             if mode in (ADD_F16, ADD_BF16):
                 _add_dense_bits(acc.reshape(-1).view(np.uint16), v.reshape(-1).view(np.uint16), mode)
             elif mode == ADD_OR:

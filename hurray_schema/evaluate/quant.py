@@ -29,7 +29,7 @@ from .elements import (UnsupportedEvaluation, bf16_add, bf16_bits_to_f32_array, 
 from .simd import LANES, VECTOR_F16, int4x32
 
 __all__ = ["QuantParams", "quant_params", "decode_rows", "decode_rows_lut", "decode_rows_int4", "decode_gather",
-           "OUT_F32", "OUT_F16", "OUT_BF16", "storage_shape", "param_indices", "int4_vector_ok", "NO_PATCH",
+           "OUT_F32", "OUT_F16", "OUT_BF16", "storage_shape", "param_indices", "param_indices_at", "int4_vector_ok", "NO_PATCH",
            "PATCH_REPLACE", "PATCH_ADD"]
 
 E = ElementType
@@ -99,6 +99,8 @@ def quant_params(desc, buffers, param_count=None) -> QuantParams:
             raise HurraySchemaError(f"per-tensor affine cannot decode storage type {info.name}")
         return QuantParams(VAL_INT, NF4_TABLE, np.array([q.scale], np.float32), np.array([q.zero_point], np.int32),
                            PK_TENSOR, 0, 1, 1, bits, signed)
+    if not isinstance(q, (PerChannelAffine, PerBlockAffine, Nf4, Mxfp)):  # kept opaque by a permissive reader
+        raise UnsupportedEvaluation(f"quantization scheme 0x{int(q.scheme):02X} is not evaluated here")
     axis = int(q.axis)
     if axis >= rank:
         raise HurraySchemaError("quantization axis must be < rank")
@@ -170,6 +172,21 @@ def param_indices(p: QuantParams, shape) -> np.ndarray:
         if d != p.axis:
             outer = outer * np.int64(shape[d]) + idx[d]
     return np.broadcast_to(outer * np.int64(p.nb) + idx[p.axis] // p.block, shape)
+
+
+def param_indices_at(p: QuantParams, shape, coords: np.ndarray) -> np.ndarray:
+    """Parameter index of the elements at ``coords`` ((n, rank) int64) only: what
+    ``param_indices(p, shape)[tuple(coords.T)]`` gives, without a table of the whole shape."""
+    count = coords.shape[0]
+    if p.pk == PK_TENSOR:
+        return np.zeros(count, np.int64)
+    if p.pk == PK_CHANNEL:
+        return np.ascontiguousarray(coords[:, p.axis])
+    outer = np.zeros(count, np.int64)
+    for d, n in enumerate(shape):
+        if d != p.axis:
+            outer = outer * np.int64(n) + coords[:, d]
+    return outer * np.int64(p.nb) + coords[:, p.axis] // p.block
 
 
 # ------------------------------------------------------------------------------------

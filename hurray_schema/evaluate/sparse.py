@@ -4,20 +4,24 @@ COO (``layouts/coo.md § Storage Order``), CSR (``layouts/csr.md § Row Iteratio
 (``layouts/csc.md § Column Iteration``) and CSF (``layouts/csf.md § Iteration``, any
 ``mode_order``).  Unstored coordinates are zero (``layouts/coo.md § Element Lookup``).
 Coordinates are bound-checked before use; duplicate coordinates are rejected
-(``layouts/coo.md § Validity Constraints``).
+(``layouts/coo.md § Validity Constraints``).  :func:`densify` charges its output against
+the evaluation budget before reading a coordinate (``hurray_schema.evaluate.tensor``).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numba import njit
 
 from ..errors import HurraySchemaError
+from ..limits import resolve_limits
 from ..model import CooLayout, CscLayout, CsfLayout, CsrLayout, ElementType
 from ..structs.element_types import element_type_info
 from .elements import CODE_VIEW_TYPES, UnsupportedEvaluation, numpy_dtype
-from .quant import OUT_BF16, OUT_F16, OUT_F32, decode_gather, param_indices, quant_params
-from .tensor import _gather_codes, as_bytes, check_shape
+from .quant import OUT_BF16, OUT_F16, OUT_F32, decode_gather, param_indices_at, quant_params
+from .tensor import _gather_codes, as_bytes, as_evaluated, charge, check_representable, check_shape, new_array
 
 __all__ = ["sparse_entries", "sparse_linear", "densify", "linear_indices"]
 
@@ -115,7 +119,7 @@ def _values(desc, buffers, coords, target) -> np.ndarray:
         raise HurraySchemaError(f"values: needs {need} bytes, buffer 0 has {buf.size}")
     if desc.quantization is not None:
         p = quant_params(desc, buffers)
-        pidx = np.ascontiguousarray(param_indices(p, desc.shape)[tuple(coords.T)], np.int64)
+        pidx = param_indices_at(p, desc.shape, coords)
         if pidx.size and (pidx.max() >= p.scales.size or (p.zps.size > 1 and pidx.max() >= p.zps.size)):
             raise HurraySchemaError("quantization parameter buffer is too short for the tensor")
         work = np.dtype(np.float32) if target in (E.FLOAT32, E.FLOAT64) else out_dtype
@@ -134,6 +138,7 @@ def _values(desc, buffers, coords, target) -> np.ndarray:
 def sparse_entries(desc, buffers, target=None, *, check_duplicates=True) -> tuple[np.ndarray, np.ndarray]:
     """(coords (nnz, rank) int64, values (nnz,) decoded to ``target``) in storage order."""
     from .tensor import _target
+    desc = as_evaluated(desc)
     target = _target(desc, target)
     coords = _coordinates(desc, buffers)
     if check_duplicates and coords.shape[0] > 1:
@@ -193,6 +198,7 @@ def _coo_linear_2d(idx, mshape, offset, hshape, check_sorted):
 
 def sparse_linear(desc, buffers, target, offset, head_shape) -> tuple[np.ndarray, np.ndarray]:
     """(row-major linear index in ``head_shape`` of every stored entry shifted by ``offset``, values)."""
+    desc = as_evaluated(desc)
     shape = check_shape(desc.shape)
     if isinstance(desc.layout, CooLayout) and desc.quantization is None and len(shape) >= 1:
         from .tensor import _target
@@ -214,13 +220,21 @@ def sparse_linear(desc, buffers, target, offset, head_shape) -> tuple[np.ndarray
     return linear_indices(coords + np.asarray(offset, np.int64), head_shape), values
 
 
-def densify(desc, buffers, target=None) -> np.ndarray:
-    """Dense logical array of a sparse tensor; unstored elements are zero."""
+def densify(desc, buffers, target=None, *, limits=None) -> np.ndarray:
+    """Dense logical array of a sparse tensor; unstored elements are zero.
+
+    The dense array's bytes are charged against ``limits.max_evaluation_bytes`` (``None``: the
+    default limits) before anything is read or allocated: :class:`LimitExceeded` if larger.
+    """
     from .tensor import _target
+    desc = as_evaluated(desc)
     target = _target(desc, target)
     shape = check_shape(desc.shape)
+    dtype = numpy_dtype(target)
+    charge(math.prod(shape) * dtype.itemsize, resolve_limits(limits))
+    check_representable(shape, dtype)
     coords, values = sparse_entries(desc, buffers, target)
-    out = np.zeros(shape, numpy_dtype(target))
+    out = new_array(shape, dtype, zeros=True)
     if values.size:
         out[tuple(coords.T)] = values
     return out

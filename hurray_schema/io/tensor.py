@@ -100,13 +100,15 @@ class Tensor:
     def nbytes(self) -> int:
         return sum(len(b) for b in self.buffers)
 
-    def to_numpy(self, dtype=None):
+    def to_numpy(self, dtype=None, *, limits=None):
         """The logical array, in its decoded type or ``dtype`` (an ``ElementType``)
         (computed by :func:`hurray_schema.evaluate.tensor_to_numpy`; imported here, at
-        call time, because the evaluator sits above the readers)."""
+        call time, because the evaluator sits above the readers).  An array larger than
+        ``limits.max_evaluation_bytes`` (default 1 GiB; ``limits`` a :class:`~hurray_schema.Limits`)
+        is refused with ``LimitExceeded`` before it is allocated."""
         from ..evaluate import tensor_to_numpy
 
-        return tensor_to_numpy(self.descriptor, self.buffers, dtype)
+        return tensor_to_numpy(self.descriptor, self.buffers, dtype, limits=limits)
 
     def with_name(self, name: Optional[str]) -> "Tensor":
         return Tensor(self.descriptor, self.buffers, name=name)
@@ -237,12 +239,14 @@ class Composite:
 
     # The evaluator sits above the readers: its functions are imported at call time.
 
-    def materialize(self, *, out=None):
+    def materialize(self, *, out=None, limits=None):
         """The merged logical array (a tuple of arrays for a group), bit-exact in the head's
-        type (:func:`hurray_schema.evaluate.materialize`)."""
+        type (:func:`hurray_schema.evaluate.materialize`); refused with ``LimitExceeded``
+        before allocating more than ``limits.max_evaluation_bytes`` (default 1 GiB), unless
+        the caller provides ``out``."""
         from ..evaluate import materialize
 
-        return materialize(self, out=out)
+        return materialize(self, out=out, limits=limits)
 
     def lookup(self, index):
         """One element of the logical view, reading only the member that holds it."""
@@ -250,12 +254,13 @@ class Composite:
 
         return lookup(self, index)
 
-    def read(self, region):
+    def read(self, region, *, limits=None):
         """A box of the logical view (``region``: slices or (start, stop) pairs), touching only
-        the members that intersect it."""
+        the members that intersect it; bounded by ``limits.max_evaluation_bytes`` like
+        :meth:`materialize`."""
         from ..evaluate import read
 
-        return read(self, region)
+        return read(self, region, limits=limits)
 
     def with_name(self, name: Optional[str]) -> "Composite":
         renamed = Composite(self.descriptor, self.members, name=name)
