@@ -357,23 +357,28 @@ def _groups(data, kind: str) -> list[dict]:
     except HurraySchemaError:
         return []
     groups = []
-    for i, n in enumerate(nodes):
+    open_groups: list[dict] = []  # tensors whose nodes are still being read, innermost last
+    for n in nodes:
+        while open_groups and open_groups[-1]["depth"] >= n.depth:
+            open_groups.pop()
+        if n.kind == "opaque" and open_groups and open_groups[-1]["depth"] == n.depth - 1 and n.label.endswith("data"):
+            open_groups[-1]["data_end"] = max(open_groups[-1]["data_end"], n.end)
         if n.kind == "section" and n.depth == 0 and kind in ("file", "messages") and not n.label.startswith("tensor"):
             groups.append({"label": n.label, "start": n.start, "end": n.end, "depth": 0, "text": "",
                            "data_end": n.end, "tensor": False})
+            open_groups.append({"depth": 0, "data_end": 0})  # its nodes belong to no tensor
             continue
-        if n.kind == "section" and (n.label.startswith("tensor") or n.label == "descriptor"):
-            label = n.label if n.label != "descriptor" or kind != "messages" else f"tensor @{n.start}"
-            if "composite" in n.text:
-                label = label.replace("tensor", "composite", 1)
-            data_end = n.end
-            for m in nodes[i + 1:]:
-                if m.depth <= n.depth:
-                    break
-                if m.kind == "opaque" and m.depth == n.depth + 1 and m.label.endswith("data"):
-                    data_end = max(data_end, m.end)
-            groups.append({"label": label, "start": n.start, "end": n.end, "depth": n.depth, "text": n.text,
-                           "data_end": data_end, "tensor": True})
+        if n.kind == "section":
+            if n.label.startswith("tensor") or n.label == "descriptor":
+                label = n.label if n.label != "descriptor" or kind != "messages" else f"tensor @{n.start}"
+                if "composite" in n.text:
+                    label = label.replace("tensor", "composite", 1)
+                group = {"label": label, "start": n.start, "end": n.end, "depth": n.depth, "text": n.text,
+                         "data_end": n.end, "tensor": True}
+                groups.append(group)
+                open_groups.append(group)
+            else:
+                open_groups.append({"depth": n.depth, "data_end": 0})
     return groups
 
 

@@ -738,23 +738,32 @@ def _hexbytes(raw: bytes, total: int, limit: int = 8) -> str:
 
 def _shared_refs(nodes: list[Node]) -> dict[int, str]:
     """Section index → the citation of a section: its own, else the one most of its direct
-    fields share (printed once, on the section line, and left off those fields)."""
+    fields share (printed once, on the section line, and left off those fields).
+
+    One pass: a field or opaque run counts for the innermost open section one level up."""
     shared: dict[int, str] = {}
+    open_sections: list[tuple[int, int, dict[str, int]]] = []  # (depth, index, ref counts)
     for i, n in enumerate(nodes):
-        if n.kind != "section":
+        while open_sections and open_sections[-1][0] >= n.depth:
+            _settle_ref(shared, open_sections.pop())
+        if n.kind == "section":
+            if n.ref:
+                shared[i] = n.ref
+            open_sections.append((n.depth, i, {} if not n.ref else None))
             continue
-        if n.ref:
-            shared[i] = n.ref
-            continue
-        refs: dict[str, int] = {}
-        for child in nodes[i + 1:]:
-            if child.depth <= n.depth:
-                break
-            if child.depth == n.depth + 1 and child.kind in ("field", "opaque") and child.ref:
-                refs[child.ref] = refs.get(child.ref, 0) + 1
-        if refs:
-            shared[i] = max(refs, key=lambda r: refs[r])
+        if open_sections and open_sections[-1][0] == n.depth - 1 and n.kind in ("field", "opaque") and n.ref:
+            refs = open_sections[-1][2]
+            if refs is not None:
+                refs[n.ref] = refs.get(n.ref, 0) + 1
+    while open_sections:
+        _settle_ref(shared, open_sections.pop())
     return shared
+
+
+def _settle_ref(shared: dict[int, str], section: tuple) -> None:
+    _depth, index, refs = section
+    if refs:
+        shared[index] = max(refs, key=lambda r: refs[r])
 
 
 def render_tree(nodes: Iterable[Node], *, citations: bool = True) -> str:
