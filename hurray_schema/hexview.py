@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import itertools
 import math
 import struct
 from typing import Any, Iterable, Optional
@@ -27,7 +28,13 @@ import construct as c
 
 from .docs import presence, spec_type, tag_table
 from .errors import HurraySchemaError
-from .model import DYNAMIC_DIMENSION, OPEN_COMPOSITE, DescriptorFlag, LayoutTag
+from .io.walk import (
+    BUFFER, DATA, DATA_HEADER, DESCRIPTOR, ENTRY, FAULT, FILE_HEADER_PART, INDEX_PART, KV_PART, MESSAGE,
+    MESSAGE_HEADER_PART, PAYLOAD, TENSOR_DATA, TRAILER_PART, TRANSPORT, Faults, Part, Window, detect_kind,
+    walk_bare, walk_file, walk_messages,
+)
+from .model import DYNAMIC_DIMENSION, DescriptorFlag, LayoutTag
+from .rules.engine import Mode
 from .structs import descriptor as D
 from .structs import layouts as L
 from .structs import quantization as Q
@@ -392,34 +399,6 @@ def _walk_quantization(w: _Walker, pos: int, depth: int) -> int:
 # ------------------------------------------------------------------------------------
 
 
-def detect_kind(data) -> str:
-    """``file``, ``descriptor``, ``stream`` (bare), ``messages`` or ``unknown``."""
-    head = bytes(memoryview(data)[:16])
-    try:
-        from .structs import file as F
-
-        if head.startswith(F.FILE_MAGIC):
-            return "file"
-    except ImportError:
-        pass
-    if head.startswith(D.MAGIC):
-        if len(head) >= 10:
-            (length,) = _LENGTH_FIELD.unpack_from(head, _LENGTH_AT)
-            if length < len(memoryview(data)):
-                return "stream"
-        return "descriptor"
-    try:
-        from .structs import stream as S
-
-        if len(head) >= S.MESSAGE_HEADER_SIZE:
-            mtype = plan(S.MESSAGE_HEADER).unpack(head)[0]["message_type"]
-            if mtype in {int(m) for m in S.MessageType}:
-                return "messages"
-    except ImportError:
-        pass
-    return "unknown"
-
-
 def annotate(data, kind: Optional[str] = None) -> list[Node]:
     """Annotate ``data`` (bytes-like) as ``kind`` (detected when ``None``)."""
     kind = kind or detect_kind(data)
@@ -437,45 +416,32 @@ def annotate(data, kind: Optional[str] = None) -> list[Node]:
     raise HurraySchemaError("not a Hurray descriptor, stream or file (no known magic at byte 0)")
 
 
+def _describer(nodes: list[Node], label):
+    """The annotated view's descriptor step for a walk: each descriptor's field nodes go
+    to ``nodes`` under the section ``label()`` names."""
+
+    def describe(buf, base: int, depth: int) -> Part:
+        _, desc, end = annotate_descriptor(buf, base=base, depth=depth, label=label(), nodes=nodes)
+        return Part(DESCRIPTOR, base, base + end, value=desc, depth=depth)
+
+    return describe
+
+
 def _annotate_bare_stream(view: memoryview) -> list[Node]:
     nodes: list[Node] = []
     w = _Walker(view, 0, nodes)
-    pos, index, pending = 0, 0, []
-    while pos < len(view):
-        depth = _depth(pending)
-        sub, desc, n = annotate_descriptor(view[pos:], base=pos, depth=depth, label=f"tensor {index}", nodes=nodes)
-        if desc is None:
-            break
-        _arrive(pending, desc)
-        pos += n
-        for i, handle in enumerate(desc.buffers):
-            if handle.byte_size > len(view) - pos:
-                w.error(f"buffer {i} needs {handle.byte_size} bytes, {len(view) - pos} remain", pos, depth + 1)
-                return nodes
-            pos = w.opaque(f"buffer {i} data", pos, handle.byte_size, depth + 1, ref="buffer-protocol.md § Buffer Handle")
-        index += 1
+    numbers = itertools.count()
+    describe = _describer(nodes, lambda: f"tensor {next(numbers)}")
+    depth = 0
+    for part in walk_bare(Window(view), describe, faults=Faults.ANNOTATE, mode=Mode.PERMISSIVE):
+        if part.kind == DESCRIPTOR:
+            depth = part.depth
+        elif part.kind == BUFFER:
+            w.opaque(f"buffer {part.index} data", part.start, part.end - part.start, depth + 1,
+                     ref="buffer-protocol.md § Buffer Handle")
+        elif part.kind == FAULT:
+            w.error(part.note, part.start, depth + 1)
     return nodes
-
-
-def _arrive(pending: list[int], desc=None) -> int:
-    """Depth of the next tensor in a composite tree; ``pending`` holds the members each
-    open composite still expects (innermost last) and is updated for ``desc``."""
-    while pending and pending[-1] <= 0:
-        pending.pop()
-    depth = len(pending)
-    if pending:
-        pending[-1] -= 1
-    if desc is not None and desc.is_composite_head and desc.layout.member_count != OPEN_COMPOSITE:
-        pending.append(desc.layout.member_count)
-    return depth
-
-
-def _depth(pending: list[int]) -> int:
-    """Depth of the next tensor: open composites, not counting those already complete on top."""
-    depth = len(pending)
-    while depth and pending[depth - 1] <= 0:
-        depth -= 1
-    return depth
 
 
 def _annotate_messages(view: memoryview) -> list[Node]:
@@ -483,34 +449,35 @@ def _annotate_messages(view: memoryview) -> list[Node]:
 
     nodes: list[Node] = []
     w = _Walker(view, 0, nodes)
-    pos, index = 0, 0
-    while pos < len(view):
-        sec = w.section(f"message {index}", pos, pos, 0, ref=S.FRAMING_REF)
-        try:
-            h, p = w.table(S.MESSAGE_HEADER, "MESSAGE_HEADER", pos, 1)
-        except _Stop:
-            break
-        n = h["payload_length"]
-        if n > len(view) - p:
-            w.error(f"payload_length {n} runs past the end ({len(view) - p} bytes remain)", p, 1)
-            break
-        end = p + n
-        inner = _Walker(view[:end], 0, nodes)
-        try:
-            if h["message_type"] == S.MessageType.TENSOR_DESCRIPTOR:
-                _, desc, dn = annotate_descriptor(view[p:end], base=p, depth=1, label="descriptor", nodes=nodes)
-                _, q = inner.table(S.TENSOR_DESCRIPTOR_FIELDS, "TENSOR_DESCRIPTOR_FIELDS", p + dn, 1)
-                p = q
-            elif h["message_type"] == S.MessageType.TENSOR_DATA:
-                _, p = inner.table(S.TENSOR_DATA_HEADER, "TENSOR_DATA_HEADER", p, 1)
-                p = inner.opaque("data", p, end - p, 1, ref=S.DATA_REF)
-            if p < end:
-                inner.opaque("payload", p, end - p, 1, ref=S.FRAMING_REF)
-        except _Stop:
-            pass
-        w.close(sec, end)
-        pos = end
-        index += 1
+    inner, section, complete = w, None, None
+    describe = _describer(nodes, lambda: "descriptor")
+    for part in walk_messages(Window(view), describe, faults=Faults.ANNOTATE, mode=Mode.PERMISSIVE):
+        kind = part.kind
+        if kind == MESSAGE:
+            if complete is not None:
+                w.close(section, complete)
+            section = w.section(f"message {part.index}", part.start, part.start, 0, ref=S.FRAMING_REF)
+            complete = part.end if part.end > part.start else None
+            inner = _Walker(view[: part.end], 0, nodes)
+        elif kind == MESSAGE_HEADER_PART:
+            w.table(S.MESSAGE_HEADER, "MESSAGE_HEADER", part.start, 1)
+        elif kind == FAULT and part.decl is not None:
+            with contextlib.suppress(_Stop):
+                w.table(S.MESSAGE_HEADER, "MESSAGE_HEADER", part.start, 1)
+        elif kind == FAULT:
+            w.error(part.note, part.start, 1)
+        elif kind == TRANSPORT:
+            with contextlib.suppress(_Stop):
+                inner.table(S.TENSOR_DESCRIPTOR_FIELDS, "TENSOR_DESCRIPTOR_FIELDS", part.start, 1)
+        elif kind == DATA_HEADER:
+            with contextlib.suppress(_Stop):
+                inner.table(S.TENSOR_DATA_HEADER, "TENSOR_DATA_HEADER", part.start, 1)
+        elif kind == DATA:
+            inner.opaque("data", part.start, part.end - part.start, 1, ref=S.DATA_REF)
+        elif kind == PAYLOAD:
+            inner.opaque("payload", part.start, part.end - part.start, 1, ref=S.FRAMING_REF)
+    if complete is not None:
+        w.close(section, complete)
     return nodes
 
 
@@ -520,101 +487,44 @@ def _annotate_file(view: memoryview) -> list[Node]:
     nodes: list[Node] = []
     w = _Walker(view, 0, nodes)
     size = len(view)
-    try:
-        sec = w.section("file header", 0, 0, 0, ref=F.HEADER_REF)
-        header, pos = w.table(F.FILE_HEADER, "FILE_HEADER", 0, 1)
-        w.close(sec, pos)
-    except _Stop:
-        return nodes
-    if size < F.FILE_HEADER_SIZE + F.TRAILER_SIZE:
-        w.error("the file is too short to hold a trailer", size, 0)
-        return nodes
-    tpos = size - F.TRAILER_SIZE
-    tw = _Walker(view, 0, [])
-    trailer, _ = tw.table(F.TRAILER, "TRAILER", tpos, 1)
-    entries = _read_index(view, trailer)
-    if not entries:
-        entries = _scan_region(view, header, tpos)
-        if entries:
-            w.error("the index cannot be read: tensors found by walking the tensor region from "
-                    "first_descriptor_offset (file-format.md § Descriptor Placement)", header["first_descriptor_offset"], 0)
-    # tensor region in descriptor order (the write order; the index may be sorted by name)
-    ordered = sorted(entries, key=lambda e: e["descriptor_offset"])
-    pending: list[int] = []
-    for i, e in enumerate(ordered):
-        off, n = e["descriptor_offset"], e["descriptor_length"]
-        if off >= size:
-            w.error(f"index entry {e['name']!r} points past the end of the file", off, 0)
-            continue
-        depth = _depth(pending)
-        _, desc, _ = annotate_descriptor(view[off:min(size, off + max(n, 0))] if n else view[off:], base=off,
-                                         depth=depth, label=f"tensor {e['name']!r}", nodes=nodes)
-        if desc is not None:
-            d0, dl = e["data_offset"], e["data_length"]
-            if dl:
-                end = min(size, d0 + dl) if d0 <= size else d0
-                raw = bytes(view[d0:min(end, d0 + OPAQUE_KEEP)]) if d0 < size else b""
-                n_buf = len(desc.buffers)
-                nodes.append(Node("opaque", depth + 1, "data", d0, max(end, d0), raw=raw,
-                                  text=f"{dl} bytes in {n_buf} buffer{'' if n_buf == 1 else 's'}",
-                                  ref="file-format.md § Data Buffer Placement"))
-            _arrive(pending, desc)
-    if trailer.get("kv_length"):
-        _walk_kv(w, trailer["kv_offset"], trailer["kv_length"], F)
-    _walk_index(w, trailer["index_offset"], trailer["index_length"], F)
-    sec = w.section("trailer", tpos, tpos, 0, ref=F.TRAILER_REF)
-    try:
-        _, end = w.table(F.TRAILER, "TRAILER", tpos, 1)
-        w.close(sec, end)
-    except _Stop:
-        pass
+    label, desc = "", None
+
+    def describe(buf, base: int, depth: int) -> Part:
+        nonlocal desc
+        _, desc, end = annotate_descriptor(buf, base=base, depth=depth, label=label, nodes=nodes)
+        return Part(DESCRIPTOR, base, base + end, value=desc, depth=depth)
+
+    for part in walk_file(view, describe, faults=Faults.ANNOTATE, mode=Mode.PERMISSIVE):
+        kind = part.kind
+        if kind == FILE_HEADER_PART or kind == FAULT and part.decl is not None:
+            section = w.section("file header", 0, 0, 0, ref=F.HEADER_REF)
+            try:
+                _, pos = w.table(F.FILE_HEADER, "FILE_HEADER", 0, 1)
+            except _Stop:
+                return nodes
+            w.close(section, pos)
+        elif kind == FAULT:
+            w.error(part.note, part.start, 0)
+        elif kind == ENTRY:
+            label = f"tensor {part.value.name!r}"
+        elif kind == TENSOR_DATA:
+            d0, dl = part.start, part.end - part.start
+            end = min(size, d0 + dl) if d0 <= size else d0
+            raw = bytes(view[d0 : min(end, d0 + OPAQUE_KEEP)]) if d0 < size else b""
+            n_buf = len(desc.buffers)
+            nodes.append(Node("opaque", part.depth + 1, "data", d0, max(end, d0), raw=raw,
+                              text=f"{dl} bytes in {n_buf} buffer{'' if n_buf == 1 else 's'}",
+                              ref="file-format.md § Data Buffer Placement"))
+        elif kind == KV_PART:
+            _walk_kv(w, part.start, part.end - part.start, F)
+        elif kind == INDEX_PART:
+            _walk_index(w, part.start, part.end - part.start, F)
+        elif kind == TRAILER_PART:
+            section = w.section("trailer", part.start, part.start, 0, ref=F.TRAILER_REF)
+            with contextlib.suppress(_Stop):
+                _, end = w.table(F.TRAILER, "TRAILER", part.start, 1)
+                w.close(section, end)
     return nodes
-
-
-def _align(n: int, a: int) -> int:
-    return -(-n // a) * a
-
-
-def _scan_region(view: memoryview, header: dict, end: int) -> list[dict]:
-    """Pseudo index entries found by walking descriptors from ``first_descriptor_offset``:
-    each descriptor on an 8-byte boundary, its buffers each on ``data_buffer_alignment``
-    (``file-format.md § Descriptor Placement``, ``§ Data Buffer Placement``)."""
-    from .codec import parse_descriptor
-    from .structs import file as F
-
-    align = header["data_buffer_alignment"]
-    if align < 1 or align & (align - 1):
-        return []
-    pos, found = header["first_descriptor_offset"], []
-    while pos + D.FIXED_HEADER_SIZE <= end and bytes(view[pos:pos + _MAGIC_LEN]) == D.MAGIC:
-        try:
-            desc, _ = parse_descriptor(view[pos:end], mode="permissive", base=pos)
-        except HurraySchemaError:
-            break
-        n = desc.encoded_length
-        data = cursor = _align(pos + n, align) if desc.buffers else pos + n
-        for i, handle in enumerate(desc.buffers):
-            if i:
-                cursor = _align(cursor, align)
-            cursor += handle.byte_size
-        found.append({"name": f"@{pos}", "descriptor_offset": pos, "descriptor_length": n,
-                      "data_offset": data, "data_length": cursor - data if desc.buffers else 0})
-        pos = _align(cursor, F.DESCRIPTOR_ALIGNMENT)
-    return found
-
-
-def _read_index(view: memoryview, trailer: dict) -> list[dict]:
-    from .structs import file as F
-
-    nodes: list[Node] = []
-    off, n = trailer["index_offset"], trailer["index_length"]
-    if off > len(view) or n > len(view) - off:
-        return []
-    w = _Walker(view[: off + n], 0, nodes)
-    try:
-        return _index_entries(w, off, F, depth=None)
-    except _Stop:
-        return []
 
 
 def _index_entries(w: _Walker, off: int, F, depth: Optional[int]) -> list[dict]:

@@ -452,8 +452,9 @@ def walk_messages(window: Window, describe: Describe, *, faults: Faults, mode: M
     while pos < len(view):
         if _MSG_SIZE > len(view) - pos:
             yield Part(MESSAGE, pos, pos, index=index)
-            yield _fault(faults, C.MESSAGE_TRUNCATED, f"the stream ends {len(view) - pos} bytes into a {_MSG_SIZE}"
-                         f"-byte message header", len(view), mode, at=pos, note="message header")
+            yield attrs.evolve(_fault(faults, C.MESSAGE_TRUNCATED, f"the stream ends {len(view) - pos} bytes into a "
+                                      f"{_MSG_SIZE}-byte message header", len(view), mode, at=pos,
+                                      note="the message header does not fit"), decl=MESSAGE_HEADER)
             return
         h, p = _MSG.unpack(view, pos)
         n = h["payload_length"]
@@ -645,6 +646,7 @@ TRAILER_PART = "trailer"
 INDEX_PART = "index"
 KV_PART = "kv"
 TENSOR_DATA = "tensor data"
+ENTRY = "entry"
 
 _HEADER = plan(FILE_HEADER)
 _TRAILER = plan(TRAILER)
@@ -697,12 +699,14 @@ def walk_file(view: memoryview, describe: Describe, *, faults: Faults, mode: Mod
     """Parts of a ``.hrry`` file in the order of the reader protocol (``file-format.md §
     Reader Protocol``): ``file header``, ``trailer``, ``index`` (value: the entries),
     ``kv``, then per tensor in descriptor order its descriptor part (``note``: its name)
-    and ``tensor data`` (value: the ``(offset, size)`` of each buffer).
+    and ``tensor data`` (value: the ``(offset, size)`` of each buffer).  A ``fault`` part
+    whose ``decl`` is set is a table that does not fit in what remains.
 
     ``RAISE`` is the reader: every container rule is checked, the first fault raises.
-    ``COLLECT`` and ``ANNOTATE`` only locate: the header, the trailer, the tensors (through
-    the index as far as it can be read, else by walking the tensor region), yielding a
-    ``fault`` part where the bytes do not hold what they must."""
+    ``COLLECT`` and ``ANNOTATE`` only locate: the header, then the tensors in descriptor
+    order (through the index as far as it can be read, else by walking the tensor region;
+    an ``entry`` part before each descriptor), the ``kv`` and ``index`` sections and the
+    trailer, yielding a ``fault`` part where the bytes do not hold what they must."""
     if faults is Faults.RAISE:
         yield from _file_strict(view, describe, mode, limits)
     else:
@@ -921,7 +925,7 @@ def _strict_tensors(view: memoryview, h: dict, ordered: list[IndexEntry], region
 def _file_located(view: memoryview, describe: Describe, faults: Faults, mode: Mode) -> Iterator[Part]:
     size = len(view)
     if FILE_HEADER_SIZE > size:
-        yield Part(FAULT, 0, 0, FILE_HEADER, note="file header")
+        yield Part(FAULT, 0, 0, FILE_HEADER, note="the file header does not fit")
         return
     header, _ = _HEADER.unpack(view, 0)
     yield Part(FILE_HEADER_PART, 0, FILE_HEADER_SIZE, FILE_HEADER, header)
@@ -943,6 +947,7 @@ def _file_located(view: memoryview, describe: Describe, faults: Faults, mode: Mo
         if off >= size:
             yield Part(FAULT, off, off, note=f"index entry {e.name!r} points past the end of the file")
             continue
+        yield Part(ENTRY, off, off, INDEX_ENTRY_FIELDS, e)
         window = view[off:] if n == 0 or faults is Faults.COLLECT else view[off : min(size, off + max(n, 0))]
         part = describe(window, off, nesting.depth())
         yield attrs.evolve(part, note=e.name)
