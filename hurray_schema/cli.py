@@ -153,15 +153,12 @@ def inspect(path: str, as_hex: bool, kind: str, no_citations: bool, brief: bool)
             found = detect_kind(source.data) if kind == "auto" else kind
             if found == "unknown":
                 _fail(f"{path}: not a Hurray descriptor, stream or file (no known magic at byte 0)")
-            nodes = annotate(source.data, found)
+            nodes = annotate(source.data, found, brief=brief)
             size = source.size
     except OSError as exc:
         _fail(f"{path}: {exc.strerror or exc}")
     except HurraySchemaError as exc:
         _fail(f"{path}: {exc}")
-    if brief:
-        nodes = [n for n in nodes if n.kind == "error" or n.kind == "opaque" and n.label.endswith("data")
-                 or n.kind == "section" and (n.depth == 0 or n.label.startswith(("tensor", "message")))]
     render = render_hex if as_hex else render_tree
     click.echo(f"{path}: {_KIND_NAMES.get(found, found)}, {size} bytes")
     click.echo(render(nodes, citations=not (no_citations or brief)))

@@ -41,7 +41,8 @@ from .structs import quantization as Q
 from .structs import sections as X
 from .structs._declare import Field, Plan, fields, plan, select, static_offset, static_size
 
-__all__ = ["Node", "annotate", "annotate_descriptor", "detect_kind", "render_tree", "render_hex"]
+__all__ = ["Node", "annotate", "annotate_descriptor", "detect_kind", "in_brief", "render_tree", "render_hex",
+           "descriptor_extent", "descriptor_text", "peek_descriptor"]
 
 
 @attrs.frozen
@@ -119,12 +120,20 @@ def _render(decl_name: str, name: str, value, size: int = 4) -> str:
 
 
 class _Walker:
-    """Decodes tables field by field over a bounded view; offsets reported from ``base``."""
+    """Decodes tables field by field over a bounded view; offsets reported from ``base``.
 
-    def __init__(self, view: memoryview, base: int, nodes: list[Node]):
+    A ``quiet`` walker decodes and bounds-checks the same way but keeps no field nodes
+    (the brief view: sections, opaque runs and errors only)."""
+
+    def __init__(self, view: memoryview, base: int, nodes: list[Node], quiet: bool = False):
         self.view = view
         self.base = base
         self.nodes = nodes
+        self.quiet = quiet
+
+    def sub(self, end: int, base: Optional[int] = None) -> "_Walker":
+        """A walker over the first ``end`` bytes of this one's view, into the same nodes."""
+        return _Walker(self.view[:end], self.base if base is None else base, self.nodes, self.quiet)
 
     def section(self, label: str, start: int, end: int, depth: int, text: str = "", ref: str = "") -> int:
         self.nodes.append(Node("section", depth, label, self.base + start, self.base + end, text=text, ref=ref))
@@ -189,6 +198,8 @@ class _Walker:
                     raise _Stop from None
                 value = values[f.name]
             ctx[f.name] = value
+            if self.quiet:
+                continue
             self.nodes.append(Node(
                 "field", depth, prefix + f.name, self.base + start, self.base + pos,
                 raw=bytes(self.view[start:pos]), value=value,
@@ -245,33 +256,55 @@ def _descriptor_summary(desc) -> str:
     return text
 
 
+def descriptor_extent(view) -> int:
+    """Bytes the descriptor at the start of ``view`` occupies in the view:
+    ``descriptor_length`` when the magic is there and the length fits, else all of it."""
+    if len(view) >= D.FIXED_HEADER_SIZE and bytes(view[:_MAGIC_LEN]) == D.MAGIC:
+        (length,) = _LENGTH_FIELD.unpack_from(view, _LENGTH_AT)
+        if D.FIXED_HEADER_SIZE <= length <= len(view):
+            return length
+    return len(view)
+
+
+def peek_descriptor(view, base: int = 0):
+    """``(descriptor or None, problem or None)``: the permissive decode the view shows."""
+    from .codec import parse_descriptor
+
+    try:
+        return parse_descriptor(view, mode="permissive", base=base)[0], None
+    except HurraySchemaError as exc:
+        return None, str(exc)
+
+
+def descriptor_text(desc) -> str:
+    """The one-line summary of a descriptor section (``undecodable`` for None)."""
+    return _descriptor_summary(desc) if desc is not None else "undecodable"
+
+
 def annotate_descriptor(data, base: int = 0, depth: int = 0, label: str = "descriptor",
-                        nodes: Optional[list[Node]] = None):
+                        nodes: Optional[list[Node]] = None, brief: bool = False):
     """Annotate the descriptor at the start of ``data`` (offsets reported from ``base``).
 
     Returns ``(nodes, descriptor_or_None, end)`` where ``end`` is the number of bytes
     the descriptor occupies in ``data`` (``descriptor_length`` when it can be read).
+    ``brief`` keeps only the descriptor's section and the errors of its fields.
     """
-    from .codec import parse_descriptor
-
     nodes = [] if nodes is None else nodes
     view = memoryview(data)
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
-    desc, problem = None, None
-    try:
-        desc, _ = parse_descriptor(view, mode="permissive", base=base)
-    except HurraySchemaError as exc:
-        problem = str(exc)
-    limit = len(view)
-    header_size = D.FIXED_HEADER_SIZE
-    if len(view) >= header_size and bytes(view[:_MAGIC_LEN]) == D.MAGIC:
-        (length,) = _LENGTH_FIELD.unpack_from(view, _LENGTH_AT)
-        if header_size <= length <= len(view):
-            limit = length
+    desc, problem = peek_descriptor(view, base)
+    limit = descriptor_extent(view)
+    if brief:
+        nodes.append(Node("section", depth, label, base, base + limit, text=descriptor_text(desc),
+                          ref="metadata.md § Overall Descriptor Structure"))
+        for start, d, text in _field_errors(view[:limit], problem is None):
+            nodes.append(Node("error", depth + d, "error", base + start, base + start, text=text))
+        if problem is not None:
+            nodes.append(Node("error", depth + 1, "error", base + limit, base + limit, text=problem))
+        return nodes, desc, limit
     w = _Walker(view[:limit], base, nodes)
-    top = w.section(label, 0, limit, depth, text=_descriptor_summary(desc) if desc is not None else "undecodable",
-                    ref="metadata.md § Overall Descriptor Structure")
+    top = w.section(label, 0, limit, depth, text=descriptor_text(desc), ref="metadata.md § Overall Descriptor Structure")
     end = limit
     try:
         _walk_descriptor(w, depth + 1)
@@ -281,6 +314,31 @@ def annotate_descriptor(data, base: int = 0, depth: int = 0, label: str = "descr
         w.error(problem, limit, depth + 1)
     w.close(top, end)
     return nodes, desc, end
+
+
+_FIELD_ERRORS: dict[bytes, tuple] = {}
+_FIELD_ERRORS_KEPT = 4096
+
+
+def _field_errors(view: memoryview, cacheable: bool) -> tuple:
+    """``(offset, depth, text)`` of the error nodes the field walk of a descriptor gives,
+    relative to it (its section at depth 0).  They depend on the descriptor's bytes only,
+    so a descriptor the codec decodes is walked once per distinct byte string."""
+    key = bytes(view) if cacheable else None
+    found = _FIELD_ERRORS.get(key) if key is not None else None
+    if found is not None:
+        return found
+    scratch: list[Node] = []
+    try:
+        _walk_descriptor(_Walker(view, 0, scratch, quiet=True), 1)
+    except _Stop:
+        pass
+    found = tuple((n.start, n.depth, n.text) for n in scratch if n.kind == "error")
+    if key is not None:
+        if len(_FIELD_ERRORS) >= _FIELD_ERRORS_KEPT:
+            _FIELD_ERRORS.clear()
+        _FIELD_ERRORS[key] = found
+    return found
 
 
 def _part(w: _Walker, name: str, decl, pos: int, depth: int, ctx: dict, decl_name: str) -> tuple[dict, int]:
@@ -373,7 +431,7 @@ def _walk_quantization(w: _Walker, pos: int, depth: int) -> int:
         if qlen > len(w.view) - pos:
             w.error(f"quantization_length {qlen} runs past the descriptor", pos, depth + 1)
             raise _Stop
-    inner = _Walker(w.view[:end], w.base, w.nodes)
+    inner = w.sub(end)
     scheme = w.view[pos] if qlen else None
     decl = Q.SCHEMES.get(scheme) if scheme is not None else None
     try:
@@ -399,39 +457,51 @@ def _walk_quantization(w: _Walker, pos: int, depth: int) -> int:
 # ------------------------------------------------------------------------------------
 
 
-def annotate(data, kind: Optional[str] = None) -> list[Node]:
-    """Annotate ``data`` (bytes-like) as ``kind`` (detected when ``None``)."""
+def annotate(data, kind: Optional[str] = None, *, brief: bool = False) -> list[Node]:
+    """Annotate ``data`` (bytes-like) as ``kind`` (detected when ``None``).
+
+    ``brief``: only the tree of sections -- the top-level ones, each tensor and message,
+    data runs and errors (no field lines); the same nodes the full view has."""
     kind = kind or detect_kind(data)
     view = memoryview(data)
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     if kind == "file":
-        return _annotate_file(view)
-    if kind == "stream":
-        return _annotate_bare_stream(view)
-    if kind == "messages":
-        return _annotate_messages(view)
-    if kind == "descriptor":
-        return annotate_descriptor(view)[0]
-    raise HurraySchemaError("not a Hurray descriptor, stream or file (no known magic at byte 0)")
+        nodes = _annotate_file(view, brief)
+    elif kind == "stream":
+        nodes = _annotate_bare_stream(view, brief)
+    elif kind == "messages":
+        nodes = _annotate_messages(view, brief)
+    elif kind == "descriptor":
+        nodes = annotate_descriptor(view, brief=brief)[0]
+    else:
+        raise HurraySchemaError("not a Hurray descriptor, stream or file (no known magic at byte 0)")
+    return [n for n in nodes if in_brief(n)] if brief else nodes
 
 
-def _describer(nodes: list[Node], label):
+def in_brief(node: Node) -> bool:
+    """Whether the brief view keeps ``node``: errors, data runs, top-level sections,
+    tensors and messages."""
+    return (node.kind == "error" or node.kind == "opaque" and node.label.endswith("data")
+            or node.kind == "section" and (node.depth == 0 or node.label.startswith(("tensor", "message"))))
+
+
+def _describer(nodes: list[Node], label, brief: bool):
     """The annotated view's descriptor step for a walk: each descriptor's field nodes go
     to ``nodes`` under the section ``label()`` names."""
 
     def describe(buf, base: int, depth: int) -> Part:
-        _, desc, end = annotate_descriptor(buf, base=base, depth=depth, label=label(), nodes=nodes)
+        _, desc, end = annotate_descriptor(buf, base=base, depth=depth, label=label(), nodes=nodes, brief=brief)
         return Part(DESCRIPTOR, base, base + end, value=desc, depth=depth)
 
     return describe
 
 
-def _annotate_bare_stream(view: memoryview) -> list[Node]:
+def _annotate_bare_stream(view: memoryview, brief: bool = False) -> list[Node]:
     nodes: list[Node] = []
-    w = _Walker(view, 0, nodes)
+    w = _Walker(view, 0, nodes, brief)
     numbers = itertools.count()
-    describe = _describer(nodes, lambda: f"tensor {next(numbers)}")
+    describe = _describer(nodes, lambda: f"tensor {next(numbers)}", brief)
     depth = 0
     for part in walk_bare(Window(view), describe, faults=Faults.ANNOTATE, mode=Mode.PERMISSIVE):
         if part.kind == DESCRIPTOR:
@@ -444,13 +514,13 @@ def _annotate_bare_stream(view: memoryview) -> list[Node]:
     return nodes
 
 
-def _annotate_messages(view: memoryview) -> list[Node]:
+def _annotate_messages(view: memoryview, brief: bool = False) -> list[Node]:
     from .structs import stream as S
 
     nodes: list[Node] = []
-    w = _Walker(view, 0, nodes)
+    w = _Walker(view, 0, nodes, brief)
     inner, section, complete = w, None, None
-    describe = _describer(nodes, lambda: "descriptor")
+    describe = _describer(nodes, lambda: "descriptor", brief)
     for part in walk_messages(Window(view), describe, faults=Faults.ANNOTATE, mode=Mode.PERMISSIVE):
         kind = part.kind
         if kind == MESSAGE:
@@ -458,7 +528,7 @@ def _annotate_messages(view: memoryview) -> list[Node]:
                 w.close(section, complete)
             section = w.section(f"message {part.index}", part.start, part.start, 0, ref=S.FRAMING_REF)
             complete = part.end if part.end > part.start else None
-            inner = _Walker(view[: part.end], 0, nodes)
+            inner = w.sub(part.end)
         elif kind == MESSAGE_HEADER_PART:
             w.table(S.MESSAGE_HEADER, "MESSAGE_HEADER", part.start, 1)
         elif kind == FAULT and part.decl is not None:
@@ -481,17 +551,17 @@ def _annotate_messages(view: memoryview) -> list[Node]:
     return nodes
 
 
-def _annotate_file(view: memoryview) -> list[Node]:
+def _annotate_file(view: memoryview, brief: bool = False) -> list[Node]:
     from .structs import file as F
 
     nodes: list[Node] = []
-    w = _Walker(view, 0, nodes)
+    w = _Walker(view, 0, nodes, brief)
     size = len(view)
     label, desc = "", None
 
     def describe(buf, base: int, depth: int) -> Part:
         nonlocal desc
-        _, desc, end = annotate_descriptor(buf, base=base, depth=depth, label=label, nodes=nodes)
+        _, desc, end = annotate_descriptor(buf, base=base, depth=depth, label=label, nodes=nodes, brief=brief)
         return Part(DESCRIPTOR, base, base + end, value=desc, depth=depth)
 
     for part in walk_file(view, describe, faults=Faults.ANNOTATE, mode=Mode.PERMISSIVE):
@@ -543,9 +613,10 @@ def _index_entries(w: _Walker, off: int, F, depth: Optional[int]) -> list[dict]:
             w.error(f"name needs {n} bytes, {len(w.view) - pos} remain", pos, d + 1)
             raise _Stop
         name = bytes(w.view[pos:pos + n])
-        w.nodes.append(Node("field", d + 1, "name", w.base + pos, w.base + pos + n, raw=name,
-                            value=name, text=_render("", "name", name), type="uint8[name_length]",
-                            doc="UTF-8 tensor name.", ref="file-format.md § Index Encoding"))
+        if not w.quiet:
+            w.nodes.append(Node("field", d + 1, "name", w.base + pos, w.base + pos + n, raw=name,
+                                value=name, text=_render("", "name", name), type="uint8[name_length]",
+                                doc="UTF-8 tensor name.", ref="file-format.md § Index Encoding"))
         pos += n
         v, pos = w.table(F.INDEX_ENTRY_FIELDS, "INDEX_ENTRY_FIELDS", pos, d + 1)
         w.close(sec, pos)
@@ -560,7 +631,7 @@ def _walk_index(w: _Walker, off: int, n: int, F) -> None:
         w.error(f"index section [{off}, {off + n}) lies outside the file", min(off, size), 0)
         return
     sec = w.section("index", off, off + n, 0, ref=F.INDEX_REF)
-    iw = _Walker(w.view[: off + n], 0, w.nodes)
+    iw = w.sub(off + n, 0)
     try:
         _index_entries(iw, off, F, depth=1)
     except _Stop:
@@ -574,7 +645,7 @@ def _walk_kv(w: _Walker, off: int, n: int, F) -> None:
         w.error(f"KV section [{off}, {off + n}) lies outside the file", min(off, size), 0)
         return
     sec = w.section("kv metadata", off, off + n, 0, ref=F.KV_REF)
-    kw = _Walker(w.view[: off + n], 0, w.nodes)
+    kw = w.sub(off + n, 0)
     try:
         values, pos = kw.table(F.KV_COUNT, "KV_COUNT", off, 1)
         for i in range(values["kv_count"]):
@@ -597,9 +668,10 @@ def _bytes_field(w: _Walker, name: str, pos: int, n: int, depth: int, doc: str, 
         w.error(f"{name} needs {n} bytes, {len(w.view) - pos} remain", pos, depth)
         raise _Stop
     raw = bytes(w.view[pos:pos + n])
-    w.nodes.append(Node("field", depth, name, w.base + pos, w.base + pos + n, raw=raw, value=raw,
-                        text=_render("", "key" if name in ("key", "value") else name, raw),
-                        type=f"uint8[{n}]", doc=doc, ref=ref))
+    if not w.quiet:
+        w.nodes.append(Node("field", depth, name, w.base + pos, w.base + pos + n, raw=raw, value=raw,
+                            text=_render("", "key" if name in ("key", "value") else name, raw),
+                            type=f"uint8[{n}]", doc=doc, ref=ref))
     return pos + n
 
 
