@@ -345,38 +345,100 @@ def _progress(size: int):
 
 
 def _groups(data, kind: str) -> list[dict]:
-    """Tensors and composites of the input with their byte spans, from the annotated view
-    (``data_end``: where the tensor's data buffers end, for offsets inside the data)."""
-    from .hexview import annotate
+    """Tensors and composites of the input with their byte spans, in byte order, from the
+    located walk of its kind (``data_end``: where the tensor's data buffers end, for
+    offsets inside the data); for a file also its header, KV metadata, index and trailer,
+    for a message stream each message.  Spans are those of the annotated view."""
+    from .io import walk as located
 
-    try:
-        nodes = annotate(data, kind)
-    except HurraySchemaError:
-        return []
-    groups = []
-    open_groups: list[dict] = []  # tensors whose nodes are still being read, innermost last
-    for n in nodes:
-        while open_groups and open_groups[-1]["depth"] >= n.depth:
-            open_groups.pop()
-        if n.kind == "opaque" and open_groups and open_groups[-1]["depth"] == n.depth - 1 and n.label.endswith("data"):
-            open_groups[-1]["data_end"] = max(open_groups[-1]["data_end"], n.end)
-        if n.kind == "section" and n.depth == 0 and kind in ("file", "messages") and not n.label.startswith("tensor"):
-            groups.append({"label": n.label, "start": n.start, "end": n.end, "depth": 0, "text": "",
-                           "data_end": n.end, "tensor": False})
-            open_groups.append({"depth": 0, "data_end": 0})  # its nodes belong to no tensor
-            continue
-        if n.kind == "section":
-            if n.label.startswith("tensor") or n.label == "descriptor":
-                label = n.label if n.label != "descriptor" or kind != "messages" else f"tensor @{n.start}"
-                if "composite" in n.text:
-                    label = label.replace("tensor", "composite", 1)
-                group = {"label": label, "start": n.start, "end": n.end, "depth": n.depth, "text": n.text,
-                         "data_end": n.end, "tensor": True}
-                groups.append(group)
-                open_groups.append(group)
-            else:
-                open_groups.append({"depth": n.depth, "data_end": 0})
+    view = located.as_view(data)
+    builders = {"descriptor": _descriptor_groups, "stream": _stream_groups, "messages": _message_groups,
+                "file": _file_groups}
+    build = builders.get(kind)
+    return build(view, located) if build is not None else []
+
+
+def _tensor_group(label: str, desc, start: int, end: int, depth: int) -> dict:
+    from .hexview import descriptor_text
+
+    text = descriptor_text(desc)
+    if "composite" in text:
+        label = label.replace("tensor", "composite", 1)
+    return {"label": label, "start": start, "end": end, "depth": depth, "text": text, "data_end": end,
+            "tensor": True}
+
+
+def _section_group(label: str, start: int, end: int) -> dict:
+    return {"label": label, "start": start, "end": end, "depth": 0, "text": "", "data_end": end, "tensor": False}
+
+
+def _peek(buf, base: int, depth: int):
+    """The walk's descriptor step for grouping: the permissive decode and the extent the
+    annotated view gives the descriptor."""
+    from .hexview import descriptor_extent, peek_descriptor
+    from .io.walk import Part
+
+    view = memoryview(buf)
+    desc, _ = peek_descriptor(view, base)
+    return Part("descriptor", base, base + descriptor_extent(view), value=desc, depth=depth)
+
+
+def _descriptor_groups(view, located) -> list[dict]:
+    part = _peek(view, 0, 0)
+    return [_tensor_group("descriptor", part.value, part.start, part.end, 0)]
+
+
+def _stream_groups(view, located) -> list[dict]:
+    groups: list[dict] = []
+    for part in located.walk_bare(located.Window(view), _peek, faults=located.Faults.ANNOTATE,
+                                  mode=_permissive()):
+        if part.kind == located.DESCRIPTOR:
+            groups.append(_tensor_group(f"tensor {len(groups)}", part.value, part.start, part.end, part.depth))
+        elif part.kind == located.BUFFER:
+            groups[-1]["data_end"] = max(groups[-1]["data_end"], part.end)
     return groups
+
+
+def _message_groups(view, located) -> list[dict]:
+    groups: list[dict] = []
+    for part in located.walk_messages(located.Window(view), _peek, faults=located.Faults.ANNOTATE,
+                                      mode=_permissive()):
+        if part.kind == located.MESSAGE:
+            groups.append(_section_group(f"message {part.index}", part.start, part.end))
+        elif part.kind == located.DESCRIPTOR:
+            groups.append(_tensor_group(f"tensor @{part.start}", part.value, part.start, part.end, part.depth))
+    return groups
+
+
+def _file_groups(view, located) -> list[dict]:
+    groups: list[dict] = []
+    size, name, tensor = len(view), "", None
+    sections = {located.KV_PART: "kv metadata", located.INDEX_PART: "index"}
+    for part in located.walk_file(view, _peek, faults=located.Faults.ANNOTATE, mode=_permissive()):
+        kind = part.kind
+        if kind == located.FILE_HEADER_PART or kind == located.FAULT and part.decl is not None:
+            groups.append(_section_group("file header", 0, part.end))
+        elif kind == located.ENTRY:
+            name = part.value.name
+        elif kind == located.DESCRIPTOR:
+            tensor = _tensor_group(f"tensor {name!r}", part.value, part.start, part.end, part.depth)
+            groups.append(tensor)
+        elif kind == located.TENSOR_DATA:
+            start = part.start
+            end = min(size, part.end) if start <= size else start
+            tensor["data_end"] = max(tensor["data_end"], end, start)
+        elif kind in sections:
+            if part.start <= size and part.end - part.start <= size - part.start:  # else the view shows an error
+                groups.append(_section_group(sections[kind], part.start, part.end))
+        elif kind == located.TRAILER_PART:
+            groups.append(_section_group("trailer", part.start, part.end))
+    return groups
+
+
+def _permissive():
+    from .rules.engine import Mode
+
+    return Mode.PERMISSIVE
 
 
 def _group_of(groups: list[dict], offset: Optional[int]) -> Optional[dict]:
