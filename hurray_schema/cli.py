@@ -23,7 +23,9 @@ import contextlib
 import json
 import mmap
 import os
+import stat
 import sys
+import tempfile
 import textwrap
 from typing import Any, Optional
 
@@ -73,22 +75,24 @@ def _progress_threshold() -> int:
 
 
 class _Input:
-    """The bytes of PATH (memory-mapped) or of standard input."""
+    """The bytes of PATH or of standard input, memory-mapped: only what is looked at is
+    read into memory.  Standard input that is not a regular file (a pipe) is first copied,
+    in bounded chunks, to an unnamed temporary file."""
 
     def __init__(self, path: str):
         self.path = path
         self._file = None
         self._map = None
         if path == "-":
-            self.data = memoryview(sys.stdin.buffer.read())
+            self._file = _stdin_file()
         else:
             self._file = open(path, "rb")
-            size = os.fstat(self._file.fileno()).st_size
-            if size == 0:
-                self.data = memoryview(b"")
-            else:
-                self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
-                self.data = memoryview(self._map)
+        size = os.fstat(self._file.fileno()).st_size
+        if size == 0:
+            self.data = memoryview(b"")
+        else:
+            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+            self.data = memoryview(self._map)
 
     @property
     def size(self) -> int:
@@ -107,6 +111,26 @@ class _Input:
     def __exit__(self, *exc) -> None:
         with contextlib.suppress(BufferError):
             self.close()
+
+
+_STDIN_CHUNK = 8 * 1024 * 1024
+
+
+def _stdin_file():
+    """Standard input as a file that can be memory-mapped from its start."""
+    stdin = sys.stdin.buffer
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        fileno = stdin.fileno()
+        if stat.S_ISREG(os.fstat(fileno).st_mode) and os.lseek(fileno, 0, os.SEEK_CUR) == 0:
+            return os.fdopen(os.dup(fileno), "rb")
+    spool = tempfile.TemporaryFile()
+    while True:
+        chunk = stdin.read(_STDIN_CHUNK)
+        if not chunk:
+            break
+        spool.write(chunk)
+    spool.flush()
+    return spool
 
 
 def _fail(message: str, code: int = EXIT_UNREADABLE) -> None:
