@@ -26,7 +26,6 @@ memory (:func:`memory_input`).
 from __future__ import annotations
 
 import contextlib
-import enum
 import mmap
 import os
 from typing import Any, Callable, Iterator, Optional
@@ -43,6 +42,10 @@ from ..rules import structure as S
 from ..rules.descriptor import check_descriptor, first_error
 from ..rules.engine import Finding, Level, Mode, get_rule
 from .kv import decode_kv
+from .parts import (  # noqa: F401  (the kinds of part are part of this module's interface)
+    BUFFER, DATA, DATA_HEADER, DESCRIPTOR, ENTRY_START, FAULT, MESSAGE, MESSAGE_HEADER_PART, NAME, PAYLOAD, TABLE,
+    TENSOR_END, TRANSPORT, VALUE, Faults, Part, fault,
+)
 from ..structs._declare import plan, select, static_offset
 from ..structs.descriptor import FIXED_HEADER, FIXED_HEADER_SIZE
 from ..structs.descriptor import MAGIC as DESCRIPTOR_MAGIC
@@ -76,50 +79,6 @@ _DATA_SIZE = _DATA.fixed_size
 _ERROR = plan(ERROR_HEADER)
 _KNOWN_MESSAGE_TYPES = frozenset(int(m) for m in MessageType)
 _LENGTH_FIELD = plan(select(FIXED_HEADER, "descriptor_length")).steps[0].codec
-
-
-class Faults(enum.Enum):
-    """What a walk does at a fault (see the module docstring)."""
-
-    RAISE = "raise"
-    COLLECT = "collect"
-    ANNOTATE = "annotate"
-
-
-# kinds of part
-DESCRIPTOR = "descriptor"
-BUFFER = "buffer"
-MESSAGE = "message"
-MESSAGE_HEADER_PART = "message header"
-TRANSPORT = "transport"
-DATA_HEADER = "data header"
-DATA = "data"
-PAYLOAD = "payload"
-TENSOR_END = "tensor end"
-FAULT = "fault"
-
-
-@attrs.frozen(slots=True)
-class Part:
-    """One located part of a container."""
-
-    kind: str
-    start: int
-    end: int
-    decl: Any = None
-    """The declaration the bytes follow (a ``structs`` table), when there is one."""
-    value: Any = None
-    """The decoded value: a ``TensorDescriptor``, a dict of fields, a buffer view, ..."""
-    fault: Optional[Finding] = None
-    """The rule the bytes break here (``fault`` parts), as a finding."""
-    note: str = ""
-    """What the annotated view says about a fault, or the label of the part."""
-    findings: tuple = ()
-    """Tolerated and SHOULD-level findings of a descriptor part (and every one under COLLECT)."""
-    index: int = 0
-    """Which one: buffer number, message number, tensor number."""
-    depth: int = 0
-    """Composite nesting depth of a descriptor (``layouts/composite.md § Binding``)."""
 
 
 class RemoteError(HurraySchemaError):
@@ -326,14 +285,6 @@ class Nesting:
             pending.append(desc.layout.member_count)
 
 
-def _fault(faults: Faults, rule, message: str, offset: int, mode: Mode, note: str = "", at: Optional[int] = None):
-    """Raise (``RAISE``) or return the fault part of ``rule`` at ``offset``."""
-    if faults is Faults.RAISE:
-        raise rule.violation(message, offset)
-    where = offset if at is None else at
-    return Part(FAULT, where, where, fault=rule.finding(message, offset, mode), note=note)
-
-
 # --------------------------------------------------------------------------------------
 # Bare stream
 # --------------------------------------------------------------------------------------
@@ -400,7 +351,7 @@ def _buffers(window: Window, desc: TensorDescriptor, start: int, faults: Faults,
             at = window.pos
             for i, handle in enumerate(desc.buffers):
                 if handle.byte_size > len(window.data) - at:
-                    yield _fault(faults, C.STREAM_TRUNCATED, f"the buffers of the tensor need {need} bytes, "
+                    yield fault(faults, C.STREAM_TRUNCATED, f"the buffers of the tensor need {need} bytes, "
                                  f"{have} remain", window.pos + have, mode, at=at,
                                  note=f"buffer {i} needs {handle.byte_size} bytes, {len(window.data) - at} remain")
                     return True
@@ -452,7 +403,7 @@ def walk_messages(window: Window, describe: Describe, *, faults: Faults, mode: M
     while pos < len(view):
         if _MSG_SIZE > len(view) - pos:
             yield Part(MESSAGE, pos, pos, index=index)
-            yield attrs.evolve(_fault(faults, C.MESSAGE_TRUNCATED, f"the stream ends {len(view) - pos} bytes into a "
+            yield attrs.evolve(fault(faults, C.MESSAGE_TRUNCATED, f"the stream ends {len(view) - pos} bytes into a "
                                       f"{_MSG_SIZE}-byte message header", len(view), mode, at=pos,
                                       note="the message header does not fit"), decl=MESSAGE_HEADER)
             return
@@ -461,7 +412,7 @@ def walk_messages(window: Window, describe: Describe, *, faults: Faults, mode: M
         if n > len(view) - p:
             yield Part(MESSAGE, pos, pos, index=index)
             yield Part(MESSAGE_HEADER_PART, pos, p, MESSAGE_HEADER, h)
-            yield _fault(faults, C.MESSAGE_TRUNCATED, f"the message at byte {pos} announces {n} payload bytes, the "
+            yield fault(faults, C.MESSAGE_TRUNCATED, f"the message at byte {pos} announces {n} payload bytes, the "
                          f"stream has {len(view) - p}", len(view), mode, at=p,
                          note=f"payload_length {n} runs past the end ({len(view) - p} bytes remain)")
             return
