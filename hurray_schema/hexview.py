@@ -30,9 +30,10 @@ from .docs import presence, spec_type, tag_table
 from .errors import HurraySchemaError
 from .io.walk import (
     BUFFER, DATA, DATA_HEADER, DESCRIPTOR, ENTRY, FAULT, FILE_HEADER_PART, INDEX_PART, KV_PART, MESSAGE,
-    MESSAGE_HEADER_PART, PAYLOAD, TENSOR_DATA, TRAILER_PART, TRANSPORT, Faults, Part, Window, detect_kind,
-    walk_bare, walk_file, walk_messages,
+    MESSAGE_HEADER_PART, NAME, PAYLOAD, TABLE, TENSOR_DATA, TRAILER_PART, TRANSPORT, VALUE, ENTRY_START, Faults,
+    Part, Window, detect_kind, walk_bare, walk_file, walk_index, walk_messages,
 )
+from .io.kv import walk_kv
 from .model import DYNAMIC_DIMENSION, DescriptorFlag, LayoutTag
 from .rules.engine import Mode
 from .structs import descriptor as D
@@ -597,32 +598,46 @@ def _annotate_file(view: memoryview, brief: bool = False) -> list[Node]:
     return nodes
 
 
-def _index_entries(w: _Walker, off: int, F, depth: Optional[int]) -> list[dict]:
-    d = 1 if depth is None else depth
-    values, pos = w.table(F.INDEX_COUNT, "INDEX_COUNT", off, d)
-    count = values["index_entry_count"]
-    entries = []
-    for i in range(count):
-        if pos >= len(w.view):
-            w.error(f"index entry {i} starts past the index section", pos, d)
-            break
-        sec = w.section(f"entry {i}", pos, pos, d)
-        v, pos = w.table(F.INDEX_NAME_LENGTH, "INDEX_NAME_LENGTH", pos, d + 1)
-        n = v["name_length"]
-        if n > len(w.view) - pos:
-            w.error(f"name needs {n} bytes, {len(w.view) - pos} remain", pos, d + 1)
+def _table_name(decl, F) -> str:
+    """The declaration's name, as the tag tables know it."""
+    if decl in F.KV_SCALAR_VALUES.values():
+        return "KV_VALUE"
+    for name in ("INDEX_COUNT", "INDEX_NAME_LENGTH", "INDEX_ENTRY_FIELDS", "KV_COUNT", "KV_KEY_LENGTH",
+                 "KV_VALUE_TAG", "KV_LENGTH_PREFIX", "KV_ARRAY_HEADER"):
+        if getattr(F, name) is decl:
+            return name
+    raise KeyError(decl)
+
+
+def _show_parts(w: _Walker, parts, F, fields: dict) -> None:
+    """Nodes of the located parts of an index or KV section: each table field by field
+    (one that does not fit ends with its error), named byte runs, an ``entry i`` section
+    per entry (depth 1; the parts' own depth counts from 2).  ``fields`` gives the
+    ``(doc, ref)`` of each named byte run."""
+    entry = None
+    for part in parts:
+        depth = 2 + part.depth
+        kind = part.kind
+        if kind == TABLE or kind == FAULT and part.decl is not None:
+            w.table(part.decl, _table_name(part.decl, F), part.start, depth)
+        elif kind == FAULT:
+            w.error(part.note, part.start, depth)
             raise _Stop
-        name = bytes(w.view[pos:pos + n])
-        if not w.quiet:
-            w.nodes.append(Node("field", d + 1, "name", w.base + pos, w.base + pos + n, raw=name,
-                                value=name, text=_render("", "name", name), type="uint8[name_length]",
-                                doc="UTF-8 tensor name.", ref="file-format.md § Index Encoding"))
-        pos += n
-        v, pos = w.table(F.INDEX_ENTRY_FIELDS, "INDEX_ENTRY_FIELDS", pos, d + 1)
-        w.close(sec, pos)
-        v["name"] = name.decode("utf-8", "replace")
-        entries.append(v)
-    return entries
+        elif kind == ENTRY_START:
+            entry = w.section(f"entry {part.index}", part.start, part.start, 1)
+        elif kind in (NAME, VALUE):
+            label = part.note or "name"
+            doc, ref = fields[label]
+            if not w.quiet:
+                w.nodes.append(Node("field", depth, label, part.start, part.end, raw=part.value, value=part.value,
+                                    text=_render("", "key" if label in ("key", "value") else label, part.value),
+                                    type=f"uint8[{part.end - part.start}]" if label != "name" else "uint8[name_length]",
+                                    doc=doc, ref=ref))
+        elif kind == ENTRY:
+            w.close(entry, part.end)
+
+
+_INDEX_FIELDS = {"name": ("UTF-8 tensor name.", "file-format.md § Index Encoding")}
 
 
 def _walk_index(w: _Walker, off: int, n: int, F) -> None:
@@ -631,12 +646,13 @@ def _walk_index(w: _Walker, off: int, n: int, F) -> None:
         w.error(f"index section [{off}, {off + n}) lies outside the file", min(off, size), 0)
         return
     sec = w.section("index", off, off + n, 0, ref=F.INDEX_REF)
-    iw = w.sub(off + n, 0)
-    try:
-        _index_entries(iw, off, F, depth=1)
-    except _Stop:
-        pass
+    with contextlib.suppress(_Stop):
+        _show_parts(w.sub(off + n, 0), walk_index(w.view[: off + n], off), F, _INDEX_FIELDS)
     w.close(sec, off + n)
+
+
+def _kv_fields(F) -> dict:
+    return {"key": ("UTF-8 key.", "file-format.md § KV Section Encoding"), "value": ("Value bytes.", F.KV_TYPES_REF)}
 
 
 def _walk_kv(w: _Walker, off: int, n: int, F) -> None:
@@ -645,57 +661,9 @@ def _walk_kv(w: _Walker, off: int, n: int, F) -> None:
         w.error(f"KV section [{off}, {off + n}) lies outside the file", min(off, size), 0)
         return
     sec = w.section("kv metadata", off, off + n, 0, ref=F.KV_REF)
-    kw = w.sub(off + n, 0)
-    try:
-        values, pos = kw.table(F.KV_COUNT, "KV_COUNT", off, 1)
-        for i in range(values["kv_count"]):
-            if pos >= off + n:
-                kw.error(f"KV entry {i} starts past the KV section", pos, 1)
-                break
-            sub = kw.section(f"entry {i}", pos, pos, 1)
-            v, pos = kw.table(F.KV_KEY_LENGTH, "KV_KEY_LENGTH", pos, 2)
-            pos = _bytes_field(kw, "key", pos, v["key_length"], 2, "UTF-8 key.", "file-format.md § KV Section Encoding")
-            v, pos = kw.table(F.KV_VALUE_TAG, "KV_VALUE_TAG", pos, 2)
-            pos = _kv_value(kw, v["value_tag"], pos, 2, F)
-            kw.close(sub, pos)
-    except _Stop:
-        pass
+    with contextlib.suppress(_Stop):
+        _show_parts(w.sub(off + n, 0), walk_kv(w.view[off : off + n], off, faults=Faults.ANNOTATE), F, _kv_fields(F))
     w.close(sec, off + n)
-
-
-def _bytes_field(w: _Walker, name: str, pos: int, n: int, depth: int, doc: str, ref: str) -> int:
-    if n > len(w.view) - pos:
-        w.error(f"{name} needs {n} bytes, {len(w.view) - pos} remain", pos, depth)
-        raise _Stop
-    raw = bytes(w.view[pos:pos + n])
-    if not w.quiet:
-        w.nodes.append(Node("field", depth, name, w.base + pos, w.base + pos + n, raw=raw, value=raw,
-                            text=_render("", "key" if name in ("key", "value") else name, raw),
-                            type=f"uint8[{n}]", doc=doc, ref=ref))
-    return pos + n
-
-
-def _kv_value(w: _Walker, tag: int, pos: int, depth: int, F) -> int:
-    scalar = F.KV_SCALAR_VALUES.get(tag)
-    if scalar is not None:
-        _, pos = w.table(scalar, "KV_VALUE", pos, depth)
-        return pos
-    if tag in (F.KvTag.STRING, F.KvTag.BYTES):
-        v, pos = w.table(F.KV_LENGTH_PREFIX, "KV_LENGTH_PREFIX", pos, depth)
-        return _bytes_field(w, "value", pos, v["length"], depth, "Value bytes.", F.KV_TYPES_REF)
-    if tag == F.KvTag.ARRAY:
-        v, pos = w.table(F.KV_ARRAY_HEADER, "KV_ARRAY_HEADER", pos, depth)
-        if v["element_tag"] == F.KvTag.ARRAY:
-            w.error("an array's element_tag must be 0x01-0x06, not another array", pos, depth)
-            raise _Stop
-        for _ in range(v["element_count"]):
-            if pos >= len(w.view):
-                w.error("array elements run past the KV section", pos, depth)
-                raise _Stop
-            pos = _kv_value(w, v["element_tag"], pos, depth + 1, F)
-        return pos
-    w.error(f"value_tag 0x{tag:02X} is not a KV type this view knows", pos, depth)
-    raise _Stop
 
 
 # ------------------------------------------------------------------------------------

@@ -10,7 +10,13 @@ import attrs
 
 from ..rules.engine import Finding, Mode
 
-__all__ = ["Faults", "Part", "fault"]
+__all__ = ["Faults", "Part", "fault", "as_view"]
+
+
+def as_view(data) -> memoryview:
+    """``data`` as a flat byte view (no copy)."""
+    view = data if isinstance(data, memoryview) else memoryview(data)
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
 
 class Faults(enum.Enum):
@@ -25,6 +31,7 @@ class Faults(enum.Enum):
 
 # kinds of part
 TABLE = "table"
+ENTRY = "entry"
 ENTRY_START = "entry start"
 NAME = "name"
 VALUE = "value"

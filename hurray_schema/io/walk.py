@@ -43,8 +43,8 @@ from ..rules.descriptor import check_descriptor, first_error
 from ..rules.engine import Finding, Level, Mode, get_rule
 from .kv import decode_kv
 from .parts import (  # noqa: F401  (the kinds of part are part of this module's interface)
-    BUFFER, DATA, DATA_HEADER, DESCRIPTOR, ENTRY_START, FAULT, MESSAGE, MESSAGE_HEADER_PART, NAME, PAYLOAD, TABLE,
-    TENSOR_END, TRANSPORT, VALUE, Faults, Part, fault,
+    BUFFER, DATA, DATA_HEADER, DESCRIPTOR, ENTRY, ENTRY_START, FAULT, MESSAGE, MESSAGE_HEADER_PART, NAME, PAYLOAD, TABLE,
+    TENSOR_END, TRANSPORT, VALUE, Faults, Part, as_view, fault,
 )
 from ..structs._declare import plan, select, static_offset
 from ..structs.descriptor import FIXED_HEADER, FIXED_HEADER_SIZE
@@ -61,7 +61,7 @@ from ..structs.stream import (
 __all__ = [
     "Faults", "Part", "Window", "memory_input", "as_view", "violation_finding", "strict_descriptor",
     "collect_descriptor", "walk_bare", "walk_messages", "walk_file", "detect_kind", "IndexEntry", "buffer_spans",
-    "Nesting", "RemoteError",
+    "Nesting", "RemoteError", "walk_index",
 ]
 
 _CHUNK = 8 * 1024 * 1024
@@ -94,11 +94,6 @@ class RemoteError(HurraySchemaError):
 # --------------------------------------------------------------------------------------
 # Input
 # --------------------------------------------------------------------------------------
-
-
-def as_view(data) -> memoryview:
-    view = data if isinstance(data, memoryview) else memoryview(data)
-    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
 
 class Window:
@@ -597,7 +592,6 @@ TRAILER_PART = "trailer"
 INDEX_PART = "index"
 KV_PART = "kv"
 TENSOR_DATA = "tensor data"
-ENTRY = "entry"
 
 _HEADER = plan(FILE_HEADER)
 _TRAILER = plan(TRAILER)
@@ -917,29 +911,56 @@ def _located_index(view: memoryview, trailer: dict) -> list[IndexEntry]:
     """The index entries as far as they can be read (no rule checked); none when an entry
     is cut off inside the index section."""
     off, n = trailer["index_offset"], trailer["index_length"]
-    end = off + n
-    if off > len(view) or n > len(view) - off or _COUNT.fixed_size > n:
+    if off > len(view) or n > len(view) - off:
         return []
-    count = _COUNT.unpack(view, off)[0]["index_entry_count"]
-    pos, entries = off + _COUNT.fixed_size, []
-    for _ in range(count):
+    entries = []
+    for part in walk_index(view[: off + n], off):
+        if part.kind == ENTRY:
+            entries.append(part.value)
+        elif part.kind == FAULT and (part.depth >= 0 or part.decl is not None):
+            return []
+    return entries
+
+
+def walk_index(view: memoryview, off: int) -> Iterator[Part]:
+    """Located parts of the index section at ``off`` (``file-format.md § Index Encoding``),
+    ``view`` ending where the section ends; locating only (the reader's checks are in
+    ``walk_file``).  The ``index_entry_count`` table, then per entry ``entry start``, the
+    ``name_length`` table, the ``name``, the entry fields table and an ``entry`` part (value:
+    the :class:`IndexEntry`).  A ``fault`` part ends the walk: with a ``decl``, that table
+    does not fit; at depth -1 the next entry is missing, at depth 0 an entry is cut off."""
+    end = len(view)
+    if _COUNT.fixed_size > end - off:
+        yield Part(FAULT, off, off, INDEX_COUNT, depth=-1)
+        return
+    values, pos = _COUNT.unpack(view, off)
+    yield Part(TABLE, off, pos, INDEX_COUNT, values, depth=-1)
+    for i in range(values["index_entry_count"]):
         if pos >= end:
-            break
+            yield Part(FAULT, pos, pos, note=f"index entry {i} starts past the index section", depth=-1)
+            return
         at = pos
+        yield Part(ENTRY_START, at, at, index=i, depth=-1)
         if _NAME_LEN.fixed_size > end - pos:
-            return []
-        length = _NAME_LEN.unpack(view, pos)[0]["name_length"]
-        pos += _NAME_LEN.fixed_size
+            yield Part(FAULT, pos, pos, INDEX_NAME_LENGTH)
+            return
+        v, pos = _NAME_LEN.unpack(view, pos)
+        yield Part(TABLE, pos - _NAME_LEN.fixed_size, pos, INDEX_NAME_LENGTH, v)
+        length = v["name_length"]
         if length > end - pos:
-            return []
+            yield Part(FAULT, pos, pos, note=f"name needs {length} bytes, {end - pos} remain")
+            return
         name = bytes(view[pos : pos + length])
+        yield Part(NAME, pos, pos + length, value=name)
         pos += length
         if _ENTRY.fixed_size > end - pos:
-            return []
+            yield Part(FAULT, pos, pos, INDEX_ENTRY_FIELDS)
+            return
         f, pos = _ENTRY.unpack(view, pos)
-        entries.append(IndexEntry(name.decode("utf-8", "replace"), f["descriptor_offset"], f["descriptor_length"],
-                                  f["data_offset"], f["data_length"], f["flags"], at))
-    return entries
+        yield Part(TABLE, pos - _ENTRY.fixed_size, pos, INDEX_ENTRY_FIELDS, f)
+        entry = IndexEntry(name.decode("utf-8", "replace"), f["descriptor_offset"], f["descriptor_length"],
+                           f["data_offset"], f["data_length"], f["flags"], at)
+        yield Part(ENTRY, at, pos, INDEX_ENTRY_FIELDS, entry, index=i)
 
 
 def _scan_region(view: memoryview, header: dict, end: int) -> list[IndexEntry]:
