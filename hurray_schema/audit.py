@@ -20,8 +20,10 @@
 Close-time composite findings (a partition gap or overlap, a torn composite) are located
 at the composite's head descriptor.
 
-A structural fault (truncation, bad magic, ...) ends the walk: nothing after it can be
-located.  ``mode`` decides which findings are tolerated (``Finding.tolerated``), so
+Every kind is read through its located walk (:mod:`hurray_schema.io.walk`, fault policy
+``COLLECT``; the file reader's own pass uses ``RAISE``) over a memory map of the input:
+nothing is read whole into memory and no temporary file is written.  A structural fault
+(truncation, bad magic, ...) ends the walk: nothing after it can be located.  ``mode`` decides which findings are tolerated (``Finding.tolerated``), so
 ``Report.ok`` is the verdict a reader in that mode would reach.
 """
 
@@ -42,11 +44,6 @@ from .rules.composite import validate_preorder
 from .rules.engine import Finding, Level, Mode, Report, as_mode
 
 __all__ = ["audit", "audit_descriptor"]
-
-FILE_MAGIC = b"HRRYFILE"
-
-_violation_finding = violation_finding
-
 
 def _limit_finding(exc: LimitExceeded) -> Finding:
     return Finding(f"limit.{exc.limit}", Level.MUST, "hurray_schema limits (not a spec rule)", str(exc),
@@ -124,7 +121,7 @@ def _audit_file(data, mode: Mode) -> Report:
     try:
         reader = HurrayFile.over(data, mode=mode)
     except SpecViolation as exc:
-        findings.append(_violation_finding(exc))
+        findings.append(violation_finding(exc))
     except LimitExceeded as exc:
         findings.append(_limit_finding(exc))
     except HurraySchemaError as exc:
@@ -156,7 +153,7 @@ def _audit_messages(data, mode: Mode) -> Report:
         for _ in reader:
             pass
     except SpecViolation as exc:
-        framing.append(_violation_finding(exc))
+        framing.append(violation_finding(exc))
     except HurraySchemaError:
         pass
     framing = list(getattr(reader, "findings", [])) + framing

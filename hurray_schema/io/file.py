@@ -18,7 +18,6 @@ import os
 from collections.abc import Mapping
 from typing import Any, Iterable, Iterator, Optional, Union
 
-import attrs
 import crc32c as _crc32c
 
 from ..codec import encode_descriptor
@@ -39,7 +38,7 @@ from .stream import node_buffers
 from .tensor import Composite, Item, Tensor, walk
 from .walk import (
     DESCRIPTOR, FILE_HEADER_PART, INDEX_PART, KV_PART, TENSOR_DATA, TRAILER_PART, Faults, IndexEntry, Part,
-    as_view, buffer_spans, strict_descriptor, walk_file,
+    as_view, buffer_spans, strict_descriptor, walk_file,  # noqa: F401  (buffer_spans: was defined here)
 )
 
 __all__ = ["HurrayFile", "IndexEntry", "read_file", "write_file"]

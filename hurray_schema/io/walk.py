@@ -41,11 +41,6 @@ from ..rules import container as C
 from ..rules import structure as S
 from ..rules.descriptor import check_descriptor, first_error
 from ..rules.engine import Finding, Level, Mode, get_rule
-from .kv import decode_kv
-from .parts import (  # noqa: F401  (the kinds of part are part of this module's interface)
-    BUFFER, DATA, DATA_HEADER, DESCRIPTOR, ENTRY, ENTRY_START, FAULT, MESSAGE, MESSAGE_HEADER_PART, NAME, PAYLOAD, TABLE,
-    TENSOR_END, TRANSPORT, VALUE, Faults, Part, as_view, fault,
-)
 from ..structs._declare import plan, select, static_offset
 from ..structs.descriptor import FIXED_HEADER, FIXED_HEADER_SIZE
 from ..structs.descriptor import MAGIC as DESCRIPTOR_MAGIC
@@ -56,6 +51,11 @@ from ..structs.file import (
 )
 from ..structs.stream import (
     ERROR_HEADER, MESSAGE_HEADER, RESERVED_STREAM_ID, TENSOR_DATA_HEADER, TENSOR_DESCRIPTOR_FIELDS, MessageType,
+)
+from .kv import decode_kv
+from .parts import (  # noqa: F401  (the kinds of part are part of this module's interface)
+    BUFFER, DATA, DATA_HEADER, DESCRIPTOR, ENTRY, ENTRY_START, FAULT, MESSAGE, MESSAGE_HEADER_PART, NAME, PAYLOAD, TABLE,
+    TENSOR_END, TRANSPORT, VALUE, Faults, Part, as_view, fault,
 )
 
 __all__ = [
