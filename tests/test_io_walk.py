@@ -33,7 +33,7 @@ FILE_HEADER_BYTES, TRAILER_BYTES, FILE_ALIGNMENT = 64, 40, 4096
 
 
 def strict(buf, base, depth):
-    return located.strict_descriptor(buf, base, depth, Mode.STRICT)
+    return located.strict_descriptor(buf, base, depth, mode=Mode.STRICT)
 
 
 def collect(buf, base, depth):
@@ -48,8 +48,7 @@ def test_bare_stream_parts_are_located():
     stream = ROW_MAJOR_F32_3X4 + bytes(range(BUFFER_BYTES))
     for faults, describe in ((located.Faults.RAISE, strict), (located.Faults.COLLECT, collect)):
         parts = list(located.walk_bare(located.Window(stream), describe, faults=faults, mode=Mode.STRICT))
-        assert kinds_and_ranges(parts) == [
-            ("descriptor", 0, 61), ("buffer", 61, 109), ("tensor end", 0, 109)], faults
+        assert kinds_and_ranges(parts) == [("descriptor", 0, 61), ("buffer", 61, 109)], faults
         assert bytes(parts[1].value) == bytes(range(BUFFER_BYTES))
         assert parts[0].value.shape == (3, 4)
 
@@ -69,7 +68,7 @@ def test_bare_stream_truncated_buffer_under_each_policy():
     # the walk goes on past a buffer that fits (the second descriptor's 61 bytes hold 48)
     parts = list(located.walk_bare(located.Window(stream), collect, faults=located.Faults.COLLECT,
                                    mode=Mode.STRICT))
-    assert [p.kind for p in parts][:3] == ["descriptor", "buffer", "tensor end"]
+    assert [p.kind for p in parts][:3] == ["descriptor", "buffer", "descriptor"]
 
 
 def test_nesting_depth_follows_binding():
@@ -79,7 +78,7 @@ def test_nesting_depth_follows_binding():
     inner = Composite.build(CompositionRule.GROUP, [t(2), t(3)], shape=(2,), type_tag=ElementType.FLOAT32)
     outer = Composite.build(CompositionRule.GROUP, [t(1), inner], shape=(2,), type_tag=ElementType.FLOAT32)
     stream = write_stream(None, [outer, t(4)])
-    parts = located.walk_bare(located.Window(stream), strict, faults=located.Faults.RAISE, mode=Mode.STRICT)
+    parts = located.walk_bare(located.Window(stream), collect, faults=located.Faults.COLLECT, mode=Mode.STRICT)
     assert [p.depth for p in parts if p.kind == "descriptor"] == [0, 1, 1, 2, 2, 0]
 
 
@@ -128,8 +127,8 @@ def test_file_parts_in_reader_protocol_order(tmp_path):
     assert (parts[0].start, parts[0].end) == (0, FILE_HEADER_BYTES)
     assert (parts[1].start, parts[1].end) == (len(data) - TRAILER_BYTES, len(data))
     descriptor, spans = parts[4], parts[5]
-    assert (descriptor.note, descriptor.start, descriptor.end) == ("w", FILE_HEADER_BYTES, FILE_HEADER_BYTES + 61)
-    assert spans.value == [(FILE_ALIGNMENT, BUFFER_BYTES)]
+    assert (descriptor.start, descriptor.end) == (FILE_HEADER_BYTES, FILE_HEADER_BYTES + 61)
+    assert (spans.note, spans.value) == ("w", [(FILE_ALIGNMENT, BUFFER_BYTES)])
     assert [e.name for e in parts[2].value] == ["w"]
 
 

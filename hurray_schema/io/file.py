@@ -13,6 +13,7 @@ KV section, index, CRC-32C of the index, trailer.
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 from collections.abc import Mapping
@@ -37,7 +38,7 @@ from .kv import encode_kv
 from .stream import node_buffers
 from .tensor import Composite, Item, Tensor, walk
 from .walk import (
-    DESCRIPTOR, FILE_HEADER_PART, INDEX_PART, KV_PART, TENSOR_DATA, TRAILER_PART, Faults, IndexEntry, Part,
+    DESCRIPTOR, FILE_HEADER_PART, INDEX_PART, KV_PART, TENSOR_DATA, TRAILER_PART, Faults, IndexEntry,
     as_view, buffer_spans, strict_descriptor, walk_file,  # noqa: F401  (buffer_spans: was defined here)
 )
 
@@ -109,12 +110,14 @@ class HurrayFile(Mapping):
         self._spans: dict[str, list] = {}
         self.kv: dict = {}
         ordered: list[IndexEntry] = []
-        for part in walk_file(self._view, self._describe, faults=Faults.RAISE, mode=self.mode, limits=self.limits):
+        describe = functools.partial(strict_descriptor, mode=self.mode, limits=self.limits, findings=self.findings)
+        for part in walk_file(self._view, describe, faults=Faults.RAISE, mode=self.mode, limits=self.limits):
             if part.kind == DESCRIPTOR:
-                self._descriptors[part.note] = part.value
-                ordered.append(part.note)
+                desc = part.value
             elif part.kind == TENSOR_DATA:
+                self._descriptors[part.note] = desc
                 self._spans[part.note] = part.value
+                ordered.append(part.note)
             elif part.kind == FILE_HEADER_PART:
                 self.header = part.value
             elif part.kind == TRAILER_PART:
@@ -125,9 +128,6 @@ class HurrayFile(Mapping):
                 self.findings.extend(part.findings)
                 self.kv = part.value
         self._bind(ordered, validate_composites)
-
-    def _describe(self, buf, base: int, depth: int) -> Part:
-        return strict_descriptor(buf, base, depth, self.mode, self.limits, findings=self.findings)
 
     def _bind(self, ordered: list[str], validate: bool) -> None:
         binder = Binder(self.mode, C.FILE_COMPOSITE_TORN, self.findings, validate, self.limits)

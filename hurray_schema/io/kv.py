@@ -6,8 +6,6 @@ from typing import Any, Mapping
 
 from typing import Iterator
 
-import attrs
-
 from ..errors import HurraySchemaError
 from ..limits import DEFAULT_LIMITS, Limits
 from ..rules import container as C
@@ -150,7 +148,7 @@ class _Cursor:
         """The fault of ``n`` bytes that do not fit (raises under ``RAISE``)."""
         part = fault(self.faults, C.KV_TRUNCATED, f"{what} needs {n} bytes, only {self.end - self.pos} remain in "
                      "kv_length", self.at(), self.mode, note=note)
-        return attrs.evolve(part, decl=decl, depth=depth)
+        return part._replace(decl=decl, depth=depth)
 
     def table(self, p: Plan, decl, what: str, depth: int = 0):
         """``(part, values)`` of the fixed-size table ``decl`` here, or ``(fault part, None)``."""
@@ -245,7 +243,7 @@ def _value(cur: _Cursor, tag: int, tag_at: int, depth: int, limits: Limits):
     strict = cur.faults is Faults.RAISE
     if tag == KvTag.ARRAY:
         part, head = cur.table(_ARRAY, KV_ARRAY_HEADER, "array header")
-        yield attrs.evolve(part, depth=depth)
+        yield part._replace(depth=depth)
         if head is None:
             return _STOP
         etag, n = head["element_tag"], head["element_count"]
@@ -283,7 +281,7 @@ def _payload_parts(cur: _Cursor, tag: int, depth: int, limits: Limits):
     at = cur.at()
     if tag in (KvTag.STRING, KvTag.BYTES):
         part, v = cur.table(_LEN, KV_LENGTH_PREFIX, "value length")
-        yield attrs.evolve(part, depth=depth)
+        yield part._replace(depth=depth)
         if v is None:
             return _STOP
         n = v["length"]
@@ -291,7 +289,7 @@ def _payload_parts(cur: _Cursor, tag: int, depth: int, limits: Limits):
             cur.require(n, "value bytes")
             limits.check("max_kv_value_bytes", n, at)
         part, data = cur.bytes(n, "value bytes", "value")
-        yield attrs.evolve(part, depth=depth)
+        yield part._replace(depth=depth)
         if data is None:
             return _STOP
         if tag == KvTag.BYTES or not strict:
@@ -301,7 +299,7 @@ def _payload_parts(cur: _Cursor, tag: int, depth: int, limits: Limits):
         except UnicodeDecodeError as exc:
             raise C.KV_STRING.violation(f"string value is not valid UTF-8 ({exc.reason})", at) from None
     part, v = cur.table(_SCALARS[tag], KV_SCALAR_VALUES[tag], f"{KvTag(tag).name.lower()} value")
-    yield attrs.evolve(part, depth=depth)
+    yield part._replace(depth=depth)
     if v is None:
         return _STOP
     value = v["value"]

@@ -16,6 +16,7 @@ being bound plus the buffers of the tensor being read.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 from typing import Iterable, Iterator, Optional
@@ -32,7 +33,7 @@ from ..structs.stream import (
 from ._bind import Binder
 from .tensor import Composite, Item, Tensor, walk
 from .walk import (
-    BUFFER, DATA, DESCRIPTOR, TENSOR_END, Faults, Part, RemoteError, Window, strict_descriptor, walk_bare,
+    BUFFER, DATA, DESCRIPTOR, TENSOR_END, Faults, RemoteError, Window, strict_descriptor, walk_bare,
     walk_messages,
 )
 
@@ -73,6 +74,8 @@ class StreamReader:
         self._count = 0
         self._src = Window(source)
         self._binder = Binder(self.mode, C.STREAM_COMPOSITE_TORN, self.findings, validate_composites, self.limits)
+        self._describe = functools.partial(strict_descriptor, mode=self.mode, limits=self.limits,
+                                           cross_machine=cross_machine, findings=self.findings)
         self._gen = self._bare() if framing == "bare" else self._messages()
 
     def __iter__(self) -> "StreamReader":
@@ -98,20 +101,19 @@ class StreamReader:
     def __exit__(self, *exc):
         self.close()
 
-    def _describe(self, buf, base: int, depth: int) -> Part:
-        return strict_descriptor(buf, base, depth, self.mode, self.limits, self.cross_machine, self.findings)
 
     def _finish(self) -> Iterator[Item]:
         yield from self._binder.finish(self._src.pos, "the stream")
 
     def _bare(self) -> Iterator[Item]:
-        buffers: list = []
+        desc, start, buffers = None, 0, []
         for part in walk_bare(self._src, self._describe, faults=Faults.RAISE, mode=self.mode, limits=self.limits):
             if part.kind == BUFFER:
                 buffers.append(part.value)
-            elif part.kind == TENSOR_END:
-                yield from self._binder.add(part.value, buffers, None, part.start)
-                buffers = []
+            else:
+                desc, start, buffers = part.value, part.start, []
+            if len(buffers) == len(desc.buffers):  # the tensor is complete: bind it
+                yield from self._binder.add(desc, buffers, None, start)
         yield from self._finish()
 
     def _messages(self) -> Iterator[Item]:

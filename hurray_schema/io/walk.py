@@ -214,10 +214,10 @@ def violation_finding(exc: SpecViolation) -> Finding:
     return Finding(exc.rule_id, level, exc.citation, exc.message, exc.offset, False)
 
 
-def strict_descriptor(buf, base: int, depth: int, mode: Mode, limits: Limits = DEFAULT_LIMITS,
+def strict_descriptor(buf, base: int, depth: int, *, mode: Mode, limits: Limits = DEFAULT_LIMITS,
                       cross_machine: bool = False, findings: Optional[list] = None) -> Part:
-    """The descriptor at the start of ``buf`` as a reader takes it (``RAISE``): the
-    structural decode, then the first untolerated semantic rule raises.  What the mode
+    """The descriptor that is ``buf`` (exactly its ``descriptor_length`` bytes) as a reader
+    takes it (``RAISE``): the structural decode, then the first untolerated semantic rule raises.  What the mode
     tolerated goes to ``findings`` (before anything raises) when given, else to the part."""
     desc, tolerated = parse_descriptor(buf, mode=mode, base=base, limits=limits)
     if findings is not None:
@@ -231,8 +231,7 @@ def strict_descriptor(buf, base: int, depth: int, mode: Mode, limits: Limits = D
             if h.sync_mode != SyncMode.PRODUCER_SYNCED:
                 raise C.CROSS_MACHINE_SYNC.violation(
                     f"buffer {i} declares sync_mode 0x{int(h.sync_mode):02X} on a cross-machine stream", base)
-    return Part(DESCRIPTOR, base, base + desc.encoded_length, FIXED_HEADER, desc, findings=tuple(tolerated),
-                depth=depth)
+    return Part(DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, findings=tuple(tolerated), depth=depth)
 
 
 def collect_descriptor(buf, base: int, depth: int, mode: Mode) -> Part:
@@ -288,35 +287,47 @@ class Nesting:
 def walk_bare(window: Window, describe: Describe, *, faults: Faults, mode: Mode,
               limits: Limits = DEFAULT_LIMITS, progress=None) -> Iterator[Part]:
     """Parts of a bare stream (``interchange.md § Scope``): per tensor its descriptor
-    part, one ``buffer`` part per buffer-table entry (no padding), then ``tensor end``
-    (the whole tensor's extent, its descriptor as value).
+    part, then one ``buffer`` part per buffer-table entry (no padding).
 
     ``RAISE`` checks the framing first (a truncated descriptor is ``stream.truncated``)
     and reads only what each part needs; ``COLLECT`` and ``ANNOTATE`` decode each
-    descriptor from what remains and stop at the first part that cannot be located."""
-    count, nesting = 0, Nesting()
+    descriptor from what remains, give it its composite nesting ``depth``, and stop at
+    the first part that cannot be located."""
+    strict = faults is Faults.RAISE
+    nesting = None if strict else Nesting()
+    count = 0
     while not window.at_eof() or (faults is Faults.COLLECT and count == 0):
         start = window.pos
         if progress is not None:
             progress(start)
-        depth = nesting.depth()
-        if faults is Faults.RAISE:
-            part = describe(_framed_descriptor(window, start, limits), start, depth)
+        if strict:
+            part = describe(_framed_descriptor(window, start, limits), start, 0)
         else:
-            part = describe(window.rest(), start, depth)
+            part = describe(window.rest(), start, nesting.depth())
         yield part
-        if part.value is None:
+        desc = part.value
+        if desc is None:
             return
-        nesting.arrive(part.value)
         count += 1
-        if faults is not Faults.RAISE:
+        if not strict:
+            nesting.arrive(desc)
             window.pos = part.end
-        if faults is Faults.COLLECT and window.at_eof() and count == 1:
-            return  # a lone descriptor: no buffers follow it
-        stopped = yield from _buffers(window, part.value, start, faults, mode, limits)
-        if stopped:
-            return
-        yield Part(TENSOR_END, start, window.pos, value=part.value)
+            if faults is Faults.COLLECT and window.at_eof() and count == 1:
+                return  # a lone descriptor: no buffers follow it
+            stopped = yield from _located_buffers(window, desc, faults, mode)
+            if stopped:
+                return
+        for i, handle in enumerate(desc.buffers):  # they fit (checked above) or are read and checked here
+            size = handle.byte_size
+            if strict:
+                limits.check("max_buffer_bytes", size, start)
+            at = window.pos
+            data = window.read(size)
+            if len(data) < size:
+                raise C.STREAM_TRUNCATED.violation(
+                    f"buffer {i} of the tensor at byte {start} needs {size} bytes, the stream has {len(data)} left",
+                    at + len(data))
+            yield Part(BUFFER, at, at + size, None, data, None, "", (), i)
 
 
 def _framed_descriptor(window: Window, start: int, limits: Limits):
@@ -338,31 +349,22 @@ def _framed_descriptor(window: Window, start: int, limits: Limits):
     return bytes(head) + bytes(rest)
 
 
-def _buffers(window: Window, desc: TensorDescriptor, start: int, faults: Faults, mode: Mode, limits: Limits):
-    """Yield the buffer parts of ``desc``; returns True when the walk must stop."""
-    if faults is not Faults.RAISE:
-        need, have = sum(h.byte_size for h in desc.buffers), window.remaining()
-        if need > have:
-            at = window.pos
-            for i, handle in enumerate(desc.buffers):
-                if handle.byte_size > len(window.data) - at:
-                    yield fault(faults, C.STREAM_TRUNCATED, f"the buffers of the tensor need {need} bytes, "
-                                 f"{have} remain", window.pos + have, mode, at=at,
-                                 note=f"buffer {i} needs {handle.byte_size} bytes, {len(window.data) - at} remain")
-                    return True
-                yield Part(BUFFER, at, at + handle.byte_size, value=window.data[at : at + handle.byte_size], index=i)
-                at += handle.byte_size
+def _located_buffers(window: Window, desc: TensorDescriptor, faults: Faults, mode: Mode):
+    """When the buffers of ``desc`` do not all fit: yield those that do, then the fault
+    part, and return True (the walk stops); else yield nothing and return False."""
+    need, have = sum(h.byte_size for h in desc.buffers), window.remaining()
+    if need <= have:
+        return False
+    at = window.pos
     for i, handle in enumerate(desc.buffers):
-        if faults is Faults.RAISE:
-            limits.check("max_buffer_bytes", handle.byte_size, start)
-        at = window.pos
-        data = window.read(handle.byte_size)
-        if len(data) < handle.byte_size:
-            raise C.STREAM_TRUNCATED.violation(
-                f"buffer {i} of the tensor at byte {start} needs {handle.byte_size} bytes, "
-                f"the stream has {len(data)} left", at + len(data))
-        yield Part(BUFFER, at, at + handle.byte_size, value=data, index=i)
-    return False
+        if handle.byte_size > len(window.data) - at:
+            yield fault(faults, C.STREAM_TRUNCATED, f"the buffers of the tensor need {need} bytes, {have} remain",
+                        window.pos + have, mode, at=at,
+                        note=f"buffer {i} needs {handle.byte_size} bytes, {len(window.data) - at} remain")
+            return True
+        yield Part(BUFFER, at, at + handle.byte_size, value=window.data[at : at + handle.byte_size], index=i)
+        at += handle.byte_size
+    return True  # pragma: no cover - some buffer does not fit when need > have
 
 
 # --------------------------------------------------------------------------------------
@@ -398,9 +400,10 @@ def walk_messages(window: Window, describe: Describe, *, faults: Faults, mode: M
     while pos < len(view):
         if _MSG_SIZE > len(view) - pos:
             yield Part(MESSAGE, pos, pos, index=index)
-            yield attrs.evolve(fault(faults, C.MESSAGE_TRUNCATED, f"the stream ends {len(view) - pos} bytes into a "
-                                      f"{_MSG_SIZE}-byte message header", len(view), mode, at=pos,
-                                      note="the message header does not fit"), decl=MESSAGE_HEADER)
+            cut = fault(faults, C.MESSAGE_TRUNCATED, f"the stream ends {len(view) - pos} bytes into a "
+                        f"{_MSG_SIZE}-byte message header", len(view), mode, at=pos,
+                        note="the message header does not fit")
+            yield cut._replace(decl=MESSAGE_HEADER)
             return
         h, p = _MSG.unpack(view, pos)
         n = h["payload_length"]
@@ -643,8 +646,8 @@ def walk_file(view: memoryview, describe: Describe, *, faults: Faults, mode: Mod
               limits: Limits = DEFAULT_LIMITS) -> Iterator[Part]:
     """Parts of a ``.hrry`` file in the order of the reader protocol (``file-format.md §
     Reader Protocol``): ``file header``, ``trailer``, ``index`` (value: the entries),
-    ``kv``, then per tensor in descriptor order its descriptor part (``note``: its name)
-    and ``tensor data`` (value: the ``(offset, size)`` of each buffer).  A ``fault`` part
+    ``kv``, then per tensor in descriptor order its descriptor part and ``tensor data``
+    (``note``: the tensor's name; value: the ``(offset, size)`` of each buffer).  A ``fault`` part
     whose ``decl`` is set is a table that does not fit in what remains.
 
     ``RAISE`` is the reader: every container rule is checked, the first fault raises.
@@ -804,7 +807,6 @@ def _strict_tensors(view: memoryview, h: dict, ordered: list[IndexEntry], region
     a = h["data_buffer_alignment"]
     previous_end, previous = h["first_descriptor_offset"], None
     first = previous_end
-    nesting = Nesting()
     for e in ordered:
         at = e.entry_offset + _NAME_LEN.fixed_size + len(e.name.encode("utf-8"))
         off = e.descriptor_offset
@@ -828,10 +830,9 @@ def _strict_tensors(view: memoryview, h: dict, ordered: list[IndexEntry], region
             raise C.INDEX_DESCRIPTOR_BOUNDS.violation(
                 f"descriptor of {e.name!r} ({length} bytes at {off}) runs past the tensor region end {region_end}",
                 at + _E["descriptor_offset"])
-        part = describe(view[off : off + length], off, nesting.depth())
-        yield attrs.evolve(part, note=e.name)
+        part = describe(view[off : off + length], off, 0)
+        yield part
         desc = part.value
-        nesting.arrive(desc)
         end = off + length
         if desc.buffers:
             if e.data_offset % a:
@@ -895,7 +896,7 @@ def _file_located(view: memoryview, describe: Describe, faults: Faults, mode: Mo
         yield Part(ENTRY, off, off, INDEX_ENTRY_FIELDS, e)
         window = view[off:] if n == 0 or faults is Faults.COLLECT else view[off : min(size, off + max(n, 0))]
         part = describe(window, off, nesting.depth())
-        yield attrs.evolve(part, note=e.name)
+        yield part._replace(note=e.name)
         if part.value is not None:
             if e.data_length:
                 yield Part(TENSOR_DATA, e.data_offset, e.data_offset + e.data_length, value=None, note=e.name,
