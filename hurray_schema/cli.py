@@ -408,8 +408,8 @@ def _peek(buf, base: int, depth: int):
 
 
 def _descriptor_groups(view, located) -> list[dict]:
-    part = _peek(view, 0, 0)
-    return [_tensor_group("descriptor", part.value, part.start, part.end, 0)]
+    return [_tensor_group("descriptor", part.value, part.start, part.end, 0)
+            for part in located.walk_descriptor(view, _peek)]
 
 
 def _stream_groups(view, located) -> list[dict]:

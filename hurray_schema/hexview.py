@@ -31,7 +31,7 @@ from .errors import HurraySchemaError
 from .io.walk import (
     BUFFER, DATA, DATA_HEADER, DESCRIPTOR, ENTRY, FAULT, FILE_HEADER_PART, INDEX_PART, KV_PART, MESSAGE,
     MESSAGE_HEADER_PART, NAME, PAYLOAD, TABLE, TENSOR_DATA, TRAILER_PART, TRANSPORT, VALUE, ENTRY_START, Faults,
-    Part, Window, detect_kind, walk_bare, walk_file, walk_index, walk_messages,
+    Part, Window, detect_kind, walk_bare, walk_descriptor, walk_file, walk_index, walk_messages,
 )
 from .io.kv import walk_kv
 from .model import DYNAMIC_DIMENSION, DescriptorFlag, LayoutTag
@@ -474,7 +474,7 @@ def annotate(data, kind: Optional[str] = None, *, brief: bool = False) -> list[N
     elif kind == "messages":
         nodes = _annotate_messages(view, brief)
     elif kind == "descriptor":
-        nodes = annotate_descriptor(view, brief=brief)[0]
+        nodes = _annotate_descriptor_input(view, brief)
     else:
         raise HurraySchemaError("not a Hurray descriptor, stream or file (no known magic at byte 0)")
     return [n for n in nodes if in_brief(n)] if brief else nodes
@@ -496,6 +496,12 @@ def _describer(nodes: list[Node], label, brief: bool):
         return Part(DESCRIPTOR, base, base + end, value=desc, depth=depth)
 
     return describe
+
+
+def _annotate_descriptor_input(view: memoryview, brief: bool = False) -> list[Node]:
+    nodes: list[Node] = []
+    list(walk_descriptor(view, _describer(nodes, lambda: "descriptor", brief)))
+    return nodes
 
 
 def _annotate_bare_stream(view: memoryview, brief: bool = False) -> list[Node]:

@@ -60,7 +60,7 @@ from .parts import (  # noqa: F401  (the kinds of part are part of this module's
 
 __all__ = [
     "Faults", "Part", "Window", "memory_input", "as_view", "violation_finding", "strict_descriptor",
-    "collect_descriptor", "walk_bare", "walk_messages", "walk_file", "detect_kind", "IndexEntry", "buffer_spans",
+    "collect_descriptor", "walk_descriptor", "walk_bare", "walk_messages", "walk_file", "detect_kind", "IndexEntry", "buffer_spans",
     "Nesting", "RemoteError", "walk_index",
 ]
 
@@ -277,6 +277,13 @@ class Nesting:
             pending[-1] -= 1
         if desc.is_composite_head and desc.layout.member_count != OPEN_COMPOSITE:
             pending.append(desc.layout.member_count)
+
+
+def walk_descriptor(view, describe: Describe) -> Iterator[Part]:
+    """The one part of a lone descriptor (``metadata.md § Overall Descriptor Structure``):
+    ``describe`` of the whole input.  Field by field, a descriptor is the codec's and the
+    annotated view's business; a container walk locates it as one part."""
+    yield describe(as_view(view), 0, 0)
 
 
 # --------------------------------------------------------------------------------------
