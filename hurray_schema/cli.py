@@ -385,11 +385,10 @@ def _groups(data, kind: str) -> list[dict]:
 def _tensor_group(label: str, desc, start: int, end: int, depth: int) -> dict:
     from .hexview import descriptor_text
 
-    text = descriptor_text(desc)
-    if "composite" in text:
+    if desc is not None and desc.is_composite_head:
         label = label.replace("tensor", "composite", 1)
-    return {"label": label, "start": start, "end": end, "depth": depth, "text": text, "data_end": end,
-            "tensor": True}
+    return {"label": label, "start": start, "end": end, "depth": depth, "text": descriptor_text(desc),
+            "data_end": end, "tensor": True}
 
 
 def _section_group(label: str, start: int, end: int) -> dict:
