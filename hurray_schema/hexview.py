@@ -8,9 +8,11 @@ the ``field(...)`` declarations in :mod:`hurray_schema.structs`, decoded one fie
 time with the same fast plans the codec uses.  :func:`render_tree` and
 :func:`render_hex` turn the nodes into text (``hurray-schema inspect`` / ``--hex``).
 
-The walk is bounded: every count and length is checked against the bytes that remain
-before it is used, and a field that does not fit ends the walk of its section with an
-``error`` node instead of an exception.  It shows what the bytes say; judging them is
+Where each part of a stream or file sits comes from the located walks of
+:mod:`hurray_schema.io.walk` and :mod:`hurray_schema.io.kv` (fault policy ``ANNOTATE``);
+this module turns each located part into nodes, field by field.  Every count and length
+is checked against the bytes that remain before it is used, and a field that does not
+fit ends the walk of its section with an ``error`` node instead of an exception.  It shows what the bytes say; judging them is
 the job of ``hurray-schema audit``.
 """
 
@@ -28,12 +30,12 @@ import construct as c
 
 from .docs import presence, spec_type, tag_table
 from .errors import HurraySchemaError
-from .io.walk import (
-    BUFFER, DATA, DATA_HEADER, DESCRIPTOR, ENTRY, FAULT, FILE_HEADER_PART, INDEX_PART, KV_PART, MESSAGE,
-    MESSAGE_HEADER_PART, NAME, PAYLOAD, TABLE, TENSOR_DATA, TRAILER_PART, TRANSPORT, VALUE, ENTRY_START, Faults,
-    Part, Window, detect_kind, walk_bare, walk_descriptor, walk_file, walk_index, walk_messages,
-)
 from .io.kv import walk_kv
+from .io.walk import (
+    BUFFER, DATA, DATA_HEADER, DESCRIPTOR, ENTRY, ENTRY_START, FAULT, FILE_HEADER_PART, INDEX_PART, KV_PART,
+    MESSAGE, MESSAGE_HEADER_PART, NAME, PAYLOAD, TABLE, TENSOR_DATA, TRAILER_PART, TRANSPORT, VALUE, Faults, Part,
+    Window, detect_kind, walk_bare, walk_descriptor, walk_file, walk_index, walk_messages,
+)
 from .model import DYNAMIC_DIMENSION, DescriptorFlag, LayoutTag
 from .rules.engine import Mode
 from .structs import descriptor as D
