@@ -231,7 +231,7 @@ def strict_descriptor(buf, base: int, depth: int, *, mode: Mode, limits: Limits 
             if h.sync_mode != SyncMode.PRODUCER_SYNCED:
                 raise C.CROSS_MACHINE_SYNC.violation(
                     f"buffer {i} declares sync_mode 0x{int(h.sync_mode):02X} on a cross-machine stream", base)
-    return Part(DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, findings=tuple(tolerated), depth=depth)
+    return Part(DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "", tuple(tolerated), 0, depth)
 
 
 def collect_descriptor(buf, base: int, depth: int, mode: Mode) -> Part:
@@ -303,6 +303,7 @@ def walk_bare(window: Window, describe: Describe, *, faults: Faults, mode: Mode,
     strict = faults is Faults.RAISE
     nesting = None if strict else Nesting()
     count = 0
+    max_buffer = limits.max_buffer_bytes if strict else None
     while not window.at_eof() or (faults is Faults.COLLECT and count == 0):
         start = window.pos
         if progress is not None:
@@ -326,7 +327,7 @@ def walk_bare(window: Window, describe: Describe, *, faults: Faults, mode: Mode,
                 return
         for i, handle in enumerate(desc.buffers):  # they fit (checked above) or are read and checked here
             size = handle.byte_size
-            if strict:
+            if strict and size > max_buffer:
                 limits.check("max_buffer_bytes", size, start)
             at = window.pos
             data = window.read(size)
@@ -353,6 +354,8 @@ def _framed_descriptor(window: Window, start: int, limits: Limits):
         raise C.STREAM_TRUNCATED.violation(
             f"the stream ends inside the descriptor at byte {start}: descriptor_length {length}, "
             f"{FIXED_HEADER_SIZE + len(rest)} bytes present", window.pos)
+    if window.data is not None:  # one copy of the descriptor, not of its two reads
+        return window.data[start : start + length].tobytes()
     return bytes(head) + bytes(rest)
 
 
