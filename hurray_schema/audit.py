@@ -34,14 +34,14 @@ import os
 from typing import Iterable
 
 from .errors import HurraySchemaError, LimitExceeded, SpecViolation
+from .rules.composite import validate_preorder  # first: the rule registry lists rules in import order
+from .rules.engine import Finding, Level, Mode, Report, as_mode
 from .io.file import HurrayFile
 from .io.stream import read_stream
 from .io.walk import (
     DESCRIPTOR, FAULT, Faults, Part, Window, collect_descriptor, detect_kind, memory_input, violation_finding,
     walk_bare, walk_file, walk_messages,
 )
-from .rules.composite import validate_preorder
-from .rules.engine import Finding, Level, Mode, Report, as_mode
 
 __all__ = ["audit", "audit_descriptor"]
 
