@@ -23,7 +23,9 @@ import contextlib
 import json
 import mmap
 import os
+import stat
 import sys
+import tempfile
 import textwrap
 from typing import Any, Optional
 
@@ -73,22 +75,24 @@ def _progress_threshold() -> int:
 
 
 class _Input:
-    """The bytes of PATH (memory-mapped) or of standard input."""
+    """The bytes of PATH or of standard input, memory-mapped: only what is looked at is
+    read into memory.  Standard input that is not a regular file (a pipe) is first copied,
+    in bounded chunks, to an unnamed temporary file."""
 
     def __init__(self, path: str):
         self.path = path
         self._file = None
         self._map = None
         if path == "-":
-            self.data = memoryview(sys.stdin.buffer.read())
+            self._file = _stdin_file()
         else:
             self._file = open(path, "rb")
-            size = os.fstat(self._file.fileno()).st_size
-            if size == 0:
-                self.data = memoryview(b"")
-            else:
-                self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
-                self.data = memoryview(self._map)
+        size = os.fstat(self._file.fileno()).st_size
+        if size == 0:
+            self.data = memoryview(b"")
+        else:
+            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+            self.data = memoryview(self._map)
 
     @property
     def size(self) -> int:
@@ -107,6 +111,26 @@ class _Input:
     def __exit__(self, *exc) -> None:
         with contextlib.suppress(BufferError):
             self.close()
+
+
+_STDIN_CHUNK = 8 * 1024 * 1024
+
+
+def _stdin_file():
+    """Standard input as a file that can be memory-mapped from its start."""
+    stdin = sys.stdin.buffer
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        fileno = stdin.fileno()
+        if stat.S_ISREG(os.fstat(fileno).st_mode) and os.lseek(fileno, 0, os.SEEK_CUR) == 0:
+            return os.fdopen(os.dup(fileno), "rb")
+    spool = tempfile.TemporaryFile()
+    while True:
+        chunk = stdin.read(_STDIN_CHUNK)
+        if not chunk:
+            break
+        spool.write(chunk)
+    spool.flush()
+    return spool
 
 
 def _fail(message: str, code: int = EXIT_UNREADABLE) -> None:
@@ -153,15 +177,12 @@ def inspect(path: str, as_hex: bool, kind: str, no_citations: bool, brief: bool)
             found = detect_kind(source.data) if kind == "auto" else kind
             if found == "unknown":
                 _fail(f"{path}: not a Hurray descriptor, stream or file (no known magic at byte 0)")
-            nodes = annotate(source.data, found)
+            nodes = annotate(source.data, found, brief=brief)
             size = source.size
     except OSError as exc:
         _fail(f"{path}: {exc.strerror or exc}")
     except HurraySchemaError as exc:
         _fail(f"{path}: {exc}")
-    if brief:
-        nodes = [n for n in nodes if n.kind == "error" or n.kind == "opaque" and n.label.endswith("data")
-                 or n.kind == "section" and (n.depth == 0 or n.label.startswith(("tensor", "message")))]
     render = render_hex if as_hex else render_tree
     click.echo(f"{path}: {_KIND_NAMES.get(found, found)}, {size} bytes")
     click.echo(render(nodes, citations=not (no_citations or brief)))
@@ -348,33 +369,99 @@ def _progress(size: int):
 
 
 def _groups(data, kind: str) -> list[dict]:
-    """Tensors and composites of the input with their byte spans, from the annotated view
-    (``data_end``: where the tensor's data buffers end, for offsets inside the data)."""
-    from .hexview import annotate
+    """Tensors and composites of the input with their byte spans, in byte order, from the
+    located walk of its kind (``data_end``: where the tensor's data buffers end, for
+    offsets inside the data); for a file also its header, KV metadata, index and trailer,
+    for a message stream each message.  Spans are those of the annotated view."""
+    from .io import walk as located
 
-    try:
-        nodes = annotate(data, kind)
-    except HurraySchemaError:
-        return []
-    groups = []
-    for i, n in enumerate(nodes):
-        if n.kind == "section" and n.depth == 0 and kind in ("file", "messages") and not n.label.startswith("tensor"):
-            groups.append({"label": n.label, "start": n.start, "end": n.end, "depth": 0, "text": "",
-                           "data_end": n.end, "tensor": False})
-            continue
-        if n.kind == "section" and (n.label.startswith("tensor") or n.label == "descriptor"):
-            label = n.label if n.label != "descriptor" or kind != "messages" else f"tensor @{n.start}"
-            if "composite" in n.text:
-                label = label.replace("tensor", "composite", 1)
-            data_end = n.end
-            for m in nodes[i + 1:]:
-                if m.depth <= n.depth:
-                    break
-                if m.kind == "opaque" and m.depth == n.depth + 1 and m.label.endswith("data"):
-                    data_end = max(data_end, m.end)
-            groups.append({"label": label, "start": n.start, "end": n.end, "depth": n.depth, "text": n.text,
-                           "data_end": data_end, "tensor": True})
+    view = located.as_view(data)
+    builders = {"descriptor": _descriptor_groups, "stream": _stream_groups, "messages": _message_groups,
+                "file": _file_groups}
+    build = builders.get(kind)
+    return build(view, located) if build is not None else []
+
+
+def _tensor_group(label: str, desc, start: int, end: int, depth: int) -> dict:
+    from .hexview import descriptor_text
+
+    if desc is not None and desc.is_composite_head:
+        label = label.replace("tensor", "composite", 1)
+    return {"label": label, "start": start, "end": end, "depth": depth, "text": descriptor_text(desc),
+            "data_end": end, "tensor": True}
+
+
+def _section_group(label: str, start: int, end: int) -> dict:
+    return {"label": label, "start": start, "end": end, "depth": 0, "text": "", "data_end": end, "tensor": False}
+
+
+def _peek(buf, base: int, depth: int):
+    """The walk's descriptor step for grouping: the permissive decode and the extent the
+    annotated view gives the descriptor."""
+    from .hexview import descriptor_extent, peek_descriptor
+    from .io.walk import Part
+
+    view = memoryview(buf)
+    desc, _ = peek_descriptor(view, base)
+    return Part("descriptor", base, base + descriptor_extent(view), value=desc, depth=depth)
+
+
+def _descriptor_groups(view, located) -> list[dict]:
+    return [_tensor_group("descriptor", part.value, part.start, part.end, 0)
+            for part in located.walk_descriptor(view, _peek)]
+
+
+def _stream_groups(view, located) -> list[dict]:
+    groups: list[dict] = []
+    for part in located.walk_bare(located.Window(view), _peek, faults=located.Faults.ANNOTATE,
+                                  mode=_permissive()):
+        if part.kind == located.DESCRIPTOR:
+            groups.append(_tensor_group(f"tensor {len(groups)}", part.value, part.start, part.end, part.depth))
+        elif part.kind == located.BUFFER:
+            groups[-1]["data_end"] = max(groups[-1]["data_end"], part.end)
     return groups
+
+
+def _message_groups(view, located) -> list[dict]:
+    groups: list[dict] = []
+    for part in located.walk_messages(located.Window(view), _peek, faults=located.Faults.ANNOTATE,
+                                      mode=_permissive()):
+        if part.kind == located.MESSAGE:
+            groups.append(_section_group(f"message {part.index}", part.start, part.end))
+        elif part.kind == located.DESCRIPTOR:
+            groups.append(_tensor_group(f"tensor @{part.start}", part.value, part.start, part.end, part.depth))
+    return groups
+
+
+def _file_groups(view, located) -> list[dict]:
+    groups: list[dict] = []
+    size, name, tensor = len(view), "", None
+    sections = {located.KV_PART: "kv metadata", located.INDEX_PART: "index"}
+    for part in located.walk_file(view, _peek, faults=located.Faults.ANNOTATE, mode=_permissive()):
+        kind = part.kind
+        if kind == located.FILE_HEADER_PART or kind == located.FAULT and part.decl is not None:
+            groups.append(_section_group("file header", 0, part.end))
+        elif kind == located.ENTRY:
+            name = part.value.name
+        elif kind == located.DESCRIPTOR:
+            tensor = _tensor_group(f"tensor {name!r}", part.value, part.start, part.end, part.depth)
+            groups.append(tensor)
+        elif kind == located.TENSOR_DATA:
+            start = part.start
+            end = min(size, part.end) if start <= size else start
+            tensor["data_end"] = max(tensor["data_end"], end, start)
+        elif kind in sections:
+            if part.start <= size and part.end - part.start <= size - part.start:  # else the view shows an error
+                groups.append(_section_group(sections[kind], part.start, part.end))
+        elif kind == located.TRAILER_PART:
+            groups.append(_section_group("trailer", part.start, part.end))
+    return groups
+
+
+def _permissive():
+    from .rules.engine import Mode
+
+    return Mode.PERMISSIVE
 
 
 def _group_of(groups: list[dict], offset: Optional[int]) -> Optional[dict]:

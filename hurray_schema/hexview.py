@@ -8,9 +8,11 @@ the ``field(...)`` declarations in :mod:`hurray_schema.structs`, decoded one fie
 time with the same fast plans the codec uses.  :func:`render_tree` and
 :func:`render_hex` turn the nodes into text (``hurray-schema inspect`` / ``--hex``).
 
-The walk is bounded: every count and length is checked against the bytes that remain
-before it is used, and a field that does not fit ends the walk of its section with an
-``error`` node instead of an exception.  It shows what the bytes say; judging them is
+Where each part of a stream or file sits comes from the located walks of
+:mod:`hurray_schema.io.walk` and :mod:`hurray_schema.io.kv` (fault policy ``ANNOTATE``);
+this module turns each located part into nodes, field by field.  Every count and length
+is checked against the bytes that remain before it is used, and a field that does not
+fit ends the walk of its section with an ``error`` node instead of an exception.  It shows what the bytes say; judging them is
 the job of ``hurray-schema audit``.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import itertools
 import math
 import struct
 from typing import Any, Iterable, Optional
@@ -27,14 +30,22 @@ import construct as c
 
 from .docs import presence, spec_type, tag_table
 from .errors import HurraySchemaError
-from .model import DYNAMIC_DIMENSION, OPEN_COMPOSITE, DescriptorFlag, LayoutTag
+from .io.kv import walk_kv
+from .io.walk import (
+    BUFFER, DATA, DATA_HEADER, DESCRIPTOR, ENTRY, ENTRY_START, FAULT, FILE_HEADER_PART, INDEX_PART, KV_PART,
+    MESSAGE, MESSAGE_HEADER_PART, NAME, PAYLOAD, TABLE, TENSOR_DATA, TRAILER_PART, TRANSPORT, VALUE, Faults, Part,
+    Window, detect_kind, walk_bare, walk_descriptor, walk_file, walk_index, walk_messages,
+)
+from .model import DYNAMIC_DIMENSION, DescriptorFlag, LayoutTag
+from .rules.engine import Mode
 from .structs import descriptor as D
 from .structs import layouts as L
 from .structs import quantization as Q
 from .structs import sections as X
 from .structs._declare import Field, Plan, fields, plan, select, static_offset, static_size
 
-__all__ = ["Node", "annotate", "annotate_descriptor", "detect_kind", "render_tree", "render_hex"]
+__all__ = ["Node", "annotate", "annotate_descriptor", "detect_kind", "in_brief", "render_tree", "render_hex",
+           "descriptor_extent", "descriptor_text", "peek_descriptor"]
 
 
 @attrs.frozen
@@ -112,12 +123,20 @@ def _render(decl_name: str, name: str, value, size: int = 4) -> str:
 
 
 class _Walker:
-    """Decodes tables field by field over a bounded view; offsets reported from ``base``."""
+    """Decodes tables field by field over a bounded view; offsets reported from ``base``.
 
-    def __init__(self, view: memoryview, base: int, nodes: list[Node]):
+    A ``quiet`` walker decodes and bounds-checks the same way but keeps no field nodes
+    (the brief view: sections, opaque runs and errors only)."""
+
+    def __init__(self, view: memoryview, base: int, nodes: list[Node], quiet: bool = False):
         self.view = view
         self.base = base
         self.nodes = nodes
+        self.quiet = quiet
+
+    def sub(self, end: int, base: Optional[int] = None) -> "_Walker":
+        """A walker over the first ``end`` bytes of this one's view, into the same nodes."""
+        return _Walker(self.view[:end], self.base if base is None else base, self.nodes, self.quiet)
 
     def section(self, label: str, start: int, end: int, depth: int, text: str = "", ref: str = "") -> int:
         self.nodes.append(Node("section", depth, label, self.base + start, self.base + end, text=text, ref=ref))
@@ -182,6 +201,8 @@ class _Walker:
                     raise _Stop from None
                 value = values[f.name]
             ctx[f.name] = value
+            if self.quiet:
+                continue
             self.nodes.append(Node(
                 "field", depth, prefix + f.name, self.base + start, self.base + pos,
                 raw=bytes(self.view[start:pos]), value=value,
@@ -238,33 +259,55 @@ def _descriptor_summary(desc) -> str:
     return text
 
 
+def descriptor_extent(view) -> int:
+    """Bytes the descriptor at the start of ``view`` occupies in the view:
+    ``descriptor_length`` when the magic is there and the length fits, else all of it."""
+    if len(view) >= D.FIXED_HEADER_SIZE and bytes(view[:_MAGIC_LEN]) == D.MAGIC:
+        (length,) = _LENGTH_FIELD.unpack_from(view, _LENGTH_AT)
+        if D.FIXED_HEADER_SIZE <= length <= len(view):
+            return length
+    return len(view)
+
+
+def peek_descriptor(view, base: int = 0):
+    """``(descriptor or None, problem or None)``: the permissive decode the view shows."""
+    from .codec import parse_descriptor
+
+    try:
+        return parse_descriptor(view, mode="permissive", base=base)[0], None
+    except HurraySchemaError as exc:
+        return None, str(exc)
+
+
+def descriptor_text(desc) -> str:
+    """The one-line summary of a descriptor section (``undecodable`` for None)."""
+    return _descriptor_summary(desc) if desc is not None else "undecodable"
+
+
 def annotate_descriptor(data, base: int = 0, depth: int = 0, label: str = "descriptor",
-                        nodes: Optional[list[Node]] = None):
+                        nodes: Optional[list[Node]] = None, brief: bool = False):
     """Annotate the descriptor at the start of ``data`` (offsets reported from ``base``).
 
     Returns ``(nodes, descriptor_or_None, end)`` where ``end`` is the number of bytes
     the descriptor occupies in ``data`` (``descriptor_length`` when it can be read).
+    ``brief`` keeps only the descriptor's section and the errors of its fields.
     """
-    from .codec import parse_descriptor
-
     nodes = [] if nodes is None else nodes
     view = memoryview(data)
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
-    desc, problem = None, None
-    try:
-        desc, _ = parse_descriptor(view, mode="permissive", base=base)
-    except HurraySchemaError as exc:
-        problem = str(exc)
-    limit = len(view)
-    header_size = D.FIXED_HEADER_SIZE
-    if len(view) >= header_size and bytes(view[:_MAGIC_LEN]) == D.MAGIC:
-        (length,) = _LENGTH_FIELD.unpack_from(view, _LENGTH_AT)
-        if header_size <= length <= len(view):
-            limit = length
+    desc, problem = peek_descriptor(view, base)
+    limit = descriptor_extent(view)
+    if brief:
+        nodes.append(Node("section", depth, label, base, base + limit, text=descriptor_text(desc),
+                          ref="metadata.md § Overall Descriptor Structure"))
+        for start, d, text in _field_errors(view[:limit], problem is None):
+            nodes.append(Node("error", depth + d, "error", base + start, base + start, text=text))
+        if problem is not None:
+            nodes.append(Node("error", depth + 1, "error", base + limit, base + limit, text=problem))
+        return nodes, desc, limit
     w = _Walker(view[:limit], base, nodes)
-    top = w.section(label, 0, limit, depth, text=_descriptor_summary(desc) if desc is not None else "undecodable",
-                    ref="metadata.md § Overall Descriptor Structure")
+    top = w.section(label, 0, limit, depth, text=descriptor_text(desc), ref="metadata.md § Overall Descriptor Structure")
     end = limit
     try:
         _walk_descriptor(w, depth + 1)
@@ -274,6 +317,31 @@ def annotate_descriptor(data, base: int = 0, depth: int = 0, label: str = "descr
         w.error(problem, limit, depth + 1)
     w.close(top, end)
     return nodes, desc, end
+
+
+_FIELD_ERRORS: dict[bytes, tuple] = {}
+_FIELD_ERRORS_KEPT = 4096
+
+
+def _field_errors(view: memoryview, cacheable: bool) -> tuple:
+    """``(offset, depth, text)`` of the error nodes the field walk of a descriptor gives,
+    relative to it (its section at depth 0).  They depend on the descriptor's bytes only,
+    so a descriptor the codec decodes is walked once per distinct byte string."""
+    key = bytes(view) if cacheable else None
+    found = _FIELD_ERRORS.get(key) if key is not None else None
+    if found is not None:
+        return found
+    scratch: list[Node] = []
+    try:
+        _walk_descriptor(_Walker(view, 0, scratch, quiet=True), 1)
+    except _Stop:
+        pass
+    found = tuple((n.start, n.depth, n.text) for n in scratch if n.kind == "error")
+    if key is not None:
+        if len(_FIELD_ERRORS) >= _FIELD_ERRORS_KEPT:
+            _FIELD_ERRORS.clear()
+        _FIELD_ERRORS[key] = found
+    return found
 
 
 def _part(w: _Walker, name: str, decl, pos: int, depth: int, ctx: dict, decl_name: str) -> tuple[dict, int]:
@@ -366,7 +434,7 @@ def _walk_quantization(w: _Walker, pos: int, depth: int) -> int:
         if qlen > len(w.view) - pos:
             w.error(f"quantization_length {qlen} runs past the descriptor", pos, depth + 1)
             raise _Stop
-    inner = _Walker(w.view[:end], w.base, w.nodes)
+    inner = w.sub(end)
     scheme = w.view[pos] if qlen else None
     decl = Q.SCHEMES.get(scheme) if scheme is not None else None
     try:
@@ -392,256 +460,192 @@ def _walk_quantization(w: _Walker, pos: int, depth: int) -> int:
 # ------------------------------------------------------------------------------------
 
 
-def detect_kind(data) -> str:
-    """``file``, ``descriptor``, ``stream`` (bare), ``messages`` or ``unknown``."""
-    head = bytes(memoryview(data)[:16])
-    try:
-        from .structs import file as F
+def annotate(data, kind: Optional[str] = None, *, brief: bool = False) -> list[Node]:
+    """Annotate ``data`` (bytes-like) as ``kind`` (detected when ``None``).
 
-        if head.startswith(F.FILE_MAGIC):
-            return "file"
-    except ImportError:
-        pass
-    if head.startswith(D.MAGIC):
-        if len(head) >= 10:
-            (length,) = _LENGTH_FIELD.unpack_from(head, _LENGTH_AT)
-            if length < len(memoryview(data)):
-                return "stream"
-        return "descriptor"
-    try:
-        from .structs import stream as S
-
-        if len(head) >= S.MESSAGE_HEADER_SIZE:
-            mtype = plan(S.MESSAGE_HEADER).unpack(head)[0]["message_type"]
-            if mtype in {int(m) for m in S.MessageType}:
-                return "messages"
-    except ImportError:
-        pass
-    return "unknown"
-
-
-def annotate(data, kind: Optional[str] = None) -> list[Node]:
-    """Annotate ``data`` (bytes-like) as ``kind`` (detected when ``None``)."""
+    ``brief``: only the tree of sections -- the top-level ones, each tensor and message,
+    data runs and errors (no field lines); the same nodes the full view has."""
     kind = kind or detect_kind(data)
     view = memoryview(data)
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     if kind == "file":
-        return _annotate_file(view)
-    if kind == "stream":
-        return _annotate_bare_stream(view)
-    if kind == "messages":
-        return _annotate_messages(view)
-    if kind == "descriptor":
-        return annotate_descriptor(view)[0]
-    raise HurraySchemaError("not a Hurray descriptor, stream or file (no known magic at byte 0)")
+        nodes = _annotate_file(view, brief)
+    elif kind == "stream":
+        nodes = _annotate_bare_stream(view, brief)
+    elif kind == "messages":
+        nodes = _annotate_messages(view, brief)
+    elif kind == "descriptor":
+        nodes = _annotate_descriptor_input(view, brief)
+    else:
+        raise HurraySchemaError("not a Hurray descriptor, stream or file (no known magic at byte 0)")
+    return [n for n in nodes if in_brief(n)] if brief else nodes
 
 
-def _annotate_bare_stream(view: memoryview) -> list[Node]:
+def in_brief(node: Node) -> bool:
+    """Whether the brief view keeps ``node``: errors, data runs, top-level sections,
+    tensors and messages."""
+    return (node.kind == "error" or node.kind == "opaque" and node.label.endswith("data")
+            or node.kind == "section" and (node.depth == 0 or node.label.startswith(("tensor", "message"))))
+
+
+def _describer(nodes: list[Node], label, brief: bool):
+    """The annotated view's descriptor step for a walk: each descriptor's field nodes go
+    to ``nodes`` under the section ``label()`` names."""
+
+    def describe(buf, base: int, depth: int) -> Part:
+        _, desc, end = annotate_descriptor(buf, base=base, depth=depth, label=label(), nodes=nodes, brief=brief)
+        return Part(DESCRIPTOR, base, base + end, value=desc, depth=depth)
+
+    return describe
+
+
+def _annotate_descriptor_input(view: memoryview, brief: bool = False) -> list[Node]:
     nodes: list[Node] = []
-    w = _Walker(view, 0, nodes)
-    pos, index, pending = 0, 0, []
-    while pos < len(view):
-        depth = _depth(pending)
-        sub, desc, n = annotate_descriptor(view[pos:], base=pos, depth=depth, label=f"tensor {index}", nodes=nodes)
-        if desc is None:
-            break
-        _arrive(pending, desc)
-        pos += n
-        for i, handle in enumerate(desc.buffers):
-            if handle.byte_size > len(view) - pos:
-                w.error(f"buffer {i} needs {handle.byte_size} bytes, {len(view) - pos} remain", pos, depth + 1)
-                return nodes
-            pos = w.opaque(f"buffer {i} data", pos, handle.byte_size, depth + 1, ref="buffer-protocol.md § Buffer Handle")
-        index += 1
+    list(walk_descriptor(view, _describer(nodes, lambda: "descriptor", brief)))
     return nodes
 
 
-def _arrive(pending: list[int], desc=None) -> int:
-    """Depth of the next tensor in a composite tree; ``pending`` holds the members each
-    open composite still expects (innermost last) and is updated for ``desc``."""
-    while pending and pending[-1] <= 0:
-        pending.pop()
-    depth = len(pending)
-    if pending:
-        pending[-1] -= 1
-    if desc is not None and desc.is_composite_head and desc.layout.member_count != OPEN_COMPOSITE:
-        pending.append(desc.layout.member_count)
-    return depth
+def _annotate_bare_stream(view: memoryview, brief: bool = False) -> list[Node]:
+    nodes: list[Node] = []
+    w = _Walker(view, 0, nodes, brief)
+    numbers = itertools.count()
+    describe = _describer(nodes, lambda: f"tensor {next(numbers)}", brief)
+    depth = 0
+    for part in walk_bare(Window(view), describe, faults=Faults.ANNOTATE, mode=Mode.PERMISSIVE):
+        if part.kind == DESCRIPTOR:
+            depth = part.depth
+        elif part.kind == BUFFER:
+            w.opaque(f"buffer {part.index} data", part.start, part.end - part.start, depth + 1,
+                     ref="buffer-protocol.md § Buffer Handle")
+        elif part.kind == FAULT:
+            w.error(part.note, part.start, depth + 1)
+    return nodes
 
 
-def _depth(pending: list[int]) -> int:
-    """Depth of the next tensor: open composites, not counting those already complete on top."""
-    depth = len(pending)
-    while depth and pending[depth - 1] <= 0:
-        depth -= 1
-    return depth
-
-
-def _annotate_messages(view: memoryview) -> list[Node]:
+def _annotate_messages(view: memoryview, brief: bool = False) -> list[Node]:
     from .structs import stream as S
 
     nodes: list[Node] = []
-    w = _Walker(view, 0, nodes)
-    pos, index = 0, 0
-    while pos < len(view):
-        sec = w.section(f"message {index}", pos, pos, 0, ref=S.FRAMING_REF)
-        try:
-            h, p = w.table(S.MESSAGE_HEADER, "MESSAGE_HEADER", pos, 1)
-        except _Stop:
-            break
-        n = h["payload_length"]
-        if n > len(view) - p:
-            w.error(f"payload_length {n} runs past the end ({len(view) - p} bytes remain)", p, 1)
-            break
-        end = p + n
-        inner = _Walker(view[:end], 0, nodes)
-        try:
-            if h["message_type"] == S.MessageType.TENSOR_DESCRIPTOR:
-                _, desc, dn = annotate_descriptor(view[p:end], base=p, depth=1, label="descriptor", nodes=nodes)
-                _, q = inner.table(S.TENSOR_DESCRIPTOR_FIELDS, "TENSOR_DESCRIPTOR_FIELDS", p + dn, 1)
-                p = q
-            elif h["message_type"] == S.MessageType.TENSOR_DATA:
-                _, p = inner.table(S.TENSOR_DATA_HEADER, "TENSOR_DATA_HEADER", p, 1)
-                p = inner.opaque("data", p, end - p, 1, ref=S.DATA_REF)
-            if p < end:
-                inner.opaque("payload", p, end - p, 1, ref=S.FRAMING_REF)
-        except _Stop:
-            pass
-        w.close(sec, end)
-        pos = end
-        index += 1
+    w = _Walker(view, 0, nodes, brief)
+    inner, section, complete = w, None, None
+    describe = _describer(nodes, lambda: "descriptor", brief)
+    for part in walk_messages(Window(view), describe, faults=Faults.ANNOTATE, mode=Mode.PERMISSIVE):
+        kind = part.kind
+        if kind == MESSAGE:
+            if complete is not None:
+                w.close(section, complete)
+            section = w.section(f"message {part.index}", part.start, part.start, 0, ref=S.FRAMING_REF)
+            complete = part.end if part.end > part.start else None
+            inner = w.sub(part.end)
+        elif kind == MESSAGE_HEADER_PART:
+            w.table(S.MESSAGE_HEADER, "MESSAGE_HEADER", part.start, 1)
+        elif kind == FAULT and part.decl is not None:
+            with contextlib.suppress(_Stop):
+                w.table(S.MESSAGE_HEADER, "MESSAGE_HEADER", part.start, 1)
+        elif kind == FAULT:
+            w.error(part.note, part.start, 1)
+        elif kind == TRANSPORT:
+            with contextlib.suppress(_Stop):
+                inner.table(S.TENSOR_DESCRIPTOR_FIELDS, "TENSOR_DESCRIPTOR_FIELDS", part.start, 1)
+        elif kind == DATA_HEADER:
+            with contextlib.suppress(_Stop):
+                inner.table(S.TENSOR_DATA_HEADER, "TENSOR_DATA_HEADER", part.start, 1)
+        elif kind == DATA:
+            inner.opaque("data", part.start, part.end - part.start, 1, ref=S.DATA_REF)
+        elif kind == PAYLOAD:
+            inner.opaque("payload", part.start, part.end - part.start, 1, ref=S.FRAMING_REF)
+    if complete is not None:
+        w.close(section, complete)
     return nodes
 
 
-def _annotate_file(view: memoryview) -> list[Node]:
+def _annotate_file(view: memoryview, brief: bool = False) -> list[Node]:
     from .structs import file as F
 
     nodes: list[Node] = []
-    w = _Walker(view, 0, nodes)
+    w = _Walker(view, 0, nodes, brief)
     size = len(view)
-    try:
-        sec = w.section("file header", 0, 0, 0, ref=F.HEADER_REF)
-        header, pos = w.table(F.FILE_HEADER, "FILE_HEADER", 0, 1)
-        w.close(sec, pos)
-    except _Stop:
-        return nodes
-    if size < F.FILE_HEADER_SIZE + F.TRAILER_SIZE:
-        w.error("the file is too short to hold a trailer", size, 0)
-        return nodes
-    tpos = size - F.TRAILER_SIZE
-    tw = _Walker(view, 0, [])
-    trailer, _ = tw.table(F.TRAILER, "TRAILER", tpos, 1)
-    entries = _read_index(view, trailer)
-    if not entries:
-        entries = _scan_region(view, header, tpos)
-        if entries:
-            w.error("the index cannot be read: tensors found by walking the tensor region from "
-                    "first_descriptor_offset (file-format.md § Descriptor Placement)", header["first_descriptor_offset"], 0)
-    # tensor region in descriptor order (the write order; the index may be sorted by name)
-    ordered = sorted(entries, key=lambda e: e["descriptor_offset"])
-    pending: list[int] = []
-    for i, e in enumerate(ordered):
-        off, n = e["descriptor_offset"], e["descriptor_length"]
-        if off >= size:
-            w.error(f"index entry {e['name']!r} points past the end of the file", off, 0)
-            continue
-        depth = _depth(pending)
-        _, desc, _ = annotate_descriptor(view[off:min(size, off + max(n, 0))] if n else view[off:], base=off,
-                                         depth=depth, label=f"tensor {e['name']!r}", nodes=nodes)
-        if desc is not None:
-            d0, dl = e["data_offset"], e["data_length"]
-            if dl:
-                end = min(size, d0 + dl) if d0 <= size else d0
-                raw = bytes(view[d0:min(end, d0 + OPAQUE_KEEP)]) if d0 < size else b""
-                n_buf = len(desc.buffers)
-                nodes.append(Node("opaque", depth + 1, "data", d0, max(end, d0), raw=raw,
-                                  text=f"{dl} bytes in {n_buf} buffer{'' if n_buf == 1 else 's'}",
-                                  ref="file-format.md § Data Buffer Placement"))
-            _arrive(pending, desc)
-    if trailer.get("kv_length"):
-        _walk_kv(w, trailer["kv_offset"], trailer["kv_length"], F)
-    _walk_index(w, trailer["index_offset"], trailer["index_length"], F)
-    sec = w.section("trailer", tpos, tpos, 0, ref=F.TRAILER_REF)
-    try:
-        _, end = w.table(F.TRAILER, "TRAILER", tpos, 1)
-        w.close(sec, end)
-    except _Stop:
-        pass
+    label, desc = "", None
+
+    def describe(buf, base: int, depth: int) -> Part:
+        nonlocal desc
+        _, desc, end = annotate_descriptor(buf, base=base, depth=depth, label=label, nodes=nodes, brief=brief)
+        return Part(DESCRIPTOR, base, base + end, value=desc, depth=depth)
+
+    for part in walk_file(view, describe, faults=Faults.ANNOTATE, mode=Mode.PERMISSIVE):
+        kind = part.kind
+        if kind == FILE_HEADER_PART or kind == FAULT and part.decl is not None:
+            section = w.section("file header", 0, 0, 0, ref=F.HEADER_REF)
+            try:
+                _, pos = w.table(F.FILE_HEADER, "FILE_HEADER", 0, 1)
+            except _Stop:
+                return nodes
+            w.close(section, pos)
+        elif kind == FAULT:
+            w.error(part.note, part.start, 0)
+        elif kind == ENTRY:
+            label = f"tensor {part.value.name!r}"
+        elif kind == TENSOR_DATA:
+            d0, dl = part.start, part.end - part.start
+            end = min(size, d0 + dl) if d0 <= size else d0
+            raw = bytes(view[d0 : min(end, d0 + OPAQUE_KEEP)]) if d0 < size else b""
+            n_buf = len(desc.buffers)
+            nodes.append(Node("opaque", part.depth + 1, "data", d0, max(end, d0), raw=raw,
+                              text=f"{dl} bytes in {n_buf} buffer{'' if n_buf == 1 else 's'}",
+                              ref="file-format.md § Data Buffer Placement"))
+        elif kind == KV_PART:
+            _walk_kv(w, part.start, part.end - part.start, F)
+        elif kind == INDEX_PART:
+            _walk_index(w, part.start, part.end - part.start, F)
+        elif kind == TRAILER_PART:
+            section = w.section("trailer", part.start, part.start, 0, ref=F.TRAILER_REF)
+            with contextlib.suppress(_Stop):
+                _, end = w.table(F.TRAILER, "TRAILER", part.start, 1)
+                w.close(section, end)
     return nodes
 
 
-def _align(n: int, a: int) -> int:
-    return -(-n // a) * a
+def _table_name(decl, F) -> str:
+    """The declaration's name, as the tag tables know it."""
+    if decl in F.KV_SCALAR_VALUES.values():
+        return "KV_VALUE"
+    for name in ("INDEX_COUNT", "INDEX_NAME_LENGTH", "INDEX_ENTRY_FIELDS", "KV_COUNT", "KV_KEY_LENGTH",
+                 "KV_VALUE_TAG", "KV_LENGTH_PREFIX", "KV_ARRAY_HEADER"):
+        if getattr(F, name) is decl:
+            return name
+    raise KeyError(decl)
 
 
-def _scan_region(view: memoryview, header: dict, end: int) -> list[dict]:
-    """Pseudo index entries found by walking descriptors from ``first_descriptor_offset``:
-    each descriptor on an 8-byte boundary, its buffers each on ``data_buffer_alignment``
-    (``file-format.md § Descriptor Placement``, ``§ Data Buffer Placement``)."""
-    from .codec import parse_descriptor
-    from .structs import file as F
-
-    align = header["data_buffer_alignment"]
-    if align < 1 or align & (align - 1):
-        return []
-    pos, found = header["first_descriptor_offset"], []
-    while pos + D.FIXED_HEADER_SIZE <= end and bytes(view[pos:pos + _MAGIC_LEN]) == D.MAGIC:
-        try:
-            desc, _ = parse_descriptor(view[pos:end], mode="permissive", base=pos)
-        except HurraySchemaError:
-            break
-        n = desc.encoded_length
-        data = cursor = _align(pos + n, align) if desc.buffers else pos + n
-        for i, handle in enumerate(desc.buffers):
-            if i:
-                cursor = _align(cursor, align)
-            cursor += handle.byte_size
-        found.append({"name": f"@{pos}", "descriptor_offset": pos, "descriptor_length": n,
-                      "data_offset": data, "data_length": cursor - data if desc.buffers else 0})
-        pos = _align(cursor, F.DESCRIPTOR_ALIGNMENT)
-    return found
-
-
-def _read_index(view: memoryview, trailer: dict) -> list[dict]:
-    from .structs import file as F
-
-    nodes: list[Node] = []
-    off, n = trailer["index_offset"], trailer["index_length"]
-    if off > len(view) or n > len(view) - off:
-        return []
-    w = _Walker(view[: off + n], 0, nodes)
-    try:
-        return _index_entries(w, off, F, depth=None)
-    except _Stop:
-        return []
-
-
-def _index_entries(w: _Walker, off: int, F, depth: Optional[int]) -> list[dict]:
-    d = 1 if depth is None else depth
-    values, pos = w.table(F.INDEX_COUNT, "INDEX_COUNT", off, d)
-    count = values["index_entry_count"]
-    entries = []
-    for i in range(count):
-        if pos >= len(w.view):
-            w.error(f"index entry {i} starts past the index section", pos, d)
-            break
-        sec = w.section(f"entry {i}", pos, pos, d)
-        v, pos = w.table(F.INDEX_NAME_LENGTH, "INDEX_NAME_LENGTH", pos, d + 1)
-        n = v["name_length"]
-        if n > len(w.view) - pos:
-            w.error(f"name needs {n} bytes, {len(w.view) - pos} remain", pos, d + 1)
+def _show_parts(w: _Walker, parts, F, fields: dict) -> None:
+    """Nodes of the located parts of an index or KV section: each table field by field
+    (one that does not fit ends with its error), named byte runs, an ``entry i`` section
+    per entry (depth 1; the parts' own depth counts from 2).  ``fields`` gives the
+    ``(doc, ref)`` of each named byte run."""
+    entry = None
+    for part in parts:
+        depth = 2 + part.depth
+        kind = part.kind
+        if kind == TABLE or kind == FAULT and part.decl is not None:
+            w.table(part.decl, _table_name(part.decl, F), part.start, depth)
+        elif kind == FAULT:
+            w.error(part.note, part.start, depth)
             raise _Stop
-        name = bytes(w.view[pos:pos + n])
-        w.nodes.append(Node("field", d + 1, "name", w.base + pos, w.base + pos + n, raw=name,
-                            value=name, text=_render("", "name", name), type="uint8[name_length]",
-                            doc="UTF-8 tensor name.", ref="file-format.md § Index Encoding"))
-        pos += n
-        v, pos = w.table(F.INDEX_ENTRY_FIELDS, "INDEX_ENTRY_FIELDS", pos, d + 1)
-        w.close(sec, pos)
-        v["name"] = name.decode("utf-8", "replace")
-        entries.append(v)
-    return entries
+        elif kind == ENTRY_START:
+            entry = w.section(f"entry {part.index}", part.start, part.start, 1)
+        elif kind in (NAME, VALUE):
+            label = part.note or "name"
+            doc, ref = fields[label]
+            if not w.quiet:
+                w.nodes.append(Node("field", depth, label, part.start, part.end, raw=part.value, value=part.value,
+                                    text=_render("", "key" if label in ("key", "value") else label, part.value),
+                                    type=f"uint8[{part.end - part.start}]" if label != "name" else "uint8[name_length]",
+                                    doc=doc, ref=ref))
+        elif kind == ENTRY:
+            w.close(entry, part.end)
+
+
+_INDEX_FIELDS = {"name": ("UTF-8 tensor name.", "file-format.md § Index Encoding")}
 
 
 def _walk_index(w: _Walker, off: int, n: int, F) -> None:
@@ -650,12 +654,13 @@ def _walk_index(w: _Walker, off: int, n: int, F) -> None:
         w.error(f"index section [{off}, {off + n}) lies outside the file", min(off, size), 0)
         return
     sec = w.section("index", off, off + n, 0, ref=F.INDEX_REF)
-    iw = _Walker(w.view[: off + n], 0, w.nodes)
-    try:
-        _index_entries(iw, off, F, depth=1)
-    except _Stop:
-        pass
+    with contextlib.suppress(_Stop):
+        _show_parts(w.sub(off + n, 0), walk_index(w.view[: off + n], off), F, _INDEX_FIELDS)
     w.close(sec, off + n)
+
+
+def _kv_fields(F) -> dict:
+    return {"key": ("UTF-8 key.", "file-format.md § KV Section Encoding"), "value": ("Value bytes.", F.KV_TYPES_REF)}
 
 
 def _walk_kv(w: _Walker, off: int, n: int, F) -> None:
@@ -664,56 +669,9 @@ def _walk_kv(w: _Walker, off: int, n: int, F) -> None:
         w.error(f"KV section [{off}, {off + n}) lies outside the file", min(off, size), 0)
         return
     sec = w.section("kv metadata", off, off + n, 0, ref=F.KV_REF)
-    kw = _Walker(w.view[: off + n], 0, w.nodes)
-    try:
-        values, pos = kw.table(F.KV_COUNT, "KV_COUNT", off, 1)
-        for i in range(values["kv_count"]):
-            if pos >= off + n:
-                kw.error(f"KV entry {i} starts past the KV section", pos, 1)
-                break
-            sub = kw.section(f"entry {i}", pos, pos, 1)
-            v, pos = kw.table(F.KV_KEY_LENGTH, "KV_KEY_LENGTH", pos, 2)
-            pos = _bytes_field(kw, "key", pos, v["key_length"], 2, "UTF-8 key.", "file-format.md § KV Section Encoding")
-            v, pos = kw.table(F.KV_VALUE_TAG, "KV_VALUE_TAG", pos, 2)
-            pos = _kv_value(kw, v["value_tag"], pos, 2, F)
-            kw.close(sub, pos)
-    except _Stop:
-        pass
+    with contextlib.suppress(_Stop):
+        _show_parts(w.sub(off + n, 0), walk_kv(w.view[off : off + n], off, faults=Faults.ANNOTATE), F, _kv_fields(F))
     w.close(sec, off + n)
-
-
-def _bytes_field(w: _Walker, name: str, pos: int, n: int, depth: int, doc: str, ref: str) -> int:
-    if n > len(w.view) - pos:
-        w.error(f"{name} needs {n} bytes, {len(w.view) - pos} remain", pos, depth)
-        raise _Stop
-    raw = bytes(w.view[pos:pos + n])
-    w.nodes.append(Node("field", depth, name, w.base + pos, w.base + pos + n, raw=raw, value=raw,
-                        text=_render("", "key" if name in ("key", "value") else name, raw),
-                        type=f"uint8[{n}]", doc=doc, ref=ref))
-    return pos + n
-
-
-def _kv_value(w: _Walker, tag: int, pos: int, depth: int, F) -> int:
-    scalar = F.KV_SCALAR_VALUES.get(tag)
-    if scalar is not None:
-        _, pos = w.table(scalar, "KV_VALUE", pos, depth)
-        return pos
-    if tag in (F.KvTag.STRING, F.KvTag.BYTES):
-        v, pos = w.table(F.KV_LENGTH_PREFIX, "KV_LENGTH_PREFIX", pos, depth)
-        return _bytes_field(w, "value", pos, v["length"], depth, "Value bytes.", F.KV_TYPES_REF)
-    if tag == F.KvTag.ARRAY:
-        v, pos = w.table(F.KV_ARRAY_HEADER, "KV_ARRAY_HEADER", pos, depth)
-        if v["element_tag"] == F.KvTag.ARRAY:
-            w.error("an array's element_tag must be 0x01-0x06, not another array", pos, depth)
-            raise _Stop
-        for _ in range(v["element_count"]):
-            if pos >= len(w.view):
-                w.error("array elements run past the KV section", pos, depth)
-                raise _Stop
-            pos = _kv_value(w, v["element_tag"], pos, depth + 1, F)
-        return pos
-    w.error(f"value_tag 0x{tag:02X} is not a KV type this view knows", pos, depth)
-    raise _Stop
 
 
 # ------------------------------------------------------------------------------------
@@ -738,23 +696,32 @@ def _hexbytes(raw: bytes, total: int, limit: int = 8) -> str:
 
 def _shared_refs(nodes: list[Node]) -> dict[int, str]:
     """Section index → the citation of a section: its own, else the one most of its direct
-    fields share (printed once, on the section line, and left off those fields)."""
+    fields share (printed once, on the section line, and left off those fields).
+
+    One pass: a field or opaque run counts for the innermost open section one level up."""
     shared: dict[int, str] = {}
+    open_sections: list[tuple[int, int, dict[str, int]]] = []  # (depth, index, ref counts)
     for i, n in enumerate(nodes):
-        if n.kind != "section":
+        while open_sections and open_sections[-1][0] >= n.depth:
+            _settle_ref(shared, open_sections.pop())
+        if n.kind == "section":
+            if n.ref:
+                shared[i] = n.ref
+            open_sections.append((n.depth, i, {} if not n.ref else None))
             continue
-        if n.ref:
-            shared[i] = n.ref
-            continue
-        refs: dict[str, int] = {}
-        for child in nodes[i + 1:]:
-            if child.depth <= n.depth:
-                break
-            if child.depth == n.depth + 1 and child.kind in ("field", "opaque") and child.ref:
-                refs[child.ref] = refs.get(child.ref, 0) + 1
-        if refs:
-            shared[i] = max(refs, key=lambda r: refs[r])
+        if open_sections and open_sections[-1][0] == n.depth - 1 and n.kind in ("field", "opaque") and n.ref:
+            refs = open_sections[-1][2]
+            if refs is not None:
+                refs[n.ref] = refs.get(n.ref, 0) + 1
+    while open_sections:
+        _settle_ref(shared, open_sections.pop())
     return shared
+
+
+def _settle_ref(shared: dict[int, str], section: tuple) -> None:
+    _depth, index, refs = section
+    if refs:
+        shared[index] = max(refs, key=lambda r: refs[r])
 
 
 def render_tree(nodes: Iterable[Node], *, citations: bool = True) -> str:

@@ -4,7 +4,9 @@
   and the writers take;
 * :mod:`.stream` -- :func:`read_stream` / :func:`write_stream` (bare and message framing);
 * :mod:`.file` -- :func:`read_file` / :func:`write_file` and :class:`HurrayFile`;
-* :mod:`.kv` -- the file's KV metadata section (:class:`UInt64` forces value tag 0x03).
+* :mod:`.kv` -- the file's KV metadata section (:class:`UInt64` forces value tag 0x03);
+* :mod:`.walk` -- the located walk of each container kind (:mod:`.parts`: what it yields),
+  which the readers, ``audit``, ``inspect`` and the command line all consume.
 """
 
 from .file import HurrayFile, IndexEntry, read_file, write_file

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from typing import Iterator
+
 from ..errors import HurraySchemaError
 from ..limits import DEFAULT_LIMITS, Limits
 from ..rules import container as C
-from ..structs._declare import plan
+from ..rules.engine import Mode
+from ..structs._declare import Plan, plan
 from ..structs.file import (
     KV_ARRAY_HEADER, KV_COUNT, KV_KEY_LENGTH, KV_LENGTH_PREFIX, KV_SCALAR_VALUES, KV_VALUE_TAG, KvTag,
 )
+from .parts import ENTRY, ENTRY_START, FAULT, NAME, TABLE, VALUE, Faults, Part, as_view, fault
 
-__all__ = ["UInt64", "encode_kv", "decode_kv"]
+__all__ = ["UInt64", "encode_kv", "decode_kv", "walk_kv"]
 
 _COUNT = plan(KV_COUNT)
 _KEY_LEN = plan(KV_KEY_LENGTH)
@@ -107,54 +111,200 @@ def encode_kv(kv: Mapping[str, Any]) -> bytes:
 
 
 # --------------------------------------------------------------------------------------
-# Decoding
+# Decoding: one located walk, read strictly (``decode_kv``) or located only (the view)
 # --------------------------------------------------------------------------------------
+
+_MIN_ENTRY = _KEY_LEN.fixed_size + 1 + _TAG.fixed_size + 1
+"""An entry needs at least key_length, one key byte, a tag and a 1-byte payload."""
 
 
 class _Cursor:
-    __slots__ = ("buf", "pos", "end", "base", "limits")
+    """Where the walk is in the KV bytes; ``need`` is the one bounds check: under ``RAISE``
+    it raises ``file.kv.truncated``, else it yields the fault part and the walk stops."""
 
-    def __init__(self, buf, base: int, limits: Limits = DEFAULT_LIMITS):
-        self.limits = limits
+    __slots__ = ("buf", "pos", "end", "base", "faults", "mode")
+
+    def __init__(self, buf, base: int, faults: Faults, mode: Mode):
         self.buf = buf
         self.pos = 0
         self.end = len(buf)
         self.base = base
+        self.faults = faults
+        self.mode = mode
 
     def at(self, pos=None) -> int:
         return self.base + (self.pos if pos is None else pos)
 
-    def need(self, n: int, what: str) -> None:
-        if n > self.end - self.pos:
+    def fits(self, n: int) -> bool:
+        return n <= self.end - self.pos
+
+    def require(self, n: int, what: str) -> None:
+        """``RAISE`` only: ``n`` bytes must remain."""
+        if not self.fits(n):
             raise C.KV_TRUNCATED.violation(
                 f"{what} needs {n} bytes, only {self.end - self.pos} remain in kv_length", self.at())
 
-    def read(self, p, what: str) -> dict:
-        self.need(p.fixed_size, what)
+    def short(self, n: int, what: str, decl=None, note: str = "", depth: int = 0) -> Part:
+        """The fault of ``n`` bytes that do not fit (raises under ``RAISE``)."""
+        part = fault(self.faults, C.KV_TRUNCATED, f"{what} needs {n} bytes, only {self.end - self.pos} remain in "
+                     "kv_length", self.at(), self.mode, note=note)
+        return part._replace(decl=decl, depth=depth)
+
+    def table(self, p: Plan, decl, what: str, depth: int = 0):
+        """``(part, values)`` of the fixed-size table ``decl`` here, or ``(fault part, None)``."""
+        if not self.fits(p.fixed_size):
+            return self.short(p.fixed_size, what, decl, depth=depth), None
+        start = self.pos
         values, self.pos = p.unpack(self.buf, self.pos)
-        return values
+        return Part(TABLE, self.at(start), self.at(), decl, values, depth=depth), values
 
-    def take(self, n: int, what: str) -> bytes:
-        self.need(n, what)
-        data = bytes(self.buf[self.pos : self.pos + n])
+    def bytes(self, n: int, what: str, label: str):
+        """``(part, raw)`` of ``n`` bytes here, or ``(fault part, None)``."""
+        if not self.fits(n):
+            return self.short(n, what, note=f"{label} needs {n} bytes, {self.end - self.pos} remain"), None
+        start = self.pos
+        raw = bytes(self.buf[self.pos : self.pos + n])
         self.pos += n
-        return data
+        return Part(NAME if label == "key" else VALUE, self.at(start), self.at(), value=raw, note=label), raw
 
 
-def _decode_payload(cur: _Cursor, tag: int):
+def walk_kv(buf, base: int = 0, *, faults: Faults = Faults.RAISE, mode: Mode = Mode.STRICT,
+            limits: Limits = DEFAULT_LIMITS) -> Iterator[Part]:
+    """Located parts of a KV section (``file-format.md § KV Section Encoding``); ``base``
+    is its offset in the file.  The ``kv_count`` table, then per entry: ``entry start``
+    (index: the entry number), the ``key_length`` table, the key (``name``), the
+    ``value_tag`` table, the value's parts (tables, ``value`` bytes; array elements one
+    level deeper in ``depth``, the entry's own parts at depth 0 and the count, entries and
+    their starts at -1) and an ``entry`` part whose value is ``(key, value)``.
+
+    ``RAISE`` applies every rule of the section (what :func:`decode_kv` returns);
+    ``ANNOTATE`` only locates, and stops where a part does not fit."""
+    strict = faults is Faults.RAISE
+    cur = _Cursor(as_view(buf), base, faults, mode)
+    part, head = cur.table(_COUNT, KV_COUNT, "kv_count", depth=-1)
+    yield part
+    if head is None:
+        return
+    count = head["kv_count"]
+    if strict:
+        if count * _MIN_ENTRY > cur.end - cur.pos:
+            raise C.KV_TRUNCATED.violation(
+                f"kv_count {count} cannot fit in the {cur.end - cur.pos} bytes that follow", cur.at(0))
+        limits.check("max_kv_entries", count, base)
+    seen: set = set()
+    for i in range(count):
+        if not strict and cur.pos >= cur.end:  # (a reader finds key_length cut off instead)
+            yield Part(FAULT, cur.at(), cur.at(), note=f"KV entry {i} starts past the KV section", depth=-1)
+            return
+        key_at = cur.at()
+        yield Part(ENTRY_START, key_at, key_at, index=i, depth=-1)
+        part, v = cur.table(_KEY_LEN, KV_KEY_LENGTH, "key_length")
+        yield part
+        if v is None:
+            return
+        part, raw = cur.bytes(v["key_length"], "key", "key")
+        yield part
+        if raw is None:
+            return
+        key = _check_key(raw, key_at, seen) if strict else raw
+        tag_at = cur.at()
+        part, v = cur.table(_TAG, KV_VALUE_TAG, "value_tag")
+        yield part
+        if v is None:
+            return
+        value = yield from _value(cur, v["value_tag"], tag_at, 0, limits)
+        if value is _STOP:
+            return
+        yield Part(ENTRY, key_at, cur.at(), value=(key, value), index=i)
+    if strict and cur.pos != cur.end:
+        raise C.KV_TRUNCATED.violation(
+            f"{cur.end - cur.pos} bytes follow the last of the {count} KV entries inside kv_length", cur.at())
+
+
+_STOP = object()
+"""What a value walk returns when the walk stops inside it."""
+
+
+def _check_key(raw: bytes, key_at: int, seen: set) -> str:
+    if not raw:
+        raise C.KV_KEY.violation("key_length is 0", key_at)
+    try:
+        key = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise C.KV_KEY.violation(f"key is not valid UTF-8 ({exc.reason})", key_at + 2) from None
+    if key in seen:
+        raise C.KV_DUPLICATE.violation(f"KV key {key!r} appears twice", key_at)
+    seen.add(key)
+    return key
+
+
+def _value(cur: _Cursor, tag: int, tag_at: int, depth: int, limits: Limits):
+    """Yield the parts of one value (tag already read); return it, or ``_STOP``."""
+    strict = cur.faults is Faults.RAISE
+    if tag == KvTag.ARRAY:
+        part, head = cur.table(_ARRAY, KV_ARRAY_HEADER, "array header")
+        yield part._replace(depth=depth)
+        if head is None:
+            return _STOP
+        etag, n = head["element_tag"], head["element_count"]
+        if strict:
+            if etag not in _MIN_PAYLOAD:
+                raise C.KV_ARRAY_TAG.violation(f"array element tag 0x{etag:02X} is not 0x01-0x06", tag_at + 1)
+            cur.require(n * _MIN_PAYLOAD[etag], f"{n} array elements")
+            limits.check("max_kv_value_bytes", n, tag_at + 2)
+        elif etag == KvTag.ARRAY:
+            yield Part(FAULT, cur.at(), cur.at(), note="an array's element_tag must be 0x01-0x06, not another array",
+                       depth=depth)
+            return _STOP
+        values = []
+        for _ in range(n):
+            if not strict and cur.pos >= cur.end:
+                yield Part(FAULT, cur.at(), cur.at(), note="array elements run past the KV section", depth=depth)
+                return _STOP
+            value = yield from _value(cur, etag, None, depth + 1, limits)
+            if value is _STOP:
+                return _STOP
+            values.append(value)
+        return values
+    if tag not in _MIN_PAYLOAD:
+        if strict:
+            kind = "private (no out-of-band agreement)" if 0xF0 <= tag <= 0xFE else "reserved or invalid"
+            raise C.KV_VALUE_TAG.violation(f"value tag 0x{tag:02X} is {kind}", tag_at)
+        yield Part(FAULT, cur.at(), cur.at(), note=f"value_tag 0x{tag:02X} is not a KV type this view knows",
+                   depth=depth)
+        return _STOP
+    return (yield from _payload_parts(cur, tag, depth, limits))
+
+
+def _payload_parts(cur: _Cursor, tag: int, depth: int, limits: Limits):
+    strict = cur.faults is Faults.RAISE
     at = cur.at()
     if tag in (KvTag.STRING, KvTag.BYTES):
-        n = cur.read(_LEN, "value length")["length"]
-        cur.need(n, "value bytes")
-        cur.limits.check("max_kv_value_bytes", n, at)
-        data = cur.take(n, "value bytes")
-        if tag == KvTag.BYTES:
+        part, v = cur.table(_LEN, KV_LENGTH_PREFIX, "value length")
+        yield part._replace(depth=depth)
+        if v is None:
+            return _STOP
+        n = v["length"]
+        if strict:
+            cur.require(n, "value bytes")
+            limits.check("max_kv_value_bytes", n, at)
+        part, data = cur.bytes(n, "value bytes", "value")
+        yield part._replace(depth=depth)
+        if data is None:
+            return _STOP
+        if tag == KvTag.BYTES or not strict:
             return data
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise C.KV_STRING.violation(f"string value is not valid UTF-8 ({exc.reason})", at) from None
-    value = cur.read(_SCALARS[tag], f"{KvTag(tag).name.lower()} value")["value"]
+    part, v = cur.table(_SCALARS[tag], KV_SCALAR_VALUES[tag], f"{KvTag(tag).name.lower()} value")
+    yield part._replace(depth=depth)
+    if v is None:
+        return _STOP
+    value = v["value"]
+    if not strict:
+        return value
     if tag == KvTag.BOOL:
         if value not in (0, 1):
             raise C.KV_BOOL.violation(f"bool value byte is 0x{value:02X}", at)
@@ -166,43 +316,9 @@ def _decode_payload(cur: _Cursor, tag: int):
 
 def decode_kv(buf, base: int = 0, limits: Limits = DEFAULT_LIMITS) -> dict:
     """Decode a KV section; ``base`` is its offset in the file (for error offsets)."""
-    cur = _Cursor(memoryview(buf), base, limits)
-    count = cur.read(_COUNT, "kv_count")["kv_count"]
-    # every entry needs at least key_length, one key byte, a tag and a 1-byte payload
-    if count * 5 > cur.end - cur.pos:
-        raise C.KV_TRUNCATED.violation(
-            f"kv_count {count} cannot fit in the {cur.end - cur.pos} bytes that follow", cur.at(0))
-    limits.check("max_kv_entries", count, base)
     out: dict = {}
-    for _ in range(count):
-        key_at = cur.at()
-        n = cur.read(_KEY_LEN, "key_length")["key_length"]
-        raw = cur.take(n, "key")
-        if not raw:
-            raise C.KV_KEY.violation("key_length is 0", key_at)
-        try:
-            key = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise C.KV_KEY.violation(f"key is not valid UTF-8 ({exc.reason})", key_at + 2) from None
-        if key in out:
-            raise C.KV_DUPLICATE.violation(f"KV key {key!r} appears twice", key_at)
-        tag_at = cur.at()
-        tag = cur.read(_TAG, "value_tag")["value_tag"]
-        if tag == KvTag.ARRAY:
-            head = cur.read(_ARRAY, "array header")
-            etag = head["element_tag"]
-            if etag not in _MIN_PAYLOAD:
-                raise C.KV_ARRAY_TAG.violation(f"array element tag 0x{etag:02X} is not 0x01-0x06", tag_at + 1)
-            cur.need(head["element_count"] * _MIN_PAYLOAD[etag], f"{head['element_count']} array elements")
-            limits.check("max_kv_value_bytes", head["element_count"], tag_at + 2)
-            out[key] = [_decode_payload(cur, etag) for _ in range(head["element_count"])]
-        elif tag in _MIN_PAYLOAD:
-            out[key] = _decode_payload(cur, tag)
-        else:
-            kind = "private (no out-of-band agreement)" if 0xF0 <= tag <= 0xFE else "reserved or invalid"
-            raise C.KV_VALUE_TAG.violation(f"value tag 0x{tag:02X} is {kind}", tag_at)
-    if cur.pos != cur.end:
-        raise C.KV_TRUNCATED.violation(
-            f"{cur.end - cur.pos} bytes follow the last of the {count} KV entries inside kv_length", cur.at())
+    for part in walk_kv(buf, base, faults=Faults.RAISE, limits=limits):
+        if part.kind == ENTRY:
+            key, value = part.value
+            out[key] = value
     return out
-

@@ -16,123 +16,35 @@ being bound plus the buffers of the tensor being read.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 from typing import Iterable, Iterator, Optional
 
-from ..codec import parse_descriptor, peek_descriptor_length
-from ..errors import HurraySchemaError
 from ..limits import Limits, resolve_limits
-from ..model import SyncMode, TensorDescriptor
-from ..rules import container as C
-from ..rules import structure as S
 from ..rules.composite import CompositeBinder
-from ..rules.descriptor import first_error
 from ..rules.engine import Finding, as_mode
-from ..structs._declare import plan, static_offset
-from ..structs.descriptor import FIXED_HEADER, FIXED_HEADER_SIZE
-from ..structs.file import FILE_MAGIC
+from ..structs._declare import plan
 from ..structs.stream import (
-    MESSAGE_HEADER, RESERVED_STREAM_ID, TENSOR_DATA_HEADER, TENSOR_DESCRIPTOR_FIELDS, ERROR_HEADER, MessageType,
+    MESSAGE_HEADER, RESERVED_STREAM_ID, TENSOR_DATA_HEADER, TENSOR_DESCRIPTOR_FIELDS, MessageType,
 )
 from ._write import EncodedNode, Sink, check_nodes, checked_buffers, encode_nodes, replacing
 from .tensor import Composite, Item, Tensor, walk
-
-_DESCRIPTOR_LENGTH_AT = static_offset(FIXED_HEADER, "descriptor_length")
+from .walk import (
+    BUFFER, DATA, DESCRIPTOR, TENSOR_END, Faults, RemoteError, Window, strict_descriptor, walk_bare,
+    walk_messages,
+)
 
 __all__ = ["read_stream", "write_stream", "StreamReader", "RemoteError", "FRAMINGS"]
 
 FRAMINGS = ("bare", "messages")
 DEFAULT_FRAME_BYTES = 16 * 1024 * 1024
-_CHUNK = 8 * 1024 * 1024
-_FIRST_CHUNK = 64 * 1024
-
 _MSG = plan(MESSAGE_HEADER)
-_MSG_AT = {name: static_offset(MESSAGE_HEADER, name) for name in ("stream_id", "payload_length")}
-_SHARD_INDEX_AT = static_offset(TENSOR_DESCRIPTOR_FIELDS, "shard_index")
 _MSG_SIZE = _MSG.fixed_size
 _TRANSPORT = plan(TENSOR_DESCRIPTOR_FIELDS)
 _TRANSPORT_SIZE = _TRANSPORT.fixed_size
 _DATA = plan(TENSOR_DATA_HEADER)
 _DATA_SIZE = _DATA.fixed_size
-_ERROR = plan(ERROR_HEADER)
-
-
-class RemoteError(HurraySchemaError):
-    """The peer sent an ``ERROR`` message (``interchange.md § Error Handling``)."""
-
-    def __init__(self, error_code: int, message: str, offset: int):
-        self.error_code = error_code
-        self.remote_message = message
-        self.offset = offset
-        super().__init__(f"peer sent ERROR 0x{error_code:08X} at byte {offset}: {message}")
-
-
-# --------------------------------------------------------------------------------------
-# Input
-# --------------------------------------------------------------------------------------
-
-
-class _Source:
-    """Bytes, a path or a binary file object, read forward with a running offset."""
-
-    def __init__(self, source):
-        self.pos = 0
-        self._owned = None
-        self._pending = b""
-        self.data: Optional[memoryview] = None
-        self.file = None
-        if isinstance(source, (bytes, bytearray, memoryview)):
-            view = memoryview(source)
-            self.data = view if view.format == "B" and view.ndim == 1 else view.cast("B")
-        elif isinstance(source, (str, os.PathLike)):
-            self.file = self._owned = open(source, "rb")
-        elif hasattr(source, "read"):
-            self.file = source
-        else:
-            raise TypeError(f"read_stream needs bytes, a path or a binary file object, not {type(source).__name__}")
-
-    def close(self) -> None:
-        if self._owned is not None:
-            self._owned.close()
-            self._owned = None
-
-    def at_eof(self) -> bool:
-        if self.data is not None:
-            return self.pos >= len(self.data)
-        if self._pending:
-            return False
-        self._pending = self.file.read(1) or b""
-        return not self._pending
-
-    def read(self, n: int):
-        """Up to ``n`` bytes (fewer only at end of input), zero-copy for bytes input."""
-        if self.data is not None:
-            out = self.data[self.pos : self.pos + n]
-            self.pos += len(out)
-            return out
-        buf = bytearray()
-        if self._pending and n:
-            buf += self._pending
-            self._pending = b""
-        step = _FIRST_CHUNK  # grows with what has arrived: a length that lies costs no big read-ahead
-        while len(buf) < n:
-            chunk = self.file.read(min(n - len(buf), step))
-            if not chunk:
-                break
-            buf += chunk
-            step = min(2 * step, _CHUNK)
-        self.pos += len(buf)
-        return memoryview(buf) if len(buf) == n else buf
-
-    def skip(self, n: int) -> int:
-        got = 0
-        while got < n:
-            part = self.read(min(n - got, _CHUNK))
-            if not part:
-                break
-            got += len(part)
-        return got
 
 
 # --------------------------------------------------------------------------------------
@@ -143,6 +55,9 @@ class _Source:
 class StreamReader:
     """Iterator over the :class:`Tensor` and :class:`Composite` items of a stream.
 
+    The bytes are walked by :func:`~hurray_schema.io.walk.walk_bare` or
+    :func:`~hurray_schema.io.walk.walk_messages` (fault policy ``RAISE``); this class
+    gathers each tensor's buffers and binds the composites.
     ``findings`` collects what a permissive reader tolerated (and SHOULD-level notes).
     """
 
@@ -156,9 +71,11 @@ class StreamReader:
         self.cross_machine = cross_machine
         self.findings: list[Finding] = []
         self._count = 0
-        self._src = _Source(source)
+        self._src = Window(source)
         self._binder = CompositeBinder(mode=self.mode, validate=validate_composites, limits=self.limits,
                                        findings=self.findings, leaf=Tensor, assemble=Composite.from_binder)
+        self._describe = functools.partial(strict_descriptor, mode=self.mode, limits=self.limits,
+                                           cross_machine=cross_machine, findings=self.findings)
         self._gen = self._bare() if framing == "bare" else self._messages()
 
     def __iter__(self) -> "StreamReader":
@@ -184,174 +101,39 @@ class StreamReader:
     def __exit__(self, *exc):
         self.close()
 
-    # -- common --------------------------------------------------------------------
-    def _descriptor(self, buf, base: int) -> TensorDescriptor:
-        desc, findings = parse_descriptor(buf, mode=self.mode, base=base, limits=self.limits)
-        self.findings.extend(findings)
-        error = first_error(desc, self.mode, base=base)
-        if error is not None:
-            raise error.to_violation()
-        if self.cross_machine:
-            for i, h in enumerate(desc.buffers):
-                if h.sync_mode != SyncMode.PRODUCER_SYNCED:
-                    raise C.CROSS_MACHINE_SYNC.violation(
-                        f"buffer {i} declares sync_mode 0x{int(h.sync_mode):02X} on a cross-machine stream", base)
-        return desc
-
-    def _check_buffer_size(self, size: int, offset: int) -> None:
-        self.limits.check("max_buffer_bytes", size, offset)
 
     def _finish(self) -> Iterator[Item]:
         yield from self._binder.finish()
 
-    # -- bare framing --------------------------------------------------------------
     def _bare(self) -> Iterator[Item]:
-        src = self._src
-        while not src.at_eof():
-            start = src.pos
-            head = src.read(FIXED_HEADER_SIZE)
-            if len(head) < FIXED_HEADER_SIZE:
-                raise C.STREAM_TRUNCATED.violation(
-                    f"the stream ends {len(head)} bytes into a descriptor (a descriptor has at least "
-                    f"{FIXED_HEADER_SIZE})", src.pos)
-            if start == 0 and bytes(head[: len(FILE_MAGIC)]) == FILE_MAGIC:
-                raise S.MAGIC.violation("the input starts with \"HRRYFILE\": it is a .hrry file, not a stream "
-                                        "(use read_file)", 0)
-            length = peek_descriptor_length(head, start)
-            self.limits.check("max_descriptor_bytes", length, start + _DESCRIPTOR_LENGTH_AT)
-            rest = src.read(length - FIXED_HEADER_SIZE)
-            if len(rest) < length - FIXED_HEADER_SIZE:
-                raise C.STREAM_TRUNCATED.violation(
-                    f"the stream ends inside the descriptor at byte {start}: descriptor_length {length}, "
-                    f"{FIXED_HEADER_SIZE + len(rest)} bytes present", src.pos)
-            desc = self._descriptor(bytes(head) + bytes(rest), start)
-            buffers = []
-            for i, handle in enumerate(desc.buffers):
-                self._check_buffer_size(handle.byte_size, start)
-                at = src.pos
-                data = src.read(handle.byte_size)
-                if len(data) < handle.byte_size:
-                    raise C.STREAM_TRUNCATED.violation(
-                        f"buffer {i} of the tensor at byte {start} needs {handle.byte_size} bytes, "
-                        f"the stream has {len(data)} left", at + len(data))
-                buffers.append(data)
-            yield from self._binder.add(desc, start, buffers)
+        desc, start, buffers = None, 0, []
+        for part in walk_bare(self._src, self._describe, faults=Faults.RAISE, mode=self.mode, limits=self.limits):
+            if part.kind == BUFFER:
+                buffers.append(part.value)
+            else:
+                desc, start, buffers = part.value, part.start, []
+            if len(buffers) == len(desc.buffers):  # the tensor is complete: bind it
+                yield from self._binder.add(desc, start, buffers)
         yield from self._finish()
 
-    # -- message framing -----------------------------------------------------------
-    def _message_header(self):
-        src = self._src
-        at = src.pos
-        raw = src.read(_MSG_SIZE)
-        if len(raw) < _MSG_SIZE:
-            raise C.MESSAGE_TRUNCATED.violation(
-                f"the stream ends {len(raw)} bytes into a {_MSG_SIZE}-byte message header", src.pos)
-        h, _ = _MSG.unpack(raw)
-        if h["stream_id"] == RESERVED_STREAM_ID:
-            raise C.MESSAGE_STREAM_ID.violation("stream_id 0 is reserved", at + _MSG_AT["stream_id"])
-        self.limits.check("max_message_bytes", h["payload_length"], at + _MSG_AT["payload_length"])
-        try:
-            h["message_type"] = MessageType(h["message_type"])
-        except ValueError:
-            raise C.MESSAGE_TYPE.violation(
-                f"message_type 0x{h['message_type']:08X} is not a message type this reader knows", at) from None
-        return at, h
-
-    def _payload(self, n: int, at: int):
-        data = self._src.read(n)
-        if len(data) < n:
-            raise C.MESSAGE_TRUNCATED.violation(
-                f"the message at byte {at} announces {n} payload bytes, the stream has {len(data)}",
-                self._src.pos)
-        return data
-
     def _messages(self) -> Iterator[Item]:
-        src = self._src
-        current = None  # (desc, start, total, frames, received)
-        while not src.at_eof():
-            at, h = self._message_header()
-            kind, plen = h["message_type"], h["payload_length"]
-            pstart = at + _MSG_SIZE
-            if kind in (MessageType.PING, MessageType.PONG):
-                self._payload(plen, at)
-                continue
-            if kind == MessageType.ERROR:
-                payload = bytes(self._payload(plen, at))
-                code, message = 0, payload.decode("utf-8", "replace")
-                if len(payload) >= _ERROR.fixed_size:
-                    e, _ = _ERROR.unpack(payload)
-                    code = e["error_code"]
-                    message = payload[_ERROR.fixed_size : _ERROR.fixed_size + e["message_length"]].decode(
-                        "utf-8", "replace")
-                raise RemoteError(code, message, at)
-            if kind == MessageType.TENSOR_DESCRIPTOR:
-                if current is not None:
-                    raise C.MESSAGE_ORDER.violation(
-                        f"TENSOR_DESCRIPTOR before the TENSOR_DATA_END of the tensor at byte {current[1]}", at)
-                payload = self._payload(plen, at)
-                if plen < FIXED_HEADER_SIZE + _TRANSPORT_SIZE:
-                    raise C.DESCRIPTOR_PAYLOAD.violation(
-                        f"payload_length {plen} cannot hold a descriptor and the {_TRANSPORT_SIZE} transport bytes", at + _MSG_AT["payload_length"])
-                length = peek_descriptor_length(payload, pstart)
-                if length + _TRANSPORT_SIZE != plen:
-                    raise C.DESCRIPTOR_PAYLOAD.violation(
-                        f"payload_length {plen} is not descriptor_length {length} + {_TRANSPORT_SIZE}", at + _MSG_AT["payload_length"])
-                desc = self._descriptor(payload[:length], pstart)
-                t, _ = _TRANSPORT.unpack(payload, length)
-                if t["total_shards"] < 1 or t["shard_index"] >= t["total_shards"]:
-                    raise C.TRANSPORT_SHARDS.violation(
-                        f"shard_index {t['shard_index']} / total_shards {t['total_shards']}", pstart + length + _SHARD_INDEX_AT)
-                expected = sum(b.byte_size for b in desc.buffers)
-                if t["total_data_bytes"] != expected:
-                    raise C.TOTAL_DATA_BYTES.violation(
-                        f"total_data_bytes {t['total_data_bytes']} but the buffers hold {expected} bytes",
-                        pstart + length)
-                for b in desc.buffers:
-                    self._check_buffer_size(b.byte_size, pstart)
-                current = [desc, at, expected, [], 0]
-                continue
-            if kind == MessageType.TENSOR_DATA:
-                if current is None:
-                    raise C.MESSAGE_ORDER.violation("TENSOR_DATA outside a tensor (no TENSOR_DESCRIPTOR before it)", at)
-                if plen < _DATA_SIZE:
-                    raise C.DATA_FRAME.violation(
-                        f"a TENSOR_DATA payload of {plen} bytes cannot hold byte_offset_in_buffer", at + _MSG_AT["payload_length"])
-                payload = self._payload(plen, at)
-                offset_in_buffer = _DATA.unpack(payload)[0]["byte_offset_in_buffer"]
-                n = plen - _DATA_SIZE
-                if offset_in_buffer != current[4]:
-                    raise C.DATA_FRAME.violation(
-                        f"byte_offset_in_buffer {offset_in_buffer}, expected {current[4]} (frames are contiguous "
-                        "and ascending)", pstart)
-                if current[4] + n > current[2]:
-                    raise C.DATA_FRAME.violation(
-                        f"frame ends at {current[4] + n}, past total_data_bytes {current[2]}", pstart)
-                if n:
-                    current[3].append(payload[_DATA_SIZE:])
-                current[4] += n
-                continue
-            if kind == MessageType.TENSOR_DATA_END:
-                if current is None:
-                    raise C.MESSAGE_ORDER.violation("TENSOR_DATA_END outside a tensor", at)
-                if plen:
-                    raise C.DATA_END_PAYLOAD.violation(f"TENSOR_DATA_END carries {plen} payload bytes", at + _MSG_AT["payload_length"])
-                desc, start, total, frames, received = current
-                if received != total:
-                    raise C.DATA_SUM.violation(
-                        f"frames carried {received} bytes, total_data_bytes is {total}", at)
+        frames: list = []
+        for part in walk_messages(self._src, self._describe, faults=Faults.RAISE, mode=self.mode,
+                                  limits=self.limits):
+            if part.kind == DATA:
+                frames.append(part.value)
+            elif part.kind == DESCRIPTOR:
+                frames = []
+            elif part.kind == TENSOR_END:
+                desc = part.value
                 data = frames[0] if len(frames) == 1 else b"".join(frames)
                 view = memoryview(data)
                 buffers, pos = [], 0
                 for handle in desc.buffers:
                     buffers.append(view[pos : pos + handle.byte_size])
                     pos += handle.byte_size
-                current = None
-                yield from self._binder.add(desc, start + _MSG_SIZE, buffers)  # the descriptor, not its message
-                continue
-            raise C.MESSAGE_ORDER.violation(f"{kind.name} does not belong in a tensor data stream", at)
-        if current is not None:
-            raise C.STREAM_TRUNCATED.violation(
-                f"the stream ends before the TENSOR_DATA_END of the tensor at byte {current[1]}", src.pos)
+                frames = []
+                yield from self._binder.add(desc, part.index + _MSG_SIZE, buffers)  # the descriptor, not its message
         yield from self._finish()
 
 

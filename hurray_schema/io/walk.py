@@ -1,0 +1,998 @@
+"""The located walk of each container kind: descriptor, bare stream, message stream, file.
+
+Every entry point that reads a container -- the readers (:mod:`.stream`, :mod:`.file`),
+``audit``, the annotated view (``inspect``) and the command line's grouping -- goes
+through the walks here; nothing else knows how a container is laid out.  A walk yields
+:class:`Part` s in byte order: where the part sits (``start``/``end``, absolute), which
+declaration or table it is (``decl``), its decoded ``value``, and, when the bytes break a
+rule, the ``fault``.
+
+What happens at a fault is the caller's :class:`Faults` policy:
+
+* ``RAISE`` (the readers): the first untolerated fault raises its ``SpecViolation``;
+* ``COLLECT`` (``audit``): the fault is yielded as a ``fault`` part carrying a
+  :class:`~hurray_schema.rules.engine.Finding`; the walk goes on while the next part can
+  still be located and stops where it cannot;
+* ``ANNOTATE`` (the annotated view): as ``COLLECT``, the part also carrying a short
+  ``note`` saying what the bytes do not hold.
+
+Inputs are read through a :class:`Window`: zero-copy over bytes or a memory map, or a
+bounded forward read of a file object (only what the current part needs is held).
+Under ``COLLECT`` and ``ANNOTATE`` a descriptor is decoded from everything that remains
+(what the bytes say, not what the framing promised), so those walks need a window over
+memory (:func:`memory_input`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+from typing import Any, Callable, Iterator, Optional
+
+import attrs
+import crc32c
+
+from ..codec import parse_descriptor, peek_descriptor_length
+from ..errors import HurraySchemaError, SpecViolation
+from ..limits import DEFAULT_LIMITS, Limits
+from ..model import OPEN_COMPOSITE, SyncMode, TensorDescriptor
+from ..rules import container as C
+from ..rules import structure as S
+from ..rules.descriptor import check_descriptor, first_error
+from ..rules.engine import Finding, Level, Mode, get_rule
+from ..structs._declare import plan, select, static_offset
+from ..structs.descriptor import FIXED_HEADER, FIXED_HEADER_SIZE
+from ..structs.descriptor import MAGIC as DESCRIPTOR_MAGIC
+from ..structs.file import (
+    DESCRIPTOR_ALIGNMENT, FILE_HEADER, FILE_HEADER_SIZE, FILE_MAGIC, INDEX_COUNT, INDEX_ENTRY_FIELDS,
+    INDEX_NAME_LENGTH, KNOWN_FILE_FLAGS, KV_COUNT, MAX_DATA_BUFFER_ALIGNMENT, MIN_DATA_BUFFER_ALIGNMENT,
+    SECTION_ALIGNMENT, SUPPORTED_CONTAINER_MAJOR, TRAILER, TRAILER_MAGIC, TRAILER_SIZE, FileFlag,
+)
+from ..structs.stream import (
+    ERROR_HEADER, MESSAGE_HEADER, RESERVED_STREAM_ID, TENSOR_DATA_HEADER, TENSOR_DESCRIPTOR_FIELDS, MessageType,
+)
+from .kv import decode_kv
+from .parts import (  # noqa: F401  (the kinds of part are part of this module's interface)
+    BUFFER, DATA, DATA_HEADER, DESCRIPTOR, ENTRY, ENTRY_START, FAULT, MESSAGE, MESSAGE_HEADER_PART, NAME, PAYLOAD, TABLE,
+    TENSOR_END, TRANSPORT, VALUE, Faults, Part, as_view, fault,
+)
+
+__all__ = [
+    "Faults", "Part", "Window", "memory_input", "as_view", "violation_finding", "strict_descriptor",
+    "collect_descriptor", "walk_descriptor", "walk_bare", "walk_messages", "walk_file", "detect_kind", "IndexEntry", "buffer_spans",
+    "Nesting", "RemoteError", "walk_index",
+]
+
+_CHUNK = 8 * 1024 * 1024
+_FIRST_CHUNK = 64 * 1024
+_DESCRIPTOR_LENGTH_AT = static_offset(FIXED_HEADER, "descriptor_length")
+
+_MSG = plan(MESSAGE_HEADER)
+_MSG_AT = {name: static_offset(MESSAGE_HEADER, name) for name in ("stream_id", "payload_length")}
+_MSG_SIZE = _MSG.fixed_size
+_SHARD_INDEX_AT = static_offset(TENSOR_DESCRIPTOR_FIELDS, "shard_index")
+_TRANSPORT = plan(TENSOR_DESCRIPTOR_FIELDS)
+_TRANSPORT_SIZE = _TRANSPORT.fixed_size
+_DATA = plan(TENSOR_DATA_HEADER)
+_DATA_SIZE = _DATA.fixed_size
+_ERROR = plan(ERROR_HEADER)
+_KNOWN_MESSAGE_TYPES = frozenset(int(m) for m in MessageType)
+_LENGTH_FIELD = plan(select(FIXED_HEADER, "descriptor_length")).steps[0].codec
+
+
+class RemoteError(HurraySchemaError):
+    """The peer sent an ``ERROR`` message (``interchange.md § Error Handling``)."""
+
+    def __init__(self, error_code: int, message: str, offset: int):
+        self.error_code = error_code
+        self.remote_message = message
+        self.offset = offset
+        super().__init__(f"peer sent ERROR 0x{error_code:08X} at byte {offset}: {message}")
+
+
+# --------------------------------------------------------------------------------------
+# Input
+# --------------------------------------------------------------------------------------
+
+
+class Window:
+    """Bytes, a path or a binary file object, read forward with a running offset.
+
+    Over bytes (or a memory map) every read is a zero-copy slice and :attr:`data` is the
+    whole input; over a file only what a read asks for is held, fetched in chunks that
+    grow with what has arrived (a length that lies costs no big read-ahead)."""
+
+    def __init__(self, source):
+        self.pos = 0
+        self._owned = None
+        self._pending = b""
+        self.data: Optional[memoryview] = None
+        self.file = None
+        if isinstance(source, (bytes, bytearray, memoryview, mmap.mmap)):
+            self.data = as_view(source)
+        elif isinstance(source, (str, os.PathLike)):
+            self.file = self._owned = open(source, "rb")
+        elif hasattr(source, "read"):
+            self.file = source
+        else:
+            raise TypeError(f"read_stream needs bytes, a path or a binary file object, not {type(source).__name__}")
+
+    def close(self) -> None:
+        if self._owned is not None:
+            self._owned.close()
+            self._owned = None
+
+    def at_eof(self) -> bool:
+        if self.data is not None:
+            return self.pos >= len(self.data)
+        if self._pending:
+            return False
+        self._pending = self.file.read(1) or b""
+        return not self._pending
+
+    def rest(self) -> memoryview:
+        """Everything from the current offset (memory windows only), not consumed."""
+        return self.data[self.pos :]
+
+    def remaining(self) -> int:
+        return len(self.data) - self.pos
+
+    def read(self, n: int):
+        """Up to ``n`` bytes (fewer only at end of input), zero-copy for memory input."""
+        if self.data is not None:
+            out = self.data[self.pos : self.pos + n]
+            self.pos += len(out)
+            return out
+        buf = bytearray()
+        if self._pending and n:
+            buf += self._pending
+            self._pending = b""
+        step = _FIRST_CHUNK
+        while len(buf) < n:
+            chunk = self.file.read(min(n - len(buf), step))
+            if not chunk:
+                break
+            buf += chunk
+            step = min(2 * step, _CHUNK)
+        self.pos += len(buf)
+        return memoryview(buf) if len(buf) == n else buf
+
+
+@contextlib.contextmanager
+def memory_input(source):
+    """``source`` (bytes-like, a path, or a binary file object) as one ``memoryview``:
+    zero-copy for bytes, memory-mapped for a path or a file with a descriptor (pages are
+    read only when touched), read whole only for a pipe-like object without one."""
+    if isinstance(source, (bytes, bytearray, memoryview, mmap.mmap)):
+        yield as_view(source)
+        return
+    owned = None
+    if isinstance(source, (str, os.PathLike)):
+        owned = source = open(source, "rb")
+    elif not hasattr(source, "read"):
+        raise TypeError(f"audit() takes bytes or a path, not {type(source).__name__}")
+    try:
+        mapped = _map(source)
+        if mapped is None:
+            yield memoryview(bytes(source.read()))
+            return
+        view = memoryview(mapped)
+        try:
+            yield view
+        finally:
+            with contextlib.suppress(BufferError):
+                view.release()
+                mapped.close()
+    finally:
+        if owned is not None:
+            owned.close()
+
+
+def _map(fh) -> Optional[mmap.mmap]:
+    """A read-only map of a regular file read from its start, else None."""
+    try:
+        fileno = fh.fileno()
+        if os.fstat(fileno).st_size == 0 or fh.tell() != 0:
+            return None
+        return mmap.mmap(fileno, 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is an OSError
+        return None
+
+
+# --------------------------------------------------------------------------------------
+# One descriptor
+# --------------------------------------------------------------------------------------
+
+
+def violation_finding(exc: SpecViolation) -> Finding:
+    """A raised violation as a finding at the level its rule declares."""
+    try:
+        level = get_rule(exc.rule_id).level
+    except KeyError:
+        level = Level.MUST
+    return Finding(exc.rule_id, level, exc.citation, exc.message, exc.offset, False)
+
+
+def strict_descriptor(buf, base: int, depth: int, *, mode: Mode, limits: Limits = DEFAULT_LIMITS,
+                      cross_machine: bool = False, findings: Optional[list] = None) -> Part:
+    """The descriptor that is ``buf`` (exactly its ``descriptor_length`` bytes) as a reader
+    takes it (``RAISE``): the structural decode, then the first untolerated semantic rule raises.  What the mode
+    tolerated goes to ``findings`` (before anything raises) when given, else to the part."""
+    desc, tolerated = parse_descriptor(buf, mode=mode, base=base, limits=limits)
+    if findings is not None:
+        findings.extend(tolerated)
+        tolerated = ()
+    error = first_error(desc, mode, base=base)
+    if error is not None:
+        raise error.to_violation()
+    if cross_machine:
+        for i, h in enumerate(desc.buffers):
+            if h.sync_mode != SyncMode.PRODUCER_SYNCED:
+                raise C.CROSS_MACHINE_SYNC.violation(
+                    f"buffer {i} declares sync_mode 0x{int(h.sync_mode):02X} on a cross-machine stream", base)
+    return Part(DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "", tuple(tolerated), 0, depth)
+
+
+def collect_descriptor(buf, base: int, depth: int, mode: Mode) -> Part:
+    """The descriptor at the start of ``buf`` as ``audit`` takes it (``COLLECT``): every
+    finding of the structural decode and of every semantic rule.  A structural fault is
+    the part's ``fault`` (its value is then ``None``: nothing after it can be located)."""
+    try:
+        desc, findings = parse_descriptor(buf, mode=mode, base=base)
+    except SpecViolation as exc:
+        fault = violation_finding(exc)
+        return Part(DESCRIPTOR, base, base, FIXED_HEADER, None, fault=fault, findings=(fault,), depth=depth)
+    findings = list(findings) + check_descriptor(desc, mode, base=base)
+    return Part(DESCRIPTOR, base, base + desc.encoded_length, FIXED_HEADER, desc, findings=tuple(findings),
+                depth=depth)
+
+
+Describe = Callable[[Any, int, int], Part]
+"""``describe(view, base, depth)``: the descriptor at the start of ``view`` (offsets from
+``base``; ``depth`` its composite nesting) as a part."""
+
+
+class Nesting:
+    """Composite nesting depth of each tensor in container order
+    (``layouts/composite.md § Binding``: a head binds the next ``member_count`` tensors)."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self):
+        self.pending: list[int] = []  # members each open composite still expects, innermost last
+
+    def depth(self) -> int:
+        """Depth of the next tensor: open composites, not counting those already complete."""
+        depth = len(self.pending)
+        while depth and self.pending[depth - 1] <= 0:
+            depth -= 1
+        return depth
+
+    def arrive(self, desc: TensorDescriptor) -> None:
+        pending = self.pending
+        while pending and pending[-1] <= 0:
+            pending.pop()
+        if pending:
+            pending[-1] -= 1
+        if desc.is_composite_head and desc.layout.member_count != OPEN_COMPOSITE:
+            pending.append(desc.layout.member_count)
+
+
+def walk_descriptor(view, describe: Describe) -> Iterator[Part]:
+    """The one part of a lone descriptor (``metadata.md § Overall Descriptor Structure``):
+    ``describe`` of the whole input.  Field by field, a descriptor is the codec's and the
+    annotated view's business; a container walk locates it as one part."""
+    yield describe(as_view(view), 0, 0)
+
+
+# --------------------------------------------------------------------------------------
+# Bare stream
+# --------------------------------------------------------------------------------------
+
+
+def walk_bare(window: Window, describe: Describe, *, faults: Faults, mode: Mode,
+              limits: Limits = DEFAULT_LIMITS, progress=None) -> Iterator[Part]:
+    """Parts of a bare stream (``interchange.md § Scope``): per tensor its descriptor
+    part, then one ``buffer`` part per buffer-table entry (no padding).
+
+    ``RAISE`` checks the framing first (a truncated descriptor is ``stream.truncated``)
+    and reads only what each part needs; ``COLLECT`` and ``ANNOTATE`` decode each
+    descriptor from what remains, give it its composite nesting ``depth``, and stop at
+    the first part that cannot be located."""
+    strict = faults is Faults.RAISE
+    nesting = None if strict else Nesting()
+    count = 0
+    max_buffer = limits.max_buffer_bytes if strict else None
+    while not window.at_eof() or (faults is Faults.COLLECT and count == 0):
+        start = window.pos
+        if progress is not None:
+            progress(start)
+        if strict:
+            part = describe(_framed_descriptor(window, start, limits), start, 0)
+        else:
+            part = describe(window.rest(), start, nesting.depth())
+        yield part
+        desc = part.value
+        if desc is None:
+            return
+        count += 1
+        if not strict:
+            nesting.arrive(desc)
+            window.pos = part.end
+            if faults is Faults.COLLECT and window.at_eof() and count == 1:
+                return  # a lone descriptor: no buffers follow it
+            stopped = yield from _located_buffers(window, desc, faults, mode)
+            if stopped:
+                return
+        for i, handle in enumerate(desc.buffers):  # they fit (checked above) or are read and checked here
+            size = handle.byte_size
+            if strict and size > max_buffer:
+                limits.check("max_buffer_bytes", size, start)
+            at = window.pos
+            data = window.read(size)
+            if len(data) < size:
+                raise C.STREAM_TRUNCATED.violation(
+                    f"buffer {i} of the tensor at byte {start} needs {size} bytes, the stream has {len(data)} left",
+                    at + len(data))
+            yield Part(BUFFER, at, at + size, None, data, None, "", (), i)
+
+
+def _framed_descriptor(window: Window, start: int, limits: Limits):
+    head = window.read(FIXED_HEADER_SIZE)
+    if len(head) < FIXED_HEADER_SIZE:
+        raise C.STREAM_TRUNCATED.violation(
+            f"the stream ends {len(head)} bytes into a descriptor (a descriptor has at least "
+            f"{FIXED_HEADER_SIZE})", window.pos)
+    if start == 0 and bytes(head[: len(FILE_MAGIC)]) == FILE_MAGIC:
+        raise S.MAGIC.violation("the input starts with \"HRRYFILE\": it is a .hrry file, not a stream "
+                                "(use read_file)", 0)
+    length = peek_descriptor_length(head, start)
+    limits.check("max_descriptor_bytes", length, start + _DESCRIPTOR_LENGTH_AT)
+    rest = window.read(length - FIXED_HEADER_SIZE)
+    if len(rest) < length - FIXED_HEADER_SIZE:
+        raise C.STREAM_TRUNCATED.violation(
+            f"the stream ends inside the descriptor at byte {start}: descriptor_length {length}, "
+            f"{FIXED_HEADER_SIZE + len(rest)} bytes present", window.pos)
+    if window.data is not None:  # one copy of the descriptor, not of its two reads
+        return window.data[start : start + length].tobytes()
+    return bytes(head) + bytes(rest)
+
+
+def _located_buffers(window: Window, desc: TensorDescriptor, faults: Faults, mode: Mode):
+    """When the buffers of ``desc`` do not all fit: yield those that do, then the fault
+    part, and return True (the walk stops); else yield nothing and return False."""
+    need, have = sum(h.byte_size for h in desc.buffers), window.remaining()
+    if need <= have:
+        return False
+    at = window.pos
+    for i, handle in enumerate(desc.buffers):
+        if handle.byte_size > len(window.data) - at:
+            yield fault(faults, C.STREAM_TRUNCATED, f"the buffers of the tensor need {need} bytes, {have} remain",
+                        window.pos + have, mode, at=at,
+                        note=f"buffer {i} needs {handle.byte_size} bytes, {len(window.data) - at} remain")
+            return True
+        yield Part(BUFFER, at, at + handle.byte_size, value=window.data[at : at + handle.byte_size], index=i)
+        at += handle.byte_size
+    return True  # pragma: no cover - some buffer does not fit when need > have
+
+
+# --------------------------------------------------------------------------------------
+# Message stream
+# --------------------------------------------------------------------------------------
+
+
+@attrs.define
+class _Open:
+    """The tensor whose data frames are arriving (message framing)."""
+
+    desc: TensorDescriptor
+    start: int
+    total: int
+    received: int = 0
+
+
+def walk_messages(window: Window, describe: Describe, *, faults: Faults, mode: Mode,
+                  limits: Limits = DEFAULT_LIMITS) -> Iterator[Part]:
+    """Parts of a message stream (``interchange.md § Message Framing``): per message a
+    ``message`` part (its whole extent) then its header, and per kind a descriptor part and
+    its ``transport`` fields, a ``data header`` and ``data``, or an opaque ``payload``.
+
+    ``RAISE`` enforces the framing and message order (the reader); ``COLLECT`` and
+    ``ANNOTATE`` locate every message whose header and payload fit and stop at the first
+    that does not, the descriptor decoded from what remains of the input (``COLLECT``) or
+    of its payload (``ANNOTATE``)."""
+    if faults is Faults.RAISE:
+        yield from _messages_strict(window, describe, mode, limits)
+        return
+    view = window.data
+    pos, index = 0, 0
+    while pos < len(view):
+        if _MSG_SIZE > len(view) - pos:
+            yield Part(MESSAGE, pos, pos, index=index)
+            cut = fault(faults, C.MESSAGE_TRUNCATED, f"the stream ends {len(view) - pos} bytes into a "
+                        f"{_MSG_SIZE}-byte message header", len(view), mode, at=pos,
+                        note="the message header does not fit")
+            yield cut._replace(decl=MESSAGE_HEADER)
+            return
+        h, p = _MSG.unpack(view, pos)
+        n = h["payload_length"]
+        if n > len(view) - p:
+            yield Part(MESSAGE, pos, pos, index=index)
+            yield Part(MESSAGE_HEADER_PART, pos, p, MESSAGE_HEADER, h)
+            yield fault(faults, C.MESSAGE_TRUNCATED, f"the message at byte {pos} announces {n} payload bytes, the "
+                         f"stream has {len(view) - p}", len(view), mode, at=p,
+                         note=f"payload_length {n} runs past the end ({len(view) - p} bytes remain)")
+            return
+        end = p + n
+        yield Part(MESSAGE, pos, end, value=h, index=index)
+        yield Part(MESSAGE_HEADER_PART, pos, p, MESSAGE_HEADER, h)
+        kind = h["message_type"]
+        if kind == MessageType.TENSOR_DESCRIPTOR:
+            part = describe(view[p:] if faults is Faults.COLLECT else view[p:end], p, 1)
+            yield part
+            q = part.end
+            if q + _TRANSPORT_SIZE <= end:
+                t, q = _TRANSPORT.unpack(view, q)
+                yield Part(TRANSPORT, q - _TRANSPORT_SIZE, q, TENSOR_DESCRIPTOR_FIELDS, t)
+                p = q
+            else:
+                yield Part(TRANSPORT, q, q, TENSOR_DESCRIPTOR_FIELDS, None)  # does not fit
+                p = end
+        elif kind == MessageType.TENSOR_DATA:
+            if _DATA_SIZE <= end - p:
+                d, q = _DATA.unpack(view, p)
+                yield Part(DATA_HEADER, p, q, TENSOR_DATA_HEADER, d)
+                yield Part(DATA, q, end, value=view[q:end])
+                p = end
+            else:
+                yield Part(DATA_HEADER, p, p, TENSOR_DATA_HEADER, None)  # does not fit
+                p = end
+        if p < end:
+            yield Part(PAYLOAD, p, end, value=view[p:end])
+        pos = end
+        index += 1
+
+
+def _message_header(window: Window, limits: Limits):
+    at = window.pos
+    raw = window.read(_MSG_SIZE)
+    if len(raw) < _MSG_SIZE:
+        raise C.MESSAGE_TRUNCATED.violation(
+            f"the stream ends {len(raw)} bytes into a {_MSG_SIZE}-byte message header", window.pos)
+    h, _ = _MSG.unpack(raw)
+    if h["stream_id"] == RESERVED_STREAM_ID:
+        raise C.MESSAGE_STREAM_ID.violation("stream_id 0 is reserved", at + _MSG_AT["stream_id"])
+    limits.check("max_message_bytes", h["payload_length"], at + _MSG_AT["payload_length"])
+    if h["message_type"] not in _KNOWN_MESSAGE_TYPES:
+        raise C.MESSAGE_TYPE.violation(
+            f"message_type 0x{h['message_type']:08X} is not a message type this reader knows", at)
+    h["message_type"] = MessageType(h["message_type"])
+    return at, h
+
+
+def _payload(window: Window, n: int, at: int):
+    data = window.read(n)
+    if len(data) < n:
+        raise C.MESSAGE_TRUNCATED.violation(
+            f"the message at byte {at} announces {n} payload bytes, the stream has {len(data)}", window.pos)
+    return data
+
+
+def _messages_strict(window: Window, describe: Describe, mode: Mode, limits: Limits) -> Iterator[Part]:
+    current: Optional[_Open] = None
+    index = 0
+    while not window.at_eof():
+        at, h = _message_header(window, limits)
+        kind, plen = h["message_type"], h["payload_length"]
+        pstart = at + _MSG_SIZE
+        yield Part(MESSAGE, at, pstart + plen, value=h, index=index)
+        index += 1
+        if kind in (MessageType.PING, MessageType.PONG):
+            _payload(window, plen, at)
+            continue
+        if kind == MessageType.ERROR:
+            raise _remote_error(bytes(_payload(window, plen, at)), at)
+        if kind == MessageType.TENSOR_DESCRIPTOR:
+            if current is not None:
+                raise C.MESSAGE_ORDER.violation(
+                    f"TENSOR_DESCRIPTOR before the TENSOR_DATA_END of the tensor at byte {current.start}", at)
+            payload = _payload(window, plen, at)
+            if plen < FIXED_HEADER_SIZE + _TRANSPORT_SIZE:
+                raise C.DESCRIPTOR_PAYLOAD.violation(
+                    f"payload_length {plen} cannot hold a descriptor and the {_TRANSPORT_SIZE} transport bytes",
+                    at + _MSG_AT["payload_length"])
+            length = peek_descriptor_length(payload, pstart)
+            if length + _TRANSPORT_SIZE != plen:
+                raise C.DESCRIPTOR_PAYLOAD.violation(
+                    f"payload_length {plen} is not descriptor_length {length} + {_TRANSPORT_SIZE}",
+                    at + _MSG_AT["payload_length"])
+            part = describe(payload[:length], pstart, 0)
+            yield part
+            desc = part.value
+            t, _ = _TRANSPORT.unpack(payload, length)
+            if t["total_shards"] < 1 or t["shard_index"] >= t["total_shards"]:
+                raise C.TRANSPORT_SHARDS.violation(
+                    f"shard_index {t['shard_index']} / total_shards {t['total_shards']}",
+                    pstart + length + _SHARD_INDEX_AT)
+            expected = sum(b.byte_size for b in desc.buffers)
+            if t["total_data_bytes"] != expected:
+                raise C.TOTAL_DATA_BYTES.violation(
+                    f"total_data_bytes {t['total_data_bytes']} but the buffers hold {expected} bytes", pstart + length)
+            for b in desc.buffers:
+                limits.check("max_buffer_bytes", b.byte_size, pstart)
+            yield Part(TRANSPORT, pstart + length, pstart + plen, TENSOR_DESCRIPTOR_FIELDS, t)
+            current = _Open(desc, at, expected)
+            continue
+        if kind == MessageType.TENSOR_DATA:
+            if current is None:
+                raise C.MESSAGE_ORDER.violation("TENSOR_DATA outside a tensor (no TENSOR_DESCRIPTOR before it)", at)
+            if plen < _DATA_SIZE:
+                raise C.DATA_FRAME.violation(
+                    f"a TENSOR_DATA payload of {plen} bytes cannot hold byte_offset_in_buffer",
+                    at + _MSG_AT["payload_length"])
+            payload = _payload(window, plen, at)
+            offset_in_buffer = _DATA.unpack(payload)[0]["byte_offset_in_buffer"]
+            n = plen - _DATA_SIZE
+            if offset_in_buffer != current.received:
+                raise C.DATA_FRAME.violation(
+                    f"byte_offset_in_buffer {offset_in_buffer}, expected {current.received} (frames are contiguous "
+                    "and ascending)", pstart)
+            if current.received + n > current.total:
+                raise C.DATA_FRAME.violation(
+                    f"frame ends at {current.received + n}, past total_data_bytes {current.total}", pstart)
+            current.received += n
+            if n:
+                yield Part(DATA, pstart + _DATA_SIZE, pstart + plen, value=payload[_DATA_SIZE:])
+            continue
+        if kind == MessageType.TENSOR_DATA_END:
+            if current is None:
+                raise C.MESSAGE_ORDER.violation("TENSOR_DATA_END outside a tensor", at)
+            if plen:
+                raise C.DATA_END_PAYLOAD.violation(f"TENSOR_DATA_END carries {plen} payload bytes",
+                                                   at + _MSG_AT["payload_length"])
+            if current.received != current.total:
+                raise C.DATA_SUM.violation(
+                    f"frames carried {current.received} bytes, total_data_bytes is {current.total}", at)
+            yield Part(TENSOR_END, at, pstart, MESSAGE_HEADER, current.desc, index=current.start)
+            current = None
+            continue
+        raise C.MESSAGE_ORDER.violation(f"{kind.name} does not belong in a tensor data stream", at)
+    if current is not None:
+        raise C.STREAM_TRUNCATED.violation(
+            f"the stream ends before the TENSOR_DATA_END of the tensor at byte {current.start}", window.pos)
+
+
+def _remote_error(payload: bytes, at: int) -> RemoteError:
+    code, message = 0, payload.decode("utf-8", "replace")
+    if len(payload) >= _ERROR.fixed_size:
+        e, _ = _ERROR.unpack(payload)
+        code = e["error_code"]
+        message = payload[_ERROR.fixed_size : _ERROR.fixed_size + e["message_length"]].decode("utf-8", "replace")
+    return RemoteError(code, message, at)
+
+
+# --------------------------------------------------------------------------------------
+# What the first bytes say
+# --------------------------------------------------------------------------------------
+
+
+def detect_kind(data) -> str:
+    """``file``, ``descriptor``, ``stream`` (bare), ``messages`` or ``unknown``, from the
+    first bytes: the file magic, the descriptor magic (a stream when more bytes follow
+    ``descriptor_length``), or a known ``message_type``."""
+    view = memoryview(data)
+    head = bytes(view[:16])
+    if head.startswith(FILE_MAGIC):
+        return "file"
+    if head.startswith(DESCRIPTOR_MAGIC):
+        if len(head) >= _DESCRIPTOR_LENGTH_AT + _LENGTH_FIELD.size:
+            (length,) = _LENGTH_FIELD.unpack_from(head, _DESCRIPTOR_LENGTH_AT)
+            if length < len(view):
+                return "stream"
+        return "descriptor"
+    if len(head) >= _MSG_SIZE and _MSG.unpack(head)[0]["message_type"] in _KNOWN_MESSAGE_TYPES:
+        return "messages"
+    return "unknown"
+
+
+# --------------------------------------------------------------------------------------
+# File
+# --------------------------------------------------------------------------------------
+
+FILE_HEADER_PART = "file header"
+TRAILER_PART = "trailer"
+INDEX_PART = "index"
+KV_PART = "kv"
+TENSOR_DATA = "tensor data"
+
+_HEADER = plan(FILE_HEADER)
+_TRAILER = plan(TRAILER)
+_COUNT = plan(INDEX_COUNT)
+_NAME_LEN = plan(INDEX_NAME_LENGTH)
+_ENTRY = plan(INDEX_ENTRY_FIELDS)
+_MIN_ENTRY = _NAME_LEN.fixed_size + 1 + _ENTRY.fixed_size
+_H = {name: static_offset(FILE_HEADER, name) for name in (
+    "container_version_major", "_reserved", "file_flags", "data_buffer_alignment", "first_descriptor_offset",
+    "_reserved_header")}
+_T = {name: static_offset(TRAILER, name) for name in (
+    "index_offset", "index_length", "kv_offset", "kv_length", "index_crc32c", "_reserved", "trailer_magic")}
+_E = {name: static_offset(INDEX_ENTRY_FIELDS, name) for name in (
+    "descriptor_offset", "descriptor_length", "data_offset", "data_length", "flags")}
+
+
+def _align(n: int, a: int) -> int:
+    return -(-n // a) * a
+
+
+def buffer_spans(desc: TensorDescriptor, data_offset: int, alignment: int) -> list[tuple[int, int]]:
+    """``(offset, size)`` of each data buffer of ``desc`` placed from ``data_offset``:
+    the first at ``data_offset``, each next one at the following alignment boundary
+    (``file-format.md § Data Buffer Placement``)."""
+    spans, pos = [], data_offset
+    for i, handle in enumerate(desc.buffers):
+        if i:
+            pos = _align(pos, alignment)
+        spans.append((pos, handle.byte_size))
+        pos += handle.byte_size
+    return spans
+
+
+@attrs.frozen(slots=True)
+class IndexEntry:
+    """One index entry (``file-format.md § Index Encoding``), plus where it sits."""
+
+    name: str
+    descriptor_offset: int
+    descriptor_length: int
+    data_offset: int
+    data_length: int
+    flags: int = 0
+    entry_offset: int = attrs.field(default=0, eq=False, repr=False)
+    """Absolute offset of the entry's name_length field inside the index."""
+
+
+def walk_file(view: memoryview, describe: Describe, *, faults: Faults, mode: Mode,
+              limits: Limits = DEFAULT_LIMITS) -> Iterator[Part]:
+    """Parts of a ``.hrry`` file in the order of the reader protocol (``file-format.md §
+    Reader Protocol``): ``file header``, ``trailer``, ``index`` (value: the entries),
+    ``kv``, then per tensor in descriptor order its descriptor part and ``tensor data``
+    (``note``: the tensor's name; value: the ``(offset, size)`` of each buffer).  A ``fault`` part
+    whose ``decl`` is set is a table that does not fit in what remains.
+
+    ``RAISE`` is the reader: every container rule is checked, the first fault raises.
+    ``COLLECT`` and ``ANNOTATE`` only locate: the header, then the tensors in descriptor
+    order (through the index as far as it can be read, else by walking the tensor region;
+    an ``entry`` part before each descriptor), the ``kv`` and ``index`` sections and the
+    trailer, yielding a ``fault`` part where the bytes do not hold what they must."""
+    if faults is Faults.RAISE:
+        yield from _file_strict(view, describe, mode, limits)
+    else:
+        yield from _file_located(view, describe, faults, mode)
+
+
+# -- the reader ---------------------------------------------------------------------------
+
+
+def _file_strict(view: memoryview, describe: Describe, mode: Mode, limits: Limits) -> Iterator[Part]:
+    size = len(view)
+    head = bytes(view[:FILE_HEADER_SIZE])
+    if len(head) >= len(FILE_MAGIC) and head[: len(FILE_MAGIC)] != FILE_MAGIC:
+        raise C.FILE_MAGIC.violation(f"the file starts with {head[:len(FILE_MAGIC)]!r}, not {FILE_MAGIC!r}", 0)
+    if size < FILE_HEADER_SIZE + TRAILER_SIZE:
+        raise C.FILE_TOO_SHORT.violation(
+            f"{size} bytes cannot hold the {FILE_HEADER_SIZE}-byte header and {TRAILER_SIZE}-byte trailer", size)
+    h, _ = _HEADER.unpack(view, 0)
+    _check_header(h, size)
+    yield Part(FILE_HEADER_PART, 0, FILE_HEADER_SIZE, FILE_HEADER, h)
+    t, _ = _TRAILER.unpack(view, size - TRAILER_SIZE)
+    _check_trailer(view, h, t, limits)
+    yield Part(TRAILER_PART, size - TRAILER_SIZE, size, TRAILER, t)
+    entries = _strict_index(view, h, t, limits)
+    yield Part(INDEX_PART, t["index_offset"], t["index_offset"] + t["index_length"], INDEX_ENTRY_FIELDS,
+               tuple(entries))
+    yield _strict_kv(view, h, t, mode, limits)
+    region_end = min(t["index_offset"], t["kv_offset"] if t["kv_length"] else t["index_offset"])
+    ordered = sorted(entries, key=lambda e: e.descriptor_offset)
+    yield from _strict_tensors(view, h, ordered, region_end, describe)
+
+
+def _check_header(h: dict, size: int) -> None:
+    if h["container_version_major"] > SUPPORTED_CONTAINER_MAJOR:
+        raise C.FILE_VERSION.violation(
+            f"container_version_major {h['container_version_major']} is newer than {SUPPORTED_CONTAINER_MAJOR}",
+            _H["container_version_major"])
+    for name in ("_reserved", "_reserved_header"):
+        if any(h[name]):
+            raise C.FILE_HEADER_RESERVED.violation(f"header field {name} is not zero", _H[name])
+    flags = h["file_flags"]
+    if flags & ~KNOWN_FILE_FLAGS:
+        raise C.FILE_FLAGS_RESERVED.violation(
+            f"reserved file_flags bits 0x{flags & ~KNOWN_FILE_FLAGS:08X} are set", _H["file_flags"])
+    a = h["data_buffer_alignment"]
+    if a & (a - 1) or not MIN_DATA_BUFFER_ALIGNMENT <= a <= MAX_DATA_BUFFER_ALIGNMENT:
+        raise C.FILE_ALIGNMENT.violation(
+            f"data_buffer_alignment {a} is not a power of two in [{MIN_DATA_BUFFER_ALIGNMENT}, "
+            f"{MAX_DATA_BUFFER_ALIGNMENT}]", _H["data_buffer_alignment"])
+    first = h["first_descriptor_offset"]
+    if first < FILE_HEADER_SIZE or first % DESCRIPTOR_ALIGNMENT or first > size - TRAILER_SIZE:
+        raise C.FILE_FIRST_DESCRIPTOR.violation(
+            f"first_descriptor_offset {first} is not an 8-aligned offset in [64, {size - TRAILER_SIZE}]",
+            _H["first_descriptor_offset"])
+
+
+def _check_trailer(view: memoryview, h: dict, t: dict, limits: Limits) -> None:
+    base = len(view) - TRAILER_SIZE
+    if t["trailer_magic"] != TRAILER_MAGIC:
+        raise C.TRAILER_MAGIC.violation(
+            f"trailer_magic is {t['trailer_magic']!r}, not {TRAILER_MAGIC!r}", base + _T["trailer_magic"])
+    if any(t["_reserved"]):
+        raise C.TRAILER_RESERVED.violation("trailer _reserved is not zero", base + _T["_reserved"])
+    index_at, index_length = t["index_offset"], t["index_length"]
+    if index_at < FILE_HEADER_SIZE or index_at + index_length > base or index_length < _COUNT.fixed_size:
+        raise C.INDEX_BOUNDS.violation(
+            f"index at {index_at} length {index_length} is not between the header and the trailer at {base}",
+            base + _T["index_offset"])
+    if index_at % SECTION_ALIGNMENT:
+        raise C.INDEX_ALIGNMENT.violation(f"index_offset {index_at} is not a multiple of 8", base + _T["index_offset"])
+    limits.check("max_index_bytes", index_length, base + _T["index_length"])
+    crc = t["index_crc32c"]
+    if h["file_flags"] & FileFlag.HAS_INDEX_CRC32C:
+        actual = crc32c.crc32c(view[index_at : index_at + index_length])
+        if actual != crc:
+            raise C.INDEX_CRC.violation(
+                f"index_crc32c is 0x{crc:08X}, the index bytes give 0x{actual:08X}", base + _T["index_crc32c"])
+    elif crc:
+        raise C.INDEX_CRC_UNSET.violation(
+            f"index_crc32c is 0x{crc:08X} although HAS_INDEX_CRC32C is clear", base + _T["index_crc32c"])
+
+
+def _strict_index(view: memoryview, h: dict, t: dict, limits: Limits) -> list[IndexEntry]:
+    index_at, end = t["index_offset"], t["index_offset"] + t["index_length"]
+    count = _COUNT.unpack(view, index_at)[0]["index_entry_count"]
+    pos = index_at + _COUNT.fixed_size
+    if count * _MIN_ENTRY > end - pos:
+        raise C.INDEX_TRUNCATED.violation(
+            f"index_entry_count {count} cannot fit in the {end - pos} bytes of index that follow", index_at)
+    limits.check("max_index_entries", count, index_at)
+    entries, seen = [], set()
+    for _ in range(count):
+        at = pos
+        if pos + _NAME_LEN.fixed_size > end:
+            raise C.INDEX_TRUNCATED.violation("an index entry runs past index_length", pos)
+        n = _NAME_LEN.unpack(view, pos)[0]["name_length"]
+        pos += _NAME_LEN.fixed_size
+        if pos + n + _ENTRY.fixed_size > end:
+            raise C.INDEX_TRUNCATED.violation("an index entry runs past index_length", at)
+        raw = bytes(view[pos : pos + n])
+        pos += n
+        if not raw:
+            raise C.INDEX_NAME.violation("name_length is 0", at)
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise C.INDEX_NAME.violation(f"tensor name is not valid UTF-8 ({exc.reason})",
+                                         at + _NAME_LEN.fixed_size) from None
+        if raw in seen:
+            raise C.INDEX_DUPLICATE.violation(f"tensor name {name!r} appears twice in the index", at)
+        seen.add(raw)
+        f, pos = _ENTRY.unpack(view, pos)
+        if f["flags"]:
+            raise C.INDEX_FLAGS.violation(
+                f"entry {name!r} has flags 0x{f['flags']:08X}", at + _NAME_LEN.fixed_size + n + _E["flags"])
+        entries.append(IndexEntry(name, f["descriptor_offset"], f["descriptor_length"], f["data_offset"],
+                                  f["data_length"], f["flags"], at))
+    if pos != end:
+        raise C.INDEX_TRUNCATED.violation(
+            f"{end - pos} bytes follow the last of the {count} index entries inside index_length", pos)
+    if h["file_flags"] & FileFlag.SORTED_INDEX:
+        for prev, nxt in zip(entries, entries[1:]):
+            if prev.name.encode("utf-8") > nxt.name.encode("utf-8"):
+                raise C.INDEX_SORTED.violation(
+                    f"SORTED_INDEX is set but {prev.name!r} comes before {nxt.name!r}", nxt.entry_offset)
+    return entries
+
+
+def _strict_kv(view: memoryview, h: dict, t: dict, mode: Mode, limits: Limits) -> Part:
+    kv_at, kv_length = t["kv_offset"], t["kv_length"]
+    base = len(view) - TRAILER_SIZE
+    findings = []
+    has_flag = bool(h["file_flags"] & FileFlag.HAS_KV_METADATA)
+    if has_flag != bool(kv_length):
+        findings.append(C.KV_FLAG.finding(
+            f"HAS_KV_METADATA is {'set' if has_flag else 'clear'} but kv_length is {kv_length}", _H["file_flags"], mode))
+    if not kv_length:
+        return Part(KV_PART, kv_at, kv_at, KV_COUNT, {}, findings=tuple(findings))
+    if kv_at < FILE_HEADER_SIZE or kv_at % SECTION_ALIGNMENT or kv_at + kv_length > t["index_offset"]:
+        raise C.KV_BOUNDS.violation(
+            f"KV section at {kv_at} length {kv_length} is not an 8-aligned range between the header and the index",
+            base + _T["kv_offset"])
+    limits.check("max_kv_bytes", kv_length, base + _T["kv_length"])
+    value = decode_kv(view[kv_at : kv_at + kv_length], kv_at, limits)
+    return Part(KV_PART, kv_at, kv_at + kv_length, KV_COUNT, value, findings=tuple(findings))
+
+
+def _strict_tensors(view: memoryview, h: dict, ordered: list[IndexEntry], region_end: int,
+                    describe: Describe) -> Iterator[Part]:
+    a = h["data_buffer_alignment"]
+    previous_end, previous = h["first_descriptor_offset"], None
+    first = previous_end
+    for e in ordered:
+        at = e.entry_offset + _NAME_LEN.fixed_size + len(e.name.encode("utf-8"))
+        off = e.descriptor_offset
+        if off % DESCRIPTOR_ALIGNMENT:
+            raise C.DESCRIPTOR_ALIGNMENT.violation(
+                f"descriptor of {e.name!r} at {off} is not 8-aligned", at + _E["descriptor_offset"])
+        if off < first or off + FIXED_HEADER_SIZE > region_end:
+            raise C.INDEX_DESCRIPTOR_BOUNDS.violation(
+                f"descriptor of {e.name!r} at {off} is outside the tensor region [{first}, {region_end})",
+                at + _E["descriptor_offset"])
+        if off < previous_end:
+            raise C.INDEX_OVERLAP.violation(
+                f"descriptor of {e.name!r} at {off} lies inside the tensor {previous!r} (which ends at "
+                f"{previous_end})", at + _E["descriptor_offset"])
+        length = peek_descriptor_length(view[off : off + FIXED_HEADER_SIZE], off)
+        if length != e.descriptor_length:
+            raise C.INDEX_DESCRIPTOR_LENGTH.violation(
+                f"index says descriptor_length {e.descriptor_length} for {e.name!r}, the descriptor says {length}",
+                at + _E["descriptor_length"])
+        if off + length > region_end:
+            raise C.INDEX_DESCRIPTOR_BOUNDS.violation(
+                f"descriptor of {e.name!r} ({length} bytes at {off}) runs past the tensor region end {region_end}",
+                at + _E["descriptor_offset"])
+        part = describe(view[off : off + length], off, 0)
+        yield part
+        desc = part.value
+        end = off + length
+        if desc.buffers:
+            if e.data_offset % a:
+                raise C.DATA_ALIGNMENT.violation(
+                    f"data of {e.name!r} at {e.data_offset} is not a multiple of data_buffer_alignment {a}",
+                    at + _E["data_offset"])
+            if e.data_offset < end:
+                raise C.INDEX_OVERLAP.violation(
+                    f"data of {e.name!r} at {e.data_offset} starts inside its descriptor (ends at {end})",
+                    at + _E["data_offset"])
+            spans = buffer_spans(desc, e.data_offset, a)
+            last, size = spans[-1]
+            if e.data_length != last + size - e.data_offset:
+                raise C.DATA_LENGTH.violation(
+                    f"data_length of {e.name!r} is {e.data_length}, its buffers span {last + size - e.data_offset}",
+                    at + _E["data_length"])
+            if last + size > region_end:
+                raise C.DATA_BOUNDS.violation(
+                    f"buffers of {e.name!r} end at {last + size}, past the tensor region end {region_end} "
+                    "(truncated data)", at + _E["data_length"])
+            end = max(end, last + size)
+        else:
+            spans = []
+            if e.data_length:
+                raise C.DATA_LENGTH.violation(
+                    f"{e.name!r} has no buffers but data_length {e.data_length}", at + _E["data_length"])
+            if end <= e.data_offset <= region_end:
+                end = max(end, e.data_offset)  # a writer that padded after the head (the reference)
+        yield Part(TENSOR_DATA, e.data_offset, e.data_offset + e.data_length, value=spans, note=e.name)
+        previous_end, previous = end, e.name
+
+
+# -- locating only (audit, the annotated view) ----------------------------------------------
+
+
+def _file_located(view: memoryview, describe: Describe, faults: Faults, mode: Mode) -> Iterator[Part]:
+    size = len(view)
+    if FILE_HEADER_SIZE > size:
+        yield Part(FAULT, 0, 0, FILE_HEADER, note="the file header does not fit")
+        return
+    header, _ = _HEADER.unpack(view, 0)
+    yield Part(FILE_HEADER_PART, 0, FILE_HEADER_SIZE, FILE_HEADER, header)
+    if size < FILE_HEADER_SIZE + TRAILER_SIZE:
+        yield Part(FAULT, size, size, note="the file is too short to hold a trailer")
+        return
+    trailer_at = size - TRAILER_SIZE
+    trailer, _ = _TRAILER.unpack(view, trailer_at)
+    entries = _located_index(view, trailer)
+    if not entries:
+        entries = _scan_region(view, header, trailer_at)
+        if entries:
+            yield Part(FAULT, header["first_descriptor_offset"], header["first_descriptor_offset"],
+                       note="the index cannot be read: tensors found by walking the tensor region from "
+                            "first_descriptor_offset (file-format.md § Descriptor Placement)")
+    nesting = Nesting()
+    for e in sorted(entries, key=lambda e: e.descriptor_offset):  # descriptor order: the write order
+        off, n = e.descriptor_offset, e.descriptor_length
+        if off >= size:
+            yield Part(FAULT, off, off, note=f"index entry {e.name!r} points past the end of the file")
+            continue
+        yield Part(ENTRY, off, off, INDEX_ENTRY_FIELDS, e)
+        window = view[off:] if n == 0 or faults is Faults.COLLECT else view[off : min(size, off + max(n, 0))]
+        part = describe(window, off, nesting.depth())
+        yield part._replace(note=e.name)
+        if part.value is not None:
+            if e.data_length:
+                yield Part(TENSOR_DATA, e.data_offset, e.data_offset + e.data_length, value=None, note=e.name,
+                           depth=part.depth)
+            nesting.arrive(part.value)
+    if trailer["kv_length"]:
+        yield Part(KV_PART, trailer["kv_offset"], trailer["kv_offset"] + trailer["kv_length"], KV_COUNT)
+    yield Part(INDEX_PART, trailer["index_offset"], trailer["index_offset"] + trailer["index_length"], INDEX_COUNT)
+    yield Part(TRAILER_PART, trailer_at, size, TRAILER, trailer)
+
+
+def _located_index(view: memoryview, trailer: dict) -> list[IndexEntry]:
+    """The index entries as far as they can be read (no rule checked); none when an entry
+    is cut off inside the index section."""
+    off, n = trailer["index_offset"], trailer["index_length"]
+    if off > len(view) or n > len(view) - off:
+        return []
+    entries = []
+    for part in walk_index(view[: off + n], off):
+        if part.kind == ENTRY:
+            entries.append(part.value)
+        elif part.kind == FAULT and (part.depth >= 0 or part.decl is not None):
+            return []
+    return entries
+
+
+def walk_index(view: memoryview, off: int) -> Iterator[Part]:
+    """Located parts of the index section at ``off`` (``file-format.md § Index Encoding``),
+    ``view`` ending where the section ends; locating only (the reader's checks are in
+    ``walk_file``).  The ``index_entry_count`` table, then per entry ``entry start``, the
+    ``name_length`` table, the ``name``, the entry fields table and an ``entry`` part (value:
+    the :class:`IndexEntry`).  A ``fault`` part ends the walk: with a ``decl``, that table
+    does not fit; at depth -1 the next entry is missing, at depth 0 an entry is cut off."""
+    end = len(view)
+    if _COUNT.fixed_size > end - off:
+        yield Part(FAULT, off, off, INDEX_COUNT, depth=-1)
+        return
+    values, pos = _COUNT.unpack(view, off)
+    yield Part(TABLE, off, pos, INDEX_COUNT, values, depth=-1)
+    for i in range(values["index_entry_count"]):
+        if pos >= end:
+            yield Part(FAULT, pos, pos, note=f"index entry {i} starts past the index section", depth=-1)
+            return
+        at = pos
+        yield Part(ENTRY_START, at, at, index=i, depth=-1)
+        if _NAME_LEN.fixed_size > end - pos:
+            yield Part(FAULT, pos, pos, INDEX_NAME_LENGTH)
+            return
+        v, pos = _NAME_LEN.unpack(view, pos)
+        yield Part(TABLE, pos - _NAME_LEN.fixed_size, pos, INDEX_NAME_LENGTH, v)
+        length = v["name_length"]
+        if length > end - pos:
+            yield Part(FAULT, pos, pos, note=f"name needs {length} bytes, {end - pos} remain")
+            return
+        name = bytes(view[pos : pos + length])
+        yield Part(NAME, pos, pos + length, value=name)
+        pos += length
+        if _ENTRY.fixed_size > end - pos:
+            yield Part(FAULT, pos, pos, INDEX_ENTRY_FIELDS)
+            return
+        f, pos = _ENTRY.unpack(view, pos)
+        yield Part(TABLE, pos - _ENTRY.fixed_size, pos, INDEX_ENTRY_FIELDS, f)
+        entry = IndexEntry(name.decode("utf-8", "replace"), f["descriptor_offset"], f["descriptor_length"],
+                           f["data_offset"], f["data_length"], f["flags"], at)
+        yield Part(ENTRY, at, pos, INDEX_ENTRY_FIELDS, entry, index=i)
+
+
+def _scan_region(view: memoryview, header: dict, end: int) -> list[IndexEntry]:
+    """Pseudo index entries found by walking descriptors from ``first_descriptor_offset``:
+    each descriptor on an 8-byte boundary, its buffers each on ``data_buffer_alignment``
+    (``file-format.md § Descriptor Placement``, ``§ Data Buffer Placement``)."""
+    align = header["data_buffer_alignment"]
+    if align < 1 or align & (align - 1):
+        return []
+    pos, found = header["first_descriptor_offset"], []
+    while pos + FIXED_HEADER_SIZE <= end and bytes(view[pos : pos + len(DESCRIPTOR_MAGIC)]) == DESCRIPTOR_MAGIC:
+        try:
+            desc, _ = parse_descriptor(view[pos:end], mode="permissive", base=pos)
+        except HurraySchemaError:
+            break
+        n = desc.encoded_length
+        data = cursor = _align(pos + n, align) if desc.buffers else pos + n
+        for i, handle in enumerate(desc.buffers):
+            if i:
+                cursor = _align(cursor, align)
+            cursor += handle.byte_size
+        found.append(IndexEntry(f"@{pos}", pos, n, data, cursor - data if desc.buffers else 0))
+        pos = _align(cursor, DESCRIPTOR_ALIGNMENT)
+    return found
