@@ -26,7 +26,7 @@ import struct
 from typing import Any, Iterable, Optional
 
 import attrs
-import construct as c
+import construct
 
 from .docs import presence, spec_type
 from .errors import HurraySchemaError
@@ -85,7 +85,7 @@ _FIELD_PLANS: dict[int, tuple[Field, Plan]] = {}
 def _field_plan(f: Field) -> Plan:
     entry = _FIELD_PLANS.get(id(f))
     if entry is None or entry[0] is not f:
-        entry = _FIELD_PLANS[id(f)] = (f, Plan(c.Struct(f)))
+        entry = _FIELD_PLANS[id(f)] = (f, Plan(construct.Struct(f)))
     return entry[1]
 
 
@@ -176,7 +176,7 @@ class _Walker:
                                text=f"{n} bytes", doc=doc, ref=ref))
         return pos + n
 
-    def table(self, decl: c.Construct, pos: int, depth: int, ctx: Optional[dict] = None,
+    def table(self, decl: construct.Construct, pos: int, depth: int, ctx: Optional[dict] = None,
               prefix: str = "") -> tuple[dict, int]:
         """Decode every field of ``decl`` at ``pos``; raises :class:`_Stop` on a field that does not fit."""
         ctx = dict(ctx or {})
@@ -187,7 +187,7 @@ class _Walker:
                 ctx[f.name] = None
                 continue
             start = pos
-            if isinstance(inner, c.Bytes) and not isinstance(inner.length, int):
+            if isinstance(inner, construct.Bytes) and not isinstance(inner.length, int):
                 n = int(inner.length(ctx))
                 if n > len(self.view) - pos:
                     self.error(f"{prefix}{f.name} needs {n} bytes, {len(self.view) - pos} remain", pos, depth)
@@ -219,12 +219,12 @@ class _Walker:
     @staticmethod
     def _need(f: Field, ctx: dict) -> Optional[int]:
         inner = f.subcon
-        if isinstance(inner, c.IfThenElse):
+        if isinstance(inner, construct.IfThenElse):
             inner = inner.thensubcon
         size = static_size(inner)
         if size is not None:
             return size
-        if isinstance(inner, c.Array):
+        if isinstance(inner, construct.Array):
             count = inner.count(ctx) if callable(inner.count) else inner.count
             item = static_size(inner.subcon)
             if item is not None:
