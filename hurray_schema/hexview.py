@@ -8,6 +8,10 @@ the ``field(...)`` declarations in :mod:`hurray_schema.structs`, decoded one fie
 time with the same fast plans the codec uses.  :func:`render_tree` and
 :func:`render_hex` turn the nodes into text (``hurray-schema inspect`` / ``--hex``).
 
+A descriptor is walked part by part as
+:data:`~hurray_schema.structs.descriptor.DESCRIPTOR_PARTS` lists them (which parts, in
+which order, gated by which flag, read with which table), and a tag is named from the tag
+table of the field that carries it (:attr:`~hurray_schema.structs._declare.Field.tags`).
 Where each part of a stream or file sits comes from the located walks of
 :mod:`hurray_schema.io.walk` and :mod:`hurray_schema.io.kv` (fault policy ``ANNOTATE``);
 this module turns each located part into nodes, field by field.  Every count and length
@@ -42,7 +46,7 @@ from .structs import file as file_structs
 from .structs import stream as stream_structs
 from .structs._declare import Field, Plan, fields, plan, select, static_offset, static_size, tags_of
 from .structs.descriptor import (
-    DESCRIPTOR_PARTS, FIXED_HEADER, FIXED_HEADER_SIZE, HANDLE_REF, MAGIC, MAX_RANK, DescriptorPart,
+    DESCRIPTOR_PARTS, FIXED_HEADER, FIXED_HEADER_SIZE, HANDLE_REF, MAGIC, MAX_RANK, PARTS, DescriptorPart,
 )
 from .structs.layouts import MAX_TILED_DEPTH, TILED_REF
 from .structs.quantization import HEADER_REF as QUANTIZATION_HEADER_REF
@@ -239,7 +243,7 @@ class _Walker:
 _LENGTH_AT = static_offset(FIXED_HEADER, "descriptor_length")
 _LENGTH_FIELD = plan(select(FIXED_HEADER, "descriptor_length")).steps[0].codec
 _MAGIC_LEN = len(MAGIC)
-_SCHEME_TAG_AT = static_offset(QUANTIZATION_HEADER, "scheme_tag")
+_SCHEME_TAG_AT = static_offset(QUANTIZATION_HEADER, PARTS["quantization"].chosen_by)
 _DESCRIPTOR_REF = "metadata.md § Overall Descriptor Structure"
 
 
@@ -418,14 +422,14 @@ def _walk_choice(w: _Walker, part: DescriptorPart, tag: int, pos: int, depth: in
     """The table of ``part.tables`` that ``tag`` (the header's ``part.chosen_by``) selects:
     the layout-specific fields.  A tiled level repeats while its inner layout is tiled;
     a private tag reads ``part.private``; any other unknown tag leaves the rest opaque."""
-    if tag == LayoutTag.TILED:
-        return _walk_tiled(w, part.tables[tag], pos, depth, context)
     if tag in part.tables:
         decl = part.tables[tag]
         if decl is None:
             return pos
-        _, end = _table_part(w, f"{part.name} ({_tag_name(FIXED_HEADER, part.chosen_by, tag)})", decl, pos, depth,
-                             context)
+        label = f"{part.name} ({_tag_name(FIXED_HEADER, part.chosen_by, tag)})"
+        if tag == LayoutTag.TILED:
+            return _walk_tiled(w, label, decl, pos, depth, context)
+        _, end = _table_part(w, label, decl, pos, depth, context)
         return end
     if is_private_tag(tag) and part.private is not None:
         _, end = _table_part(w, f"{part.name} (extension)", part.private, pos, depth, context)
@@ -435,10 +439,10 @@ def _walk_choice(w: _Walker, part: DescriptorPart, tag: int, pos: int, depth: in
     return None
 
 
-def _walk_tiled(w: _Walker, decl, pos: int, depth: int, context: dict) -> int:
+def _walk_tiled(w: _Walker, label: str, decl, pos: int, depth: int, context: dict) -> int:
     """Tiled layout fields, one level per table, as deep as the levels nest
     (``layouts/tiled.md``; at most :data:`MAX_TILED_DEPTH` levels are shown)."""
-    index = w.section("layout (tiled)", pos, pos, depth, ref=TILED_REF)
+    index = w.section(label, pos, pos, depth, ref=TILED_REF)
     level = 1
     with w.opened(index):
         while True:
