@@ -42,6 +42,7 @@ from .structs.descriptor import (
     SUPPORTED_VERSION_MAJOR, SUPPORTED_VERSION_MINOR,
 )
 from .structs.element_types import RESERVED_TYPE_TAG, element_type_info
+from .structs.tags import is_invalid_tag, is_reserved_tag
 from .structs.wire import descriptor_spans, encode_descriptor_bytes
 
 __all__ = ["decode_descriptor", "encode_descriptor", "parse_descriptor", "check_semantics", "peek_descriptor_length",
@@ -287,20 +288,20 @@ def _check_header(r: _Reader, h: dict) -> None:
         r.limits.check("max_rank", h["rank"], r.at(_AT["rank"]))
     _check_type_tag(r, h["type_tag"], h["flags"])
     tag = h["layout_tag"]
-    if tag in (0x00, 0xFF):
+    if is_invalid_tag(tag):
         raise structure_rules.LAYOUT_TAG_INVALID.violation(
             f"layout_tag 0x{tag:02X} is invalid", r.at(_AT["layout_tag"])
         )
 
 
 def _check_type_tag(r: _Reader, tag: int, flags: int) -> None:
-    if tag in (0x00, 0xFF):
+    if is_invalid_tag(tag):
         raise structure_rules.TYPE_TAG_INVALID.violation(f"type_tag 0x{tag:02X} is invalid", r.at(_AT["type_tag"]))
     if element_type_info(tag) is not None:
         return
     if is_private_tag(tag) and flags & _HAS_EXTENSION_TYPE:
         return  # described inline by the extension type section (ADR-001)
-    what = "reserved" if tag == RESERVED_TYPE_TAG or 0x80 <= tag <= 0xEF else "not a type this reader knows"
+    what = "reserved" if tag == RESERVED_TYPE_TAG or is_reserved_tag(tag) else "not a type this reader knows"
     r.tolerate(structure_rules.TYPE_TAG_UNKNOWN, f"type_tag 0x{tag:02X} is {what}", _AT["type_tag"])
 
 
@@ -367,7 +368,7 @@ def _read_quantization(r: _Reader):
             r.at(start),
         ) from None
     tag = head["scheme_tag"]
-    if tag in (0x00, 0xFF):
+    if is_invalid_tag(tag):
         raise structure_rules.SCHEME_TAG_INVALID.violation(f"scheme_tag 0x{tag:02X} is invalid", r.at(start))
     entry = _SCHEME_BUILDERS.get(tag)
     if entry is None:

@@ -273,6 +273,10 @@ def _private_range() -> str:
     return f"0x{tag_tables.PRIVATE_TAG_FIRST:02X}–0x{tag_tables.PRIVATE_TAG_LAST:02X}"
 
 
+def _invalid_tags() -> str:
+    return " and ".join(f"0x{tag:02X}" for tag in tag_tables.INVALID_TAGS)
+
+
 def _place(docs: list[StructDoc]) -> None:
     """Start offsets inside a descriptor and the tag/flag that selects each table, from
     :data:`~hurray_schema.structs.descriptor.DESCRIPTOR_PARTS`."""
@@ -350,9 +354,8 @@ def _struct_rows(doc: StructDoc) -> list[list[str]]:
         cond = presence(f)
         if cond:
             desc += f" Present when `{cond}`."
-        tags = tag_table(doc.name, f.name)
-        if tags is not None:
-            desc += f" Values: {_enum_link(tags)}."
+        if f.tags is not None:
+            desc += f" Values: {_enum_link(f.tags)}."
         row = [at]
         if doc.start is not None:
             row.append(absolute)
@@ -447,7 +450,7 @@ def _element_types_page() -> str:
         ])
     out += _table(["Tag", "Name", "Tier", "Bits", "Alignment", "Float", "Signed", "Bytes for n elements"], rows)
     out += ["", f"Tag 0x{element_types.RESERVED_TYPE_TAG:02X} is reserved; {_private_range()} are implementation-private "
-            "(described by the extension type section); 0x00 and 0xFF are invalid.", ""]
+            f"(described by the extension type section); {_invalid_tags()} are invalid.", ""]
     return "\n".join(out)
 
 
@@ -469,9 +472,8 @@ def _tags_page(docs: list[StructDoc]) -> str:
     users: dict[type, list[str]] = {}
     for doc in docs:
         for f in doc.fields:
-            tags = tag_table(doc.name, f.name)
-            if tags is not None:
-                users.setdefault(tags, []).append(f"[`{doc.name}.{f.name}`]({doc.page}#{doc.anchor})")
+            if f.tags is not None:
+                users.setdefault(f.tags, []).append(f"[`{doc.name}.{f.name}`]({doc.page}#{doc.anchor})")
     out = [GENERATED, "", "# Tag tables", ""]
     out += ["Declared as `IntEnum` / `IntFlag` classes in `hurray_schema/structs/tags.py` and the "
             "`hurray_schema/structs/` container modules, and attached to the fields that carry them.", ""]

@@ -8,6 +8,10 @@ the ``field(...)`` declarations in :mod:`hurray_schema.structs`, decoded one fie
 time with the same fast plans the codec uses.  :func:`render_tree` and
 :func:`render_hex` turn the nodes into text (``hurray-schema inspect`` / ``--hex``).
 
+A descriptor is walked part by part as
+:data:`~hurray_schema.structs.descriptor.DESCRIPTOR_PARTS` lists them (which parts, in
+which order, gated by which flag, read with which table), and a tag is named from the tag
+table of the field that carries it (:attr:`~hurray_schema.structs._declare.Field.tags`).
 Where each part of a stream or file sits comes from the located walks of
 :mod:`hurray_schema.io.walk` and :mod:`hurray_schema.io.kv` (fault policy ``ANNOTATE``);
 this module turns each located part into nodes, field by field.  Every count and length
@@ -26,9 +30,9 @@ import struct
 from typing import Any, Iterable, Optional
 
 import attrs
-import construct as c
+import construct
 
-from .docs import presence, spec_type, tag_table
+from .docs import presence, spec_type
 from .errors import HurraySchemaError
 from .io.kv import walk_kv
 from .io.walk import (
@@ -36,13 +40,18 @@ from .io.walk import (
     MESSAGE, MESSAGE_HEADER_PART, NAME, PAYLOAD, TABLE, TENSOR_DATA, TRAILER_PART, TRANSPORT, VALUE, Faults, Part,
     Window, detect_kind, walk_bare, walk_descriptor, walk_file, walk_index, walk_messages,
 )
-from .model import DYNAMIC_DIMENSION, DescriptorFlag, LayoutTag
+from .model import DYNAMIC_DIMENSION, CompositionRule, ElementType, LayoutTag
 from .rules.engine import Mode
-from .structs import descriptor as D
-from .structs import layouts as L
-from .structs import quantization as Q
-from .structs import sections as X
-from .structs._declare import Field, Plan, fields, plan, select, static_offset, static_size
+from .structs import file as file_structs
+from .structs import stream as stream_structs
+from .structs._declare import Field, Plan, fields, plan, select, static_offset, static_size, tags_of
+from .structs.descriptor import (
+    DESCRIPTOR_PARTS, FIXED_HEADER, FIXED_HEADER_SIZE, HANDLE_REF, MAGIC, MAX_RANK, PARTS, DescriptorPart,
+)
+from .structs.layouts import MAX_TILED_DEPTH, TILED_REF
+from .structs.quantization import HEADER_REF as QUANTIZATION_HEADER_REF
+from .structs.quantization import QUANTIZATION_HEADER
+from .structs.tags import is_private_tag
 
 __all__ = ["Node", "annotate", "annotate_descriptor", "detect_kind", "in_brief", "render_tree", "render_hex",
            "descriptor_extent", "descriptor_text", "peek_descriptor"]
@@ -80,12 +89,13 @@ _FIELD_PLANS: dict[int, tuple[Field, Plan]] = {}
 def _field_plan(f: Field) -> Plan:
     entry = _FIELD_PLANS.get(id(f))
     if entry is None or entry[0] is not f:
-        entry = _FIELD_PLANS[id(f)] = (f, Plan(c.Struct(f)))
+        entry = _FIELD_PLANS[id(f)] = (f, Plan(construct.Struct(f)))
     return entry[1]
 
 
-def _render(decl_name: str, name: str, value, size: int = 4) -> str:
-    """A decoded value as text, with the name of its tag where a tag table applies."""
+def _render(name: str, value, size: int = 4, tags: Optional[type] = None) -> str:
+    """A decoded value of field ``name`` as text, with the name of its tag where the field
+    carries a tag table (``tags``, the field's :attr:`Field.tags`)."""
     if value is None:
         return ""
     if isinstance(value, (bytes, bytearray)):
@@ -100,12 +110,11 @@ def _render(decl_name: str, name: str, value, size: int = 4) -> str:
     if isinstance(value, tuple):
         if name in ("shape", "parent_shape"):
             return "[" + ", ".join("dynamic" if v == DYNAMIC_DIMENSION else str(v) for v in value) + "]"
-        return "[" + ", ".join(_render(decl_name, "", v) for v in value) + "]"
+        return "[" + ", ".join(_render("", v) for v in value) + "]"
     if isinstance(value, float):
         return repr(value)
     if "crc" in name and isinstance(value, int):
         return f"0x{value:08X}"
-    tags = tag_table(decl_name, name)
     if isinstance(value, int) and tags is not None:
         if issubclass(tags, enum.IntFlag):
             names = [m.name for m in tags if value & int(m)]
@@ -171,7 +180,7 @@ class _Walker:
                                text=f"{n} bytes", doc=doc, ref=ref))
         return pos + n
 
-    def table(self, decl: c.Construct, decl_name: str, pos: int, depth: int, ctx: Optional[dict] = None,
+    def table(self, decl: construct.Construct, pos: int, depth: int, ctx: Optional[dict] = None,
               prefix: str = "") -> tuple[dict, int]:
         """Decode every field of ``decl`` at ``pos``; raises :class:`_Stop` on a field that does not fit."""
         ctx = dict(ctx or {})
@@ -182,7 +191,7 @@ class _Walker:
                 ctx[f.name] = None
                 continue
             start = pos
-            if isinstance(inner, c.Bytes) and not isinstance(inner.length, int):
+            if isinstance(inner, construct.Bytes) and not isinstance(inner.length, int):
                 n = int(inner.length(ctx))
                 if n > len(self.view) - pos:
                     self.error(f"{prefix}{f.name} needs {n} bytes, {len(self.view) - pos} remain", pos, depth)
@@ -206,7 +215,7 @@ class _Walker:
             self.nodes.append(Node(
                 "field", depth, prefix + f.name, self.base + start, self.base + pos,
                 raw=bytes(self.view[start:pos]), value=value,
-                text=_render(decl_name, f.name, value, pos - start),
+                text=_render(f.name, value, pos - start, f.tags),
                 type=spec_type(f), doc=f.doc, ref=f.ref,
             ))
         return ctx, pos
@@ -214,12 +223,12 @@ class _Walker:
     @staticmethod
     def _need(f: Field, ctx: dict) -> Optional[int]:
         inner = f.subcon
-        if isinstance(inner, c.IfThenElse):
+        if isinstance(inner, construct.IfThenElse):
             inner = inner.thensubcon
         size = static_size(inner)
         if size is not None:
             return size
-        if isinstance(inner, c.Array):
+        if isinstance(inner, construct.Array):
             count = inner.count(ctx) if callable(inner.count) else inner.count
             item = static_size(inner.subcon)
             if item is not None:
@@ -231,15 +240,15 @@ class _Walker:
 # One descriptor
 # ------------------------------------------------------------------------------------
 
-_LENGTH_AT = static_offset(D.FIXED_HEADER, "descriptor_length")
-_LENGTH_FIELD = plan(select(D.FIXED_HEADER, "descriptor_length")).steps[0].codec
-_MAGIC_LEN = len(D.MAGIC)
+_LENGTH_AT = static_offset(FIXED_HEADER, "descriptor_length")
+_LENGTH_FIELD = plan(select(FIXED_HEADER, "descriptor_length")).steps[0].codec
+_MAGIC_LEN = len(MAGIC)
+_SCHEME_TAG_AT = static_offset(QUANTIZATION_HEADER, PARTS["quantization"].chosen_by)
+_DESCRIPTOR_REF = "metadata.md § Overall Descriptor Structure"
 
 
 
 def _descriptor_summary(desc) -> str:
-    from .model import ElementType
-
     try:
         dtype = ElementType(desc.type_tag).name.lower()
     except ValueError:
@@ -248,10 +257,10 @@ def _descriptor_summary(desc) -> str:
         layout = LayoutTag(desc.layout.tag).name.lower()
     except ValueError:
         layout = f"layout 0x{int(desc.layout.tag):02X}"
-    shape = _render("", "shape", tuple(desc.shape))
+    shape = _render("shape", tuple(desc.shape))
     text = f"{dtype} {shape} {layout}"
     if desc.is_composite_head:
-        rule = _render("COMPOSITE", "composition_rule", int(desc.layout.composition_rule))
+        rule = _render("composition_rule", int(desc.layout.composition_rule), tags=CompositionRule)
         text += f", {rule.split('(')[-1].rstrip(')').lower()} of {desc.layout.member_count}"
     else:
         n = len(desc.buffers)
@@ -262,9 +271,9 @@ def _descriptor_summary(desc) -> str:
 def descriptor_extent(view) -> int:
     """Bytes the descriptor at the start of ``view`` occupies in the view:
     ``descriptor_length`` when the magic is there and the length fits, else all of it."""
-    if len(view) >= D.FIXED_HEADER_SIZE and bytes(view[:_MAGIC_LEN]) == D.MAGIC:
+    if len(view) >= FIXED_HEADER_SIZE and bytes(view[:_MAGIC_LEN]) == MAGIC:
         (length,) = _LENGTH_FIELD.unpack_from(view, _LENGTH_AT)
-        if D.FIXED_HEADER_SIZE <= length <= len(view):
+        if FIXED_HEADER_SIZE <= length <= len(view):
             return length
     return len(view)
 
@@ -300,14 +309,14 @@ def annotate_descriptor(data, base: int = 0, depth: int = 0, label: str = "descr
     limit = descriptor_extent(view)
     if brief:
         nodes.append(Node("section", depth, label, base, base + limit, text=descriptor_text(desc),
-                          ref="metadata.md § Overall Descriptor Structure"))
+                          ref=_DESCRIPTOR_REF))
         for start, d, text in _field_errors(view[:limit], problem is None):
             nodes.append(Node("error", depth + d, "error", base + start, base + start, text=text))
         if problem is not None:
             nodes.append(Node("error", depth + 1, "error", base + limit, base + limit, text=problem))
         return nodes, desc, limit
     w = _Walker(view[:limit], base, nodes)
-    top = w.section(label, 0, limit, depth, text=descriptor_text(desc), ref="metadata.md § Overall Descriptor Structure")
+    top = w.section(label, 0, limit, depth, text=descriptor_text(desc), ref=_DESCRIPTOR_REF)
     end = limit
     try:
         _walk_descriptor(w, depth + 1)
@@ -344,111 +353,136 @@ def _field_errors(view: memoryview, cacheable: bool) -> tuple:
     return found
 
 
-def _part(w: _Walker, name: str, decl, pos: int, depth: int, ctx: dict, decl_name: str) -> tuple[dict, int]:
+def _table_part(w: _Walker, name: str, decl, pos: int, depth: int, context: dict) -> tuple[dict, int]:
+    """A section ``name`` holding the fields of one table ``decl``."""
     index = w.section(name, pos, pos, depth)
     with w.opened(index):
-        values, end = w.table(decl, decl_name, pos, depth + 1, ctx)
+        values, end = w.table(decl, pos, depth + 1, context)
     w.close(index, end)
     return values, end
 
 
 def _walk_descriptor(w: _Walker, depth: int) -> None:
-    order = dict(D.DESCRIPTOR_ORDER)
-    h, pos = _part(w, "fixed_header", order["fixed_header"], 0, depth, {}, "FIXED_HEADER")
-    rank, flags, tag = h["rank"], h["flags"], h["layout_tag"]
-    if rank > D.MAX_RANK:
-        w.error(f"rank {rank} exceeds {D.MAX_RANK}; the rest is not walked", pos, depth)
+    """Every part of :data:`DESCRIPTOR_PARTS` the header's flags select, in wire order
+    (``metadata.md § Overall Descriptor Structure``), then any trailing bytes."""
+    header_part, *parts = DESCRIPTOR_PARTS
+    header, pos = _table_part(w, header_part.name, header_part.decl, 0, depth, {})
+    rank = header["rank"]
+    if rank > MAX_RANK:
+        w.error(f"rank {rank} exceeds {MAX_RANK}; the rest is not walked", pos, depth)
         return
-    ctx = {"rank": rank}
-    _, pos = _part(w, "shape", order["shape"], pos, depth, ctx, "SHAPE")
-    _, pos = _part(w, "byte_offset", order["byte_offset"], pos, depth, ctx, "BYTE_OFFSET")
-    pos = _walk_layout(w, tag, pos, depth, ctx)
-    if pos is None:
-        return
-    for part, _ in D.DESCRIPTOR_ORDER[4:]:
-        if part == "buffer_table":
-            index = w.section("buffer_table", pos, pos, depth, ref=D.BUFFER_TABLE_REF)
-            with w.opened(index):
-                values, pos = w.table(D.BUFFER_COUNT, "BUFFER_COUNT", pos, depth + 1)
-                for i in range(values["buffer_count"]):
-                    sub = w.section(f"buffers[{i}]", pos, pos, depth + 1, ref=D.HANDLE_REF)
-                    with w.opened(sub):
-                        _, pos = w.table(D.BUFFER_HANDLE, "BUFFER_HANDLE", pos, depth + 2)
-                    w.close(sub, pos)
-            w.close(index, pos)
+    context = {"rank": rank}
+    for part in parts:
+        if part.flag is not None and not header["flags"] & part.flag:
             continue
-        flag = getattr(DescriptorFlag, f"HAS_{part.upper()}")
-        if not flags & flag:
-            continue
-        if part == "quantization":
-            pos = _walk_quantization(w, pos, depth)
-        else:
-            decl = getattr(X, f"{part.upper()}_SECTION")
-            _, pos = _part(w, part, decl, pos, depth, ctx, f"{part.upper()}_SECTION")
+        pos = _walk_part(w, part, header, pos, depth, context)
+        if pos is None:
+            return
     if pos < len(w.view):
         w.opaque("trailing", pos, len(w.view) - pos, depth,
                  doc="Bytes after the sections this reader knows (a newer minor version, or an error).",
                  ref="metadata.md § Version Compatibility")
 
 
-def _walk_layout(w: _Walker, tag: int, pos: int, depth: int, ctx: dict) -> Optional[int]:
-    try:
-        known = LayoutTag(tag)
-    except ValueError:
-        known = None
-    if known == LayoutTag.TILED:
-        index = w.section("layout (tiled)", pos, pos, depth, ref=L.TILED_REF)
-        level = 1
-        with w.opened(index):
-            while True:
-                sub = w.section(f"level {level}", pos, pos, depth + 1)
-                with w.opened(sub):
-                    values, pos = w.table(L.TILED, "TILED", pos, depth + 2, ctx)
-                w.close(sub, pos)
-                if values["inner_layout"] != LayoutTag.TILED or level >= L.MAX_TILED_DEPTH:
-                    break
-                level += 1
-        w.close(index, pos)
-        return pos
-    if known is not None:
-        decl = L.LAYOUT_FIELDS[known]
+def _walk_part(w: _Walker, part: DescriptorPart, header: dict, pos: int, depth: int,
+               context: dict) -> Optional[int]:
+    """Nodes of one part at ``pos``; returns where it ends (``None``: nothing after it can be
+    located).  How a part is read follows from its entry in :data:`DESCRIPTOR_PARTS`."""
+    if part.tables is not None and part.prefix is not None:
+        return _walk_sized_choice(w, part, pos, depth, context)
+    if part.tables is not None:
+        return _walk_choice(w, part, header[part.chosen_by], pos, depth, context)
+    if part.prefix is not None:
+        return _walk_repeated(w, part, pos, depth, context)
+    _, end = _table_part(w, part.name, part.decl, pos, depth, context)
+    return end
+
+
+def _tag_name(decl, name: str, tag: int) -> str:
+    """The lower-case name of ``tag`` in the tag table of field ``name`` of ``decl``."""
+    return tags_of(decl, name)(tag).name.lower()
+
+
+def _walk_repeated(w: _Walker, part: DescriptorPart, pos: int, depth: int, context: dict) -> int:
+    """A count (``part.prefix``) and that many ``part.decl`` entries (the buffer table)."""
+    index = w.section(part.name, pos, pos, depth, ref=part.ref)
+    with w.opened(index):
+        values, pos = w.table(part.prefix, pos, depth + 1, context)
+        for i in range(values[part.prefix_field]):
+            entry = w.section(f"{part.attribute}[{i}]", pos, pos, depth + 1, ref=HANDLE_REF)
+            with w.opened(entry):
+                _, pos = w.table(part.decl, pos, depth + 2, context)
+            w.close(entry, pos)
+    w.close(index, pos)
+    return pos
+
+
+def _walk_choice(w: _Walker, part: DescriptorPart, tag: int, pos: int, depth: int,
+                 context: dict) -> Optional[int]:
+    """The table of ``part.tables`` that ``tag`` (the header's ``part.chosen_by``) selects:
+    the layout-specific fields.  A tiled level repeats while its inner layout is tiled;
+    a private tag reads ``part.private``; any other unknown tag leaves the rest opaque."""
+    if tag in part.tables:
+        decl = part.tables[tag]
         if decl is None:
             return pos
-        name = known.name
-        _, end = _part(w, f"layout ({name.lower()})", decl, pos, depth, ctx, name)
+        label = f"{part.name} ({_tag_name(FIXED_HEADER, part.chosen_by, tag)})"
+        if tag == LayoutTag.TILED:
+            return _walk_tiled(w, label, decl, pos, depth, context)
+        _, end = _table_part(w, label, decl, pos, depth, context)
         return end
-    if L.is_extension_layout(tag):
-        _, end = _part(w, "layout (extension)", L.EXTENSION, pos, depth, ctx, "EXTENSION")
+    if is_private_tag(tag) and part.private is not None:
+        _, end = _table_part(w, f"{part.name} (extension)", part.private, pos, depth, context)
         return end
-    w.opaque("layout (unknown, opaque)", pos, len(w.view) - pos, depth,
+    w.opaque(f"{part.name} (unknown, opaque)", pos, len(w.view) - pos, depth,
              doc="Unknown layout: nothing after byte_offset can be located.", ref="memory-layout.md § Layout Taxonomy")
     return None
 
 
-def _walk_quantization(w: _Walker, pos: int, depth: int) -> int:
-    index = w.section("quantization", pos, pos, depth, ref=Q.SECTION_REF)
+def _walk_tiled(w: _Walker, label: str, decl, pos: int, depth: int, context: dict) -> int:
+    """Tiled layout fields, one level per table, as deep as the levels nest
+    (``layouts/tiled.md``; at most :data:`MAX_TILED_DEPTH` levels are shown)."""
+    index = w.section(label, pos, pos, depth, ref=TILED_REF)
+    level = 1
     with w.opened(index):
-        values, pos = w.table(Q.QUANTIZATION_LENGTH, "QUANTIZATION_LENGTH", pos, depth + 1)
-        qlen = values["quantization_length"]
-        end = pos + qlen
-        if qlen > len(w.view) - pos:
-            w.error(f"quantization_length {qlen} runs past the descriptor", pos, depth + 1)
+        while True:
+            sub = w.section(f"level {level}", pos, pos, depth + 1)
+            with w.opened(sub):
+                values, pos = w.table(decl, pos, depth + 2, context)
+            w.close(sub, pos)
+            if values["inner_layout"] != LayoutTag.TILED or level >= MAX_TILED_DEPTH:
+                break
+            level += 1
+    w.close(index, pos)
+    return pos
+
+
+def _walk_sized_choice(w: _Walker, part: DescriptorPart, pos: int, depth: int, context: dict) -> int:
+    """A length (``part.prefix``), then the table of ``part.tables`` its first field selects
+    (the quantization scheme); an unknown scheme shows its header and an opaque payload,
+    and bytes the table leaves over are padding (``metadata.md § Quantization Section``)."""
+    index = w.section(part.name, pos, pos, depth, ref=part.ref)
+    with w.opened(index):
+        values, pos = w.table(part.prefix, pos, depth + 1, context)
+        length = values[part.prefix_field]
+        end = pos + length
+        if length > len(w.view) - pos:
+            w.error(f"{part.prefix_field} {length} runs past the descriptor", pos, depth + 1)
             raise _Stop
     inner = w.sub(end)
-    scheme = w.view[pos] if qlen else None
-    decl = Q.SCHEMES.get(scheme) if scheme is not None else None
+    tag = w.view[pos + _SCHEME_TAG_AT] if length > _SCHEME_TAG_AT else None
+    decl = part.tables.get(tag) if tag is not None else None
     try:
         if decl is not None:
-            name = Q.QuantScheme(scheme).name
-            sub = inner.section(f"scheme ({name.lower()})", pos, pos, depth + 1)
+            sub = inner.section(f"scheme ({_tag_name(QUANTIZATION_HEADER, part.chosen_by, tag)})", pos, pos, depth + 1)
             with inner.opened(sub):
-                _, p = inner.table(decl, name, pos, depth + 2)
+                _, p = inner.table(decl, pos, depth + 2, context)
             inner.close(sub, p)
         else:
-            _, p = inner.table(Q.QUANTIZATION_HEADER, "QUANTIZATION_HEADER", pos, depth + 1)
-            p = inner.opaque("payload (unknown scheme)", p, end - p, depth + 1, ref=Q.HEADER_REF)
+            _, p = inner.table(QUANTIZATION_HEADER, pos, depth + 1, context)
+            p = inner.opaque("payload (unknown scheme)", p, end - p, depth + 1, ref=QUANTIZATION_HEADER_REF)
         if p < end:
-            inner.opaque("padding", p, end - p, depth + 1, doc="Bytes after the scheme's fields.", ref=Q.SECTION_REF)
+            inner.opaque("padding", p, end - p, depth + 1, doc="Bytes after the scheme's fields.", ref=part.ref)
     except _Stop:
         pass
     w.close(index, end)
@@ -524,8 +558,6 @@ def _annotate_bare_stream(view: memoryview, brief: bool = False) -> list[Node]:
 
 
 def _annotate_messages(view: memoryview, brief: bool = False) -> list[Node]:
-    from .structs import stream as S
-
     nodes: list[Node] = []
     w = _Walker(view, 0, nodes, brief)
     inner, section, complete = w, None, None
@@ -535,34 +567,32 @@ def _annotate_messages(view: memoryview, brief: bool = False) -> list[Node]:
         if kind == MESSAGE:
             if complete is not None:
                 w.close(section, complete)
-            section = w.section(f"message {part.index}", part.start, part.start, 0, ref=S.FRAMING_REF)
+            section = w.section(f"message {part.index}", part.start, part.start, 0, ref=stream_structs.FRAMING_REF)
             complete = part.end if part.end > part.start else None
             inner = w.sub(part.end)
         elif kind == MESSAGE_HEADER_PART:
-            w.table(S.MESSAGE_HEADER, "MESSAGE_HEADER", part.start, 1)
+            w.table(stream_structs.MESSAGE_HEADER, part.start, 1)
         elif kind == FAULT and part.decl is not None:
             with contextlib.suppress(_Stop):
-                w.table(S.MESSAGE_HEADER, "MESSAGE_HEADER", part.start, 1)
+                w.table(stream_structs.MESSAGE_HEADER, part.start, 1)
         elif kind == FAULT:
             w.error(part.note, part.start, 1)
         elif kind == TRANSPORT:
             with contextlib.suppress(_Stop):
-                inner.table(S.TENSOR_DESCRIPTOR_FIELDS, "TENSOR_DESCRIPTOR_FIELDS", part.start, 1)
+                inner.table(stream_structs.TENSOR_DESCRIPTOR_FIELDS, part.start, 1)
         elif kind == DATA_HEADER:
             with contextlib.suppress(_Stop):
-                inner.table(S.TENSOR_DATA_HEADER, "TENSOR_DATA_HEADER", part.start, 1)
+                inner.table(stream_structs.TENSOR_DATA_HEADER, part.start, 1)
         elif kind == DATA:
-            inner.opaque("data", part.start, part.end - part.start, 1, ref=S.DATA_REF)
+            inner.opaque("data", part.start, part.end - part.start, 1, ref=stream_structs.DATA_REF)
         elif kind == PAYLOAD:
-            inner.opaque("payload", part.start, part.end - part.start, 1, ref=S.FRAMING_REF)
+            inner.opaque("payload", part.start, part.end - part.start, 1, ref=stream_structs.FRAMING_REF)
     if complete is not None:
         w.close(section, complete)
     return nodes
 
 
 def _annotate_file(view: memoryview, brief: bool = False) -> list[Node]:
-    from .structs import file as F
-
     nodes: list[Node] = []
     w = _Walker(view, 0, nodes, brief)
     size = len(view)
@@ -576,9 +606,9 @@ def _annotate_file(view: memoryview, brief: bool = False) -> list[Node]:
     for part in walk_file(view, describe, faults=Faults.ANNOTATE, mode=Mode.PERMISSIVE):
         kind = part.kind
         if kind == FILE_HEADER_PART or kind == FAULT and part.decl is not None:
-            section = w.section("file header", 0, 0, 0, ref=F.HEADER_REF)
+            section = w.section("file header", 0, 0, 0, ref=file_structs.HEADER_REF)
             try:
-                _, pos = w.table(F.FILE_HEADER, "FILE_HEADER", 0, 1)
+                _, pos = w.table(file_structs.FILE_HEADER, 0, 1)
             except _Stop:
                 return nodes
             w.close(section, pos)
@@ -595,29 +625,18 @@ def _annotate_file(view: memoryview, brief: bool = False) -> list[Node]:
                               text=f"{dl} bytes in {n_buf} buffer{'' if n_buf == 1 else 's'}",
                               ref="file-format.md § Data Buffer Placement"))
         elif kind == KV_PART:
-            _walk_kv(w, part.start, part.end - part.start, F)
+            _walk_kv(w, part.start, part.end - part.start)
         elif kind == INDEX_PART:
-            _walk_index(w, part.start, part.end - part.start, F)
+            _walk_index(w, part.start, part.end - part.start)
         elif kind == TRAILER_PART:
-            section = w.section("trailer", part.start, part.start, 0, ref=F.TRAILER_REF)
+            section = w.section("trailer", part.start, part.start, 0, ref=file_structs.TRAILER_REF)
             with contextlib.suppress(_Stop):
-                _, end = w.table(F.TRAILER, "TRAILER", part.start, 1)
+                _, end = w.table(file_structs.TRAILER, part.start, 1)
                 w.close(section, end)
     return nodes
 
 
-def _table_name(decl, F) -> str:
-    """The declaration's name, as the tag tables know it."""
-    if decl in F.KV_SCALAR_VALUES.values():
-        return "KV_VALUE"
-    for name in ("INDEX_COUNT", "INDEX_NAME_LENGTH", "INDEX_ENTRY_FIELDS", "KV_COUNT", "KV_KEY_LENGTH",
-                 "KV_VALUE_TAG", "KV_LENGTH_PREFIX", "KV_ARRAY_HEADER"):
-        if getattr(F, name) is decl:
-            return name
-    raise KeyError(decl)
-
-
-def _show_parts(w: _Walker, parts, F, fields: dict) -> None:
+def _show_parts(w: _Walker, parts, fields: dict) -> None:
     """Nodes of the located parts of an index or KV section: each table field by field
     (one that does not fit ends with its error), named byte runs, an ``entry i`` section
     per entry (depth 1; the parts' own depth counts from 2).  ``fields`` gives the
@@ -627,7 +646,7 @@ def _show_parts(w: _Walker, parts, F, fields: dict) -> None:
         depth = 2 + part.depth
         kind = part.kind
         if kind == TABLE or kind == FAULT and part.decl is not None:
-            w.table(part.decl, _table_name(part.decl, F), part.start, depth)
+            w.table(part.decl, part.start, depth)
         elif kind == FAULT:
             w.error(part.note, part.start, depth)
             raise _Stop
@@ -638,7 +657,7 @@ def _show_parts(w: _Walker, parts, F, fields: dict) -> None:
             doc, ref = fields[label]
             if not w.quiet:
                 w.nodes.append(Node("field", depth, label, part.start, part.end, raw=part.value, value=part.value,
-                                    text=_render("", "key" if label in ("key", "value") else label, part.value),
+                                    text=_render("key" if label in ("key", "value") else label, part.value),
                                     type=f"uint8[{part.end - part.start}]" if label != "name" else "uint8[name_length]",
                                     doc=doc, ref=ref))
         elif kind == ENTRY:
@@ -648,29 +667,29 @@ def _show_parts(w: _Walker, parts, F, fields: dict) -> None:
 _INDEX_FIELDS = {"name": ("UTF-8 tensor name.", "file-format.md § Index Encoding")}
 
 
-def _walk_index(w: _Walker, off: int, n: int, F) -> None:
+def _walk_index(w: _Walker, off: int, n: int) -> None:
     size = len(w.view)
     if off > size or n > size - off:
         w.error(f"index section [{off}, {off + n}) lies outside the file", min(off, size), 0)
         return
-    sec = w.section("index", off, off + n, 0, ref=F.INDEX_REF)
+    sec = w.section("index", off, off + n, 0, ref=file_structs.INDEX_REF)
     with contextlib.suppress(_Stop):
-        _show_parts(w.sub(off + n, 0), walk_index(w.view[: off + n], off), F, _INDEX_FIELDS)
+        _show_parts(w.sub(off + n, 0), walk_index(w.view[: off + n], off), _INDEX_FIELDS)
     w.close(sec, off + n)
 
 
-def _kv_fields(F) -> dict:
-    return {"key": ("UTF-8 key.", "file-format.md § KV Section Encoding"), "value": ("Value bytes.", F.KV_TYPES_REF)}
+_KV_FIELDS = {"key": ("UTF-8 key.", "file-format.md § KV Section Encoding"),
+              "value": ("Value bytes.", file_structs.KV_TYPES_REF)}
 
 
-def _walk_kv(w: _Walker, off: int, n: int, F) -> None:
+def _walk_kv(w: _Walker, off: int, n: int) -> None:
     size = len(w.view)
     if off > size or n > size - off:
         w.error(f"KV section [{off}, {off + n}) lies outside the file", min(off, size), 0)
         return
-    sec = w.section("kv metadata", off, off + n, 0, ref=F.KV_REF)
+    sec = w.section("kv metadata", off, off + n, 0, ref=file_structs.KV_REF)
     with contextlib.suppress(_Stop):
-        _show_parts(w.sub(off + n, 0), walk_kv(w.view[off : off + n], off, faults=Faults.ANNOTATE), F, _kv_fields(F))
+        _show_parts(w.sub(off + n, 0), walk_kv(w.view[off : off + n], off, faults=Faults.ANNOTATE), _KV_FIELDS)
     w.close(sec, off + n)
 
 

@@ -18,6 +18,9 @@ from hurray_schema.model import (
     CsfLayout, ElementType, ExtensionLayout, ExtensionType, MemberRole, Nf4, PerBlockAffine, Shard, Statistics,
     StridedLayout, TensorDescriptor, TiledLayout,
 )
+from hurray_schema.structs._declare import static_offset, static_size
+from hurray_schema.structs.descriptor import BUFFER_HANDLE_SIZE, FIXED_HEADER
+from hurray_schema.structs.quantization import QUANTIZATION_HEADER, QUANTIZATION_LENGTH
 from hurray_schema.structs.wire import descriptor_spans
 
 F32 = ElementType.FLOAT32
@@ -186,3 +189,62 @@ def test_nested_composites_are_indented_by_binding_depth():
     depths = [n.depth for n in nodes if n.kind == "section" and n.label.startswith("tensor")]
     # outer head, its member, the inner head (a member), the inner head's two members, a plain tensor
     assert depths == [0, 1, 1, 2, 2, 0]
+
+
+def _parts(nodes):
+    """The first word of each part's section (depth 1 under the descriptor), in byte order."""
+    return [n.label.split(" ")[0] for n in nodes if n.depth == 1 and n.kind in ("section", "opaque")]
+
+
+def test_parts_in_wire_order_each_present_when_its_flag_is_set():
+    # metadata.md § Overall Descriptor Structure: the sections after the buffer table come
+    # in the spec's order (quantization, shard, statistics, extension type, composite member),
+    # not in the order of their flag bits (metadata.md § Flags)
+    every = TensorDescriptor(0xF3, (2,), layout=StridedLayout((1,)), buffers=[BufferHandle(3)],
+                             quantization=Nf4(0, 64, 1), shard=Shard((4,), (2,)), statistics=Statistics(0x3F, nnz=1),
+                             extension_type=ExtensionType(12), composite_member=CompositeMember(MemberRole.BASE))
+    assert _parts(annotate(encode_descriptor(every))) == [
+        "fixed_header", "shape", "byte_offset", "layout", "buffer_table", "quantization", "shard", "statistics",
+        "extension_type", "composite_member",
+    ]
+    some = TensorDescriptor(F32, (2,), buffers=[BufferHandle(8)], statistics=Statistics(1, nnz=1),
+                            composite_member=CompositeMember(MemberRole.CORRECTION))
+    assert _parts(annotate(encode_descriptor(some))) == [
+        "fixed_header", "shape", "byte_offset", "buffer_table", "statistics", "composite_member",
+    ]
+
+
+def _with_byte(wire: bytes, at: int, value: int) -> bytes:
+    return wire[:at] + bytes([value]) + wire[at + 1:]
+
+
+def test_unknown_layout_tag_leaves_the_rest_opaque():
+    wire = encode_descriptor(DESCRIPTORS["dense"])
+    nodes = annotate(_with_byte(wire, static_offset(FIXED_HEADER, "layout_tag"), 0x30), "descriptor")
+    assert _parts(nodes) == ["fixed_header", "shape", "byte_offset", "layout"]
+    (opaque,) = [n for n in nodes if n.kind == "opaque"]
+    assert opaque.label == "layout (unknown, opaque)" and (opaque.start, opaque.end) == (44, len(wire))
+
+
+def test_unknown_scheme_shows_the_quantization_header_and_an_opaque_payload():
+    desc = DESCRIPTORS["nf4-padded"]
+    wire = encode_descriptor(desc)
+    (start, end), = [(s, e) for part, s, e in descriptor_spans(desc) if part == "quantization"]
+    scheme_tag_at = start + static_size(QUANTIZATION_LENGTH)  # metadata.md § Quantization Section
+    nodes = annotate(_with_byte(wire, scheme_tag_at, 0x30), "descriptor")
+    inside = [n for n in nodes if n.depth == 2 and start <= n.start < end]
+    assert [n.label for n in inside] == [
+        "quantization_length", "scheme_tag", "scheme_version", "flags", "payload (unknown scheme)",
+    ]
+    assert inside[1].text == "0x30 (unassigned)"
+    assert (inside[-1].start, inside[-1].end) == (scheme_tag_at + static_size(QUANTIZATION_HEADER), end)
+    quantization = next(n for n in nodes if n.kind == "section" and n.label == "quantization")
+    assert (quantization.start, quantization.end) == (start, end)
+
+
+def test_buffer_table_has_one_section_per_buffer_count():
+    wire = encode_descriptor(DESCRIPTORS["coo"])
+    nodes = annotate(wire)
+    entries = [n for n in nodes if n.kind == "section" and n.label.startswith("buffers[")]
+    assert [n.label for n in entries] == ["buffers[0]", "buffers[1]"]
+    assert [n.end - n.start for n in entries] == [BUFFER_HANDLE_SIZE] * 2

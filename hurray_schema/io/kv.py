@@ -8,12 +8,13 @@ from typing import Iterator
 
 from ..errors import HurraySchemaError
 from ..limits import DEFAULT_LIMITS, Limits
-from ..rules import container as C
+from ..rules import container as container_rules
 from ..rules.engine import Mode
 from ..structs._declare import Plan, plan
 from ..structs.file import (
     KV_ARRAY_HEADER, KV_COUNT, KV_KEY_LENGTH, KV_LENGTH_PREFIX, KV_SCALAR_VALUES, KV_VALUE_TAG, KvTag,
 )
+from ..structs.tags import is_private_tag
 from .parts import ENTRY, ENTRY_START, FAULT, NAME, TABLE, VALUE, Faults, Part, as_view, fault
 
 __all__ = ["UInt64", "encode_kv", "decode_kv", "walk_kv"]
@@ -26,10 +27,13 @@ _ARRAY = plan(KV_ARRAY_HEADER)
 _SCALARS = {tag: plan(decl) for tag, decl in KV_SCALAR_VALUES.items()}
 _MIN_PAYLOAD = {KvTag.STRING: _LEN.fixed_size, KvTag.BYTES: _LEN.fixed_size,
                 **{tag: p.fixed_size for tag, p in _SCALARS.items()}}
+"""Value tag of every non-array KV type -> the fewest payload bytes it takes."""
+_ELEMENT_TAGS = f"0x{min(_MIN_PAYLOAD):02X}-0x{max(_MIN_PAYLOAD):02X}"
+"""The value tags an array element may carry, as messages name them (every type but array)."""
 
 
 class UInt64(int):
-    """An int written (and read back) with value tag 0x03 ``uint64`` rather than 0x02."""
+    """An int written (and read back) with value tag ``KvTag.UINT64`` rather than ``KvTag.INT64``."""
 
     def __new__(cls, value: int):
         value = int(value)
@@ -141,13 +145,14 @@ class _Cursor:
     def require(self, n: int, what: str) -> None:
         """``RAISE`` only: ``n`` bytes must remain."""
         if not self.fits(n):
-            raise C.KV_TRUNCATED.violation(
+            raise container_rules.KV_TRUNCATED.violation(
                 f"{what} needs {n} bytes, only {self.end - self.pos} remain in kv_length", self.at())
 
     def short(self, n: int, what: str, decl=None, note: str = "", depth: int = 0) -> Part:
         """The fault of ``n`` bytes that do not fit (raises under ``RAISE``)."""
-        part = fault(self.faults, C.KV_TRUNCATED, f"{what} needs {n} bytes, only {self.end - self.pos} remain in "
-                     "kv_length", self.at(), self.mode, note=note)
+        part = fault(self.faults, container_rules.KV_TRUNCATED,
+                     f"{what} needs {n} bytes, only {self.end - self.pos} remain in kv_length", self.at(), self.mode,
+                     note=note)
         return part._replace(decl=decl, depth=depth)
 
     def table(self, p: Plan, decl, what: str, depth: int = 0):
@@ -188,7 +193,7 @@ def walk_kv(buf, base: int = 0, *, faults: Faults = Faults.RAISE, mode: Mode = M
     count = head["kv_count"]
     if strict:
         if count * _MIN_ENTRY > cur.end - cur.pos:
-            raise C.KV_TRUNCATED.violation(
+            raise container_rules.KV_TRUNCATED.violation(
                 f"kv_count {count} cannot fit in the {cur.end - cur.pos} bytes that follow", cur.at(0))
         limits.check("max_kv_entries", count, base)
     seen: set = set()
@@ -217,7 +222,7 @@ def walk_kv(buf, base: int = 0, *, faults: Faults = Faults.RAISE, mode: Mode = M
             return
         yield Part(ENTRY, key_at, cur.at(), value=(key, value), index=i)
     if strict and cur.pos != cur.end:
-        raise C.KV_TRUNCATED.violation(
+        raise container_rules.KV_TRUNCATED.violation(
             f"{cur.end - cur.pos} bytes follow the last of the {count} KV entries inside kv_length", cur.at())
 
 
@@ -227,13 +232,13 @@ _STOP = object()
 
 def _check_key(raw: bytes, key_at: int, seen: set) -> str:
     if not raw:
-        raise C.KV_KEY.violation("key_length is 0", key_at)
+        raise container_rules.KV_KEY.violation("key_length is 0", key_at)
     try:
         key = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise C.KV_KEY.violation(f"key is not valid UTF-8 ({exc.reason})", key_at + 2) from None
+        raise container_rules.KV_KEY.violation(f"key is not valid UTF-8 ({exc.reason})", key_at + 2) from None
     if key in seen:
-        raise C.KV_DUPLICATE.violation(f"KV key {key!r} appears twice", key_at)
+        raise container_rules.KV_DUPLICATE.violation(f"KV key {key!r} appears twice", key_at)
     seen.add(key)
     return key
 
@@ -249,11 +254,12 @@ def _value(cur: _Cursor, tag: int, tag_at: int, depth: int, limits: Limits):
         etag, n = head["element_tag"], head["element_count"]
         if strict:
             if etag not in _MIN_PAYLOAD:
-                raise C.KV_ARRAY_TAG.violation(f"array element tag 0x{etag:02X} is not 0x01-0x06", tag_at + 1)
+                raise container_rules.KV_ARRAY_TAG.violation(
+                    f"array element tag 0x{etag:02X} is not {_ELEMENT_TAGS}", tag_at + 1)
             cur.require(n * _MIN_PAYLOAD[etag], f"{n} array elements")
             limits.check("max_kv_value_bytes", n, tag_at + 2)
         elif etag == KvTag.ARRAY:
-            yield Part(FAULT, cur.at(), cur.at(), note="an array's element_tag must be 0x01-0x06, not another array",
+            yield Part(FAULT, cur.at(), cur.at(), note=f"an array's element_tag must be {_ELEMENT_TAGS}, not another array",
                        depth=depth)
             return _STOP
         values = []
@@ -268,8 +274,8 @@ def _value(cur: _Cursor, tag: int, tag_at: int, depth: int, limits: Limits):
         return values
     if tag not in _MIN_PAYLOAD:
         if strict:
-            kind = "private (no out-of-band agreement)" if 0xF0 <= tag <= 0xFE else "reserved or invalid"
-            raise C.KV_VALUE_TAG.violation(f"value tag 0x{tag:02X} is {kind}", tag_at)
+            kind = "private (no out-of-band agreement)" if is_private_tag(tag) else "reserved or invalid"
+            raise container_rules.KV_VALUE_TAG.violation(f"value tag 0x{tag:02X} is {kind}", tag_at)
         yield Part(FAULT, cur.at(), cur.at(), note=f"value_tag 0x{tag:02X} is not a KV type this view knows",
                    depth=depth)
         return _STOP
@@ -297,7 +303,7 @@ def _payload_parts(cur: _Cursor, tag: int, depth: int, limits: Limits):
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise C.KV_STRING.violation(f"string value is not valid UTF-8 ({exc.reason})", at) from None
+            raise container_rules.KV_STRING.violation(f"string value is not valid UTF-8 ({exc.reason})", at) from None
     part, v = cur.table(_SCALARS[tag], KV_SCALAR_VALUES[tag], f"{KvTag(tag).name.lower()} value")
     yield part._replace(depth=depth)
     if v is None:
@@ -307,7 +313,7 @@ def _payload_parts(cur: _Cursor, tag: int, depth: int, limits: Limits):
         return value
     if tag == KvTag.BOOL:
         if value not in (0, 1):
-            raise C.KV_BOOL.violation(f"bool value byte is 0x{value:02X}", at)
+            raise container_rules.KV_BOOL.violation(f"bool value byte is 0x{value:02X}", at)
         return bool(value)
     if tag == KvTag.UINT64:
         return UInt64(value)

@@ -162,12 +162,6 @@ CORE_PARTS = tuple(part for part in DESCRIPTOR_PARTS[1:] if part.value_class is 
 """The parts between the fixed header and the layout fields whose attribute is their one
 field (``shape``, ``byte_offset``)."""
 
-DESCRIPTOR_ORDER = tuple(
-    (part.name, part.decl if part.flag is None and part.prefix is None else None) for part in DESCRIPTOR_PARTS
-)
-"""``(name, declaration)`` in wire order, the declaration given only for the always-present
-single-table parts: the older view of :data:`DESCRIPTOR_PARTS`, kept for its readers."""
-
 FIXED_HEADER_SIZE = plan(FIXED_HEADER).fixed_size
 BUFFER_HANDLE_SIZE = plan(BUFFER_HANDLE).fixed_size
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import enum
 
 __all__ = [
-    "ElementType", "PRIVATE_TAG_FIRST", "PRIVATE_TAG_LAST", "is_private_tag", "LayoutTag", "DescriptorFlag",
+    "ElementType", "PRIVATE_TAG_FIRST", "PRIVATE_TAG_LAST", "is_private_tag", "INVALID_TAGS", "is_invalid_tag",
+    "RESERVED_TAG_FIRST", "RESERVED_TAG_LAST", "is_reserved_tag", "LayoutTag", "DescriptorFlag",
     "KNOWN_DESCRIPTOR_FLAGS", "CompositionRule", "CombineOp", "MemberRole", "DeviceTag", "SyncMode", "MemoryClass",
     "QuantScheme", "QuantFlag", "StatisticsMask", "KvRole", "BlockTableIndexType",
 ]
@@ -58,6 +59,30 @@ def is_private_tag(tag: int) -> bool:
     """``tag`` lies in the implementation-private range 0xF0-0xFE (an element type described
     by the extension type section, an extension layout, a private device, ...)."""
     return PRIVATE_TAG_FIRST <= tag <= PRIVATE_TAG_LAST
+
+
+INVALID_TAGS = (0x00, 0xFF)
+"""The two values a ``type_tag``, ``layout_tag`` or ``scheme_tag`` never holds; a reader
+rejects them (``element-types.md § Type Identifier Encoding``, ``memory-layout.md § Layout
+Taxonomy``, ``quantization.md § Scheme Tag Space``)."""
+
+
+def is_invalid_tag(tag: int) -> bool:
+    """``tag`` is one of :data:`INVALID_TAGS` (for the element type, layout and scheme tables)."""
+    return tag in INVALID_TAGS
+
+
+RESERVED_TAG_FIRST = 0x80
+RESERVED_TAG_LAST = 0xEF
+"""The range the element type, layout and scheme tag tables hold back for later versions of
+the spec; no implementation gives them a meaning (same citations as :data:`INVALID_TAGS`)."""
+
+
+def is_reserved_tag(tag: int) -> bool:
+    """``tag`` lies in the range 0x80-0xEF reserved for future spec versions (element type,
+    layout and scheme tags; the device, sync and memory class tables reserve from their last
+    assigned value instead)."""
+    return RESERVED_TAG_FIRST <= tag <= RESERVED_TAG_LAST
 
 
 class LayoutTag(enum.IntEnum):
