@@ -23,7 +23,7 @@ import hurray_schema as hs
 from hurray_schema import (BufferHandle, CompositeLayout, CompositionRule, Limits, LimitExceeded, Shard,
                            StridedLayout, Tensor, TensorDescriptor, TiledLayout)
 from hurray_schema.errors import HurraySchemaError, UnsupportedEvaluation
-from hurray_schema.evaluate import densify, materialize, read
+from hurray_schema.evaluate import densify, read
 from hurray_schema.io.stream import read_stream, write_stream
 from hurray_schema.limits import DEFAULT_LIMITS, EVALUATION_EXPANSION
 from hurray_schema.structs._declare import static_offset

@@ -18,8 +18,10 @@ exact cover, the overlay roles and the nesting depth are the binder's checks, wi
 rule ids.  A :class:`~hurray_schema.io.Composite` is validated once (its ``validate()``,
 which readers have already answered); any other object is validated on every call.
 
-Evaluation budget (``limits.max_evaluation_bytes``, see :mod:`hurray_schema.evaluate.tensor`),
-charged before each allocation, ``limits=None`` meaning the default limits:
+Evaluation budget (the rule: :mod:`hurray_schema.evaluate.common`), charged before each
+allocation, ``limits=None`` meaning the default limits.  What a composite stores is the
+bytes of all its leaves' buffers (nested composites included); a member's own decode is
+charged against the member's buffers:
 
 * :func:`materialize` charges the head's array (for a group, the sum of what its members'
   evaluations cost); a member that cannot be decoded straight into its box, or the offset
@@ -354,8 +356,9 @@ def materialize(composite, *, out: np.ndarray | None = None, limits=None, _depth
     ``out`` (C-contiguous, the head's shape and dtype) receives the view instead of a fresh
     array, saving the allocation and first-touch page faults on repeated evaluation.
     Without ``out``, the head's array (for a group, the sum of its members' costs) is charged
-    against ``limits.max_evaluation_bytes`` (``None``: the default limits) before anything is
-    allocated -- :class:`~hurray_schema.errors.LimitExceeded` if larger; with ``out`` nothing is.
+    against ``limits`` (``None``: the default limits) and the bytes of every leaf's buffers before
+    anything is allocated -- :class:`~hurray_schema.errors.LimitExceeded` if it exceeds both the
+    budget and the expansion allowance (:mod:`.common`); with ``out`` nothing is.
     A private head type evaluates to its raw codes (``tensor.as_evaluated``).
     """
     limits = resolve_limits(limits) if out is None else NOT_CHARGED
@@ -527,9 +530,10 @@ def read(composite, region, *, limits=None, _depth: int = 0) -> np.ndarray:
     """The box ``region`` (slices or (start, stop) pairs) of the logical view; only members that
     intersect it are decoded.
 
-    The region's array, then each intersecting member that is not a zero-copy view of its
-    buffer (it is decoded whole), are charged against ``limits.max_evaluation_bytes``
-    (``None``: the default limits) before being allocated: :class:`LimitExceeded` if larger.
+    The region's array (against the bytes of every leaf's buffers), then each intersecting
+    member that is not a zero-copy view of its buffer (it is decoded whole, against its own
+    buffers), are charged against ``limits`` (``None``: the default limits) before being
+    allocated: :class:`LimitExceeded` beyond both the budget and the expansion allowance.
     """
     limits = resolve_limits(limits)
     head = _head(composite)
