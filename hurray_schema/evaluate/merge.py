@@ -159,7 +159,7 @@ def _check_code_widths(composite) -> None:
 
     The binder's ``composite.member.decoded_type`` makes every member's type tag the head's;
     a private tag is evaluated as its raw codes, whose width each descriptor's own Extension
-    Type section gives (``tensor.as_evaluated``), and which the binder does not compare: a
+    Type section gives (``common.as_evaluated``), and which the binder does not compare: a
     member whose codes are not the head's width has no value in the head's array
     (:class:`UnsupportedEvaluation`).  Nested composites are checked too.
     """
@@ -359,7 +359,7 @@ def materialize(composite, *, out: np.ndarray | None = None, limits=None, _depth
     against ``limits`` (``None``: the default limits) and the bytes of every leaf's buffers before
     anything is allocated -- :class:`~hurray_schema.errors.LimitExceeded` if it exceeds both the
     budget and the expansion allowance (:mod:`.common`); with ``out`` nothing is.
-    A private head type evaluates to its raw codes (``tensor.as_evaluated``).
+    A private head type evaluates to its raw codes (``common.as_evaluated``).
     """
     limits = resolve_limits(limits) if out is None else NOT_CHARGED
     head = _head(composite)
