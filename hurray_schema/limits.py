@@ -19,12 +19,15 @@ Two kinds of bound are involved:
   (8 recommended, ``layouts/tiled.md § Recursive Tiling``) and a breach of the configured
   limit is a :class:`~hurray_schema.errors.SpecViolation`.
 * **Evaluation budget** -- ``max_evaluation_bytes`` bounds what one step of the evaluator
-  (``Tensor.to_numpy``, sparse densify, ``Composite.materialize`` / ``read``) allocates,
-  however small the input: a 153-byte sparse stream can describe a shape of 10**9
-  elements, a stride-0 tensor repeats one element as often as its shape says.  The
-  evaluator takes ``limits=`` itself (an item does not remember the limits it was read with).
-  The cost is compared with the budget *before* anything is allocated (the exact rule is
-  in :mod:`hurray_schema.evaluate.tensor`); a breach raises
+  (``Tensor.to_numpy``, sparse densify, ``Composite.materialize`` / ``read``) allocates for
+  an output its input is far smaller than: a 153-byte sparse stream can describe a shape
+  of 10**9 elements, a stride-0 tensor repeats one element as often as its shape says.
+  A step is refused when its cost exceeds the budget *and* :data:`EVALUATION_EXPANSION`
+  times the bytes the input stores for the item evaluated (its buffers; a composite's
+  leaves' buffers), so a large output read from buffers of comparable size is not refused.
+  The evaluator takes ``limits=`` itself (an item does not remember the limits it was
+  read with).  The cost is compared *before* anything is allocated (the exact rule is in
+  :mod:`hurray_schema.evaluate.common`); a breach raises
   :class:`~hurray_schema.errors.LimitExceeded` naming ``max_evaluation_bytes``.  There
   is no wire field behind it, so a caller may raise it up to 2**64 - 1.  Evaluating into
   a caller-allocated ``out=`` array is not charged.
@@ -42,13 +45,19 @@ import attrs
 
 from .errors import LimitExceeded
 
-__all__ = ["Limits", "DEFAULT_LIMITS", "HARD_MAXIMUM", "MAX_COMPOSITE_DEPTH", "resolve_limits"]
+__all__ = ["Limits", "DEFAULT_LIMITS", "HARD_MAXIMUM", "MAX_COMPOSITE_DEPTH", "EVALUATION_EXPANSION", "resolve_limits"]
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
 MAX_COMPOSITE_DEPTH = 8
 """Deepest composite nesting the spec lets a reader accept, a head counting as one level
 (``layouts/composite.md § Binding``); the binder, the evaluator and the limits use this one value."""
+
+EVALUATION_EXPANSION = 64
+"""How many times the bytes an item stores its evaluation may allocate before the evaluation
+budget applies (``max_evaluation_bytes``): beyond both, the output is one the input is far
+smaller than, and it is refused (see the module docstring)."""
+
 U8, U16, U32, U64 = (1 << 8) - 1, (1 << 16) - 1, (1 << 32) - 1, (1 << 64) - 1
 
 HARD_MAXIMUM = {
@@ -110,9 +119,10 @@ class Limits:
     max_index_entries: int = _limit(1 << 20, "Largest index_entry_count of a file.")
     max_message_bytes: int = _limit(64 * MiB, "Largest interchange message payload_length accepted.")
     max_stream_tensors: int = _limit(U64, "Most top-level tensors read from one stream.")
-    max_evaluation_bytes: int = _limit(1 * GiB, "Most bytes one evaluation step allocates: its output plus the "
-                                                "per-element tables it builds (to_numpy, densify, materialize, "
-                                                "read); nothing is charged with out=.")
+    max_evaluation_bytes: int = _limit(256 * MiB, "Most bytes one evaluation step allocates (its output plus the "
+                                                  "per-element tables it builds: to_numpy, densify, materialize, "
+                                                  "read) beyond EVALUATION_EXPANSION x the bytes its input "
+                                                  "stores; nothing is charged with out=.")
 
     def evolve(self, **changes) -> "Limits":
         """A copy with some limits changed (validated like the constructor)."""

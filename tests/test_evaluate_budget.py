@@ -1,8 +1,10 @@
 """The evaluation budget (``Limits.max_evaluation_bytes``) and valid inputs that used to crash.
 
 Budget: ``to_numpy``, densify, ``materialize`` and ``read`` charge their cost against the
-budget before allocating (rule: ``hurray_schema.evaluate.tensor`` module docstring); the
-hostile inputs of issue 12 are refused with little memory traced.  Crashes: a scalar
+budget before allocating, and refuse an output beyond both the budget and 64 times the bytes
+the input stores (rule: ``hurray_schema.evaluate.common`` module docstring); the hostile
+inputs of issue 12 are refused under the default limits with little memory traced, a large
+output read from buffers of its size is not.  Crashes: a scalar
 partition or overlay, empty tensors with huge other extents, private element types and an
 unassigned type tag kept by a permissive reader give a value or a ``HurraySchemaError``.
 Inputs come from the reference writer (pyhurray) where it can write them; expected values
@@ -21,16 +23,16 @@ import hurray_schema as hs
 from hurray_schema import (BufferHandle, CompositeLayout, CompositionRule, Limits, LimitExceeded, Shard,
                            StridedLayout, Tensor, TensorDescriptor, TiledLayout)
 from hurray_schema.errors import HurraySchemaError, UnsupportedEvaluation
-from hurray_schema.evaluate import densify, materialize, read
+from hurray_schema.evaluate import densify, read
 from hurray_schema.io.stream import read_stream, write_stream
-from hurray_schema.limits import DEFAULT_LIMITS
+from hurray_schema.limits import DEFAULT_LIMITS, EVALUATION_EXPANSION
 from hurray_schema.structs._declare import static_offset
 from hurray_schema.structs.descriptor import FIXED_HEADER
 
 hurray = pytest.importorskip("hurray")
 
 f32 = hurray.float32
-GiB, MiB = 1 << 30, 1 << 20
+MiB = 1 << 20
 TRACED_CEILING = 10 * MiB  # the issue's bound on what refusing a hostile input may allocate
 
 
@@ -89,17 +91,16 @@ def test_the_153_byte_coo_stream_is_refused_small():
     assert peak < TRACED_CEILING
     with pytest.raises(LimitExceeded) as caught:
         densify(tensor.descriptor, tensor.buffers)
-    assert caught.value.value == 536870915 * 3 * 4 and caught.value.maximum == GiB
+    assert caught.value.value == 536870915 * 3 * 4 and caught.value.maximum == 256 * MiB
 
 
 def test_the_65_byte_stride_0_stream_is_refused_small():
-    """The issue's input asks for 512 MiB: under the 1 GiB default it is a valid evaluation, so it is
-    refused under a lower budget; the same 65 bytes asking for 16 GiB are refused by default."""
+    """The issue's input: 512 MiB from a 4-byte buffer, refused under the default limits; the same
+    65 bytes asking for 16 GiB too."""
     data = stride0_stream(1 << 27)
     assert len(data) == 65
     tensor = only_item(data)
-    peak = traced_peak(lambda: tensor.to_numpy(limits=Limits(max_evaluation_bytes=256 * MiB)))
-    assert peak < TRACED_CEILING
+    assert traced_peak(tensor.to_numpy) < TRACED_CEILING
     huge = only_item(stride0_stream(1 << 32))
     assert len(stride0_stream(1 << 32)) == 65
     assert traced_peak(huge.to_numpy) < TRACED_CEILING
@@ -118,92 +119,160 @@ def test_raising_the_budget_lets_the_broadcast_through():
 # --------------------------------------------------------------------------------------
 
 
-def test_the_default_budget_is_one_gib_and_raisable():
-    assert DEFAULT_LIMITS.max_evaluation_bytes == GiB
+def test_the_default_budget_is_256_mib_and_raisable():
+    assert DEFAULT_LIMITS.max_evaluation_bytes == 256 * MiB
+    assert EVALUATION_EXPANSION == 64
     assert Limits(max_evaluation_bytes=(1 << 64) - 1).max_evaluation_bytes == (1 << 64) - 1
     with pytest.raises(ValueError):
         Limits(max_evaluation_bytes=1 << 64)
 
 
-def test_to_numpy_charges_exactly_its_output():
-    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+def test_an_output_proportional_to_its_buffers_is_not_refused():
+    """4 KiB of float32 read from 4 KiB of buffer passes a 1 KiB budget; the same 4 KiB from the
+    4-byte buffer of a stride-0 tensor does not."""
+    values = np.arange(1024, dtype=np.float32)
     tensor = only_item(reference_stream(hurray.from_numpy(values)))
+    assert sum(len(b) for b in tensor.buffers) == 4096
+    np.testing.assert_array_equal(tensor.to_numpy(limits=Limits(max_evaluation_bytes=1024)), values)
+    broadcast = only_item(stride0_stream(1024))
     with pytest.raises(LimitExceeded) as caught:
-        tensor.to_numpy(limits=Limits(max_evaluation_bytes=47))
-    assert (caught.value.value, caught.value.maximum) == (48, 47)
-    np.testing.assert_array_equal(tensor.to_numpy(limits=Limits(max_evaluation_bytes=48)), values)
+        broadcast.to_numpy(limits=Limits(max_evaluation_bytes=1024))
+    assert (caught.value.value, caught.value.maximum) == (4096, 1024)
+
+
+def test_the_expansion_allowance_is_64_times_the_stored_bytes():
+    """A 4-byte buffer may give 256 bytes under any budget, not one element more."""
+    zero_budget = Limits(max_evaluation_bytes=0)
+    np.testing.assert_array_equal(only_item(stride0_stream(64)).to_numpy(limits=zero_budget),
+                                  np.full(64, 7.0, np.float32))
+    with pytest.raises(LimitExceeded) as caught:
+        only_item(stride0_stream(65)).to_numpy(limits=zero_budget)
+    assert caught.value.value == 260
+
+
+def test_to_numpy_charges_exactly_its_output():
+    """A stride-0 float32 [3, 40] (4 stored bytes): 480 output bytes, no offset table."""
+    desc = TensorDescriptor(hs.ElementType.FLOAT32, (3, 40), StridedLayout((0, 0)), buffers=(BufferHandle(4),))
+    buffers = [np.float32(2.5).tobytes()]
+    with pytest.raises(LimitExceeded) as caught:
+        hs.tensor_to_numpy(desc, buffers, limits=Limits(max_evaluation_bytes=479))
+    assert (caught.value.value, caught.value.maximum) == (480, 479)
+    got = hs.tensor_to_numpy(desc, buffers, limits=Limits(max_evaluation_bytes=480))
+    np.testing.assert_array_equal(got, np.full((3, 40), 2.5, np.float32))
+
+
+def _tiled_bool(shape=(16, 16), **fields):
+    """A bool tensor in one tile (row-major inside: the buffer order), its 32 bytes of packed bits,
+    and the values they hold."""
+    count = int(np.prod(shape))
+    packed = np.arange(count // 8, dtype=np.uint8) * 37
+    desc = TensorDescriptor(hs.ElementType.BOOL, shape, TiledLayout(shape), buffers=(BufferHandle(count // 8),),
+                            **fields)
+    return desc, [packed.tobytes()], np.unpackbits(packed, bitorder="little").astype(bool).reshape(shape)
 
 
 def test_an_offset_table_is_charged_8_bytes_per_element():
-    """A tiled float32 [4, 4]: 64 output bytes + 16 int64 offsets = 192."""
-    values = np.arange(16, dtype=np.float32)
-    desc = TensorDescriptor(hs.ElementType.FLOAT32, (4, 4), TiledLayout((4, 4)), buffers=(BufferHandle(64),))
+    """A tiled bool [16, 16]: 256 output bytes + 256 int64 offsets = 2304, over the 2048 bytes its
+    32 stored bytes allow (the output alone is not)."""
+    desc, buffers, expected = _tiled_bool()
     with pytest.raises(LimitExceeded) as caught:
-        hs.tensor_to_numpy(desc, [values.tobytes()], limits=Limits(max_evaluation_bytes=191))
-    assert caught.value.value == 192
-    got = hs.tensor_to_numpy(desc, [values.tobytes()], limits=Limits(max_evaluation_bytes=192))
-    np.testing.assert_array_equal(got, values.reshape(4, 4))  # one tile, row-major inside: the buffer order
+        hs.tensor_to_numpy(desc, buffers, limits=Limits(max_evaluation_bytes=2303))
+    assert caught.value.value == 2304
+    got = hs.tensor_to_numpy(desc, buffers, limits=Limits(max_evaluation_bytes=2304))
+    np.testing.assert_array_equal(got, expected)
 
 
 def test_sparse_densify_charges_the_dense_array():
+    """A float32 [100, 100] COO with two entries: 40 stored bytes, 40,000 dense bytes."""
     values = np.array([5.0, 7.0], np.float32)
-    coo = only_item(reference_stream(hurray.sparse_coo(values, np.array([[0, 0], [1, 1]], np.uint64), [2, 3])))
-    with pytest.raises(LimitExceeded):
-        densify(coo.descriptor, coo.buffers, limits=Limits(max_evaluation_bytes=23))
-    np.testing.assert_array_equal(densify(coo.descriptor, coo.buffers, limits=Limits(max_evaluation_bytes=24)),
-                                  [[5, 0, 0], [0, 7, 0]])
+    coo = only_item(reference_stream(hurray.sparse_coo(values, np.array([[0, 0], [99, 98]], np.uint64),
+                                                       [100, 100])))
+    assert sum(len(b) for b in coo.buffers) == 40
+    with pytest.raises(LimitExceeded) as caught:
+        densify(coo.descriptor, coo.buffers, limits=Limits(max_evaluation_bytes=39999))
+    assert caught.value.value == 40000
+    expected = np.zeros((100, 100), np.float32)
+    expected[0, 0], expected[99, 98] = 5.0, 7.0
+    np.testing.assert_array_equal(densify(coo.descriptor, coo.buffers, limits=Limits(max_evaluation_bytes=40000)),
+                                  expected)
 
 
-def _partition_8x8():
-    a = hurray.Tensor(np.arange(32, dtype=np.float32).tobytes(), f32, [4, 8], shard=hurray.Shard([8, 8], [0, 0]))
-    b = hurray.Tensor(np.arange(32, 64, dtype=np.float32).tobytes(), f32, [4, 8], shard=hurray.Shard([8, 8], [4, 0]))
-    return only_item(reference_stream(hurray.Composite("partition", shape=[8, 8], dtype=f32, members=[a, b])))
+def _broadcast(value, shape, **fields) -> Tensor:
+    """A float32 tensor of ``shape`` repeating ``value`` from a 4-byte buffer (all strides 0)."""
+    desc = TensorDescriptor(hs.ElementType.FLOAT32, shape, StridedLayout((0,) * len(shape)),
+                            buffers=(BufferHandle(4),), **fields)
+    return Tensor(desc, [np.float32(value).tobytes()])
+
+
+def _broadcast_partition(rows: int, cols: int) -> hs.Composite:
+    """A float32 [2 * rows, cols] partition of two stride-0 members (7.0 above, 9.0 below): 8 stored bytes."""
+    shape = (2 * rows, cols)
+    head = TensorDescriptor(hs.ElementType.FLOAT32, shape, CompositeLayout(CompositionRule.PARTITION, 2))
+    members = [_broadcast(value, (rows, cols), shard=Shard(shape, (start, 0)))
+               for value, start in ((7.0, 0), (9.0, rows))]
+    return hs.Composite(head, members)
 
 
 def test_materialize_charges_the_head_and_out_is_not_charged():
-    part = _partition_8x8()
-    expected = np.arange(64, dtype=np.float32).reshape(8, 8)
+    """A float32 [16, 16] head (1024 bytes) from 8 stored bytes (allowance 512)."""
+    part = _broadcast_partition(8, 16)
+    expected = np.repeat(np.array([7.0, 9.0], np.float32), 8)[:, None].repeat(16, axis=1)
     with pytest.raises(LimitExceeded) as caught:
-        part.materialize(limits=Limits(max_evaluation_bytes=255))
-    assert caught.value.value == 256
-    np.testing.assert_array_equal(part.materialize(limits=Limits(max_evaluation_bytes=256)), expected)
-    out = np.empty((8, 8), np.float32)
+        part.materialize(limits=Limits(max_evaluation_bytes=1023))
+    assert caught.value.value == 1024
+    np.testing.assert_array_equal(part.materialize(limits=Limits(max_evaluation_bytes=1024)), expected)
+    out = np.empty((16, 16), np.float32)
     assert part.materialize(out=out, limits=Limits(max_evaluation_bytes=0)) is out
     np.testing.assert_array_equal(out, expected)
 
 
+def test_a_composite_is_allowed_for_the_buffers_of_all_its_leaves():
+    """Two dense members of 2 KiB each: the 4 KiB head passes a 1 KiB budget (materialize and read),
+    though each member alone stores only half of it."""
+    values = np.arange(1024, dtype=np.float32).reshape(32, 32)
+    members = [hurray.Tensor(values[rows].tobytes(), f32, [16, 32], shard=hurray.Shard([32, 32], [start, 0]))
+               for rows, start in ((slice(0, 16), 0), (slice(16, 32), 16))]
+    part = only_item(reference_stream(hurray.Composite("partition", shape=[32, 32], dtype=f32, members=members)))
+    small = Limits(max_evaluation_bytes=1024)
+    np.testing.assert_array_equal(part.materialize(limits=small), values)
+    np.testing.assert_array_equal(part.read((slice(0, 32), slice(0, 32)), limits=small), values)
+
+
 def test_a_group_is_charged_the_sum_of_its_members():
-    members = [hurray.Tensor(bytes(16), f32, [4]), hurray.Tensor(bytes(8), f32, [2])]
-    group = only_item(reference_stream(hurray.Composite("group", shape=[2], dtype=f32, members=members)))
+    """Stride-0 members of 512 and 256 bytes (8 stored bytes, allowance 512): the group costs 768."""
+    head = TensorDescriptor(hs.ElementType.FLOAT32, (2,), CompositeLayout(CompositionRule.GROUP, 2))
+    group = hs.Composite(head, [_broadcast(1.0, (128,)), _broadcast(2.0, (64,))])
     with pytest.raises(LimitExceeded) as caught:
-        group.materialize(limits=Limits(max_evaluation_bytes=23))
-    assert caught.value.value == 24
-    got = group.materialize(limits=Limits(max_evaluation_bytes=24))
-    assert [g.shape for g in got] == [(4,), (2,)]
+        group.materialize(limits=Limits(max_evaluation_bytes=767))
+    assert caught.value.value == 768
+    got = group.materialize(limits=Limits(max_evaluation_bytes=768))
+    np.testing.assert_array_equal(got[0], np.full(128, 1.0, np.float32))
+    np.testing.assert_array_equal(got[1], np.full(64, 2.0, np.float32))
 
 
 def test_read_charges_the_region_not_a_directly_addressable_member():
-    part = _partition_8x8()
-    expected = np.arange(64, dtype=np.float32).reshape(8, 8)
-    region = (slice(3, 5), slice(0, 2))  # 4 elements across both members
+    """A [32, 16] partition of two stride-0 [16, 16] members (1024 bytes each, from 4 bytes): a
+    region of 10 rows (640 bytes) across both is charged; the members, views of their buffers, are not."""
+    part = _broadcast_partition(16, 16)
+    region = (slice(12, 22), slice(0, 16))
     with pytest.raises(LimitExceeded) as caught:
-        part.read(region, limits=Limits(max_evaluation_bytes=15))
-    assert caught.value.value == 16
-    np.testing.assert_array_equal(part.read(region, limits=Limits(max_evaluation_bytes=16)), expected[3:5, 0:2])
+        part.read(region, limits=Limits(max_evaluation_bytes=639))
+    assert caught.value.value == 640
+    expected = np.repeat(np.array([7.0, 9.0], np.float32), [4, 6])[:, None].repeat(16, axis=1)
+    np.testing.assert_array_equal(part.read(region, limits=Limits(max_evaluation_bytes=640)), expected)
 
 
 def test_read_charges_a_member_it_decodes_whole():
-    """A sparse correction of an overlay is decoded whole; a tiled member too (offset table)."""
-    values = np.arange(16, dtype=np.float32)
-    shard = Shard((4, 4), (0, 0))
-    member = TensorDescriptor(hs.ElementType.FLOAT32, (4, 4), TiledLayout((2, 2)), buffers=(BufferHandle(64),),
-                              shard=shard)
-    head = TensorDescriptor(hs.ElementType.FLOAT32, (4, 4), CompositeLayout(CompositionRule.PARTITION, 1))
-    part = hs.Composite(head, [Tensor(member, [values.tobytes()])])
+    """A tiled member is decoded whole (offset table): the bool [16, 16] of
+    :func:`test_an_offset_table_is_charged_8_bytes_per_element`, read one element at a time."""
+    shape = (16, 16)
+    member, buffers, expected = _tiled_bool(shard=Shard(shape, (0, 0)))
+    head = TensorDescriptor(hs.ElementType.BOOL, shape, CompositeLayout(CompositionRule.PARTITION, 1))
+    part = hs.Composite(head, [Tensor(member, buffers)])
     with pytest.raises(LimitExceeded) as caught:
-        read(part, ((0, 1), (0, 1)), limits=Limits(max_evaluation_bytes=191))
-    assert caught.value.value == 192  # the member: 64 bytes of values + 16 offsets
-    assert read(part, ((0, 1), (0, 1)), limits=Limits(max_evaluation_bytes=192))[0, 0] == 0.0
+        read(part, ((0, 1), (1, 2)), limits=Limits(max_evaluation_bytes=2303))
+    assert caught.value.value == 2304  # the member: 256 bytes of values + 256 offsets
+    assert read(part, ((0, 1), (1, 2)), limits=Limits(max_evaluation_bytes=2304))[0, 0] == expected[0, 1]
 
 
 # --------------------------------------------------------------------------------------
@@ -380,6 +449,27 @@ def test_a_partition_of_a_private_type_is_its_raw_codes():
     np.testing.assert_array_equal(got, [0, 1, 20, 21])
     np.testing.assert_array_equal(part.read(((1, 3),)), [1, 20])
     assert part.lookup((3,)) == 21
+
+
+def test_a_private_member_of_another_code_width_is_unsupported():
+    """The binder compares type tags; a member of the head's private tag whose Extension Type
+    section gives 8-bit codes where the head's gives 16 has no value in the head's uint16 array."""
+    head = TensorDescriptor(0xF7, (4,), CompositeLayout(CompositionRule.PARTITION, 2),
+                            extension_type=hs.ExtensionType(16))
+    members = [Tensor(TensorDescriptor(0xF7, (2,), buffers=(BufferHandle(2 * bits // 8),),
+                                       extension_type=hs.ExtensionType(bits), shard=Shard((4,), (start,))),
+                      [bytes(2 * bits // 8)]) for start, bits in ((0, 16), (2, 8))]
+    part = hs.Composite(head, members)
+    for evaluate in (part.materialize, lambda: part.read(((0, 4),)), lambda: part.lookup((0,))):
+        with pytest.raises(UnsupportedEvaluation):
+            evaluate()
+
+
+@pytest.mark.parametrize("requested", [np.float32, "float32", 1.5])
+def test_a_requested_type_that_is_no_element_type_is_a_schema_error(requested):
+    tensor = only_item(reference_stream(hurray.from_numpy(np.arange(4, dtype=np.float32))))
+    with pytest.raises(hs.DecodedTypeMismatch):
+        tensor.to_numpy(dtype=requested)
 
 
 # --------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from evaluate_reference import (DTYPES, C, T, bits_equal, coo_tensor, csr_tensor, dense_tensor, grid_partition,
                                 handles, head, member_sections, ref_overlay, ref_partition, spqr)
-from hurray_schema.errors import HurraySchemaError
+from hurray_schema.errors import HurraySchemaError, SpecViolation
 from hurray_schema.evaluate import lookup, materialize, read
 from hurray_schema.model import (CombineOp, CompositionRule, ElementType, MemberRole, PerBlockAffine, PerTensorAffine,
                                  RowMajorLayout, TensorDescriptor)
@@ -97,10 +97,15 @@ def test_partition_gap_and_overlap_rejected():
 
 
 def test_member_type_must_decode_to_head_type():
+    """The binder's verdict, with its rule id, from every evaluation entry point."""
     shape = (2, 2)
     a = dense_tensor(np.ones((2, 2), np.float16), E.FLOAT16, "row", (0, 0), shape)
-    with pytest.raises(HurraySchemaError):
-        materialize(C(head(shape, E.FLOAT32, P, 1), [a]))
+    wrong = C(head(shape, E.FLOAT32, P, 1), [a])
+    for evaluate in (lambda: materialize(wrong), lambda: read(wrong, ((0, 2), (0, 2))),
+                     lambda: lookup(wrong, (0, 0))):
+        with pytest.raises(SpecViolation) as caught:
+            evaluate()
+        assert caught.value.rule_id == "composite.member.decoded_type"
 
 
 def test_overlay_base_must_span_and_come_first():

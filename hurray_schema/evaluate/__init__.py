@@ -7,14 +7,20 @@ partition or overlay).  Inputs are duck-typed: a tensor has ``.descriptor`` and
 
 ``tensor_to_numpy``, ``densify``, ``materialize`` and ``read`` take ``limits=`` (a
 :class:`~hurray_schema.limits.Limits`, default :data:`~hurray_schema.limits.DEFAULT_LIMITS`)
-and refuse an evaluation costing more than ``max_evaluation_bytes`` before allocating it
-(the rule: :mod:`.tensor` and :mod:`.merge` module docstrings).
+and, before allocating, refuse an evaluation costing more than ``max_evaluation_bytes`` and
+more than ``EVALUATION_EXPANSION`` times the bytes its input stores (the rule:
+:mod:`.common`; the costs: :mod:`.tensor` and :mod:`.merge` module docstrings).
+
+Modules, lowest first: :mod:`.elements`, :mod:`.simd`, :mod:`.copy`, :mod:`.dense`,
+:mod:`.quant` (kernels), :mod:`.common` (shared helpers and the budget rule),
+:mod:`.sparse`, :mod:`.tensor`, :mod:`.merge`.
 """
 
+from .common import DecodedTypeMismatch, decoded_type
 from .elements import UnsupportedEvaluation, numpy_dtype
 from .merge import lookup, materialize, read
 from .sparse import densify, sparse_entries
-from .tensor import DecodedTypeMismatch, decoded_type, tensor_to_numpy
+from .tensor import tensor_to_numpy
 
 __all__ = ["tensor_to_numpy", "materialize", "lookup", "read", "densify", "sparse_entries", "numpy_dtype",
            "decoded_type", "UnsupportedEvaluation", "DecodedTypeMismatch"]

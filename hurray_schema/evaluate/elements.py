@@ -15,7 +15,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from ..errors import UnsupportedEvaluation
@@ -24,44 +24,46 @@ from ..structs.element_types import element_type_info
 
 __all__ = [
     "UnsupportedEvaluation", "numpy_dtype", "f16_to_f32", "f32_to_f16", "bf16_to_f32", "f32_to_bf16",
-    "f16_add", "bf16_add", "f32_to_f16_fast", "HAS_F16C", "minifloat_table", "load_code", "sign_extend",
+    "f16_add", "bf16_add", "f32_to_f16_fast", "HAS_F16C", "minifloat_table", "load_code", "gather_codes",
+    "sign_extend",
     "f16_bits_to_f32_array", "f32_to_f16_bits_array", "bf16_bits_to_f32_array", "f32_to_bf16_bits_array",
 ]
 
 
-E = ElementType
-
 _NUMPY_DTYPES = {
-    E.FLOAT16: np.dtype(np.float16),
-    E.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
-    E.FLOAT32: np.dtype(np.float32),
-    E.FLOAT64: np.dtype(np.float64),
-    E.INT8: np.dtype(np.int8),
-    E.UINT8: np.dtype(np.uint8),
-    E.INT16: np.dtype("<i2"),
-    E.UINT16: np.dtype("<u2"),
-    E.INT32: np.dtype("<i4"),
-    E.UINT32: np.dtype("<u4"),
-    E.INT64: np.dtype("<i8"),
-    E.UINT64: np.dtype("<u8"),
-    E.BOOL: np.dtype(np.bool_),
-    E.FLOAT8_E4M3: np.dtype(ml_dtypes.float8_e4m3fn),
-    E.FLOAT8_E5M2: np.dtype(ml_dtypes.float8_e5m2),
-    E.FLOAT8_E8M0: np.dtype(ml_dtypes.float8_e8m0fnu),
-    E.FLOAT4_E2M1: np.dtype(ml_dtypes.float4_e2m1fn),
-    E.FLOAT6_E2M3: np.dtype(ml_dtypes.float6_e2m3fn),
-    E.FLOAT6_E3M2: np.dtype(ml_dtypes.float6_e3m2fn),
-    E.INT4: np.dtype(ml_dtypes.int4),
-    E.UINT4: np.dtype(ml_dtypes.uint4),
-    E.INT2: np.dtype(ml_dtypes.int2),
-    E.UINT2: np.dtype(ml_dtypes.uint2),
-    E.COMPLEX64: np.dtype("<c8"),
-    E.COMPLEX128: np.dtype("<c16"),
+    ElementType.FLOAT16: np.dtype(np.float16),
+    ElementType.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
+    ElementType.FLOAT32: np.dtype(np.float32),
+    ElementType.FLOAT64: np.dtype(np.float64),
+    ElementType.INT8: np.dtype(np.int8),
+    ElementType.UINT8: np.dtype(np.uint8),
+    ElementType.INT16: np.dtype("<i2"),
+    ElementType.UINT16: np.dtype("<u2"),
+    ElementType.INT32: np.dtype("<i4"),
+    ElementType.UINT32: np.dtype("<u4"),
+    ElementType.INT64: np.dtype("<i8"),
+    ElementType.UINT64: np.dtype("<u8"),
+    ElementType.BOOL: np.dtype(np.bool_),
+    ElementType.FLOAT8_E4M3: np.dtype(ml_dtypes.float8_e4m3fn),
+    ElementType.FLOAT8_E5M2: np.dtype(ml_dtypes.float8_e5m2),
+    ElementType.FLOAT8_E8M0: np.dtype(ml_dtypes.float8_e8m0fnu),
+    ElementType.FLOAT4_E2M1: np.dtype(ml_dtypes.float4_e2m1fn),
+    ElementType.FLOAT6_E2M3: np.dtype(ml_dtypes.float6_e2m3fn),
+    ElementType.FLOAT6_E3M2: np.dtype(ml_dtypes.float6_e3m2fn),
+    ElementType.INT4: np.dtype(ml_dtypes.int4),
+    ElementType.UINT4: np.dtype(ml_dtypes.uint4),
+    ElementType.INT2: np.dtype(ml_dtypes.int2),
+    ElementType.UINT2: np.dtype(ml_dtypes.uint2),
+    ElementType.COMPLEX64: np.dtype("<c8"),
+    ElementType.COMPLEX128: np.dtype("<c16"),
 }
 """Element type -> the NumPy / ml_dtypes dtype of its decoded array (one element per item)."""
 
-CODE_VIEW_TYPES = frozenset({E.FLOAT8_E4M3, E.FLOAT8_E5M2, E.FLOAT8_E8M0, E.FLOAT4_E2M1, E.FLOAT6_E2M3,
-                             E.FLOAT6_E3M2, E.INT4, E.UINT4, E.INT2, E.UINT2})
+CODE_VIEW_TYPES = frozenset({
+    ElementType.FLOAT8_E4M3, ElementType.FLOAT8_E5M2, ElementType.FLOAT8_E8M0, ElementType.FLOAT4_E2M1,
+    ElementType.FLOAT6_E2M3, ElementType.FLOAT6_E3M2, ElementType.INT4, ElementType.UINT4, ElementType.INT2,
+    ElementType.UINT2,
+})
 """Types whose ml_dtypes item is one byte holding the raw code in its low bits (a uint8 view)."""
 
 
@@ -289,11 +291,11 @@ NAN_NONE, NAN_IEEE, NAN_ALL_ONES = 0, 1, 2
 
 _MINIFLOAT_FORMATS = {
     # tag: (sign bits, exponent bits, mantissa bits, bias, NaN rule)
-    E.FLOAT8_E4M3: (1, 4, 3, 7, NAN_ALL_ONES),   # OCP OFP8 E4M3: 0x7F / 0xFF NaN, no infinity
-    E.FLOAT8_E5M2: (1, 5, 2, 15, NAN_IEEE),      # IEEE-style: infinities and NaNs
-    E.FLOAT4_E2M1: (1, 2, 1, 1, NAN_NONE),
-    E.FLOAT6_E2M3: (1, 2, 3, 1, NAN_NONE),
-    E.FLOAT6_E3M2: (1, 3, 2, 3, NAN_NONE),
+    ElementType.FLOAT8_E4M3: (1, 4, 3, 7, NAN_ALL_ONES),   # OCP OFP8 E4M3: 0x7F / 0xFF NaN, no infinity
+    ElementType.FLOAT8_E5M2: (1, 5, 2, 15, NAN_IEEE),      # IEEE-style: infinities and NaNs
+    ElementType.FLOAT4_E2M1: (1, 2, 1, 1, NAN_NONE),
+    ElementType.FLOAT6_E2M3: (1, 2, 3, 1, NAN_NONE),
+    ElementType.FLOAT6_E3M2: (1, 3, 2, 3, NAN_NONE),
 }
 
 
@@ -337,7 +339,7 @@ def minifloat_table(type_tag: int) -> np.ndarray:
     """float32[256]: value of every code of a float8/float6/float4 type (codes past the width are NaN)."""
     table = _TABLES.get(type_tag)
     if table is None:
-        if type_tag == E.FLOAT8_E8M0:
+        if type_tag == ElementType.FLOAT8_E8M0:
             table = _e8m0_table()
         else:
             s, e, m, bias, rule = _MINIFLOAT_FORMATS[type_tag]
@@ -375,6 +377,29 @@ def load_code(buf, base, offset, bits):
     for k in range(nbytes):
         v |= np.uint64(buf[start + k]) << np.uint64(8 * k)
     return v
+
+
+@njit(cache=True, parallel=True)
+def _gather_codes_parallel(buf, base, offsets, bits, out):
+    for i in prange(out.size):
+        out[i] = load_code(buf, base, offsets[i], bits)
+
+
+@njit(cache=True)
+def _gather_codes_serial(buf, base, offsets, bits, out):
+    for i in range(out.size):
+        out[i] = load_code(buf, base, offsets[i], bits)
+
+
+PARALLEL_GATHER_MIN = 1 << 14
+"""Fewer codes than this are gathered on one thread: starting numba's thread pool costs more
+than the work (milliseconds on a loaded machine)."""
+
+
+def gather_codes(buf, base, offsets, bits, out) -> None:
+    """``out[i]`` = the code at element offset ``offsets[i]`` (:func:`load_code`)."""
+    kernel = _gather_codes_parallel if out.size >= PARALLEL_GATHER_MIN else _gather_codes_serial
+    kernel(buf, base, offsets, bits, out)
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -18,8 +18,10 @@ exact cover, the overlay roles and the nesting depth are the binder's checks, wi
 rule ids.  A :class:`~hurray_schema.io.Composite` is validated once (its ``validate()``,
 which readers have already answered); any other object is validated on every call.
 
-Evaluation budget (``limits.max_evaluation_bytes``, see :mod:`hurray_schema.evaluate.tensor`),
-charged before each allocation, ``limits=None`` meaning the default limits:
+Evaluation budget (the rule: :mod:`hurray_schema.evaluate.common`), charged before each
+allocation, ``limits=None`` meaning the default limits.  What a composite stores is the
+bytes of all its leaves' buffers (nested composites included); a member's own decode is
+charged against the member's buffers:
 
 * :func:`materialize` charges the head's array (for a group, the sum of what its members'
   evaluations cost); a member that cannot be decoded straight into its box, or the offset
@@ -42,23 +44,22 @@ from numba import njit, prange
 
 from ..errors import HurraySchemaError
 from ..limits import resolve_limits
-from ..rules.composite import validate_preorder
 from ..model import (BlockPagedLayout, CombineOp, CompositionRule, ElementType, HilbertLayout, LayoutTag,
                      MortonLayout, TiledLayout)
-from ..structs.element_types import element_type_info
+from ..rules.composite import validate_preorder
+from ..structs.element_types import element_type_info, is_private_type
+from .common import (NOT_CHARGED, SPARSE_TAGS, as_bytes, as_evaluated, charge, check_shape, decoded_type, new_array,
+                     readonly, stored_bytes, tensor_stored_bytes)
 from .copy import copy_boxes, copy_into
 from .dense import affine_strides, hilbert_index, tiled_offsets
-from .elements import bf16_add, f16_add, numpy_dtype
+from .elements import UnsupportedEvaluation, bf16_add, f16_add, gather_codes, numpy_dtype
 from .quant import (OUT_BF16, OUT_F16, OUT_F32, PK_CHANNEL, PK_TENSOR, decode_gather, quant_params,
                     storage_shape)
 from .sparse import linear_indices, sparse_entries, sparse_linear
-from .tensor import (NOT_CHARGED, SPARSE_TAGS, readonly, DecodedTypeMismatch, _check_bounds, _gather_codes, as_bytes,
-                     as_evaluated, charge, check_shape, decode_cost, decode_into, decoded_type, dense_view, new_array,
-                     tensor_to_numpy)
+from .tensor import _check_bounds, decode_cost, decode_into, dense_view, tensor_to_numpy
 
 __all__ = ["materialize", "lookup", "read", "member_values"]
 
-E = ElementType
 ADD_NATIVE, ADD_F16, ADD_BF16, ADD_OR = 0, 1, 2, 3
 
 
@@ -107,7 +108,7 @@ def _scatter_add_native(out, lin, vals):
 
 def _scatter(out, lin, vals, combine, mode):
     """Sparse correction at its stored indices: replace or add, in storage order (no duplicates)."""
-    if combine == 1:
+    if combine == CombineOp.REPLACE:
         _scatter_replace(out, lin, vals)
     elif mode == ADD_OR:  # bool: addition is logical or
         out[lin] |= vals
@@ -143,12 +144,37 @@ def _preorder(composite):
 
 def _validated(composite) -> None:
     """The composite binder's verdict on ``composite`` (raises its SpecViolation): cached by
-    a :class:`~hurray_schema.io.Composite`, recomputed for other objects."""
+    a :class:`~hurray_schema.io.Composite`, recomputed for other objects; then
+    :func:`_check_code_widths`."""
     validate = getattr(composite, "validate", None)
     if validate is not None:
         validate()
     else:
         validate_preorder(_preorder(composite))
+    _check_code_widths(composite)
+
+
+def _check_code_widths(composite) -> None:
+    """The members of a partition or overlay of a private type have the head's code width.
+
+    The binder's ``composite.member.decoded_type`` makes every member's type tag the head's;
+    a private tag is evaluated as its raw codes, whose width each descriptor's own Extension
+    Type section gives (``common.as_evaluated``), and which the binder does not compare: a
+    member whose codes are not the head's width has no value in the head's array
+    (:class:`UnsupportedEvaluation`).  Nested composites are checked too.
+    """
+    head = _head(composite)
+    spatial = head.layout.composition_rule in (CompositionRule.PARTITION, CompositionRule.OVERLAY)
+    target = _value_type(head) if spatial and is_private_type(int(head.type_tag)) else None
+    for index, member in enumerate(composite.members):
+        nested = _is_composite(member)
+        if target is not None:
+            got = _value_type(member.descriptor)
+            if got != target:
+                raise UnsupportedEvaluation(f"member {index} of a private type_tag 0x{int(head.type_tag):02X} has "
+                                            f"{got.name.lower()} codes, the head {target.name.lower()} codes")
+        if nested:
+            _check_code_widths(member)
 
 
 def _box(member, head_shape) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -174,41 +200,31 @@ def _value_type(desc):
 
 
 def _add_mode(tag) -> int:
-    return {E.FLOAT16: ADD_F16, E.BFLOAT16: ADD_BF16, E.BOOL: ADD_OR}.get(tag, ADD_NATIVE)
+    return {ElementType.FLOAT16: ADD_F16, ElementType.BFLOAT16: ADD_BF16, ElementType.BOOL: ADD_OR}.get(tag, ADD_NATIVE)
 
 
 def _kernel_view(a: np.ndarray, tag) -> np.ndarray:
     """float16 / bfloat16 arrays as their uint16 bits (numba has neither type); bool as uint8."""
-    if tag in (E.FLOAT16, E.BFLOAT16):
+    if tag in (ElementType.FLOAT16, ElementType.BFLOAT16):
         return a.view(np.uint16)
-    if tag == E.BOOL:
+    if tag == ElementType.BOOL:
         return a.view(np.uint8)
     return a
 
 
 def member_values(member, target, depth: int = 0, limits=None) -> np.ndarray:
     """The member's logical array decoded to ``target`` (a nested composite is materialized),
-    its cost charged against ``limits``."""
+    its cost charged against ``limits``.  The member's values decode to ``target``: the binder
+    has checked it (``composite.member.decoded_type``)."""
     if _is_composite(member):
-        if _value_type(member.descriptor) != target:
-            raise DecodedTypeMismatch("a nested composite's type_tag must equal its parent's")
         return materialize(member, limits=limits, _depth=depth + 1)
-    _check_member_type(member.descriptor, target)
     return tensor_to_numpy(member.descriptor, member.buffers, target, limits=limits)
 
 
-def _check_member_type(desc, target) -> None:
-    """A member's decoded value type equals the head's type_tag (layouts/composite.md § Members)."""
-    got = decoded_type(desc)
-    if got != target:
-        raise DecodedTypeMismatch(f"member values decode to type 0x{int(got):02X}, head is 0x{int(target):02X}")
-
-
-def _plain_view(member, target):
-    """A non-composite member's values as a zero-copy view of its buffer (type checked), else None."""
+def _plain_view(member):
+    """A non-composite member's values as a zero-copy view of its buffer, else None."""
     if _is_composite(member):
         return None
-    _check_member_type(member.descriptor, target)
     return dense_view(member.descriptor, member.buffers)
 
 
@@ -220,17 +236,16 @@ def _fill(member, view: np.ndarray, target, depth, limits, patch=None) -> bool:
     A temporary the member's decode needs is charged against ``limits``.
     """
     if _is_composite(member):
-        if _value_type(member.descriptor) != target:
-            raise DecodedTypeMismatch("a nested composite's type_tag must equal its parent's")
         _materialize_into(member, view, depth + 1, limits)
         return False
-    src = _plain_view(member, target)
+    src = _plain_view(member)
     if src is not None:  # zero-copy view of the member's buffer: one (streaming) copy into its box
         copy_into(view, src)
         return False
     desc = as_evaluated(member.descriptor)
-    if view.flags.c_contiguous and desc.layout.tag not in SPARSE_TAGS and target != E.FLOAT64:
-        charge(decode_cost(desc, view.shape, view.dtype, target, output=False), limits)
+    if view.flags.c_contiguous and desc.layout.tag not in SPARSE_TAGS and target != ElementType.FLOAT64:
+        charge(decode_cost(desc, view.shape, view.dtype, target, output=False), limits,
+               stored=tensor_stored_bytes(member.buffers))
         return decode_into(desc, member.buffers, view, patch=patch)
     np.copyto(view, tensor_to_numpy(desc, member.buffers, target, limits=limits))
     return False
@@ -256,7 +271,7 @@ def _sparse_patch(member, target, off, head_shape, combine):
 def _head(composite):
     head = composite.descriptor
     if head.layout.tag != LayoutTag.COMPOSITE:
-        raise HurraySchemaError("not a composite head (layout_tag 0x0B)")
+        raise HurraySchemaError(f"not a composite head (layout_tag 0x{int(LayoutTag.COMPOSITE):02X})")
     return head
 
 
@@ -271,7 +286,7 @@ def _materialize_into(composite, out: np.ndarray, depth: int, limits) -> None:
         copies = []  # members whose buffer is a view of their values: copied together, in one kernel call
         for m, (off, shp) in zip(members, boxes):
             if 0 not in shp:
-                src = _plain_view(m, target)
+                src = _plain_view(m)
                 if src is None:
                     _fill(m, out[_slices(off, shp)], target, depth, limits)
                 else:
@@ -341,16 +356,17 @@ def materialize(composite, *, out: np.ndarray | None = None, limits=None, _depth
     ``out`` (C-contiguous, the head's shape and dtype) receives the view instead of a fresh
     array, saving the allocation and first-touch page faults on repeated evaluation.
     Without ``out``, the head's array (for a group, the sum of its members' costs) is charged
-    against ``limits.max_evaluation_bytes`` (``None``: the default limits) before anything is
-    allocated -- :class:`~hurray_schema.errors.LimitExceeded` if larger; with ``out`` nothing is.
-    A private head type evaluates to its raw codes (``tensor.as_evaluated``).
+    against ``limits`` (``None``: the default limits) and the bytes of every leaf's buffers before
+    anything is allocated -- :class:`~hurray_schema.errors.LimitExceeded` if it exceeds both the
+    budget and the expansion allowance (:mod:`.common`); with ``out`` nothing is.
+    A private head type evaluates to its raw codes (``common.as_evaluated``).
     """
     limits = resolve_limits(limits) if out is None else NOT_CHARGED
     head = _head(composite)
     if not _depth:
         _validated(composite)
     if head.layout.composition_rule == CompositionRule.GROUP:
-        charge(_evaluation_cost(composite), limits)
+        charge(_evaluation_cost(composite), limits, stored=stored_bytes(composite))
         values = []
         for m in composite.members:
             if _is_composite(m):
@@ -361,7 +377,7 @@ def materialize(composite, *, out: np.ndarray | None = None, limits=None, _depth
     shape = check_shape(head.shape)
     dtype = numpy_dtype(_value_type(head))
     if out is None:
-        charge(math.prod(shape) * dtype.itemsize, limits)
+        charge(math.prod(shape) * dtype.itemsize, limits, stored=stored_bytes(composite))
         out = new_array(shape, dtype)
     elif out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous or not out.flags.writeable:
         raise ValueError(f"out must be a writeable C-contiguous {dtype} array of shape {shape}")
@@ -378,7 +394,6 @@ def materialize(composite, *, out: np.ndarray | None = None, limits=None, _depth
 def _element_offset(desc, index) -> tuple[int, int]:
     """(linear element offset, parameter slot or -1) of one logical index of a dense / indirect tensor."""
     layout = desc.layout
-    shape = tuple(desc.shape)
     strides = affine_strides(layout, storage_shape(desc))
     if strides is not None:
         return sum(i * s for i, s in zip(index, strides)), -1
@@ -419,8 +434,6 @@ def _read_element(member, index, target):
         coords, vals = sparse_entries(desc, member.buffers, target, check_duplicates=False)
         hit = np.flatnonzero(np.all(coords == np.asarray(index, np.int64), axis=1))
         return vals[hit[-1]] if hit.size else np.zeros((), dtype)[()]
-    if desc.quantization is None and desc.type_tag != target:
-        raise DecodedTypeMismatch("member values differ from the head's type")
     info = element_type_info(desc.type_tag)
     offset, _ = _element_offset(desc, index)
     buf = as_bytes(member.buffers[0])
@@ -431,9 +444,9 @@ def _read_element(member, index, target):
         pi = _param_index(p, tuple(desc.shape), index)
         if pi >= p.scales.size:
             raise HurraySchemaError("quantization parameter buffer is too short")
-        work = np.float32 if target in (E.FLOAT32, E.FLOAT64) else dtype
+        work = np.float32 if target in (ElementType.FLOAT32, ElementType.FLOAT64) else dtype
         out = np.empty(1, work)
-        kind = OUT_F32 if work == np.float32 else (OUT_F16 if target == E.FLOAT16 else OUT_BF16)
+        kind = OUT_F32 if work == np.float32 else (OUT_F16 if target == ElementType.FLOAT16 else OUT_BF16)
         decode_gather(buf, np.int64(desc.byte_offset), offs, np.array([pi], np.int64), p.valmode, p.bits, p.signed,
                       p.table, p.scales, p.zps, kind, out if kind == OUT_F32 else out.view(np.uint16))
         return out.astype(dtype)[0]
@@ -441,7 +454,7 @@ def _read_element(member, index, target):
         w = info.bit_width // 8
         return np.ndarray((), dtype, buffer=buf, offset=desc.byte_offset + offset * w)[()]
     out = np.empty(1, dtype)
-    _gather_codes(buf, np.int64(desc.byte_offset), offs, np.int64(info.bit_width), out.view(np.uint8))
+    gather_codes(buf, np.int64(desc.byte_offset), offs, np.int64(info.bit_width), out.view(np.uint8))
     return out[0]
 
 
@@ -490,7 +503,8 @@ def lookup(composite, index: Sequence[int], _depth: int = 0):
         if combine == CombineOp.REPLACE:
             acc = v
         else:
-            _scatter(_kernel_view(acc, target), np.zeros(1, np.int64), readonly(_kernel_view(v, target)), 2, mode)
+            _scatter(_kernel_view(acc, target), np.zeros(1, np.int64), readonly(_kernel_view(v, target)),
+                     CombineOp.ADD, mode)
     return acc[0]
 
 
@@ -516,9 +530,10 @@ def read(composite, region, *, limits=None, _depth: int = 0) -> np.ndarray:
     """The box ``region`` (slices or (start, stop) pairs) of the logical view; only members that
     intersect it are decoded.
 
-    The region's array, then each intersecting member that is not a zero-copy view of its
-    buffer (it is decoded whole), are charged against ``limits.max_evaluation_bytes``
-    (``None``: the default limits) before being allocated: :class:`LimitExceeded` if larger.
+    The region's array (against the bytes of every leaf's buffers), then each intersecting
+    member that is not a zero-copy view of its buffer (it is decoded whole, against its own
+    buffers), are charged against ``limits`` (``None``: the default limits) before being
+    allocated: :class:`LimitExceeded` beyond both the budget and the expansion allowance.
     """
     limits = resolve_limits(limits)
     head = _head(composite)
@@ -530,7 +545,7 @@ def read(composite, region, *, limits=None, _depth: int = 0) -> np.ndarray:
     rule = head.layout.composition_rule
     out_shape = tuple(h - l for l, h in zip(lo, hi))
     dtype = numpy_dtype(target)
-    charge(math.prod(out_shape) * dtype.itemsize, limits)
+    charge(math.prod(out_shape) * dtype.itemsize, limits, stored=stored_bytes(composite))
     out = new_array(out_shape, dtype, zeros=True)
     if out.size == 0:
         return out
@@ -546,7 +561,7 @@ def read(composite, region, *, limits=None, _depth: int = 0) -> np.ndarray:
         if _is_composite(member):
             vals = read(member, local, limits=limits, _depth=_depth + 1)
         else:
-            full = _plain_view(member, target)  # zero-copy: only the region's elements are read
+            full = _plain_view(member)  # zero-copy: only the region's elements are read
             if full is None:
                 full = member_values(member, target, _depth, limits)
             vals = full[box]

@@ -20,7 +20,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..errors import HurraySchemaError
-from ..model import (NO_BUFFER_INDEX, ElementType, Mxfp, Nf4, PerBlockAffine, PerChannelAffine,
+from ..model import (NO_BUFFER_INDEX, CombineOp, ElementType, Mxfp, Nf4, PerBlockAffine, PerChannelAffine,
                      PerTensorAffine, QuantFlag)
 from ..structs.element_types import element_type_info
 from ..structs.quantization import NF4_LEVELS
@@ -29,10 +29,9 @@ from .elements import (UnsupportedEvaluation, bf16_add, bf16_bits_to_f32_array, 
 from .simd import LANES, VECTOR_F16, int4x32
 
 __all__ = ["QuantParams", "quant_params", "decode_rows", "decode_rows_lut", "decode_rows_int4", "decode_gather",
-           "OUT_F32", "OUT_F16", "OUT_BF16", "storage_shape", "param_indices", "param_indices_at", "int4_vector_ok", "NO_PATCH",
-           "PATCH_REPLACE", "PATCH_ADD"]
+           "OUT_F32", "OUT_F16", "OUT_BF16", "storage_shape", "param_indices", "param_indices_at", "int4_vector_ok",
+           "NO_PATCH", "PATCH_REPLACE", "PATCH_ADD"]
 
-E = ElementType
 OUT_F32, OUT_F16, OUT_BF16 = 0, 1, 2
 PK_TENSOR, PK_CHANNEL, PK_BLOCK = 0, 1, 2
 VAL_INT, VAL_TABLE = 0, 1
@@ -41,10 +40,13 @@ NF4_TABLE = np.zeros(256, np.float32)
 NF4_TABLE[:16] = np.array(NF4_LEVELS, np.float32)
 NF4_TABLE.flags.writeable = False
 
-_AFFINE_STORAGE = {E.INT8, E.UINT8, E.INT16, E.UINT16, E.INT32, E.UINT32, E.INT4, E.UINT4, E.INT2, E.UINT2}
-_BLOCK_STORAGE = {E.INT8, E.UINT8, E.INT4, E.UINT4, E.INT2, E.UINT2}
-_MXFP_FLOAT = {E.FLOAT8_E4M3, E.FLOAT8_E5M2, E.FLOAT4_E2M1, E.FLOAT6_E2M3, E.FLOAT6_E3M2}
-_MXFP_INT = {E.INT8, E.INT4}
+_AFFINE_STORAGE = {ElementType.INT8, ElementType.UINT8, ElementType.INT16, ElementType.UINT16, ElementType.INT32,
+                   ElementType.UINT32, ElementType.INT4, ElementType.UINT4, ElementType.INT2, ElementType.UINT2}
+_BLOCK_STORAGE = {ElementType.INT8, ElementType.UINT8, ElementType.INT4, ElementType.UINT4, ElementType.INT2,
+                  ElementType.UINT2}
+_MXFP_FLOAT = {ElementType.FLOAT8_E4M3, ElementType.FLOAT8_E5M2, ElementType.FLOAT4_E2M1, ElementType.FLOAT6_E2M3,
+               ElementType.FLOAT6_E3M2}
+_MXFP_INT = {ElementType.INT8, ElementType.INT4}
 
 
 class QuantParams:
@@ -125,12 +127,12 @@ def quant_params(desc, buffers, param_count=None) -> QuantParams:
         if tag not in _BLOCK_STORAGE:
             raise HurraySchemaError(f"per-block affine cannot decode storage type {info.name}")
         stt = q.scale_type_tag
-        if stt == E.FLOAT32:
+        if stt == ElementType.FLOAT32:
             scales = _array(buffers, q.scale_buffer_index, "<f4", count, "per-block scales").astype(np.float32)
             width = 4
-        elif stt in (E.FLOAT16, E.BFLOAT16):
+        elif stt in (ElementType.FLOAT16, ElementType.BFLOAT16):
             raw = np.ascontiguousarray(_array(buffers, q.scale_buffer_index, "<u2", count, "per-block scales"))
-            scales = f16_bits_to_f32_array(raw) if stt == E.FLOAT16 else bf16_bits_to_f32_array(raw)
+            scales = f16_bits_to_f32_array(raw) if stt == ElementType.FLOAT16 else bf16_bits_to_f32_array(raw)
             width = 2
         else:
             raise HurraySchemaError(f"per-block scale_type_tag 0x{int(stt):02X} is not float16/bfloat16/float32")
@@ -139,7 +141,7 @@ def quant_params(desc, buffers, param_count=None) -> QuantParams:
                else _array(buffers, q.zero_point_buffer_index, "<i4", count, "per-block zero points", skip))
         return QuantParams(VAL_INT, NF4_TABLE, scales, zps.astype(np.int32), PK_BLOCK, axis, block, nb, bits, signed)
     if isinstance(q, Nf4):
-        if tag != E.UINT4:
+        if tag != ElementType.UINT4:
             raise HurraySchemaError("NF4 storage type must be uint4")
         scales = _array(buffers, q.scale_buffer_index, "<f4", count, "NF4 absmax").astype(np.float32)
         return QuantParams(VAL_TABLE, NF4_TABLE, scales, np.zeros(1, np.int32), PK_BLOCK, axis, block, nb, bits, 0)
@@ -149,7 +151,7 @@ def quant_params(desc, buffers, param_count=None) -> QuantParams:
         codes = _array(buffers, q.scale_buffer_index, np.uint8, count, "MXFP scales")
         if np.any((codes == 0) | (codes == 0xFF)):
             raise HurraySchemaError("MXFP scale buffer holds a reserved float8_e8m0 pattern 0x00/0xFF")
-        scales = minifloat_table(E.FLOAT8_E8M0)[codes]
+        scales = minifloat_table(ElementType.FLOAT8_E8M0)[codes]
         if tag in _MXFP_FLOAT:
             return QuantParams(VAL_TABLE, minifloat_table(tag), scales, np.zeros(1, np.int32),
                                PK_BLOCK, axis, block, nb, bits, 0)
@@ -354,7 +356,9 @@ def decode_rows_lut(buf, base, shape, strides, valmode, bits, signed, table, sca
 # 4-bit codes, vector steps (simd.py), with an optional sparse patch fused in
 # ------------------------------------------------------------------------------------
 
-NO_PATCH, PATCH_REPLACE, PATCH_ADD = 0, 1, 2
+NO_PATCH, PATCH_REPLACE, PATCH_ADD = int(CombineOp.NONE), int(CombineOp.REPLACE), int(CombineOp.ADD)
+"""``patch_combine`` of :func:`decode_rows_int4`: no patch, or the head's ``combine_op`` (plain ints
+for the kernel)."""
 _FLT_MAX = np.float32(3.4028235e38)
 
 

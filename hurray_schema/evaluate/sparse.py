@@ -5,7 +5,7 @@ COO (``layouts/coo.md § Storage Order``), CSR (``layouts/csr.md § Row Iteratio
 ``mode_order``).  Unstored coordinates are zero (``layouts/coo.md § Element Lookup``).
 Coordinates are bound-checked before use; duplicate coordinates are rejected
 (``layouts/coo.md § Validity Constraints``).  :func:`densify` charges its output against
-the evaluation budget before reading a coordinate (``hurray_schema.evaluate.tensor``).
+the evaluation budget before reading a coordinate (:mod:`hurray_schema.evaluate.common`).
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ from ..errors import HurraySchemaError
 from ..limits import resolve_limits
 from ..model import CooLayout, CscLayout, CsfLayout, CsrLayout, ElementType
 from ..structs.element_types import element_type_info
-from .elements import CODE_VIEW_TYPES, UnsupportedEvaluation, numpy_dtype
+from .common import (as_bytes, as_evaluated, charge, check_representable, check_shape, decode_target, new_array,
+                     tensor_stored_bytes)
+from .elements import CODE_VIEW_TYPES, UnsupportedEvaluation, gather_codes, numpy_dtype
 from .quant import OUT_BF16, OUT_F16, OUT_F32, decode_gather, param_indices_at, quant_params
-from .tensor import _gather_codes, as_bytes, as_evaluated, charge, check_representable, check_shape, new_array
 
 __all__ = ["sparse_entries", "sparse_linear", "densify", "linear_indices"]
-
-E = ElementType
 
 
 def _u64(buffers, index, count, what) -> np.ndarray:
@@ -105,7 +104,7 @@ def linear_indices(coords: np.ndarray, shape) -> np.ndarray:
 def _values(desc, buffers, coords, target) -> np.ndarray:
     nnz = int(desc.layout.nnz)
     info = element_type_info(desc.type_tag)
-    if info is None or desc.type_tag == E.FLOAT128:
+    if info is None or desc.type_tag == ElementType.FLOAT128:
         raise UnsupportedEvaluation(f"element type 0x{int(desc.type_tag):02X} is not evaluated here")
     out_dtype = numpy_dtype(target)
     if nnz == 0:
@@ -122,24 +121,23 @@ def _values(desc, buffers, coords, target) -> np.ndarray:
         pidx = param_indices_at(p, desc.shape, coords)
         if pidx.size and (pidx.max() >= p.scales.size or (p.zps.size > 1 and pidx.max() >= p.zps.size)):
             raise HurraySchemaError("quantization parameter buffer is too short for the tensor")
-        work = np.dtype(np.float32) if target in (E.FLOAT32, E.FLOAT64) else out_dtype
+        work = np.dtype(np.float32) if target in (ElementType.FLOAT32, ElementType.FLOAT64) else out_dtype
         out = np.empty(nnz, work)
-        kind = OUT_F32 if work == np.float32 else (OUT_F16 if target == E.FLOAT16 else OUT_BF16)
+        kind = OUT_F32 if work == np.float32 else (OUT_F16 if target == ElementType.FLOAT16 else OUT_BF16)
         decode_gather(buf, np.int64(0), np.arange(nnz, dtype=np.int64), pidx, p.valmode, p.bits, p.signed, p.table,
                       p.scales, p.zps, kind, out if kind == OUT_F32 else out.view(np.uint16))
         return out.astype(out_dtype, copy=False)
     if bits >= 8 and desc.type_tag not in CODE_VIEW_TYPES:
         return np.frombuffer(buf, out_dtype, nnz)
     out = np.empty(nnz, out_dtype)
-    _gather_codes(buf, np.int64(0), np.arange(nnz, dtype=np.int64), np.int64(bits), out.view(np.uint8))
+    gather_codes(buf, np.int64(0), np.arange(nnz, dtype=np.int64), np.int64(bits), out.view(np.uint8))
     return out
 
 
 def sparse_entries(desc, buffers, target=None, *, check_duplicates=True) -> tuple[np.ndarray, np.ndarray]:
     """(coords (nnz, rank) int64, values (nnz,) decoded to ``target``) in storage order."""
-    from .tensor import _target
     desc = as_evaluated(desc)
-    target = _target(desc, target)
+    target = decode_target(desc, target)
     coords = _coordinates(desc, buffers)
     if check_duplicates and coords.shape[0] > 1:
         lin = linear_indices(coords, desc.shape)
@@ -201,8 +199,7 @@ def sparse_linear(desc, buffers, target, offset, head_shape) -> tuple[np.ndarray
     desc = as_evaluated(desc)
     shape = check_shape(desc.shape)
     if isinstance(desc.layout, CooLayout) and desc.quantization is None and len(shape) >= 1:
-        from .tensor import _target
-        target = _target(desc, target)
+        target = decode_target(desc, target)
         rank, nnz = len(shape), int(desc.layout.nnz)
         idx = _u64(buffers, 1, nnz * rank, "COO indices")
         sorted_flag = desc.layout.is_sorted == 1
@@ -223,15 +220,15 @@ def sparse_linear(desc, buffers, target, offset, head_shape) -> tuple[np.ndarray
 def densify(desc, buffers, target=None, *, limits=None) -> np.ndarray:
     """Dense logical array of a sparse tensor; unstored elements are zero.
 
-    The dense array's bytes are charged against ``limits.max_evaluation_bytes`` (``None``: the
-    default limits) before anything is read or allocated: :class:`LimitExceeded` if larger.
+    The dense array's bytes are charged against ``limits`` (``None``: the default limits) and the
+    bytes of ``buffers`` before anything is read or allocated: :class:`LimitExceeded` if they exceed
+    both the budget and the expansion allowance (:mod:`hurray_schema.evaluate.common`).
     """
-    from .tensor import _target
     desc = as_evaluated(desc)
-    target = _target(desc, target)
+    target = decode_target(desc, target)
     shape = check_shape(desc.shape)
     dtype = numpy_dtype(target)
-    charge(math.prod(shape) * dtype.itemsize, resolve_limits(limits))
+    charge(math.prod(shape) * dtype.itemsize, resolve_limits(limits), stored=tensor_stored_bytes(buffers))
     check_representable(shape, dtype)
     coords, values = sparse_entries(desc, buffers, target)
     out = new_array(shape, dtype, zeros=True)

@@ -13,20 +13,22 @@ like every whole-byte type); other widths, and a tag no table row or extension s
 describes (kept by a permissive reader), raise :class:`UnsupportedEvaluation`.  So does an
 empty tensor NumPy cannot hold even empty (float32 ``[0, 2**62]``: :func:`new_array`).
 
-**Evaluation budget.**  An input can describe far more output than it holds (a sparse
-shape of 10**9 elements with three entries, a stride-0 tensor).  Before allocating,
-every evaluation charges its *cost* against ``limits.max_evaluation_bytes``
-(:class:`~hurray_schema.limits.Limits`, default 1 GiB; ``limits=None`` means
-:data:`~hurray_schema.limits.DEFAULT_LIMITS`) and raises
-:class:`~hurray_schema.errors.LimitExceeded` (``limit == "max_evaluation_bytes"``) if the
-cost is larger.  The cost of decoding one tensor (:func:`decode_cost`) is the bytes of the
-array returned (element count x item size of the decoded dtype) plus, where the decode
-needs them, 8 bytes per element for an offset table (every layout but row-major,
-column-major and strided; sub-byte and narrow-float codes on those too), 8 more per
-element for a quantization parameter index table (quantized values gathered through an
-offset table) and 4 per element for the float32 work array of a quantized tensor widened
-to float64.  Sparse coordinates and values are not charged: they are bounded by the
-buffers read.  The composite rules are in :mod:`hurray_schema.evaluate.merge`.
+**Evaluation budget** (the rule: :mod:`hurray_schema.evaluate.common`).  Before
+allocating, :func:`tensor_to_numpy` charges the cost of the decode (:func:`decode_cost`)
+against ``limits`` (:class:`~hurray_schema.limits.Limits`; ``limits=None`` means
+:data:`~hurray_schema.limits.DEFAULT_LIMITS`, a 256 MiB budget) and the bytes of the
+tensor's buffers: it raises :class:`~hurray_schema.errors.LimitExceeded`
+(``limit == "max_evaluation_bytes"``) when the cost exceeds the budget and
+:data:`~hurray_schema.limits.EVALUATION_EXPANSION` (64) times those bytes -- the 65-byte
+stride-0 tensor asking for 512 MiB from a 4-byte buffer is refused, a 2 GiB dense tensor
+read from 2 GiB of buffers is not.  The cost is the bytes of the array returned (element
+count x item size of the decoded dtype) plus, where the decode needs them, 8 bytes per
+element for an offset table (every layout but row-major, column-major and strided;
+sub-byte and narrow-float codes on those too), 8 more per element for a quantization
+parameter index table (quantized values gathered through an offset table) and 4 per
+element for the float32 work array of a quantized tensor widened to float64.  Sparse
+coordinates and values are not charged: they are bounded by the buffers read.  The
+composite rules are in :mod:`hurray_schema.evaluate.merge`.
 """
 
 from __future__ import annotations
@@ -34,49 +36,22 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
-import attrs
 import numpy as np
-from numba import njit, parallel_chunksize, prange
+from numba import njit, parallel_chunksize
 
-from ..rules.composite import decoded_type as rules_decoded_type
-from ..errors import HurraySchemaError, LimitExceeded
-from ..limits import HARD_MAXIMUM, Limits, resolve_limits
-from ..model import (DYNAMIC_DIMENSION, BlockPagedLayout, ElementType, LayoutTag, PerBlockAffine, PerChannelAffine,
-                     PerTensorAffine)
-from ..structs.element_types import element_type_info, is_private_type
-from . import dense as dense_module
+from ..errors import HurraySchemaError
+from ..limits import Limits, resolve_limits
+from ..model import BlockPagedLayout, ElementType, LayoutTag, PerBlockAffine, PerChannelAffine, PerTensorAffine
+from ..structs.element_types import element_type_info
+from .common import (NOT_CHARGED, OFFSET_BYTES, SPARSE_TAGS, as_bytes, as_evaluated, charge, check_representable,
+                     check_shape, decode_target, new_array, readonly, tensor_stored_bytes)
 from .dense import element_offsets
-from .elements import CODE_VIEW_TYPES, UnsupportedEvaluation, load_code, numpy_dtype
+from .elements import CODE_VIEW_TYPES, UnsupportedEvaluation, gather_codes, numpy_dtype
 from .quant import (NO_PATCH, OUT_BF16, OUT_F16, OUT_F32, PK_BLOCK, PK_CHANNEL, decode_gather, decode_rows,
                     decode_rows_int4, decode_rows_lut, int4_vector_ok, param_indices, quant_params, storage_shape)
+from .sparse import densify
 
-__all__ = ["tensor_to_numpy", "decoded_type", "as_bytes", "dense_view", "check_shape", "decode_into",
-           "DecodedTypeMismatch", "as_evaluated", "RAW_CODE_TYPES", "decode_cost", "charge", "new_array",
-           "NOT_CHARGED", "OFFSET_BYTES", "check_representable"]
-
-E = ElementType
-_DECODE_TARGETS = {E.FLOAT16: OUT_F16, E.BFLOAT16: OUT_BF16, E.FLOAT32: OUT_F32, E.FLOAT64: OUT_F32}
-SPARSE_TAGS = {LayoutTag.COO, LayoutTag.CSR, LayoutTag.CSC, LayoutTag.CSF}
-
-
-class DecodedTypeMismatch(HurraySchemaError):
-    """A member's decoded value type differs from what was asked (``layouts/composite.md § Element type
-    across members``)."""
-
-
-def as_bytes(buffer) -> np.ndarray:
-    """A read-only uint8 view of any buffer-protocol object (memoryview, bytes, ndarray...)."""
-    if isinstance(buffer, np.ndarray):
-        out = buffer.reshape(-1).view(np.uint8) if buffer.flags.c_contiguous else np.frombuffer(buffer.tobytes(),
-                                                                                                np.uint8)
-    else:
-        mv = memoryview(buffer)
-        if not mv.c_contiguous:
-            mv = memoryview(mv.tobytes())
-        out = np.frombuffer(mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv, np.uint8)
-    out = out.view()
-    out.flags.writeable = False  # one kernel signature whatever the buffer's origin
-    return out
+__all__ = ["tensor_to_numpy", "dense_view", "decode_into", "decode_cost", "INT4_VECTOR"]
 
 
 def _owned(a) -> np.ndarray:
@@ -84,72 +59,11 @@ def _owned(a) -> np.ndarray:
     return np.array(a, np.int64, copy=True).reshape(-1)
 
 
-def readonly(a: np.ndarray) -> np.ndarray:
-    """A read-only view (keeps kernel signatures to one per argument)."""
-    v = a.view()
-    v.flags.writeable = False
-    return v
-
-
-def _element_type(tag: int, what: str) -> ElementType:
-    """``tag`` as an :class:`ElementType`; a tag the table does not assign is not evaluated."""
-    try:
-        return E(int(tag))
-    except ValueError:
-        raise UnsupportedEvaluation(f"{what} 0x{int(tag):02X} is not an element type this evaluator knows") from None
-
-
-def decoded_type(desc) -> int:
-    """Element type the values of ``desc`` decode to: the rule engine's reading of the spec
-    (``rules.composite.decoded_type``: per-channel / per-block affine decode to their scale
-    type, the other schemes to float32), float32 for a scheme it does not know."""
-    tag = rules_decoded_type(as_evaluated(desc))
-    return _element_type(tag, "decoded type") if tag is not None else E.FLOAT32
-
-
-RAW_CODE_TYPES = {8: E.UINT8, 16: E.UINT16, 32: E.UINT32, 64: E.UINT64}
-"""Code width (bits) of a private element type -> the unsigned type its raw codes come back as."""
-
-
-def as_evaluated(desc):
-    """``desc`` with a private element type replaced by the unsigned type of its raw codes.
-
-    A built-in type is returned as it is.  A private tag ``0xF0``-``0xFE`` with an Extension
-    Type section of ``bit_width`` 8, 16, 32 or 64 becomes uint8 .. uint64 (the section goes:
-    nothing else reads it here); any other width, a private tag without the section, an
-    unassigned tag (permissive mode keeps them) or a quantized private storage type raises
-    :class:`UnsupportedEvaluation` (``element-types.md § Type Identifier Encoding``,
-    ``metadata.md § Extension Type Section``).
-    """
-    tag = int(desc.type_tag)
-    if element_type_info(tag) is not None:
-        return desc
-    ext = desc.extension_type
-    if not is_private_type(tag) or ext is None:
-        raise UnsupportedEvaluation(f"element type 0x{tag:02X} is neither built in nor described by an "
-                                    "extension type section")
-    code_type = RAW_CODE_TYPES.get(int(ext.bit_width))
-    if code_type is None:
-        raise UnsupportedEvaluation(f"private element type 0x{tag:02X} has {ext.bit_width}-bit codes; only "
-                                    f"{sorted(RAW_CODE_TYPES)}-bit codes are returned (as unsigned integers)")
-    if desc.quantization is not None:
-        raise UnsupportedEvaluation(f"quantized values stored as private element type 0x{tag:02X}")
-    return attrs.evolve(desc, type_tag=code_type, extension_type=None)
-
-
 # ------------------------------------------------------------------------------------
 # Evaluation budget (see the module docstring)
 # ------------------------------------------------------------------------------------
 
-NOT_CHARGED = Limits(max_evaluation_bytes=HARD_MAXIMUM["max_evaluation_bytes"])
-"""Limits under which nothing is refused for its size: an evaluation into a caller's ``out=`` array,
-and the parts of an evaluation whose whole was charged already."""
-
-OFFSET_BYTES = np.dtype(np.int64).itemsize
-"""Bytes per element of an offset (or parameter index) table."""
-
 _WIDEN_WORK_BYTES = np.dtype(np.float32).itemsize
-_INTP_MAX = np.iinfo(np.intp).max
 _AFFINE = (LayoutTag.ROW_MAJOR, LayoutTag.COLUMN_MAJOR, LayoutTag.STRIDED)
 
 
@@ -173,44 +87,9 @@ def decode_cost(desc, shape, out_dtype, target, *, output: bool = True) -> int:
         cost += count * OFFSET_BYTES
         if desc.quantization is not None:
             cost += count * OFFSET_BYTES
-    if desc.quantization is not None and target == E.FLOAT64:
+    if desc.quantization is not None and target == ElementType.FLOAT64:
         cost += count * _WIDEN_WORK_BYTES
     return cost
-
-
-def charge(cost: int, limits: Limits) -> None:
-    """Refuse, with :class:`LimitExceeded`, a cost above ``limits.max_evaluation_bytes``."""
-    limits.check("max_evaluation_bytes", cost)
-
-
-def new_array(shape, dtype, *, zeros: bool = False) -> np.ndarray:
-    """A fresh array of ``shape``; an empty one too when NumPy can hold it.
-
-    NumPy refuses any array -- even an empty one -- whose non-zero extents multiplied by the
-    item size exceed its index range (float32 ``[0, 2**62]``); such a shape raises
-    :class:`UnsupportedEvaluation` instead of NumPy's ``ValueError``.
-    """
-    dtype = check_representable(shape, dtype)
-    return np.zeros(shape, dtype) if zeros else np.empty(shape, dtype)
-
-
-def check_representable(shape, dtype) -> np.dtype:
-    """``dtype`` if NumPy can hold an array of ``shape`` and ``dtype``, else :class:`UnsupportedEvaluation`
-    (see :func:`new_array`)."""
-    dtype = np.dtype(dtype)
-    nonzero = math.prod(n for n in shape if n)
-    if any(n > _INTP_MAX for n in shape) or nonzero * dtype.itemsize > _INTP_MAX:
-        raise UnsupportedEvaluation(f"NumPy cannot hold a {dtype} array of shape {list(shape)}, even an empty one")
-    return dtype
-
-
-def check_shape(shape) -> tuple[int, ...]:
-    shape = tuple(int(n) for n in shape)
-    if DYNAMIC_DIMENSION in shape:
-        raise HurraySchemaError("a dynamic dimension must be resolved before the tensor is evaluated")
-    if math.prod(shape) > dense_module.MAX_ELEMENTS:
-        raise LimitExceeded("element count", math.prod(shape), dense_module.MAX_ELEMENTS)
-    return shape
 
 
 _INJECTIVE = (LayoutTag.ROW_MAJOR, LayoutTag.COLUMN_MAJOR, LayoutTag.TILED, LayoutTag.MORTON, LayoutTag.HILBERT)
@@ -235,19 +114,6 @@ def _precheck_dense(desc, buffers, shape) -> None:
         raise HurraySchemaError(f"buffer 0 holds {have} bytes, the tensor's elements need {need}")
 
 
-def _target(desc, dtype) -> int:
-    if dtype is None:
-        return decoded_type(desc)
-    dtype = _element_type(dtype, "requested type")
-    if desc.quantization is not None:
-        if dtype not in _DECODE_TARGETS:
-            raise DecodedTypeMismatch(f"a quantized tensor cannot decode to {dtype.name}")
-    elif dtype != desc.type_tag:
-        name = getattr(element_type_info(desc.type_tag), "name", hex(int(desc.type_tag)))
-        raise DecodedTypeMismatch(f"values are {name}, not {dtype.name}")
-    return dtype
-
-
 def _element_range(strides, offsets, shape):
     """(min, max) linear element offset touched."""
     if offsets is not None:
@@ -270,29 +136,6 @@ def _check_bounds(byte_offset, bits, lo, hi, nbytes):
         raise HurraySchemaError(f"elements span bytes [{first}, {last}] outside buffer 0 of {nbytes} bytes")
 
 
-@njit(cache=True, parallel=True)
-def _gather_codes_parallel(buf, base, offsets, bits, out):
-    for i in prange(out.size):
-        out[i] = load_code(buf, base, offsets[i], bits)
-
-
-@njit(cache=True)
-def _gather_codes_serial(buf, base, offsets, bits, out):
-    for i in range(out.size):
-        out[i] = load_code(buf, base, offsets[i], bits)
-
-
-PARALLEL_GATHER_MIN = 1 << 14
-"""Fewer codes than this are gathered on one thread: starting numba's thread pool costs more
-than the work (milliseconds on a loaded machine)."""
-
-
-def _gather_codes(buf, base, offsets, bits, out) -> None:
-    """``out[i]`` = the code at element offset ``offsets[i]`` (``elements.load_code``)."""
-    kernel = _gather_codes_parallel if out.size >= PARALLEL_GATHER_MIN else _gather_codes_serial
-    kernel(buf, base, offsets, bits, out)
-
-
 def _affine_offsets(strides, shape):
     off = np.zeros((), np.int64)
     for i, s in zip(np.indices(shape, dtype=np.int64, sparse=True), strides):
@@ -307,7 +150,7 @@ def dense_view(desc, buffers) -> Optional[np.ndarray]:
                                                                  LayoutTag.STRIDED):
         return None
     info = element_type_info(desc.type_tag)
-    if info is None or info.bit_width < 8 or desc.type_tag in CODE_VIEW_TYPES or desc.type_tag == E.FLOAT128:
+    if info is None or info.bit_width < 8 or desc.type_tag in CODE_VIEW_TYPES or desc.type_tag == ElementType.FLOAT128:
         return None
     shape = check_shape(desc.shape)
     if 0 in shape or not buffers:
@@ -331,7 +174,7 @@ def decode_into(desc, buffers, out: np.ndarray, seq_lens=None, patch=None) -> bo
     desc = as_evaluated(desc)
     shape = tuple(out.shape)
     info = element_type_info(desc.type_tag)
-    if info is None or desc.type_tag == E.FLOAT128:
+    if info is None or desc.type_tag == ElementType.FLOAT128:
         raise UnsupportedEvaluation(f"element type 0x{int(desc.type_tag):02X} is not evaluated here")
     if out.size == 0:
         return False
@@ -394,8 +237,8 @@ def decode_into(desc, buffers, out: np.ndarray, seq_lens=None, patch=None) -> bo
     if strides is not None:
         offsets = _affine_offsets(strides, shape)
     codes = flat.view(np.uint8)
-    _gather_codes(buf, base, _owned(offsets), np.int64(bits), codes)
-    if desc.type_tag == E.BOOL:
+    gather_codes(buf, base, _owned(offsets), np.int64(bits), codes)
+    if desc.type_tag == ElementType.BOOL:
         np.minimum(codes, 1, out=codes)  # a stored bit is 0 or 1 already; keep bool items canonical
     return False
 
@@ -444,15 +287,16 @@ def tensor_to_numpy(desc, buffers: Sequence, dtype: Optional[int] = None, *, seq
                     limits: Optional[Limits] = None) -> np.ndarray:
     """The logical array of a tensor, in logical C order.
 
-    The values come out in the tensor's decoded type (:func:`decoded_type`); ``dtype`` (an
+    The values come out in the tensor's decoded type (:func:`.common.decoded_type`); ``dtype`` (an
     :class:`ElementType`) asks a quantized tensor for another float type (float32 arithmetic,
     one rounding); for an unquantized tensor it must equal ``type_tag``.
     Sub-byte and narrow float types come back as ``ml_dtypes`` arrays; an empty tensor as an
     empty array of its shape; a private type as its raw codes (:func:`as_evaluated`).
     ``seq_lens`` gives the per-sequence token counts of a block-paged tensor when the
     descriptor does not determine them.  Before anything is allocated the decode's cost
-    (:func:`decode_cost`) is charged against ``limits.max_evaluation_bytes`` (``None``:
-    the default 1 GiB): a larger one raises :class:`LimitExceeded`.
+    (:func:`decode_cost`) is charged against ``limits`` (``None``: the default limits) and
+    the bytes of ``buffers`` (module docstring): :class:`LimitExceeded` if it exceeds both
+    the budget and the expansion allowance.
     """
     if desc.layout.tag == LayoutTag.COMPOSITE:
         raise HurraySchemaError("a composite head has no data; use materialize()")
@@ -460,15 +304,14 @@ def tensor_to_numpy(desc, buffers: Sequence, dtype: Optional[int] = None, *, seq
     desc = as_evaluated(desc)
     shape = check_shape(desc.shape)
     _check_quant_axis(desc)
-    target = _target(desc, dtype)
+    target = decode_target(desc, dtype)
     out_dtype = numpy_dtype(target)
-    charge(decode_cost(desc, shape, out_dtype, target), limits)
+    charge(decode_cost(desc, shape, out_dtype, target), limits, stored=tensor_stored_bytes(buffers))
     check_representable(shape, out_dtype)
     if desc.layout.tag in SPARSE_TAGS:
-        from .sparse import densify
         return densify(desc, buffers, target, limits=NOT_CHARGED)
     _precheck_dense(desc, buffers, shape)
-    widen = desc.quantization is not None and target == E.FLOAT64  # float32 arithmetic, then widened
+    widen = desc.quantization is not None and target == ElementType.FLOAT64  # float32 arithmetic, then widened
     work_dtype = np.dtype(np.float32) if widen else out_dtype
     out = new_array(shape, work_dtype, zeros=0 in shape)
     decode_into(desc, buffers, out, seq_lens)

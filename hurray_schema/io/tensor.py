@@ -104,8 +104,9 @@ class Tensor:
         """The logical array, in its decoded type or ``dtype`` (an ``ElementType``)
         (computed by :func:`hurray_schema.evaluate.tensor_to_numpy`; imported here, at
         call time, because the evaluator sits above the readers).  An array larger than
-        ``limits.max_evaluation_bytes`` (default 1 GiB; ``limits`` a :class:`~hurray_schema.Limits`)
-        is refused with ``LimitExceeded`` before it is allocated."""
+        ``limits.max_evaluation_bytes`` (default 256 MiB; ``limits`` a :class:`~hurray_schema.Limits`)
+        and than ``EVALUATION_EXPANSION`` times the buffers' bytes is refused with
+        ``LimitExceeded`` before it is allocated."""
         from ..evaluate import tensor_to_numpy
 
         return tensor_to_numpy(self.descriptor, self.buffers, dtype, limits=limits)
@@ -242,8 +243,9 @@ class Composite:
     def materialize(self, *, out=None, limits=None):
         """The merged logical array (a tuple of arrays for a group), bit-exact in the head's
         type (:func:`hurray_schema.evaluate.materialize`); refused with ``LimitExceeded``
-        before allocating more than ``limits.max_evaluation_bytes`` (default 1 GiB), unless
-        the caller provides ``out``."""
+        before allocating an array larger than both ``limits.max_evaluation_bytes`` (default
+        256 MiB) and ``EVALUATION_EXPANSION`` times its members' buffers, unless the caller
+        provides ``out``."""
         from ..evaluate import materialize
 
         return materialize(self, out=out, limits=limits)
