@@ -15,7 +15,6 @@ the target once complete, after every tensor passed the strict reader's rules
 
 from __future__ import annotations
 
-import functools
 import mmap
 import os
 from collections.abc import Mapping
@@ -39,7 +38,7 @@ from .kv import encode_kv
 from .tensor import Composite, Item, Tensor, walk
 from .walk import (
     DESCRIPTOR, FILE_HEADER_PART, INDEX_PART, KV_PART, TENSOR_DATA, TRAILER_PART, Faults, IndexEntry,
-    as_view, buffer_spans, strict_descriptor, walk_file,  # noqa: F401  (buffer_spans: was defined here)
+    as_view, buffer_spans, strict_describer, walk_file,  # noqa: F401  (buffer_spans: was defined here)
 )
 
 __all__ = ["HurrayFile", "IndexEntry", "read_file", "write_file"]
@@ -110,7 +109,7 @@ class HurrayFile(Mapping):
         self._spans: dict[str, list] = {}
         self.kv: dict = {}
         ordered: list[IndexEntry] = []
-        describe = functools.partial(strict_descriptor, mode=self.mode, limits=self.limits, findings=self.findings)
+        describe = strict_describer(mode=self.mode, limits=self.limits, findings=self.findings)
         for part in walk_file(self._view, describe, faults=Faults.RAISE, mode=self.mode, limits=self.limits):
             if part.kind == DESCRIPTOR:
                 desc = part.value

@@ -16,7 +16,6 @@ being bound plus the buffers of the tensor being read.
 
 from __future__ import annotations
 
-import functools
 import io
 import os
 from typing import Iterable, Iterator, Optional
@@ -31,7 +30,7 @@ from ..structs.stream import (
 from ._write import EncodedNode, Sink, check_nodes, checked_buffers, encode_nodes, replacing
 from .tensor import Composite, Item, Tensor, walk
 from .walk import (
-    BUFFER, DATA, DESCRIPTOR, TENSOR_END, Faults, RemoteError, Window, strict_descriptor, walk_bare,
+    BUFFER, DATA, DESCRIPTOR, TENSOR_END, Faults, RemoteError, Window, strict_describer, walk_bare,
     walk_messages,
 )
 
@@ -74,8 +73,8 @@ class StreamReader:
         self._src = Window(source)
         self._binder = CompositeBinder(mode=self.mode, validate=validate_composites, limits=self.limits,
                                        findings=self.findings, leaf=Tensor, assemble=Composite.from_binder)
-        self._describe = functools.partial(strict_descriptor, mode=self.mode, limits=self.limits,
-                                           cross_machine=cross_machine, findings=self.findings)
+        self._describe = strict_describer(mode=self.mode, limits=self.limits, cross_machine=cross_machine,
+                                          findings=self.findings)
         self._gen = self._bare() if framing == "bare" else self._messages()
 
     def __iter__(self) -> "StreamReader":

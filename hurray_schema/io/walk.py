@@ -55,11 +55,11 @@ from ..structs.stream import (
 from .kv import decode_kv
 from .parts import (  # noqa: F401  (the kinds of part are part of this module's interface)
     BUFFER, DATA, DATA_HEADER, DESCRIPTOR, ENTRY, ENTRY_START, FAULT, MESSAGE, MESSAGE_HEADER_PART, NAME, PAYLOAD, TABLE,
-    TENSOR_END, TRANSPORT, VALUE, Faults, Part, as_view, fault,
+    TENSOR_END, TRANSPORT, VALUE, Faults, Part, as_view, fault, part_from_fields,
 )
 
 __all__ = [
-    "Faults", "Part", "Window", "memory_input", "as_view", "violation_finding", "strict_descriptor",
+    "Faults", "Part", "Window", "memory_input", "as_view", "violation_finding", "strict_descriptor", "strict_describer",
     "collect_descriptor", "walk_descriptor", "walk_bare", "walk_messages", "walk_file", "detect_kind", "IndexEntry", "buffer_spans",
     "Nesting", "RemoteError", "walk_index",
 ]
@@ -77,7 +77,8 @@ _TRANSPORT_SIZE = _TRANSPORT.fixed_size
 _DATA = plan(TENSOR_DATA_HEADER)
 _DATA_SIZE = _DATA.fixed_size
 _ERROR = plan(ERROR_HEADER)
-_KNOWN_MESSAGE_TYPES = frozenset(int(m) for m in MessageType)
+_MESSAGE_TYPES = {int(m): m for m in MessageType}
+_KNOWN_MESSAGE_TYPES = frozenset(_MESSAGE_TYPES)
 _LENGTH_FIELD = plan(select(FIXED_HEADER, "descriptor_length")).steps[0].codec
 
 
@@ -219,19 +220,36 @@ def strict_descriptor(buf, base: int, depth: int, *, mode: Mode, limits: Limits 
     """The descriptor that is ``buf`` (exactly its ``descriptor_length`` bytes) as a reader
     takes it (``RAISE``): the structural decode, then the first untolerated semantic rule raises.  What the mode
     tolerated goes to ``findings`` (before anything raises) when given, else to the part."""
-    desc, tolerated = parse_descriptor(buf, mode=mode, base=base, limits=limits)
-    if findings is not None:
-        findings.extend(tolerated)
-        tolerated = ()
-    error = first_error(desc, mode, base=base)
-    if error is not None:
-        raise error.to_violation()
-    if cross_machine:
-        for i, h in enumerate(desc.buffers):
-            if h.sync_mode != SyncMode.PRODUCER_SYNCED:
-                raise container_rules.CROSS_MACHINE_SYNC.violation(
-                    f"buffer {i} declares sync_mode 0x{int(h.sync_mode):02X} on a cross-machine stream", base)
-    return Part(DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "", tuple(tolerated), 0, depth)
+    describe = strict_describer(mode=mode, limits=limits, cross_machine=cross_machine, findings=findings)
+    return describe(buf, base, depth)
+
+
+def strict_describer(*, mode: Mode, limits: Limits = DEFAULT_LIMITS, cross_machine: bool = False,
+                     findings: Optional[list] = None) -> "Describe":
+    """The readers' ``describe``: :func:`strict_descriptor` with its options bound once, as
+    one plain function (a reader calls it for every tensor)."""
+
+    def describe(buf, base: int, depth: int) -> Part:
+        desc, tolerated = parse_descriptor(buf, mode=mode, base=base, limits=limits)
+        if tolerated and findings is not None:
+            findings.extend(tolerated)
+            tolerated = ()
+        error = first_error(desc, mode, base=base)
+        if error is not None:
+            raise error.to_violation()
+        if cross_machine:
+            _check_producer_synced(desc, base)
+        return part_from_fields((DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "",
+                                 tuple(tolerated) if tolerated else (), 0, depth))
+
+    return describe
+
+
+def _check_producer_synced(desc: TensorDescriptor, base: int) -> None:
+    for i, h in enumerate(desc.buffers):
+        if h.sync_mode != SyncMode.PRODUCER_SYNCED:
+            raise container_rules.CROSS_MACHINE_SYNC.violation(
+                f"buffer {i} declares sync_mode 0x{int(h.sync_mode):02X} on a cross-machine stream", base)
 
 
 def collect_descriptor(buf, base: int, depth: int, mode: Mode) -> Part:
@@ -300,42 +318,61 @@ def walk_bare(window: Window, describe: Describe, *, faults: Faults, mode: Mode,
     and reads only what each part needs; ``COLLECT`` and ``ANNOTATE`` decode each
     descriptor from what remains, give it its composite nesting ``depth``, and stop at
     the first part that cannot be located."""
-    strict = faults is Faults.RAISE
-    nesting = None if strict else Nesting()
+    if faults is Faults.RAISE:
+        return _bare_strict(window, describe, limits, progress)
+    return _bare_located(window, describe, faults, mode, progress)
+
+
+def _bare_strict(window: Window, describe: Describe, limits: Limits, progress) -> Iterator[Part]:
+    max_buffer = limits.max_buffer_bytes
+    memory = window.data
+    while not window.at_eof():
+        start = window.pos
+        if progress is not None:
+            progress(start)
+        part = describe(_framed_descriptor(window, start, limits), start, 0)
+        yield part
+        for i, handle in enumerate(part.value.buffers):
+            size = handle.byte_size
+            if size > max_buffer:
+                limits.check("max_buffer_bytes", size, start)
+            at = window.pos
+            if memory is not None and size <= len(memory) - at:  # the common case, read inline
+                data = memory[at : at + size]
+                window.pos = at + size
+            else:
+                data = window.read(size)
+                if len(data) < size:
+                    raise container_rules.STREAM_TRUNCATED.violation(
+                        f"buffer {i} of the tensor at byte {start} needs {size} bytes, the stream has "
+                        f"{len(data)} left", at + len(data))
+            yield part_from_fields((BUFFER, at, at + size, None, data, None, "", (), i, 0))
+
+
+def _bare_located(window: Window, describe: Describe, faults: Faults, mode: Mode, progress) -> Iterator[Part]:
+    nesting = Nesting()
     count = 0
-    max_buffer = limits.max_buffer_bytes if strict else None
     while not window.at_eof() or (faults is Faults.COLLECT and count == 0):
         start = window.pos
         if progress is not None:
             progress(start)
-        if strict:
-            part = describe(_framed_descriptor(window, start, limits), start, 0)
-        else:
-            part = describe(window.rest(), start, nesting.depth())
+        part = describe(window.rest(), start, nesting.depth())
         yield part
         desc = part.value
         if desc is None:
             return
         count += 1
-        if not strict:
-            nesting.arrive(desc)
-            window.pos = part.end
-            if faults is Faults.COLLECT and window.at_eof() and count == 1:
-                return  # a lone descriptor: no buffers follow it
-            stopped = yield from _located_buffers(window, desc, faults, mode)
-            if stopped:
-                return
-        for i, handle in enumerate(desc.buffers):  # they fit (checked above) or are read and checked here
-            size = handle.byte_size
-            if strict and size > max_buffer:
-                limits.check("max_buffer_bytes", size, start)
+        nesting.arrive(desc)
+        window.pos = part.end
+        if faults is Faults.COLLECT and window.at_eof() and count == 1:
+            return  # a lone descriptor: no buffers follow it
+        stopped = yield from _located_buffers(window, desc, faults, mode)
+        if stopped:
+            return
+        for i, handle in enumerate(desc.buffers):  # they fit (checked above)
             at = window.pos
-            data = window.read(size)
-            if len(data) < size:
-                raise container_rules.STREAM_TRUNCATED.violation(
-                    f"buffer {i} of the tensor at byte {start} needs {size} bytes, the stream has {len(data)} left",
-                    at + len(data))
-            yield Part(BUFFER, at, at + size, None, data, None, "", (), i)
+            data = window.read(handle.byte_size)
+            yield Part(BUFFER, at, at + handle.byte_size, None, data, None, "", (), i)
 
 
 def _framed_descriptor(window: Window, start: int, limits: Limits):
@@ -403,8 +440,11 @@ def walk_messages(window: Window, describe: Describe, *, faults: Faults, mode: M
     that does not, the descriptor decoded from what remains of the input (``COLLECT``) or
     of its payload (``ANNOTATE``)."""
     if faults is Faults.RAISE:
-        yield from _messages_strict(window, describe, mode, limits)
-        return
+        return _messages_strict(window, describe, mode, limits)
+    return _messages_located(window, describe, faults, mode)
+
+
+def _messages_located(window: Window, describe: Describe, faults: Faults, mode: Mode) -> Iterator[Part]:
     view = window.data
     pos, index = 0, 0
     while pos < len(view):
@@ -464,10 +504,11 @@ def _message_header(window: Window, limits: Limits):
     if h["stream_id"] == RESERVED_STREAM_ID:
         raise container_rules.MESSAGE_STREAM_ID.violation("stream_id 0 is reserved", at + _MSG_AT["stream_id"])
     limits.check("max_message_bytes", h["payload_length"], at + _MSG_AT["payload_length"])
-    if h["message_type"] not in _KNOWN_MESSAGE_TYPES:
+    kind = _MESSAGE_TYPES.get(h["message_type"])
+    if kind is None:
         raise container_rules.MESSAGE_TYPE.violation(
             f"message_type 0x{h['message_type']:08X} is not a message type this reader knows", at)
-    h["message_type"] = MessageType(h["message_type"])
+    h["message_type"] = kind
     return at, h
 
 
@@ -486,7 +527,7 @@ def _messages_strict(window: Window, describe: Describe, mode: Mode, limits: Lim
         at, h = _message_header(window, limits)
         kind, plen = h["message_type"], h["payload_length"]
         pstart = at + _MSG_SIZE
-        yield Part(MESSAGE, at, pstart + plen, value=h, index=index)
+        yield part_from_fields((MESSAGE, at, pstart + plen, None, h, None, "", (), index, 0))
         index += 1
         if kind in (MessageType.PING, MessageType.PONG):
             _payload(window, plen, at)
@@ -521,7 +562,8 @@ def _messages_strict(window: Window, describe: Describe, mode: Mode, limits: Lim
                     f"total_data_bytes {t['total_data_bytes']} but the buffers hold {expected} bytes", pstart + length)
             for b in desc.buffers:
                 limits.check("max_buffer_bytes", b.byte_size, pstart)
-            yield Part(TRANSPORT, pstart + length, pstart + plen, TENSOR_DESCRIPTOR_FIELDS, t)
+            yield part_from_fields((TRANSPORT, pstart + length, pstart + plen, TENSOR_DESCRIPTOR_FIELDS, t, None, "",
+                                    (), 0, 0))
             current = _Open(desc, at, expected)
             continue
         if kind == MessageType.TENSOR_DATA:
@@ -543,7 +585,8 @@ def _messages_strict(window: Window, describe: Describe, mode: Mode, limits: Lim
                     f"frame ends at {current.received + n}, past total_data_bytes {current.total}", pstart)
             current.received += n
             if n:
-                yield Part(DATA, pstart + _DATA_SIZE, pstart + plen, value=payload[_DATA_SIZE:])
+                yield part_from_fields((DATA, pstart + _DATA_SIZE, pstart + plen, None, payload[_DATA_SIZE:], None, "",
+                                        (), 0, 0))
             continue
         if kind == MessageType.TENSOR_DATA_END:
             if current is None:
@@ -554,7 +597,8 @@ def _messages_strict(window: Window, describe: Describe, mode: Mode, limits: Lim
             if current.received != current.total:
                 raise container_rules.DATA_SUM.violation(
                     f"frames carried {current.received} bytes, total_data_bytes is {current.total}", at)
-            yield Part(TENSOR_END, at, pstart, MESSAGE_HEADER, current.desc, index=current.start)
+            yield part_from_fields((TENSOR_END, at, pstart, MESSAGE_HEADER, current.desc, None, "", (), current.start,
+                                    0))
             current = None
             continue
         raise container_rules.MESSAGE_ORDER.violation(f"{kind.name} does not belong in a tensor data stream", at)
@@ -666,9 +710,8 @@ def walk_file(view: memoryview, describe: Describe, *, faults: Faults, mode: Mod
     an ``entry`` part before each descriptor), the ``kv`` and ``index`` sections and the
     trailer, yielding a ``fault`` part where the bytes do not hold what they must."""
     if faults is Faults.RAISE:
-        yield from _file_strict(view, describe, mode, limits)
-    else:
-        yield from _file_located(view, describe, faults, mode)
+        return _file_strict(view, describe, mode, limits)
+    return _file_located(view, describe, faults, mode)
 
 
 # -- the reader ---------------------------------------------------------------------------
