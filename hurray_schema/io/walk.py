@@ -717,7 +717,9 @@ def walk_file(view: memoryview, describe: Describe, *, faults: Faults, mode: Mod
 # -- the reader ---------------------------------------------------------------------------
 
 
-def _file_strict(view: memoryview, describe: Describe, mode: Mode, limits: Limits) -> Iterator[Part]:
+def _strict_sections(view: memoryview, mode: Mode, limits: Limits):
+    """The parts before the tensors (header, trailer, index, kv), checked; returns the
+    header fields, the index entries in descriptor order and where the tensor region ends."""
     size = len(view)
     head = bytes(view[:FILE_HEADER_SIZE])
     if len(head) >= len(FILE_MAGIC) and head[: len(FILE_MAGIC)] != FILE_MAGIC:
@@ -736,8 +738,7 @@ def _file_strict(view: memoryview, describe: Describe, mode: Mode, limits: Limit
                tuple(entries))
     yield _strict_kv(view, h, t, mode, limits)
     region_end = min(t["index_offset"], t["kv_offset"] if t["kv_length"] else t["index_offset"])
-    ordered = sorted(entries, key=lambda e: e.descriptor_offset)
-    yield from _strict_tensors(view, h, ordered, region_end, describe)
+    return h, sorted(entries, key=lambda e: e.descriptor_offset), region_end
 
 
 def _check_header(h: dict, size: int) -> None:
@@ -855,8 +856,10 @@ def _strict_kv(view: memoryview, h: dict, t: dict, mode: Mode, limits: Limits) -
     return Part(KV_PART, kv_at, kv_at + kv_length, KV_COUNT, value, findings=tuple(findings))
 
 
-def _strict_tensors(view: memoryview, h: dict, ordered: list[IndexEntry], region_end: int,
-                    describe: Describe) -> Iterator[Part]:
+def _file_strict(view: memoryview, describe: Describe, mode: Mode, limits: Limits) -> Iterator[Part]:
+    """The reader's walk: the sections, then each tensor in descriptor order (this loop is
+    the generator the reader iterates, so a tensor's parts pass through no other)."""
+    h, ordered, region_end = yield from _strict_sections(view, mode, limits)
     a = h["data_buffer_alignment"]
     previous_end, previous = h["first_descriptor_offset"], None
     first = previous_end
@@ -914,7 +917,8 @@ def _strict_tensors(view: memoryview, h: dict, ordered: list[IndexEntry], region
                     f"{e.name!r} has no buffers but data_length {e.data_length}", at + _E["data_length"])
             if end <= e.data_offset <= region_end:
                 end = max(end, e.data_offset)  # a writer that padded after the head (the reference)
-        yield Part(TENSOR_DATA, e.data_offset, e.data_offset + e.data_length, value=spans, note=e.name)
+        yield part_from_fields((TENSOR_DATA, e.data_offset, e.data_offset + e.data_length, None, spans, None, e.name,
+                                (), 0, 0))
         previous_end, previous = end, e.name
 
 
