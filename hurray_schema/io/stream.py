@@ -87,7 +87,8 @@ class StreamReader:
             self._src.close()
             raise
         self._count += 1
-        self.limits.check("max_stream_tensors", self._count, self._src.pos)
+        if self._count > self.limits.max_stream_tensors:
+            self.limits.check("max_stream_tensors", self._count, self._src.pos)
         return item
 
     def close(self) -> None:

@@ -385,14 +385,17 @@ def _framed_descriptor(window: Window, start: int, limits: Limits):
         raise structure_rules.MAGIC.violation("the input starts with \"HRRYFILE\": it is a .hrry file, not a stream "
                                 "(use read_file)", 0)
     length = peek_descriptor_length(head, start)
-    limits.check("max_descriptor_bytes", length, start + _DESCRIPTOR_LENGTH_AT)
+    if length > limits.max_descriptor_bytes:
+        limits.check("max_descriptor_bytes", length, start + _DESCRIPTOR_LENGTH_AT)
+    memory = window.data
+    if memory is not None and start + length <= len(memory):  # one copy of the descriptor, not of its two reads
+        window.pos = start + length
+        return memory[start : start + length].tobytes()
     rest = window.read(length - FIXED_HEADER_SIZE)
     if len(rest) < length - FIXED_HEADER_SIZE:
         raise container_rules.STREAM_TRUNCATED.violation(
             f"the stream ends inside the descriptor at byte {start}: descriptor_length {length}, "
             f"{FIXED_HEADER_SIZE + len(rest)} bytes present", window.pos)
-    if window.data is not None:  # one copy of the descriptor, not of its two reads
-        return window.data[start : start + length].tobytes()
     return bytes(head) + bytes(rest)
 
 
@@ -503,7 +506,8 @@ def _message_header(window: Window, limits: Limits):
     h, _ = _MSG.unpack(raw)
     if h["stream_id"] == RESERVED_STREAM_ID:
         raise container_rules.MESSAGE_STREAM_ID.violation("stream_id 0 is reserved", at + _MSG_AT["stream_id"])
-    limits.check("max_message_bytes", h["payload_length"], at + _MSG_AT["payload_length"])
+    if h["payload_length"] > limits.max_message_bytes:
+        limits.check("max_message_bytes", h["payload_length"], at + _MSG_AT["payload_length"])
     kind = _MESSAGE_TYPES.get(h["message_type"])
     if kind is None:
         raise container_rules.MESSAGE_TYPE.violation(
@@ -561,7 +565,8 @@ def _messages_strict(window: Window, describe: Describe, mode: Mode, limits: Lim
                 raise container_rules.TOTAL_DATA_BYTES.violation(
                     f"total_data_bytes {t['total_data_bytes']} but the buffers hold {expected} bytes", pstart + length)
             for b in desc.buffers:
-                limits.check("max_buffer_bytes", b.byte_size, pstart)
+                if b.byte_size > limits.max_buffer_bytes:
+                    limits.check("max_buffer_bytes", b.byte_size, pstart)
             yield part_from_fields((TRANSPORT, pstart + length, pstart + plen, TENSOR_DESCRIPTOR_FIELDS, t, None, "",
                                     (), 0, 0))
             current = _Open(desc, at, expected)
