@@ -869,62 +869,67 @@ def _file_strict(view: memoryview, describe: Describe, mode: Mode, limits: Limit
     previous_end, previous = h["first_descriptor_offset"], None
     first = previous_end
     for e in ordered:
-        at = e.entry_offset + _NAME_LEN.fixed_size + len(e.name.encode("utf-8"))
         off = e.descriptor_offset
         if off % DESCRIPTOR_ALIGNMENT:
             raise container_rules.DESCRIPTOR_ALIGNMENT.violation(
-                f"descriptor of {e.name!r} at {off} is not 8-aligned", at + _E["descriptor_offset"])
+                f"descriptor of {e.name!r} at {off} is not 8-aligned", _entry_field(e, "descriptor_offset"))
         if off < first or off + FIXED_HEADER_SIZE > region_end:
             raise container_rules.INDEX_DESCRIPTOR_BOUNDS.violation(
                 f"descriptor of {e.name!r} at {off} is outside the tensor region [{first}, {region_end})",
-                at + _E["descriptor_offset"])
+                _entry_field(e, "descriptor_offset"))
         if off < previous_end:
             raise container_rules.INDEX_OVERLAP.violation(
                 f"descriptor of {e.name!r} at {off} lies inside the tensor {previous!r} (which ends at "
-                f"{previous_end})", at + _E["descriptor_offset"])
-        length = peek_descriptor_length(view[off : off + FIXED_HEADER_SIZE], off)
+                f"{previous_end})", _entry_field(e, "descriptor_offset"))
+        length = peek_descriptor_length(view[off : off + FIXED_HEADER_SIZE].tobytes(), off)
         if length != e.descriptor_length:
             raise container_rules.INDEX_DESCRIPTOR_LENGTH.violation(
                 f"index says descriptor_length {e.descriptor_length} for {e.name!r}, the descriptor says {length}",
-                at + _E["descriptor_length"])
+                _entry_field(e, "descriptor_length"))
         if off + length > region_end:
             raise container_rules.INDEX_DESCRIPTOR_BOUNDS.violation(
                 f"descriptor of {e.name!r} ({length} bytes at {off}) runs past the tensor region end {region_end}",
-                at + _E["descriptor_offset"])
+                _entry_field(e, "descriptor_offset"))
         part = describe(view[off : off + length], off, 0)
         yield part
-        desc = part.value
         end = off + length
-        if desc.buffers:
-            if e.data_offset % a:
+        data_offset, data_length = e.data_offset, e.data_length
+        if part.value.buffers:
+            if data_offset % a:
                 raise container_rules.DATA_ALIGNMENT.violation(
-                    f"data of {e.name!r} at {e.data_offset} is not a multiple of data_buffer_alignment {a}",
-                    at + _E["data_offset"])
-            if e.data_offset < end:
+                    f"data of {e.name!r} at {data_offset} is not a multiple of data_buffer_alignment {a}",
+                    _entry_field(e, "data_offset"))
+            if data_offset < end:
                 raise container_rules.INDEX_OVERLAP.violation(
-                    f"data of {e.name!r} at {e.data_offset} starts inside its descriptor (ends at {end})",
-                    at + _E["data_offset"])
-            spans = buffer_spans(desc, e.data_offset, a)
+                    f"data of {e.name!r} at {data_offset} starts inside its descriptor (ends at {end})",
+                    _entry_field(e, "data_offset"))
+            spans = buffer_spans(part.value, data_offset, a)
             last, size = spans[-1]
-            if e.data_length != last + size - e.data_offset:
+            if data_length != last + size - data_offset:
                 raise container_rules.DATA_LENGTH.violation(
-                    f"data_length of {e.name!r} is {e.data_length}, its buffers span {last + size - e.data_offset}",
-                    at + _E["data_length"])
+                    f"data_length of {e.name!r} is {data_length}, its buffers span {last + size - data_offset}",
+                    _entry_field(e, "data_length"))
             if last + size > region_end:
                 raise container_rules.DATA_BOUNDS.violation(
                     f"buffers of {e.name!r} end at {last + size}, past the tensor region end {region_end} "
-                    "(truncated data)", at + _E["data_length"])
-            end = max(end, last + size)
+                    "(truncated data)", _entry_field(e, "data_length"))
+            if last + size > end:
+                end = last + size
         else:
             spans = []
-            if e.data_length:
+            if data_length:
                 raise container_rules.DATA_LENGTH.violation(
-                    f"{e.name!r} has no buffers but data_length {e.data_length}", at + _E["data_length"])
-            if end <= e.data_offset <= region_end:
-                end = max(end, e.data_offset)  # a writer that padded after the head (the reference)
-        yield part_from_fields((TENSOR_DATA, e.data_offset, e.data_offset + e.data_length, None, spans, None, e.name,
+                    f"{e.name!r} has no buffers but data_length {data_length}", _entry_field(e, "data_length"))
+            if end <= data_offset <= region_end:
+                end = data_offset  # a writer that padded after the head (the reference)
+        yield part_from_fields((TENSOR_DATA, data_offset, data_offset + data_length, None, spans, None, e.name,
                                 (), 0, 0))
         previous_end, previous = end, e.name
+
+
+def _entry_field(e: IndexEntry, field: str) -> int:
+    """Absolute offset of ``field`` in the index entry ``e`` (after its name)."""
+    return e.entry_offset + _NAME_LEN.fixed_size + len(e.name.encode("utf-8")) + _E[field]
 
 
 # -- locating only (audit, the annotated view) ----------------------------------------------
