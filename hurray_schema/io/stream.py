@@ -30,7 +30,7 @@ from ..structs.stream import (
 from ._write import EncodedNode, Sink, check_nodes, checked_buffers, encode_nodes, replacing
 from .tensor import Composite, Item, Tensor, walk
 from .walk import (
-    BUFFER, DATA, DESCRIPTOR, TENSOR_END, Faults, RemoteError, Window, strict_describer, walk_bare,
+    BUFFER, DATA, TENSOR_END, Faults, RemoteError, Window, strict_describer, walk_bare,
     walk_messages,
 )
 
@@ -117,14 +117,13 @@ class StreamReader:
         yield from self._finish()
 
     def _messages(self) -> Iterator[Item]:
-        frames: list = []
+        frames: list = []  # the data frames of the tensor being read (the walk allows them only inside one)
         for part in walk_messages(self._src, self._describe, faults=Faults.RAISE, mode=self.mode,
                                   limits=self.limits):
-            if part.kind == DATA:
+            kind = part.kind
+            if kind == DATA:
                 frames.append(part.value)
-            elif part.kind == DESCRIPTOR:
-                frames = []
-            elif part.kind == TENSOR_END:
+            elif kind == TENSOR_END:
                 desc = part.value
                 data = frames[0] if len(frames) == 1 else b"".join(frames)
                 view = memoryview(data)

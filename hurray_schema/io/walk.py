@@ -526,18 +526,35 @@ def _payload(window: Window, n: int, at: int):
 
 def _messages_strict(window: Window, describe: Describe, mode: Mode, limits: Limits) -> Iterator[Part]:
     current: Optional[_Open] = None
-    index = 0
+    index = 0  # the kinds are tested most frequent first (they exclude one another)
     while not window.at_eof():
         at, h = _message_header(window, limits)
         kind, plen = h["message_type"], h["payload_length"]
         pstart = at + _MSG_SIZE
         yield part_from_fields((MESSAGE, at, pstart + plen, None, h, None, "", (), index, 0))
         index += 1
-        if kind in (MessageType.PING, MessageType.PONG):
-            _payload(window, plen, at)
+        if kind == MessageType.TENSOR_DATA:
+            if current is None:
+                raise container_rules.MESSAGE_ORDER.violation("TENSOR_DATA outside a tensor (no TENSOR_DESCRIPTOR before it)", at)
+            if plen < _DATA_SIZE:
+                raise container_rules.DATA_FRAME.violation(
+                    f"a TENSOR_DATA payload of {plen} bytes cannot hold byte_offset_in_buffer",
+                    at + _MSG_AT["payload_length"])
+            payload = _payload(window, plen, at)
+            offset_in_buffer = _DATA.unpack(payload)[0]["byte_offset_in_buffer"]
+            n = plen - _DATA_SIZE
+            if offset_in_buffer != current.received:
+                raise container_rules.DATA_FRAME.violation(
+                    f"byte_offset_in_buffer {offset_in_buffer}, expected {current.received} (frames are contiguous "
+                    "and ascending)", pstart)
+            if current.received + n > current.total:
+                raise container_rules.DATA_FRAME.violation(
+                    f"frame ends at {current.received + n}, past total_data_bytes {current.total}", pstart)
+            current.received += n
+            if n:
+                yield part_from_fields((DATA, pstart + _DATA_SIZE, pstart + plen, None, payload[_DATA_SIZE:], None, "",
+                                        (), 0, 0))
             continue
-        if kind == MessageType.ERROR:
-            raise _remote_error(bytes(_payload(window, plen, at)), at)
         if kind == MessageType.TENSOR_DESCRIPTOR:
             if current is not None:
                 raise container_rules.MESSAGE_ORDER.violation(
@@ -571,28 +588,6 @@ def _messages_strict(window: Window, describe: Describe, mode: Mode, limits: Lim
                                     (), 0, 0))
             current = _Open(desc, at, expected)
             continue
-        if kind == MessageType.TENSOR_DATA:
-            if current is None:
-                raise container_rules.MESSAGE_ORDER.violation("TENSOR_DATA outside a tensor (no TENSOR_DESCRIPTOR before it)", at)
-            if plen < _DATA_SIZE:
-                raise container_rules.DATA_FRAME.violation(
-                    f"a TENSOR_DATA payload of {plen} bytes cannot hold byte_offset_in_buffer",
-                    at + _MSG_AT["payload_length"])
-            payload = _payload(window, plen, at)
-            offset_in_buffer = _DATA.unpack(payload)[0]["byte_offset_in_buffer"]
-            n = plen - _DATA_SIZE
-            if offset_in_buffer != current.received:
-                raise container_rules.DATA_FRAME.violation(
-                    f"byte_offset_in_buffer {offset_in_buffer}, expected {current.received} (frames are contiguous "
-                    "and ascending)", pstart)
-            if current.received + n > current.total:
-                raise container_rules.DATA_FRAME.violation(
-                    f"frame ends at {current.received + n}, past total_data_bytes {current.total}", pstart)
-            current.received += n
-            if n:
-                yield part_from_fields((DATA, pstart + _DATA_SIZE, pstart + plen, None, payload[_DATA_SIZE:], None, "",
-                                        (), 0, 0))
-            continue
         if kind == MessageType.TENSOR_DATA_END:
             if current is None:
                 raise container_rules.MESSAGE_ORDER.violation("TENSOR_DATA_END outside a tensor", at)
@@ -606,6 +601,11 @@ def _messages_strict(window: Window, describe: Describe, mode: Mode, limits: Lim
                                     0))
             current = None
             continue
+        if kind in (MessageType.PING, MessageType.PONG):
+            _payload(window, plen, at)
+            continue
+        if kind == MessageType.ERROR:
+            raise _remote_error(bytes(_payload(window, plen, at)), at)
         raise container_rules.MESSAGE_ORDER.violation(f"{kind.name} does not belong in a tensor data stream", at)
     if current is not None:
         raise container_rules.STREAM_TRUNCATED.violation(
