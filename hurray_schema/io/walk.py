@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import struct
 from typing import Any, Callable, Iterator, Optional
 
 import attrs
@@ -661,6 +662,12 @@ _COUNT = plan(INDEX_COUNT)
 _NAME_LEN = plan(INDEX_NAME_LENGTH)
 _ENTRY = plan(INDEX_ENTRY_FIELDS)
 _MIN_ENTRY = _NAME_LEN.fixed_size + 1 + _ENTRY.fixed_size
+_NAME_LENGTH_CODEC = _NAME_LEN.steps[0].codec
+_ENTRY_FORMAT, _ENTRY_SLOTS = _ENTRY.flat_layout()
+_ENTRY_CODEC = struct.Struct("<" + _ENTRY_FORMAT)
+"""The entry fields in one unpack (the reader's index loop); their order is the declaration's."""
+assert tuple(name for name, _, _ in _ENTRY_SLOTS) == (
+    "descriptor_offset", "descriptor_length", "data_offset", "data_length", "flags"), _ENTRY_SLOTS
 _H = {name: static_offset(FILE_HEADER, name) for name in (
     "container_version_major", "_reserved", "file_flags", "data_buffer_alignment", "first_descriptor_offset",
     "_reserved_header")}
@@ -809,7 +816,7 @@ def _strict_index(view: memoryview, h: dict, t: dict, limits: Limits) -> list[In
         at = pos
         if pos + _NAME_LEN.fixed_size > end:
             raise container_rules.INDEX_TRUNCATED.violation("an index entry runs past index_length", pos)
-        n = _NAME_LEN.unpack(view, pos)[0]["name_length"]
+        (n,) = _NAME_LENGTH_CODEC.unpack_from(view, pos)
         pos += _NAME_LEN.fixed_size
         if pos + n + _ENTRY.fixed_size > end:
             raise container_rules.INDEX_TRUNCATED.violation("an index entry runs past index_length", at)
@@ -825,12 +832,12 @@ def _strict_index(view: memoryview, h: dict, t: dict, limits: Limits) -> list[In
         if raw in seen:
             raise container_rules.INDEX_DUPLICATE.violation(f"tensor name {name!r} appears twice in the index", at)
         seen.add(raw)
-        f, pos = _ENTRY.unpack(view, pos)
-        if f["flags"]:
+        descriptor_offset, descriptor_length, data_offset, data_length, flags = _ENTRY_CODEC.unpack_from(view, pos)
+        pos += _ENTRY.fixed_size
+        if flags:
             raise container_rules.INDEX_FLAGS.violation(
-                f"entry {name!r} has flags 0x{f['flags']:08X}", at + _NAME_LEN.fixed_size + n + _E["flags"])
-        entries.append(IndexEntry(name, f["descriptor_offset"], f["descriptor_length"], f["data_offset"],
-                                  f["data_length"], f["flags"], at))
+                f"entry {name!r} has flags 0x{flags:08X}", at + _NAME_LEN.fixed_size + n + _E["flags"])
+        entries.append(IndexEntry(name, descriptor_offset, descriptor_length, data_offset, data_length, flags, at))
     if pos != end:
         raise container_rules.INDEX_TRUNCATED.violation(
             f"{end - pos} bytes follow the last of the {count} index entries inside index_length", pos)
