@@ -77,6 +77,8 @@ _TRANSPORT = plan(TENSOR_DESCRIPTOR_FIELDS)
 _TRANSPORT_SIZE = _TRANSPORT.fixed_size
 _DATA = plan(TENSOR_DATA_HEADER)
 _DATA_SIZE = _DATA.fixed_size
+_DATA_OFFSET_CODEC = _DATA.steps[0].codec
+assert _DATA.steps[0].names == ("byte_offset_in_buffer",)  # the data header's one field, in one unpack
 _ERROR = plan(ERROR_HEADER)
 _MESSAGE_TYPES = {int(m): m for m in MessageType}
 _KNOWN_MESSAGE_TYPES = frozenset(_MESSAGE_TYPES)
@@ -542,7 +544,7 @@ def _messages_strict(window: Window, describe: Describe, mode: Mode, limits: Lim
                     f"a TENSOR_DATA payload of {plen} bytes cannot hold byte_offset_in_buffer",
                     at + _MSG_AT["payload_length"])
             payload = _payload(window, plen, at)
-            offset_in_buffer = _DATA.unpack(payload)[0]["byte_offset_in_buffer"]
+            (offset_in_buffer,) = _DATA_OFFSET_CODEC.unpack_from(payload)
             n = plen - _DATA_SIZE
             if offset_in_buffer != current.received:
                 raise container_rules.DATA_FRAME.violation(
