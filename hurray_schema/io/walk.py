@@ -411,7 +411,8 @@ def _located_buffers(window: Window, desc: TensorDescriptor, faults: Faults, mod
     at = window.pos
     for i, handle in enumerate(desc.buffers):
         if handle.byte_size > len(window.data) - at:
-            yield fault(faults, container_rules.STREAM_TRUNCATED, f"the buffers of the tensor need {need} bytes, {have} remain",
+            yield fault(faults, container_rules.STREAM_TRUNCATED,
+                        f"the buffers of the tensor need {need} bytes, {have} remain",
                         window.pos + have, mode, at=at,
                         note=f"buffer {i} needs {handle.byte_size} bytes, {len(window.data) - at} remain")
             return True
@@ -466,9 +467,10 @@ def _messages_located(window: Window, describe: Describe, faults: Faults, mode: 
         if n > len(view) - p:
             yield Part(MESSAGE, pos, pos, index=index)
             yield Part(MESSAGE_HEADER_PART, pos, p, MESSAGE_HEADER, h)
-            yield fault(faults, container_rules.MESSAGE_TRUNCATED, f"the message at byte {pos} announces {n} payload bytes, the "
-                         f"stream has {len(view) - p}", len(view), mode, at=p,
-                         note=f"payload_length {n} runs past the end ({len(view) - p} bytes remain)")
+            yield fault(faults, container_rules.MESSAGE_TRUNCATED,
+                        f"the message at byte {pos} announces {n} payload bytes, the "
+                        f"stream has {len(view) - p}", len(view), mode, at=p,
+                        note=f"payload_length {n} runs past the end ({len(view) - p} bytes remain)")
             return
         end = p + n
         yield Part(MESSAGE, pos, end, value=h, index=index)
@@ -538,7 +540,8 @@ def _messages_strict(window: Window, describe: Describe, mode: Mode, limits: Lim
         index += 1
         if kind == MessageType.TENSOR_DATA:
             if current is None:
-                raise container_rules.MESSAGE_ORDER.violation("TENSOR_DATA outside a tensor (no TENSOR_DESCRIPTOR before it)", at)
+                raise container_rules.MESSAGE_ORDER.violation(
+                    "TENSOR_DATA outside a tensor (no TENSOR_DESCRIPTOR before it)", at)
             if plen < _DATA_SIZE:
                 raise container_rules.DATA_FRAME.violation(
                     f"a TENSOR_DATA payload of {plen} bytes cannot hold byte_offset_in_buffer",
@@ -737,7 +740,8 @@ def _strict_sections(view: memoryview, mode: Mode, limits: Limits):
     size = len(view)
     head = bytes(view[:FILE_HEADER_SIZE])
     if len(head) >= len(FILE_MAGIC) and head[: len(FILE_MAGIC)] != FILE_MAGIC:
-        raise container_rules.FILE_MAGIC.violation(f"the file starts with {head[:len(FILE_MAGIC)]!r}, not {FILE_MAGIC!r}", 0)
+        raise container_rules.FILE_MAGIC.violation(
+            f"the file starts with {head[:len(FILE_MAGIC)]!r}, not {FILE_MAGIC!r}", 0)
     if size < FILE_HEADER_SIZE + TRAILER_SIZE:
         raise container_rules.FILE_TOO_SHORT.violation(
             f"{size} bytes cannot hold the {FILE_HEADER_SIZE}-byte header and {TRAILER_SIZE}-byte trailer", size)
@@ -792,7 +796,8 @@ def _check_trailer(view: memoryview, h: dict, t: dict, limits: Limits) -> None:
             f"index at {index_at} length {index_length} is not between the header and the trailer at {base}",
             base + _T["index_offset"])
     if index_at % SECTION_ALIGNMENT:
-        raise container_rules.INDEX_ALIGNMENT.violation(f"index_offset {index_at} is not a multiple of 8", base + _T["index_offset"])
+        raise container_rules.INDEX_ALIGNMENT.violation(
+            f"index_offset {index_at} is not a multiple of 8", base + _T["index_offset"])
     limits.check("max_index_bytes", index_length, base + _T["index_length"])
     crc = t["index_crc32c"]
     if h["file_flags"] & FileFlag.HAS_INDEX_CRC32C:
