@@ -11,7 +11,9 @@ Workloads (built with pyhurray so both sides handle the same bytes):
   which also builds every tensor);
 * ``file write``   -- ``write_file`` vs ``hurray.save``.
 
-Prints the median of ``--repeat`` runs and the ratio ours/theirs.  Nothing is asserted.
+Prints the median of ``--repeat`` runs and the ratio ours/theirs.  Times are process CPU
+time, ours and theirs timed in turn within each round, so that other load on a shared
+machine skews the ratios as little as possible.  Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -44,13 +46,17 @@ def workload(n: int) -> dict:
     return items
 
 
-def median_time(fn, repeat: int) -> float:
-    times = []
+def median_times(ours, theirs, repeat: int) -> tuple[float, float]:
+    """Median CPU time of ``ours`` and of ``theirs`` over ``repeat`` rounds, the two timed in
+    turn in every round (after one untimed call of each)."""
+    ours(), theirs()
+    samples: tuple[list, list] = ([], [])
     for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for fn, times in zip((ours, theirs), samples):
+            start = time.process_time()
+            fn()
+            times.append(time.process_time() - start)
+    return statistics.median(samples[0]), statistics.median(samples[1])
 
 
 def main() -> None:
@@ -82,7 +88,7 @@ def main() -> None:
     print(f"{args.tensors} items ({len(stream)} stream bytes), median of {args.repeat}")
     print(f"{'workload':<16}{'ours ms':>10}{'pyhurray ms':>13}{'ratio':>8}")
     for name, ours, theirs in rows:
-        a, b = median_time(ours, args.repeat), median_time(theirs, args.repeat)
+        a, b = median_times(ours, theirs, args.repeat)
         print(f"{name:<16}{a * 1e3:>10.2f}{b * 1e3:>13.2f}{a / b:>8.1f}")
 
 

@@ -15,7 +15,6 @@ the target once complete, after every tensor passed the strict reader's rules
 
 from __future__ import annotations
 
-import functools
 import mmap
 import os
 from collections.abc import Mapping
@@ -39,7 +38,7 @@ from .kv import encode_kv
 from .tensor import Composite, Item, Tensor, walk
 from .walk import (
     DESCRIPTOR, FILE_HEADER_PART, INDEX_PART, KV_PART, TENSOR_DATA, TRAILER_PART, Faults, IndexEntry,
-    as_view, buffer_spans, strict_descriptor, walk_file,  # noqa: F401  (buffer_spans: was defined here)
+    as_view, buffer_spans, strict_describer, walk_file,  # noqa: F401  (buffer_spans: was defined here)
 )
 
 __all__ = ["HurrayFile", "IndexEntry", "read_file", "write_file"]
@@ -109,34 +108,39 @@ class HurrayFile(Mapping):
         self._descriptors: dict[str, TensorDescriptor] = {}
         self._spans: dict[str, list] = {}
         self.kv: dict = {}
-        ordered: list[IndexEntry] = []
-        describe = functools.partial(strict_descriptor, mode=self.mode, limits=self.limits, findings=self.findings)
+        ordered: list[tuple] = []  # (name, descriptor offset, descriptor) in descriptor order
+        describe = strict_describer(mode=self.mode, limits=self.limits, findings=self.findings)
         for part in walk_file(self._view, describe, faults=Faults.RAISE, mode=self.mode, limits=self.limits):
-            if part.kind == DESCRIPTOR:
-                desc = part.value
-            elif part.kind == TENSOR_DATA:
-                self._descriptors[part.note] = desc
-                self._spans[part.note] = part.value
-                ordered.append(part.note)
-            elif part.kind == FILE_HEADER_PART:
+            kind = part.kind
+            if kind == DESCRIPTOR:
+                described = part
+            elif kind == TENSOR_DATA:
+                name, desc = part.note, described.value
+                self._descriptors[name] = desc
+                self._spans[name] = part.value
+                ordered.append((name, described.start, desc))
+            elif kind == FILE_HEADER_PART:
                 self.header = part.value
-            elif part.kind == TRAILER_PART:
+            elif kind == TRAILER_PART:
                 self.trailer = part.value
-            elif part.kind == INDEX_PART:
+            elif kind == INDEX_PART:
                 self._entries = list(part.value)
-            elif part.kind == KV_PART:
+            elif kind == KV_PART:
                 self.findings.extend(part.findings)
                 self.kv = part.value
         self._bind(ordered, validate_composites)
 
-    def _bind(self, ordered: list[str], validate: bool) -> None:
+    def _bind(self, ordered: list[tuple], validate: bool) -> None:
+        view, spans = self._view, self._spans
+
+        def leaf(desc: TensorDescriptor, name: str) -> Tensor:
+            return Tensor(desc, [view[off : off + size] for off, size in spans[name]], name=name)
+
         binder = CompositeBinder(mode=self.mode, validate=validate, limits=self.limits, findings=self.findings,
-                                 leaf=lambda desc, name: Tensor(desc, self._buffers(name), name=name),
-                                 assemble=Composite.from_binder)
+                                 leaf=leaf, assemble=Composite.from_binder)
         self._items: dict[str, Item] = {}
-        offsets = {e.name: e.descriptor_offset for e in self._entries}
-        for name in ordered:
-            for item in binder.add(self._descriptors[name], offsets[name], name):
+        for name, offset, desc in ordered:
+            for item in binder.add(desc, offset, name):
                 self._items[item.name] = item
         for item in binder.finish():
             self._items[item.name] = item

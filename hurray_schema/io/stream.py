@@ -16,7 +16,6 @@ being bound plus the buffers of the tensor being read.
 
 from __future__ import annotations
 
-import functools
 import io
 import os
 from typing import Iterable, Iterator, Optional
@@ -31,7 +30,7 @@ from ..structs.stream import (
 from ._write import EncodedNode, Sink, check_nodes, checked_buffers, encode_nodes, replacing
 from .tensor import Composite, Item, Tensor, walk
 from .walk import (
-    BUFFER, DATA, DESCRIPTOR, TENSOR_END, Faults, RemoteError, Window, strict_descriptor, walk_bare,
+    BUFFER, DATA, TENSOR_END, Faults, RemoteError, Window, strict_describer, walk_bare,
     walk_messages,
 )
 
@@ -74,8 +73,8 @@ class StreamReader:
         self._src = Window(source)
         self._binder = CompositeBinder(mode=self.mode, validate=validate_composites, limits=self.limits,
                                        findings=self.findings, leaf=Tensor, assemble=Composite.from_binder)
-        self._describe = functools.partial(strict_descriptor, mode=self.mode, limits=self.limits,
-                                           cross_machine=cross_machine, findings=self.findings)
+        self._describe = strict_describer(mode=self.mode, limits=self.limits, cross_machine=cross_machine,
+                                          findings=self.findings)
         self._gen = self._bare() if framing == "bare" else self._messages()
 
     def __iter__(self) -> "StreamReader":
@@ -88,7 +87,8 @@ class StreamReader:
             self._src.close()
             raise
         self._count += 1
-        self.limits.check("max_stream_tensors", self._count, self._src.pos)
+        if self._count > self.limits.max_stream_tensors:
+            self.limits.check("max_stream_tensors", self._count, self._src.pos)
         return item
 
     def close(self) -> None:
@@ -117,14 +117,13 @@ class StreamReader:
         yield from self._finish()
 
     def _messages(self) -> Iterator[Item]:
-        frames: list = []
+        frames: list = []  # the data frames of the tensor being read (the walk allows them only inside one)
         for part in walk_messages(self._src, self._describe, faults=Faults.RAISE, mode=self.mode,
                                   limits=self.limits):
-            if part.kind == DATA:
+            kind = part.kind
+            if kind == DATA:
                 frames.append(part.value)
-            elif part.kind == DESCRIPTOR:
-                frames = []
-            elif part.kind == TENSOR_END:
+            elif kind == TENSOR_END:
                 desc = part.value
                 data = frames[0] if len(frames) == 1 else b"".join(frames)
                 view = memoryview(data)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import struct
 from typing import Any, Callable, Iterator, Optional
 
 import attrs
@@ -37,8 +38,8 @@ from ..codec import parse_descriptor, peek_descriptor_length
 from ..errors import HurraySchemaError, SpecViolation
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import OPEN_COMPOSITE, SyncMode, TensorDescriptor
-from ..rules import container as C
-from ..rules import structure as S
+from ..rules import container as container_rules
+from ..rules import structure as structure_rules
 from ..rules.descriptor import check_descriptor, first_error
 from ..rules.engine import Finding, Level, Mode, get_rule
 from ..structs._declare import plan, select, static_offset
@@ -55,11 +56,11 @@ from ..structs.stream import (
 from .kv import decode_kv
 from .parts import (  # noqa: F401  (the kinds of part are part of this module's interface)
     BUFFER, DATA, DATA_HEADER, DESCRIPTOR, ENTRY, ENTRY_START, FAULT, MESSAGE, MESSAGE_HEADER_PART, NAME, PAYLOAD, TABLE,
-    TENSOR_END, TRANSPORT, VALUE, Faults, Part, as_view, fault,
+    TENSOR_END, TRANSPORT, VALUE, Faults, Part, as_view, fault, part_from_fields,
 )
 
 __all__ = [
-    "Faults", "Part", "Window", "memory_input", "as_view", "violation_finding", "strict_descriptor",
+    "Faults", "Part", "Window", "memory_input", "as_view", "violation_finding", "strict_descriptor", "strict_describer",
     "collect_descriptor", "walk_descriptor", "walk_bare", "walk_messages", "walk_file", "detect_kind", "IndexEntry", "buffer_spans",
     "Nesting", "RemoteError", "walk_index",
 ]
@@ -76,8 +77,11 @@ _TRANSPORT = plan(TENSOR_DESCRIPTOR_FIELDS)
 _TRANSPORT_SIZE = _TRANSPORT.fixed_size
 _DATA = plan(TENSOR_DATA_HEADER)
 _DATA_SIZE = _DATA.fixed_size
+_DATA_OFFSET_CODEC = _DATA.steps[0].codec
+assert _DATA.steps[0].names == ("byte_offset_in_buffer",)  # the data header's one field, in one unpack
 _ERROR = plan(ERROR_HEADER)
-_KNOWN_MESSAGE_TYPES = frozenset(int(m) for m in MessageType)
+_MESSAGE_TYPES = {int(m): m for m in MessageType}
+_KNOWN_MESSAGE_TYPES = frozenset(_MESSAGE_TYPES)
 _LENGTH_FIELD = plan(select(FIXED_HEADER, "descriptor_length")).steps[0].codec
 
 
@@ -219,19 +223,36 @@ def strict_descriptor(buf, base: int, depth: int, *, mode: Mode, limits: Limits 
     """The descriptor that is ``buf`` (exactly its ``descriptor_length`` bytes) as a reader
     takes it (``RAISE``): the structural decode, then the first untolerated semantic rule raises.  What the mode
     tolerated goes to ``findings`` (before anything raises) when given, else to the part."""
-    desc, tolerated = parse_descriptor(buf, mode=mode, base=base, limits=limits)
-    if findings is not None:
-        findings.extend(tolerated)
-        tolerated = ()
-    error = first_error(desc, mode, base=base)
-    if error is not None:
-        raise error.to_violation()
-    if cross_machine:
-        for i, h in enumerate(desc.buffers):
-            if h.sync_mode != SyncMode.PRODUCER_SYNCED:
-                raise C.CROSS_MACHINE_SYNC.violation(
-                    f"buffer {i} declares sync_mode 0x{int(h.sync_mode):02X} on a cross-machine stream", base)
-    return Part(DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "", tuple(tolerated), 0, depth)
+    describe = strict_describer(mode=mode, limits=limits, cross_machine=cross_machine, findings=findings)
+    return describe(buf, base, depth)
+
+
+def strict_describer(*, mode: Mode, limits: Limits = DEFAULT_LIMITS, cross_machine: bool = False,
+                     findings: Optional[list] = None) -> "Describe":
+    """The readers' ``describe``: :func:`strict_descriptor` with its options bound once, as
+    one plain function (a reader calls it for every tensor)."""
+
+    def describe(buf, base: int, depth: int) -> Part:
+        desc, tolerated = parse_descriptor(buf, mode=mode, base=base, limits=limits)
+        if tolerated and findings is not None:
+            findings.extend(tolerated)
+            tolerated = ()
+        error = first_error(desc, mode, base=base)
+        if error is not None:
+            raise error.to_violation()
+        if cross_machine:
+            _check_producer_synced(desc, base)
+        return part_from_fields((DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "",
+                                 tuple(tolerated) if tolerated else (), 0, depth))
+
+    return describe
+
+
+def _check_producer_synced(desc: TensorDescriptor, base: int) -> None:
+    for i, h in enumerate(desc.buffers):
+        if h.sync_mode != SyncMode.PRODUCER_SYNCED:
+            raise container_rules.CROSS_MACHINE_SYNC.violation(
+                f"buffer {i} declares sync_mode 0x{int(h.sync_mode):02X} on a cross-machine stream", base)
 
 
 def collect_descriptor(buf, base: int, depth: int, mode: Mode) -> Part:
@@ -300,62 +321,84 @@ def walk_bare(window: Window, describe: Describe, *, faults: Faults, mode: Mode,
     and reads only what each part needs; ``COLLECT`` and ``ANNOTATE`` decode each
     descriptor from what remains, give it its composite nesting ``depth``, and stop at
     the first part that cannot be located."""
-    strict = faults is Faults.RAISE
-    nesting = None if strict else Nesting()
+    if faults is Faults.RAISE:
+        return _bare_strict(window, describe, limits, progress)
+    return _bare_located(window, describe, faults, mode, progress)
+
+
+def _bare_strict(window: Window, describe: Describe, limits: Limits, progress) -> Iterator[Part]:
+    max_buffer = limits.max_buffer_bytes
+    memory = window.data
+    while not window.at_eof():
+        start = window.pos
+        if progress is not None:
+            progress(start)
+        part = describe(_framed_descriptor(window, start, limits), start, 0)
+        yield part
+        for i, handle in enumerate(part.value.buffers):
+            size = handle.byte_size
+            if size > max_buffer:
+                limits.check("max_buffer_bytes", size, start)
+            at = window.pos
+            if memory is not None and size <= len(memory) - at:  # the common case, read inline
+                data = memory[at : at + size]
+                window.pos = at + size
+            else:
+                data = window.read(size)
+                if len(data) < size:
+                    raise container_rules.STREAM_TRUNCATED.violation(
+                        f"buffer {i} of the tensor at byte {start} needs {size} bytes, the stream has "
+                        f"{len(data)} left", at + len(data))
+            yield part_from_fields((BUFFER, at, at + size, None, data, None, "", (), i, 0))
+
+
+def _bare_located(window: Window, describe: Describe, faults: Faults, mode: Mode, progress) -> Iterator[Part]:
+    nesting = Nesting()
     count = 0
-    max_buffer = limits.max_buffer_bytes if strict else None
     while not window.at_eof() or (faults is Faults.COLLECT and count == 0):
         start = window.pos
         if progress is not None:
             progress(start)
-        if strict:
-            part = describe(_framed_descriptor(window, start, limits), start, 0)
-        else:
-            part = describe(window.rest(), start, nesting.depth())
+        part = describe(window.rest(), start, nesting.depth())
         yield part
         desc = part.value
         if desc is None:
             return
         count += 1
-        if not strict:
-            nesting.arrive(desc)
-            window.pos = part.end
-            if faults is Faults.COLLECT and window.at_eof() and count == 1:
-                return  # a lone descriptor: no buffers follow it
-            stopped = yield from _located_buffers(window, desc, faults, mode)
-            if stopped:
-                return
-        for i, handle in enumerate(desc.buffers):  # they fit (checked above) or are read and checked here
-            size = handle.byte_size
-            if strict and size > max_buffer:
-                limits.check("max_buffer_bytes", size, start)
+        nesting.arrive(desc)
+        window.pos = part.end
+        if faults is Faults.COLLECT and window.at_eof() and count == 1:
+            return  # a lone descriptor: no buffers follow it
+        stopped = yield from _located_buffers(window, desc, faults, mode)
+        if stopped:
+            return
+        for i, handle in enumerate(desc.buffers):  # they fit (checked above)
             at = window.pos
-            data = window.read(size)
-            if len(data) < size:
-                raise C.STREAM_TRUNCATED.violation(
-                    f"buffer {i} of the tensor at byte {start} needs {size} bytes, the stream has {len(data)} left",
-                    at + len(data))
-            yield Part(BUFFER, at, at + size, None, data, None, "", (), i)
+            data = window.read(handle.byte_size)
+            yield Part(BUFFER, at, at + handle.byte_size, None, data, None, "", (), i)
 
 
 def _framed_descriptor(window: Window, start: int, limits: Limits):
     head = window.read(FIXED_HEADER_SIZE)
     if len(head) < FIXED_HEADER_SIZE:
-        raise C.STREAM_TRUNCATED.violation(
+        raise container_rules.STREAM_TRUNCATED.violation(
             f"the stream ends {len(head)} bytes into a descriptor (a descriptor has at least "
             f"{FIXED_HEADER_SIZE})", window.pos)
     if start == 0 and bytes(head[: len(FILE_MAGIC)]) == FILE_MAGIC:
-        raise S.MAGIC.violation("the input starts with \"HRRYFILE\": it is a .hrry file, not a stream "
+        raise structure_rules.MAGIC.violation("the input starts with \"HRRYFILE\": it is a .hrry file, not a stream "
                                 "(use read_file)", 0)
     length = peek_descriptor_length(head, start)
-    limits.check("max_descriptor_bytes", length, start + _DESCRIPTOR_LENGTH_AT)
+    if length > limits.max_descriptor_bytes:
+        limits.check("max_descriptor_bytes", length, start + _DESCRIPTOR_LENGTH_AT)
+    memory = window.data
+    if memory is not None and start + length <= len(memory):  # one copy of the descriptor, not of its two reads
+        window.pos = start + length
+        return memory[start : start + length].tobytes()
     rest = window.read(length - FIXED_HEADER_SIZE)
     if len(rest) < length - FIXED_HEADER_SIZE:
-        raise C.STREAM_TRUNCATED.violation(
+        raise container_rules.STREAM_TRUNCATED.violation(
             f"the stream ends inside the descriptor at byte {start}: descriptor_length {length}, "
             f"{FIXED_HEADER_SIZE + len(rest)} bytes present", window.pos)
-    if window.data is not None:  # one copy of the descriptor, not of its two reads
-        return window.data[start : start + length].tobytes()
     return bytes(head) + bytes(rest)
 
 
@@ -368,7 +411,8 @@ def _located_buffers(window: Window, desc: TensorDescriptor, faults: Faults, mod
     at = window.pos
     for i, handle in enumerate(desc.buffers):
         if handle.byte_size > len(window.data) - at:
-            yield fault(faults, C.STREAM_TRUNCATED, f"the buffers of the tensor need {need} bytes, {have} remain",
+            yield fault(faults, container_rules.STREAM_TRUNCATED,
+                        f"the buffers of the tensor need {need} bytes, {have} remain",
                         window.pos + have, mode, at=at,
                         note=f"buffer {i} needs {handle.byte_size} bytes, {len(window.data) - at} remain")
             return True
@@ -403,14 +447,17 @@ def walk_messages(window: Window, describe: Describe, *, faults: Faults, mode: M
     that does not, the descriptor decoded from what remains of the input (``COLLECT``) or
     of its payload (``ANNOTATE``)."""
     if faults is Faults.RAISE:
-        yield from _messages_strict(window, describe, mode, limits)
-        return
+        return _messages_strict(window, describe, mode, limits)
+    return _messages_located(window, describe, faults, mode)
+
+
+def _messages_located(window: Window, describe: Describe, faults: Faults, mode: Mode) -> Iterator[Part]:
     view = window.data
     pos, index = 0, 0
     while pos < len(view):
         if _MSG_SIZE > len(view) - pos:
             yield Part(MESSAGE, pos, pos, index=index)
-            cut = fault(faults, C.MESSAGE_TRUNCATED, f"the stream ends {len(view) - pos} bytes into a "
+            cut = fault(faults, container_rules.MESSAGE_TRUNCATED, f"the stream ends {len(view) - pos} bytes into a "
                         f"{_MSG_SIZE}-byte message header", len(view), mode, at=pos,
                         note="the message header does not fit")
             yield cut._replace(decl=MESSAGE_HEADER)
@@ -420,9 +467,10 @@ def walk_messages(window: Window, describe: Describe, *, faults: Faults, mode: M
         if n > len(view) - p:
             yield Part(MESSAGE, pos, pos, index=index)
             yield Part(MESSAGE_HEADER_PART, pos, p, MESSAGE_HEADER, h)
-            yield fault(faults, C.MESSAGE_TRUNCATED, f"the message at byte {pos} announces {n} payload bytes, the "
-                         f"stream has {len(view) - p}", len(view), mode, at=p,
-                         note=f"payload_length {n} runs past the end ({len(view) - p} bytes remain)")
+            yield fault(faults, container_rules.MESSAGE_TRUNCATED,
+                        f"the message at byte {pos} announces {n} payload bytes, the "
+                        f"stream has {len(view) - p}", len(view), mode, at=p,
+                        note=f"payload_length {n} runs past the end ({len(view) - p} bytes remain)")
             return
         end = p + n
         yield Part(MESSAGE, pos, end, value=h, index=index)
@@ -458,53 +506,73 @@ def _message_header(window: Window, limits: Limits):
     at = window.pos
     raw = window.read(_MSG_SIZE)
     if len(raw) < _MSG_SIZE:
-        raise C.MESSAGE_TRUNCATED.violation(
+        raise container_rules.MESSAGE_TRUNCATED.violation(
             f"the stream ends {len(raw)} bytes into a {_MSG_SIZE}-byte message header", window.pos)
     h, _ = _MSG.unpack(raw)
     if h["stream_id"] == RESERVED_STREAM_ID:
-        raise C.MESSAGE_STREAM_ID.violation("stream_id 0 is reserved", at + _MSG_AT["stream_id"])
-    limits.check("max_message_bytes", h["payload_length"], at + _MSG_AT["payload_length"])
-    if h["message_type"] not in _KNOWN_MESSAGE_TYPES:
-        raise C.MESSAGE_TYPE.violation(
+        raise container_rules.MESSAGE_STREAM_ID.violation("stream_id 0 is reserved", at + _MSG_AT["stream_id"])
+    if h["payload_length"] > limits.max_message_bytes:
+        limits.check("max_message_bytes", h["payload_length"], at + _MSG_AT["payload_length"])
+    kind = _MESSAGE_TYPES.get(h["message_type"])
+    if kind is None:
+        raise container_rules.MESSAGE_TYPE.violation(
             f"message_type 0x{h['message_type']:08X} is not a message type this reader knows", at)
-    h["message_type"] = MessageType(h["message_type"])
+    h["message_type"] = kind
     return at, h
 
 
 def _payload(window: Window, n: int, at: int):
     data = window.read(n)
     if len(data) < n:
-        raise C.MESSAGE_TRUNCATED.violation(
+        raise container_rules.MESSAGE_TRUNCATED.violation(
             f"the message at byte {at} announces {n} payload bytes, the stream has {len(data)}", window.pos)
     return data
 
 
 def _messages_strict(window: Window, describe: Describe, mode: Mode, limits: Limits) -> Iterator[Part]:
     current: Optional[_Open] = None
-    index = 0
+    index = 0  # the kinds are tested most frequent first (they exclude one another)
     while not window.at_eof():
         at, h = _message_header(window, limits)
         kind, plen = h["message_type"], h["payload_length"]
         pstart = at + _MSG_SIZE
-        yield Part(MESSAGE, at, pstart + plen, value=h, index=index)
+        yield part_from_fields((MESSAGE, at, pstart + plen, None, h, None, "", (), index, 0))
         index += 1
-        if kind in (MessageType.PING, MessageType.PONG):
-            _payload(window, plen, at)
+        if kind == MessageType.TENSOR_DATA:
+            if current is None:
+                raise container_rules.MESSAGE_ORDER.violation(
+                    "TENSOR_DATA outside a tensor (no TENSOR_DESCRIPTOR before it)", at)
+            if plen < _DATA_SIZE:
+                raise container_rules.DATA_FRAME.violation(
+                    f"a TENSOR_DATA payload of {plen} bytes cannot hold byte_offset_in_buffer",
+                    at + _MSG_AT["payload_length"])
+            payload = _payload(window, plen, at)
+            (offset_in_buffer,) = _DATA_OFFSET_CODEC.unpack_from(payload)
+            n = plen - _DATA_SIZE
+            if offset_in_buffer != current.received:
+                raise container_rules.DATA_FRAME.violation(
+                    f"byte_offset_in_buffer {offset_in_buffer}, expected {current.received} (frames are contiguous "
+                    "and ascending)", pstart)
+            if current.received + n > current.total:
+                raise container_rules.DATA_FRAME.violation(
+                    f"frame ends at {current.received + n}, past total_data_bytes {current.total}", pstart)
+            current.received += n
+            if n:
+                yield part_from_fields((DATA, pstart + _DATA_SIZE, pstart + plen, None, payload[_DATA_SIZE:], None, "",
+                                        (), 0, 0))
             continue
-        if kind == MessageType.ERROR:
-            raise _remote_error(bytes(_payload(window, plen, at)), at)
         if kind == MessageType.TENSOR_DESCRIPTOR:
             if current is not None:
-                raise C.MESSAGE_ORDER.violation(
+                raise container_rules.MESSAGE_ORDER.violation(
                     f"TENSOR_DESCRIPTOR before the TENSOR_DATA_END of the tensor at byte {current.start}", at)
             payload = _payload(window, plen, at)
             if plen < FIXED_HEADER_SIZE + _TRANSPORT_SIZE:
-                raise C.DESCRIPTOR_PAYLOAD.violation(
+                raise container_rules.DESCRIPTOR_PAYLOAD.violation(
                     f"payload_length {plen} cannot hold a descriptor and the {_TRANSPORT_SIZE} transport bytes",
                     at + _MSG_AT["payload_length"])
             length = peek_descriptor_length(payload, pstart)
             if length + _TRANSPORT_SIZE != plen:
-                raise C.DESCRIPTOR_PAYLOAD.violation(
+                raise container_rules.DESCRIPTOR_PAYLOAD.violation(
                     f"payload_length {plen} is not descriptor_length {length} + {_TRANSPORT_SIZE}",
                     at + _MSG_AT["payload_length"])
             part = describe(payload[:length], pstart, 0)
@@ -512,54 +580,41 @@ def _messages_strict(window: Window, describe: Describe, mode: Mode, limits: Lim
             desc = part.value
             t, _ = _TRANSPORT.unpack(payload, length)
             if t["total_shards"] < 1 or t["shard_index"] >= t["total_shards"]:
-                raise C.TRANSPORT_SHARDS.violation(
+                raise container_rules.TRANSPORT_SHARDS.violation(
                     f"shard_index {t['shard_index']} / total_shards {t['total_shards']}",
                     pstart + length + _SHARD_INDEX_AT)
             expected = sum(b.byte_size for b in desc.buffers)
             if t["total_data_bytes"] != expected:
-                raise C.TOTAL_DATA_BYTES.violation(
+                raise container_rules.TOTAL_DATA_BYTES.violation(
                     f"total_data_bytes {t['total_data_bytes']} but the buffers hold {expected} bytes", pstart + length)
             for b in desc.buffers:
-                limits.check("max_buffer_bytes", b.byte_size, pstart)
-            yield Part(TRANSPORT, pstart + length, pstart + plen, TENSOR_DESCRIPTOR_FIELDS, t)
+                if b.byte_size > limits.max_buffer_bytes:
+                    limits.check("max_buffer_bytes", b.byte_size, pstart)
+            yield part_from_fields((TRANSPORT, pstart + length, pstart + plen, TENSOR_DESCRIPTOR_FIELDS, t, None, "",
+                                    (), 0, 0))
             current = _Open(desc, at, expected)
-            continue
-        if kind == MessageType.TENSOR_DATA:
-            if current is None:
-                raise C.MESSAGE_ORDER.violation("TENSOR_DATA outside a tensor (no TENSOR_DESCRIPTOR before it)", at)
-            if plen < _DATA_SIZE:
-                raise C.DATA_FRAME.violation(
-                    f"a TENSOR_DATA payload of {plen} bytes cannot hold byte_offset_in_buffer",
-                    at + _MSG_AT["payload_length"])
-            payload = _payload(window, plen, at)
-            offset_in_buffer = _DATA.unpack(payload)[0]["byte_offset_in_buffer"]
-            n = plen - _DATA_SIZE
-            if offset_in_buffer != current.received:
-                raise C.DATA_FRAME.violation(
-                    f"byte_offset_in_buffer {offset_in_buffer}, expected {current.received} (frames are contiguous "
-                    "and ascending)", pstart)
-            if current.received + n > current.total:
-                raise C.DATA_FRAME.violation(
-                    f"frame ends at {current.received + n}, past total_data_bytes {current.total}", pstart)
-            current.received += n
-            if n:
-                yield Part(DATA, pstart + _DATA_SIZE, pstart + plen, value=payload[_DATA_SIZE:])
             continue
         if kind == MessageType.TENSOR_DATA_END:
             if current is None:
-                raise C.MESSAGE_ORDER.violation("TENSOR_DATA_END outside a tensor", at)
+                raise container_rules.MESSAGE_ORDER.violation("TENSOR_DATA_END outside a tensor", at)
             if plen:
-                raise C.DATA_END_PAYLOAD.violation(f"TENSOR_DATA_END carries {plen} payload bytes",
+                raise container_rules.DATA_END_PAYLOAD.violation(f"TENSOR_DATA_END carries {plen} payload bytes",
                                                    at + _MSG_AT["payload_length"])
             if current.received != current.total:
-                raise C.DATA_SUM.violation(
+                raise container_rules.DATA_SUM.violation(
                     f"frames carried {current.received} bytes, total_data_bytes is {current.total}", at)
-            yield Part(TENSOR_END, at, pstart, MESSAGE_HEADER, current.desc, index=current.start)
+            yield part_from_fields((TENSOR_END, at, pstart, MESSAGE_HEADER, current.desc, None, "", (), current.start,
+                                    0))
             current = None
             continue
-        raise C.MESSAGE_ORDER.violation(f"{kind.name} does not belong in a tensor data stream", at)
+        if kind in (MessageType.PING, MessageType.PONG):
+            _payload(window, plen, at)
+            continue
+        if kind == MessageType.ERROR:
+            raise _remote_error(bytes(_payload(window, plen, at)), at)
+        raise container_rules.MESSAGE_ORDER.violation(f"{kind.name} does not belong in a tensor data stream", at)
     if current is not None:
-        raise C.STREAM_TRUNCATED.violation(
+        raise container_rules.STREAM_TRUNCATED.violation(
             f"the stream ends before the TENSOR_DATA_END of the tensor at byte {current.start}", window.pos)
 
 
@@ -612,6 +667,12 @@ _COUNT = plan(INDEX_COUNT)
 _NAME_LEN = plan(INDEX_NAME_LENGTH)
 _ENTRY = plan(INDEX_ENTRY_FIELDS)
 _MIN_ENTRY = _NAME_LEN.fixed_size + 1 + _ENTRY.fixed_size
+_NAME_LENGTH_CODEC = _NAME_LEN.steps[0].codec
+_ENTRY_FORMAT, _ENTRY_SLOTS = _ENTRY.flat_layout()
+_ENTRY_CODEC = struct.Struct("<" + _ENTRY_FORMAT)
+"""The entry fields in one unpack (the reader's index loop); their order is the declaration's."""
+assert tuple(name for name, _, _ in _ENTRY_SLOTS) == (
+    "descriptor_offset", "descriptor_length", "data_offset", "data_length", "flags"), _ENTRY_SLOTS
 _H = {name: static_offset(FILE_HEADER, name) for name in (
     "container_version_major", "_reserved", "file_flags", "data_buffer_alignment", "first_descriptor_offset",
     "_reserved_header")}
@@ -666,21 +727,23 @@ def walk_file(view: memoryview, describe: Describe, *, faults: Faults, mode: Mod
     an ``entry`` part before each descriptor), the ``kv`` and ``index`` sections and the
     trailer, yielding a ``fault`` part where the bytes do not hold what they must."""
     if faults is Faults.RAISE:
-        yield from _file_strict(view, describe, mode, limits)
-    else:
-        yield from _file_located(view, describe, faults, mode)
+        return _file_strict(view, describe, mode, limits)
+    return _file_located(view, describe, faults, mode)
 
 
 # -- the reader ---------------------------------------------------------------------------
 
 
-def _file_strict(view: memoryview, describe: Describe, mode: Mode, limits: Limits) -> Iterator[Part]:
+def _strict_sections(view: memoryview, mode: Mode, limits: Limits):
+    """The parts before the tensors (header, trailer, index, kv), checked; returns the
+    header fields, the index entries in descriptor order and where the tensor region ends."""
     size = len(view)
     head = bytes(view[:FILE_HEADER_SIZE])
     if len(head) >= len(FILE_MAGIC) and head[: len(FILE_MAGIC)] != FILE_MAGIC:
-        raise C.FILE_MAGIC.violation(f"the file starts with {head[:len(FILE_MAGIC)]!r}, not {FILE_MAGIC!r}", 0)
+        raise container_rules.FILE_MAGIC.violation(
+            f"the file starts with {head[:len(FILE_MAGIC)]!r}, not {FILE_MAGIC!r}", 0)
     if size < FILE_HEADER_SIZE + TRAILER_SIZE:
-        raise C.FILE_TOO_SHORT.violation(
+        raise container_rules.FILE_TOO_SHORT.violation(
             f"{size} bytes cannot hold the {FILE_HEADER_SIZE}-byte header and {TRAILER_SIZE}-byte trailer", size)
     h, _ = _HEADER.unpack(view, 0)
     _check_header(h, size)
@@ -693,30 +756,29 @@ def _file_strict(view: memoryview, describe: Describe, mode: Mode, limits: Limit
                tuple(entries))
     yield _strict_kv(view, h, t, mode, limits)
     region_end = min(t["index_offset"], t["kv_offset"] if t["kv_length"] else t["index_offset"])
-    ordered = sorted(entries, key=lambda e: e.descriptor_offset)
-    yield from _strict_tensors(view, h, ordered, region_end, describe)
+    return h, sorted(entries, key=lambda e: e.descriptor_offset), region_end
 
 
 def _check_header(h: dict, size: int) -> None:
     if h["container_version_major"] > SUPPORTED_CONTAINER_MAJOR:
-        raise C.FILE_VERSION.violation(
+        raise container_rules.FILE_VERSION.violation(
             f"container_version_major {h['container_version_major']} is newer than {SUPPORTED_CONTAINER_MAJOR}",
             _H["container_version_major"])
     for name in ("_reserved", "_reserved_header"):
         if any(h[name]):
-            raise C.FILE_HEADER_RESERVED.violation(f"header field {name} is not zero", _H[name])
+            raise container_rules.FILE_HEADER_RESERVED.violation(f"header field {name} is not zero", _H[name])
     flags = h["file_flags"]
     if flags & ~KNOWN_FILE_FLAGS:
-        raise C.FILE_FLAGS_RESERVED.violation(
+        raise container_rules.FILE_FLAGS_RESERVED.violation(
             f"reserved file_flags bits 0x{flags & ~KNOWN_FILE_FLAGS:08X} are set", _H["file_flags"])
     a = h["data_buffer_alignment"]
     if a & (a - 1) or not MIN_DATA_BUFFER_ALIGNMENT <= a <= MAX_DATA_BUFFER_ALIGNMENT:
-        raise C.FILE_ALIGNMENT.violation(
+        raise container_rules.FILE_ALIGNMENT.violation(
             f"data_buffer_alignment {a} is not a power of two in [{MIN_DATA_BUFFER_ALIGNMENT}, "
             f"{MAX_DATA_BUFFER_ALIGNMENT}]", _H["data_buffer_alignment"])
     first = h["first_descriptor_offset"]
     if first < FILE_HEADER_SIZE or first % DESCRIPTOR_ALIGNMENT or first > size - TRAILER_SIZE:
-        raise C.FILE_FIRST_DESCRIPTOR.violation(
+        raise container_rules.FILE_FIRST_DESCRIPTOR.violation(
             f"first_descriptor_offset {first} is not an 8-aligned offset in [64, {size - TRAILER_SIZE}]",
             _H["first_descriptor_offset"])
 
@@ -724,26 +786,27 @@ def _check_header(h: dict, size: int) -> None:
 def _check_trailer(view: memoryview, h: dict, t: dict, limits: Limits) -> None:
     base = len(view) - TRAILER_SIZE
     if t["trailer_magic"] != TRAILER_MAGIC:
-        raise C.TRAILER_MAGIC.violation(
+        raise container_rules.TRAILER_MAGIC.violation(
             f"trailer_magic is {t['trailer_magic']!r}, not {TRAILER_MAGIC!r}", base + _T["trailer_magic"])
     if any(t["_reserved"]):
-        raise C.TRAILER_RESERVED.violation("trailer _reserved is not zero", base + _T["_reserved"])
+        raise container_rules.TRAILER_RESERVED.violation("trailer _reserved is not zero", base + _T["_reserved"])
     index_at, index_length = t["index_offset"], t["index_length"]
     if index_at < FILE_HEADER_SIZE or index_at + index_length > base or index_length < _COUNT.fixed_size:
-        raise C.INDEX_BOUNDS.violation(
+        raise container_rules.INDEX_BOUNDS.violation(
             f"index at {index_at} length {index_length} is not between the header and the trailer at {base}",
             base + _T["index_offset"])
     if index_at % SECTION_ALIGNMENT:
-        raise C.INDEX_ALIGNMENT.violation(f"index_offset {index_at} is not a multiple of 8", base + _T["index_offset"])
+        raise container_rules.INDEX_ALIGNMENT.violation(
+            f"index_offset {index_at} is not a multiple of 8", base + _T["index_offset"])
     limits.check("max_index_bytes", index_length, base + _T["index_length"])
     crc = t["index_crc32c"]
     if h["file_flags"] & FileFlag.HAS_INDEX_CRC32C:
         actual = crc32c.crc32c(view[index_at : index_at + index_length])
         if actual != crc:
-            raise C.INDEX_CRC.violation(
+            raise container_rules.INDEX_CRC.violation(
                 f"index_crc32c is 0x{crc:08X}, the index bytes give 0x{actual:08X}", base + _T["index_crc32c"])
     elif crc:
-        raise C.INDEX_CRC_UNSET.violation(
+        raise container_rules.INDEX_CRC_UNSET.violation(
             f"index_crc32c is 0x{crc:08X} although HAS_INDEX_CRC32C is clear", base + _T["index_crc32c"])
 
 
@@ -752,43 +815,43 @@ def _strict_index(view: memoryview, h: dict, t: dict, limits: Limits) -> list[In
     count = _COUNT.unpack(view, index_at)[0]["index_entry_count"]
     pos = index_at + _COUNT.fixed_size
     if count * _MIN_ENTRY > end - pos:
-        raise C.INDEX_TRUNCATED.violation(
+        raise container_rules.INDEX_TRUNCATED.violation(
             f"index_entry_count {count} cannot fit in the {end - pos} bytes of index that follow", index_at)
     limits.check("max_index_entries", count, index_at)
     entries, seen = [], set()
     for _ in range(count):
         at = pos
         if pos + _NAME_LEN.fixed_size > end:
-            raise C.INDEX_TRUNCATED.violation("an index entry runs past index_length", pos)
-        n = _NAME_LEN.unpack(view, pos)[0]["name_length"]
+            raise container_rules.INDEX_TRUNCATED.violation("an index entry runs past index_length", pos)
+        (n,) = _NAME_LENGTH_CODEC.unpack_from(view, pos)
         pos += _NAME_LEN.fixed_size
         if pos + n + _ENTRY.fixed_size > end:
-            raise C.INDEX_TRUNCATED.violation("an index entry runs past index_length", at)
+            raise container_rules.INDEX_TRUNCATED.violation("an index entry runs past index_length", at)
         raw = bytes(view[pos : pos + n])
         pos += n
         if not raw:
-            raise C.INDEX_NAME.violation("name_length is 0", at)
+            raise container_rules.INDEX_NAME.violation("name_length is 0", at)
         try:
             name = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise C.INDEX_NAME.violation(f"tensor name is not valid UTF-8 ({exc.reason})",
+            raise container_rules.INDEX_NAME.violation(f"tensor name is not valid UTF-8 ({exc.reason})",
                                          at + _NAME_LEN.fixed_size) from None
         if raw in seen:
-            raise C.INDEX_DUPLICATE.violation(f"tensor name {name!r} appears twice in the index", at)
+            raise container_rules.INDEX_DUPLICATE.violation(f"tensor name {name!r} appears twice in the index", at)
         seen.add(raw)
-        f, pos = _ENTRY.unpack(view, pos)
-        if f["flags"]:
-            raise C.INDEX_FLAGS.violation(
-                f"entry {name!r} has flags 0x{f['flags']:08X}", at + _NAME_LEN.fixed_size + n + _E["flags"])
-        entries.append(IndexEntry(name, f["descriptor_offset"], f["descriptor_length"], f["data_offset"],
-                                  f["data_length"], f["flags"], at))
+        descriptor_offset, descriptor_length, data_offset, data_length, flags = _ENTRY_CODEC.unpack_from(view, pos)
+        pos += _ENTRY.fixed_size
+        if flags:
+            raise container_rules.INDEX_FLAGS.violation(
+                f"entry {name!r} has flags 0x{flags:08X}", at + _NAME_LEN.fixed_size + n + _E["flags"])
+        entries.append(IndexEntry(name, descriptor_offset, descriptor_length, data_offset, data_length, flags, at))
     if pos != end:
-        raise C.INDEX_TRUNCATED.violation(
+        raise container_rules.INDEX_TRUNCATED.violation(
             f"{end - pos} bytes follow the last of the {count} index entries inside index_length", pos)
     if h["file_flags"] & FileFlag.SORTED_INDEX:
         for prev, nxt in zip(entries, entries[1:]):
             if prev.name.encode("utf-8") > nxt.name.encode("utf-8"):
-                raise C.INDEX_SORTED.violation(
+                raise container_rules.INDEX_SORTED.violation(
                     f"SORTED_INDEX is set but {prev.name!r} comes before {nxt.name!r}", nxt.entry_offset)
     return entries
 
@@ -799,12 +862,12 @@ def _strict_kv(view: memoryview, h: dict, t: dict, mode: Mode, limits: Limits) -
     findings = []
     has_flag = bool(h["file_flags"] & FileFlag.HAS_KV_METADATA)
     if has_flag != bool(kv_length):
-        findings.append(C.KV_FLAG.finding(
+        findings.append(container_rules.KV_FLAG.finding(
             f"HAS_KV_METADATA is {'set' if has_flag else 'clear'} but kv_length is {kv_length}", _H["file_flags"], mode))
     if not kv_length:
         return Part(KV_PART, kv_at, kv_at, KV_COUNT, {}, findings=tuple(findings))
     if kv_at < FILE_HEADER_SIZE or kv_at % SECTION_ALIGNMENT or kv_at + kv_length > t["index_offset"]:
-        raise C.KV_BOUNDS.violation(
+        raise container_rules.KV_BOUNDS.violation(
             f"KV section at {kv_at} length {kv_length} is not an 8-aligned range between the header and the index",
             base + _T["kv_offset"])
     limits.check("max_kv_bytes", kv_length, base + _T["kv_length"])
@@ -812,67 +875,75 @@ def _strict_kv(view: memoryview, h: dict, t: dict, mode: Mode, limits: Limits) -
     return Part(KV_PART, kv_at, kv_at + kv_length, KV_COUNT, value, findings=tuple(findings))
 
 
-def _strict_tensors(view: memoryview, h: dict, ordered: list[IndexEntry], region_end: int,
-                    describe: Describe) -> Iterator[Part]:
+def _file_strict(view: memoryview, describe: Describe, mode: Mode, limits: Limits) -> Iterator[Part]:
+    """The reader's walk: the sections, then each tensor in descriptor order (this loop is
+    the generator the reader iterates, so a tensor's parts pass through no other)."""
+    h, ordered, region_end = yield from _strict_sections(view, mode, limits)
     a = h["data_buffer_alignment"]
     previous_end, previous = h["first_descriptor_offset"], None
     first = previous_end
     for e in ordered:
-        at = e.entry_offset + _NAME_LEN.fixed_size + len(e.name.encode("utf-8"))
         off = e.descriptor_offset
         if off % DESCRIPTOR_ALIGNMENT:
-            raise C.DESCRIPTOR_ALIGNMENT.violation(
-                f"descriptor of {e.name!r} at {off} is not 8-aligned", at + _E["descriptor_offset"])
+            raise container_rules.DESCRIPTOR_ALIGNMENT.violation(
+                f"descriptor of {e.name!r} at {off} is not 8-aligned", _entry_field(e, "descriptor_offset"))
         if off < first or off + FIXED_HEADER_SIZE > region_end:
-            raise C.INDEX_DESCRIPTOR_BOUNDS.violation(
+            raise container_rules.INDEX_DESCRIPTOR_BOUNDS.violation(
                 f"descriptor of {e.name!r} at {off} is outside the tensor region [{first}, {region_end})",
-                at + _E["descriptor_offset"])
+                _entry_field(e, "descriptor_offset"))
         if off < previous_end:
-            raise C.INDEX_OVERLAP.violation(
+            raise container_rules.INDEX_OVERLAP.violation(
                 f"descriptor of {e.name!r} at {off} lies inside the tensor {previous!r} (which ends at "
-                f"{previous_end})", at + _E["descriptor_offset"])
-        length = peek_descriptor_length(view[off : off + FIXED_HEADER_SIZE], off)
+                f"{previous_end})", _entry_field(e, "descriptor_offset"))
+        length = peek_descriptor_length(view[off : off + FIXED_HEADER_SIZE].tobytes(), off)
         if length != e.descriptor_length:
-            raise C.INDEX_DESCRIPTOR_LENGTH.violation(
+            raise container_rules.INDEX_DESCRIPTOR_LENGTH.violation(
                 f"index says descriptor_length {e.descriptor_length} for {e.name!r}, the descriptor says {length}",
-                at + _E["descriptor_length"])
+                _entry_field(e, "descriptor_length"))
         if off + length > region_end:
-            raise C.INDEX_DESCRIPTOR_BOUNDS.violation(
+            raise container_rules.INDEX_DESCRIPTOR_BOUNDS.violation(
                 f"descriptor of {e.name!r} ({length} bytes at {off}) runs past the tensor region end {region_end}",
-                at + _E["descriptor_offset"])
+                _entry_field(e, "descriptor_offset"))
         part = describe(view[off : off + length], off, 0)
         yield part
-        desc = part.value
         end = off + length
-        if desc.buffers:
-            if e.data_offset % a:
-                raise C.DATA_ALIGNMENT.violation(
-                    f"data of {e.name!r} at {e.data_offset} is not a multiple of data_buffer_alignment {a}",
-                    at + _E["data_offset"])
-            if e.data_offset < end:
-                raise C.INDEX_OVERLAP.violation(
-                    f"data of {e.name!r} at {e.data_offset} starts inside its descriptor (ends at {end})",
-                    at + _E["data_offset"])
-            spans = buffer_spans(desc, e.data_offset, a)
+        data_offset, data_length = e.data_offset, e.data_length
+        if part.value.buffers:
+            if data_offset % a:
+                raise container_rules.DATA_ALIGNMENT.violation(
+                    f"data of {e.name!r} at {data_offset} is not a multiple of data_buffer_alignment {a}",
+                    _entry_field(e, "data_offset"))
+            if data_offset < end:
+                raise container_rules.INDEX_OVERLAP.violation(
+                    f"data of {e.name!r} at {data_offset} starts inside its descriptor (ends at {end})",
+                    _entry_field(e, "data_offset"))
+            spans = buffer_spans(part.value, data_offset, a)
             last, size = spans[-1]
-            if e.data_length != last + size - e.data_offset:
-                raise C.DATA_LENGTH.violation(
-                    f"data_length of {e.name!r} is {e.data_length}, its buffers span {last + size - e.data_offset}",
-                    at + _E["data_length"])
+            if data_length != last + size - data_offset:
+                raise container_rules.DATA_LENGTH.violation(
+                    f"data_length of {e.name!r} is {data_length}, its buffers span {last + size - data_offset}",
+                    _entry_field(e, "data_length"))
             if last + size > region_end:
-                raise C.DATA_BOUNDS.violation(
+                raise container_rules.DATA_BOUNDS.violation(
                     f"buffers of {e.name!r} end at {last + size}, past the tensor region end {region_end} "
-                    "(truncated data)", at + _E["data_length"])
-            end = max(end, last + size)
+                    "(truncated data)", _entry_field(e, "data_length"))
+            if last + size > end:
+                end = last + size
         else:
             spans = []
-            if e.data_length:
-                raise C.DATA_LENGTH.violation(
-                    f"{e.name!r} has no buffers but data_length {e.data_length}", at + _E["data_length"])
-            if end <= e.data_offset <= region_end:
-                end = max(end, e.data_offset)  # a writer that padded after the head (the reference)
-        yield Part(TENSOR_DATA, e.data_offset, e.data_offset + e.data_length, value=spans, note=e.name)
+            if data_length:
+                raise container_rules.DATA_LENGTH.violation(
+                    f"{e.name!r} has no buffers but data_length {data_length}", _entry_field(e, "data_length"))
+            if end <= data_offset <= region_end:
+                end = data_offset  # a writer that padded after the head (the reference)
+        yield part_from_fields((TENSOR_DATA, data_offset, data_offset + data_length, None, spans, None, e.name,
+                                (), 0, 0))
         previous_end, previous = end, e.name
+
+
+def _entry_field(e: IndexEntry, field: str) -> int:
+    """Absolute offset of ``field`` in the index entry ``e`` (after its name)."""
+    return e.entry_offset + _NAME_LEN.fixed_size + len(e.name.encode("utf-8")) + _E[field]
 
 
 # -- locating only (audit, the annotated view) ----------------------------------------------

@@ -485,6 +485,8 @@ class CompositeBinder:
         """The next tensor of the input (``offset``: its descriptor's first byte in the
         container); returns the top-level nodes it completed."""
         stack = self._stack
+        if not stack and desc.layout.__class__ is not CompositeLayout:  # a plain top-level tensor: bound as it is
+            return [self._leaf(desc, payload)]
         parent = stack[-1] if stack else None
         if parent is not None and parent.validator is not None:
             self._record(parent.validator.push_member(desc, base=offset), parent)
