@@ -138,7 +138,9 @@ def check_nodes(encoded: Sequence[EncodedNode], bases: Sequence[int], *, descrip
     decoded = (_decoded(item.descriptor, base) for item, base in zip(encoded, bases))
     if descriptors_first:
         decoded = list(decoded)
-    validate_preorder(decoded, mode="strict", bases=list(bases))
+    # every descriptor already passed first_error, the composite-head rules included, as the
+    # readers' descriptors do before they are bound
+    validate_preorder(decoded, mode="strict", bases=list(bases), check_heads=False)
 
 
 # --------------------------------------------------------------------------------------
