@@ -36,7 +36,11 @@ from numba import njit, prange
 from ..model import ElementType
 from ..structs.element_types import element_type_info
 from ..structs.quantization import NF4_LEVELS
-from .elements import bf16_to_f32, f16_to_f32, f16_to_f32_fast, f32_to_bf16, f32_to_f16, minifloat_table
+from .elements import (HAS_F16C, bf16_to_f32, f16_to_f32, f16_to_f32_fast, f32_to_bf16, f32_to_f16_fast,
+                       minifloat_table)
+
+if HAS_F16C:
+    from .elements import _f16_to_f32_hw
 
 __all__ = ["IN_F32", "IN_F16", "IN_BF16", "SCALE_KINDS", "input_kind", "block_view", "restore_layout",
            "storage_bytes", "code_range", "affine_block_stats", "affine_block_params", "affine_codes",
@@ -62,8 +66,8 @@ _FLT_MAX = np.float32(3.4028235e38)
 
 
 def input_kind(array: np.ndarray) -> tuple[np.ndarray, int]:
-    """(flat C-order array the kernels read, its kind): float16 / bfloat16 as their uint16 bits,
-    float32 as is, anything else converted to float32 first."""
+    """(flat C-order bit patterns the kernels read, their kind): float16 / bfloat16 as uint16,
+    float32 as uint32; any other type is converted to float32 first."""
     import ml_dtypes
 
     arr = np.ascontiguousarray(array)
@@ -71,7 +75,7 @@ def input_kind(array: np.ndarray) -> tuple[np.ndarray, int]:
         return arr.reshape(-1).view(np.uint16), IN_F16
     if arr.dtype == ml_dtypes.bfloat16:
         return arr.reshape(-1).view(np.uint16), IN_BF16
-    return np.ascontiguousarray(arr, np.float32).reshape(-1), IN_F32
+    return np.ascontiguousarray(arr, np.float32).reshape(-1).view(np.uint32), IN_F32
 
 
 def block_view(array: np.ndarray, axis: int) -> np.ndarray:
@@ -117,11 +121,86 @@ def code_range(storage, symmetric: bool) -> tuple[int, int]:
 
 @njit(cache=True, nogil=True, inline="always")
 def _load(x, i, in_kind):
+    """float32 value of element ``i`` (exact; a NaN keeps its payload)."""
     if in_kind == IN_F16:
         return f16_to_f32_fast(np.uint16(x[i]))
     if in_kind == IN_BF16:
         return bf16_to_f32(np.uint16(x[i]))
-    return np.float32(x[i])
+    return np.uint32(x[i]).view(np.float32)
+
+
+if HAS_F16C:
+    @njit(cache=True, nogil=True, inline="always")
+    def _load_finite(x, i, in_kind):
+        """:func:`_load` for an element known to be finite: branch-free, so loops over it vectorize."""
+        if in_kind == IN_F16:
+            return _f16_to_f32_hw(np.uint16(x[i]))
+        if in_kind == IN_BF16:
+            return bf16_to_f32(np.uint16(x[i]))
+        return np.uint32(x[i]).view(np.float32)
+else:  # pragma: no cover - depends on the host CPU
+    _load_finite = _load
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _order_key(bits, in_kind):
+    """An unsigned integer whose order is the float order of the value with these bits (sign flipped
+    for positives, all bits for negatives; -0 sorts just below +0)."""
+    if in_kind == IN_F32:
+        b = np.uint32(bits)
+        return b ^ (((b >> np.uint32(31)) * np.uint32(0x7FFFFFFF)) | np.uint32(0x80000000))
+    h = np.uint32(bits)
+    return h ^ (((h >> np.uint32(15)) * np.uint32(0x7FFF)) | np.uint32(0x8000))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _key_value(key, in_kind):
+    """float32 value of an order key of :func:`_order_key`."""
+    if in_kind == IN_F32:
+        b = key ^ np.uint32(0x80000000) if key & np.uint32(0x80000000) else ~key
+        return np.uint32(b).view(np.float32)
+    h = key ^ np.uint32(0x8000) if key & np.uint32(0x8000) else (~key) & np.uint32(0xFFFF)
+    if in_kind == IN_F16:
+        return f16_to_f32(np.uint16(h))
+    return bf16_to_f32(np.uint16(h))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _exponent_mask(in_kind):
+    if in_kind == IN_F16:
+        return np.uint32(0x7C00)
+    if in_kind == IN_BF16:
+        return np.uint32(0x7F80)
+    return np.uint32(0x7F800000)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _minmax(x, start, n, in_kind, mask, use_mask):
+    """(min, max, any NaN / infinity) of ``x[start:start + n]`` leaving out masked elements (min > max
+    when none is left), on integer order keys and without branches, so that the loops vectorize."""
+    lo_key = np.uint32(0xFFFFFFFF)
+    hi_key = np.uint32(0)
+    emask = _exponent_mask(in_kind)
+    special = np.uint32(0)
+    first = np.int64(start)
+    if use_mask:
+        for k in range(np.int64(n)):
+            b = np.uint32(x[first + k])
+            key = _order_key(b, in_kind)
+            keep = np.uint32(1) - np.uint32(mask[first + k])
+            lo_key = min(lo_key, key | (np.uint32(0) - (np.uint32(1) - keep)))
+            hi_key = max(hi_key, key * keep)
+            special |= np.uint32((b & emask) == emask) & keep
+    else:
+        for k in range(np.int64(n)):
+            b = np.uint32(x[first + k])
+            key = _order_key(b, in_kind)
+            lo_key = min(lo_key, key)
+            hi_key = max(hi_key, key)
+            special |= np.uint32((b & emask) == emask)
+    if hi_key < lo_key:
+        return np.float32(np.inf), np.float32(-np.inf), False
+    return _key_value(lo_key, in_kind), _key_value(hi_key, in_kind), special != 0
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -134,10 +213,10 @@ def _round_up_scale(s64, scale_kind):
     """The smallest value of the scale type (float32 / float16 / bfloat16) >= ``s64`` > 0, as float32
     (infinity when ``s64`` is past the type's range)."""
     if scale_kind == SCALE_F16:
-        h = f32_to_f16(np.float32(s64))
-        if np.float64(f16_to_f32(h)) < s64:
+        h = f32_to_f16_fast(np.float32(s64))
+        if np.float64(f16_to_f32_fast(h)) < s64:
             h = np.uint16(h + np.uint16(1))
-        return f16_to_f32(h)
+        return f16_to_f32_fast(h)
     if scale_kind == SCALE_BF16:
         h = f32_to_bf16(np.float32(s64))
         if np.float64(bf16_to_f32(h)) < s64:
@@ -205,18 +284,10 @@ def _affine_stats(x, in_kind, rows, cols, block, mask, use_mask, mins, maxs, bad
     for prow in prange(rows):
         r = np.int64(prow)
         for b in range(nb):
-            mn = np.float32(np.inf)
-            mx = np.float32(-np.inf)
-            j1 = min(cols, (b + 1) * block)
-            for j in range(b * block, j1):
-                i = r * cols + j
-                if use_mask and mask[i]:
-                    continue
-                v = _load(x, i, in_kind)
-                if not _finite(v):
-                    bad[0] = 1
-                mn = min(mn, v)
-                mx = max(mx, v)
+            j0 = b * block
+            mn, mx, special = _minmax(x, r * cols + j0, min(cols, j0 + block) - j0, in_kind, mask, use_mask)
+            if special:
+                bad[0] = 1
             mins[r * nb + b] = mn
             maxs[r * nb + b] = mx
 
@@ -243,6 +314,59 @@ def _affine_codes(x, in_kind, rows, cols, block, padded, scales, zps, lo, hi, bi
             z = np.int64(zps[r * nb + b])
             for j in range(b * block, min(cols, (b + 1) * block)):
                 _put(out, r * padded + j, _affine_code(_load(x, r * cols + j, in_kind), s, z, lo, hi), bits)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _int4_block(x, start, n, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind, codes, out, dst):
+    """One block of :func:`_affine_rows_int4`: returns (scale, zero point, all finite)."""
+    mn, mx, special = _minmax(x, start, n, in_kind, mask, use_mask)
+    if special:
+        return np.float32(1.0), np.int64(0), False
+    s, z = _affine_param(mn, mx, lo, hi, symmetric, scale_kind)
+    qlo = np.float32(lo - z)
+    qhi = np.float32(hi - z)
+    z32 = np.int32(z)
+    src = np.uint64(start)
+    for k in range(np.uint64(n)):
+        y = np.rint(np.float32(_load_finite(x, src + k, in_kind) / s))
+        codes[k] = np.int32(min(max(y, qlo), qhi)) + z32
+    codes[n] = 0  # the high nibble of an odd-length block's last byte
+    for k in range(np.uint64((n + 1) // 2)):
+        out[dst + k] = np.uint8((codes[2 * k] & 15) | ((codes[2 * k + 1] & 15) << 4))
+    return s, z, True
+
+
+def _affine_rows_int4(x, in_kind, rows, cols, block, padded, mask, use_mask, lo, hi, symmetric, scale_kind,
+                      scales, zps, bad, out):
+    """Per-block affine along rows with 4-bit codes, in one pass per block while it is in cache:
+    statistics (:func:`_minmax`), parameters (:func:`_affine_param`), codes (:func:`_affine_code`,
+    here with the clamp done on the float32 quotient -- the same integers, as ``z`` and the bounds
+    are small integers -- so that the loop vectorizes), then two codes per byte.  ``block`` is even,
+    so every block starts on a byte.  The input kind is made a constant of each branch, so that
+    the compiler specializes the loops."""
+    nb = (cols + block - 1) // block if cols else 0
+    row_bytes = padded // 2
+    for prow in prange(rows):
+        r = np.int64(prow)
+        codes = np.zeros(block + 1, np.int32)
+        for b in range(nb):
+            j0 = b * block
+            n = min(cols, j0 + block) - j0
+            start = r * cols + j0
+            dst = np.uint64(r * row_bytes + j0 // 2)
+            if in_kind == IN_F16:
+                s, z, ok = _int4_block(x, start, n, IN_F16, mask, use_mask, lo, hi, symmetric, scale_kind, codes,
+                                       out, dst)
+            elif in_kind == IN_BF16:
+                s, z, ok = _int4_block(x, start, n, IN_BF16, mask, use_mask, lo, hi, symmetric, scale_kind, codes,
+                                       out, dst)
+            else:
+                s, z, ok = _int4_block(x, start, n, IN_F32, mask, use_mask, lo, hi, symmetric, scale_kind, codes,
+                                       out, dst)
+            if not ok:
+                bad[0] = 1
+            scales[r * nb + b] = s
+            zps[r * nb + b] = z
 
 
 def _nf4_rows(x, in_kind, rows, cols, block, padded, table, scales, bits, bad, out):
@@ -376,6 +500,7 @@ def _twice(fn):
 _STATS = _twice(_affine_stats)
 _PARAMS = _twice(_affine_params)
 _CODES = _twice(_affine_codes)
+_INT4_ROWS = _twice(_affine_rows_int4)[0]
 _NF4 = _twice(_nf4_rows)
 _MXFP = _twice(_mxfp_rows)
 _PACK = _twice(_pack)[0]
@@ -421,8 +546,7 @@ def affine_block_stats(rows2d: np.ndarray, block: int, mask=None) -> tuple[np.nd
     mins = np.empty(rows * nb, np.float32)
     maxs = np.empty(rows * nb, np.float32)
     bad = np.zeros(1, np.uint8)
-    use_mask = mask is not None
-    m = np.ascontiguousarray(mask, np.bool_).reshape(-1) if use_mask else np.zeros(1, np.bool_)
+    m, use_mask = _mask_argument(mask)
     _STATS[0](x, kind, np.int64(rows), np.int64(cols), np.int64(block), m, use_mask, mins, maxs, bad)
     return mins, maxs, not bad[0]
 
@@ -449,11 +573,35 @@ def affine_codes(rows2d: np.ndarray, block: int, padded: int, scales, zps, lo: i
     return out if direct else pack_codes(out, bits)
 
 
+def _mask_argument(mask):
+    if mask is None:
+        return np.zeros(1, np.bool_), False
+    return np.ascontiguousarray(mask, np.bool_).reshape(-1), True
+
+
+def _affine_int4(rows2d, block, padded, lo, hi, symmetric, scale_type, mask):
+    rows, cols = rows2d.shape
+    x, kind = input_kind(rows2d)
+    nb = -(-cols // block) if cols else 0
+    scales = np.empty(rows * nb, np.float32)
+    zps = np.zeros(rows * nb, np.int32)
+    bad = np.zeros(1, np.uint8)
+    out = np.zeros(rows * padded // 2, np.uint8)
+    m, use_mask = _mask_argument(mask)
+    _INT4_ROWS(x, kind, np.int64(rows), np.int64(cols), np.int64(block), np.int64(padded), m, use_mask,
+               np.int64(lo), np.int64(hi), bool(symmetric), SCALE_KINDS[scale_type], scales, zps, bad, out)
+    finite = not bad[0]
+    over = int(np.count_nonzero(~(np.abs(scales) <= _FLT_MAX))) if finite else 0
+    return out, scales, zps, finite, over
+
+
 def affine_quantize(rows2d, block: int, padded: int, lo: int, hi: int, symmetric: bool, scale_type, bits: int,
                     dtype, mask=None, unpacked: bool = False):
     """Per-(row, block) affine quantization of ``rows2d``: (codes, scales, zero points, all finite,
     overflowed scales).  ``unpacked=True`` returns one code per item (``rows x padded``, for layouts
     the caller still has to rearrange) instead of the packed bytes."""
+    if bits == 4 and not unpacked and block % 2 == 0:
+        return _affine_int4(rows2d, block, padded, lo, hi, symmetric, scale_type, mask)
     mins, maxs, finite = affine_block_stats(rows2d, block, mask)
     scales, zps, over = affine_block_params(mins, maxs, lo, hi, symmetric, scale_type)
     if unpacked:
