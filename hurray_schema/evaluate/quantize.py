@@ -457,30 +457,23 @@ def _mxfp_rows(x, in_kind, rows, cols, block, padded, emax_value, mags, sign_cod
                 _put(out, r * padded + j, code, bits)
 
 
-def _block_top2(x, in_kind, rows, cols, block, mask, top_index, top1, top2):
-    """Per block, among elements not in ``mask``: flat index and magnitude of the largest, and the
-    magnitude of the next (0 when there is none); index -1 for a block with nothing left."""
+def _block_reference(x, in_kind, rows, cols, block, rank, ref):
+    """Per block: the ``rank``-th largest magnitude (0 when the block has fewer elements)."""
     nb = (cols + block - 1) // block if cols else 0
     for prow in prange(rows):
         r = np.int64(prow)
+        top = np.zeros(rank, np.float32)  # descending
         for b in range(nb):
-            best = np.int64(-1)
-            m1 = np.float32(-1.0)
-            m2 = np.float32(0.0)
+            top[:] = 0
             for j in range(b * block, min(cols, (b + 1) * block)):
-                i = r * cols + j
-                if mask[i]:
-                    continue
-                a = np.abs(_load(x, i, in_kind))
-                if a > m1:
-                    m2 = max(m1, np.float32(0.0))
-                    m1 = a
-                    best = i
-                elif a > m2:
-                    m2 = a
-            top_index[r * nb + b] = best
-            top1[r * nb + b] = m1
-            top2[r * nb + b] = m2
+                a = np.abs(_load(x, r * cols + j, in_kind))
+                if a > top[rank - 1]:
+                    k = rank - 1
+                    while k > 0 and top[k - 1] < a:
+                        top[k] = top[k - 1]
+                        k -= 1
+                    top[k] = a
+            ref[r * nb + b] = top[rank - 1]
 
 
 def _pack(codes, bits, out):
@@ -504,7 +497,7 @@ _INT4_ROWS = _twice(_affine_rows_int4)[0]
 _NF4 = _twice(_nf4_rows)
 _MXFP = _twice(_mxfp_rows)
 _PACK = _twice(_pack)[0]
-_TOP2 = _twice(_block_top2)[0]
+_REFERENCE = _twice(_block_reference)[0]
 
 
 def _rows_own_bytes(padded: int, bits: int) -> bool:
@@ -613,33 +606,30 @@ def affine_quantize(rows2d, block: int, padded: int, lo: int, hi: int, symmetric
     return affine_codes(rows2d, block, padded, scales, zps, lo, hi, bits, dtype), scales, zps, finite, over
 
 
-def spqr_outliers(rows2d, block: int, hi: int, budget: int, rounds: int) -> np.ndarray:
+def spqr_outliers(rows2d, block: int, hi: int, budget: int, per_block: int) -> np.ndarray:
     """Outlier mask (flat bool over ``rows2d``) for a symmetric per-block quantizer with top code ``hi``.
 
-    Greedy rounds: in each block, the largest magnitude ``m1`` among the elements not taken yet
-    would be clipped by ``m1 - m2`` under the scale chosen without it (``m2`` the next largest);
-    it is an outlier when that error exceeds the step ``m2 / hi`` of that scale.  Each round
-    takes the worst such elements over the whole array, at most ``budget`` in all."""
+    Each block's reference magnitude ``m`` is its ``(per_block + 1)``-th largest: the absmax it
+    keeps once its ``per_block`` largest elements are taken out, whose scale is ``m / hi``.  An
+    element's score is its quantization (clipping) error under that scale, ``|x| - m``; elements
+    whose score exceeds half that scale's step are candidates, and the ``budget`` largest scores
+    over the whole array are the outliers."""
     rows, cols = rows2d.shape
     x, kind = input_kind(rows2d)
     nb = -(-cols // block) if cols else 0
     mask = np.zeros(rows * cols, np.bool_)
-    top_index = np.empty(rows * nb, np.int64)
-    top1 = np.empty(rows * nb, np.float32)
-    top2 = np.empty(rows * nb, np.float32)
-    remaining = int(budget)
-    for _ in range(rounds):
-        if remaining <= 0:
-            break
-        _TOP2(x, kind, np.int64(rows), np.int64(cols), np.int64(block), mask, top_index, top1, top2)
-        score = top1 - top2
-        candidates = np.flatnonzero((top_index >= 0) & (score > top2 / np.float32(hi)))
-        if candidates.size == 0:
-            break
-        if candidates.size > remaining:
-            candidates = candidates[np.argpartition(-score[candidates], remaining - 1)[:remaining]]
-        mask[top_index[candidates]] = True
-        remaining -= candidates.size
+    rank = max(1, min(int(per_block) + 1, block))
+    if budget <= 0 or rows * cols == 0 or rank >= min(block, cols) + 1:
+        return mask
+    ref = np.zeros(rows * nb, np.float32)
+    _REFERENCE(x, kind, np.int64(rows), np.int64(cols), np.int64(block), np.int64(rank), ref)
+    magnitude = np.abs(np.ascontiguousarray(rows2d, np.float32))
+    block_ref = np.repeat(ref.reshape(rows, nb), block, axis=1)[:, :cols]
+    score = (magnitude - block_ref).reshape(-1)
+    candidates = np.flatnonzero(score > (block_ref / np.float32(2 * hi)).reshape(-1))
+    if candidates.size > budget:
+        candidates = candidates[np.argpartition(-score[candidates], budget - 1)[:budget]]
+    mask[candidates] = True
     return mask
 
 

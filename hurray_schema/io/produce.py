@@ -597,8 +597,8 @@ def group(items, *, shape: Optional[Sequence[int]] = None, type_tag=None, name: 
 # ------------------------------------------------------------------------------------
 
 _SPQR_STORAGE = {2: E.INT2, 4: E.INT4, 8: E.INT8}
-SPQR_MAX_ROUNDS = 8
-"""Outlier search rounds (each takes at most one more element per block)."""
+SPQR_MAX_PER_BLOCK = 8
+"""At most this many outliers per block: each block's reference scale leaves out its 8 largest elements."""
 
 
 def spqr(weight, bits: int = 4, block_size: int = 64, outliers: float = 0.01, combine_op="replace", *,
@@ -607,13 +607,13 @@ def spqr(weight, bits: int = 4, block_size: int = 64, outliers: float = 0.01, co
     base along the last axis whose scales have the weight's type (so it decodes to it), plus a
     sorted COO correction holding the outliers.
 
-    Outliers are found greedily, in rounds: in each block the element of largest magnitude among
-    those not yet taken scores the quantization error it would have under the scale chosen
-    without it (``|x| - hi * s``, its clipping error), and the highest scores over the whole
-    tensor are taken, at most ``round(outliers * size)`` in all.  Outliers are left out of their
-    block's statistics before its scale is chosen, so one large weight does not coarsen its block.
-    ``combine_op="replace"`` stores the outliers' exact values; ``"add"`` the residual
-    ``x - base`` rounded to the weight's type.
+    Outliers are the elements with the largest quantization error under a robust scale of their
+    block -- the scale it gets once its :data:`SPQR_MAX_PER_BLOCK` largest elements are left out
+    -- among those whose error there exceeds half a step; at most ``round(outliers * size)`` of
+    them (:func:`hurray_schema.evaluate.quantize.spqr_outliers`).  They are then left out of
+    their block's statistics before its scale is chosen, so one large weight does not coarsen
+    the rest of its block.  ``combine_op="replace"`` stores the outliers' exact values;
+    ``"add"`` the residual ``x - base`` rounded to the weight's type.
     """
     from ..evaluate import quantize as kernels
 
@@ -628,7 +628,7 @@ def spqr(weight, bits: int = 4, block_size: int = 64, outliers: float = 0.01, co
     block = int(block_size)
     rows2d = kernels.block_view(w, -1)
     _, hi = kernels.code_range(storage, True)
-    mask = kernels.spqr_outliers(rows2d, block, hi, int(round(float(outliers) * w.size)), SPQR_MAX_ROUNDS)
+    mask = kernels.spqr_outliers(rows2d, block, hi, int(round(float(outliers) * w.size)), SPQR_MAX_PER_BLOCK)
     base = Tensor(*_per_block(w, storage, -1, block, True, head_type, None, mask=mask))
     flat = np.flatnonzero(mask)
     coords = np.stack(np.unravel_index(flat, w.shape), axis=1) if flat.size else np.zeros((0, w.ndim), np.int64)
