@@ -143,29 +143,6 @@ else:  # pragma: no cover - depends on the host CPU
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _order_key(bits, in_kind):
-    """An unsigned integer whose order is the float order of the value with these bits (sign flipped
-    for positives, all bits for negatives; -0 sorts just below +0)."""
-    if in_kind == IN_F32:
-        b = np.uint32(bits)
-        return b ^ (((b >> np.uint32(31)) * np.uint32(0x7FFFFFFF)) | np.uint32(0x80000000))
-    h = np.uint32(bits)
-    return h ^ (((h >> np.uint32(15)) * np.uint32(0x7FFF)) | np.uint32(0x8000))
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _key_value(key, in_kind):
-    """float32 value of an order key of :func:`_order_key`."""
-    if in_kind == IN_F32:
-        b = key ^ np.uint32(0x80000000) if key & np.uint32(0x80000000) else ~key
-        return np.uint32(b).view(np.float32)
-    h = key ^ np.uint32(0x8000) if key & np.uint32(0x8000) else (~key) & np.uint32(0xFFFF)
-    if in_kind == IN_F16:
-        return f16_to_f32(np.uint16(h))
-    return bf16_to_f32(np.uint16(h))
-
-
-@njit(cache=True, nogil=True, inline="always")
 def _exponent_mask(in_kind):
     if in_kind == IN_F16:
         return np.uint32(0x7C00)
@@ -177,30 +154,29 @@ def _exponent_mask(in_kind):
 @njit(cache=True, nogil=True, inline="always")
 def _minmax(x, start, n, in_kind, mask, use_mask):
     """(min, max, any NaN / infinity) of ``x[start:start + n]`` leaving out masked elements (min > max
-    when none is left), on integer order keys and without branches, so that the loops vectorize."""
-    lo_key = np.uint32(0xFFFFFFFF)
-    hi_key = np.uint32(0)
+    when none is left).  Branch-free, NaN and infinity found on the bits (an exponent of all ones),
+    so that the loops vectorize in kernels compiled with :data:`MINMAX_FLAGS`."""
+    lo = np.float32(np.inf)
+    hi = np.float32(-np.inf)
     emask = _exponent_mask(in_kind)
     special = np.uint32(0)
     first = np.int64(start)
     if use_mask:
         for k in range(np.int64(n)):
             b = np.uint32(x[first + k])
-            key = _order_key(b, in_kind)
-            keep = np.uint32(1) - np.uint32(mask[first + k])
-            lo_key = min(lo_key, key | (np.uint32(0) - (np.uint32(1) - keep)))
-            hi_key = max(hi_key, key * keep)
-            special |= np.uint32((b & emask) == emask) & keep
+            v = _load_finite(x, first + k, in_kind)
+            keep = not mask[first + k]
+            lo = min(lo, v if keep else np.float32(np.inf))
+            hi = max(hi, v if keep else np.float32(-np.inf))
+            special |= np.uint32(((b & emask) == emask) and keep)
     else:
         for k in range(np.int64(n)):
             b = np.uint32(x[first + k])
-            key = _order_key(b, in_kind)
-            lo_key = min(lo_key, key)
-            hi_key = max(hi_key, key)
+            v = _load_finite(x, first + k, in_kind)
+            lo = min(lo, v)
+            hi = max(hi, v)
             special |= np.uint32((b & emask) == emask)
-    if hi_key < lo_key:
-        return np.float32(np.inf), np.float32(-np.inf), False
-    return _key_value(lo_key, in_kind), _key_value(hi_key, in_kind), special != 0
+    return lo, hi, special != 0
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -486,14 +462,22 @@ def _pack(codes, bits, out):
             _put(out, k, codes[k], bits)
 
 
-def _twice(fn):
-    return njit(cache=True, parallel=True)(fn), njit(cache=True)(fn)
+MINMAX_FLAGS = frozenset({"nnan", "nsz"})
+"""Fast-math flags of the kernels that reduce min / max: no NaN reaches their float arithmetic (NaN and
+infinity are detected on the bits and the block is refused) and the sign of a zero never changes a
+code, so the compiler may vectorize the reductions; no flag that would reorder or approximate the
+quantization arithmetic itself (``x / s`` stays a correctly rounded division)."""
 
 
-_STATS = _twice(_affine_stats)
+def _twice(fn, fastmath=False):
+    flags = set(MINMAX_FLAGS) if fastmath else False
+    return njit(cache=True, parallel=True, fastmath=flags)(fn), njit(cache=True, fastmath=flags)(fn)
+
+
+_STATS = _twice(_affine_stats, fastmath=True)
 _PARAMS = _twice(_affine_params)
 _CODES = _twice(_affine_codes)
-_INT4_ROWS = _twice(_affine_rows_int4)[0]
+_INT4_ROWS = _twice(_affine_rows_int4, fastmath=True)[0]
 _NF4 = _twice(_nf4_rows)
 _MXFP = _twice(_mxfp_rows)
 _PACK = _twice(_pack)[0]
