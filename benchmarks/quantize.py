@@ -1,8 +1,8 @@
 """Per-block int4 quantization of a [4096, 4096] float16 array, against a copy and NumPy, same run.
 
-    python benchmarks/quantize.py [--size 4096] [--repeat 7]
+    python benchmarks/quantize.py [--size 4096] [--repeat 9]
 
-Prints the median wall time of
+Prints the best wall time over interleaved rounds of
 
 * ``copy``   -- ``np.copyto`` of the array into a preallocated one (the memory-bound floor);
 * ``kernel`` -- ``hurray_schema.evaluate.quantize.affine_quantize``: symmetric int4 codes,
@@ -21,7 +21,6 @@ Nothing here asserts: it only measures.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -52,19 +51,22 @@ def numpy_quantizer(w: np.ndarray):
     return (nib[:, 0::2] | (nib[:, 1::2] << 4)).reshape(-1), s
 
 
-def timed(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def best_of_rounds(functions: dict, rounds: int) -> dict:
+    """The best wall time of each function over ``rounds`` rounds, the functions interleaved in every
+    round so that other load on a shared machine falls on all of them alike."""
+    best = {name: float("inf") for name in functions}
+    for _ in range(rounds):
+        for name, fn in functions.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", type=int, default=4096)
-    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=9)
     args = parser.parse_args()
     n = args.size
     w = (np.random.default_rng(0).standard_normal((n, n)) * 0.02).astype(np.float16)
@@ -77,19 +79,22 @@ def main() -> None:
     ref_codes, ref_scales = numpy_quantizer(w)
     same = np.array_equal(codes, ref_codes) and np.array_equal(scales.astype(np.float16), ref_scales.reshape(-1))
     hs.quantize(w, "per_block", block_size=BLOCK)  # compile
-    t_copy = timed(lambda: np.copyto(dst, w), args.repeat)
-    t_kernel = timed(kernel, args.repeat)
-    t_api = timed(lambda: hs.quantize(w, "per_block", block_size=BLOCK), args.repeat)
-    t_numpy = timed(lambda: numpy_quantizer(w), max(3, args.repeat // 2))
+    best = best_of_rounds({
+        "copy": lambda: np.copyto(dst, w),
+        "kernel": kernel,
+        "quantize": lambda: hs.quantize(w, "per_block", block_size=BLOCK),
+        "numpy": lambda: numpy_quantizer(w),
+    }, args.repeat)
+    t_copy, t_kernel, t_api, t_numpy = best["copy"], best["kernel"], best["quantize"], best["numpy"]
     print(f"per-block int4, float16 [{n}, {n}], block {BLOCK}  (codes equal to NumPy's: {same})")
     print(f"  copy      {t_copy * 1e3:8.2f} ms")
     print(f"  kernel    {t_kernel * 1e3:8.2f} ms   {t_kernel / t_copy:6.2f} x copy   (target <= 4)")
     print(f"  quantize  {t_api * 1e3:8.2f} ms   {t_api / t_copy:6.2f} x copy")
     print(f"  numpy     {t_numpy * 1e3:8.2f} ms   {t_numpy / t_kernel:6.1f} x slower than the kernel   (target >= 20)")
     composite = hs.spqr(w[:256, :256])  # compile
-    t_spqr = timed(lambda: hs.spqr(w), 3)
     composite = hs.spqr(w)
-    t_mat = timed(composite.materialize, 3)
+    spqr_best = best_of_rounds({"spqr": lambda: hs.spqr(w), "materialize": composite.materialize}, 3)
+    t_spqr, t_mat = spqr_best["spqr"], spqr_best["materialize"]
     nnz = composite.members[1].descriptor.layout.nnz
     print(f"  spqr      {t_spqr * 1e3:8.2f} ms   ({nnz} outliers, {nnz / w.size:.3%})")
     print(f"  spqr materialize {t_mat * 1e3:8.2f} ms")
