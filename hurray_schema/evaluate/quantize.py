@@ -36,7 +36,7 @@ from numba import njit, prange
 from ..model import ElementType
 from ..structs.element_types import element_type_info
 from ..structs.quantization import NF4_LEVELS
-from .elements import (HAS_F16C, bf16_to_f32, f16_to_f32, f16_to_f32_fast, f32_to_bf16, f32_to_f16_fast,
+from .elements import (HAS_F16C, bf16_to_f32, f16_to_f32_fast, f32_to_bf16, f32_to_f16_fast,
                        minifloat_table)
 
 if HAS_F16C:

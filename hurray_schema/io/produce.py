@@ -19,8 +19,7 @@ evaluator's package, a layer above this one, and are imported at call time (as
 
 from __future__ import annotations
 
-import math
-from typing import Iterable, Optional, Sequence, Union
+from typing import Iterable, Optional, Sequence
 
 import attrs
 import numpy as np
