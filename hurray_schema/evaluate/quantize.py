@@ -56,7 +56,8 @@ SCALE_KINDS = {E.FLOAT32: SCALE_F32, E.FLOAT16: SCALE_F16, E.BFLOAT16: SCALE_BF1
 NF4_TABLE = np.array(NF4_LEVELS, np.float32)
 NF4_TABLE.flags.writeable = False
 
-_INT32_MAX = (1 << 31) - 1
+_FLOAT32_INTEGERS = 1 << 24
+"""float32 represents every integer up to this magnitude (24-bit significand)."""
 _FLT_MAX = np.float32(3.4028235e38)
 
 
@@ -101,16 +102,16 @@ def storage_bytes(count: int, bits: int) -> int:
 
 def code_range(storage, symmetric: bool) -> tuple[int, int]:
     """[lo, hi] codes the affine quantizer uses: the storage type's range, narrowed for 32-bit types
-    so that ``q - z`` is an int32 for every code (the formula subtracts in int32) and, for
-    symmetric unsigned storage, so that ``q`` itself is one."""
+    so that every quotient ``x / s`` it rounds is below 2**24 in magnitude, where float32 still holds
+    every integer (then ``q - z`` is an int32 too, as the formula subtracts in int32)."""
     info = element_type_info(storage)
     bits = info.bit_width
     lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if info.is_signed else (0, (1 << bits) - 1)
-    if hi - lo > _INT32_MAX:
-        if symmetric:
-            hi = min(hi, _INT32_MAX)
-        else:
-            lo, hi = (-(1 << 30), (1 << 30) - 1) if info.is_signed else (0, _INT32_MAX)
+    if symmetric:
+        return max(lo, -_FLOAT32_INTEGERS), min(hi, _FLOAT32_INTEGERS - 1)
+    if hi - lo > _FLOAT32_INTEGERS - 1:
+        lo, hi = (-(_FLOAT32_INTEGERS >> 1), (_FLOAT32_INTEGERS >> 1) - 1) if info.is_signed \
+            else (0, _FLOAT32_INTEGERS - 1)
     return lo, hi
 
 
