@@ -12,6 +12,7 @@ from .io import (
     Composite, HurrayFile, IndexEntry, RemoteError, StreamReader, Tensor, UInt64, read_file,
     read_stream, write_file, write_stream,
 )
+from .io.produce import from_scipy, group, overlay, partition, quantize, sparse_coo, sparse_csc, sparse_csr, spqr
 from .model import (
     DYNAMIC_DIMENSION, BlockPagedLayout, BlockTableIndexType, BufferHandle, ColumnMajorLayout,
     CombineOp, CompositeLayout, CompositeMember, CompositionRule, CooLayout, CscLayout, CsfLayout,
@@ -42,6 +43,7 @@ def __getattr__(name):
 __all__ = [
     "Composite", "HurrayFile", "IndexEntry", "RemoteError", "StreamReader", "Tensor", "UInt64",
     "read_file", "read_stream", "write_file", "write_stream",
+    "quantize", "spqr", "sparse_coo", "sparse_csr", "sparse_csc", "from_scipy", "partition", "overlay", "group",
     "DEFAULT_LIMITS", "Limits", "DecodedTypeMismatch", "UnsupportedEvaluation", "lookup", "materialize", "tensor_to_numpy",
     "audit", "CompositeValidator", "Finding", "Level", "Mode", "Report", "parse_descriptor",
     "decode_descriptor", "encode_descriptor", "HurraySchemaError", "LimitExceeded", "SpecViolation",

@@ -1,0 +1,680 @@
+"""Quantization kernels: the exact counterpart of the dequantization in :mod:`.quant`.
+
+Arrays in, codes / scales / zero points out; descriptors are built by
+:mod:`hurray_schema.io.produce`.  Every value is first taken to float32 (float16 / bfloat16
+inputs widened exactly on their bits), as the dequantization formulas compute in float32
+(``quantization/per-block-affine.md § Dequantization Formula``).
+
+* Affine (per-tensor, per-channel, per-block): the scale is the smallest value of the scale
+  type at or above ``absmax / hi`` (symmetric) or ``(max - min) / (hi - lo)`` over a range
+  widened to contain 0 (asymmetric), so no element is clipped; ``z = lo - rint(min / s)``;
+  the code is ``clamp(rint(x / s) + z, lo, hi)`` in float32 with ties to even -- the inverse
+  of ``float32(int32(q - z)) * s``.  A block without a non-zero value gets scale 1.
+* NF4 (``quantization/nf4.md``): ``s`` = the block's float32 absmax (1 for an all-zero
+  block); the code is the one whose decoded value ``s * nf4[q]`` (float32) is nearest to
+  ``x``, the lower code on a tie.
+* MXFP (``quantization/mxfp.md``): the shared exponent is the smallest ``e`` in [1, 254]
+  with ``absmax <= 2**(e - 127) * max_element`` (127 for an all-zero block); ``y = x / s``
+  is rounded to the nearest element value, ties to the even code (round to nearest even
+  for the float element types), integers with :func:`numpy.rint` and clamped.
+
+Blocks run along the last axis of a ``rows x cols`` view (``b = row * nb + col // K``,
+``quantization/per-block-affine.md § Block Layout``); :func:`block_view` moves the
+quantized axis there and :func:`restore_layout` moves the codes back.  Codes are written
+straight into their packed storage (``element-types.md § Sub-Byte Integer Types``: LSB
+first, 6-bit types four in three bytes) with the block axis padded to whole blocks and the
+padding left as zero bytes (``per-block-affine.md § Padding``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from ..model import ElementType
+from ..structs.element_types import element_type_info
+from ..structs.quantization import NF4_LEVELS
+from .elements import (HAS_F16C, bf16_to_f32, f16_to_f32_fast, f32_to_bf16, f32_to_f16_fast,
+                       minifloat_table)
+
+if HAS_F16C:
+    from .elements import _f16_to_f32_hw
+
+__all__ = ["IN_F32", "IN_F16", "IN_BF16", "SCALE_KINDS", "input_kind", "block_view", "restore_layout",
+           "storage_bytes", "code_range", "affine_block_stats", "affine_block_params", "affine_codes",
+           "affine_quantize", "spqr_outliers", "nf4_quantize", "mxfp_quantize", "mxfp_element_max", "pack_codes",
+           "NF4_TABLE"]
+
+E = ElementType
+IN_F32, IN_F16, IN_BF16 = 0, 1, 2
+SCALE_F32, SCALE_F16, SCALE_BF16 = 0, 1, 2
+SCALE_KINDS = {E.FLOAT32: SCALE_F32, E.FLOAT16: SCALE_F16, E.BFLOAT16: SCALE_BF16}
+"""Scale element type -> the kernels' code for it."""
+
+NF4_TABLE = np.array(NF4_LEVELS, np.float32)
+NF4_TABLE.flags.writeable = False
+
+_FLOAT32_INTEGERS = 1 << 24
+"""float32 represents every integer up to this magnitude (24-bit significand)."""
+_FLT_MAX = np.float32(3.4028235e38)
+
+
+# ------------------------------------------------------------------------------------
+# Arrays to rows x cols and back
+# ------------------------------------------------------------------------------------
+
+
+def input_kind(array: np.ndarray) -> tuple[np.ndarray, int]:
+    """(flat C-order bit patterns the kernels read, their kind): float16 / bfloat16 as uint16,
+    float32 as uint32; any other type is converted to float32 first."""
+    import ml_dtypes
+
+    arr = np.ascontiguousarray(array)
+    if arr.dtype == np.float16:
+        return arr.reshape(-1).view(np.uint16), IN_F16
+    if arr.dtype == ml_dtypes.bfloat16:
+        return arr.reshape(-1).view(np.uint16), IN_BF16
+    return np.ascontiguousarray(arr, np.float32).reshape(-1).view(np.uint32), IN_F32
+
+
+def block_view(array: np.ndarray, axis: int) -> np.ndarray:
+    """``array`` with ``axis`` moved last and the other axes flattened in row-major order into rows
+    (the ``outer`` index of ``§ Block Layout``); a copy only when the axis is not last already."""
+    moved = np.moveaxis(np.asarray(array), axis, -1)
+    cols = moved.shape[-1] if moved.ndim else 1
+    rows = math.prod(moved.shape[:-1]) if moved.ndim else 1
+    return np.ascontiguousarray(moved).reshape(rows, cols)
+
+
+def restore_layout(codes: np.ndarray, shape, axis: int) -> np.ndarray:
+    """Codes computed on :func:`block_view` rows (``rows x padded``) back in row-major order of
+    ``shape`` with ``axis`` padded to ``codes.shape[1]``."""
+    moved = list(np.moveaxis(np.empty(tuple(shape), np.uint8), axis, -1).shape)
+    moved[-1] = codes.shape[1]
+    return np.ascontiguousarray(np.moveaxis(codes.reshape(moved), -1, axis))
+
+
+def storage_bytes(count: int, bits: int) -> int:
+    return -(-count // 4) * 3 if bits == 6 else -(-count * bits // 8)
+
+
+def code_range(storage, symmetric: bool) -> tuple[int, int]:
+    """[lo, hi] codes the affine quantizer uses: the storage type's range, narrowed for 32-bit types
+    so that every quotient ``x / s`` it rounds is below 2**24 in magnitude, where float32 still holds
+    every integer (then ``q - z`` is an int32 too, as the formula subtracts in int32)."""
+    info = element_type_info(storage)
+    bits = info.bit_width
+    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if info.is_signed else (0, (1 << bits) - 1)
+    if symmetric:
+        return max(lo, -_FLOAT32_INTEGERS), min(hi, _FLOAT32_INTEGERS - 1)
+    if hi - lo > _FLOAT32_INTEGERS - 1:
+        lo, hi = (-(_FLOAT32_INTEGERS >> 1), (_FLOAT32_INTEGERS >> 1) - 1) if info.is_signed \
+            else (0, _FLOAT32_INTEGERS - 1)
+    return lo, hi
+
+
+# ------------------------------------------------------------------------------------
+# Scalar steps (inlined into every kernel)
+# ------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _load(x, i, in_kind):
+    """float32 value of element ``i`` (exact; a NaN keeps its payload)."""
+    if in_kind == IN_F16:
+        return f16_to_f32_fast(np.uint16(x[i]))
+    if in_kind == IN_BF16:
+        return bf16_to_f32(np.uint16(x[i]))
+    return np.uint32(x[i]).view(np.float32)
+
+
+if HAS_F16C:
+    @njit(cache=True, nogil=True, inline="always")
+    def _load_finite(x, i, in_kind):
+        """:func:`_load` for an element known to be finite: branch-free, so loops over it vectorize."""
+        if in_kind == IN_F16:
+            return _f16_to_f32_hw(np.uint16(x[i]))
+        if in_kind == IN_BF16:
+            return bf16_to_f32(np.uint16(x[i]))
+        return np.uint32(x[i]).view(np.float32)
+else:  # pragma: no cover - depends on the host CPU
+    _load_finite = _load
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _exponent_mask(in_kind):
+    if in_kind == IN_F16:
+        return np.uint32(0x7C00)
+    if in_kind == IN_BF16:
+        return np.uint32(0x7F80)
+    return np.uint32(0x7F800000)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _minmax(x, start, n, in_kind, mask, use_mask):
+    """(min, max, any NaN / infinity) of ``x[start:start + n]`` leaving out masked elements (min > max
+    when none is left).  Branch-free, NaN and infinity found on the bits (an exponent of all ones),
+    so that the loops vectorize in kernels compiled with :data:`MINMAX_FLAGS`."""
+    lo = np.float32(np.inf)
+    hi = np.float32(-np.inf)
+    emask = _exponent_mask(in_kind)
+    special = np.uint32(0)
+    first = np.int64(start)
+    if use_mask:
+        for k in range(np.int64(n)):
+            b = np.uint32(x[first + k])
+            v = _load_finite(x, first + k, in_kind)
+            keep = not mask[first + k]
+            lo = min(lo, v if keep else np.float32(np.inf))
+            hi = max(hi, v if keep else np.float32(-np.inf))
+            special |= np.uint32(((b & emask) == emask) and keep)
+    else:
+        for k in range(np.int64(n)):
+            b = np.uint32(x[first + k])
+            v = _load_finite(x, first + k, in_kind)
+            lo = min(lo, v)
+            hi = max(hi, v)
+            special |= np.uint32((b & emask) == emask)
+    return lo, hi, special != 0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _finite(v):
+    return np.abs(v) <= _FLT_MAX
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _round_up_scale(s64, scale_kind):
+    """The smallest value of the scale type (float32 / float16 / bfloat16) >= ``s64`` > 0, as float32
+    (infinity when ``s64`` is past the type's range)."""
+    if scale_kind == SCALE_F16:
+        h = f32_to_f16_fast(np.float32(s64))
+        if np.float64(f16_to_f32_fast(h)) < s64:
+            h = np.uint16(h + np.uint16(1))
+        return f16_to_f32_fast(h)
+    if scale_kind == SCALE_BF16:
+        h = f32_to_bf16(np.float32(s64))
+        if np.float64(bf16_to_f32(h)) < s64:
+            h = np.uint16(h + np.uint16(1))
+        return bf16_to_f32(h)
+    v = np.float32(s64)
+    if np.float64(v) < s64:
+        v = np.uint32(v.view(np.uint32) + np.uint32(1)).view(np.float32)
+    return v
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _affine_param(mn, mx, lo, hi, symmetric, scale_kind):
+    """(scale as float32, zero point) of one parameter set from the min / max of its elements
+    (``mn > mx`` when it has none)."""
+    if mn > mx:
+        mn = np.float32(0.0)
+        mx = np.float32(0.0)
+    if symmetric:
+        s64 = max(abs(np.float64(mn)), abs(np.float64(mx))) / np.float64(hi)
+    else:
+        mn = min(mn, np.float32(0.0))
+        mx = max(mx, np.float32(0.0))
+        s64 = (np.float64(mx) - np.float64(mn)) / np.float64(hi - lo)
+    s = np.float32(1.0) if s64 == 0.0 else _round_up_scale(s64, scale_kind)
+    z = np.int64(0)
+    if not symmetric and _finite(s):
+        z = min(max(np.int64(lo) - np.int64(np.rint(mn / s)), np.int64(lo)), np.int64(hi))
+    return s, z
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _affine_code(v, s, z, lo, hi):
+    """``clamp(rint(v / s) + z, lo, hi)``: v / s in float32, ties to even."""
+    q = np.int64(np.rint(np.float32(v / s))) + z
+    return min(max(q, np.int64(lo)), np.int64(hi))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put(out, e, code, bits):
+    """Store ``code`` (its low ``bits`` bits) as element ``e`` of a zeroed packed buffer; whole-byte
+    and wider codes go into ``out`` (of the storage dtype) as one item."""
+    if bits >= 8:
+        out[e] = code
+    elif bits == 6:
+        g = (e >> 2) * 3
+        w = (np.uint32(code) & np.uint32(63)) << np.uint32(6 * (e & 3))
+        out[g] |= np.uint8(w & np.uint32(255))
+        out[g + 1] |= np.uint8((w >> np.uint32(8)) & np.uint32(255))
+        out[g + 2] |= np.uint8(w >> np.uint32(16))
+    else:
+        shift = 3 if bits == 1 else (2 if bits == 2 else 1)
+        c = np.uint8(np.uint64(code) & np.uint64((1 << bits) - 1))
+        out[e >> shift] |= np.uint8(c << np.uint8((e & ((1 << shift) - 1)) * bits))
+
+
+# ------------------------------------------------------------------------------------
+# Row kernels (each compiled twice: parallel over rows when rows own whole bytes, else serial)
+# ------------------------------------------------------------------------------------
+
+
+def _affine_stats(x, in_kind, rows, cols, block, mask, use_mask, mins, maxs, bad):
+    """Min / max of every block of every row (masked elements left out), NaN / infinity flagged."""
+    nb = (cols + block - 1) // block if cols else 0
+    for prow in prange(rows):
+        r = np.int64(prow)
+        for b in range(nb):
+            j0 = b * block
+            mn, mx, special = _minmax(x, r * cols + j0, min(cols, j0 + block) - j0, in_kind, mask, use_mask)
+            if special:
+                bad[0] = 1
+            mins[r * nb + b] = mn
+            maxs[r * nb + b] = mx
+
+
+def _affine_params(mins, maxs, lo, hi, symmetric, scale_kind, scales, zps):
+    """Scale and zero point of every parameter set; returns how many scales overflowed their type."""
+    over = 0
+    for k in prange(mins.size):
+        s, z = _affine_param(mins[k], maxs[k], lo, hi, symmetric, scale_kind)
+        scales[k] = s
+        zps[k] = z
+        if not _finite(s):
+            over += 1
+    return over
+
+
+def _affine_codes(x, in_kind, rows, cols, block, padded, scales, zps, lo, hi, bits, out):
+    """Codes of every element (row ``r`` holds parameters ``r * nb + j // block``) into ``out``."""
+    nb = (cols + block - 1) // block if cols else 0
+    for prow in prange(rows):
+        r = np.int64(prow)
+        for b in range(nb):
+            s = scales[r * nb + b]
+            z = np.int64(zps[r * nb + b])
+            for j in range(b * block, min(cols, (b + 1) * block)):
+                _put(out, r * padded + j, _affine_code(_load(x, r * cols + j, in_kind), s, z, lo, hi), bits)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _int4_block(x, start, n, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind, codes, out, dst):
+    """One block of :func:`_affine_rows_int4`: returns (scale, zero point, all finite)."""
+    mn, mx, special = _minmax(x, start, n, in_kind, mask, use_mask)
+    if special:
+        return np.float32(1.0), np.int64(0), False
+    s, z = _affine_param(mn, mx, lo, hi, symmetric, scale_kind)
+    qlo = np.float32(lo - z)
+    qhi = np.float32(hi - z)
+    z32 = np.int32(z)
+    src = np.uint64(start)
+    for k in range(np.uint64(n)):
+        y = np.rint(np.float32(_load_finite(x, src + k, in_kind) / s))
+        codes[k] = np.int32(min(max(y, qlo), qhi)) + z32
+    codes[n] = 0  # the high nibble of an odd-length block's last byte
+    for k in range(np.uint64((n + 1) // 2)):
+        out[dst + k] = np.uint8((codes[2 * k] & 15) | ((codes[2 * k + 1] & 15) << 4))
+    return s, z, True
+
+
+def _affine_rows_int4(x, in_kind, rows, cols, block, padded, mask, use_mask, lo, hi, symmetric, scale_kind,
+                      scales, zps, bad, out):
+    """Per-block affine along rows with 4-bit codes, in one pass per block while it is in cache:
+    statistics (:func:`_minmax`), parameters (:func:`_affine_param`), codes (:func:`_affine_code`,
+    here with the clamp done on the float32 quotient -- the same integers, as ``z`` and the bounds
+    are small integers -- so that the loop vectorizes), then two codes per byte.  ``block`` is even,
+    so every block starts on a byte.  The input kind is made a constant of each branch, so that
+    the compiler specializes the loops."""
+    nb = (cols + block - 1) // block if cols else 0
+    row_bytes = padded // 2
+    for prow in prange(rows):
+        r = np.int64(prow)
+        codes = np.zeros(block + 1, np.int32)
+        for b in range(nb):
+            j0 = b * block
+            n = min(cols, j0 + block) - j0
+            start = r * cols + j0
+            dst = np.uint64(r * row_bytes + j0 // 2)
+            if in_kind == IN_F16:
+                s, z, ok = _int4_block(x, start, n, IN_F16, mask, use_mask, lo, hi, symmetric, scale_kind, codes,
+                                       out, dst)
+            elif in_kind == IN_BF16:
+                s, z, ok = _int4_block(x, start, n, IN_BF16, mask, use_mask, lo, hi, symmetric, scale_kind, codes,
+                                       out, dst)
+            else:
+                s, z, ok = _int4_block(x, start, n, IN_F32, mask, use_mask, lo, hi, symmetric, scale_kind, codes,
+                                       out, dst)
+            if not ok:
+                bad[0] = 1
+            scales[r * nb + b] = s
+            zps[r * nb + b] = z
+
+
+def _nf4_rows(x, in_kind, rows, cols, block, padded, table, scales, bits, bad, out):
+    """NF4 absmax per block, then the nearest level of every element (``quantization/nf4.md``)."""
+    nb = (cols + block - 1) // block if cols else 0
+    for prow in prange(rows):
+        r = np.int64(prow)
+        cand = np.empty(16, np.float32)
+        for b in range(nb):
+            j0, j1 = b * block, min(cols, (b + 1) * block)
+            amax = np.float32(0.0)
+            for j in range(j0, j1):
+                v = _load(x, r * cols + j, in_kind)
+                if not _finite(v):
+                    bad[0] = 1
+                amax = max(amax, np.abs(v))
+            s = amax if amax > 0 else np.float32(1.0)
+            scales[r * nb + b] = s
+            for c in range(16):
+                cand[c] = np.float32(s * table[c])
+            for j in range(j0, j1):
+                v = _load(x, r * cols + j, in_kind)
+                best = 0
+                err = np.abs(cand[0] - v)
+                for c in range(1, 16):
+                    d = np.abs(cand[c] - v)
+                    if d < err:
+                        err = d
+                        best = c
+                _put(out, r * padded + j, best, bits)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _mx_exponent(amax, emax_value):
+    """Smallest e in [1, 254] with amax <= 2**(e - 127) * emax_value (127 for amax == 0)."""
+    if amax == 0:
+        return np.int64(127)
+    a = np.float64(amax)
+    k = np.int64(np.ceil(np.log2(a / emax_value)))
+    while a > emax_value * 2.0 ** k:
+        k += 1
+    while k > -126 and a <= emax_value * 2.0 ** (k - 1):
+        k -= 1
+    return min(max(np.int64(127) + k, np.int64(1)), np.int64(254))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _nearest_magnitude(a, mags):
+    """Index of the value of ``mags`` (ascending) nearest to ``a`` >= 0, the even index on a tie."""
+    k = np.searchsorted(mags, a)
+    if k == 0:
+        return np.int64(0)
+    if k >= mags.size:
+        return np.int64(mags.size - 1)
+    below, above = a - mags[k - 1], mags[k] - a
+    if below < above:
+        return np.int64(k - 1)
+    if above < below:
+        return np.int64(k)
+    return np.int64(k - 1) if (k - 1) % 2 == 0 else np.int64(k)
+
+
+def _mxfp_rows(x, in_kind, rows, cols, block, padded, emax_value, mags, sign_code, is_int, lo, hi, bits,
+               exps, bad, out):
+    """MXFP shared exponent per block, then each element's code (``quantization/mxfp.md``)."""
+    nb = cols // block if cols else 0
+    for prow in prange(rows):
+        r = np.int64(prow)
+        for b in range(nb):
+            j0, j1 = b * block, (b + 1) * block
+            amax = np.float32(0.0)
+            for j in range(j0, j1):
+                v = _load(x, r * cols + j, in_kind)
+                if not _finite(v):
+                    bad[0] = 1
+                amax = max(amax, np.abs(v))
+            e = _mx_exponent(amax, emax_value)
+            exps[r * nb + b] = e
+            s = np.float32(2.0 ** (e - 127))
+            for j in range(j0, j1):
+                y = np.float32(_load(x, r * cols + j, in_kind) / s)
+                if is_int:
+                    code = min(max(np.int64(np.rint(y)), np.int64(lo)), np.int64(hi))
+                else:
+                    code = _nearest_magnitude(np.abs(y), mags)
+                    if y.view(np.uint32) >> np.uint32(31):
+                        code |= sign_code
+                _put(out, r * padded + j, code, bits)
+
+
+def _block_reference(x, in_kind, rows, cols, block, rank, ref):
+    """Per block: the ``rank``-th largest magnitude (0 when the block has fewer elements)."""
+    nb = (cols + block - 1) // block if cols else 0
+    for prow in prange(rows):
+        r = np.int64(prow)
+        top = np.zeros(rank, np.float32)  # descending
+        for b in range(nb):
+            top[:] = 0
+            for j in range(b * block, min(cols, (b + 1) * block)):
+                a = np.abs(_load(x, r * cols + j, in_kind))
+                if a > top[rank - 1]:
+                    k = rank - 1
+                    while k > 0 and top[k - 1] < a:
+                        top[k] = top[k - 1]
+                        k -= 1
+                    top[k] = a
+            ref[r * nb + b] = top[rank - 1]
+
+
+def _pack(codes, bits, out):
+    """Pack one code per byte (``codes``, element order) into ``out`` (zeroed), by whole output groups."""
+    per = 4 if bits == 6 else 8 // bits
+    groups = (codes.size + per - 1) // per
+    for pg in prange(groups):
+        g = np.int64(pg)
+        for k in range(g * per, min(codes.size, (g + 1) * per)):
+            _put(out, k, codes[k], bits)
+
+
+MINMAX_FLAGS = frozenset({"nnan", "nsz"})
+"""Fast-math flags of the kernels that reduce min / max: no NaN reaches their float arithmetic (NaN and
+infinity are detected on the bits and the block is refused) and the sign of a zero never changes a
+code, so the compiler may vectorize the reductions; no flag that would reorder or approximate the
+quantization arithmetic itself (``x / s`` stays a correctly rounded division)."""
+
+
+def _twice(fn, fastmath=False):
+    flags = set(MINMAX_FLAGS) if fastmath else False
+    return njit(cache=True, parallel=True, fastmath=flags)(fn), njit(cache=True, fastmath=flags)(fn)
+
+
+_STATS = _twice(_affine_stats, fastmath=True)
+_PARAMS = _twice(_affine_params)
+_CODES = _twice(_affine_codes)
+_INT4_ROWS = _twice(_affine_rows_int4, fastmath=True)[0]
+_NF4 = _twice(_nf4_rows)
+_MXFP = _twice(_mxfp_rows)
+_PACK = _twice(_pack)[0]
+_REFERENCE = _twice(_block_reference)[0]
+
+
+def _rows_own_bytes(padded: int, bits: int) -> bool:
+    """Rows of ``padded`` elements start on a byte (a 6-bit group) boundary: rows may run in parallel."""
+    return padded % 4 == 0 if bits == 6 else (padded * bits) % 8 == 0
+
+
+def _output(rows: int, padded: int, bits: int, dtype) -> tuple[np.ndarray, bool]:
+    """(zeroed output, packed directly): rows that own whole bytes get the packed buffer, others one
+    byte per code, packed afterwards by :func:`pack_codes`."""
+    if bits >= 8:
+        return np.zeros(rows * padded, dtype), True
+    if _rows_own_bytes(padded, bits):
+        return np.zeros(storage_bytes(rows * padded, bits), np.uint8), True
+    return np.zeros(rows * padded, np.uint8), False
+
+
+def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
+    """Packed bytes of one-code-per-byte ``codes`` (element order); whole-byte codes returned as is."""
+    flat = np.ascontiguousarray(codes).reshape(-1)
+    if bits >= 8:
+        return flat
+    out = np.zeros(storage_bytes(flat.size, bits), np.uint8)
+    _PACK(flat, np.int64(bits), out)
+    return out
+
+
+# ------------------------------------------------------------------------------------
+# Entry points: a rows x cols view in, codes and parameters out
+# ------------------------------------------------------------------------------------
+
+
+def affine_block_stats(rows2d: np.ndarray, block: int, mask=None) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(mins, maxs, all finite) of the blocks of ``rows2d`` (``rows * nb`` each, masked elements --
+    ``mask`` a flat bool array over ``rows2d`` -- left out)."""
+    rows, cols = rows2d.shape
+    x, kind = input_kind(rows2d)
+    nb = -(-cols // block) if cols else 0
+    mins = np.empty(rows * nb, np.float32)
+    maxs = np.empty(rows * nb, np.float32)
+    bad = np.zeros(1, np.uint8)
+    m, use_mask = _mask_argument(mask)
+    _STATS[0](x, kind, np.int64(rows), np.int64(cols), np.int64(block), m, use_mask, mins, maxs, bad)
+    return mins, maxs, not bad[0]
+
+
+def affine_block_params(mins, maxs, lo: int, hi: int, symmetric: bool, scale_type) -> tuple[np.ndarray, np.ndarray, int]:
+    """(scales float32, zero points int32, count of scales past the scale type's range)."""
+    scales = np.empty(mins.size, np.float32)
+    zps = np.empty(mins.size, np.int32)
+    over = _PARAMS[0](mins, maxs, np.int64(lo), np.int64(hi), bool(symmetric), SCALE_KINDS[scale_type],
+                      scales, zps)
+    return scales, zps, int(over)
+
+
+def affine_codes(rows2d: np.ndarray, block: int, padded: int, scales, zps, lo: int, hi: int, bits: int,
+                 dtype) -> np.ndarray:
+    """Codes of ``rows2d`` under per-(row, block) parameters, ``rows x padded`` elements: packed bytes
+    for sub-byte storage, else items of ``dtype``."""
+    rows, cols = rows2d.shape
+    x, kind = input_kind(rows2d)
+    out, direct = _output(rows, padded, bits, dtype)
+    kernel = _CODES[0] if direct else _CODES[1]
+    kernel(x, kind, np.int64(rows), np.int64(cols), np.int64(block), np.int64(padded), scales, zps, np.int64(lo),
+           np.int64(hi), np.int64(bits if direct else 8), out)
+    return out if direct else pack_codes(out, bits)
+
+
+def _mask_argument(mask):
+    if mask is None:
+        return np.zeros(1, np.bool_), False
+    return np.ascontiguousarray(mask, np.bool_).reshape(-1), True
+
+
+def _affine_int4(rows2d, block, padded, lo, hi, symmetric, scale_type, mask):
+    rows, cols = rows2d.shape
+    x, kind = input_kind(rows2d)
+    nb = -(-cols // block) if cols else 0
+    scales = np.empty(rows * nb, np.float32)
+    zps = np.zeros(rows * nb, np.int32)
+    bad = np.zeros(1, np.uint8)
+    out = np.zeros(rows * padded // 2, np.uint8)
+    m, use_mask = _mask_argument(mask)
+    _INT4_ROWS(x, kind, np.int64(rows), np.int64(cols), np.int64(block), np.int64(padded), m, use_mask,
+               np.int64(lo), np.int64(hi), bool(symmetric), SCALE_KINDS[scale_type], scales, zps, bad, out)
+    finite = not bad[0]
+    over = int(np.count_nonzero(~(np.abs(scales) <= _FLT_MAX))) if finite else 0
+    return out, scales, zps, finite, over
+
+
+def affine_quantize(rows2d, block: int, padded: int, lo: int, hi: int, symmetric: bool, scale_type, bits: int,
+                    dtype, mask=None, unpacked: bool = False):
+    """Per-(row, block) affine quantization of ``rows2d``: (codes, scales, zero points, all finite,
+    overflowed scales).  ``unpacked=True`` returns one code per item (``rows x padded``, for layouts
+    the caller still has to rearrange) instead of the packed bytes."""
+    if bits == 4 and not unpacked and block % 2 == 0:
+        return _affine_int4(rows2d, block, padded, lo, hi, symmetric, scale_type, mask)
+    mins, maxs, finite = affine_block_stats(rows2d, block, mask)
+    scales, zps, over = affine_block_params(mins, maxs, lo, hi, symmetric, scale_type)
+    if unpacked:
+        codes = affine_codes(rows2d, block, padded, scales, zps, lo, hi, max(bits, 8),
+                             dtype if bits >= 8 else np.uint8)
+        if bits < 8:
+            codes &= np.uint8((1 << bits) - 1)
+        return codes.reshape(rows2d.shape[0], padded), scales, zps, finite, over
+    return affine_codes(rows2d, block, padded, scales, zps, lo, hi, bits, dtype), scales, zps, finite, over
+
+
+def spqr_outliers(rows2d, block: int, hi: int, budget: int, per_block: int) -> np.ndarray:
+    """Outlier mask (flat bool over ``rows2d``) for a symmetric per-block quantizer with top code ``hi``.
+
+    Each block's reference magnitude ``m`` is its ``(per_block + 1)``-th largest: the absmax it
+    keeps once its ``per_block`` largest elements are taken out, whose scale is ``m / hi``.  An
+    element's score is its quantization (clipping) error under that scale, ``|x| - m``; elements
+    whose score exceeds half that scale's step are candidates, and the ``budget`` largest scores
+    over the whole array are the outliers."""
+    rows, cols = rows2d.shape
+    x, kind = input_kind(rows2d)
+    nb = -(-cols // block) if cols else 0
+    mask = np.zeros(rows * cols, np.bool_)
+    rank = max(1, min(int(per_block) + 1, block))
+    if budget <= 0 or rows * cols == 0 or rank >= min(block, cols) + 1:
+        return mask
+    ref = np.zeros(rows * nb, np.float32)
+    _REFERENCE(x, kind, np.int64(rows), np.int64(cols), np.int64(block), np.int64(rank), ref)
+    magnitude = np.abs(np.ascontiguousarray(rows2d, np.float32))
+    block_ref = np.repeat(ref.reshape(rows, nb), block, axis=1)[:, :cols]
+    score = (magnitude - block_ref).reshape(-1)
+    candidates = np.flatnonzero(score > (block_ref / np.float32(2 * hi)).reshape(-1))
+    if candidates.size > budget:
+        candidates = candidates[np.argpartition(-score[candidates], budget - 1)[:budget]]
+    mask[candidates] = True
+    return mask
+
+
+def nf4_quantize(rows2d, block: int, padded: int, unpacked: bool = False):
+    """NF4 of ``rows2d`` per (row, block): (codes, float32 absmax scales, all finite)."""
+    rows, cols = rows2d.shape
+    x, kind = input_kind(rows2d)
+    nb = -(-cols // block) if cols else 0
+    scales = np.empty(rows * nb, np.float32)
+    bad = np.zeros(1, np.uint8)
+    bits = 8 if unpacked else 4
+    out, direct = _output(rows, padded, bits, np.uint8)
+    kernel = _NF4[0] if direct else _NF4[1]
+    kernel(x, kind, np.int64(rows), np.int64(cols), np.int64(block), np.int64(padded), NF4_TABLE, scales,
+           np.int64(bits), bad, out)
+    if unpacked:
+        out = out.reshape(rows, padded)
+    elif not direct:
+        out = pack_codes(out, 4)
+    return out, scales, not bad[0]
+
+
+def mxfp_element_max(storage) -> float:
+    """Largest finite magnitude of an MXFP element type (integers: ``2**(bits-1) - 1``)."""
+    info = element_type_info(storage)
+    if not info.is_float:
+        return float((1 << (info.bit_width - 1)) - 1)
+    table = minifloat_table(storage)[: 1 << info.bit_width]
+    return float(np.nanmax(np.where(np.isfinite(table), np.abs(table), np.nan)))
+
+
+def _positive_magnitudes(storage) -> np.ndarray:
+    """Finite values of the positive codes 0, 1, ... (ascending: sign-magnitude codes), float32."""
+    info = element_type_info(storage)
+    table = minifloat_table(storage)[: 1 << (info.bit_width - 1)]
+    finite = np.isfinite(table)
+    count = int(np.argmin(finite)) if not finite.all() else table.size
+    return np.ascontiguousarray(table[:count], np.float32)
+
+
+def mxfp_quantize(rows2d, block: int, storage, unpacked: bool = False):
+    """MXFP of ``rows2d`` per (row, block): (codes, float8_e8m0 scale bytes, all finite)."""
+    rows, cols = rows2d.shape
+    info = element_type_info(storage)
+    x, kind = input_kind(rows2d)
+    nb = cols // block if cols else 0
+    exps = np.empty(rows * nb, np.uint8)
+    bad = np.zeros(1, np.uint8)
+    bits = 8 if unpacked else info.bit_width
+    out, direct = _output(rows, cols, bits, np.uint8)
+    is_int = not info.is_float
+    lo, hi = (-(1 << (info.bit_width - 1)), (1 << (info.bit_width - 1)) - 1)
+    mags = np.zeros(1, np.float32) if is_int else _positive_magnitudes(storage)
+    kernel = _MXFP[0] if direct else _MXFP[1]
+    kernel(x, kind, np.int64(rows), np.int64(cols), np.int64(block), np.int64(cols), mxfp_element_max(storage),
+           mags, np.int64(1 << (info.bit_width - 1)), is_int, np.int64(lo), np.int64(hi), np.int64(bits), exps,
+           bad, out)
+    if unpacked:
+        out = out.reshape(rows, cols) & np.uint8((1 << info.bit_width) - 1) if info.bit_width < 8 \
+            else out.reshape(rows, cols)
+    elif not direct:
+        out = pack_codes(out, info.bit_width)
+    return out, exps, not bad[0]
