@@ -43,6 +43,8 @@ from .io.walk import (
     walk_bare, walk_file, walk_messages,
 )
 from .rules import interop
+from .codec import peek_descriptor_length
+from .structs.descriptor import FIXED_HEADER_SIZE
 
 __all__ = ["audit", "audit_descriptor"]
 
@@ -92,7 +94,7 @@ def _audit_stream(data, mode: Mode, progress=None) -> Report:
     parts = walk_bare(Window(data), _collect(mode), faults=Faults.COLLECT, mode=mode, progress=progress)
     descs, bases = _descriptors(parts, findings)
     for desc, base in zip(descs, bases):  # a bare stream's buffers follow their descriptor
-        data_offset = base + desc.encoded_length
+        data_offset = base + peek_descriptor_length(data[base:base + FIXED_HEADER_SIZE], base)
         if data_offset + sum(h.byte_size for h in desc.buffers) <= len(data):
             findings += interop.stream_tensor_findings(desc, data, data_offset)
     if any(d.is_composite_head for d in descs):

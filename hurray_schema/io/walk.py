@@ -265,7 +265,8 @@ def collect_descriptor(buf, base: int, depth: int, mode: Mode) -> Part:
         fault = violation_finding(exc)
         return Part(DESCRIPTOR, base, base, FIXED_HEADER, None, fault=fault, findings=(fault,), depth=depth)
     findings = list(findings) + check_descriptor(desc, mode, base=base)
-    return Part(DESCRIPTOR, base, base + desc.encoded_length, FIXED_HEADER, desc, findings=tuple(findings),
+    # the decode took descriptor_length bytes (what a decoded descriptor re-encodes to, without encoding it again)
+    return Part(DESCRIPTOR, base, base + peek_descriptor_length(buf, base), FIXED_HEADER, desc, findings=tuple(findings),
                 depth=depth)
 
 
