@@ -40,7 +40,7 @@ from .io.file import HurrayFile
 from .io.stream import read_stream
 from .io.walk import (
     DESCRIPTOR, FAULT, Faults, Part, Window, collect_descriptor, detect_kind, memory_input, violation_finding,
-    walk_bare, walk_file, walk_messages,
+    walk_bare, walk_descriptor, walk_file, walk_messages,
 )
 from .rules import interop
 
@@ -80,16 +80,23 @@ def audit(source, *, mode="strict", kind: str = "auto", progress=None) -> Report
             return _audit_file(data, mode)
         if kind == "messages":
             return _audit_messages(data, mode)
-        return _audit_stream(data, mode, progress)
+        return _audit_stream(data, mode, progress, lone=kind == "descriptor")
 
 
 def _collect(mode: Mode):
     return lambda buf, base, depth: collect_descriptor(buf, base, depth, mode)
 
 
-def _audit_stream(data, mode: Mode, progress=None) -> Report:
+def _audit_stream(data, mode: Mode, progress=None, lone: bool = False) -> Report:
+    """A bare stream, or (``lone``) a descriptor: the input is that descriptor (no buffers
+    follow it; an empty or short input is ``descriptor.truncated``), or, when more bytes
+    follow it, the first tensor of a bare stream."""
     findings: list[Finding] = []
-    parts = walk_bare(Window(data), _collect(mode), faults=Faults.COLLECT, mode=mode, progress=progress)
+    first = next(walk_descriptor(data, _collect(mode))) if lone else None
+    if first is not None and (first.value is None or first.end >= len(data)):
+        parts = iter((first,))
+    else:
+        parts = walk_bare(Window(data), _collect(mode), faults=Faults.COLLECT, mode=mode, progress=progress)
     descs, bases = _descriptors(parts, findings)
     for desc, base in zip(descs, bases):  # a bare stream's buffers follow their descriptor
         data_offset = base + desc.encoded_length
@@ -151,7 +158,7 @@ def _audit_messages(data, mode: Mode) -> Report:
     they bind, then the framing as the stream reader sees it (up to its first fault)."""
     found: list[Finding] = []
     parts = walk_messages(Window(data), _collect(mode), faults=Faults.COLLECT, mode=mode)
-    descs, bases = _descriptors((p for p in parts if p.kind == DESCRIPTOR), found)
+    descs, bases = _descriptors(parts, found)  # with the faults where a descriptor cannot be located
     if descs:
         found += validate_preorder(descs, mode=mode, collect=True, bases=bases, check_heads=False)
     framing: list[Finding] = []
