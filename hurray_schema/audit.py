@@ -155,10 +155,11 @@ def _audit_file(data, mode: Mode) -> Report:
 
 def _audit_messages(data, mode: Mode) -> Report:
     """A message stream: every descriptor of its TENSOR_DESCRIPTOR messages and the composites
-    they bind, then the framing as the stream reader sees it (up to its first fault)."""
+    they bind, and the framing as the stream reader sees it (up to its first fault), in
+    byte order."""
     found: list[Finding] = []
     parts = walk_messages(Window(data), _collect(mode), faults=Faults.COLLECT, mode=mode)
-    descs, bases = _descriptors(parts, found)  # with the faults where a descriptor cannot be located
+    descs, bases = _descriptors((p for p in parts if p.kind == DESCRIPTOR), found)
     if descs:
         found += validate_preorder(descs, mode=mode, collect=True, bases=bases, check_heads=False)
     framing: list[Finding] = []
@@ -168,12 +169,27 @@ def _audit_messages(data, mode: Mode) -> Report:
             pass
     except SpecViolation as exc:
         framing.append(violation_finding(exc))
+    except LimitExceeded as exc:  # the reader stops there (a payload_length past the limit)
+        framing.append(_limit_finding(exc))
     except HurraySchemaError:
         pass
     framing = list(getattr(reader, "findings", [])) + framing
     # descriptor and composite rules are reported above; keep the stream's own framing rules
-    framing = [f for f in framing if f.rule_id.startswith("stream.") and "composite" not in f.rule_id]
-    return Report(tuple(found + _dedup(found, framing)))
+    framing = [f for f in framing if f.rule_id.startswith(("stream.", "limit.max_message_bytes"))
+               and "composite" not in f.rule_id]
+    return Report(tuple(_merged(found, _dedup(found, framing))))
+
+
+def _merged(found: list[Finding], framing: list[Finding]) -> list[Finding]:
+    """``found`` in its order, each framing finding placed before the first of ``found``
+    located after it: a framing fault the stream reader stops at comes before the faults
+    of the descriptors behind it."""
+    merged = list(found)
+    for f in framing:
+        at = next((i for i, g in enumerate(merged) if f.offset is not None and g.offset is not None
+                   and g.offset > f.offset), len(merged))
+        merged.insert(at, f)
+    return merged
 
 
 def _dedup(known: list[Finding], extra: list[Finding]) -> list[Finding]:

@@ -19,6 +19,7 @@ encoded bytes.
 
 from __future__ import annotations
 
+import io
 import struct
 from typing import Callable, NamedTuple, Optional
 
@@ -27,8 +28,9 @@ import pytest
 from fuzz.mutate import refresh_index_crc
 from hurray_schema import audit
 from hurray_schema.codec import encode_descriptor
-from hurray_schema.errors import SpecViolation
+from hurray_schema.errors import HurraySchemaError, LimitExceeded, SpecViolation
 from hurray_schema.io import Tensor, read_file, read_stream, write_file, write_stream
+from hurray_schema.limits import Limits
 from hurray_schema.model import ElementType
 
 F32 = ElementType.FLOAT32
@@ -341,3 +343,48 @@ def test_a_lone_descriptor_is_not_a_stream_missing_its_buffers():
     with pytest.raises(SpecViolation) as info:
         list(read_stream(desc))
     assert (info.value.rule_id, info.value.offset) == ("stream.truncated", len(desc))
+
+
+@pytest.mark.parametrize("as_file", [False, True], ids=["bytes", "file object"])
+def test_a_cut_descriptor_is_truncated_before_the_descriptor_limit(as_file):
+    """A descriptor cut off by the end of the stream is ``stream.truncated`` (what audit,
+    which sets no limit, says too) as long as the stream ends within
+    ``max_descriptor_bytes``; past that the reader stops at the limit without reading on."""
+    data = bare()
+    second = descriptor_at(data, 1)
+    length_at = second + DESCRIPTOR_LENGTH_AT
+    (length,) = struct.unpack_from("<I", data, length_at)
+
+    def verdict(stream: bytes, limit: int):
+        source = io.BytesIO(stream) if as_file else stream
+        with pytest.raises(HurraySchemaError) as info:
+            list(read_stream(source, limits=Limits(max_descriptor_bytes=limit)))
+        return getattr(info.value, "rule_id", None) or f"limit.{info.value.limit}", info.value.offset
+
+    cut = data[: second + length - 1]
+    assert verdict(cut, length) == ("stream.truncated", len(cut))
+    assert verdict(cut, length - 1) == ("stream.truncated", len(cut))  # the stream ends within the limit
+    assert verdict(cut, length - 2) == ("limit.max_descriptor_bytes", length_at)  # the limit comes first
+    assert audit_errors(cut, "bare", None) == [("stream.truncated", len(cut))]
+
+
+def test_a_message_past_the_message_limit_is_reported_by_audit():
+    """The reader stops at ``max_message_bytes`` before reading the payload; audit of the
+    same message stream reports that stop, not a clean stream."""
+    data = put_u32(messages(), PAYLOAD_LENGTH_AT, 2**32 - 1)
+    with pytest.raises(LimitExceeded) as info:
+        list(read_stream(data, framing="messages"))
+    assert (info.value.limit, info.value.offset) == ("max_message_bytes", PAYLOAD_LENGTH_AT)
+    assert audit_errors(data, "messages", None)[:1] == [("limit.max_message_bytes", PAYLOAD_LENGTH_AT)]
+
+
+def test_audit_of_messages_lists_the_readers_stop_first():
+    """Two faults: a reserved stream_id in the first TENSOR_DATA, a broken magic in the
+    second descriptor.  The reader stops at the first; audit reports both, that one first."""
+    data = messages()
+    stream_id_at = first_message(data, TENSOR_DATA) + STREAM_ID_AT
+    magic_at = first_message(data, TENSOR_DESCRIPTOR, 1) + MESSAGE_HEADER_BYTES
+    damaged = xor(put_u32(data, stream_id_at, 0), magic_at)
+    assert read_verdict(damaged, "messages", None) == ("stream.message.stream_id", stream_id_at)
+    assert audit_errors(damaged, "messages", None) == [("stream.message.stream_id", stream_id_at),
+                                                        ("descriptor.magic", magic_at)]

@@ -431,15 +431,20 @@ def _framed_descriptor(window: Window, start: int, limits: Limits):
         raise _cut_in_descriptor(start, len(head))
     _refuse_file(head, start)
     length = peek_descriptor_length(head, start)
-    if length > limits.max_descriptor_bytes:
-        limits.check("max_descriptor_bytes", length, start + _DESCRIPTOR_LENGTH_AT)
+    limit = limits.max_descriptor_bytes
     memory = window.data
     if memory is not None and start + length <= len(memory):  # one copy of the descriptor, not of its two reads
+        if length > limit:
+            limits.check("max_descriptor_bytes", length, start + _DESCRIPTOR_LENGTH_AT)
         window.pos = start + length
         return memory[start : start + length].tobytes()
-    rest = window.read(length - FIXED_HEADER_SIZE)
-    if len(rest) < length - FIXED_HEADER_SIZE:
-        raise _cut_in_descriptor(start, FIXED_HEADER_SIZE + len(rest), length)
+    # never more than the limit allows; a stream that ends first is truncated, as audit says
+    rest = window.read(max(0, min(length, limit + 1) - FIXED_HEADER_SIZE))
+    have = FIXED_HEADER_SIZE + len(rest)
+    if have < length and have <= limit:
+        raise _cut_in_descriptor(start, have, length)
+    if length > limit:
+        limits.check("max_descriptor_bytes", length, start + _DESCRIPTOR_LENGTH_AT)
     return bytes(head) + bytes(rest)
 
 
@@ -572,10 +577,15 @@ def _descriptor_length_in_payload(payload, at: int) -> int:
 
 
 def _located_descriptor_payload(payload, at: int):
-    """:func:`_descriptor_length_in_payload`, its fault as a fault part (``COLLECT``)."""
+    """:func:`_descriptor_length_in_payload` for ``COLLECT``: the descriptor's length, or
+    the ``stream.descriptor.payload`` fault part; a header refused for its own bytes
+    (magic, minimum length) gives the whole payload's length, for the descriptor's decode
+    to name (the same rule at the same offset as the reader)."""
     try:
         return _descriptor_length_in_payload(payload, at)
     except SpecViolation as exc:
+        if exc.rule_id != container_rules.DESCRIPTOR_PAYLOAD.id:
+            return len(payload)
         return Part(FAULT, exc.offset, exc.offset, fault=violation_finding(exc))
 
 
