@@ -40,7 +40,7 @@ from .io.file import HurrayFile
 from .io.stream import read_stream
 from .io.walk import (
     DESCRIPTOR, FAULT, Faults, Part, Window, collect_descriptor, detect_kind, memory_input, violation_finding,
-    walk_bare, walk_file, walk_messages,
+    walk_bare, walk_descriptor, walk_file, walk_messages,
 )
 from .rules import interop
 from .codec import peek_descriptor_length
@@ -82,16 +82,23 @@ def audit(source, *, mode="strict", kind: str = "auto", progress=None) -> Report
             return _audit_file(data, mode)
         if kind == "messages":
             return _audit_messages(data, mode)
-        return _audit_stream(data, mode, progress)
+        return _audit_stream(data, mode, progress, lone=kind == "descriptor")
 
 
 def _collect(mode: Mode):
     return lambda buf, base, depth: collect_descriptor(buf, base, depth, mode)
 
 
-def _audit_stream(data, mode: Mode, progress=None) -> Report:
+def _audit_stream(data, mode: Mode, progress=None, lone: bool = False) -> Report:
+    """A bare stream, or (``lone``) a descriptor: the input is that descriptor (no buffers
+    follow it; an empty or short input is ``descriptor.truncated``), or, when more bytes
+    follow it, the first tensor of a bare stream."""
     findings: list[Finding] = []
-    parts = walk_bare(Window(data), _collect(mode), faults=Faults.COLLECT, mode=mode, progress=progress)
+    first = next(walk_descriptor(data, _collect(mode))) if lone else None
+    if first is not None and (first.value is None or first.end >= len(data)):
+        parts = iter((first,))
+    else:
+        parts = walk_bare(Window(data), _collect(mode), faults=Faults.COLLECT, mode=mode, progress=progress)
     descs, bases = _descriptors(parts, findings)
     for desc, base in zip(descs, bases):  # a bare stream's buffers follow their descriptor
         data_offset = base + peek_descriptor_length(data[base:base + FIXED_HEADER_SIZE], base)
@@ -150,7 +157,8 @@ def _audit_file(data, mode: Mode) -> Report:
 
 def _audit_messages(data, mode: Mode) -> Report:
     """A message stream: every descriptor of its TENSOR_DESCRIPTOR messages and the composites
-    they bind, then the framing as the stream reader sees it (up to its first fault)."""
+    they bind, and the framing as the stream reader sees it (up to its first fault), in
+    byte order."""
     found: list[Finding] = []
     parts = walk_messages(Window(data), _collect(mode), faults=Faults.COLLECT, mode=mode)
     descs, bases = _descriptors((p for p in parts if p.kind == DESCRIPTOR), found)
@@ -163,12 +171,27 @@ def _audit_messages(data, mode: Mode) -> Report:
             pass
     except SpecViolation as exc:
         framing.append(violation_finding(exc))
+    except LimitExceeded as exc:  # the reader stops there (a payload_length past the limit)
+        framing.append(_limit_finding(exc))
     except HurraySchemaError:
         pass
     framing = list(getattr(reader, "findings", [])) + framing
     # descriptor and composite rules are reported above; keep the stream's own framing rules
-    framing = [f for f in framing if f.rule_id.startswith("stream.") and "composite" not in f.rule_id]
-    return Report(tuple(found + _dedup(found, framing)))
+    framing = [f for f in framing if f.rule_id.startswith(("stream.", "limit.max_message_bytes"))
+               and "composite" not in f.rule_id]
+    return Report(tuple(_merged(found, _dedup(found, framing))))
+
+
+def _merged(found: list[Finding], framing: list[Finding]) -> list[Finding]:
+    """``found`` in its order, each framing finding placed before the first of ``found``
+    located after it: a framing fault the stream reader stops at comes before the faults
+    of the descriptors behind it."""
+    merged = list(found)
+    for f in framing:
+        at = next((i for i, g in enumerate(merged) if f.offset is not None and g.offset is not None
+                   and g.offset > f.offset), len(merged))
+        merged.insert(at, f)
+    return merged
 
 
 def _dedup(known: list[Finding], extra: list[Finding]) -> list[Finding]:

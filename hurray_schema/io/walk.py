@@ -318,10 +318,14 @@ def walk_bare(window: Window, describe: Describe, *, faults: Faults, mode: Mode,
     """Parts of a bare stream (``interchange.md § Scope``): per tensor its descriptor
     part, then one ``buffer`` part per buffer-table entry (no padding).
 
-    ``RAISE`` checks the framing first (a truncated descriptor is ``stream.truncated``)
-    and reads only what each part needs; ``COLLECT`` and ``ANNOTATE`` decode each
-    descriptor from what remains, give it its composite nesting ``depth``, and stop at
-    the first part that cannot be located."""
+    ``RAISE`` checks the framing first (a descriptor or buffer cut off by the end of the
+    stream is ``stream.truncated``, located where the bytes end) and reads only what each
+    part needs; ``COLLECT`` checks the same framing with the same rules and offsets, then
+    decodes each descriptor from what remains, gives it its composite nesting ``depth``,
+    and stops at the first part that cannot be located; ``ANNOTATE`` decodes what
+    remains without the framing check (so the view shows how far the fields get).  An
+    empty stream holds zero tensors (``interchange.md § Scope``) and has no part; a lone
+    descriptor is :func:`walk_descriptor`'s."""
     if faults is Faults.RAISE:
         return _bare_strict(window, describe, limits, progress)
     return _bare_located(window, describe, faults, mode, progress)
@@ -355,21 +359,22 @@ def _bare_strict(window: Window, describe: Describe, limits: Limits, progress) -
 
 def _bare_located(window: Window, describe: Describe, faults: Faults, mode: Mode, progress) -> Iterator[Part]:
     nesting = Nesting()
-    count = 0
-    while not window.at_eof() or (faults is Faults.COLLECT and count == 0):
+    while not window.at_eof():
         start = window.pos
         if progress is not None:
             progress(start)
+        if faults is Faults.COLLECT:
+            cut = _located_frame(window.rest(), start)
+            if cut is not None:
+                yield cut
+                return
         part = describe(window.rest(), start, nesting.depth())
         yield part
         desc = part.value
         if desc is None:
             return
-        count += 1
         nesting.arrive(desc)
         window.pos = part.end
-        if faults is Faults.COLLECT and window.at_eof() and count == 1:
-            return  # a lone descriptor: no buffers follow it
         stopped = yield from _located_buffers(window, desc, faults, mode)
         if stopped:
             return
@@ -379,27 +384,68 @@ def _bare_located(window: Window, describe: Describe, faults: Faults, mode: Mode
             yield Part(BUFFER, at, at + handle.byte_size, None, data, None, "", (), i)
 
 
+def _cut_in_descriptor(start: int, have: int, length: Optional[int] = None) -> SpecViolation:
+    """``stream.truncated``: the stream ends ``have`` bytes into the descriptor at
+    ``start`` (``interchange.md § Scope``: a reader advances descriptor by descriptor, so a
+    descriptor cut off by the end of the stream is the stream's fault, located where the
+    bytes end)."""
+    if length is None:
+        message = (f"the stream ends {have} bytes into a descriptor (a descriptor has at least "
+                   f"{FIXED_HEADER_SIZE})")
+    else:
+        message = (f"the stream ends inside the descriptor at byte {start}: descriptor_length {length}, "
+                   f"{have} bytes present")
+    return container_rules.STREAM_TRUNCATED.violation(message, start + have)
+
+
+def _refuse_file(head, start: int) -> None:
+    """A stream does not start with the file magic (``file-format.md § File Header``): such
+    input is a ``.hrry`` file (``descriptor.magic`` at 0, the stream reader's verdict)."""
+    if start == 0 and bytes(head[: len(FILE_MAGIC)]) == FILE_MAGIC:
+        raise structure_rules.MAGIC.violation("the input starts with \"HRRYFILE\": it is a .hrry file, not a stream "
+                                              "(use read_file)", 0)
+
+
+def _located_frame(rest, start: int) -> Optional[Part]:
+    """The fault part when the stream ends inside the descriptor at ``start`` (``rest``:
+    what remains of the stream) or the stream is a file, else None: the rule and offset of
+    :func:`_framed_descriptor`.  A header refused for its own bytes (magic, minimum length)
+    is left to the descriptor's decode, which names the same rule at the same offset."""
+    try:
+        if len(rest) < FIXED_HEADER_SIZE:
+            raise _cut_in_descriptor(start, len(rest))
+        _refuse_file(rest, start)
+        try:
+            length = peek_descriptor_length(rest[:FIXED_HEADER_SIZE], start)
+        except SpecViolation:
+            return None
+        if length > len(rest):
+            raise _cut_in_descriptor(start, len(rest), length)
+    except SpecViolation as exc:
+        return Part(FAULT, exc.offset, exc.offset, fault=violation_finding(exc))
+    return None
+
+
 def _framed_descriptor(window: Window, start: int, limits: Limits):
     head = window.read(FIXED_HEADER_SIZE)
     if len(head) < FIXED_HEADER_SIZE:
-        raise container_rules.STREAM_TRUNCATED.violation(
-            f"the stream ends {len(head)} bytes into a descriptor (a descriptor has at least "
-            f"{FIXED_HEADER_SIZE})", window.pos)
-    if start == 0 and bytes(head[: len(FILE_MAGIC)]) == FILE_MAGIC:
-        raise structure_rules.MAGIC.violation("the input starts with \"HRRYFILE\": it is a .hrry file, not a stream "
-                                "(use read_file)", 0)
+        raise _cut_in_descriptor(start, len(head))
+    _refuse_file(head, start)
     length = peek_descriptor_length(head, start)
-    if length > limits.max_descriptor_bytes:
-        limits.check("max_descriptor_bytes", length, start + _DESCRIPTOR_LENGTH_AT)
+    limit = limits.max_descriptor_bytes
     memory = window.data
     if memory is not None and start + length <= len(memory):  # one copy of the descriptor, not of its two reads
+        if length > limit:
+            limits.check("max_descriptor_bytes", length, start + _DESCRIPTOR_LENGTH_AT)
         window.pos = start + length
         return memory[start : start + length].tobytes()
-    rest = window.read(length - FIXED_HEADER_SIZE)
-    if len(rest) < length - FIXED_HEADER_SIZE:
-        raise container_rules.STREAM_TRUNCATED.violation(
-            f"the stream ends inside the descriptor at byte {start}: descriptor_length {length}, "
-            f"{FIXED_HEADER_SIZE + len(rest)} bytes present", window.pos)
+    # never more than the limit allows; a stream that ends first is truncated, as audit says
+    rest = window.read(max(0, min(length, limit + 1) - FIXED_HEADER_SIZE))
+    have = FIXED_HEADER_SIZE + len(rest)
+    if have < length and have <= limit:
+        raise _cut_in_descriptor(start, have, length)
+    if length > limit:
+        limits.check("max_descriptor_bytes", length, start + _DESCRIPTOR_LENGTH_AT)
     return bytes(head) + bytes(rest)
 
 
@@ -478,7 +524,17 @@ def _messages_located(window: Window, describe: Describe, faults: Faults, mode: 
         yield Part(MESSAGE_HEADER_PART, pos, p, MESSAGE_HEADER, h)
         kind = h["message_type"]
         if kind == MessageType.TENSOR_DESCRIPTOR:
-            part = describe(view[p:] if faults is Faults.COLLECT else view[p:end], p, 1)
+            if faults is Faults.COLLECT:
+                framed = _located_descriptor_payload(view[p:end], pos)
+                if isinstance(framed, Part):  # the descriptor cannot be located in its payload
+                    yield framed
+                    yield Part(PAYLOAD, p, end, value=view[p:end])
+                    pos = end
+                    index += 1
+                    continue
+                part = describe(view[p : p + framed], p, 1)
+            else:
+                part = describe(view[p:end], p, 1)
             yield part
             q = part.end
             if q + _TRANSPORT_SIZE <= end:
@@ -501,6 +557,37 @@ def _messages_located(window: Window, describe: Describe, faults: Faults, mode: 
             yield Part(PAYLOAD, p, end, value=view[p:end])
         pos = end
         index += 1
+
+
+def _descriptor_length_in_payload(payload, at: int) -> int:
+    """``descriptor_length`` of the descriptor in the TENSOR_DESCRIPTOR payload of the
+    message at ``at``, which must be that descriptor and the transport fields exactly
+    (``interchange.md § Message Framing``); else ``stream.descriptor.payload`` at the
+    header's ``payload_length`` (or the descriptor's own fault: magic, minimum length)."""
+    plen = len(payload)
+    if plen < FIXED_HEADER_SIZE + _TRANSPORT_SIZE:
+        raise container_rules.DESCRIPTOR_PAYLOAD.violation(
+            f"payload_length {plen} cannot hold a descriptor and the {_TRANSPORT_SIZE} transport bytes",
+            at + _MSG_AT["payload_length"])
+    length = peek_descriptor_length(payload, at + _MSG_SIZE)
+    if length + _TRANSPORT_SIZE != plen:
+        raise container_rules.DESCRIPTOR_PAYLOAD.violation(
+            f"payload_length {plen} is not descriptor_length {length} + {_TRANSPORT_SIZE}",
+            at + _MSG_AT["payload_length"])
+    return length
+
+
+def _located_descriptor_payload(payload, at: int):
+    """:func:`_descriptor_length_in_payload` for ``COLLECT``: the descriptor's length, or
+    the ``stream.descriptor.payload`` fault part; a header refused for its own bytes
+    (magic, minimum length) gives the whole payload's length, for the descriptor's decode
+    to name (the same rule at the same offset as the reader)."""
+    try:
+        return _descriptor_length_in_payload(payload, at)
+    except SpecViolation as exc:
+        if exc.rule_id != container_rules.DESCRIPTOR_PAYLOAD.id:
+            return len(payload)
+        return Part(FAULT, exc.offset, exc.offset, fault=violation_finding(exc))
 
 
 def _message_header(window: Window, limits: Limits):
@@ -567,15 +654,7 @@ def _messages_strict(window: Window, describe: Describe, mode: Mode, limits: Lim
                 raise container_rules.MESSAGE_ORDER.violation(
                     f"TENSOR_DESCRIPTOR before the TENSOR_DATA_END of the tensor at byte {current.start}", at)
             payload = _payload(window, plen, at)
-            if plen < FIXED_HEADER_SIZE + _TRANSPORT_SIZE:
-                raise container_rules.DESCRIPTOR_PAYLOAD.violation(
-                    f"payload_length {plen} cannot hold a descriptor and the {_TRANSPORT_SIZE} transport bytes",
-                    at + _MSG_AT["payload_length"])
-            length = peek_descriptor_length(payload, pstart)
-            if length + _TRANSPORT_SIZE != plen:
-                raise container_rules.DESCRIPTOR_PAYLOAD.violation(
-                    f"payload_length {plen} is not descriptor_length {length} + {_TRANSPORT_SIZE}",
-                    at + _MSG_AT["payload_length"])
+            length = _descriptor_length_in_payload(payload, at)
             part = describe(payload[:length], pstart, 0)
             yield part
             desc = part.value
