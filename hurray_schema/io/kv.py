@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
-from typing import Iterator
-
-from ..errors import HurraySchemaError
+from ..errors import FieldRangeError, HurraySchemaError
 from ..limits import DEFAULT_LIMITS, Limits
 from ..rules import container as container_rules
 from ..rules.engine import Mode
 from ..structs._declare import Plan, plan
 from ..structs.file import (
-    KV_ARRAY_HEADER, KV_COUNT, KV_KEY_LENGTH, KV_LENGTH_PREFIX, KV_SCALAR_VALUES, KV_VALUE_TAG, KvTag,
+    KV_ARRAY_HEADER, KV_COUNT, KV_KEY_LENGTH, KV_LENGTH_PREFIX, KV_SCALAR_VALUES, KV_TYPES_REF, KV_VALUE_TAG, KvTag,
 )
 from ..structs.tags import is_private_tag
 from .parts import ENTRY, ENTRY_START, FAULT, NAME, TABLE, VALUE, Faults, Part, as_view, fault
@@ -38,7 +36,7 @@ class UInt64(int):
     def __new__(cls, value: int):
         value = int(value)
         if not 0 <= value < 1 << 64:
-            raise ValueError(f"{value} is outside uint64")
+            raise FieldRangeError("UInt64", value, "uint64", "is out of range", KV_TYPES_REF)
         return super().__new__(cls, value)
 
     def __repr__(self) -> str:
