@@ -8,6 +8,7 @@ Prints the best wall time over interleaved rounds of
 * ``kernel`` -- ``hurray_schema.evaluate.quantize.affine_quantize``: symmetric int4 codes,
   packed two per byte, and float16 scales per block of 64 along the last axis (the kernels
   alone);
+* ``scalar`` -- the same kernel kept on its scalar path (``vector=False``), for comparison;
 * ``quantize`` -- ``hs.quantize(w, "per_block")``: the same through the public API (descriptor
   built and checked, buffers wrapped);
 * ``numpy``  -- a vectorized NumPy quantizer computing the same codes and scales (its codes
@@ -75,20 +76,27 @@ def main() -> None:
     def kernel():
         return kernels.affine_quantize(w, BLOCK, n, LO, HI, True, ElementType.FLOAT16, 4, np.uint8)
 
+    def scalar():
+        return kernels.affine_quantize(w, BLOCK, n, LO, HI, True, ElementType.FLOAT16, 4, np.uint8, vector=False)
+
     codes, scales = kernel()[:2]
+    scalar()  # compile
     ref_codes, ref_scales = numpy_quantizer(w)
     same = np.array_equal(codes, ref_codes) and np.array_equal(scales.astype(np.float16), ref_scales.reshape(-1))
     hs.quantize(w, "per_block", block_size=BLOCK)  # compile
     best = best_of_rounds({
         "copy": lambda: np.copyto(dst, w),
         "kernel": kernel,
+        "scalar": scalar,
         "quantize": lambda: hs.quantize(w, "per_block", block_size=BLOCK),
         "numpy": lambda: numpy_quantizer(w),
     }, args.repeat)
     t_copy, t_kernel, t_api, t_numpy = best["copy"], best["kernel"], best["quantize"], best["numpy"]
+    t_scalar = best["scalar"]
     print(f"per-block int4, float16 [{n}, {n}], block {BLOCK}  (codes equal to NumPy's: {same})")
     print(f"  copy      {t_copy * 1e3:8.2f} ms")
     print(f"  kernel    {t_kernel * 1e3:8.2f} ms   {t_kernel / t_copy:6.2f} x copy   (target <= 4)")
+    print(f"  scalar    {t_scalar * 1e3:8.2f} ms   {t_scalar / t_copy:6.2f} x copy   (the kernel without its vector steps)")
     print(f"  quantize  {t_api * 1e3:8.2f} ms   {t_api / t_copy:6.2f} x copy")
     print(f"  numpy     {t_numpy * 1e3:8.2f} ms   {t_numpy / t_kernel:6.1f} x slower than the kernel   (target >= 20)")
     composite = hs.spqr(w[:256, :256])  # compile

@@ -39,6 +39,10 @@ from ..structs.quantization import NF4_LEVELS
 from .elements import (HAS_F16C, bf16_to_f32, f16_to_f32_fast, f32_to_bf16, f32_to_f16_fast,
                        minifloat_table)
 
+from .quantize_simd import LANES as SIMD_LANES
+from .quantize_simd import (VECTOR_F16, block_codes_bf16, block_codes_f16, block_minmax_bf16, block_minmax_f16,
+                            block_minmax_masked_bf16, block_minmax_masked_f16)
+
 if HAS_F16C:
     from .elements import _f16_to_f32_hw
 
@@ -313,14 +317,59 @@ def _int4_block(x, start, n, in_kind, mask, use_mask, lo, hi, symmetric, scale_k
     return s, z, True
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _vector_minmax(x, start, n, bfloat, mask, use_mask):
+    """(min, max, NaN / infinity among the kept elements, among all elements) by the vector steps."""
+    if use_mask:
+        if bfloat:
+            return block_minmax_masked_bf16(x, start, n, mask)
+        return block_minmax_masked_f16(x, start, n, mask)
+    if bfloat:
+        return block_minmax_bf16(x, start, n)
+    return block_minmax_f16(x, start, n)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _int4_block_vector(x, start, n, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind, codes, out, dst):
+    """:func:`_int4_block` with the statistics and the codes done by the vector steps of
+    :mod:`.quantize_simd` (``n`` a multiple of their lanes).  Same results: a block with a NaN or an
+    infinity among its kept elements is refused the same way; one whose only such elements are masked,
+    or whose scale overflowed, takes the scalar path, which defines what they get."""
+    bfloat = in_kind == IN_BF16
+    mn, mx, special, any_special = _vector_minmax(x, start, n, bfloat, mask, use_mask)
+    if special:
+        return np.float32(1.0), np.int64(0), False
+    s, z = _affine_param(mn, mx, lo, hi, symmetric, scale_kind)
+    if any_special or not _finite(s):
+        return _int4_block(x, start, n, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind, codes, out, dst)
+    qlo = np.float32(lo - z)
+    qhi = np.float32(hi - z)
+    if bfloat:
+        block_codes_bf16(x, start, n, s, qlo, qhi, np.int32(z), out, dst)
+    else:
+        block_codes_f16(x, start, n, s, qlo, qhi, np.int32(z), out, dst)
+    return s, z, True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _int4_block_any(x, start, n, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind, codes, out, dst, vector):
+    """One block by the vector steps when they apply (``vector``, ``n`` a multiple of the lanes, a
+    float16 input only on hosts that widen float16 in hardware), else by :func:`_int4_block`."""
+    if vector and n % SIMD_LANES == 0 and (in_kind != IN_F16 or VECTOR_F16):
+        return _int4_block_vector(x, start, n, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind, codes, out,
+                                  dst)
+    return _int4_block(x, start, n, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind, codes, out, dst)
+
+
 def _affine_rows_int4(x, in_kind, rows, cols, block, padded, mask, use_mask, lo, hi, symmetric, scale_kind,
-                      scales, zps, bad, out):
+                      scales, zps, bad, out, vector):
     """Per-block affine along rows with 4-bit codes, in one pass per block while it is in cache:
     statistics (:func:`_minmax`), parameters (:func:`_affine_param`), codes (:func:`_affine_code`,
     here with the clamp done on the float32 quotient -- the same integers, as ``z`` and the bounds
     are small integers -- so that the loop vectorizes), then two codes per byte.  ``block`` is even,
     so every block starts on a byte.  The input kind is made a constant of each branch, so that
-    the compiler specializes the loops."""
+    the compiler specializes the loops.  ``vector`` lets whole blocks take the explicit vector steps
+    (:func:`_int4_block_vector`, the same results); ``False`` keeps every block on the scalar path."""
     nb = (cols + block - 1) // block if cols else 0
     row_bytes = padded // 2
     for prow in prange(rows):
@@ -332,14 +381,14 @@ def _affine_rows_int4(x, in_kind, rows, cols, block, padded, mask, use_mask, lo,
             start = r * cols + j0
             dst = np.uint64(r * row_bytes + j0 // 2)
             if in_kind == IN_F16:
-                s, z, ok = _int4_block(x, start, n, IN_F16, mask, use_mask, lo, hi, symmetric, scale_kind, codes,
-                                       out, dst)
+                s, z, ok = _int4_block_any(x, start, n, IN_F16, mask, use_mask, lo, hi, symmetric, scale_kind, codes,
+                                           out, dst, vector)
             elif in_kind == IN_BF16:
-                s, z, ok = _int4_block(x, start, n, IN_BF16, mask, use_mask, lo, hi, symmetric, scale_kind, codes,
-                                       out, dst)
+                s, z, ok = _int4_block_any(x, start, n, IN_BF16, mask, use_mask, lo, hi, symmetric, scale_kind,
+                                           codes, out, dst, vector)
             else:
-                s, z, ok = _int4_block(x, start, n, IN_F32, mask, use_mask, lo, hi, symmetric, scale_kind, codes,
-                                       out, dst)
+                s, z, ok = _int4_block_any(x, start, n, IN_F32, mask, use_mask, lo, hi, symmetric, scale_kind, codes,
+                                           out, dst, vector)
             if not ok:
                 bad[0] = 1
             scales[r * nb + b] = s
@@ -557,7 +606,7 @@ def _mask_argument(mask):
     return np.ascontiguousarray(mask, np.bool_).reshape(-1), True
 
 
-def _affine_int4(rows2d, block, padded, lo, hi, symmetric, scale_type, mask):
+def _affine_int4(rows2d, block, padded, lo, hi, symmetric, scale_type, mask, vector=True):
     rows, cols = rows2d.shape
     x, kind = input_kind(rows2d)
     nb = -(-cols // block) if cols else 0
@@ -567,19 +616,20 @@ def _affine_int4(rows2d, block, padded, lo, hi, symmetric, scale_type, mask):
     out = np.zeros(rows * padded // 2, np.uint8)
     m, use_mask = _mask_argument(mask)
     _INT4_ROWS(x, kind, np.int64(rows), np.int64(cols), np.int64(block), np.int64(padded), m, use_mask,
-               np.int64(lo), np.int64(hi), bool(symmetric), SCALE_KINDS[scale_type], scales, zps, bad, out)
+               np.int64(lo), np.int64(hi), bool(symmetric), SCALE_KINDS[scale_type], scales, zps, bad, out, bool(vector))
     finite = not bad[0]
     over = int(np.count_nonzero(~(np.abs(scales) <= _FLT_MAX))) if finite else 0
     return out, scales, zps, finite, over
 
 
 def affine_quantize(rows2d, block: int, padded: int, lo: int, hi: int, symmetric: bool, scale_type, bits: int,
-                    dtype, mask=None, unpacked: bool = False):
+                    dtype, mask=None, unpacked: bool = False, vector: bool = True):
     """Per-(row, block) affine quantization of ``rows2d``: (codes, scales, zero points, all finite,
     overflowed scales).  ``unpacked=True`` returns one code per item (``rows x padded``, for layouts
-    the caller still has to rearrange) instead of the packed bytes."""
+    the caller still has to rearrange) instead of the packed bytes.  ``vector=False`` keeps the fused
+    4-bit kernel on its scalar path (the same results; tests compare the two)."""
     if bits == 4 and not unpacked and block % 2 == 0:
-        return _affine_int4(rows2d, block, padded, lo, hi, symmetric, scale_type, mask)
+        return _affine_int4(rows2d, block, padded, lo, hi, symmetric, scale_type, mask, vector)
     mins, maxs, finite = affine_block_stats(rows2d, block, mask)
     scales, zps, over = affine_block_params(mins, maxs, lo, hi, symmetric, scale_type)
     if unpacked:
