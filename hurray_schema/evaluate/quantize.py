@@ -51,10 +51,9 @@ __all__ = ["IN_F32", "IN_F16", "IN_BF16", "SCALE_KINDS", "input_kind", "block_vi
            "affine_quantize", "spqr_outliers", "nf4_quantize", "mxfp_quantize", "mxfp_element_max", "pack_codes",
            "NF4_TABLE"]
 
-E = ElementType
 IN_F32, IN_F16, IN_BF16 = 0, 1, 2
 SCALE_F32, SCALE_F16, SCALE_BF16 = 0, 1, 2
-SCALE_KINDS = {E.FLOAT32: SCALE_F32, E.FLOAT16: SCALE_F16, E.BFLOAT16: SCALE_BF16}
+SCALE_KINDS = {ElementType.FLOAT32: SCALE_F32, ElementType.FLOAT16: SCALE_F16, ElementType.BFLOAT16: SCALE_BF16}
 """Scale element type -> the kernels' code for it."""
 
 NF4_TABLE = np.array(NF4_LEVELS, np.float32)

@@ -36,7 +36,6 @@ from .tensor import DEFAULT_BUFFER_ALIGNMENT, Composite, Item, Tensor
 __all__ = ["quantize", "sparse_coo", "sparse_csr", "sparse_csc", "from_scipy", "partition", "overlay", "group",
            "spqr", "SCHEME_NAMES"]
 
-E = ElementType
 SCHEME_NAMES = {
     "per_tensor": QuantScheme.PER_TENSOR_AFFINE,
     "per_channel": QuantScheme.PER_CHANNEL_AFFINE,
@@ -47,17 +46,17 @@ SCHEME_NAMES = {
 """The ``scheme`` names :func:`quantize` takes (a :class:`QuantScheme` works too)."""
 
 DEFAULT_STORAGE = {
-    QuantScheme.PER_TENSOR_AFFINE: E.INT8,
-    QuantScheme.PER_CHANNEL_AFFINE: E.INT8,
-    QuantScheme.PER_BLOCK_AFFINE: E.INT4,
-    QuantScheme.NF4: E.UINT4,
-    QuantScheme.MXFP: E.FLOAT8_E4M3,
+    QuantScheme.PER_TENSOR_AFFINE: ElementType.INT8,
+    QuantScheme.PER_CHANNEL_AFFINE: ElementType.INT8,
+    QuantScheme.PER_BLOCK_AFFINE: ElementType.INT4,
+    QuantScheme.NF4: ElementType.UINT4,
+    QuantScheme.MXFP: ElementType.FLOAT8_E4M3,
 }
 
 DEFAULT_BLOCK_SIZE = {QuantScheme.PER_BLOCK_AFFINE: 64, QuantScheme.NF4: 64, QuantScheme.MXFP: 32}
 """GGUF / bitsandbytes' 64 and OCP MX v1.0's canonical 32 (``quantization/mxfp.md § Description``)."""
 
-_SCALE_TYPES = (E.FLOAT16, E.BFLOAT16, E.FLOAT32)
+_SCALE_TYPES = (ElementType.FLOAT16, ElementType.BFLOAT16, ElementType.FLOAT32)
 
 
 # ------------------------------------------------------------------------------------
@@ -68,10 +67,10 @@ _SCALE_TYPES = (E.FLOAT16, E.BFLOAT16, E.FLOAT32)
 def _element_type(value) -> ElementType:
     if isinstance(value, str):
         try:
-            return E[value.upper()]
+            return ElementType[value.upper()]
         except KeyError:
             raise HurraySchemaError(f"unknown element type name {value!r}") from None
-    return E(int(value))
+    return ElementType(int(value))
 
 
 def _scheme(value) -> QuantScheme:
@@ -105,8 +104,8 @@ def _float_type(dtype) -> Optional[ElementType]:
     """The scale type an input dtype suggests: its own float16 / bfloat16 / float32, else None."""
     import ml_dtypes
 
-    return {np.dtype(np.float16): E.FLOAT16, np.dtype(ml_dtypes.bfloat16): E.BFLOAT16,
-            np.dtype(np.float32): E.FLOAT32}.get(np.dtype(dtype))
+    return {np.dtype(np.float16): ElementType.FLOAT16, np.dtype(ml_dtypes.bfloat16): ElementType.BFLOAT16,
+            np.dtype(np.float32): ElementType.FLOAT32}.get(np.dtype(dtype))
 
 
 def _block_size(scheme, block_size, size: int) -> int:
@@ -198,7 +197,7 @@ def _check_scales(over: int, scale_type) -> None:
 def _per_tensor(arr, storage, axis, block_size, symmetric, scale_type, shard):
     from ..evaluate import quantize as kernels
 
-    if scale_type is not None and _element_type(scale_type) != E.FLOAT32:
+    if scale_type is not None and _element_type(scale_type) != ElementType.FLOAT32:
         raise HurraySchemaError("per-tensor affine keeps a float32 scale (quantization/per-tensor-affine.md)")
     info = element_type_info(storage)
     lo, hi = _affine_range(arr, storage, symmetric)
@@ -213,8 +212,8 @@ def _per_tensor(arr, storage, axis, block_size, symmetric, scale_type, shard):
         mins, maxs, finite = kernels.affine_block_stats(rows2d, rows2d.shape[1])
         _require_finite(finite, "per-tensor affine")
         scales, zps, over = kernels.affine_block_params(mins.min(keepdims=True), maxs.max(keepdims=True), lo, hi,
-                                                        symmetric, E.FLOAT32)
-        _check_scales(over, E.FLOAT32)
+                                                        symmetric, ElementType.FLOAT32)
+        _check_scales(over, ElementType.FLOAT32)
         scale, zero = scales[0], int(zps[0])
         cols = rows2d.shape[1]
         data = kernels.affine_codes(rows2d, cols, cols, np.full(rows, scale, np.float32),
@@ -227,7 +226,7 @@ def _per_tensor(arr, storage, axis, block_size, symmetric, scale_type, shard):
 def _per_channel(arr, storage, axis, block_size, symmetric, scale_type, shard):
     from ..evaluate import quantize as kernels
 
-    if scale_type is not None and _element_type(scale_type) != E.FLOAT32:
+    if scale_type is not None and _element_type(scale_type) != ElementType.FLOAT32:
         raise HurraySchemaError("per-channel affine keeps float32 scales (quantization/per-channel-affine.md)")
     info = element_type_info(storage)
     axis = _axis(axis, arr.ndim)
@@ -243,8 +242,8 @@ def _per_channel(arr, storage, axis, block_size, symmetric, scale_type, shard):
     cols = rows2d.shape[1]
     mins, maxs, finite = kernels.affine_block_stats(rows2d, max(cols, 1))
     _require_finite(finite, "per-channel affine")
-    scales, zps, over = kernels.affine_block_params(mins, maxs, lo, hi, symmetric, E.FLOAT32)
-    _check_scales(over, E.FLOAT32)
+    scales, zps, over = kernels.affine_block_params(mins, maxs, lo, hi, symmetric, ElementType.FLOAT32)
+    _check_scales(over, ElementType.FLOAT32)
     code_dtype = _code_dtype(storage)
     if axis == 0 or arr.size == 0:
         data = kernels.affine_codes(rows2d, max(cols, 1), cols, scales, zps, lo, hi, info.bit_width, code_dtype)
@@ -279,7 +278,7 @@ def _per_block_descriptor(arr, storage, axis, block_size, symmetric, scale_type,
     rank_axis = _axis(axis, arr.ndim)
     block = _block_size(QuantScheme.PER_BLOCK_AFFINE, block_size, arr.shape[rank_axis])
     if scale_type is None:
-        scale_type = _float_type(arr.dtype) or E.FLOAT32
+        scale_type = _float_type(arr.dtype) or ElementType.FLOAT32
     scale_type = _element_type(scale_type)
     if scale_type not in _SCALE_TYPES:
         raise HurraySchemaError("per-block scales are float16, bfloat16 or float32")
@@ -322,7 +321,7 @@ def _per_block(arr, storage, axis, block_size, symmetric, scale_type, shard, mas
 def _nf4(arr, storage, axis, block_size, symmetric, scale_type, shard):
     from ..evaluate import quantize as kernels
 
-    if scale_type is not None and _element_type(scale_type) != E.FLOAT32:
+    if scale_type is not None and _element_type(scale_type) != ElementType.FLOAT32:
         raise HurraySchemaError("NF4 keeps float32 absmax scales (quantization/nf4.md)")
     info = element_type_info(storage)
     rank_axis = _axis(axis, arr.ndim)
@@ -343,7 +342,7 @@ def _nf4(arr, storage, axis, block_size, symmetric, scale_type, shard):
 def _mxfp(arr, storage, axis, block_size, symmetric, scale_type, shard):
     from ..evaluate import quantize as kernels
 
-    if scale_type is not None and _element_type(scale_type) != E.FLOAT8_E8M0:
+    if scale_type is not None and _element_type(scale_type) != ElementType.FLOAT8_E8M0:
         raise HurraySchemaError("MXFP scales are float8_e8m0 (quantization/mxfp.md)")
     info = element_type_info(storage)
     rank_axis = _axis(axis, arr.ndim)
@@ -586,7 +585,7 @@ def group(items, *, shape: Optional[Sequence[int]] = None, type_tag=None, name: 
     first = members[0] if members else None
     head_shape = tuple(shape) if shape is not None else (tuple(first.shape) if first is not None else (0,))
     head_type = type_tag if type_tag is not None else (decoded_type(first.descriptor) if first is not None
-                                                       else E.FLOAT32)
+                                                       else ElementType.FLOAT32)
     return _validated(Composite.build(CompositionRule.GROUP, members, shape=head_shape,
                                       type_tag=_element_type(head_type), name=name))
 
@@ -595,7 +594,7 @@ def group(items, *, shape: Optional[Sequence[int]] = None, type_tag=None, name: 
 # SpQR
 # ------------------------------------------------------------------------------------
 
-_SPQR_STORAGE = {2: E.INT2, 4: E.INT4, 8: E.INT8}
+_SPQR_STORAGE = {2: ElementType.INT2, 4: ElementType.INT4, 8: ElementType.INT8}
 SPQR_MAX_PER_BLOCK = 8
 """At most this many outliers per block: each block's reference scale leaves out its 8 largest elements."""
 
