@@ -8,9 +8,10 @@ to a temporary file that replaces the target only once it is complete.
 * :func:`check_nodes` applies what a strict reader applies to the same bytes, through the
   readers' own functions: each encoded descriptor is decoded in strict mode and passes the
   semantic rules of one descriptor (:func:`hurray_schema.rules.descriptor.first_error`);
-  composites nest at most 8 levels (``layouts/composite.md § Binding``) and pass
-  :func:`hurray_schema.rules.composite.validate_preorder` (``layouts/composite.md
-  § Validation``; ``§ Partition``: a conforming writer produces valid partitions).  The
+  composites go through the readers' one binder,
+  :func:`hurray_schema.rules.composite.validate_preorder`, nesting depth included
+  (``layouts/composite.md § Binding``, ``§ Validation``; ``§ Partition``: a conforming
+  writer produces valid partitions).  The
   first fault raises the reader's :class:`~hurray_schema.errors.SpecViolation` -- same
   rule id -- located at the byte offset it would have in the output.
 * :func:`replacing` writes a path through a temporary file in the same folder, flushed,
