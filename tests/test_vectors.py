@@ -1,0 +1,180 @@
+"""The conformance corpus: regenerated in a scratch directory, every vector read back.
+
+Each vector is read by our strict and permissive readers and by ``audit`` in both modes;
+all of them must give the manifest's verdict and first finding (rule id and byte
+offset).  The manifest must account for every registered rule, the generation must be
+byte-identical from run to run, and ``vectors --check`` must report drift.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hurray_schema import audit
+from hurray_schema.rules.engine import get_rule, registry
+from hurray_schema.vectors import MANIFEST, NO_VECTOR, SCHEMA, build_corpus, hex_around, read_verdict, write_corpus
+from hurray_schema.vectors.reference import DIVERGENCES
+
+ROOT = Path(__file__).resolve().parents[1]
+AUDIT_KIND = {"descriptor": "descriptor", "stream": "stream", "messages": "messages"}
+COVERAGE_FLOOR = 95.0
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("vectors")
+    write_corpus(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def manifest(corpus_dir) -> dict:
+    return json.loads((corpus_dir / MANIFEST).read_text(encoding="utf-8"))
+
+
+def _entries(manifest):
+    return manifest["vectors"]
+
+
+def _audited(path: Path, kind: str, mode: str):
+    report = audit(path, mode=mode) if kind == "file" else audit(path.read_bytes(), kind=AUDIT_KIND[kind], mode=mode)
+    return report.findings
+
+
+def test_manifest_header_and_schema(manifest):
+    assert manifest["schema"] == SCHEMA
+    assert manifest["reference"] == "pyhurray"
+    keys = {"file", "kind", "role", "rule_id", "level", "citation", "statement", "size", "sha256", "strict",
+            "permissive", "first_finding", "reference"}
+    for entry in _entries(manifest):
+        assert keys <= set(entry), entry["file"]
+        rule = get_rule(entry["rule_id"])
+        assert (entry["level"], entry["citation"], entry["statement"]) == (rule.level.value, rule.citation,
+                                                                           rule.summary)
+    files = [entry["file"] for entry in _entries(manifest)]
+    assert files == sorted(files)
+
+
+def test_every_vector_gives_the_manifests_verdict_in_every_reader(manifest, corpus_dir):
+    for entry in _entries(manifest):
+        path = corpus_dir / entry["file"]
+        data = path.read_bytes()
+        assert len(data) == entry["size"], entry["file"]
+        for mode in ("strict", "permissive"):
+            assert read_verdict(entry["kind"], data, mode).to_json() == entry[mode], (entry["file"], mode)
+            findings = _audited(path, entry["kind"], mode)
+            expected = entry["first_finding"]
+            if expected is None:
+                assert findings == (), (entry["file"], mode, findings)
+                continue
+            first = findings[0]
+            assert (first.rule_id, first.offset) == (expected["rule_id"], expected["offset"]), (entry["file"], mode)
+            assert first.is_error == (entry[mode]["verdict"] == "reject"), (entry["file"], mode)
+
+
+def test_a_violating_vector_fires_its_own_rule_first_and_a_passing_one_nothing(manifest):
+    for entry in _entries(manifest):
+        if entry["role"] == "pass":
+            assert entry["first_finding"] is None and entry["strict"]["verdict"] == "accept", entry["file"]
+            continue
+        rule = get_rule(entry["rule_id"])
+        assert entry["first_finding"]["rule_id"] == rule.id, entry["file"]
+        strict_rejects = rule.level.is_requirement
+        permissive_rejects = strict_rejects and not rule.permissive
+        assert entry["strict"]["verdict"] == ("reject" if strict_rejects else "accept"), entry["file"]
+        assert entry["permissive"]["verdict"] == ("reject" if permissive_rejects else "accept"), entry["file"]
+        assert 0 <= entry["first_finding"]["offset"] <= entry["size"], entry["file"]
+
+
+def test_every_rule_has_a_vector_or_a_reason(manifest):
+    covered = {e["rule_id"] for e in _entries(manifest) if e["role"] == "fail"}
+    without = {row["rule_id"]: row for row in manifest["rules_without_vector"]}
+    assert covered.isdisjoint(without)
+    assert covered | set(without) == {rule.id for rule in registry()}
+    assert all(row["reason"] for row in without.values())
+    assert {rule_id for rule_id, row in without.items() if not row["triggerable"]} == set(NO_VECTOR)
+    every_pass = {e["rule_id"] for e in _entries(manifest) if e["role"] == "pass"}
+    assert covered <= every_pass
+
+
+def test_coverage(manifest):
+    coverage = manifest["coverage"]
+    assert coverage["registered_rules"] == len(registry())
+    assert coverage["triggerable_rules"] == len(registry()) - len(NO_VECTOR)
+    covered = {e["rule_id"] for e in _entries(manifest) if e["role"] == "fail"} - set(NO_VECTOR)
+    assert coverage["rules_with_violating_vector"] == len(covered)
+    assert coverage["percent"] >= COVERAGE_FLOOR, coverage
+
+
+def test_generation_is_byte_identical(corpus_dir, tmp_path):
+    again = tmp_path / "again"
+    write_corpus(again)
+    first = sorted(p.name for p in corpus_dir.iterdir())
+    assert first == sorted(p.name for p in again.iterdir())
+    for name in first:
+        assert (again / name).read_bytes() == (corpus_dir / name).read_bytes(), name
+
+
+def _check(outdir: Path, *options: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hurray_schema", "vectors", "--check", *options, str(outdir)],
+                          capture_output=True, text=True, cwd=str(ROOT))
+
+
+def test_vectors_command_and_check_report_drift(tmp_path):
+    out = tmp_path / "corpus"
+    done = subprocess.run([sys.executable, "-m", "hurray_schema", "vectors", "--no-reference", str(out)],
+                          capture_output=True, text=True, cwd=str(ROOT), check=True)
+    assert "manifest.json" in done.stdout
+    assert _check(out, "--no-reference").returncode == 0
+    manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    assert manifest["reference"] is None and "reference" not in manifest["vectors"][0]
+    victim = out / manifest["vectors"][0]["file"]
+    victim.write_bytes(victim.read_bytes() + b"\x00")
+    (out / "stray.bin").write_bytes(b"x")
+    done = _check(out, "--no-reference")
+    assert done.returncode == 1 and victim.name in done.stderr and "stray.bin" in done.stderr
+    victim.unlink()
+    assert victim.name in _check(out, "--no-reference").stderr
+
+
+def test_divergence_table_matches_spec_map():
+    text = (ROOT / "spec-map.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in text[text.index("### Differential run"):].splitlines():
+        if line.startswith("| DIV-"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows[cells[0]] = tuple(re.findall(r"`([\w.]+)`", cells[4]))
+    assert {row: rules for row, rules in DIVERGENCES} == {row: rules for row, rules in rows.items() if rules}
+
+
+def test_composite_and_adr007_vectors_carry_the_reference_verdict(manifest):
+    import hurray  # noqa: F401  (the reference must be installed for this test)
+
+    targeted = [e for e in _entries(manifest)
+                if e["rule_id"].startswith(("composite.", "adr007.")) and e["kind"] != "messages"]
+    assert targeted
+    for entry in targeted:
+        reference = entry["reference"]
+        assert reference["verdict"] in ("accept", "reject", "abort"), entry["file"]
+        if not reference["agrees"]:
+            assert reference["divergence"] in dict(DIVERGENCES), entry["file"]
+
+
+def test_hex_around_marks_the_faulty_byte():
+    data = bytes(range(40))
+    assert hex_around(data, 3) == (0, " ".join(f"{b:02x}" for b in range(3)) + " [03] "
+                                   + " ".join(f"{b:02x}" for b in range(4, 16)))
+    start, text = hex_around(data, 40)
+    assert start == 32 and text.endswith("27 [end]")
+
+
+def test_the_corpus_is_not_built_from_the_tests():
+    """The generators live in the library: building needs nothing from tests/."""
+    corpus = build_corpus()
+    assert corpus.vectors and not any("tests" in (v.note or "") for v in corpus.vectors)
