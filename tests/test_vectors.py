@@ -43,7 +43,8 @@ def _entries(manifest):
 
 
 def _audited(path: Path, kind: str, mode: str):
-    report = audit(path, mode=mode) if kind == "file" else audit(path.read_bytes(), kind=AUDIT_KIND[kind], mode=mode)
+    report = audit(path, kind="file", mode=mode) if kind == "file" else \
+        audit(path.read_bytes(), kind=AUDIT_KIND[kind], mode=mode)
     return report.findings
 
 

@@ -38,6 +38,10 @@ NO_VECTOR: dict[str, str] = {
     "quantization.buffer.device":
         "Every input that breaks it also breaks buffer.colocation (all buffers of a descriptor share one "
         "device_tag), which is checked first: no input has it as first finding.",
+    "composite.member.box_bounds":
+        "A member's box is indefinite only through a dynamic dimension, and a member carrying a shard section "
+        "with a dynamic dimension breaks data_model.shard.dynamic first (a member without a shard breaks "
+        "composite.member.shard); a definite box past the head is metadata.shard.bounds.",
     "stream.sync_mode.cross_machine":
         "Depends on how the stream travels, not on its bytes: it fires only when the reader is told the stream "
         "crosses machines (read_stream(..., cross_machine=True)).",

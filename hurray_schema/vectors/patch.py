@@ -79,9 +79,9 @@ def bare(items: Iterable) -> bytes:
     return write_stream(None, list(items), validate=False)
 
 
-def messages(items: Iterable) -> bytes:
-    """A message stream of ``items``, written without validation."""
-    return write_stream(None, list(items), framing="messages", validate=False)
+def messages(items: Iterable, **options) -> bytes:
+    """A message stream of ``items``, written without validation (``options``: the writer's)."""
+    return write_stream(None, list(items), framing="messages", validate=False, **options)
 
 
 def hrry(items, *, kv: Optional[dict] = None, **options) -> bytes:
