@@ -179,3 +179,26 @@ def test_the_corpus_is_not_built_from_the_tests():
     """The generators live in the library: building needs nothing from tests/."""
     corpus = build_corpus()
     assert corpus.vectors and not any("tests" in (v.note or "") for v in corpus.vectors)
+
+
+def test_the_docs_link_every_rule_to_its_vectors_with_the_bytes_around_the_fault(manifest, corpus_dir):
+    from hurray_schema.docs import render_pages
+
+    pages = render_pages()
+    page, index = pages["vectors.md"], pages["index.md"]
+    for rule in registry():
+        anchor = "vectors-" + re.sub(r"[^\w-]", "-", rule.id)
+        assert f'<a id="{anchor}"></a>' in page and f"(vectors.md#{anchor})" in index, rule.id
+    lines = page.splitlines()
+    for entry in _entries(manifest):
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"- `{entry['file']}`"))
+        if entry["role"] == "pass":
+            continue
+        offset = entry["first_finding"]["offset"]
+        data = (corpus_dir / entry["file"]).read_bytes()
+        row = lines[at + 1].strip().strip("`")
+        start, cells = row.split(": ", 1)
+        marked = re.search(r"\[(\w+)\]", cells).group(1)
+        assert marked == ("end" if offset == len(data) else f"{data[offset]:02x}"), entry["file"]
+        before = cells.split(" [")[0].split() if not cells.startswith("[") else []
+        assert int(start, 16) + len(before) == offset, entry["file"]
