@@ -10,12 +10,12 @@ come from our readers (:mod:`.verdicts`) and, when installed, pyhurray's
 
 from .case import EXTENSIONS, KINDS, Case
 from .corpus import (
-    MANIFEST, NO_VECTOR, SCHEMA, Corpus, Vector, all_cases, build_corpus, check_corpus, hex_around, manifest,
+    LINTS, MANIFEST, NO_VECTOR, SCHEMA, Corpus, Vector, all_cases, build_corpus, check_corpus, hex_around, manifest,
     write_corpus,
 )
 from .verdicts import Verdict, read_verdict
 
 __all__ = [
-    "Case", "Corpus", "EXTENSIONS", "KINDS", "MANIFEST", "NO_VECTOR", "SCHEMA", "Vector", "Verdict", "all_cases",
+    "Case", "Corpus", "EXTENSIONS", "LINTS", "KINDS", "MANIFEST", "NO_VECTOR", "SCHEMA", "Vector", "Verdict", "all_cases",
     "build_corpus", "check_corpus", "hex_around", "manifest", "read_verdict", "write_corpus",
 ]

@@ -11,22 +11,22 @@ and every field's offset and width by its declaration (``structs/stream.py``,
 from __future__ import annotations
 
 import struct
-from typing import Callable, Iterator, Optional
+from typing import Callable
 
-import construct
+import attrs
 import crc32c
 
 from ..io import Composite, Tensor
 from ..io.kv import walk_kv
 from ..io.parts import ENTRY_START, NAME, TABLE, VALUE, Faults, Part, as_view
-from ..io.walk import Window, collect_descriptor, walk_bare, walk_file, walk_index, walk_messages
-from ..model import CompositionRule, ElementType, Shard
+from ..io.walk import Window, collect_descriptor, walk_bare, walk_index, walk_messages
+from ..model import CompositeLayout, CompositionRule, ElementType, Shard, TensorDescriptor
 from ..rules.engine import Mode
-from ..structs._declare import plan, static_offset
-from ..structs.descriptor import FIXED_HEADER, FIXED_HEADER_SIZE
+from ..structs._declare import static_offset
+from ..structs.descriptor import FIXED_HEADER
 from ..structs.file import (
     DESCRIPTOR_ALIGNMENT, FILE_HEADER, FILE_HEADER_SIZE, INDEX_COUNT, INDEX_ENTRY_FIELDS, KNOWN_FILE_FLAGS,
-    KV_ARRAY_HEADER, KV_BOOL, KV_COUNT, KV_LENGTH_PREFIX, KV_VALUE_TAG, MIN_DATA_BUFFER_ALIGNMENT,
+    KV_ARRAY_HEADER, KV_BOOL, KV_COUNT, KV_VALUE_TAG, MIN_DATA_BUFFER_ALIGNMENT,
     SECTION_ALIGNMENT, SUPPORTED_CONTAINER_MAJOR, TRAILER, TRAILER_SIZE, FileFlag, KvTag,
 )
 from ..structs.stream import (
@@ -420,5 +420,34 @@ def file_cases() -> list[Case]:
     ]
 
 
+# -- interoperability lints (rules/interop.py) ---------------------------------------------------
+
+
+def _bool_unpacked():
+    """bool [3] written one byte per element (01 00 01) instead of packed (0b101)."""
+    values = (True, False, True)
+    packed = sum(1 << i for i, v in enumerate(values) if v).to_bytes(1, "little")
+    bytewise = bytes(int(v) for v in values)
+    good = Tensor.dense(ElementType.BOOL, [len(values)], packed)
+    bad = Tensor(attrs.evolve(good.descriptor, buffers=(attrs.evolve(good.descriptor.buffers[0],
+                                                                      byte_size=len(bytewise)),)), [bytewise])
+    return bare([good]), bare([bad])
+
+
+def _head_padding():
+    """A partition written with the reference's padding after its head (``write_file(pad_after_composite_head=True)``)."""
+    shape = (2, 4)
+    members = [Tensor.dense(F32, (2, 2), shard=Shard(shape, (0, column))) for column in (0, 2)]
+    item = {"p": Composite(TensorDescriptor(F32, shape, CompositeLayout(CompositionRule.PARTITION, 2)), members)}
+    return hrry(item), hrry(item, pad_after_composite_head=True)
+
+
+def lint_cases() -> list[Case]:
+    return [
+        Case("element_types.boolean.unpacked", "stream", _bool_unpacked, "bool [3] as bytes 01 00 01"),
+        Case("file.composite.head_padding", "file", _head_padding, "padding after the composite head"),
+    ]
+
+
 def container_cases() -> list[Case]:
-    return stream_cases() + file_cases()
+    return stream_cases() + file_cases() + lint_cases()

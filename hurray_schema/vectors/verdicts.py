@@ -6,8 +6,12 @@ For each container kind, the reader an application would call: ``decode_descript
 :class:`~hurray_schema.errors.SpecViolation` raised: its rule id and byte offset.  An
 acceptance may still carry findings -- what the mode tolerated and SHOULD-level notes
 (``StreamReader.findings``, ``HurrayFile.findings``, the descriptor rules' findings):
-the first of them is the first finding.  ``audit`` gives the same first finding (the
-corpus test checks it); it sits above this layer, so it is not called here.
+the first of them is the first finding.  After them come the interoperability lints
+``audit`` runs on what a reader accepted (:mod:`hurray_schema.rules.interop`: a bool
+buffer that looks written one byte per element, padding after a composite head in a
+file), which no reader reports: readers accept such inputs.  ``audit`` gives the same
+first finding (the corpus test checks it); it sits above this layer, so it is not
+called here.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ import attrs
 from ..codec import decode_descriptor, parse_descriptor
 from ..errors import SpecViolation
 from ..io import read_file, read_stream
+from ..io.parts import DESCRIPTOR, Faults
+from ..io.walk import Window, collect_descriptor, walk_bare
+from ..rules import interop
 from ..rules.descriptor import check_descriptor
 from ..rules.engine import Mode
 from .patch import scratch_file
@@ -53,17 +60,30 @@ def _descriptor(data: bytes, mode: Mode) -> Verdict:
     return _accepted(list(structural) + check_descriptor(desc, mode))
 
 
+def _bare_lints(data: bytes, mode: Mode) -> list:
+    """The bool lint of every tensor of a bare stream (its buffers follow its descriptor)."""
+    describe = lambda buf, base, depth: collect_descriptor(buf, base, depth, mode)  # noqa: E731
+    found = []
+    for part in walk_bare(Window(data), describe, faults=Faults.COLLECT, mode=mode):
+        if part.kind == DESCRIPTOR and part.value is not None:
+            found += interop.stream_tensor_findings(part.value, data, part.end)
+    return found
+
+
 def _stream(data: bytes, mode: Mode, framing: str) -> Verdict:
     reader = read_stream(data, framing=framing, mode=mode)
     for _item in reader:
         pass
-    return _accepted(reader.findings)
+    lints = _bare_lints(data, mode) if framing == "bare" else []
+    return _accepted(list(reader.findings) + lints)
 
 
 def _file(data: bytes, mode: Mode) -> Verdict:
     with tempfile.TemporaryDirectory(prefix="hurray-vectors-") as scratch:
         with read_file(scratch_file(data, scratch), mode=mode) as opened:
             findings = list(opened.findings)
+            findings += interop.file_findings(opened.entries(), opened.descriptor,
+                                              lambda name: opened.tensor(name).buffers)
     return _accepted(findings)
 
 
