@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 
 from hurray_schema import audit
 from hurray_schema.rules.engine import get_rule, registry
-from hurray_schema.vectors import LINTS, MANIFEST, NO_VECTOR, SCHEMA, build_corpus, hex_around, read_verdict, write_corpus
+from hurray_schema.vectors import LINTS, MANIFEST, NO_VECTOR, SCHEMA, hex_around, read_verdict, write_corpus
 from hurray_schema.vectors.reference import DIVERGENCES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -176,10 +177,45 @@ def test_hex_around_marks_the_faulty_byte():
     assert start == 32 and text.endswith("27 [end]")
 
 
-def test_the_corpus_is_not_built_from_the_tests():
-    """The generators live in the library: building needs nothing from tests/."""
-    corpus = build_corpus()
-    assert corpus.vectors and not any("tests" in (v.note or "") for v in corpus.vectors)
+# Offsets typed from the spec's tables, not taken from the code under test:
+# metadata.md § Fixed Header (magic 0, version_major 4, version_minor 5, descriptor_length 6,
+# flags 10, type_tag 14, layout_tag 15, rank 16); file-format.md § File Header (magic 0,
+# container_version_major 8, _reserved 10, file_flags 12, data_buffer_alignment 16,
+# first_descriptor_offset 20) and § Trailer (40 bytes: index_crc32c at 28, _reserved 32,
+# trailer_magic 36); interchange.md § Message Framing (12-byte header, stream_id at 4).
+FROM_THE_START = {
+    "descriptor.magic": 0, "descriptor.version_major": 4, "descriptor.version_minor": 5,
+    "descriptor.length.minimum": 6, "descriptor.flags.reserved": 10, "descriptor.type_tag.invalid": 14,
+    "descriptor.type_tag.unknown": 14, "descriptor.layout_tag.invalid": 15, "descriptor.layout_tag.unknown": 15,
+    "descriptor.rank.cap": 16, "file.header.magic": 0, "file.header.version": 8, "file.header.reserved": 10,
+    "file.flags.reserved": 12, "file.header.alignment": 16, "file.header.first_descriptor_offset": 20,
+    "stream.message.type": 0,
+}
+FROM_THE_END = {"file.index.crc": 40 - 28, "file.trailer.reserved": 40 - 32, "file.trailer.magic": 40 - 36}
+TRUNCATED_AT_THE_END = {"descriptor.truncated", "stream.truncated"}
+
+
+def test_offsets_agree_with_the_spec_tables(manifest, corpus_dir):
+    fails = {e["rule_id"]: e for e in _entries(manifest) if e["role"] == "fail"}
+    for rule_id, offset in FROM_THE_START.items():
+        assert fails[rule_id]["first_finding"]["offset"] == offset, rule_id
+    for rule_id, back in FROM_THE_END.items():
+        assert fails[rule_id]["first_finding"]["offset"] == fails[rule_id]["size"] - back, rule_id
+    for rule_id in TRUNCATED_AT_THE_END:
+        assert fails[rule_id]["first_finding"]["offset"] == fails[rule_id]["size"], rule_id
+    # the reserved stream_id 0 sits 4 bytes into the header of a TENSOR_DATA message (type 5)
+    entry = fails["stream.message.stream_id"]
+    at = entry["first_finding"]["offset"]
+    data = (corpus_dir / entry["file"]).read_bytes()
+    assert struct.unpack_from("<II", data, at - 4) == (5, 0)
+
+
+def test_a_violating_vector_differs_from_its_passing_one(manifest, corpus_dir):
+    """The fault is in the bytes: every violating vector is another input than its passing one."""
+    for entry in _entries(manifest):
+        if entry["role"] == "fail":
+            passing = entry["file"].replace(".fail.", ".pass.")
+            assert (corpus_dir / passing).read_bytes() != (corpus_dir / entry["file"]).read_bytes(), entry["file"]
 
 
 def test_the_docs_link_every_rule_to_its_vectors_with_the_bytes_around_the_fault(manifest, corpus_dir):
