@@ -18,6 +18,7 @@ import crc32c
 
 from ..io import Composite, Tensor
 from ..io.kv import walk_kv
+from ..limits import MAX_COMPOSITE_DEPTH
 from ..io.parts import ENTRY_START, NAME, TABLE, VALUE, Faults, Part, as_view
 from ..io.walk import Window, collect_descriptor, walk_bare, walk_index, walk_messages
 from ..model import CompositeLayout, CompositionRule, ElementType, Shard, TensorDescriptor
@@ -449,5 +450,61 @@ def lint_cases() -> list[Case]:
     ]
 
 
+# -- one fault, one rule, one offset, whichever container holds it ----------------------------------
+
+
+def _second_descriptor_magic():
+    """The magic of the second descriptor of a bare stream broken."""
+    good = bare(tensors())
+    base = [p for p in _stream_parts(good, "bare") if p.kind == "descriptor"][1].start
+    return good, put(good, base + static_offset(FIXED_HEADER, "magic"), FIXED_HEADER, "magic", b"HRRX")
+
+
+def _message_descriptor_magic():
+    """The magic of the descriptor in the second TENSOR_DESCRIPTOR payload broken."""
+    good = messages(tensors())
+    base = _message_of(good, MessageType.TENSOR_DESCRIPTOR, 1).end
+    return good, put(good, base + static_offset(FIXED_HEADER, "magic"), FIXED_HEADER, "magic", b"HRRX")
+
+
+def _in_file(good_item, bad_item) -> Callable[[], tuple[bytes, bytes]]:
+    return lambda: (hrry({"t": good_item()}), hrry({"t": bad_item()}))
+
+
+def _in_messages(good_item, bad_item) -> Callable[[], tuple[bytes, bytes]]:
+    return lambda: (messages([good_item()]), messages([bad_item()]))
+
+
+def _zeros(desc: TensorDescriptor) -> Tensor:
+    return Tensor(desc, [bytes(handle.byte_size) for handle in desc.buffers])
+
+
+def placement_cases() -> list[Case]:
+    """Faults of the other cases, held by other containers: the rule and its offset in
+    that container are the same whichever reader finds them."""
+    from . import composites, descriptors
+
+    partition = (composites.PARTITION, [composites.LEFT, composites.RIGHT])
+    gap = (composites.PARTITION, [composites.LEFT, composites.member((8, 3), (0, 4))])
+    torn = (composites.head(count=3), [composites.LEFT, composites.RIGHT])
+    reserved = descriptors.dense(buffers=[descriptors.BufferHandle(64, reserved=1)])
+
+    def item(head_and_members):
+        return lambda: composites.composite(*head_and_members)
+
+    return [
+        Case("descriptor.magic", "stream", _second_descriptor_magic, "in the second descriptor of a bare stream"),
+        Case("descriptor.magic", "messages", _message_descriptor_magic, "in the second TENSOR_DESCRIPTOR payload"),
+        Case("buffer.reserved", "file", _in_file(lambda: _zeros(descriptors.GOOD), lambda: _zeros(reserved)),
+             "a descriptor fault inside a file"),
+        Case("composite.close.partition_gap", "messages", _in_messages(item(partition), item(gap))),
+        Case("composite.close.partition_gap", "file", _in_file(item(partition), item(gap))),
+        Case("composite.torn", "file", _in_file(item(partition), item(torn)), "the head promises 3 members, 2 follow"),
+        Case("composite.nesting.depth", "file",
+             _in_file(lambda: composites.nested(MAX_COMPOSITE_DEPTH), lambda: composites.nested(MAX_COMPOSITE_DEPTH + 1)),
+             "nine nested partition heads"),
+    ]
+
+
 def container_cases() -> list[Case]:
-    return stream_cases() + file_cases() + lint_cases()
+    return stream_cases() + file_cases() + lint_cases() + placement_cases()
