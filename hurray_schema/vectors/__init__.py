@@ -16,6 +16,7 @@ from .corpus import (
 from .verdicts import Verdict, read_verdict
 
 __all__ = [
-    "Case", "Corpus", "EXTENSIONS", "LINTS", "KINDS", "MANIFEST", "NO_VECTOR", "SCHEMA", "Vector", "Verdict", "all_cases",
+    "Case", "Corpus", "EXTENSIONS", "LINTS", "KINDS", "MANIFEST", "NO_VECTOR", "SCHEMA", "Vector", "Verdict",
+    "all_cases",
     "build_corpus", "check_corpus", "hex_around", "manifest", "read_verdict", "write_corpus",
 ]

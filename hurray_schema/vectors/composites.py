@@ -8,6 +8,7 @@ is a valid composite of the same kind.
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence
 
 import attrs
@@ -18,6 +19,7 @@ from ..model import (
     DYNAMIC_DIMENSION, BufferHandle, CombineOp, CompositeLayout, CompositeMember, CompositionRule, ElementType,
     MemberRole, PerTensorAffine, Shard, TensorDescriptor,
 )
+from ..structs.element_types import element_type_info
 from .case import Case
 from .patch import bare
 
@@ -25,7 +27,6 @@ __all__ = ["composite_cases"]
 
 evolve = attrs.evolve
 F32, F16 = ElementType.FLOAT32, ElementType.FLOAT16
-FLOAT32_BYTES = 4
 
 
 def head(rule=CompositionRule.PARTITION, count: int = 2, shape=(8, 8), op=CombineOp.NONE,
@@ -35,13 +36,12 @@ def head(rule=CompositionRule.PARTITION, count: int = 2, shape=(8, 8), op=Combin
 
 def member(shape=(8, 4), offset=(0, 0), parent=(8, 8), type_tag=F32, size: Optional[int] = None,
            role: Optional[MemberRole] = None, **fields) -> TensorDescriptor:
-    """A row-major float32 member at ``offset`` of a ``parent``-shaped head."""
+    """A row-major member (float32 unless said) at ``offset`` of a ``parent``-shaped head."""
     if size is None:
-        size = FLOAT32_BYTES
-        for extent in shape:
-            size *= extent
-    return TensorDescriptor(type_tag, tuple(shape), buffers=[BufferHandle(size)], shard=Shard(tuple(parent), tuple(offset)),
-                            composite_member=None if role is None else CompositeMember(role), **fields)
+        size = element_type_info(type_tag).buffer_bytes(math.prod(shape))
+    section = None if role is None else CompositeMember(role)
+    return TensorDescriptor(type_tag, tuple(shape), buffers=[BufferHandle(size)],
+                            shard=Shard(tuple(parent), tuple(offset)), composite_member=section, **fields)
 
 
 def leaf(desc: TensorDescriptor) -> Tensor:

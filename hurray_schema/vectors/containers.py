@@ -10,11 +10,12 @@ and every field's offset and width by its declaration (``structs/stream.py``,
 
 from __future__ import annotations
 
-import struct
+import math
 from typing import Callable
 
 import attrs
 import crc32c
+import numpy
 
 from ..io import Composite, Tensor
 from ..io.kv import walk_kv
@@ -39,13 +40,12 @@ from .patch import bare, cut, hrry, messages, put, read_field
 __all__ = ["container_cases"]
 
 F32 = ElementType.FLOAT32
-FLOAT32 = "<f"
 
 
 def tensors() -> list[Tensor]:
-    """Two small float32 tensors, [3] and [2, 2]."""
-    return [Tensor.dense(F32, [3], b"".join(struct.pack(FLOAT32, v) for v in (1, 2, 3))),
-            Tensor.dense(F32, [2, 2], b"".join(struct.pack(FLOAT32, v) for v in (1, 2, 3, 4)))]
+    """Two small float32 tensors, [3] and [2, 2], holding 1, 2, 3, ..."""
+    return [Tensor.dense(F32, shape, numpy.arange(1, math.prod(shape) + 1, dtype="<f4").tobytes())
+            for shape in ([3], [2, 2])]
 
 
 def _describe(buf, base: int, depth: int) -> Part:
@@ -436,7 +436,8 @@ def _bool_unpacked():
 
 
 def _head_padding():
-    """A partition written with the reference's padding after its head (``write_file(pad_after_composite_head=True)``)."""
+    """A partition written with the reference's padding after its head
+    (``write_file(pad_after_composite_head=True)``)."""
     shape = (2, 4)
     members = [Tensor.dense(F32, (2, 2), shard=Shard(shape, (0, column))) for column in (0, 2)]
     item = {"p": Composite(TensorDescriptor(F32, shape, CompositeLayout(CompositionRule.PARTITION, 2)), members)}
@@ -501,7 +502,8 @@ def placement_cases() -> list[Case]:
         Case("composite.close.partition_gap", "file", _in_file(item(partition), item(gap))),
         Case("composite.torn", "file", _in_file(item(partition), item(torn)), "the head promises 3 members, 2 follow"),
         Case("composite.nesting.depth", "file",
-             _in_file(lambda: composites.nested(MAX_COMPOSITE_DEPTH), lambda: composites.nested(MAX_COMPOSITE_DEPTH + 1)),
+             _in_file(lambda: composites.nested(MAX_COMPOSITE_DEPTH),
+                      lambda: composites.nested(MAX_COMPOSITE_DEPTH + 1)),
              "nine nested partition heads"),
     ]
 

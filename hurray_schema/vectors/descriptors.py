@@ -78,6 +78,8 @@ MEMBER = dense(shard=Shard((8, 4), (4, 0)), composite_member=CompositeMember(Mem
 ALL_STATISTICS = int(StatisticsMask.NNZ_VALID | StatisticsMask.SPARSITY_VALID | StatisticsMask.VALUE_RANGE_VALID
                      | StatisticsMask.VALUE_STATS_VALID | StatisticsMask.NM_SPARSITY_VALID)
 STATISTICS = dense(statistics=Statistics(computed_mask=ALL_STATISTICS, nnz=16, nm_n=2, nm_m=4, value_stddev=0.5))
+FIRST_RESERVED_MASK_BIT = max(StatisticsMask) << 1
+"""The lowest computed_mask bit metadata.md § computed_mask leaves reserved."""
 PRIVATE_DEVICE = dense(buffers=[BufferHandle(64, device_tag=0xF0)])
 CUDA = DeviceTag.CUDA
 
@@ -96,7 +98,8 @@ def _model(rule_id: str, good: TensorDescriptor, bad: TensorDescriptor) -> Case:
 
 SEMANTIC = [
     ("data_model.scalar.layout", dense((), size=4), dense((), size=4, layout=ColumnMajorLayout())),
-    ("data_model.shard.dynamic", dense(shard=Shard((8, 4), (4, 0))), dense((DYNAMIC_DIMENSION, 4), shard=Shard((8, 4), (0, 0)))),
+    ("data_model.shard.dynamic", dense(shard=Shard((8, 4), (4, 0))),
+     dense((DYNAMIC_DIMENSION, 4), shard=Shard((8, 4), (0, 0)))),
     ("metadata.flags.extension_type", EXTENSION, dense(extension_type=ExtensionType(32, 1))),
     ("metadata.byte_offset.bounds", GOOD, dense(size=128, byte_offset=129)),
     ("layout.tiled.tile_shape", TILED, evolve(TILED, layout=TiledLayout((0, 2)))),
@@ -110,7 +113,8 @@ SEMANTIC = [
     ("layout.csr.reserved", CSR, evolve(CSR, layout=CsrLayout(3, reserved=b"\x01" + bytes(7)))),
     ("layout.csc.reserved", CSC, evolve(CSC, layout=CscLayout(3, reserved=b"\x01" + bytes(7)))),
     ("layout.csf.reserved", CSF, evolve(CSF, layout=CsfLayout(3, (0, 1, 2), reserved=b"\x01" + bytes(7)))),
-    ("layout.block_paged.reserved", PAGED, evolve(PAGED, layout=BlockPagedLayout(4, 3, 2, reserved=b"\x01" + bytes(5)))),
+    ("layout.block_paged.reserved", PAGED,
+     evolve(PAGED, layout=BlockPagedLayout(4, 3, 2, reserved=b"\x01" + bytes(5)))),
     ("layout.coo.byte_offset", COO, evolve(COO, byte_offset=8)),
     ("layout.csr.byte_offset", CSR, evolve(CSR, byte_offset=8)),
     ("layout.csc.byte_offset", CSC, evolve(CSC, byte_offset=8)),
@@ -151,10 +155,12 @@ SEMANTIC = [
      dense(buffers=[BufferHandle(64, sync_mode=SyncMode.EVENT)])),
     ("buffer.memory_class.invalid", GOOD, dense(buffers=[BufferHandle(64, memory_class=0xFF)])),
     ("buffer.memory_class.reserved", GOOD, dense(buffers=[BufferHandle(64, memory_class=0x04)])),
-    ("buffer.memory_class.private", PRIVATE_DEVICE, dense(buffers=[BufferHandle(64, device_tag=0xF0, memory_class=0xF3)])),
+    ("buffer.memory_class.private", PRIVATE_DEVICE,
+     dense(buffers=[BufferHandle(64, device_tag=0xF0, memory_class=0xF3)])),
     ("buffer.memory_class.device", dense(buffers=[BufferHandle(64, device_tag=CUDA, memory_class=MemoryClass.PEER)]),
      dense(buffers=[BufferHandle(64, memory_class=MemoryClass.PEER)])),
-    ("buffer.colocation", COO, evolve(COO, buffers=[BufferHandle(8), BufferHandle(32, memory_class=MemoryClass.HOST_PINNED)])),
+    ("buffer.colocation", COO,
+     evolve(COO, buffers=[BufferHandle(8), BufferHandle(32, memory_class=MemoryClass.HOST_PINNED)])),
     ("layout.dense.buffer_size", GOOD, dense(size=60)),
     ("layout.strided.buffer_bounds",
      TensorDescriptor(F32, (3, 4), StridedLayout((-4, 1)), buffers=handles(48), byte_offset=32),
@@ -208,10 +214,13 @@ SEMANTIC = [
     ("quantization.buffer_index.data", PER_CHANNEL, evolve(PER_CHANNEL, quantization=PerChannelAffine(0, 0, 2))),
     ("quantization.buffer.size", PER_CHANNEL, evolve(PER_CHANNEL, buffers=handles(16, 12, 16))),
     ("metadata.shard.bounds", dense(shard=Shard((8, 4), (4, 0))), dense(shard=Shard((8, 4), (5, 0)))),
-    ("metadata.statistics.mask_reserved", STATISTICS, dense(statistics=Statistics(computed_mask=StatisticsMask.NNZ_VALID | 1 << 6, nnz=16))),
+    ("metadata.statistics.mask_reserved", STATISTICS,
+     dense(statistics=Statistics(computed_mask=StatisticsMask.NNZ_VALID | FIRST_RESERVED_MASK_BIT, nnz=16))),
     ("metadata.statistics.reserved", STATISTICS, dense(statistics=Statistics(reserved=1))),
-    ("metadata.statistics.nm", STATISTICS, dense(statistics=Statistics(computed_mask=StatisticsMask.NM_SPARSITY_VALID, nm_n=4, nm_m=2))),
-    ("metadata.statistics.stddev", STATISTICS, dense(statistics=Statistics(computed_mask=StatisticsMask.VALUE_STATS_VALID, value_stddev=-0.5))),
+    ("metadata.statistics.nm", STATISTICS,
+     dense(statistics=Statistics(computed_mask=StatisticsMask.NM_SPARSITY_VALID, nm_n=4, nm_m=2))),
+    ("metadata.statistics.stddev", STATISTICS,
+     dense(statistics=Statistics(computed_mask=StatisticsMask.VALUE_STATS_VALID, value_stddev=-0.5))),
     ("layout.sparse.statistics_nnz", evolve(COO, statistics=Statistics(computed_mask=StatisticsMask.NNZ_VALID, nnz=2)),
      evolve(COO, statistics=Statistics(computed_mask=StatisticsMask.NNZ_VALID, nnz=3))),
     ("metadata.extension_type.bit_width", EXTENSION, evolve(EXTENSION, extension_type=ExtensionType(0, 1))),
@@ -318,7 +327,8 @@ def _quantization_length_bounds():
     good = descriptor(QUANTIZED)
     at = located(QUANTIZED).part("quantization")
     short = plan(QUANTIZATION_LENGTH).fixed_size + plan(QUANTIZATION_HEADER).fixed_size
-    bad = put(good[:at + short], at, QUANTIZATION_LENGTH, "quantization_length", short - plan(QUANTIZATION_LENGTH).fixed_size)
+    scheme_table = short - plan(QUANTIZATION_LENGTH).fixed_size
+    bad = put(good[:at + short], at, QUANTIZATION_LENGTH, "quantization_length", scheme_table)
     return good, put(bad, header_at("descriptor_length"), FIXED_HEADER, "descriptor_length", len(bad))
 
 
