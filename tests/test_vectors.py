@@ -144,6 +144,13 @@ def test_vectors_command_and_check_report_drift(tmp_path):
     assert done.returncode == 1 and victim.name in done.stderr and "stray.bin" in done.stderr
     victim.unlink()
     assert victim.name in _check(out, "--no-reference").stderr
+    old = out / "rule.gone.fail.desc"  # a vector an earlier generation wrote
+    old.write_bytes(b"HRRY")
+    subprocess.run([sys.executable, "-m", "hurray_schema", "vectors", "--no-reference", str(out)],
+                   capture_output=True, cwd=str(ROOT), check=True)
+    assert not old.exists() and (out / "stray.bin").exists()  # only vector files are removed
+    (out / "stray.bin").unlink()
+    assert _check(out, "--no-reference").returncode == 0
 
 
 def test_divergence_table_matches_spec_map():

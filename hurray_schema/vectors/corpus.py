@@ -24,7 +24,7 @@ import attrs
 from ..rules import interop
 from ..rules.engine import get_rule, registry
 from .case import EXTENSIONS, Case
-from .reference import ABORT, ACCEPT, divergence_of, reference_verdicts
+from .reference import ABORT, divergence_of, reference_verdicts
 from .verdicts import Verdict, read_verdict
 
 __all__ = [
@@ -165,9 +165,9 @@ def build_corpus(cases: Optional[Iterable[Case]] = None) -> Corpus:
 def _reference_entry(vector: Vector, verdict: Optional[str]) -> Optional[dict]:
     if verdict is None:
         return None
-    ours = ACCEPT if vector.strict.accepted else "reject"
-    agrees = verdict == ours
-    entry = {"verdict": verdict, "agrees": agrees}
+    agrees = verdict == vector.strict.to_json()["verdict"]
+    entry = {"verdict": verdict, "agrees": agrees,
+             "agrees_permissive": verdict == vector.permissive.to_json()["verdict"]}
     if not agrees:
         entry["divergence"] = divergence_of(vector.rule_id) if vector.role == "fail" or verdict == ABORT else None
     return entry
@@ -244,12 +244,23 @@ def _render(corpus: Corpus, reference: bool) -> dict[str, bytes]:
     return files
 
 
+def _is_vector_name(name: str) -> bool:
+    """True for a name this module writes vectors under (``<rule>.pass.<ext>``, ``<rule>.fail.<ext>``)."""
+    stem, _, ext = name.rpartition(".")
+    return ext in EXTENSIONS.values() and stem.endswith((".pass", ".fail"))
+
+
 def write_corpus(outdir, *, reference: bool = True, corpus: Optional[Corpus] = None) -> list[Path]:
-    """Write every vector and ``manifest.json`` into ``outdir``; returns the paths written."""
+    """Write every vector and ``manifest.json`` into ``outdir``, removing vector files of
+    an earlier generation that this one no longer has; returns the paths written."""
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
+    files = _render(build_corpus() if corpus is None else corpus, reference)
+    for stale in sorted(out.iterdir()):
+        if stale.is_file() and _is_vector_name(stale.name) and stale.name not in files:
+            stale.unlink()
     written = []
-    for name, data in _render(build_corpus() if corpus is None else corpus, reference).items():
+    for name, data in files.items():
         path = out / name
         path.write_bytes(data)
         written.append(path)
