@@ -11,6 +11,8 @@ Commands:
 * ``rules`` -- the rule registry (``--json``).
 * ``docs OUTDIR`` -- write the Markdown format documentation generated from the
   declarations (``--check`` compares instead of writing).
+* ``vectors OUTDIR`` -- write the conformance corpus: for every rule a passing and a
+  violating input, and ``manifest.json`` (``--check`` compares instead of writing).
 * ``merge PATH NAME -o OUT.npy`` -- materialize a composite (or tensor) of a file.
 
 ``audit --json`` prints one JSON object, schema ``hurray-schema/audit/1``
@@ -253,6 +255,31 @@ def docs(outdir: str, check: bool) -> None:
         return
     written = write_docs(outdir)
     click.echo(f"wrote {len(written)} pages to {outdir}")
+
+
+# ------------------------------------------------------------------------------------
+# vectors
+# ------------------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("outdir", type=click.Path(file_okay=False))
+@click.option("--check", is_flag=True, help="Do not write; exit 1 if OUTDIR differs from a fresh generation.")
+@click.option("--no-reference", is_flag=True, help="Leave pyhurray's verdicts out of the manifest.")
+def vectors(outdir: str, check: bool, no_reference: bool) -> None:
+    """Write the conformance corpus (a passing and a violating input per rule, manifest.json) into OUTDIR."""
+    from .vectors import MANIFEST, check_corpus, write_corpus
+
+    if check:
+        stale = check_corpus(outdir, reference=not no_reference)
+        if stale:
+            shown = ", ".join(stale[:10]) + (f" (+{len(stale) - 10})" if len(stale) > 10 else "")
+            click.echo(f"{outdir}: out of date: {shown} (run `hurray-schema vectors {outdir}`)", err=True)
+            sys.exit(1)
+        click.echo(f"{outdir}: up to date")
+        return
+    written = write_corpus(outdir, reference=not no_reference)
+    click.echo(f"wrote {len(written) - 1} vectors and {MANIFEST} to {outdir}")
 
 
 # ------------------------------------------------------------------------------------
