@@ -454,8 +454,7 @@ def render_page(data, kind: str, findings: Iterable = (), *, title: str = "", mo
 def _summary(model: dict) -> str:
     errors = sum(f["error"] for f in model["findings"])
     count = len(model["findings"])
-    return (f"{model['kind']}, {model['size']} bytes, {count} finding{'' if count == 1 else 's'} "
-            f"({errors} MUST-level, {model['mode']})")
+    return f"{count} finding{'' if count == 1 else 's'} ({errors} MUST-level), {model['mode']} mode"
 
 
 def write_page(path: str, data, kind: str, findings: Iterable = (), *, title: str = "", mode: str = "strict") -> int:
