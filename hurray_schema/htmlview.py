@@ -56,14 +56,16 @@ FINDING_CONTEXT = 8
 
 KINDS = ("descriptor", "stream", "messages", "file")
 
-# row kinds (first element of a row)
+# A row is ``[kind, depth, label, start, end, text, meta]`` (label: index into ``labels``;
+# meta: index into ``metas``, ``[wire type, citation, about]``, or -1), except that a
+# descriptor row holds its template's index in place of meta and a table row holds its
+# layout's index in place of label and the list of its fields' value texts in place of text.
 SECTION, FIELD, ELIDED, ERROR, TEMPLATE, TABLE_ROW = "s", "f", "o", "e", "d", "t"
 _NODE_KINDS = {"section": SECTION, "field": FIELD, "opaque": ELIDED, "error": ERROR}
 
 _KV_FIELDS = {"key": ("UTF-8 key.", "file-format.md § KV Section Encoding"),
               "value": ("Value bytes.", file_structs.KV_TYPES_REF)}
 _INDEX_FIELDS = {"name": ("UTF-8 tensor name.", "file-format.md § Index Encoding")}
-_DESCRIPTOR_REF = "metadata.md § Overall Descriptor Structure"
 
 
 _LAYOUTS: dict[int, tuple[Any, Optional[tuple]]] = {}
@@ -99,11 +101,8 @@ def _prefix_plan(decl, layout: tuple, count: int):
     return entry[1]
 
 
-def _value_text(f, value, size: int):
-    """A field's value as the annotated view writes it; a plain count or offset stays a
-    number (the page writes it as text)."""
-    if type(value) is int and f.tags is None and "crc" not in f.name:
-        return value
+def _value_text(f, value, size: int) -> str:
+    """A field's value as the annotated view writes it."""
     return render_value(f.name, value, size, f.tags)
 
 
@@ -121,7 +120,7 @@ class _Model:
         self.keep: list[tuple[int, int]] = []
         self._by_bytes: dict[bytes, tuple[int, Any, int, str]] = {}
         self.layouts: list[list] = []
-        self._layout_ids: dict[int, int] = {}
+        self._layout_ids: dict[tuple[int, int], int] = {}
 
     # -- interned strings --------------------------------------------------------------
 
@@ -181,7 +180,7 @@ class _Model:
             return
         texts = [_value_text(f, values.get(f.name), size) for f, _, size, _ in layout]
         end = part.start + layout[-1][1] + layout[-1][2]
-        self.rows.append([TABLE_ROW, depth, self._layout_id(layout), part.start, end, texts, -1])
+        self.rows.append([TABLE_ROW, depth, self._layout_id(part.decl, layout), part.start, end, texts, -1])
         self.keep.append((part.start, end))
 
     def _partial(self, part: Part, layout: tuple, depth: int, limit: int) -> None:
@@ -205,16 +204,18 @@ class _Model:
         if kept:
             texts = [_value_text(f, values.get(f.name), size) for f, _, size, _ in kept]
             end = part.start + kept[-1][1] + kept[-1][2]
-            self.rows.append([TABLE_ROW, depth, self._layout_id(kept), part.start, end, texts, -1])
+            self.rows.append([TABLE_ROW, depth, self._layout_id(part.decl, kept), part.start, end, texts, -1])
             self.keep.append((part.start, end))
         if error is not None:
             self.rows.append(error)
             self.keep.append((error[3], error[3] + 1))
 
-    def _layout_id(self, layout: tuple) -> int:
-        found = self._layout_ids.get(id(layout))
+    def _layout_id(self, decl, layout: tuple) -> int:
+        """The page's index of ``layout``: the first ``len(layout)`` fields of ``decl``."""
+        key = (id(decl), len(layout))
+        found = self._layout_ids.get(key)
         if found is None:
-            found = self._layout_ids[id(layout)] = len(self.layouts)
+            found = self._layout_ids[key] = len(self.layouts)
             self.layouts.append([[self.label(f.name), offset, size, self.meta(wire_type, f.ref, f.doc)]
                                  for f, offset, size, wire_type in layout])
         return found
@@ -238,6 +239,7 @@ class _Model:
                 nodes, desc, end = annotate_descriptor(view, base=base, depth=depth, label=label)
                 self.node_rows(nodes, into=self.rows)
                 self.keep.extend((n.start, n.end) for n in nodes if n.kind == "field")
+                self.keep.extend((n.start, min(n.end, n.start + ELIDED_KEEP)) for n in nodes if n.kind == "opaque")
                 self.keep.extend((n.start, n.start + 1) for n in nodes if n.kind == "error")
                 return Part(DESCRIPTOR, base, base + end, value=desc, depth=depth)
             template = {"rows": self.node_rows(nodes[1:]), "hex": key[:end].hex()}

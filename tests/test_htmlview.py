@@ -459,3 +459,25 @@ def test_the_spawned_command_writes_the_page(tmp_path):
 def test_an_unknown_kind_is_refused():
     with pytest.raises(ValueError):
         page_model(b"HRRY", "picture")
+
+
+def test_a_message_stream_gives_the_annotated_view_and_a_valid_page():
+    items = [Tensor.dense(ElementType.FLOAT32, [2, 3]), Tensor.dense(ElementType.INT8, [5])]
+    data = bytes(write_stream(None, items, framing="messages"))
+    assert detect_kind(data) == "messages"
+    model = page_model(data, "messages")
+    assert _page_tree(model) == _annotated(data, "messages")
+    assert sum(1 for row in _page_tree(model) if row[2].startswith("message ")) >= 2
+    parser = html5lib.HTMLParser(strict=True, namespaceHTMLElements=False)
+    parser.parse(render_page(data, "messages"))
+    assert parser.errors == []
+
+
+def test_selecting_a_byte_selects_the_field_holding_it(browser, tmp_path):
+    sample = ROOT / "hurray_schema" / "samples" / "sample.hrry"
+    _open(browser, _page(tmp_path, sample, "inspect"))
+    declared = _declared(FILE_HEADER, 0)["data_buffer_alignment"]
+    browser.find_element("css selector", f'#hex .b[data-o="{declared.start + 1}"]').click()
+    current = browser.find_element("css selector", "#tree .row.current")
+    assert current.find_element("css selector", ".label").text == "data_buffer_alignment"
+    assert _selected(browser) == list(declared)
