@@ -481,3 +481,16 @@ def test_selecting_a_byte_selects_the_field_holding_it(browser, tmp_path):
     current = browser.find_element("css selector", "#tree .row.current")
     assert current.find_element("css selector", ".label").text == "data_buffer_alignment"
     assert _selected(browser) == list(declared)
+
+
+def test_going_to_a_byte_selects_the_field_holding_it(browser, tmp_path):
+    from selenium.webdriver.common.keys import Keys
+
+    sample = ROOT / "hurray_schema" / "samples" / "sample.hrry"
+    _open(browser, _page(tmp_path, sample, "inspect"))
+    declared = _declared(TRAILER, len(sample.read_bytes()) - static_size(TRAILER))["index_offset"]
+    box = browser.find_element("css selector", "#goto")
+    box.send_keys(str(declared.start + 2), Keys.ENTER)
+    current = browser.find_element("css selector", "#tree .row.current")
+    assert current.find_element("css selector", ".label").text == "index_offset"
+    assert _selected(browser) == list(declared)
