@@ -165,12 +165,15 @@ KINDS = ("auto", "descriptor", "stream", "messages", "file")
               help="How to read the input (detected from its first bytes by default).")
 @click.option("--no-citations", is_flag=True, help="Leave out the spec citation of each field.")
 @click.option("--brief", is_flag=True, help="Only the tree of sections (no field lines).")
-def inspect(path: str, as_hex: bool, kind: str, no_citations: bool, brief: bool) -> None:
+@click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
+              help="Write a self-contained HTML page (structure, hex view and the audit's findings) to this file.")
+def inspect(path: str, as_hex: bool, kind: str, no_citations: bool, brief: bool, html_out: Optional[str]) -> None:
     """Annotated view of PATH: every field with byte range, raw bytes, value and citation.
 
     PATH is a single descriptor, a bare stream, a message stream or a .hrry file
     ("-" reads standard input).  A file is shown as a tree: header, each tensor
     (composite members indented under their head), KV metadata, index, trailer.
+    With --html, the page is written instead of the text.
     """
     from .hexview import annotate, detect_kind, render_hex, render_tree
 
@@ -179,6 +182,11 @@ def inspect(path: str, as_hex: bool, kind: str, no_citations: bool, brief: bool)
             found = detect_kind(source.data) if kind == "auto" else kind
             if found == "unknown":
                 _fail(f"{path}: not a Hurray descriptor, stream or file (no known magic at byte 0)")
+            if html_out is not None:
+                findings = _run_audit(path, source, found, "strict")
+                written = _write_html(html_out, path, source, found, findings, "strict")
+                click.echo(f"wrote {html_out}: {written} bytes")
+                return
             nodes = annotate(source.data, found, brief=brief)
             size = source.size
     except OSError as exc:
@@ -193,6 +201,14 @@ def inspect(path: str, as_hex: bool, kind: str, no_citations: bool, brief: bool)
 _KIND_NAMES = {
     "descriptor": "tensor descriptor", "stream": "bare stream", "messages": "message stream", "file": "Hurray file",
 }
+
+
+def _write_html(out: str, path: str, source: "_Input", kind: str, findings: list, mode: str) -> int:
+    """Write the HTML page of ``source`` (read as ``kind``) and its findings to ``out``."""
+    from .htmlview import write_page
+
+    title = f"{path}: {_KIND_NAMES.get(kind, kind)}, {source.size} bytes"
+    return write_page(out, source.data, kind, findings, title=title, mode=mode)
 
 
 # ------------------------------------------------------------------------------------
@@ -293,12 +309,15 @@ def vectors(outdir: str, check: bool, no_reference: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help=f"One JSON object, schema {AUDIT_JSON_SCHEMA}.")
 @click.option("--kind", type=click.Choice(KINDS), default="auto", show_default=True,
               help="How to read the input (detected from its first bytes by default).")
-def audit(path: str, permissive: bool, as_json: bool, kind: str) -> None:
+@click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
+              help="Also write a self-contained HTML page (structure, hex view, findings marked) to this file.")
+def audit(path: str, permissive: bool, as_json: bool, kind: str, html_out: Optional[str]) -> None:
     """Check PATH ("-" for standard input) against every applicable rule.
 
     Prints each finding (level, rule id, byte offset, message, citation) under the
     tensor or composite it belongs to, then a summary line.  Exit code: 0 clean, 1 at
-    least one MUST-level finding, 2 the input cannot be read.
+    least one MUST-level finding, 2 the input cannot be read.  --html also writes the
+    findings on a page beside the structure and the bytes.
     """
     mode = "permissive" if permissive else "strict"
     result: dict[str, Any] = {"schema": AUDIT_JSON_SCHEMA, "input": path, "kind": "unknown", "mode": mode}
@@ -310,6 +329,8 @@ def audit(path: str, permissive: bool, as_json: bool, kind: str) -> None:
             result["kind"] = found
             findings = _run_audit(path, source, found, mode)
             groups = _groups(source.data, found)
+            if html_out is not None:  # an input of no known kind is read as a stream, as the audit reads it
+                _write_html(html_out, path, source, found if found in _KIND_NAMES else "stream", findings, mode)
     except OSError as exc:
         return _unreadable(result, f"{path}: {exc.strerror or exc}", as_json)
     except _Unreadable as exc:
