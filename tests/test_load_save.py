@@ -288,9 +288,9 @@ def py_array(t) -> np.ndarray:
     name = str(t.dtype)
     shape = tuple(t.shape)
     count = int(np.prod(shape))
-    if t.layout == "csr":
+    if isinstance(t.layout, hurray.CsrLayout):
         return t.to_scipy().toarray()
-    if t.layout == "coo":
+    if isinstance(t.layout, hurray.CooLayout):
         dense = np.zeros(shape, np.asarray(t.values).dtype)
         dense[tuple(np.asarray(t.indices).astype(np.int64).T)] = np.asarray(t.values)
         return dense
@@ -381,7 +381,7 @@ def test_load_of_a_pyhurray_file_equals_pyhurray_load_for_every_tensor(tmp_path)
 
 def test_a_pyhurray_float128_tensor_is_refused_with_a_typed_error(tmp_path):
     path = str(tmp_path / "q.hrry")
-    hurray.save(path, {"q": hurray.Tensor(bytes(32), hurray.float128, [2])})
+    hurray.save(path, {"q": hurray.Tensor(bytes(32), hurray.dtype.float128, [2])})
     with pytest.raises(HurraySchemaError, match="float128"):
         hs.load(path)
 
