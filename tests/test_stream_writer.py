@@ -322,3 +322,11 @@ def test_arguments_are_checked(tmp_path):
     with pytest.raises(HurraySchemaError, match="closed"):
         w.write(items()[0])
     assert os.listdir(tmp_path) == []
+
+
+def test_write_stream_takes_arrays_and_one_array_is_one_tensor():
+    array = np.arange(6, dtype=np.float64).reshape(2, 3)
+    got = list(read_stream(write_stream(None, array)))
+    assert len(got) == 1 and np.array_equal(got[0].to_numpy(), array)
+    got = list(read_stream(write_stream(None, [array, array[0]], framing="messages")))
+    assert [t.shape for t in got] == [(2, 3), (3,)] and np.array_equal(got[1].to_numpy(), [0.0, 1.0, 2.0])

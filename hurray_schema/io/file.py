@@ -247,7 +247,7 @@ class HurrayFile(Mapping):
 
     @property
     def kv(self) -> dict:
-        """The decoded KV section (``file-format.md § KV Metadata``); empty when there is none."""
+        """The decoded KV section (``file-format.md § KV Metadata Section``); empty when there is none."""
         self._check_open()
         return self._kv
 

@@ -2,7 +2,7 @@
 
 ``save(path, {name: array | Tensor | Composite}, metadata=None)`` is :func:`write_file`
 (atomic, every descriptor and composite checked first) with ``metadata`` as the file's KV
-section (``file-format.md § KV Metadata``).  ``load(path)`` is :func:`read_file` with every
+section (``file-format.md § KV Metadata Section``).  ``load(path)`` is :func:`read_file` with every
 item turned into a NumPy array, the file closed on return.  Lazy access is ``read_file``
 itself (``keys()``, ``metadata()``, ``get_tensor``, ``get_slice``).
 """

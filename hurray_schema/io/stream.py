@@ -26,6 +26,8 @@ import mmap
 import os
 from typing import Iterable, Iterator, Optional
 
+import numpy as np
+
 from ..codec import encode_descriptor
 from ..errors import HurraySchemaError
 from ..limits import Limits, resolve_limits
@@ -428,8 +430,8 @@ def write_stream(dest, items: Iterable[Item], *, framing: str = "bare", stream_i
     ``validate=False``) stays in it.
     """
     options = dict(framing=framing, stream_id=stream_id, max_frame_bytes=max_frame_bytes)
-    if isinstance(items, (Tensor, Composite)):
-        items = (items,)
+    if isinstance(items, (Tensor, Composite, np.ndarray)):
+        items = (items,)  # one item (an array is one tensor, not its rows)
     nodes = (node for item in items for node in walk(as_item(item)))
     if validate:
         encoded: Iterable[EncodedNode] = list(encode_nodes(nodes))
