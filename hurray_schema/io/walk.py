@@ -712,12 +712,16 @@ def _remote_error(payload: bytes, at: int) -> RemoteError:
 # --------------------------------------------------------------------------------------
 
 
+DETECT_BYTES = 16
+"""How many first bytes :func:`detect_kind` looks at (a peek of that many is enough)."""
+
+
 def detect_kind(data) -> str:
     """``file``, ``descriptor``, ``stream`` (bare), ``messages`` or ``unknown``, from the
     first bytes: the file magic, the descriptor magic (a stream when more bytes follow
     ``descriptor_length``), or a known ``message_type``."""
     view = memoryview(data)
-    head = bytes(view[:16])
+    head = bytes(view[:DETECT_BYTES])
     if head.startswith(FILE_MAGIC):
         return "file"
     if head.startswith(DESCRIPTOR_MAGIC):
