@@ -222,6 +222,157 @@ class Composite:
                                         m.buffers, name=m.name)
         return cls(head, members, name=name)
 
+    # -- builders (layouts/composite.md § Members): shards and member sections set here --------
+
+    @classmethod
+    def partition(cls, array, *, grid=None, boxes=None, member=None, type_tag=None,
+                  name: Optional[str] = None) -> "Composite":
+        """A partition composite of ``array`` (``layouts/composite.md § Partition``).
+
+        ``grid``: pieces per dimension (an int cuts dimension 0 only), the piece sizes along a
+        dimension differing by at most one, the larger first (as :func:`numpy.array_split`
+        cuts); or ``boxes``: ``(offset, shape)`` pairs that exactly cover the array.
+        ``member(sub_array)`` builds each member, a tensor or a composite of the box's shape
+        (e.g. ``lambda a: hs.quantize(a, "per_block")``; default :meth:`Tensor.from_numpy`).
+        ``type_tag``: the head's logical type (default the first member's decoded type, which
+        every member must share).  Each member gets the shard of its box and no Composite
+        Member section; the result has passed the composite binder (strict).
+        """
+        import numpy as np
+
+        arr = np.asarray(array)
+        if (grid is None) == (boxes is None):
+            raise HurraySchemaError("give exactly one of grid= and boxes=")
+        if grid is not None:
+            boxes = cls._grid_boxes(arr.shape, grid)
+        else:
+            boxes = [(tuple(int(o) for o in offset), tuple(int(n) for n in shape)) for offset, shape in boxes]
+        build_member = Tensor.from_numpy if member is None else member
+        members = []
+        for offset, shape in boxes:
+            region = tuple(slice(o, o + n) for o, n in zip(offset, shape))
+            item = build_member(np.ascontiguousarray(arr[region]))
+            if not isinstance(item, (Tensor, Composite)):
+                raise HurraySchemaError(f"member= returned {type(item).__name__}, not a Tensor or a Composite")
+            if tuple(item.shape) != tuple(shape):
+                raise HurraySchemaError(f"member for box at {offset} has shape {tuple(item.shape)}, not {shape}")
+            members.append(cls._with_sections(item, Shard(arr.shape, offset), None))
+        if type_tag is None:
+            type_tag = cls._decoded_type(members[0]) if members else _numpy_tag(arr.dtype)
+        return cls._validated(cls.build(CompositionRule.PARTITION, members, shape=arr.shape,
+                                        type_tag=cls._element_type(type_tag), name=name))
+
+    @classmethod
+    def overlay(cls, base, corrections: Iterable = (), combine_op="replace", *, type_tag=None,
+                name: Optional[str] = None) -> "Composite":
+        """A sealed overlay (``layouts/composite.md § Overlay``): ``base`` (a tensor, a composite or
+        an array, spanning the whole view) then ``corrections`` in the order they take effect, each
+        a tensor or an array, or an ``(item, offset)`` pair placing a smaller box (default offset
+        all zeros).  ``combine_op``: a :class:`CombineOp` or its name.  Every member gets its shard
+        and its role (base, then corrections); ``type_tag`` defaults to the base's decoded type.
+        The result has passed the composite binder (strict)."""
+        base_item = cls._as_item(base)
+        shape = tuple(base_item.shape)
+        zeros = (0,) * len(shape)
+        members = [cls._with_sections(base_item, Shard(shape, zeros), MemberRole.BASE)]
+        for entry in corrections:
+            item, offset = entry if isinstance(entry, tuple) else (entry, zeros)
+            members.append(cls._with_sections(cls._as_item(item), Shard(shape, tuple(int(o) for o in offset)),
+                                              MemberRole.CORRECTION))
+        if type_tag is None:
+            type_tag = cls._decoded_type(base_item)
+        return cls._validated(cls.build(CompositionRule.OVERLAY, members, shape=shape,
+                                        type_tag=cls._element_type(type_tag), combine_op=combine_op, name=name))
+
+    @classmethod
+    def group(cls, items, *, shape: Optional[Sequence[int]] = None, type_tag=None,
+              name: Optional[str] = None) -> "Composite":
+        """A group composite (``layouts/composite.md § Group``) of tensors, composites or arrays (a
+        mapping names its members).  Tensors keep their shard and lose any Composite Member
+        section.  The head's shape and type are advisory: by default the first member's shape and
+        decoded type (``(0,)`` and float32 for an empty group).  The result has passed the
+        composite binder (strict)."""
+        if isinstance(items, dict):
+            members = [cls._as_item(value).with_name(key) for key, value in items.items()]
+        else:
+            members = [cls._as_item(value) for value in items]
+        members = [m if isinstance(m, Composite) else cls._with_sections(m, m.descriptor.shard, None)
+                   for m in members]
+        first = members[0] if members else None
+        if shape is None:
+            shape = tuple(first.shape) if first is not None else (0,)
+        if type_tag is None:
+            type_tag = cls._decoded_type(first) if first is not None else ElementType.FLOAT32
+        return cls._validated(cls.build(CompositionRule.GROUP, members, shape=tuple(shape),
+                                        type_tag=cls._element_type(type_tag), name=name))
+
+    @staticmethod
+    def _grid_boxes(shape, grid) -> list:
+        """``(offset, shape)`` boxes of a grid with ``grid[k]`` pieces along dimension ``k``, in
+        row-major order of the pieces (see :meth:`partition`)."""
+        import itertools
+
+        grid = (grid,) + (1,) * (len(shape) - 1) if isinstance(grid, int) else tuple(grid)
+        if len(grid) != len(shape) or any(int(pieces) < 1 for pieces in grid):
+            raise HurraySchemaError(f"grid needs {len(shape)} positive piece counts")
+        cuts = []
+        for extent, pieces in zip(shape, grid):
+            size, extra = divmod(int(extent), int(pieces))
+            sizes = [size + 1] * extra + [size] * (int(pieces) - extra)
+            starts = list(itertools.accumulate(sizes, initial=0))[:-1]
+            cuts.append(list(zip(starts, sizes)))
+        return [(tuple(start for start, _ in picks), tuple(size for _, size in picks))
+                for picks in itertools.product(*cuts)]
+
+    @staticmethod
+    def _with_sections(item: "Item", shard: Optional[Shard], role) -> "Item":
+        """``item`` with its shard replaced and its Composite Member section set to ``role`` (a
+        tensor; None: none); a composite member keeps its members and carries no member section."""
+        if isinstance(item, Composite):
+            return Composite(attrs.evolve(item.descriptor, shard=shard), item.members, name=item.name)
+        section = None if role is None else CompositeMember(role)
+        return Tensor(attrs.evolve(item.descriptor, shard=shard, composite_member=section), item.buffers,
+                      name=item.name)
+
+    @staticmethod
+    def _as_item(value) -> "Item":
+        """A tensor or composite as is; anything else as a dense copy (:meth:`Tensor.from_numpy`)."""
+        if isinstance(value, (Tensor, Composite)):
+            return value
+        import numpy as np
+
+        return Tensor.from_numpy(np.ascontiguousarray(value))
+
+    @staticmethod
+    def _decoded_type(item: "Item"):
+        """The element type ``item`` decodes to (``layouts/composite.md § Members``)."""
+        from ..rules.composite import decoded_type  # the binder's definition, one layer below
+
+        tag = decoded_type(item.descriptor)
+        if tag is None:
+            raise HurraySchemaError("the member's decoded type is unknown; pass type_tag=")
+        return tag
+
+    @staticmethod
+    def _element_type(value) -> ElementType:
+        """An :class:`ElementType` from itself, its number or its name ("float16", ...)."""
+        if isinstance(value, str):
+            try:
+                return ElementType[value.upper()]
+            except KeyError:
+                raise HurraySchemaError(f"unknown element type name {value!r}") from None
+        try:
+            return ElementType(int(value))
+        except (TypeError, ValueError):
+            raise HurraySchemaError(f"{value!r} is not an element type") from None
+
+    @staticmethod
+    def _validated(composite: "Composite") -> "Composite":
+        """``composite`` once the composite binder accepted it, nested members included (strict,
+        ``layouts/composite.md § Validation``); its verdict is kept for the evaluator."""
+        composite.validate()
+        return composite
+
     @property
     def rule(self):
         return self.descriptor.layout.composition_rule
