@@ -7,7 +7,9 @@ threaded scheduler and on a two-process ``distributed.LocalCluster``.
 
 from __future__ import annotations
 
+import os
 import pickle
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -31,11 +33,19 @@ RNG = np.random.default_rng(14)
 
 @pytest.fixture(scope="module")
 def client():
-    """One two-process cluster for the whole module (it is slow to start)."""
+    """One two-process cluster for the whole module (it is slow to start); its workers import
+    this checkout (the tasks' function is pickled by reference)."""
+    root = str(Path(__file__).resolve().parents[1])
+    previous = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = root + (os.pathsep + previous if previous else "")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                   silence_logs="error") as cluster:
         with distributed.Client(cluster, set_as_default=False) as connected:
             yield connected
+    if previous is None:
+        del os.environ["PYTHONPATH"]
+    else:
+        os.environ["PYTHONPATH"] = previous
 
 
 def same_bits(got, want) -> bool:
@@ -269,7 +279,7 @@ def test_the_graph_holds_no_data(tmp_path):
     for name, item in (("small", small), ("large", large)):
         with read_file(saved(tmp_path, item, name)) as f:
             sizes.append(len(pickle.dumps(_tasks(f.to_dask(name)))))
-    assert abs(sizes[0] - sizes[1]) < 64  # the same tasks but for a few offsets and sizes
+    assert abs(sizes[0] - sizes[1]) < 512  # the same tasks but for the digits of offsets and sizes
     assert sizes[1] < 8192 * 256 * 4 // 1000
 
 
@@ -310,14 +320,16 @@ def _merge(*args):
     return CliRunner().invoke(main, ["merge", *map(str, args)])
 
 
-@pytest.mark.parametrize("case", ["irregular-mixed-f32", "spqr-bf16-add", "nested", "irregular-int16", "rank-0"])
-def test_merge_under_a_budget_writes_the_same_npy(case, tmp_path):
+@pytest.mark.parametrize("case, budget", [("irregular-mixed-f32", "4K"), ("spqr-bf16-add", "4K"), ("nested", "4K"),
+                                          ("irregular-int16", "256"), ("rank-0", "1")])
+def test_merge_under_a_budget_writes_the_same_npy(case, budget, tmp_path):
     item = CASES[case]()
     path = saved(tmp_path, item)
     whole, chunked = tmp_path / "whole.npy", tmp_path / "chunked.npy"
     assert _merge(path, "x", "-o", whole).exit_code == 0
-    done = _merge(path, "x", "-o", chunked, "--memory", "1")
+    done = _merge(path, "x", "-o", chunked, "--memory", budget)
     assert done.exit_code == 0, done.output
+    assert "[#" in done.output  # dask's progress bar: the chunked path ran
     assert same_bits(np.load(chunked), np.load(whole))
     assert same_bits(np.load(chunked), expected(item))
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []

@@ -41,6 +41,7 @@ from ..model import CompositionRule, LayoutTag, TensorDescriptor
 from ..rules.composite import validate_preorder
 from .common import check_shape, decoded_type
 from .elements import numpy_dtype
+from .merge import materialize
 from .region import read_box
 
 __all__ = ["to_dask", "read_chunk", "FileBuffers", "MemoryBuffers", "LeafSource", "CompositeSource",
@@ -168,8 +169,14 @@ def _open(source: Source, maps: dict):
 
 def read_chunk(source: Source, lo: Sequence[int], hi: Sequence[int], limits: Optional[Limits] = None) -> np.ndarray:
     """One chunk: the box ``[lo, hi)`` of ``source``'s logical array (:func:`.region.read_box`,
-    charged against ``limits``), of shape ``hi - lo``.  Files are mapped for the call only."""
-    values = read_box(_open(source, {}), lo, hi, limits=limits)
+    charged against ``limits``; a box covering a composite's whole view is
+    :func:`.merge.materialize`, which decodes into its output), of shape ``hi - lo``.  Files
+    are mapped for the call only."""
+    item = _open(source, {})
+    if isinstance(item, _OpenComposite) and not any(lo) and tuple(hi) == tuple(item.descriptor.shape):
+        values = materialize(item, limits=limits)  # the whole view: the same values, evaluated in place
+    else:
+        values = read_box(item, lo, hi, limits=limits)
     return np.asarray(values).reshape(tuple(h - l for l, h in zip(lo, hi)))
 
 
