@@ -7,6 +7,7 @@ threaded scheduler and on a two-process ``distributed.LocalCluster``.
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 from pathlib import Path
@@ -39,7 +40,7 @@ def client():
     previous = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = root + (os.pathsep + previous if previous else "")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  silence_logs="error") as cluster:
+                                  silence_logs=logging.ERROR) as cluster:
         with distributed.Client(cluster, set_as_default=False) as connected:
             yield connected
     if previous is None:
@@ -73,27 +74,25 @@ IRREGULAR_BOXES = [((0, 0), (10, 20)), ((0, 20), (10, 33)), ((10, 0), (17, 7)), 
 
 
 def _mixed_member(kinds):
-    """A member builder cycling through layouts / storage types (each decodes to float32)."""
+    """A member builder cycling through layouts / storage types (each decodes to the input's float type)."""
     state = {"i": 0}
 
     def build(sub):
         kind = kinds[state["i"] % len(kinds)]
         state["i"] += 1
-        if kind == "dense":
+        if kind == "dense" or sub.shape[-1] < 2:  # a block holds at least two elements
             return Tensor.from_numpy(sub)
         if kind == "coo":
             keep = np.argwhere(np.abs(sub) > 1.0)
             return hs.sparse_coo(keep, sub[tuple(keep.T)], sub.shape)
-        if kind == "int8":
-            return hs.quantize(sub, "per_channel", axis=0)
-        return hs.quantize(sub, "per_block", storage="int4", block_size=4, scale_type="float32")
+        return hs.quantize(sub, "per_block", storage="int4")  # scales in the input's type
 
     return build
 
 
 def irregular_partition():
-    data = RNG.standard_normal((37, 53)).astype(np.float32)
-    return hs.partition(data, boxes=IRREGULAR_BOXES, member=_mixed_member(["dense", "coo", "int4", "int8"]))
+    data = RNG.standard_normal((37, 53)).astype(np.float16)
+    return hs.partition(data, boxes=IRREGULAR_BOXES, member=_mixed_member(["dense", "coo", "int4"]))
 
 
 def int16_partition():
@@ -118,7 +117,7 @@ def nested():
 
 
 CASES = {
-    "irregular-mixed-f32": irregular_partition,
+    "irregular-mixed-f16": irregular_partition,
     "irregular-int16": int16_partition,
     "spqr-f16-replace": lambda: spqr_overlay(np.float16, "replace"),
     "spqr-f16-add": lambda: spqr_overlay(np.float16, "add"),
@@ -128,7 +127,7 @@ CASES = {
     "empty-tensor": lambda: Tensor.from_numpy(np.zeros((0, 5), np.float32)),
     "empty-partition": lambda: hs.partition(np.zeros((4, 0), np.float16), grid=(2, 1)),
     "rank-0": lambda: Tensor.dense(ElementType.FLOAT32, (), np.array(2.5, np.float32).tobytes()),
-    "quantized-tensor": lambda: hs.quantize(RNG.standard_normal((20, 64)).astype(np.float32), "per_block"),
+    "quantized-tensor": lambda: hs.quantize(RNG.standard_normal((20, 64)).astype(np.float16), "per_block"),
 }
 
 SMALL_CHUNKS = 4096
@@ -169,7 +168,7 @@ def test_group_is_a_tuple_of_arrays(tmp_path, client):
         lazy = f.to_dask("x")
         assert isinstance(lazy, tuple) and len(lazy) == 2
         want = f["x"].materialize()
-        for got, value in zip(client.compute(list(lazy)).result(), want):
+        for got, value in zip(client.gather(client.compute(list(lazy))), want):
             assert same_bits(got, value)
     assert same_bits(lazy[0].compute(scheduler="threads"), first)
 
@@ -188,7 +187,7 @@ def test_property_any_band_partition(rows, cols, chunk, seed):
     """Rows cut in bands, each band cut in its own columns: the member grid is irregular."""
     gen = np.random.default_rng(seed)
     width = sum(cols)
-    data = gen.standard_normal((sum(rows), width)).astype(np.float32)
+    data = gen.standard_normal((sum(rows), width)).astype(np.float16)
     boxes, top = [], 0
     for k, height in enumerate(rows):
         widths = cols[k % len(cols):] + cols[:k % len(cols)]
@@ -197,7 +196,7 @@ def test_property_any_band_partition(rows, cols, chunk, seed):
             boxes.append(((top, left), (height, w)))
             left += w
         top += height
-    item = hs.partition(data, boxes=boxes, member=_mixed_member(["int8", "dense", "coo"]))
+    item = hs.partition(data, boxes=boxes, member=_mixed_member(["int4", "dense", "coo"]))
     got = item.to_dask(chunk_bytes=chunk).compute(scheduler="threads")
     assert same_bits(got, item.materialize())
 
@@ -216,7 +215,7 @@ def test_a_regular_grid_of_members_gives_one_chunk_per_member():
 
 def test_an_irregular_partition_is_cut_at_every_member_edge():
     lazy = irregular_partition().to_dask()
-    assert lazy.chunks == ((10, 17, 10), (7, 13, 13, 20))
+    assert lazy.chunks == ((10, 17, 10), (7, 13, 33))
 
 
 def test_overlay_chunks_keep_to_the_base_blocks():
@@ -320,7 +319,7 @@ def _merge(*args):
     return CliRunner().invoke(main, ["merge", *map(str, args)])
 
 
-@pytest.mark.parametrize("case, budget", [("irregular-mixed-f32", "4K"), ("spqr-bf16-add", "4K"), ("nested", "4K"),
+@pytest.mark.parametrize("case, budget", [("irregular-mixed-f16", "2K"), ("spqr-bf16-add", "4K"), ("nested", "4K"),
                                           ("irregular-int16", "256"), ("rank-0", "1")])
 def test_merge_under_a_budget_writes_the_same_npy(case, budget, tmp_path):
     item = CASES[case]()
@@ -331,7 +330,8 @@ def test_merge_under_a_budget_writes_the_same_npy(case, budget, tmp_path):
     assert done.exit_code == 0, done.output
     assert "[#" in done.output  # dask's progress bar: the chunked path ran
     assert same_bits(np.load(chunked), np.load(whole))
-    assert same_bits(np.load(chunked), expected(item))
+    want = expected(item)
+    assert same_bits(np.load(chunked).view(want.dtype), want)  # .npy keeps bfloat16 as raw 2-byte items
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 
