@@ -325,6 +325,24 @@ class HurrayFile(Mapping):
             return f"HurrayFile({self.path!r}, closed)"
         return f"HurrayFile({self.path!r}, {len(self._names)} items, {len(self._entries)} index entries)"
 
+    def buffer_ranges(self, name: str) -> tuple[tuple[int, int], ...]:
+        """``(file offset, byte size)`` of each buffer of the non-head entry ``name``."""
+        return tuple((int(offset), int(size)) for offset, size in self._spans[name])
+
+    def to_dask(self, name: str, chunks=None, *, chunk_bytes=None, limits=None):
+        """Item ``name`` (or any member entry) as a lazy ``dask.array.Array`` (a tuple for a
+        group; the ``[dask]`` extra) whose tasks map this file by path and read their buffers'
+        byte ranges: the graph holds descriptors and offsets, no data
+        (:func:`hurray_schema.evaluate.dask_graph.to_dask`)."""
+        from ..evaluate.dask_graph import FileBuffers, to_dask
+
+        item = self._items[name] if name in self._items else self.tensor(name)
+        locate = None
+        if self.path is not None:
+            path = os.path.abspath(self.path)
+            locate = lambda leaf: FileBuffers(path, self.size, self.buffer_ranges(leaf.name))  # noqa: E731
+        return to_dask(item, chunks, chunk_bytes=chunk_bytes, limits=limits, locate=locate)
+
 
 def item_array(item: Item, *, limits: Optional[Limits] = None):
     """The array of a tensor (``to_numpy``), a partition or an overlay (``materialize``);

@@ -126,6 +126,15 @@ class Tensor:
         label = f"{self.name!r}, " if self.name is not None else ""
         return f"Tensor({label}{tname}{list(self.shape)}, layout=0x{self.descriptor.layout_tag:02X}, {self.nbytes} bytes)"
 
+    def to_dask(self, chunks=None, *, chunk_bytes=None, limits=None):
+        """The logical array as a lazy ``dask.array.Array`` (the ``[dask]`` extra), cut into
+        slabs of about 64 MiB or as ``chunks`` says; the buffers travel in the graph
+        (:func:`hurray_schema.evaluate.dask_graph.to_dask`; a file's tensor without its data
+        in the graph: :meth:`HurrayFile.to_dask`)."""
+        from ..evaluate.dask_graph import to_dask
+
+        return to_dask(self, chunks, chunk_bytes=chunk_bytes, limits=limits)
+
 
 def _numpy_tag(dtype) -> ElementType:
     import numpy as np
@@ -429,6 +438,15 @@ class Composite:
         label = f"{self.name!r}, " if self.name is not None else ""
         rule = self.rule.name.lower() if isinstance(self.rule, CompositionRule) else f"0x{self.rule:02X}"
         return f"Composite({label}{rule}, {list(self.shape)}, {len(self.members)} members)"
+
+    def to_dask(self, chunks=None, *, chunk_bytes=None, limits=None):
+        """The merged view as a lazy ``dask.array.Array`` (a tuple of them for a group; the
+        ``[dask]`` extra): a partition chunked along its members' boxes, an overlay in slabs
+        of about 64 MiB aligned to the base's blocks (:func:`hurray_schema.evaluate.dask_graph.to_dask`;
+        a file's composite without its data in the graph: :meth:`HurrayFile.to_dask`)."""
+        from ..evaluate.dask_graph import to_dask
+
+        return to_dask(self, chunks, chunk_bytes=chunk_bytes, limits=limits)
 
 
 Item = Union[Tensor, Composite]
