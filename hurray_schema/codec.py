@@ -46,7 +46,7 @@ from .structs.tags import is_invalid_tag, is_reserved_tag
 from .structs.wire import descriptor_spans, encode_descriptor_bytes
 
 __all__ = ["decode_descriptor", "encode_descriptor", "parse_descriptor", "check_semantics", "peek_descriptor_length",
-           "descriptor_spans"]
+           "known_length", "descriptor_spans"]
 
 
 def _builder(cls):
@@ -166,6 +166,14 @@ def peek_descriptor_length(data, base: int = 0) -> int:
     return length
 
 
+def known_length(header: bytes) -> Optional[int]:
+    """``descriptor_length`` of the fixed header ``header`` (20 bytes) when a clean descriptor
+    had exactly this header (its decoder is compiled): magic and length need no check again.
+    None otherwise (:func:`peek_descriptor_length` then reads and checks them)."""
+    compiled = signature.lookup(header)
+    return None if compiled is None else compiled.length
+
+
 def parse_descriptor(data, *, mode="strict", base: int = 0,
                      limits: Optional[Limits] = None) -> tuple[TensorDescriptor, list[Finding]]:
     """Decode the structure of the descriptor at the start of ``data``.
@@ -204,7 +212,9 @@ def _decode_compiled(data, header: bytes, limits: Limits) -> Optional[TensorDesc
     if compiled is None or len(data) < compiled.length or not (
             compiled.fits_default if limits is DEFAULT_LIMITS else compiled.fits(limits)):
         return None
-    return compiled.decode(data)
+    length = compiled.length
+    key = data[:length] if data.__class__ is bytes else data[:length].tobytes()  # a bytes of exactly length is itself
+    return signature.decode_known(compiled, key, data)
 
 
 def _parse_general(view, mode: Mode, base: int, limits: Limits) -> tuple[TensorDescriptor, list[Finding]]:

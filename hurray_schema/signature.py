@@ -39,7 +39,7 @@ from .structs._declare import plan
 from .structs.descriptor import CORE_PARTS, FIXED_HEADER, MAGIC, PARTS, SECTION_PARTS
 
 __all__ = ["CompiledDecoder", "compile_decoder", "lookup", "remember", "clear", "MAX_SIGNATURES", "slot_constructor",
-           "encoder_key", "compile_encoder", "encode"]
+           "encoder_key", "compile_encoder", "encode", "decode_known", "MAX_VALUES", "use_value_tables"]
 
 MAX_SIGNATURES = 1024
 """Most headers remembered at once (seen, compiled or refused); the input picks the headers,
@@ -235,6 +235,42 @@ def compile_decoder(desc: TensorDescriptor, length: int) -> CompiledDecoder:
     return CompiledDecoder(namespace["decode"], source, length, desc.rank, len(desc.buffers))
 
 
+MAX_VALUES = 4096
+"""Most descriptors remembered by value at once (decoded ones by their bytes, encoded ones
+with their bytes); past it a table is emptied and fills again."""
+
+_VALUES: dict = {}  # exact descriptor bytes -> the TensorDescriptor a compiled decoder made of them
+_ENCODED: dict = {}  # id(descriptor) -> (descriptor, its wire bytes); the entry keeps the descriptor alive
+_TABLES_ON = [True]
+
+
+def use_value_tables(enabled: bool) -> bool:
+    """Turn the by-value tables (:func:`decode_known`, the encoded-bytes table of
+    :func:`encode`) on or off, emptying them; returns the previous setting.  Off, every call
+    does the whole work (``benchmarks/decode.py`` measures both)."""
+    previous = _TABLES_ON[0]
+    _TABLES_ON[0] = bool(enabled)
+    _VALUES.clear()
+    _ENCODED.clear()
+    return previous
+
+
+def decode_known(compiled: "CompiledDecoder", key: bytes, data) -> Optional[TensorDescriptor]:
+    """``compiled.decode(data)``, where ``key`` is the descriptor's exact bytes
+    (``data[:compiled.length]``).  Descriptors are immutable values, so equal bytes give the
+    object decoded the first time (streams of small tensors repeat their descriptors: pages
+    of one KV cache, the members of one composite shape); a table of :data:`MAX_VALUES`
+    entries, emptied when full, so hostile input costs one entry per descriptor."""
+    desc = _VALUES.get(key)
+    if desc is None:
+        desc = compiled.decode(data)
+        if desc is not None and _TABLES_ON[0]:
+            if len(_VALUES) >= MAX_VALUES:
+                _VALUES.clear()
+            _VALUES[key] = desc
+    return desc
+
+
 _COMPILED: dict = {}  # header bytes -> CompiledDecoder
 _SEEN: set = set()  # headers decoded cleanly once (compiled the second time)
 _REFUSED: set = set()  # headers the general decoder keeps
@@ -270,7 +306,9 @@ def remember(header: bytes, desc: TensorDescriptor, data, length: int) -> None:
 
 
 def clear() -> None:
-    """Forget every signature and compiled encoder (tests use it to compare both paths)."""
+    """Forget every signature, compiled encoder and remembered value (tests use it to compare both paths)."""
+    _VALUES.clear()
+    _ENCODED.clear()
     _ENCODERS.clear()
     _COMPILED.clear()
     _SEEN.clear()
@@ -391,7 +429,21 @@ _ENCODERS: dict = {}  # encoder_key -> compiled encoder, or None where the gener
 def encode(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> bytes:
     """The wire bytes of ``desc``: through the encoder compiled for its :func:`encoder_key`
     (compiled the first time, kept only if it gives the bytes ``general`` gives), else
-    through ``general``."""
+    through ``general``.  The bytes of the last :data:`MAX_VALUES` descriptor objects encoded
+    are kept with them (a frozen value encodes to the same bytes every time; a descriptor
+    written to several containers, or written right after it was read, is encoded once)."""
+    known = _ENCODED.get(id(desc))
+    if known is not None and known[0] is desc:
+        return known[1]
+    data = _encode_shape(desc, general)
+    if _TABLES_ON[0]:
+        if len(_ENCODED) >= MAX_VALUES:
+            _ENCODED.clear()
+        _ENCODED[id(desc)] = (desc, data)
+    return data
+
+
+def _encode_shape(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> bytes:
     key = encoder_key(desc)
     encoder = _ENCODERS.get(key, _ENCODERS)
     if encoder is _ENCODERS:  # not seen yet, or only with values the general encoder rejected

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator, Optional
 import attrs
 import crc32c
 
-from ..codec import parse_descriptor, peek_descriptor_length
+from ..codec import known_length, parse_descriptor, peek_descriptor_length
 from ..errors import HurraySchemaError, SpecViolation
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import OPEN_COMPOSITE, SyncMode, TensorDescriptor
@@ -427,13 +427,18 @@ def _located_frame(rest, start: int) -> Optional[Part]:
 
 
 def _framed_descriptor(window: Window, start: int, limits: Limits):
+    memory = window.data
+    if memory is not None and start:  # a header seen clean before: its length, no second check
+        length = known_length(memory[start : start + FIXED_HEADER_SIZE].tobytes())
+        if length is not None and start + length <= len(memory) and length <= limits.max_descriptor_bytes:
+            window.pos = start + length
+            return memory[start : start + length].tobytes()
     head = window.read(FIXED_HEADER_SIZE)
     if len(head) < FIXED_HEADER_SIZE:
         raise _cut_in_descriptor(start, len(head))
     _refuse_file(head, start)
     length = peek_descriptor_length(head, start)
     limit = limits.max_descriptor_bytes
-    memory = window.data
     if memory is not None and start + length <= len(memory):  # one copy of the descriptor, not of its two reads
         if length > limit:
             limits.check("max_descriptor_bytes", length, start + _DESCRIPTOR_LENGTH_AT)

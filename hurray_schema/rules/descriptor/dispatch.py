@@ -107,6 +107,12 @@ _RAW: dict[str, Callable] = {}
 _PLANS: dict = {}
 """Facts key (:func:`_facts_key`) -> the ``(rule, raw check)`` pairs that can fire; emptied by each declaration."""
 
+MAX_PASSED = 4096
+_PASSED: dict = {}
+"""id(descriptor) -> descriptor, for the last :data:`MAX_PASSED` descriptor objects on which
+:func:`first_error` found nothing in strict mode (the entry keeps the object alive, so its
+id is not reused); emptied by each declaration."""
+
 
 def descriptor_rule(id: str, level: Level, citation: str, summary: str, *, when: When, scope: str = "descriptor",
                     permissive: bool = False):
@@ -128,6 +134,7 @@ def descriptor_rule(id: str, level: Level, citation: str, summary: str, *, when:
         DESCRIPTOR_RULES.append(rule)
         _RAW[id] = fn
         _PLANS.clear()
+        _PASSED.clear()
         return rule
 
     return wrap
@@ -307,12 +314,25 @@ def check_descriptor(desc: TensorDescriptor, mode="strict", *, base: int = 0) ->
 
 
 def first_error(desc: TensorDescriptor, mode="strict", *, base: int = 0) -> Optional[Finding]:
-    """The first finding the mode does not tolerate (a MUST breach), or None; stops there."""
-    ctx = DescriptorContext(desc, as_mode(mode), base)
+    """The first finding the mode does not tolerate (a MUST breach), or None; stops there.
+
+    A descriptor object that passed in strict mode passes again in either mode (the rules
+    are functions of the frozen value; permissive only tolerates more), so the last
+    :data:`MAX_PASSED` such objects are not checked twice: a stream of repeated descriptors
+    gives the decoder's one object per distinct descriptor
+    (:func:`hurray_schema.signature.decode_known`)."""
+    if _PASSED.get(id(desc)) is desc:
+        return None
+    mode = as_mode(mode)
+    ctx = DescriptorContext(desc, mode, base)
     for rule, raw in _rules_for(desc):
         for message, offset in raw(desc, ctx):
-            finding = rule.finding(message, offset, ctx.mode)
+            finding = rule.finding(message, offset, mode)
             if finding.is_error:
                 return finding
+    if mode is Mode.STRICT:
+        if len(_PASSED) >= MAX_PASSED:
+            _PASSED.clear()
+        _PASSED[id(desc)] = desc
     return None
 
