@@ -35,6 +35,7 @@ import attrs
 
 from .limits import DEFAULT_LIMITS, Limits
 from .model import SCHEMES, TABLE_LAYOUTS, VALUE_CLASSES, ColumnMajorLayout, RowMajorLayout, TensorDescriptor
+from .rules.descriptor.dispatch import remember_passed
 from .structs._declare import plan
 from .structs.descriptor import CORE_PARTS, FIXED_HEADER, MAGIC, PARTS, SECTION_PARTS
 
@@ -245,13 +246,15 @@ _TABLES_ON = [True]
 
 
 def use_value_tables(enabled: bool) -> bool:
-    """Turn the by-value tables (:func:`decode_known`, the encoded-bytes table of
-    :func:`encode`) on or off, emptying them; returns the previous setting.  Off, every call
-    does the whole work (``benchmarks/decode.py`` measures both)."""
+    """Turn the by-value tables on or off, emptying them: :func:`decode_known`'s, the
+    encoded-bytes table of :func:`encode` and the passed-descriptor table of the rules
+    (:func:`hurray_schema.rules.descriptor.dispatch.remember_passed`); returns the previous
+    setting.  Off, every call does the whole work (``benchmarks/decode.py`` measures both)."""
     previous = _TABLES_ON[0]
     _TABLES_ON[0] = bool(enabled)
     _VALUES.clear()
     _ENCODED.clear()
+    remember_passed(enabled)
     return previous
 
 

@@ -334,7 +334,8 @@ def walk_bare(window: Window, describe: Describe, *, faults: Faults, mode: Mode,
 def _bare_strict(window: Window, describe: Describe, limits: Limits, progress) -> Iterator[Part]:
     max_buffer = limits.max_buffer_bytes
     memory = window.data
-    while not window.at_eof():
+    end = None if memory is None else len(memory)
+    while (window.pos < end) if end is not None else not window.at_eof():
         start = window.pos
         if progress is not None:
             progress(start)
@@ -345,7 +346,7 @@ def _bare_strict(window: Window, describe: Describe, limits: Limits, progress) -
             if size > max_buffer:
                 limits.check("max_buffer_bytes", size, start)
             at = window.pos
-            if memory is not None and size <= len(memory) - at:  # the common case, read inline
+            if end is not None and size <= end - at:  # the common case, read inline
                 data = memory[at : at + size]
                 window.pos = at + size
             else:
