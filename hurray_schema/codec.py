@@ -184,7 +184,7 @@ def parse_descriptor(data, *, mode="strict", base: int = 0,
     descriptor_length, rank, buffer_count and the tiled depth.
     """
     mode = _MODES.get(mode) or as_mode(mode)
-    limits = resolve_limits(limits)
+    limits = DEFAULT_LIMITS if limits is None else resolve_limits(limits)
     if data.__class__ is bytes:  # the common case: the first 20 bytes are the signature as they are
         header = data[:FIXED_HEADER_SIZE]
         desc = _decode_compiled(data, header, limits)
@@ -208,13 +208,19 @@ def parse_descriptor(data, *, mode="strict", base: int = 0,
 def _decode_compiled(data, header: bytes, limits: Limits) -> Optional[TensorDescriptor]:
     """The descriptor from the decoder compiled for ``header`` (:mod:`hurray_schema.signature`),
     or None when there is none, the input is shorter, a limit is lower or a guard differs."""
-    compiled = signature.lookup(header)
-    if compiled is None or len(data) < compiled.length or not (
-            compiled.fits_default if limits is DEFAULT_LIMITS else compiled.fits(limits)):
+    compiled = _compiled_for(header)
+    if compiled is None:
         return None
     length = compiled.length
+    if len(data) < length or not (compiled.fits_default if limits is DEFAULT_LIMITS else compiled.fits(limits)):
+        return None
     key = data[:length] if data.__class__ is bytes else data[:length].tobytes()  # a bytes of exactly length is itself
-    return signature.decode_known(compiled, key, data)
+    desc = _remembered(key)
+    return desc if desc is not None else signature.decode_known(compiled, key, data)
+
+
+_compiled_for = signature.lookup
+_remembered = signature.remembered
 
 
 def _parse_general(view, mode: Mode, base: int, limits: Limits) -> tuple[TensorDescriptor, list[Finding]]:

@@ -24,6 +24,13 @@ general decoder, which also does all the error reporting.  A signature is compil
 from a descriptor that produced no finding, within the limits in use, and only when
 re-decoding that same input with the compiled function gives an equal descriptor, and only
 the second time its header is seen.
+
+Descriptors are immutable values, so a few bounded by-value tables spare repeated work
+(:data:`MAX_VALUES` entries each, emptied when full, so hostile input costs one entry per
+descriptor): :func:`decode_known` gives the object decoded the first time for the same
+exact bytes under a compiled header, and :func:`encode` keeps the bytes of the descriptor
+objects it encoded.  The rules keep the objects that passed (``first_error``).
+:func:`use_value_tables` turns all three off (the benchmarks time both).
 """
 
 from __future__ import annotations
@@ -279,9 +286,13 @@ _SEEN: set = set()  # headers decoded cleanly once (compiled the second time)
 _REFUSED: set = set()  # headers the general decoder keeps
 
 
-def lookup(header: bytes) -> Optional[CompiledDecoder]:
-    """The compiled decoder for these 20 header bytes, if one was made."""
-    return _COMPILED.get(header)
+lookup: Callable[[bytes], Optional[CompiledDecoder]] = _COMPILED.get
+"""``lookup(header)``: the compiled decoder for these 20 header bytes, if one was made (the
+table's own ``get``: it is called for every descriptor read, and the table is only ever
+emptied in place)."""
+
+remembered: Callable[[bytes], Optional[TensorDescriptor]] = _VALUES.get
+"""``remembered(key)``: the descriptor :func:`decode_known` made of these exact bytes, if it is kept."""
 
 
 def remember(header: bytes, desc: TensorDescriptor, data, length: int) -> None:
