@@ -34,7 +34,7 @@ from ..engine import Finding, Level, Mode, Rule, as_mode, declare
 
 __all__ = [
     "Fact", "When", "ALWAYS", "descriptor_rule", "DESCRIPTOR_RULES", "DescriptorContext", "check_descriptor",
-    "first_error",
+    "first_error", "passed",
 ]
 
 
@@ -118,6 +118,12 @@ _PASSED: dict = {}
 :func:`first_error` found nothing in strict mode (the entry keeps the object alive, so its
 id is not reused); emptied by each declaration."""
 _REMEMBER_PASSED = [True]
+
+
+def passed(desc: TensorDescriptor) -> bool:
+    """True when this very object passed :func:`first_error` in strict mode and is still
+    remembered (then it passes in either mode, so :func:`first_error` would return None)."""
+    return _PASSED.get(id(desc)) is desc
 
 
 def remember_passed(enabled: bool) -> bool:
