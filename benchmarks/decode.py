@@ -136,8 +136,8 @@ def main(argv=None) -> int:
               f"{t['encode']:6.2f} {t['pyencode']:8.2f} {row['encode']:5.1f}x | {'':5} {t['cold decode']:6.2f} "
               f"{row['cold decode']:5.1f}x {t['cold encode']:6.2f} {row['cold encode']:5.1f}x")
     print("-" * len(header))
-    print("geometric mean ratio: " + ", ".join(f"{key} {statistics.geometric_mean(v):.1f}x" for key, v in ratios.items())
-          + " (targets: decode and encode within 8x)")
+    means = ", ".join(f"{key} {statistics.geometric_mean(v):.1f}x" for key, v in ratios.items())
+    print(f"geometric mean ratio: {means} (targets: decode and encode within 8x)")
     print("worst: " + ", ".join(f"{key} {max(v):.1f}x" for key, v in ratios.items()) + " (target: decode within 15x)")
     return 0
 

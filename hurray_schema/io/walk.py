@@ -84,6 +84,9 @@ _ERROR = plan(ERROR_HEADER)
 _MESSAGE_TYPES = {int(m): m for m in MessageType}
 _KNOWN_MESSAGE_TYPES = frozenset(_MESSAGE_TYPES)
 _LENGTH_FIELD = plan(select(FIXED_HEADER, "descriptor_length")).steps[0].codec
+_new_part = tuple.__new__
+"""``_new_part(Part, fields)``: :func:`~hurray_schema.io.parts.part_from_fields` without the
+partial's call, on the per-tensor path of a stream read (a part per descriptor and buffer)."""
 
 
 class RemoteError(HurraySchemaError):
@@ -239,7 +242,7 @@ def strict_describer(*, mode: Mode, limits: Limits = DEFAULT_LIMITS, cross_machi
             if desc is not None and passed(desc):
                 if cross_machine:
                     _check_producer_synced(desc, base)
-                return part_from_fields((DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "", (), 0, depth))
+                return _new_part(Part, (DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "", (), 0, depth))
         desc, tolerated = parse_descriptor(buf, mode=mode, base=base, limits=limits)
         if tolerated and findings is not None:
             findings.extend(tolerated)
@@ -249,8 +252,8 @@ def strict_describer(*, mode: Mode, limits: Limits = DEFAULT_LIMITS, cross_machi
             raise error.to_violation()
         if cross_machine:
             _check_producer_synced(desc, base)
-        return part_from_fields((DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "",
-                                 tuple(tolerated) if tolerated else (), 0, depth))
+        return _new_part(Part, (DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "",
+                                tuple(tolerated) if tolerated else (), 0, depth))
 
     return describe
 
@@ -362,7 +365,7 @@ def _bare_strict(window: Window, describe: Describe, limits: Limits, progress) -
                     raise container_rules.STREAM_TRUNCATED.violation(
                         f"buffer {i} of the tensor at byte {start} needs {size} bytes, the stream has "
                         f"{len(data)} left", at + len(data))
-            yield part_from_fields((BUFFER, at, at + size, None, data, None, "", (), i, 0))
+            yield _new_part(Part, (BUFFER, at, at + size, None, data, None, "", (), i, 0))
 
 
 def _bare_located(window: Window, describe: Describe, faults: Faults, mode: Mode, progress) -> Iterator[Part]:

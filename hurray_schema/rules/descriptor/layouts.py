@@ -256,7 +256,8 @@ def _hilbert_rank(desc, ctx):
     if isinstance(desc.layout, HilbertLayout):
         hr = desc.layout.hilbert_rank
         if hr != desc.rank or hr < 2:
-            return f"hilbert_rank {hr} with tensor rank {desc.rank} (must be equal and >= 2)", ctx.layout("hilbert_rank")
+            return (f"hilbert_rank {hr} with tensor rank {desc.rank} (must be equal and >= 2)",
+                    ctx.layout("hilbert_rank"))
 
 
 @descriptor_rule("layout.hilbert.shape", MUST, "layouts/hilbert.md § Validity Constraints",

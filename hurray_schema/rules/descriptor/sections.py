@@ -181,4 +181,5 @@ def _member_role(desc, ctx):
 def _member_reserved(desc, ctx):
     m = desc.composite_member
     if m is not None and any(m._reserved):
-        return f"_reserved is {m._reserved.hex()}", ctx.section("composite_member", _COMPOSITE_MEMBER_SECTION, "_reserved")
+        return f"_reserved is {m._reserved.hex()}", \
+            ctx.section("composite_member", _COMPOSITE_MEMBER_SECTION, "_reserved")
