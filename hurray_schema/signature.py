@@ -47,7 +47,7 @@ from .structs._declare import plan
 from .structs.descriptor import CORE_PARTS, FIXED_HEADER, MAGIC, PARTS, SECTION_PARTS
 
 __all__ = ["CompiledDecoder", "compile_decoder", "lookup", "remember", "clear", "MAX_SIGNATURES", "slot_constructor",
-           "encoder_key", "compile_encoder", "encode", "decode_known", "MAX_VALUES", "use_value_tables"]
+           "encoder_key", "compile_encoder", "encode", "decode_known", "MAX_VALUES", "MAX_VALUE_BYTES", "use_value_tables"]
 
 MAX_SIGNATURES = 1024
 """Most headers remembered at once (seen, compiled or refused); the input picks the headers,
@@ -246,6 +246,10 @@ def compile_decoder(desc: TensorDescriptor, length: int) -> CompiledDecoder:
 MAX_VALUES = 4096
 """Most descriptors remembered by value at once (decoded ones by their bytes, encoded ones
 with their bytes); past it a table is emptied and fills again."""
+MAX_VALUE_BYTES = 1024
+"""Only descriptors of at most this many bytes are remembered (typical ones have a few
+hundred), so the tables hold at most ``MAX_VALUES * MAX_VALUE_BYTES`` bytes of keys whatever
+the input: a compiled header may declare a long descriptor (quantization padding)."""
 
 _VALUES: dict = {}  # exact descriptor bytes -> the TensorDescriptor a compiled decoder made of them
 _ENCODED: dict = {}  # id(descriptor) -> (descriptor, its wire bytes); the entry keeps the descriptor alive
@@ -274,7 +278,7 @@ def decode_known(compiled: "CompiledDecoder", key: bytes, data) -> Optional[Tens
     desc = _VALUES.get(key)
     if desc is None:
         desc = compiled.decode(data)
-        if desc is not None and _TABLES_ON[0]:
+        if desc is not None and _TABLES_ON[0] and len(key) <= MAX_VALUE_BYTES:
             if len(_VALUES) >= MAX_VALUES:
                 _VALUES.clear()
             _VALUES[key] = desc
@@ -450,7 +454,7 @@ def encode(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes])
     if known is not None and known[0] is desc:
         return known[1]
     data = _encode_shape(desc, general)
-    if _TABLES_ON[0]:
+    if _TABLES_ON[0] and len(data) <= MAX_VALUE_BYTES:
         if len(_ENCODED) >= MAX_VALUES:
             _ENCODED.clear()
         _ENCODED[id(desc)] = (desc, data)

@@ -353,3 +353,23 @@ def test_the_value_tables_stay_bounded():
         parse_descriptor(encode_descriptor(desc))
         assert len(signature._VALUES) <= signature.MAX_VALUES
         assert len(signature._ENCODED) <= signature.MAX_VALUES
+
+
+def test_long_descriptors_are_not_remembered_by_value():
+    """A compiled header may declare a long descriptor (quantization padding): such bytes
+    are decoded every time, never kept, so the tables stay small whatever the input."""
+    import attrs
+
+    from hurray_schema.codec import decode_descriptor
+    from hurray_schema.rules.descriptor import dispatch
+
+    signature.clear()
+    base = _per_block()
+    long = attrs.evolve(base, quantization=attrs.evolve(base.quantization, padding=bytes(signature.MAX_VALUE_BYTES)))
+    wire = encode_descriptor(long)
+    assert len(wire) > signature.MAX_VALUE_BYTES
+    decoded = [decode_descriptor(wire) for _ in range(3)]
+    assert decoded[-1] == long and signature.lookup(wire[:FIXED_HEADER_SIZE]) is not None
+    assert wire not in signature._VALUES and decoded[-1] is not decoded[-2]
+    assert not any(d is decoded[-1] for d in dispatch._PASSED.values())
+    assert not any(data == wire for _, data in signature._ENCODED.values())

@@ -402,8 +402,8 @@ class CompositeValidator:
 _TILING: set = set()
 """``(head shape, flat offsets, flat shapes)`` of partitions :func:`partition_check` found
 clean (a stream of composites repeats its sharding); bounded, emptied when full."""
-_MAX_TILINGS = 1024
-_TILING_KEY_VALUES = 1024
+_MAX_TILINGS = 256
+_TILING_KEY_VALUES = 64
 """Only partitions of at most this many offset values are remembered (a key stays small)."""
 
 

@@ -23,7 +23,9 @@ from typing import Callable, Iterator, Optional
 
 import attrs
 
-from ...model import DeviceTag, LayoutTag, TensorDescriptor, TiledLayout
+from ...model import (
+    DeviceTag, ExtensionLayout, LayoutTag, TensorDescriptor, TiledLayout, UnknownLayout, UnknownQuantization,
+)
 from ...structs import layouts as layout_tables
 from ...structs import quantization as quantization_tables
 from ...structs._declare import Plan, plan, select, static_offset
@@ -118,6 +120,19 @@ _PASSED: dict = {}
 :func:`first_error` found nothing in strict mode (the entry keeps the object alive, so its
 id is not reused); emptied by each declaration."""
 _REMEMBER_PASSED = [True]
+
+
+_SMALL_COUNT = 64
+"""Most buffers, and most bytes of quantization padding or trailing data, of a descriptor
+the passed table keeps alive (it never holds a large object on behalf of the input)."""
+
+
+def _small(desc: TensorDescriptor) -> bool:
+    layout, q = desc.layout, desc.quantization
+    return (len(desc.buffers) <= _SMALL_COUNT and len(desc.trailing) <= _SMALL_COUNT
+            and not isinstance(layout, (UnknownLayout, ExtensionLayout))
+            and (q is None or (not isinstance(q, UnknownQuantization)
+                               and len(getattr(q, "padding", b"")) <= _SMALL_COUNT)))
 
 
 def passed(desc: TensorDescriptor) -> bool:
@@ -414,7 +429,7 @@ def first_error(desc: TensorDescriptor, mode="strict", *, base: int = 0) -> Opti
                 finding = rule.finding(message, offset, mode)
                 if finding.is_error:
                     return finding
-    if mode is Mode.STRICT and _REMEMBER_PASSED[0]:
+    if mode is Mode.STRICT and _REMEMBER_PASSED[0] and _small(desc):
         if len(_PASSED) >= MAX_PASSED:
             _PASSED.clear()
         _PASSED[id(desc)] = desc
