@@ -7,6 +7,8 @@ from .audit import audit
 from .codec import decode_descriptor, encode_descriptor, parse_descriptor
 from .errors import HurraySchemaError, LimitExceeded, SpecViolation
 from .errors import EncodeError, FieldRangeError
+from .errors import (AdvancedIndexUnsupported, CopyRequired, DLPackUnsupported, IndexRangeError, IndexTypeError,
+                     InvalidDtype, NotAnArray)
 from .limits import DEFAULT_LIMITS, Limits
 from .io import (
     Composite, HurrayFile, IndexEntry, RemoteError, StreamReader, Tensor, UInt64, read_file,
@@ -55,4 +57,6 @@ __all__ = [
     "RowMajorLayout", "Shard", "Statistics", "StatisticsMask", "StridedLayout", "SyncMode",
     "TensorDescriptor", "TiledLayout", "UnknownLayout", "UnknownQuantization",
     "EncodeError", "FieldRangeError",
+    "AdvancedIndexUnsupported", "CopyRequired", "DLPackUnsupported", "IndexRangeError", "IndexTypeError",
+    "InvalidDtype", "NotAnArray",
 ]
