@@ -64,11 +64,11 @@ def _classify(entry):
         return entry
     if isinstance(entry, slice):
         try:
-            if entry.step is not None and operator.index(entry.step) == 0:
-                raise IndexTypeError("slice step cannot be zero")
             entry.indices(0)  # checks that start, stop and step are integers or None
         except TypeError:
             raise IndexTypeError(f"slice {entry} has a bound that is no integer") from None
+        except ValueError:
+            raise IndexTypeError("slice step cannot be zero") from None
         return entry
     integer = _as_integer(entry)
     if integer is not None:
@@ -85,19 +85,14 @@ def _entries(index) -> list:
     return [_classify(entry) for entry in entries]
 
 
-def _expand_ellipsis(entries: list, rank: int) -> list:
-    """``entries`` with the Ellipsis (or, without one, the end) standing for the unindexed dimensions."""
+def _implied_axes(entries: list, rank: int) -> int:
+    """How many axes the Ellipsis (or, without one, the end of the index) stands for."""
     consumed = sum(1 for entry in entries if entry is not None and entry is not Ellipsis)
     if consumed > rank:
         raise IndexRangeError(f"too many indices: {consumed} given for a rank-{rank} array")
-    ellipses = [k for k, entry in enumerate(entries) if entry is Ellipsis]
-    if len(ellipses) > 1:
+    if sum(1 for entry in entries if entry is Ellipsis) > 1:
         raise IndexRangeError("an index can only have a single ellipsis ('...')")
-    fill = [slice(None)] * (rank - consumed)
-    if not ellipses:
-        return entries + fill
-    at = ellipses[0]
-    return entries[:at] + fill + entries[at + 1:]
+    return rank - consumed
 
 
 def _integer_box(position: int, size: int, dimension: int) -> tuple[int, int, int]:
@@ -119,14 +114,24 @@ def _slice_box(entry: slice, size: int) -> tuple[int, int, slice]:
 
 def basic_index(index, shape: Sequence[int]) -> BoxSelection:
     """The box and residual selection of the NumPy basic index ``index`` on an array of ``shape``
-    (module docstring)."""
+    (module docstring).  The Ellipsis stays in the residual (NumPy returns an array, never a
+    scalar, for an index holding one); without one, the unindexed axes are implied at the end."""
     shape = tuple(int(n) for n in shape)
-    entries = _expand_ellipsis(_entries(index), len(shape))
+    entries = _entries(index)
+    implied = _implied_axes(entries, len(shape))
+    if implied and Ellipsis not in entries:
+        entries.append(Ellipsis)  # the implied axes: the result keeps them, so it is an array anyway
     lo, hi, residual = [], [], []
     dimension = 0
     for entry in entries:
         if entry is None:
             residual.append(None)
+            continue
+        if entry is Ellipsis:
+            lo += [0] * implied
+            hi += list(shape[dimension:dimension + implied])
+            residual.append(Ellipsis)
+            dimension += implied
             continue
         size = shape[dimension]
         if isinstance(entry, slice):
@@ -195,4 +200,7 @@ def read_index(item, selection: BoxSelection, *, limits: Optional[Limits] = None
     """``numpy.asarray(item)[index]`` for the ``selection`` of ``index``, reading only its box
     (:func:`.region.read_box`, charged against ``limits`` like any box read)."""
     box = read_box(item, selection.lo, selection.hi, limits=limits)
+    extent = tuple(high - low for low, high in zip(selection.lo, selection.hi))
+    if box.shape != extent:  # np.ascontiguousarray turns a 0-d box into shape (1,)
+        box = box.reshape(extent)
     return selection.apply(box)

@@ -183,7 +183,7 @@ class Tensor(ArrayProtocol):
         if tag == ElementType.BOOL:
             data = np.packbits(arr.reshape(-1), bitorder="little").tobytes()
         else:
-            arr = np.ascontiguousarray(arr)
+            arr = np.asarray(arr, order="C")  # np.ascontiguousarray would make a 0-d array 1-d
             if arr.dtype.byteorder == ">":
                 arr = arr.astype(arr.dtype.newbyteorder("<"))
             data = arr.reshape(-1).view(np.uint8) if arr.size else b""
