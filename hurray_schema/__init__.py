@@ -7,6 +7,8 @@ from .audit import audit
 from .codec import decode_descriptor, encode_descriptor, parse_descriptor
 from .errors import HurraySchemaError, LimitExceeded, SpecViolation
 from .errors import EncodeError, FieldRangeError
+from .errors import (AdvancedIndexUnsupported, CopyRequired, DLPackUnsupported, IndexRangeError, IndexTypeError,
+                     InvalidDtype, NotAnArray)
 from .limits import DEFAULT_LIMITS, Limits
 from .io import (
     ClosedFileError, Composite, HurrayFile, IndexEntry, RemoteError, StreamReader, StreamWriter, Tensor,
@@ -56,4 +58,6 @@ __all__ = [
     "RowMajorLayout", "Shard", "Statistics", "StatisticsMask", "StridedLayout", "SyncMode",
     "TensorDescriptor", "TiledLayout", "UnknownLayout", "UnknownQuantization",
     "EncodeError", "FieldRangeError",
+    "AdvancedIndexUnsupported", "CopyRequired", "DLPackUnsupported", "IndexRangeError", "IndexTypeError",
+    "InvalidDtype", "NotAnArray",
 ]

@@ -13,7 +13,7 @@ from typing import Iterable, Iterator, Optional, Sequence, Union
 
 import attrs
 
-from ..errors import HurraySchemaError, SpecViolation
+from ..errors import CopyRequired, DLPackUnsupported, HurraySchemaError, NotAnArray, SpecViolation
 from ..model import (
     BufferHandle, CombineOp, CompositeLayout, CompositeMember, CompositionRule, ElementType, MemberRole,
     ROW_MAJOR, Shard, TensorDescriptor,
@@ -21,7 +21,7 @@ from ..model import (
 from ..rules.composite import validate_preorder
 from ..structs.element_types import element_type_info
 
-__all__ = ["Tensor", "Composite", "Item", "walk", "DEFAULT_BUFFER_ALIGNMENT"]
+__all__ = ["Tensor", "Composite", "Item", "walk", "ArrayProtocol", "DEFAULT_BUFFER_ALIGNMENT", "DLPACK_CPU_DEVICE"]
 
 DEFAULT_BUFFER_ALIGNMENT = 64
 """``alignment`` our constructors declare in buffer handles (``buffer-protocol.md § Buffer Handle``)."""
@@ -33,8 +33,110 @@ def _view(buf) -> memoryview:
         view = view.cast("B")
     return view
 
+DLPACK_CPU_DEVICE = (1, 0)
+"""``__dlpack_device__`` of every array here: DLPack's ``kDLCPU`` device type, device 0."""
 
-class Tensor:
+
+class ArrayProtocol:
+    """What :class:`Tensor` and :class:`Composite` share to behave like NumPy arrays.
+
+    ``shape``, ``dtype`` (the NumPy / ``ml_dtypes`` dtype of the decoded values), ``ndim``,
+    ``size`` and ``nbytes`` (``size * dtype.itemsize``: the decoded array's bytes, as NumPy counts
+    them) describe the logical array; ``t[index]`` takes a NumPy basic index and equals
+    ``numpy.asarray(t)[index]``, reading only the box the index spans
+    (:mod:`hurray_schema.evaluate.indexing`); :meth:`read` is the same with ``(start, stop)``
+    pairs allowed and a ``limits=`` budget.  ``__array__`` and ``__dlpack__`` hand the array to
+    NumPy, torch, JAX...  The evaluator sits above the readers: it is imported at call time.
+    An object is always true (``bool`` does not look at its length).
+    """
+
+    __slots__ = ()
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the decoded array (``size * dtype.itemsize``, NumPy's meaning)."""
+        return self.size * self.dtype.itemsize
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __len__(self) -> int:
+        self._require_array()
+        if not self.shape:
+            raise NotAnArray("len() of a 0-d array")
+        return int(self.shape[0])
+
+    def __getitem__(self, index):
+        """``numpy.asarray(self)[index]`` for a NumPy basic index (integers, slices with steps,
+        ``Ellipsis``, ``None``), reading only the box it spans; advanced indexing raises
+        :class:`~hurray_schema.errors.AdvancedIndexUnsupported`, an integer out of range
+        :class:`~hurray_schema.errors.IndexRangeError` (an ``IndexError``)."""
+        from ..evaluate.indexing import basic_index, read_index
+
+        self._require_array()
+        return read_index(self, basic_index(index, self.shape))
+
+    def read(self, region, *, limits=None):
+        """``self[region]`` where an entry may also be a ``(start, stop)`` pair (a unit-step slice
+        that must lie inside its axis), read within ``limits`` (:class:`~hurray_schema.Limits`;
+        the box is charged like :meth:`to_numpy` / :meth:`materialize`).  The region is a tuple or
+        a list of entries; integers drop their axis as in NumPy."""
+        from ..evaluate.indexing import read_index, region_index
+
+        self._require_array()
+        return read_index(self, region_index(region, self.shape), limits=limits)
+
+    def __array__(self, dtype=None, copy=None):
+        """NumPy 2's array protocol: ``numpy.asarray(self, dtype, copy=copy)``."""
+        return self._logical_array(dtype, copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return DLPACK_CPU_DEVICE
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """Export the logical array through DLPack (``numpy.from_dlpack``, ``torch.from_dlpack``...).
+
+        A tensor :meth:`Tensor.to_numpy` can view without a copy is exported as that read-only
+        view (DLPack 1.0 consumers get the read-only flag; an older consumer, which cannot be told,
+        gets a private copy instead, or :class:`~hurray_schema.errors.DLPackUnsupported` when it
+        asked for ``copy=False``); any other item is decoded (materialized) first and the new
+        array exported.  Only the dtypes NumPy's exporter knows (bool, integers, floats, complex:
+        not bfloat16, float8 or the sub-byte ``ml_dtypes`` types) can be exported."""
+        try:
+            array = self._logical_array(None, False if copy is False else None)
+        except CopyRequired as exc:
+            raise DLPackUnsupported(f"no zero-copy export: {exc}") from None
+        return _export_dlpack(array, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def _require_array(self) -> None:
+        """Raise :class:`NotAnArray` unless the item has one logical array (overridden by groups)."""
+
+
+def _export_dlpack(array, *, stream, max_version, dl_device, copy):
+    """NumPy's DLPack export of ``array``, with the fall-backs :meth:`ArrayProtocol.__dlpack__` documents."""
+    if array.dtype.kind not in "biufc":
+        raise DLPackUnsupported(f"DLPack (NumPy's exporter) has no type code for {array.dtype}; "
+                                "use numpy.asarray or to_numpy() instead")
+    if not array.flags.writeable and (max_version is None or tuple(max_version)[0] < 1):
+        if copy is False:
+            raise DLPackUnsupported("the array is a read-only view and the consumer cannot be told so "
+                                    "(DLPack < 1.0); a copy is needed but copy=False was asked")
+        array, copy = array.copy(), None
+    try:
+        return array.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+    except BufferError as exc:
+        raise DLPackUnsupported(str(exc)) from exc
+
+
+class Tensor(ArrayProtocol):
     """A tensor: its descriptor and its buffers (in buffer-table order).
 
     ``buffers`` are ``memoryview`` s over the bytes as read -- no copy is made.  The
@@ -81,7 +183,7 @@ class Tensor:
         if tag == ElementType.BOOL:
             data = np.packbits(arr.reshape(-1), bitorder="little").tobytes()
         else:
-            arr = np.ascontiguousarray(arr).reshape(arr.shape)  # ascontiguousarray makes a 0-d array 1-d
+            arr = np.asarray(arr, order="C")  # np.ascontiguousarray would make a 0-d array 1-d
             if arr.dtype.byteorder == ">":
                 arr = arr.astype(arr.dtype.newbyteorder("<"))
             data = arr.reshape(-1).view(np.uint8) if arr.size else b""
@@ -97,19 +199,40 @@ class Tensor:
         return self.descriptor.type_tag
 
     @property
-    def nbytes(self) -> int:
+    def stored_nbytes(self) -> int:
+        """Bytes of the buffers as stored (codes, indices, parameters); ``nbytes`` is the decoded array's."""
         return sum(len(b) for b in self.buffers)
 
-    def to_numpy(self, dtype=None, *, limits=None):
-        """The logical array, in its decoded type or ``dtype`` (an ``ElementType``)
-        (computed by :func:`hurray_schema.evaluate.tensor_to_numpy`; imported here, at
-        call time, because the evaluator sits above the readers).  An array larger than
-        ``limits.max_evaluation_bytes`` (default 256 MiB; ``limits`` a :class:`~hurray_schema.Limits`)
-        and than ``EVALUATION_EXPANSION`` times the buffers' bytes is refused with
-        ``LimitExceeded`` before it is allocated."""
+    @property
+    def dtype(self):
+        """The NumPy / ``ml_dtypes`` dtype of the decoded values (:func:`hurray_schema.evaluate.decoded_type`:
+        a quantized tensor's real-valued type, a private type's raw unsigned codes)."""
+        from ..evaluate import decoded_type, numpy_dtype
+
+        return numpy_dtype(decoded_type(self.descriptor))
+
+    def to_numpy(self, dtype=None, *, copy=None, raw: bool = False, casting: str = "unsafe", limits=None):
+        """The logical array (:func:`hurray_schema.evaluate.tensor_to_numpy`, which documents the rules).
+
+        ``dtype``: a NumPy / ``ml_dtypes`` dtype or an :class:`ElementType`; a quantized tensor
+        dequantizes straight into float16 / bfloat16 / float32 / float64, any other request is a
+        NumPy cast of the decoded values under ``casting`` (default ``"unsafe"``, ``astype``'s rule);
+        a dtype that names no number type raises :class:`~hurray_schema.errors.InvalidDtype`.
+        ``raw=True``: the stored codes (a quantized tensor's, sub-byte ones unpacked: int4 as int8).
+        ``copy=None`` (default): a row-major unquantized tensor of a whole-byte type is returned as a
+        read-only view of its buffer (of the memory map, for a file) -- no copy, nothing read until
+        used; other tensors are decoded into a new array.  ``copy=True``: always a new, writeable
+        array; ``copy=False``: the view or :class:`~hurray_schema.errors.CopyRequired`.
+        An array larger than ``limits.max_evaluation_bytes`` (default 256 MiB; ``limits`` a
+        :class:`~hurray_schema.Limits`) and than ``EVALUATION_EXPANSION`` times the buffers' bytes
+        is refused with ``LimitExceeded`` before it is allocated."""
         from ..evaluate import tensor_to_numpy
 
-        return tensor_to_numpy(self.descriptor, self.buffers, dtype, limits=limits)
+        return tensor_to_numpy(self.descriptor, self.buffers, dtype, copy=copy, raw=raw, casting=casting,
+                               limits=limits)
+
+    def _logical_array(self, dtype, copy):
+        return self.to_numpy(dtype, copy=copy)
 
     def with_name(self, name: Optional[str]) -> "Tensor":
         return Tensor(self.descriptor, self.buffers, name=name)
@@ -124,7 +247,7 @@ class Tensor:
         tag = self.descriptor.type_tag
         tname = tag.name.lower() if isinstance(tag, ElementType) else f"0x{tag:02X}"
         label = f"{self.name!r}, " if self.name is not None else ""
-        return f"Tensor({label}{tname}{list(self.shape)}, layout=0x{self.descriptor.layout_tag:02X}, {self.nbytes} bytes)"
+        return f"Tensor({label}{tname}{list(self.shape)}, layout=0x{self.descriptor.layout_tag:02X}, {self.stored_nbytes} bytes)"
 
     def to_dask(self, chunks=None, *, chunk_bytes=None, limits=None):
         """The logical array as a lazy ``dask.array.Array`` (the ``[dask]`` extra), cut into
@@ -159,8 +282,14 @@ _VALID = True
 """Verdict of a composite that passed the composite binder."""
 
 
-class Composite:
+class Composite(ArrayProtocol):
     """A composite tensor: head descriptor plus members in binding order.
+
+    A partition or an overlay is one logical array (the array protocol of :class:`ArrayProtocol`:
+    ``c[index]`` reads only the members the index's box meets); a group is a collection of
+    arrays: its ``shape`` and ``dtype`` are the head's advisory ones (``layouts/composite.md
+    § Group``) and indexing, ``len``, ``__array__`` and ``__dlpack__`` raise
+    :class:`~hurray_schema.errors.NotAnArray` (use :meth:`materialize` or ``members``).
 
     The evaluator only works on composites that passed the composite binder
     (:class:`hurray_schema.rules.composite.CompositeBinder`): a composite a reader bound
@@ -398,6 +527,30 @@ class Composite:
     def type_tag(self):
         return self.descriptor.type_tag
 
+    @property
+    def dtype(self):
+        """The NumPy / ``ml_dtypes`` dtype of the merged values: the head's ``type_tag`` (a private
+        type: its raw unsigned codes); for a group, the head's advisory type."""
+        from ..evaluate import numpy_dtype
+        from ..evaluate.common import as_evaluated
+
+        return numpy_dtype(as_evaluated(self.descriptor).type_tag)
+
+    def _require_array(self) -> None:
+        if self.rule == CompositionRule.GROUP:
+            raise NotAnArray("a group composite is a collection of its members, not one array; "
+                             "use materialize() or members")
+
+    def _logical_array(self, dtype, copy):
+        from ..evaluate.tensor import DEFAULT_CASTING, requested_dtype
+
+        self._require_array()
+        if copy is False:
+            raise CopyRequired("a composite's array is always evaluated from its members (copy=False was asked)")
+        values = self.materialize()
+        wanted = requested_dtype(dtype)
+        return values if wanted is None else values.astype(wanted, casting=DEFAULT_CASTING)
+
     # The evaluator sits above the readers: its functions are imported at call time.
 
     def materialize(self, *, out=None, limits=None):
@@ -411,18 +564,12 @@ class Composite:
         return materialize(self, out=out, limits=limits)
 
     def lookup(self, index):
-        """One element of the logical view, reading only the member that holds it."""
+        """One element of the logical view (an integer per dimension, negative ones counting from
+        the end), reading only the member that holds it."""
         from ..evaluate import lookup
+        from ..evaluate.indexing import element_index
 
-        return lookup(self, index)
-
-    def read(self, region, *, limits=None):
-        """A box of the logical view (``region``: slices or (start, stop) pairs), touching only
-        the members that intersect it; bounded by ``limits.max_evaluation_bytes`` like
-        :meth:`materialize`."""
-        from ..evaluate import read
-
-        return read(self, region, limits=limits)
+        return lookup(self, element_index(index, self.shape))
 
     def with_name(self, name: Optional[str]) -> "Composite":
         renamed = Composite(self.descriptor, self.members, name=name)
