@@ -243,8 +243,6 @@ def test_read_file_is_the_lazy_access(tmp_path):
         assert sliced.shape == (4, 6) and sliced.get_shape() == [4, 6]
 
 
-@pytest.mark.skipif(not hasattr(Tensor, "__getitem__") or not hasattr(Tensor, "dtype"),
-                    reason="needs Tensor/Composite __getitem__ and dtype (the array protocol work on tensor.py)")
 def test_get_slice_indexes_like_numpy(tmp_path):
     weight = np.arange(48, dtype=np.float32).reshape(6, 8)
     hs.save(tmp_path / "s.hrry", {"w": weight, "p": hs.partition(weight, grid=(3, 2))})
