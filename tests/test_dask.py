@@ -111,7 +111,7 @@ def nested():
     inner = hs.partition(RNG.standard_normal((8, 128)).astype(np.float16), grid=(2, 4),
                          member=lambda a: hs.quantize(a, "per_block", block_size=32))
     plain = Tensor.from_numpy(RNG.standard_normal((8, 128)).astype(np.float16))
-    members = [hs.io.produce._with_sections(m, hs.model.Shard((32, 128), (row, 0)), None)
+    members = [Composite._with_sections(m, hs.model.Shard((32, 128), (row, 0)), None)
                for m, row in ((top, 0), (inner, 16), (plain, 24))]
     return Composite.build(CompositionRule.PARTITION, members, shape=(32, 128), type_tag=ElementType.FLOAT16)
 
@@ -303,7 +303,7 @@ def test_byte_ranges_outside_the_file_are_refused(tmp_path):
 
 def test_an_invalid_composite_is_refused_before_the_graph():
     data = Tensor.from_numpy(np.zeros((2, 2), np.float32))
-    member = hs.io.produce._with_sections(data, hs.model.Shard((4, 2), (0, 0)), None)
+    member = Composite._with_sections(data, hs.model.Shard((4, 2), (0, 0)), None)
     broken = Composite.build(CompositionRule.PARTITION, [member], shape=(4, 2), type_tag=ElementType.FLOAT32)
     with pytest.raises(SpecViolation) as fault:
         broken.to_dask()
