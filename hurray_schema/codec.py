@@ -466,9 +466,18 @@ def decode_descriptor(data, *, mode="strict", limits: Optional[Limits] = None) -
     raises :class:`~hurray_schema.errors.LimitExceeded`.
     """
     mode = _MODES.get(mode) or as_mode(mode)
-    desc = checked_descriptor(data, DEFAULT_LIMITS if limits is None else resolve_limits(limits))
-    if desc is not None:
-        return desc
+    if data.__class__ is bytes and limits is None:  # the common case, spelled out: it is on every read
+        compiled = _compiled_for(data[:FIXED_HEADER_SIZE])
+        if compiled is not None and compiled.checked is not None and compiled.fits_default:
+            length = compiled.length
+            if len(data) >= length:
+                desc = _decode_checked(compiled, data[:length], data)
+                if desc is not None:
+                    return desc
+    else:
+        desc = checked_descriptor(data, DEFAULT_LIMITS if limits is None else resolve_limits(limits))
+        if desc is not None:
+            return desc
     desc, _ = parse_descriptor(data, mode=mode, limits=limits)
     return check_semantics(desc, mode)
 

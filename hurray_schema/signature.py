@@ -25,6 +25,13 @@ from a descriptor that produced no finding, within the limits in use, and only w
 re-decoding that same input with the compiled function gives an equal descriptor, and only
 the second time its header is seen.
 
+Each compiled header also gets a *checked* decoder (:attr:`CompiledDecoder.checked`): the
+same unpacking into locals, then the semantic rules that can fire on that header as one
+expression -- each rule's fast form (``descriptor_rule(fast=...)``, read with a
+:class:`~hurray_schema.rules.descriptor.dispatch.Signature` of what the header fixes) or its
+check where it has none.  It returns the descriptor only when every rule passes; otherwise the
+general path decodes and reports, so the findings never come from generated code.
+
 Descriptors are immutable values, so a few bounded by-value tables spare repeated work
 (:data:`MAX_VALUES` entries each, emptied when full, so hostile input costs one entry per
 descriptor): :func:`decode_known` gives the object decoded the first time for the same
@@ -171,12 +178,16 @@ class _Source:
 
 
 _CONSTRUCTORS: dict = {}
+_AS_UNPACKED = (attrs.fields_dict(TensorDescriptor)["shape"].converter, bytes)
+"""Converters that give back what :mod:`struct` unpacks for their fields (a tuple of ints, a
+bytes): the compiled decoders pass those values as they are."""
 
 
 def _constructor(cls) -> Callable:
     made = _CONSTRUCTORS.get(cls)
     if made is None:
-        made = _CONSTRUCTORS[cls] = slot_constructor(cls)
+        trusted = frozenset(f.name for f in attrs.fields(cls) if f.converter in _AS_UNPACKED)
+        made = _CONSTRUCTORS[cls] = slot_constructor(cls, trusted)
     return made
 
 
@@ -461,6 +472,13 @@ class _Packer:
         self.fmt = "<"
         self.args: list[str] = []
         self.guards: list[str] = []
+        self.bound: list[str] = []  # "name = expression" lines before the guards
+
+    def bind(self, expr: str) -> str:
+        """A local name for ``expr`` (a part of the descriptor whose fields are read several times)."""
+        name = f"o{len(self.bound)}"
+        self.bound.append(f"{name} = {expr}")
+        return name
 
     def table(self, decl, obj: str, constants: Optional[dict] = None, **context) -> None:
         """Append one declared table whose fields are read from ``obj`` (an expression)."""
@@ -510,10 +528,12 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
     for part in CORE_PARTS:
         p.table(part.decl, "d", rank=rank)
     if cls is not None:
-        p.table(_LAYOUT.tables[layout.tag], f"d.{_LAYOUT.attribute}", rank=rank)
+        p.table(_LAYOUT.tables[layout.tag], p.bind(f"d.{_LAYOUT.attribute}"), rank=rank)
     p.table(_BUFFER_TABLE.prefix, "d", {_BUFFER_TABLE.prefix_field: len(desc.buffers)})
+    if desc.buffers:
+        p.bound.append(f"({''.join(f'b{i}, ' for i in range(len(desc.buffers)))}) = d.{_BUFFER_TABLE.attribute}")
     for i in range(len(desc.buffers)):
-        p.table(_BUFFER_TABLE.decl, f"d.{_BUFFER_TABLE.attribute}[{i}]")
+        p.table(_BUFFER_TABLE.decl, f"b{i}")
     q = desc.quantization
     if q is not None:
         qcls = SCHEMES.get(getattr(q, "scheme", None))
@@ -524,16 +544,18 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
         if size is None:
             raise _NotCompilable("quantization table of variable size")
         p.table(_QUANTIZATION.prefix, "d", {_QUANTIZATION.prefix_field: size + len(q.padding)})
-        p.table(decl, f"d.{_QUANTIZATION.attribute}", {_QUANTIZATION.chosen_by: int(qcls.scheme)})
+        quantization = p.bind(f"d.{_QUANTIZATION.attribute}")
+        p.table(decl, quantization, {_QUANTIZATION.chosen_by: int(qcls.scheme)})
         if q.padding:
-            p.raw(f"{len(q.padding)}s", f"d.{_QUANTIZATION.attribute}.padding")
+            p.raw(f"{len(q.padding)}s", f"{quantization}.padding")
     for attr, decl, _ in _SECTIONS:
         if getattr(desc, attr) is not None:
-            p.table(decl, f"d.{attr}", rank=rank)
+            p.table(decl, p.bind(f"d.{attr}"), rank=rank)
     codec = struct.Struct(p.fmt)
     p.args = [str(codec.size) if a == repr(_LENGTH) else a for a in p.args]
     guards = " or ".join(["d.trailing"] + p.guards)
-    source = (f"def encode(d):\n    if {guards}:\n        return None\n    try:\n"
+    bound = "".join(f"    {line}\n" for line in p.bound)
+    source = (f"def encode(d):\n{bound}    if {guards}:\n        return None\n    try:\n"
               f"        return _pack({', '.join(p.args)})\n    except _error:\n        return None\n")
     namespace = {"_pack": codec.pack, "_error": (struct.error, OverflowError)}  # a float too large for "f"
     exec(compile(source, f"<hurray_schema encoder {layout.tag:#04x}/rank {rank}>", "exec"), namespace)
@@ -543,6 +565,7 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
 
 
 _ENCODERS: dict = {}  # encoder_key -> compiled encoder, or None where the general encoder is used
+_FUNCTION = type(lambda: None)
 
 
 def encode(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> bytes:
@@ -551,11 +574,13 @@ def encode(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes])
     through ``general``.  The bytes of the last :data:`MAX_VALUES` descriptor objects encoded
     are kept with them (a frozen value encodes to the same bytes every time; a descriptor
     written to several containers, or written right after it was read, is encoded once)."""
+    if not _TABLES_ON[0]:
+        return _encode_shape(desc, general)
     known = _ENCODED.get(id(desc))
     if known is not None and known[0] is desc:
         return known[1]
     data = _encode_shape(desc, general)
-    if _TABLES_ON[0] and len(data) <= MAX_VALUE_BYTES:
+    if len(data) <= MAX_VALUE_BYTES:
         if len(_ENCODED) >= MAX_VALUES:
             _ENCODED.clear()
         _ENCODED[id(desc)] = (desc, data)
@@ -565,6 +590,9 @@ def encode(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes])
 def _encode_shape(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> bytes:
     key = encoder_key(desc)
     encoder = _ENCODERS.get(key, _ENCODERS)
+    if encoder.__class__ is _FUNCTION:  # compiled: the common case first
+        data = encoder(desc)
+        return general(desc) if data is None else data
     if encoder is _ENCODERS:  # not seen yet, or only with values the general encoder rejected
         encoder = _compile_checked(desc, general)
         if encoder is not _ENCODERS:

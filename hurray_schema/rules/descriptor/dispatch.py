@@ -12,6 +12,9 @@
 * :func:`check_descriptor` / :func:`first_error` -- run the rules that can fire on a
   descriptor, in declaration order.  The list of those rules (its *plan*) is built from
   the ``when`` declarations once per combination of the facts it depends on.
+* :class:`Signature` / :func:`signature_pass_source` -- the rules of one compiled header as
+  one expression, from each rule's optional ``fast`` form (for the checked decoders of
+  :mod:`hurray_schema.signature`).
 """
 
 from __future__ import annotations
