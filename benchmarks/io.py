@@ -13,7 +13,10 @@ Workloads (built with pyhurray so both sides handle the same bytes):
 
 ``stream read, tables off`` reads the same stream with the by-value tables off
 (``signature.use_value_tables(False)``): every descriptor decoded and checked as if never
-seen, the cost for a stream whose descriptors all differ.
+seen.  ``distinct read`` reads a stream of the same kinds of tensors whose descriptors all
+differ (each its own shape and buffer sizes, as pages of different lengths have), tables on:
+the tables find nothing there, every descriptor is decoded and checked by the decoder
+compiled for its header.
 
 Prints the median of ``--repeat`` runs and the ratio ours/theirs.  Times are process CPU
 time, ours and theirs timed in turn within each round, so that other load on a shared
@@ -38,17 +41,30 @@ from hurray_schema import signature  # noqa: E402
 from hurray_schema.io import read_file, read_stream, write_file, write_stream  # noqa: E402
 
 
-def workload(n: int) -> dict:
+def workload(n: int, distinct: bool = False) -> dict:
+    """``n`` items: three dense f32 tensors, then a partition of two sharded halves, and so on.
+    ``distinct``: the i-th item's shape is its own (about the same number of elements), so that
+    no two descriptors are the same bytes."""
     f32 = hurray.float32
     items = {}
     for i in range(n):
+        rows, cols = (28 + i % 8, 30 + i // 8) if distinct else (32, 32)
         if i % 4 == 3:
-            a = hurray.Tensor(bytes(128), f32, [8, 4], shard=hurray.Shard([8, 8], [0, 0]))
-            b = hurray.Tensor(bytes(128), f32, [8, 4], shard=hurray.Shard([8, 8], [0, 4]))
-            items[f"c{i}"] = hurray.Composite("partition", shape=[8, 8], dtype=f32, members=[a, b])
+            half, rows = cols // 8, rows // 4  # [8, 4] halves of an [8, 8] head when not distinct
+            a = hurray.Tensor(bytes(4 * rows * half), f32, [rows, half], shard=hurray.Shard([rows, 2 * half], [0, 0]))
+            b = hurray.Tensor(bytes(4 * rows * half), f32, [rows, half],
+                              shard=hurray.Shard([rows, 2 * half], [0, half]))
+            items[f"c{i}"] = hurray.Composite("partition", shape=[rows, 2 * half], dtype=f32, members=[a, b])
         else:
-            items[f"t{i}"] = hurray.Tensor(bytes(4096), f32, [32, 32])
+            items[f"t{i}"] = hurray.Tensor(bytes(4 * rows * cols), f32, [rows, cols])
     return items
+
+
+def _stream(items: dict) -> bytes:
+    with hurray.StreamWriter() as w:
+        for t in items.values():
+            w.write(t)
+    return w.getvalue()
 
 
 def median_times(ours, theirs, repeat: int) -> tuple[float, float]:
@@ -70,10 +86,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     items = workload(args.tensors)
-    with hurray.StreamWriter() as w:
-        for t in items.values():
-            w.write(t)
-    stream = w.getvalue()
+    stream = _stream(items)
+    distinct = _stream(workload(args.tensors, distinct=True))
     ours_items = list(read_stream(stream))
     tmp = tempfile.mkdtemp()
     py_file, our_file = os.path.join(tmp, "py.hrry"), os.path.join(tmp, "ours.hrry")
@@ -87,6 +101,10 @@ def main() -> None:
         ("stream read", lambda: list(read_stream(stream)), lambda: list(hurray.StreamReader(stream))),
         ("  tables off", lambda: _without_tables(lambda: list(read_stream(stream))),
          lambda: list(hurray.StreamReader(stream))),
+        ("distinct read", lambda: _fresh_tables(lambda: list(read_stream(distinct))),
+         lambda: list(hurray.StreamReader(distinct))),
+        ("  tables off", lambda: _without_tables(lambda: list(read_stream(distinct))),
+         lambda: list(hurray.StreamReader(distinct))),
         ("stream write", lambda: write_stream(None, ours_items), lambda: _py_write(items)),
         ("file open+list", our_open, lambda: list(hurray.load(py_file))),
         ("file write", lambda: write_file(our_file, dict(zip(items, ours_items))),
@@ -105,6 +123,12 @@ def _without_tables(fn):
         return fn()
     finally:
         signature.use_value_tables(True)
+
+
+def _fresh_tables(fn):
+    """``fn()`` with the by-value tables on but emptied first: a stream read for the first time."""
+    signature.use_value_tables(True)
+    return fn()
 
 
 def _py_write(items) -> bytes:

@@ -46,7 +46,7 @@ from .structs.tags import is_invalid_tag, is_reserved_tag
 from .structs.wire import descriptor_spans, encode_descriptor_bytes
 
 __all__ = ["decode_descriptor", "encode_descriptor", "parse_descriptor", "check_semantics", "peek_descriptor_length",
-           "known_length", "remembered_descriptor", "descriptor_spans"]
+           "known_length", "remembered_descriptor", "checked_descriptor", "descriptor_spans"]
 
 
 def _builder(cls):
@@ -232,6 +232,28 @@ def _decode_compiled(data, header: bytes, limits: Limits) -> Optional[TensorDesc
 
 _compiled_for = signature.lookup
 _remembered = signature.remembered
+_decode_checked = signature.decode_checked
+
+
+def checked_descriptor(data, limits: Limits = DEFAULT_LIMITS) -> Optional[TensorDescriptor]:
+    """The descriptor at the start of ``data`` when the decoder compiled for its header
+    (:attr:`hurray_schema.signature.CompiledDecoder.checked`) decodes it within ``limits`` and
+    finds every semantic rule passing: what :func:`decode_descriptor` returns then, in either
+    mode, with no finding.  None otherwise (then decode it the general way, which reports)."""
+    if data.__class__ is bytes:
+        compiled = _compiled_for(data[:FIXED_HEADER_SIZE])
+    else:
+        data = memoryview(data)
+        if data.format != "B" or data.ndim != 1:
+            data = data.cast("B")
+        compiled = _compiled_for(data[:FIXED_HEADER_SIZE].tobytes())
+    if compiled is None or compiled.checked is None:
+        return None
+    length = compiled.length
+    if len(data) < length or not (compiled.fits_default if limits is DEFAULT_LIMITS else compiled.fits(limits)):
+        return None
+    key = data[:length] if data.__class__ is bytes else data[:length].tobytes()  # a bytes of exactly length is itself
+    return _decode_checked(compiled, key, data)
 
 
 def _parse_general(view, mode: Mode, base: int, limits: Limits) -> tuple[TensorDescriptor, list[Finding]]:
@@ -443,6 +465,19 @@ def decode_descriptor(data, *, mode="strict", limits: Optional[Limits] = None) -
     ``limits`` bounds sizes and depths (:class:`~hurray_schema.limits.Limits`); a breach
     raises :class:`~hurray_schema.errors.LimitExceeded`.
     """
+    mode = _MODES.get(mode) or as_mode(mode)
+    if data.__class__ is bytes and limits is None:  # the common case, spelled out: it is on every read
+        compiled = _compiled_for(data[:FIXED_HEADER_SIZE])
+        if compiled is not None and compiled.checked is not None and compiled.fits_default:
+            length = compiled.length
+            if len(data) >= length:
+                desc = _decode_checked(compiled, data[:length], data)
+                if desc is not None:
+                    return desc
+    else:
+        desc = checked_descriptor(data, DEFAULT_LIMITS if limits is None else resolve_limits(limits))
+        if desc is not None:
+            return desc
     desc, _ = parse_descriptor(data, mode=mode, limits=limits)
     return check_semantics(desc, mode)
 

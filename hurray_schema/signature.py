@@ -25,6 +25,13 @@ from a descriptor that produced no finding, within the limits in use, and only w
 re-decoding that same input with the compiled function gives an equal descriptor, and only
 the second time its header is seen.
 
+Each compiled header also gets a *checked* decoder (:attr:`CompiledDecoder.checked`): the
+same unpacking into locals, then the semantic rules that can fire on that header as one
+expression -- each rule's fast form (``descriptor_rule(fast=...)``, read with a
+:class:`~hurray_schema.rules.descriptor.dispatch.Signature` of what the header fixes) or its
+check where it has none.  It returns the descriptor only when every rule passes; otherwise the
+general path decodes and reports, so the findings never come from generated code.
+
 Descriptors are immutable values, so a few bounded by-value tables spare repeated work
 (:data:`MAX_VALUES` entries each, emptied when full, so hostile input costs one entry per
 descriptor): :func:`decode_known` gives the object decoded the first time for the same
@@ -41,13 +48,17 @@ from typing import Callable, Optional
 import attrs
 
 from .limits import DEFAULT_LIMITS, Limits
-from .model import SCHEMES, TABLE_LAYOUTS, VALUE_CLASSES, ColumnMajorLayout, RowMajorLayout, TensorDescriptor
-from .rules.descriptor.dispatch import remember_passed
+from .model import (
+    SCHEMES, TABLE_LAYOUTS, VALUE_CLASSES, ColumnMajorLayout, DeviceTag, RowMajorLayout, TensorDescriptor,
+)
+from .rules.descriptor.dispatch import (
+    Signature, mark_passed, on_declare, passed, plain_buffers, plain_buffers_source, remember_passed, signature_pass_source,
+)
 from .structs._declare import plan
 from .structs.descriptor import CORE_PARTS, FIXED_HEADER, MAGIC, PARTS, SECTION_PARTS
 
 __all__ = ["CompiledDecoder", "compile_decoder", "lookup", "remember", "clear", "MAX_SIGNATURES", "slot_constructor",
-           "encoder_key", "compile_encoder", "encode", "decode_known", "MAX_VALUES", "MAX_VALUE_BYTES", "use_value_tables"]
+           "encoder_key", "compile_encoder", "encode", "decode_known", "decode_checked", "MAX_VALUES", "MAX_VALUE_BYTES", "use_value_tables"]
 
 MAX_SIGNATURES = 1024
 """Most headers remembered at once (seen, compiled or refused); the input picks the headers,
@@ -102,6 +113,13 @@ class CompiledDecoder:
     length: int
     rank: int
     buffer_count: int
+    checked: Optional[Callable] = attrs.field(default=None, repr=False)
+    """``checked(data) -> TensorDescriptor | None``: the descriptor ``decode`` gives, when every
+    semantic rule passes on it in strict mode; ``None`` when a guard differs, a handle is not
+    plain, the shape is empty where the compiled one was not (or the reverse), or some rule
+    would report (the general path then decodes and reports).  ``None`` itself where the
+    header admits no passing descriptor."""
+    checked_source: str = attrs.field(default="", repr=False)
     fits_default: bool = attrs.field(init=False)
     """Within :data:`~hurray_schema.limits.DEFAULT_LIMITS` (it may have been compiled under raised ones)."""
 
@@ -160,12 +178,16 @@ class _Source:
 
 
 _CONSTRUCTORS: dict = {}
+_AS_UNPACKED = (attrs.fields_dict(TensorDescriptor)["shape"].converter, bytes)
+"""Converters that give back what :mod:`struct` unpacks for their fields (a tuple of ints, a
+bytes): the compiled decoders pass those values as they are."""
 
 
 def _constructor(cls) -> Callable:
     made = _CONSTRUCTORS.get(cls)
     if made is None:
-        made = _CONSTRUCTORS[cls] = slot_constructor(cls)
+        trusted = frozenset(f.name for f in attrs.fields(cls) if f.converter in _AS_UNPACKED)
+        made = _CONSTRUCTORS[cls] = slot_constructor(cls, trusted)
     return made
 
 
@@ -224,7 +246,8 @@ def compile_decoder(desc: TensorDescriptor, length: int) -> CompiledDecoder:
     exprs[_LAYOUT.attribute] = _layout_expr(src, desc)
     src.guard(src.table(_BUFFER_TABLE.prefix)[_BUFFER_TABLE.prefix_field], len(desc.buffers))
     handle_class = VALUE_CLASSES[_BUFFER_TABLE.value_class]
-    handles = [src.construct(handle_class, src.table(_BUFFER_TABLE.decl)) for _ in desc.buffers]
+    handle_fields = [src.table(_BUFFER_TABLE.decl) for _ in desc.buffers]
+    handles = [src.construct(handle_class, fields) for fields in handle_fields]
     exprs[_BUFFER_TABLE.attribute] = "(" + "".join(h + ", " for h in handles) + ")"
     exprs[_QUANTIZATION.attribute] = _quantization_expr(src, desc)
     for attr, decl, cls in _SECTIONS:
@@ -236,11 +259,79 @@ def compile_decoder(desc: TensorDescriptor, length: int) -> CompiledDecoder:
     exprs.update(unparsed_flags="0", trailing="b''")
     args = [exprs[f.name] for f in attrs.fields(TensorDescriptor)]
     guard = f"    if {' or '.join(src.guards)}:\n        return None\n" if src.guards else ""
-    source = (f"def decode(data):\n    v = _unpack(data, {_HEADER_SIZE})\n{guard}"
-              f"    return _TD({', '.join(args)})\n")
+    head = f"def {{name}}(data):\n    v = _unpack(data, {_HEADER_SIZE})\n{guard}"
+    source = head.format(name="decode") + f"    return _TD({', '.join(args)})\n"
     namespace = dict(src.names, _TD=_NEW_DESCRIPTOR)
-    exec(compile(source, f"<hurray_schema signature {desc.layout.tag:#04x}/rank {desc.rank}>", "exec"), namespace)
-    return CompiledDecoder(namespace["decode"], source, length, desc.rank, len(desc.buffers))
+    where = f"<hurray_schema signature {desc.layout.tag:#04x}/rank {desc.rank}>"
+    exec(compile(source, where, "exec"), namespace)
+    checked_source = _checked_source(head.format(name="checked"), desc, exprs, handle_fields, namespace)
+    checked = None
+    if checked_source:
+        exec(compile(checked_source, where, "exec"), namespace)
+        checked = namespace["checked"]
+    return CompiledDecoder(namespace["decode"], source, length, desc.rank, len(desc.buffers), checked, checked_source)
+
+
+_HANDLE_CLASS = VALUE_CLASSES[_BUFFER_TABLE.value_class]
+_HANDLE_TAGS = {f.name: f.converter for f in attrs.fields(_HANDLE_CLASS) if f.converter is not None}
+_PLAIN_HANDLE_NAMES = {
+    "_new_plain_handle": slot_constructor(_HANDLE_CLASS, frozenset(_HANDLE_TAGS)),
+    "_DEVICE_TAGS": tuple(_HANDLE_TAGS["device_tag"](tag) for tag in range(int(max(DeviceTag)) + 1)),
+    **{f"_{name.upper()}_0": convert(0) for name, convert in _HANDLE_TAGS.items()},
+}
+"""What a handle the checked decoder keeps is built from: it is plain
+(:func:`~hurray_schema.rules.descriptor.dispatch.plain_buffers`), so its device is a named one
+and its sync mode and memory class are 0; the tags are the members the converters give."""
+
+
+def _plain_handle(fields: dict) -> str:
+    """The constructor call of a plain handle whose fields are the expressions ``fields``."""
+    args = []
+    for f in attrs.fields(_HANDLE_CLASS):
+        if f.name == "device_tag":
+            args.append(f"_DEVICE_TAGS[{fields[f.name]}]")
+        elif f.name in _HANDLE_TAGS:
+            args.append(f"_{f.name.upper()}_0")
+        else:
+            args.append(fields[f.name])
+    return f"_new_plain_handle({', '.join(args)})"
+
+
+def _checked_source(head: str, desc: TensorDescriptor, exprs: dict, handle_fields: list, namespace: dict) -> str:
+    """The source of :attr:`CompiledDecoder.checked`: the decode of ``decode`` into the locals
+    the rules' fast forms read (:data:`~hurray_schema.rules.descriptor.dispatch.FAST_LOCALS`),
+    then the plain-handle and empty-shape conditions the plan was chosen for, then the one
+    expression of the plan's rules (:func:`~hurray_schema.rules.descriptor.dispatch.signature_pass_source`).
+    Empty when the compiled descriptor's handles are not plain or no descriptor can pass."""
+    q = desc.quantization
+    sig = Signature(desc.layout.__class__, desc.rank, None if q is None else q.__class__,
+                    None if q is None else q.scheme_version, len(desc.buffers), int(desc.type_tag),
+                    frozenset(attr for attr, _, _ in _SECTIONS if getattr(desc, attr) is not None),
+                    0 in desc.shape)
+    if not plain_buffers(desc.buffers):
+        return ""
+    passes = signature_pass_source(sig)
+    if passes is None:
+        return ""
+    for name, obj in sig.names.items():
+        namespace[name] = obj
+    namespace.update(_PLAIN_HANDLE_NAMES)
+    locals_ = {"type_tag": exprs["type_tag"], "shape": exprs["shape"], "byte_offset": exprs["byte_offset"]}
+    lines = [f"    {name} = {expr}" for name, expr in locals_.items()]
+    empty = "0 in shape" if sig.empty else "0 not in shape"
+    lines.append(f"    if not ({plain_buffers_source(handle_fields)} and {empty}):\n        return None")
+    lines += [f"    h{i} = {_plain_handle(fields)}" for i, fields in enumerate(handle_fields)]
+    lines.append("    buffers = (" + "".join(f"h{i}, " for i in range(len(handle_fields))) + ")")
+    lines.append(f"    layout = {exprs[_LAYOUT.attribute]}")
+    lines.append(f"    q = {exprs[_QUANTIZATION.attribute]}")
+    lines += [f"    {attr} = {exprs[attr]}" for attr, _, _ in _SECTIONS]
+    by_local = dict({name: name for name in locals_}, buffers="buffers", layout="layout", quantization="q",
+                    **{attr: attr for attr, _, _ in _SECTIONS})
+    args = [by_local[name] if name in by_local else exprs[name] for name in (f.name for f in attrs.fields(TensorDescriptor))]
+    lines.append(f"    desc = _TD({', '.join(args)})")
+    lines.append(f"    if not ({passes}):\n        return None")
+    lines.append("    return desc")
+    return head + "\n".join(lines) + "\n"
 
 
 MAX_VALUES = 4096
@@ -282,6 +373,24 @@ def decode_known(compiled: "CompiledDecoder", key: bytes, data) -> Optional[Tens
             if len(_VALUES) >= MAX_VALUES:
                 _VALUES.clear()
             _VALUES[key] = desc
+    return desc
+
+
+def decode_checked(compiled: "CompiledDecoder", key: bytes, data) -> Optional[TensorDescriptor]:
+    """The descriptor of ``data`` (``key``: its exact bytes) when the decoder compiled for its
+    header finds every semantic rule passing (:attr:`CompiledDecoder.checked`), else None (the
+    caller takes the general path, which reports).  The object :func:`decode_known` keeps for
+    these bytes is returned when it passed before; one checked here is kept for the next time
+    (while the tables are on)."""
+    desc = _VALUES.get(key)
+    if desc is not None and passed(desc):
+        return desc
+    desc = compiled.checked(data)
+    if desc is not None and _TABLES_ON[0] and len(key) <= MAX_VALUE_BYTES:
+        if len(_VALUES) >= MAX_VALUES:
+            _VALUES.clear()
+        _VALUES[key] = desc
+        mark_passed(desc)
     return desc
 
 
@@ -333,6 +442,9 @@ def clear() -> None:
     _REFUSED.clear()
 
 
+on_declare(clear)  # a decoder compiled with the rules of a plan is stale once another rule is declared
+
+
 # --------------------------------------------------------------------------------------
 # Encoders compiled per descriptor shape
 # --------------------------------------------------------------------------------------
@@ -360,6 +472,13 @@ class _Packer:
         self.fmt = "<"
         self.args: list[str] = []
         self.guards: list[str] = []
+        self.bound: list[str] = []  # "name = expression" lines before the guards
+
+    def bind(self, expr: str) -> str:
+        """A local name for ``expr`` (a part of the descriptor whose fields are read several times)."""
+        name = f"o{len(self.bound)}"
+        self.bound.append(f"{name} = {expr}")
+        return name
 
     def table(self, decl, obj: str, constants: Optional[dict] = None, **context) -> None:
         """Append one declared table whose fields are read from ``obj`` (an expression)."""
@@ -409,10 +528,12 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
     for part in CORE_PARTS:
         p.table(part.decl, "d", rank=rank)
     if cls is not None:
-        p.table(_LAYOUT.tables[layout.tag], f"d.{_LAYOUT.attribute}", rank=rank)
+        p.table(_LAYOUT.tables[layout.tag], p.bind(f"d.{_LAYOUT.attribute}"), rank=rank)
     p.table(_BUFFER_TABLE.prefix, "d", {_BUFFER_TABLE.prefix_field: len(desc.buffers)})
+    if desc.buffers:
+        p.bound.append(f"({''.join(f'b{i}, ' for i in range(len(desc.buffers)))}) = d.{_BUFFER_TABLE.attribute}")
     for i in range(len(desc.buffers)):
-        p.table(_BUFFER_TABLE.decl, f"d.{_BUFFER_TABLE.attribute}[{i}]")
+        p.table(_BUFFER_TABLE.decl, f"b{i}")
     q = desc.quantization
     if q is not None:
         qcls = SCHEMES.get(getattr(q, "scheme", None))
@@ -423,16 +544,18 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
         if size is None:
             raise _NotCompilable("quantization table of variable size")
         p.table(_QUANTIZATION.prefix, "d", {_QUANTIZATION.prefix_field: size + len(q.padding)})
-        p.table(decl, f"d.{_QUANTIZATION.attribute}", {_QUANTIZATION.chosen_by: int(qcls.scheme)})
+        quantization = p.bind(f"d.{_QUANTIZATION.attribute}")
+        p.table(decl, quantization, {_QUANTIZATION.chosen_by: int(qcls.scheme)})
         if q.padding:
-            p.raw(f"{len(q.padding)}s", f"d.{_QUANTIZATION.attribute}.padding")
+            p.raw(f"{len(q.padding)}s", f"{quantization}.padding")
     for attr, decl, _ in _SECTIONS:
         if getattr(desc, attr) is not None:
-            p.table(decl, f"d.{attr}", rank=rank)
+            p.table(decl, p.bind(f"d.{attr}"), rank=rank)
     codec = struct.Struct(p.fmt)
     p.args = [str(codec.size) if a == repr(_LENGTH) else a for a in p.args]
     guards = " or ".join(["d.trailing"] + p.guards)
-    source = (f"def encode(d):\n    if {guards}:\n        return None\n    try:\n"
+    bound = "".join(f"    {line}\n" for line in p.bound)
+    source = (f"def encode(d):\n{bound}    if {guards}:\n        return None\n    try:\n"
               f"        return _pack({', '.join(p.args)})\n    except _error:\n        return None\n")
     namespace = {"_pack": codec.pack, "_error": (struct.error, OverflowError)}  # a float too large for "f"
     exec(compile(source, f"<hurray_schema encoder {layout.tag:#04x}/rank {rank}>", "exec"), namespace)
@@ -442,6 +565,7 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
 
 
 _ENCODERS: dict = {}  # encoder_key -> compiled encoder, or None where the general encoder is used
+_FUNCTION = type(lambda: None)
 
 
 def encode(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> bytes:
@@ -450,11 +574,13 @@ def encode(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes])
     through ``general``.  The bytes of the last :data:`MAX_VALUES` descriptor objects encoded
     are kept with them (a frozen value encodes to the same bytes every time; a descriptor
     written to several containers, or written right after it was read, is encoded once)."""
+    if not _TABLES_ON[0]:
+        return _encode_shape(desc, general)
     known = _ENCODED.get(id(desc))
     if known is not None and known[0] is desc:
         return known[1]
     data = _encode_shape(desc, general)
-    if _TABLES_ON[0] and len(data) <= MAX_VALUE_BYTES:
+    if len(data) <= MAX_VALUE_BYTES:
         if len(_ENCODED) >= MAX_VALUES:
             _ENCODED.clear()
         _ENCODED[id(desc)] = (desc, data)
@@ -464,6 +590,9 @@ def encode(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes])
 def _encode_shape(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> bytes:
     key = encoder_key(desc)
     encoder = _ENCODERS.get(key, _ENCODERS)
+    if encoder.__class__ is _FUNCTION:  # compiled: the common case first
+        data = encoder(desc)
+        return general(desc) if data is None else data
     if encoder is _ENCODERS:  # not seen yet, or only with values the general encoder rejected
         encoder = _compile_checked(desc, general)
         if encoder is not _ENCODERS:

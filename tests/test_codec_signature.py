@@ -373,3 +373,107 @@ def test_long_descriptors_are_not_remembered_by_value():
     assert wire not in signature._VALUES and decoded[-1] is not decoded[-2]
     assert not any(d is decoded[-1] for d in dispatch._PASSED.values())
     assert not any(data == wire for _, data in signature._ENCODED.values())
+
+
+# --------------------------------------------------------------------------------------
+# The checked decoder of a compiled header (rules' fast forms) against the general engine
+# --------------------------------------------------------------------------------------
+
+
+def _rule_cases():
+    from test_rules_descriptor import CASES
+
+    return CASES
+
+
+def _checked_agrees(wire: bytes) -> None:
+    for mode in ("strict", "permissive"):
+        want = _reference(wire, mode)
+        assert _decoded(wire, mode) == want
+        assert _decoded(memoryview(bytearray(wire)), mode) == want
+
+
+def _mutations(wire: bytes):
+    """Every byte after the fixed header set to a few values other than its own."""
+    for at in range(FIXED_HEADER_SIZE, len(wire)):
+        for value in {0x00, 0xFF, wire[at] ^ 0x01, wire[at] ^ 0x80}:
+            if value != wire[at]:
+                yield wire[:at] + bytes([value]) + wire[at + 1:]
+
+
+@pytest.mark.parametrize("tables", [True, False], ids=["tables on", "tables off"])
+def test_checked_decoders_agree_with_the_general_engine_on_every_rule_case(tables):
+    """For each rule's passing and firing descriptor: once its header is compiled, it
+    decodes -- or fails with the same rule, offset and message -- as the general decoder
+    followed by every rule, in both modes, again and again; with the tables off, so does
+    every one-byte change of the passing one (the fast forms met by values they were not
+    written from)."""
+    previous = signature.use_value_tables(tables)
+    try:
+        for rule_id, good, bad in _rule_cases():
+            for desc in (good, bad):
+                wire = encode_descriptor(desc)
+                signature.clear()
+                for _ in range(3):
+                    _checked_agrees(wire)
+            if not tables:
+                for variant in _mutations(encode_descriptor(good)):
+                    _checked_agrees(variant)
+    finally:
+        signature.use_value_tables(previous)
+
+
+def test_every_valid_rule_case_takes_the_checked_decoder():
+    """A valid descriptor under a compiled header is decoded and checked by the generated
+    code: the fast forms (or the checks they fall back to) let it through."""
+    taken = 0
+    for _, good, _bad in _rule_cases():
+        wire = encode_descriptor(good)
+        signature.clear()
+        parse_descriptor(wire)
+        parse_descriptor(wire)
+        compiled = signature.lookup(wire[:FIXED_HEADER_SIZE])
+        if compiled is None or compiled.checked is None:
+            assert compiled is None or not signature.plain_buffers(good.buffers)
+            continue
+        assert compiled.checked(wire) == good
+        assert _same_repr(compiled.checked(wire), _general(wire, "strict")[1])
+        taken += 1
+    assert taken > 40
+
+
+def test_a_checked_decoder_refuses_what_a_rule_refuses():
+    desc = _per_block()
+    wire = encode_descriptor(desc)
+    signature.clear()
+    parse_descriptor(wire)
+    parse_descriptor(wire)
+    compiled = signature.lookup(wire[:FIXED_HEADER_SIZE])
+    assert compiled.checked(wire) == desc
+    spans = dict((part, start) for part, start, _ in descriptor_spans(desc))
+    size_at = spans["buffer_table"] + static_offset(BUFFER_COUNT, "buffer_count") + 1  # buffer 0 byte_size
+    small = wire[:size_at] + struct.pack("<Q", 64) + wire[size_at + 8:]
+    assert compiled.checked(small) is None  # 64 bytes cannot hold 128x128 int4 values
+    assert _decoded(small, "strict") == _reference(small, "strict")
+    assert _decoded(small, "strict")[2] == "layout.dense.buffer_size"
+
+
+@SETTINGS
+@given(descriptors(), st.data())
+def test_checked_decoders_agree_on_generated_descriptors(desc, data):
+    """Generated descriptors (most break some rule) and one-byte changes of them, under a
+    compiled header, tables off: decode_descriptor gives the general engine's outcome."""
+    wire = encode_descriptor(desc)
+    previous = signature.use_value_tables(False)
+    try:
+        signature.clear()
+        for mode in ("strict", "permissive"):
+            for _ in range(3):
+                assert _decoded(wire, mode) == _reference(wire, mode)
+        if len(wire) > FIXED_HEADER_SIZE:
+            pos = data.draw(st.integers(FIXED_HEADER_SIZE, len(wire) - 1))
+            mutated = bytearray(wire)
+            mutated[pos] = data.draw(U8.filter(lambda v: v != mutated[pos]))
+            _checked_agrees(bytes(mutated))
+    finally:
+        signature.use_value_tables(previous)

@@ -34,14 +34,13 @@ from typing import Any, Callable, Iterator, Optional
 import attrs
 import crc32c
 
-from ..codec import known_length, parse_descriptor, peek_descriptor_length, remembered_descriptor
+from ..codec import checked_descriptor, known_length, parse_descriptor, peek_descriptor_length
 from ..errors import HurraySchemaError, SpecViolation
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import OPEN_COMPOSITE, SyncMode, TensorDescriptor
 from ..rules import container as container_rules
 from ..rules import structure as structure_rules
 from ..rules.descriptor import check_descriptor, first_error
-from ..rules.descriptor.dispatch import passed
 from ..rules.engine import Finding, Level, Mode, get_rule
 from ..structs._declare import plan, select, static_offset
 from ..structs.descriptor import FIXED_HEADER, FIXED_HEADER_SIZE
@@ -237,9 +236,9 @@ def strict_describer(*, mode: Mode, limits: Limits = DEFAULT_LIMITS, cross_machi
     one plain function (a reader calls it for every tensor)."""
 
     def describe(buf, base: int, depth: int) -> Part:
-        if buf.__class__ is bytes:  # a descriptor read, and found clean, before: the same object, no finding
-            desc = remembered_descriptor(buf, limits)
-            if desc is not None and passed(desc):
+        if buf.__class__ is bytes:  # under a header compiled before: decoded and checked by its generated code
+            desc = checked_descriptor(buf, limits)
+            if desc is not None:
                 if cross_machine:
                     _check_producer_synced(desc, base)
                 return _new_part(Part, (DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "", (), 0, depth))

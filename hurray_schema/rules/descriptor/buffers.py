@@ -16,10 +16,10 @@ from ...model import (
 )
 from ...structs.element_types import element_type_info
 from ..engine import Level
-from .dispatch import ALWAYS, Fact, When, descriptor_rule
+from .dispatch import ALWAYS, MINIMUM_ALIGNMENT, Fact, When, descriptor_rule
 from .sizes import (
-    DENSE_LAYOUTS, DENSE_TAGS, PAGED_LAYOUTS, data_handle, dynamic, power_of_two,
-    quantization_parameter_count, storage_bytes,
+    DENSE_LAYOUTS, DENSE_TAGS, PAGED_LAYOUTS, data_handle, dynamic, element_count_source, parameter_count_source,
+    power_of_two, quantization_parameter_count, storage_bytes, storage_source,
 )
 
 MUST, MUST_NOT = Level.MUST, Level.MUST_NOT
@@ -29,11 +29,12 @@ _LAST_NAMED_DEVICE = int(max(DeviceTag))
 _LAST_MEMORY_CLASS = int(max(MemoryClass))
 _LAST_SYNC_MODE = int(max(SyncMode))
 _INVALID = 0xFF
-_MINIMUM_ALIGNMENT = 64
+_MINIMUM_ALIGNMENT = MINIMUM_ALIGNMENT
 
 
 @descriptor_rule("metadata.buffer_count.minimum", MUST, "metadata.md § Buffer Table",
-                 "buffer_count is at least 1 for every layout but the composite head.", when=ALWAYS)
+                 "buffer_count is at least 1 for every layout but the composite head.", when=ALWAYS,
+                 fast=lambda s: issubclass(s.layout, (UnknownLayout, CompositeLayout)) or s.buffer_count > 0)
 def _count_min(desc, ctx):
     if isinstance(desc.layout, (UnknownLayout, CompositeLayout)):
         return
@@ -43,12 +44,20 @@ def _count_min(desc, ctx):
 
 @descriptor_rule("metadata.buffer_count.dense", MUST, "metadata.md § Buffer Table",
                  "A dense layout (0x01-0x05, 0x40) has exactly one buffer, plus the parameter buffers its "
-                 "quantization scheme requires.", when=When(layouts=DENSE_LAYOUTS))
+                 "quantization scheme requires.", when=When(layouts=DENSE_LAYOUTS),
+                 fast=lambda s: _count_dense_source(s))
 def _count_dense(desc, ctx):
     if desc.layout.tag in DENSE_TAGS and not isinstance(desc.quantization, UnknownQuantization):
         want = 1 + quantization_parameter_count(desc.quantization)
         if len(desc.buffers) != want:
             return f"buffer_count is {len(desc.buffers)}, expected {want}", ctx.buffer_count()
+
+
+def _count_dense_source(s):
+    if not issubclass(s.layout, DENSE_LAYOUTS) or s.scheme is UnknownQuantization:
+        return True
+    count = parameter_count_source(s)
+    return s.buffer_count == 1 + count if isinstance(count, int) else f"{s.buffer_count} == 1 + {count}"
 
 
 def _per_handle(field: str, bad: Callable[[int], bool], what: str):
@@ -195,7 +204,8 @@ def _dense_elements(desc) -> Optional[int]:
 @descriptor_rule("layout.dense.buffer_size", MUST, "layouts/row-major.md § Buffer Size",
                  "The data buffer of a row-major, column-major or tiled tensor holds byte_offset plus every "
                  "(padded) element; not checked while a dimension is dynamic.",
-                 when=When(layouts={RowMajorLayout, ColumnMajorLayout, TiledLayout}))
+                 when=When(layouts={RowMajorLayout, ColumnMajorLayout, TiledLayout}),
+                 fast=lambda s: _dense_size_source(s))
 def _dense_size(desc, ctx):
     h = data_handle(desc)
     if h is None or desc.layout.tag not in DENSE_TAGS:
@@ -206,6 +216,17 @@ def _dense_size(desc, ctx):
     need = storage_bytes(desc, n)
     if need is not None and desc.byte_offset + need > h.byte_size:
         return f"buffer 0 holds {h.byte_size} bytes, {desc.byte_offset + need} needed for {n} elements", ctx.buffer(0)
+
+
+def _dense_size_source(s):
+    if not s.buffer_count or not issubclass(s.layout, DENSE_LAYOUTS):
+        return True
+    if issubclass(s.layout, TiledLayout):
+        return None
+    if not issubclass(s.layout, (RowMajorLayout, ColumnMajorLayout)):
+        return True  # no element count is checked for the other dense layouts here
+    need = storage_source(s, element_count_source(s.rank))
+    return None if need is None else f"{DYNAMIC_DIMENSION} in shape or byte_offset + {need} <= h0.byte_size"
 
 
 @descriptor_rule("layout.strided.buffer_bounds", MUST, "layouts/strided.md § Element Address",
@@ -297,7 +318,7 @@ def _sparse_needs(desc) -> list[tuple[int, int, str, tuple]]:
 @descriptor_rule("layout.sparse.buffer_size", MUST, "layouts/coo.md § Buffer Size",
                  "Each buffer of a COO, CSR, CSC, CSF or block-paged tensor is large enough for the elements its "
                  "layout page assigns to it (values for nnz, index arrays, pointer arrays, page pool).",
-                 when=When(layouts=PAGED_LAYOUTS))
+                 when=When(layouts=PAGED_LAYOUTS), fast=lambda s: _sparse_size_source(s))
 def _sparse_size(desc, ctx):
     if not isinstance(desc.layout, PAGED_LAYOUTS):
         return
@@ -308,6 +329,29 @@ def _sparse_size(desc, ctx):
                 ctx.buffer(index)
 
 
+def _sparse_size_source(s):
+    """The needs of :func:`_sparse_needs` for COO, CSR and CSC (the others call the check)."""
+    if not issubclass(s.layout, PAGED_LAYOUTS):
+        return True
+    if not issubclass(s.layout, (CooLayout, CsrLayout, CscLayout)):
+        return None
+    values = storage_source(s, "layout.nnz")
+    if values is None:
+        return None
+    count, rank = s.buffer_count, s.rank
+    needs = [f"h0.byte_size >= {values}"] if count > 0 else []
+    if issubclass(s.layout, CooLayout):
+        if count > 1:
+            needs.append(f"h1.byte_size >= layout.nnz * {rank * _INDEX_BYTES}")
+    elif rank == 2:
+        if count > 1:
+            needs.append(f"h1.byte_size >= layout.nnz * {_INDEX_BYTES}")
+        axis = 0 if issubclass(s.layout, CsrLayout) else 1
+        if count > 2:
+            needs.append(f"(shape[{axis}] == {DYNAMIC_DIMENSION} or h2.byte_size >= (shape[{axis}] + 1) * {_INDEX_BYTES})")
+    return " and ".join(needs) or True
+
+
 _NOT_EMPTIED = (MortonLayout, UnknownLayout, ExtensionLayout, BlockPagedLayout, CompositeLayout)
 """Layouts whose buffer 0 keeps its size for an empty shape (a Morton page is always whole; a
 page pool is sized by pages; a head owns no buffer; private layouts are opaque)."""
@@ -316,7 +360,9 @@ page pool is sized by pages; a head owns no buffer; private layouts are opaque).
 @descriptor_rule("adr007.empty.data_buffer_size", MUST, "ADR-007 § Decision (4, 7)",
                  "The data buffer of an empty tensor (a dimension is 0) has byte_size 0 -- sub-byte types "
                  "included, with no partial trailing byte; for sparse layouts this is the values buffer.",
-                 when=When(facts={Fact.EMPTY}))
+                 when=When(facts={Fact.EMPTY}),
+                 fast=lambda s: not s.buffer_count or not s.empty or issubclass(s.layout, _NOT_EMPTIED)
+                 or "h0.byte_size == 0")
 def _empty_size(desc, ctx):
     h = data_handle(desc)
     if h is None or not desc.is_empty or h.byte_size == 0:

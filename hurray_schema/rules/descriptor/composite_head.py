@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+import attrs
+
 from ...model import CombineOp, CompositeLayout, CompositionRule, DescriptorFlag
 from ..engine import Level
 from .dispatch import When, descriptor_rule
@@ -27,6 +29,11 @@ _NO_OP = int(CombineOp.NONE)
 _OVERLAY_OPS = frozenset({int(CombineOp.REPLACE), int(CombineOp.ADD)})
 
 
+def _on_head(form):
+    """A fast form: the rule passes on every layout but a head; on a head, ``form(signature)``."""
+    return lambda s: s.layout is not CompositeLayout or form(s)
+
+
 def _head(desc) -> Optional[CompositeLayout]:
     return desc.layout if isinstance(desc.layout, CompositeLayout) else None
 
@@ -37,35 +44,38 @@ def _reserved_rule(rule: int) -> bool:
 
 
 @descriptor_rule("composite.head.buffer_count_zero", MUST, HEAD_REF, "A composite head has buffer_count 0.",
-                 scope=_SCOPE, when=_HEAD)
+                 scope=_SCOPE, when=_HEAD, fast=_on_head(lambda s: s.buffer_count == 0))
 def _head_buffers(desc, ctx):
     if _head(desc) and desc.buffers:
         return f"composite head has buffer_count {len(desc.buffers)}", ctx.buffer_count()
 
 
 @descriptor_rule("composite.head.byte_offset_zero", MUST, HEAD_REF, "A composite head has byte_offset 0.",
-                 scope=_SCOPE, when=_HEAD)
+                 scope=_SCOPE, when=_HEAD, fast=_on_head(lambda s: "byte_offset == 0"))
 def _head_offset(desc, ctx):
     if _head(desc) and desc.byte_offset:
         return f"composite head has byte_offset {desc.byte_offset}", ctx.byte_offset()
 
 
 @descriptor_rule("composite.head.no_member_section", MUST_NOT, HEAD_REF,
-                 "A composite head does not set HAS_COMPOSITE_MEMBER.", scope=_SCOPE, when=_HEAD)
+                 "A composite head does not set HAS_COMPOSITE_MEMBER.", scope=_SCOPE, when=_HEAD,
+                 fast=_on_head(lambda s: not s.has("composite_member")))  # unparsed_flags are 0 there
 def _head_member(desc, ctx):
     if _head(desc) and (desc.composite_member is not None or desc.unparsed_flags & _HAS_COMPOSITE_MEMBER):
         return "composite head sets HAS_COMPOSITE_MEMBER", ctx.header("flags")
 
 
 @descriptor_rule("composite.head.no_quantization", MUST_NOT, HEAD_REF,
-                 "A composite head does not set HAS_QUANTIZATION.", scope=_SCOPE, when=_HEAD)
+                 "A composite head does not set HAS_QUANTIZATION.", scope=_SCOPE, when=_HEAD,
+                 fast=_on_head(lambda s: s.scheme is None))
 def _head_quant(desc, ctx):
     if _head(desc) and desc.quantization is not None:
         return "composite head sets HAS_QUANTIZATION", ctx.header("flags")
 
 
 @descriptor_rule("composite.head.rule_reserved", MUST, FIELDS_REF,
-                 "composition_rule 0x00, 0xFF and 0x04-0xEF are rejected.", scope=_SCOPE, when=_HEAD)
+                 "composition_rule 0x00, 0xFF and 0x04-0xEF are rejected.", scope=_SCOPE, when=_HEAD,
+                 fast=_on_head(lambda s: f"0 < layout.composition_rule <= {_LAST_ASSIGNED_RULE}"))
 def _head_rule(desc, ctx):
     h = _head(desc)
     if h and _reserved_rule(h.composition_rule):
@@ -74,7 +84,8 @@ def _head_rule(desc, ctx):
 
 @descriptor_rule("composite.head.rule_private", MUST, FIELDS_REF,
                  "A private composition_rule (0xF0-0xFE) is rejected unless permissive with an out-of-band "
-                 "agreement.", scope=_SCOPE, permissive=True, when=_HEAD)
+                 "agreement.", scope=_SCOPE, permissive=True, when=_HEAD,
+                 fast=_on_head(lambda s: f"layout.composition_rule <= {_LAST_ASSIGNED_RULE}"))
 def _head_private(desc, ctx):
     h = _head(desc)
     if h and h.composition_rule > _LAST_ASSIGNED_RULE and is_private_tag(h.composition_rule):
@@ -82,7 +93,10 @@ def _head_private(desc, ctx):
 
 
 @descriptor_rule("composite.head.combine_op", MUST, FIELDS_REF,
-                 "combine_op is 0x00 for partition and group, 0x01 or 0x02 for overlay.", scope=_SCOPE, when=_HEAD)
+                 "combine_op is 0x00 for partition and group, 0x01 or 0x02 for overlay.", scope=_SCOPE, when=_HEAD,
+                 fast=_on_head(lambda s: f"(layout.combine_op == {_NO_OP} if layout.composition_rule in "
+                               f"{s.const(_NO_COMBINE)} else layout.composition_rule == {_OVERLAY} and "
+                               f"layout.combine_op in {s.const(_OVERLAY_OPS)})"))
 def _head_combine(desc, ctx):
     h = _head(desc)
     if not h:
@@ -95,7 +109,8 @@ def _head_combine(desc, ctx):
 
 
 @descriptor_rule("composite.head.reserved", MUST, FIELDS_REF, "The head's _reserved bytes are zero.",
-                 scope=_SCOPE, when=_HEAD)
+                 scope=_SCOPE, when=_HEAD,
+                 fast=_on_head(lambda s: f"layout._reserved == {bytes(len(attrs.fields_dict(CompositeLayout)['_reserved'].default))!r}"))
 def _head_reserved(desc, ctx):
     h = _head(desc)
     if h and any(h._reserved):
@@ -104,7 +119,7 @@ def _head_reserved(desc, ctx):
 
 @descriptor_rule("composite.head.open_sentinel", MUST, FIELDS_REF,
                  "member_count 0xFFFFFFFF (open composite, reserved for a future version) is rejected.",
-                 scope=_SCOPE, when=_HEAD)
+                 scope=_SCOPE, when=_HEAD, fast=_on_head(lambda s: f"layout.member_count != {_OPEN_COMPOSITE}"))
 def _head_open(desc, ctx):
     h = _head(desc)
     if h and h.member_count == _OPEN_COMPOSITE:

@@ -3,7 +3,7 @@ dimensions) and ``metadata.md`` (§ Flags, § byte_offset)."""
 
 from __future__ import annotations
 
-from ...model import DYNAMIC_DIMENSION, CompositeLayout, RowMajorLayout
+from ...model import DYNAMIC_DIMENSION, CompositeLayout, ExtensionLayout, RowMajorLayout, UnknownLayout
 from ...structs import sections as section_tables
 from ...structs.element_types import is_private_type
 from ..engine import Level
@@ -15,7 +15,9 @@ _DYNAMIC = DYNAMIC_DIMENSION
 
 @descriptor_rule("data_model.scalar.layout", Level.MUST_NOT, "data-model.md § Scalar Tensors",
                  "A rank-0 tensor uses the row-major layout only (no strided, tiled, sparse or other layout).",
-                 when=When(facts={Fact.SCALAR}))
+                 when=When(facts={Fact.SCALAR}),
+                 fast=lambda s: s.rank != 0 or issubclass(s.layout, (RowMajorLayout, CompositeLayout, UnknownLayout,
+                                                                      ExtensionLayout)))
 def _scalar_layout(desc, ctx):
     if desc.rank == 0 and known_layout(desc) and not isinstance(desc.layout, (RowMajorLayout, CompositeLayout)):
         return f"a scalar (rank 0) tensor carries layout 0x{desc.layout.tag:02X}; only row-major (0x01) is allowed", \
@@ -24,7 +26,8 @@ def _scalar_layout(desc, ctx):
 
 @descriptor_rule("data_model.shard.dynamic", Level.MUST_NOT, "data-model.md § Dynamic Dimensions",
                  "A tensor with a shard section has no dynamic dimension, in its shape or in the shard's "
-                 "parent_shape.", when=When(facts={Fact.SHARD}))
+                 "parent_shape.", when=When(facts={Fact.SHARD}),
+                 fast=lambda s: not s.has("shard") or f"{_DYNAMIC} not in shape and {_DYNAMIC} not in shard.parent_shape")
 def _shard_dynamic(desc, ctx):
     if desc.shard is None or (_DYNAMIC not in desc.shape and _DYNAMIC not in desc.shard.parent_shape):
         return
@@ -39,7 +42,8 @@ def _shard_dynamic(desc, ctx):
 
 @descriptor_rule("metadata.flags.extension_type", Level.MUST, "metadata.md § Flags",
                  "HAS_EXTENSION_TYPE is set if and only if type_tag is a private type (0xF0-0xFE).",
-                 when=When(facts={Fact.PRIVATE_TYPE, Fact.EXTENSION_TYPE}))
+                 when=When(facts={Fact.PRIVATE_TYPE, Fact.EXTENSION_TYPE}),
+                 fast=lambda s: is_private_type(s.type_tag) == s.has("extension_type"))  # unparsed_flags are 0 there
 def _ext_flag(desc, ctx):
     private = is_private_type(desc.type_tag)
     if private and desc.extension_type is None and not desc.unparsed_flags:
@@ -49,7 +53,8 @@ def _ext_flag(desc, ctx):
 
 
 @descriptor_rule("metadata.byte_offset.bounds", Level.MUST, "metadata.md § byte_offset",
-                 "byte_offset is at most the byte size of buffer 0.", when=ALWAYS)
+                 "byte_offset is at most the byte size of buffer 0.", when=ALWAYS,
+                 fast=lambda s: not s.buffer_count or "byte_offset <= h0.byte_size")
 def _byte_offset_bounds(desc, ctx):
     h = data_handle(desc)
     if h is not None and desc.byte_offset > h.byte_size:

@@ -12,6 +12,9 @@
 * :func:`check_descriptor` / :func:`first_error` -- run the rules that can fire on a
   descriptor, in declaration order.  The list of those rules (its *plan*) is built from
   the ``when`` declarations once per combination of the facts it depends on.
+* :class:`Signature` / :func:`signature_pass_source` -- the rules of one compiled header as
+  one expression, from each rule's optional ``fast`` form (for the checked decoders of
+  :mod:`hurray_schema.signature`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Callable, Iterator, Optional
 import attrs
 
 from ...model import (
-    DeviceTag, ExtensionLayout, LayoutTag, TensorDescriptor, TiledLayout, UnknownLayout, UnknownQuantization,
+    BufferHandle, DeviceTag, ExtensionLayout, LayoutTag, TensorDescriptor, TiledLayout, UnknownLayout, UnknownQuantization,
 )
 from ...structs import layouts as layout_tables
 from ...structs import quantization as quantization_tables
@@ -36,7 +39,8 @@ from ..engine import Finding, Level, Mode, Rule, as_mode, declare
 
 __all__ = [
     "Fact", "When", "ALWAYS", "descriptor_rule", "DESCRIPTOR_RULES", "DescriptorContext", "check_descriptor",
-    "first_error", "passed",
+    "first_error", "passed", "Signature", "FAST_LOCALS", "signature_pass_source", "plain_buffers_source",
+    "mark_passed", "on_declare", "plain_buffers",
 ]
 
 
@@ -110,6 +114,12 @@ _RAW: dict[str, Callable] = {}
 _PREDICATES: dict[str, Callable] = {}
 """Rule id -> its check as declared (returning its finding or None, or yielding findings)."""
 
+_FAST: dict[str, Callable] = {}
+"""Rule id -> its fast form (see :class:`Signature`), for the rules that declare one."""
+
+_ON_DECLARE: list[Callable[[], None]] = []
+"""Called after each declaration: what was generated from the rules so far is stale."""
+
 _PLANS: dict = {}
 """Facts key (:func:`_rules_for`) -> :class:`_Plan`: the ``(rule, raw check)`` pairs that
 can fire and the function that says whether all of them pass; emptied by each declaration."""
@@ -141,6 +151,20 @@ def passed(desc: TensorDescriptor) -> bool:
     return _PASSED.get(id(desc)) is desc
 
 
+def mark_passed(desc: TensorDescriptor) -> None:
+    """Remember that ``desc`` passes every rule in strict mode (the decoder generated per header
+    checked it), as :func:`first_error` would have, when the table is on."""
+    if _REMEMBER_PASSED[0] and _small(desc):
+        if len(_PASSED) >= MAX_PASSED:
+            _PASSED.clear()
+        _PASSED[id(desc)] = desc
+
+
+def on_declare(hook: Callable[[], None]) -> None:
+    """Call ``hook()`` after every later rule declaration (code generated from the rules is then stale)."""
+    _ON_DECLARE.append(hook)
+
+
 def remember_passed(enabled: bool) -> bool:
     """Whether :func:`first_error` remembers the descriptor objects that passed (emptying
     the table); returns the previous setting.  Off, every call runs the rules."""
@@ -151,13 +175,16 @@ def remember_passed(enabled: bool) -> bool:
 
 
 def descriptor_rule(id: str, level: Level, citation: str, summary: str, *, when: When, scope: str = "descriptor",
-                    permissive: bool = False):
+                    permissive: bool = False, fast: Optional[Callable] = None):
     """Declare a descriptor rule that can fire only on the descriptors ``when`` describes.
 
     Its check is ``check(desc, ctx)``, written one of two ways: a rule with at most one
     finding *returns* ``(message, offset)`` when it fires and ``None`` when it passes (a
     plain predicate: what the compiled plans of :func:`first_error` call); a rule that can
-    report several findings (one per buffer handle, per tiling level) *yields* them."""
+    report several findings (one per buffer handle, per tiling level) *yields* them.
+
+    ``fast(signature)`` (optional) states the same check for the descriptors of one compiled
+    header as source text, for the decoder generated per header (:class:`Signature`)."""
     if not isinstance(when, When):
         raise TypeError(f"rule {id!r}: when= takes a When, not {when!r}")
 
@@ -175,8 +202,14 @@ def descriptor_rule(id: str, level: Level, citation: str, summary: str, *, when:
         DESCRIPTOR_RULES.append(rule)
         _RAW[id] = raw
         _PREDICATES[id] = fn
+        if fast is not None:
+            _FAST[id] = fast
+        else:
+            _FAST.pop(id, None)
         _PLANS.clear()
         _PASSED.clear()
+        for hook in _ON_DECLARE:
+            hook()
         return rule
 
     return wrap
@@ -323,19 +356,50 @@ class DescriptorContext:
 _LAST_NAMED_DEVICE = int(max(DeviceTag))
 
 
-def _plain_buffers(handles) -> bool:
-    """True when no rule on the handles' own fields can fire: every handle is a
-    CPU-or-named-device, producer-synced, STANDARD-memory handle with a valid alignment and
-    zero reserved byte, all on one device."""
+MINIMUM_ALIGNMENT = 64
+"""Least alignment of a non-empty buffer (``buffer-protocol.md § Buffer Handle``)."""
+_UNUSUAL_HANDLE = ("{h[device_tag]} != {first[device_tag]} or {h[sync_mode]} or {h[memory_class]} or {h[_reserved]}"
+                   " or {first[device_tag]} > {last} or {h[alignment]} <= 0 or {h[alignment]} & ({h[alignment]} - 1)"
+                   " or ({h[alignment]} < {minimum} and {h[byte_size]})")
+"""True for a handle ``h`` on which a rule on the handles' own fields could fire: not CPU or a
+named device, not producer-synced, not STANDARD memory, a non-zero reserved byte, an alignment
+that is no power of two or is below 64 for a non-empty buffer, or another device than the
+first handle ``first``.  One text for :func:`_plain_buffers` and :func:`plain_buffers_source`
+(``h`` and ``first`` map each field name to the expression of its value)."""
+
+
+def _unusual(h: dict, first: dict) -> str:
+    return _UNUSUAL_HANDLE.format(h=h, first=first, last=_LAST_NAMED_DEVICE, minimum=MINIMUM_ALIGNMENT)
+
+
+def _attributes_of(name: str) -> dict:
+    return {f.name: f"{name}.{f.name}" for f in attrs.fields(BufferHandle)}
+
+
+def _make_plain_buffers() -> Callable:
+    unusual = _unusual(_attributes_of("h"), _attributes_of("first"))
+    source = ("def _plain_buffers(handles):\n    if not handles:\n        return True\n    first = handles[0]\n"
+              f"    for h in handles:\n        if {unusual}:\n            return False\n"
+              "    return True\n")
+    namespace: dict = {}
+    exec(compile(source, "<hurray_schema plain buffers>", "exec"), namespace)
+    return namespace["_plain_buffers"]
+
+
+_plain_buffers = _make_plain_buffers()
+"""``_plain_buffers(handles)``: True when no rule on the handles' own fields can fire (no
+handle is :data:`_UNUSUAL_HANDLE`), so that the plan leaves those rules out."""
+
+
+plain_buffers = _plain_buffers
+
+
+def plain_buffers_source(handles: list) -> str:
+    """:func:`_plain_buffers` as one expression over the handles' fields (``handles``: for each
+    handle, field name -> the expression of its value)."""
     if not handles:
-        return True
-    device = handles[0].device_tag
-    for h in handles:
-        a = h.alignment
-        if (h.device_tag != device or h.sync_mode or h.memory_class or h._reserved or device > _LAST_NAMED_DEVICE
-                or a <= 0 or a & (a - 1) or (a < 64 and h.byte_size)):
-            return False
-    return True
+        return "True"
+    return " and ".join(f"not ({_unusual(h, handles[0])})" for h in handles)
 
 
 _FACT_SLOTS = (Fact.UNUSUAL_BUFFERS, Fact.STATISTICS, Fact.EXTENSION_TYPE, Fact.COMPOSITE_MEMBER, Fact.SHARD,
@@ -434,3 +498,85 @@ def first_error(desc: TensorDescriptor, mode="strict", *, base: int = 0) -> Opti
             _PASSED.clear()
         _PASSED[id(desc)] = desc
     return None
+
+
+# ------------------------------------------------------------------------------------
+# The rules of one compiled header, as source text
+# ------------------------------------------------------------------------------------
+
+FAST_LOCALS = ("desc", "type_tag", "shape", "byte_offset", "buffers", "layout", "q", "shard", "statistics",
+               "extension_type", "composite_member")
+"""The names a fast form's expression reads, besides ``h0`` ... (the buffer handles): the
+descriptor, its fields, ``q`` its quantization, each section by its attribute name."""
+
+
+@attrs.frozen(slots=True)
+class Signature:
+    """What every descriptor decoded under one compiled header shares
+    (:mod:`hurray_schema.signature`): the fixed header fixes the element type, rank, layout
+    and which sections follow; the compiled decoder guards buffer_count, the scheme and its
+    version; every handle is plain (:func:`_plain_buffers`) and ``empty`` says whether a
+    dimension is 0.  Nothing else: every field value may be anything.
+
+    A rule's ``fast(signature)`` answers for those descriptors with ``True`` (the rule cannot
+    fire on any of them), ``None`` (no fast form: its check is called) or the source of an
+    expression over :data:`FAST_LOCALS` and ``h0`` ... that is true only if the rule passes.
+    A false expression is not a finding: the rule's own check is called then, and any
+    finding sends the descriptor to the general engine, which reports it.  Objects the
+    expression needs are named with :meth:`const`.
+    """
+
+    layout: type
+    rank: int
+    scheme: Optional[type]
+    scheme_version: Optional[int]
+    buffer_count: int
+    type_tag: int
+    sections: frozenset
+    empty: bool
+    names: dict = attrs.field(factory=dict, eq=False, repr=False)
+
+    def const(self, obj) -> str:
+        """A name the generated code reads ``obj`` by."""
+        for name, known in self.names.items():
+            if known is obj:
+                return name
+        name = f"_k{len(self.names)}"
+        self.names[name] = obj
+        return name
+
+    def has(self, section: str) -> bool:
+        return section in self.sections
+
+
+def _returns_nothing(check: Callable, desc: TensorDescriptor) -> bool:
+    return check(desc, DescriptorContext(desc)) is None
+
+
+def _yields_nothing(check: Callable, desc: TensorDescriptor) -> bool:
+    return next(iter(check(desc, DescriptorContext(desc))), None) is None
+
+
+def signature_pass_source(sig: Signature) -> Optional[str]:
+    """One expression, true only when no rule that can fire on the descriptors of ``sig``
+    reports anything in strict mode (so in either mode): each rule's fast form, or its
+    check called when it has none or the fast form says no.  ``None`` when some rule fires
+    on every such descriptor.  The names it reads are added to ``sig.names``."""
+    facts = {Fact.STATISTICS: sig.has("statistics"), Fact.EXTENSION_TYPE: sig.has("extension_type"),
+             Fact.COMPOSITE_MEMBER: sig.has("composite_member"), Fact.SHARD: sig.has("shard"),
+             Fact.SCALAR: sig.rank == 0, Fact.EMPTY: sig.empty, Fact.PRIVATE_TYPE: is_private_type(sig.type_tag),
+             Fact.UNUSUAL_BUFFERS: False}
+    key = (sig.layout.tag, sig.scheme, *(facts[fact] for fact in _FACT_SLOTS))
+    parts = []
+    for rule, _ in _plan_for(key).pairs:
+        fast = _FAST.get(rule.id)
+        form = fast(sig) if fast is not None else None
+        if form is True:
+            continue
+        if form is False:
+            return None
+        check = _PREDICATES[rule.id]
+        alone = _yields_nothing if inspect.isgeneratorfunction(check) else _returns_nothing
+        call = f"{sig.const(alone)}({sig.const(check)}, desc)"
+        parts.append(call if form is None else f"({form} or {call})")
+    return " and ".join(parts) if parts else "True"

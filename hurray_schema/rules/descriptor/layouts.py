@@ -8,15 +8,18 @@ applies to in its ``when``.  The buffer-size rules of the layouts are in
 
 from __future__ import annotations
 
+import operator
 from typing import Callable
+
+import attrs
 
 from ...model import (
     DYNAMIC_DIMENSION, BlockPagedLayout, CooLayout, CscLayout, CsfLayout, CsrLayout, HilbertLayout, LayoutTag,
-    MortonLayout, PerBlockAffine, TensorDescriptor, TiledLayout,
+    MortonLayout, PerBlockAffine, TiledLayout,
 )
 from ..engine import Level
 from .dispatch import Fact, When, descriptor_rule
-from .sizes import quantization_parameter_count
+from .sizes import parameter_count_source, quantization_parameter_count
 
 MUST, MUST_NOT = Level.MUST, Level.MUST_NOT
 _DYNAMIC = DYNAMIC_DIMENSION
@@ -35,7 +38,7 @@ def _byte_offset_zero(layout_cls, page: str, name: str):
         f"layouts/{page}.md § Buffer Size"
 
     @descriptor_rule(f"layout.{name}.byte_offset", MUST, citation, f"A {_words(name)} tensor has byte_offset 0.",
-                     when=When(layouts={layout_cls}))
+                     when=When(layouts={layout_cls}), fast=lambda s: s.layout is not layout_cls or "byte_offset == 0")
     def check(desc, ctx):
         if isinstance(desc.layout, layout_cls) and desc.byte_offset != 0:
             return f"byte_offset is {desc.byte_offset}, not 0, for a {_words(name)} tensor", ctx.byte_offset()
@@ -46,7 +49,8 @@ def _byte_offset_zero(layout_cls, page: str, name: str):
 def _reserved_zero(layout_cls, page: str, name: str):
     @descriptor_rule(f"layout.{name}.reserved", MUST, f"layouts/{page}.md § Additional Descriptor Fields",
                      f"The _reserved bytes of the {_words(name)} layout fields are zero.",
-                     when=When(layouts={layout_cls}))
+                     when=When(layouts={layout_cls}), fast=lambda s: s.layout is not layout_cls
+                     or f"layout._reserved == {bytes(len(attrs.fields_dict(layout_cls)['_reserved'].default))!r}")
     def check(desc, ctx):
         if isinstance(desc.layout, layout_cls) and any(desc.layout._reserved):
             return f"{_words(name)} _reserved bytes are {desc.layout._reserved.hex()}", ctx.layout("_reserved")
@@ -54,14 +58,27 @@ def _reserved_zero(layout_cls, page: str, name: str):
     return check
 
 
-def _buffer_count_exact(layout_cls, page: str, name: str, base: Callable[[TensorDescriptor], int], words: str):
+_RELATIONS = {"==": operator.eq, ">=": operator.ge}
+
+
+def _count_source(count: int, relation: str, base: int, s):
+    """``count <relation> base + the scheme's parameter buffers`` under ``s``: a bool, or source."""
+    params = parameter_count_source(s)
+    if isinstance(params, int):
+        return _RELATIONS[relation](count, base + params)
+    return f"{count} {relation} {base} + {params}"
+
+
+def _buffer_count_exact(layout_cls, page: str, name: str, base: Callable[[int], int], words: str):
+    """``base(rank)``: the buffers the layout itself uses."""
     @descriptor_rule(f"layout.{name}.buffer_count", MUST, f"layouts/{page}.md § Buffer Table",
                      f"A {_words(name)} descriptor has buffer_count {words} (plus the quantization-parameter "
-                     "buffers of its scheme, if quantized).", when=When(layouts={layout_cls}))
+                     "buffers of its scheme, if quantized).", when=When(layouts={layout_cls}),
+                     fast=lambda s: s.layout is not layout_cls or _count_source(s.buffer_count, "==", base(s.rank), s))
     def check(desc, ctx):
         if not isinstance(desc.layout, layout_cls):
             return
-        want = base(desc) + quantization_parameter_count(desc.quantization)
+        want = base(desc.rank) + quantization_parameter_count(desc.quantization)
         if len(desc.buffers) != want:
             return f"buffer_count is {len(desc.buffers)}, expected {want}", ctx.buffer_count()
 
@@ -70,7 +87,8 @@ def _buffer_count_exact(layout_cls, page: str, name: str, base: Callable[[Tensor
 
 def _rank_rule(layout_cls, page: str, name: str, ok: Callable[[int], bool], words: str, section: str = "Description"):
     @descriptor_rule(f"layout.{name}.rank", MUST, f"layouts/{page}.md § {section}",
-                     f"A {_words(name)} tensor has rank {words}.", when=When(layouts={layout_cls}))
+                     f"A {_words(name)} tensor has rank {words}.", when=When(layouts={layout_cls}),
+                     fast=lambda s: s.layout is not layout_cls or ok(s.rank))
     def check(desc, ctx):
         if isinstance(desc.layout, layout_cls) and not ok(desc.rank):
             return f"{_words(name)} tensor of rank {desc.rank}; rank {words} required", ctx.header("rank")
@@ -81,7 +99,8 @@ def _rank_rule(layout_cls, page: str, name: str, ok: Callable[[int], bool], word
 def _no_shard(layout_cls, page: str, name: str):
     @descriptor_rule(f"layout.{name}.shard", MUST_NOT, f"layouts/{page}.md § Sharding",
                      f"A {_words(name)} tensor carries no shard section in this version.",
-                     when=When(layouts={layout_cls}, facts={Fact.SHARD}))
+                     when=When(layouts={layout_cls}, facts={Fact.SHARD}),
+                     fast=lambda s: s.layout is not layout_cls or not s.has("shard"))
     def check(desc, ctx):
         if isinstance(desc.layout, layout_cls) and desc.shard is not None:
             return f"a {_words(name)} tensor carries a shard section", ctx.part("shard")
@@ -147,7 +166,8 @@ _MORTON = When(layouts={MortonLayout})
 
 
 @descriptor_rule("layout.morton.bits", MUST, "layouts/morton.md § Additional Descriptor Fields",
-                 "Every morton_bits value is greater than 0.", when=_MORTON)
+                 "Every morton_bits value is greater than 0.", when=_MORTON,
+                 fast=lambda s: s.layout is not MortonLayout or "0 not in layout.morton_bits")
 def _morton_bits(desc, ctx):
     if isinstance(desc.layout, MortonLayout):
         for k, b in enumerate(desc.layout.morton_bits):
@@ -176,10 +196,10 @@ _byte_offset_zero(CsrLayout, "csr", "csr")
 _byte_offset_zero(CscLayout, "csc", "csc")
 _byte_offset_zero(CsfLayout, "csf", "csf")
 _byte_offset_zero(BlockPagedLayout, "block-paged", "block_paged")
-_buffer_count_exact(CooLayout, "coo", "coo", lambda d: 2, "2")
-_buffer_count_exact(CsrLayout, "csr", "csr", lambda d: 3, "3")
-_buffer_count_exact(CscLayout, "csc", "csc", lambda d: 3, "3")
-_buffer_count_exact(CsfLayout, "csf", "csf", lambda d: 2 * d.rank + 1, "2*rank+1")
+_buffer_count_exact(CooLayout, "coo", "coo", lambda rank: 2, "2")
+_buffer_count_exact(CsrLayout, "csr", "csr", lambda rank: 3, "3")
+_buffer_count_exact(CscLayout, "csc", "csc", lambda rank: 3, "3")
+_buffer_count_exact(CsfLayout, "csf", "csf", lambda rank: 2 * rank + 1, "2*rank+1")
 _rank_rule(CsrLayout, "csr", "csr", lambda r: r == 2, "2")
 _rank_rule(CscLayout, "csc", "csc", lambda r: r == 2, "2")
 _rank_rule(CsfLayout, "csf", "csf", lambda r: r >= 3, ">= 3")
@@ -202,14 +222,16 @@ def _csf_mode_order(desc, ctx):
 
 
 @descriptor_rule("layout.block_paged.paged_axis", MUST, "layouts/block-paged.md § Additional Descriptor Fields",
-                 "paged_axis is 0 in this version.", when=_PAGED)
+                 "paged_axis is 0 in this version.", when=_PAGED,
+                 fast=lambda s: s.layout is not BlockPagedLayout or "layout.paged_axis == 0")
 def _paged_axis(desc, ctx):
     if isinstance(desc.layout, BlockPagedLayout) and desc.layout.paged_axis != 0:
         return f"paged_axis is {desc.layout.paged_axis}, not 0", ctx.layout("paged_axis")
 
 
 @descriptor_rule("layout.block_paged.page_size", MUST, "layouts/block-paged.md § Additional Descriptor Fields",
-                 "page_size is at least 1.", when=_PAGED)
+                 "page_size is at least 1.", when=_PAGED,
+                 fast=lambda s: s.layout is not BlockPagedLayout or "layout.page_size >= 1")
 def _page_size(desc, ctx):
     if isinstance(desc.layout, BlockPagedLayout) and desc.layout.page_size < 1:
         return "page_size is 0", ctx.layout("page_size")
@@ -217,7 +239,8 @@ def _page_size(desc, ctx):
 
 @descriptor_rule("layout.block_paged.buffer_count", MUST, "layouts/block-paged.md § Buffer Table",
                  "A block-paged descriptor has buffer_count >= 3 (page pool, block table, seq_ptr), plus its "
-                 "quantization-parameter buffers.", when=_PAGED)
+                 "quantization-parameter buffers.", when=_PAGED,
+                 fast=lambda s: s.layout is not BlockPagedLayout or _count_source(s.buffer_count, ">=", 3, s))
 def _paged_count(desc, ctx):
     if isinstance(desc.layout, BlockPagedLayout):
         want = 3 + quantization_parameter_count(desc.quantization)
@@ -244,14 +267,16 @@ _HILBERT = When(layouts={HilbertLayout})
 
 
 @descriptor_rule("layout.hilbert.order", MUST, "layouts/hilbert.md § Validity Constraints",
-                 "hilbert_order is greater than 0.", when=_HILBERT)
+                 "hilbert_order is greater than 0.", when=_HILBERT,
+                 fast=lambda s: s.layout is not HilbertLayout or "layout.hilbert_order != 0")
 def _hilbert_order(desc, ctx):
     if isinstance(desc.layout, HilbertLayout) and desc.layout.hilbert_order == 0:
         return "hilbert_order is 0", ctx.layout("hilbert_order")
 
 
 @descriptor_rule("layout.hilbert.rank", MUST, "layouts/hilbert.md § Validity Constraints",
-                 "hilbert_rank equals the tensor's rank and is at least 2.", when=_HILBERT)
+                 "hilbert_rank equals the tensor's rank and is at least 2.", when=_HILBERT,
+                 fast=lambda s: s.layout is not HilbertLayout or (s.rank >= 2 and f"layout.hilbert_rank == {s.rank}"))
 def _hilbert_rank(desc, ctx):
     if isinstance(desc.layout, HilbertLayout):
         hr = desc.layout.hilbert_rank

@@ -8,6 +8,9 @@ parameter buffers it references are data beside the scheme declarations
 from __future__ import annotations
 
 import math
+
+import attrs
+
 from ...model import (
     DYNAMIC_DIMENSION, NO_BUFFER_INDEX, SCHEMES, BlockPagedLayout, ColumnMajorLayout, Mxfp, Nf4, PerBlockAffine,
     PerChannelAffine, PerTensorAffine, QuantScheme, RowMajorLayout, UnknownQuantization,
@@ -17,8 +20,8 @@ from ...structs.element_types import element_type_info
 from ..engine import Level
 from .dispatch import When, descriptor_rule
 from .sizes import (
-    SYMMETRIC, axis_in_rank, data_handle, dynamic, layout_buffer_count, power_of_two, quantization_buffer_indices,
-    storage_bytes,
+    SYMMETRIC, axis_in_rank, data_handle, dynamic, layout_buffer_count, layout_class_buffer_count,
+    parameter_indices_source, power_of_two, quantization_buffer_indices, storage_bytes,
 )
 
 MUST, SHOULD = Level.MUST, Level.SHOULD
@@ -39,6 +42,20 @@ _WITH_AXIS = When(schemes=_classes(*quantization_tables.SCALE_BUFFER_TYPES))
 _BLOCKED_AFFINE_OR_NF4 = When(schemes={PerBlockAffine, Nf4})
 
 
+def _known(s) -> bool:
+    """A scheme this reader knows is present under ``s`` (the fast forms' first question)."""
+    return s.scheme is not None and s.scheme is not UnknownQuantization
+
+
+def _with_axis(s) -> bool:
+    return s.scheme is not None and "axis" in attrs.fields_dict(s.scheme)
+
+
+def _zeros_of(cls, name: str) -> bytes:
+    """The zero bytes of the reserved field ``name`` of ``cls`` as decoded (its default)."""
+    return bytes(len(attrs.fields_dict(cls)[name].default))
+
+
 def _hex_list(tags) -> str:
     """``0x01, 0x02 or 0x03``."""
     names = [f"0x{tag:02X}" for tag in sorted(tags)]
@@ -47,7 +64,8 @@ def _hex_list(tags) -> str:
 
 @descriptor_rule("quantization.flags.reserved", MUST, "quantization.md § Descriptor Header",
                  "Quantization flag bits the scheme does not define are 0 (bits 1-15 for per-channel and per-block "
-                 "affine, every bit for per-tensor affine, NF4 and MXFP).", when=_KNOWN)
+                 "affine, every bit for per-tensor affine, NF4 and MXFP).", when=_KNOWN,
+                 fast=lambda s: not _known(s) or f"not q.flags & {~quantization_tables.DEFINED_FLAGS[s.scheme.scheme]}")
 def _qflags(desc, ctx):
     q = desc.quantization
     if q is None or isinstance(q, UnknownQuantization):
@@ -59,7 +77,8 @@ def _qflags(desc, ctx):
 
 @descriptor_rule("quantization.scheme_version.value", MUST, "quantization/per-tensor-affine.md § Binary Encoding",
                  "scheme_version of every scheme defined here is 0x01 (a newer one is the structural rule "
-                 "quantization.scheme_version; 0x00 is not a version).", when=_KNOWN)
+                 "quantization.scheme_version; 0x00 is not a version).", when=_KNOWN,
+                 fast=lambda s: not _known(s) or s.scheme_version != 0)  # the compiled decoder guards the version
 def _qversion(desc, ctx):
     q = desc.quantization
     if q is not None and not isinstance(q, UnknownQuantization) and q.scheme_version == 0:
@@ -68,7 +87,8 @@ def _qversion(desc, ctx):
 
 @descriptor_rule("quantization.reserved", MUST, "quantization/per-channel-affine.md § Validity Constraints",
                  "The _reserved bytes of a per-tensor, per-channel or per-block affine descriptor are zero.",
-                 when=_AFFINE)
+                 when=_AFFINE, fast=lambda s: s.scheme not in (PerTensorAffine, PerChannelAffine, PerBlockAffine)
+                 or f"q._reserved == {_zeros_of(s.scheme, '_reserved')!r}")
 def _qreserved(desc, ctx):
     q = desc.quantization
     if isinstance(q, (PerTensorAffine, PerChannelAffine, PerBlockAffine)) and any(q._reserved):
@@ -77,7 +97,7 @@ def _qreserved(desc, ctx):
 
 @descriptor_rule("quantization.axis", MUST, "quantization/per-block-affine.md § Validity Constraints",
                  "The quantization axis of a per-channel, per-block, NF4 or MXFP descriptor is below rank.",
-                 when=_WITH_AXIS)
+                 when=_WITH_AXIS, fast=lambda s: not _with_axis(s) or f"q.axis < {s.rank}")
 def _qaxis(desc, ctx):
     q = desc.quantization
     if hasattr(q, "axis") and q.axis >= desc.rank:
@@ -85,7 +105,8 @@ def _qaxis(desc, ctx):
 
 
 @descriptor_rule("quantization.axis.dynamic", MUST, "data-model.md § Dynamic Dimensions",
-                 "A scheme needing the size of its axis rejects a dynamic shape[axis].", when=_WITH_AXIS)
+                 "A scheme needing the size of its axis rejects a dynamic shape[axis].", when=_WITH_AXIS,
+                 fast=lambda s: not _with_axis(s) or f"(q.axis >= {s.rank} or shape[q.axis] != {_DYNAMIC})")
 def _qaxis_dynamic(desc, ctx):
     q = desc.quantization
     if axis_in_rank(desc) and desc.shape[q.axis] == _DYNAMIC:
@@ -98,7 +119,9 @@ def _block_size_rule(scheme: QuantScheme, name: str):
     words = f"a power of two >= {low}" if high is None else f"a power of two in [{low}, {high}]"
 
     @descriptor_rule(f"quantization.{name}.block_size", MUST, f"quantization/{page}.md § Validity Constraints",
-                     f"block_size is {words}.", when=When(schemes={cls}))
+                     f"block_size is {words}.", when=When(schemes={cls}),
+                     fast=lambda s: s.scheme is not cls or f"(q.block_size >= {max(low, 1)} and "
+                     f"q.block_size & (q.block_size - 1) == 0{'' if high is None else f' and q.block_size <= {high}'})")
     def check(desc, ctx):
         q = desc.quantization
         if isinstance(q, cls):
@@ -116,7 +139,9 @@ _block_size_rule(QuantScheme.MXFP, "mxfp")
 
 @descriptor_rule("quantization.block_size.upper", MUST, "quantization/per-block-affine.md § Validity Constraints",
                  "For per-block affine and NF4, block_size is at most shape[axis] when shape[axis] > 0; the bound "
-                 "is waived for an empty axis (ADR-007 § 8).", when=_BLOCKED_AFFINE_OR_NF4)
+                 "is waived for an empty axis (ADR-007 § 8).", when=_BLOCKED_AFFINE_OR_NF4,
+                 fast=lambda s: s.scheme not in (PerBlockAffine, Nf4)
+                 or f"(q.axis >= {s.rank} or not 0 < shape[q.axis] != {_DYNAMIC} or q.block_size <= shape[q.axis])")
 def _block_upper(desc, ctx):
     q = desc.quantization
     if isinstance(q, (PerBlockAffine, Nf4)) and axis_in_rank(desc):
@@ -129,7 +154,9 @@ def _block_upper(desc, ctx):
                  "With per-block affine or NF4 and a partial trailing block, the data buffer of a row- or "
                  "column-major tensor still holds full blocks: ceil(shape[axis] / block_size) * block_size "
                  "elements along the axis.",
-                 when=When(layouts={RowMajorLayout, ColumnMajorLayout}, schemes={PerBlockAffine, Nf4}))
+                 when=When(layouts={RowMajorLayout, ColumnMajorLayout}, schemes={PerBlockAffine, Nf4}),
+                 fast=lambda s: s.scheme not in (PerBlockAffine, Nf4) or f"(q.axis >= {s.rank} or q.block_size <= 0 "
+                 "or shape[q.axis] % q.block_size == 0)")  # no partial block: nothing to pad
 def _block_padding(desc, ctx):
     q = desc.quantization
     h = data_handle(desc)
@@ -149,7 +176,9 @@ def _block_padding(desc, ctx):
 
 @descriptor_rule("quantization.mxfp.multiple", MUST, "quantization/mxfp.md § Validity Constraints",
                  "shape[axis] of an MXFP tensor is a multiple of block_size (no partial block); an empty axis is "
-                 "accepted per ADR-007 § 8.", when=When(schemes={Mxfp}))
+                 "accepted per ADR-007 § 8.", when=When(schemes={Mxfp}),
+                 fast=lambda s: s.scheme is not Mxfp or f"(q.axis >= {s.rank} or q.block_size <= 0 or "
+                 f"shape[q.axis] == {_DYNAMIC} or shape[q.axis] % q.block_size == 0)")
 def _mxfp_multiple(desc, ctx):
     q = desc.quantization
     if isinstance(q, Mxfp) and axis_in_rank(desc) and q.block_size > 0:
@@ -162,7 +191,8 @@ _PER_TENSOR = When(schemes={PerTensorAffine})
 
 
 @descriptor_rule("quantization.per_tensor.scale", MUST, "quantization/per-tensor-affine.md § Validity Constraints",
-                 "The per-tensor scale is finite and non-zero.", when=_PER_TENSOR)
+                 "The per-tensor scale is finite and non-zero.", when=_PER_TENSOR,
+                 fast=lambda s: s.scheme is not PerTensorAffine or f"{s.const(math.isfinite)}(q.scale) and q.scale != 0.0")
 def _pt_scale(desc, ctx):
     q = desc.quantization
     if isinstance(q, PerTensorAffine) and (not math.isfinite(q.scale) or q.scale == 0.0):
@@ -183,7 +213,9 @@ _ZERO_POINT_RANGE = {tag: _integer_range(tag) for tag in _STORAGE[QuantScheme.PE
 
 @descriptor_rule("quantization.per_tensor.zero_point", MUST,
                  "quantization/per-tensor-affine.md § Validity Constraints",
-                 "The per-tensor zero_point lies in the range of the storage type.", when=_PER_TENSOR)
+                 "The per-tensor zero_point lies in the range of the storage type.", when=_PER_TENSOR,
+                 fast=lambda s: s.scheme is not PerTensorAffine or s.type_tag not in _ZERO_POINT_RANGE
+                 or "{} <= q.zero_point <= {}".format(*_ZERO_POINT_RANGE[s.type_tag]))
 def _pt_zero(desc, ctx):
     q = desc.quantization
     if isinstance(q, PerTensorAffine) and desc.type_tag in _ZERO_POINT_RANGE:
@@ -197,7 +229,8 @@ def _scale_type_rule(scheme: QuantScheme, name: str, summary: str):
     words = _hex_list(allowed)
 
     @descriptor_rule(f"quantization.{name}.scale_type", MUST, f"quantization/{page}.md § Validity Constraints",
-                     summary, when=When(schemes={cls}))
+                     summary, when=When(schemes={cls}),
+                     fast=lambda s: s.scheme is not cls or f"q.scale_type_tag in {s.const(allowed)}")
     def check(desc, ctx):
         q = desc.quantization
         if isinstance(q, cls) and q.scale_type_tag not in allowed:
@@ -215,7 +248,9 @@ def _symmetric_index_rule(scheme: QuantScheme, name: str, level: Level, summary:
     cls, page = SCHEMES[scheme], _PAGES[scheme]
 
     @descriptor_rule(f"quantization.{name}.symmetric_index", level, f"quantization/{page}.md § Binary Encoding",
-                     summary, when=When(schemes={cls}))
+                     summary, when=When(schemes={cls}),
+                     fast=lambda s: s.scheme is not cls
+                     or f"(not q.flags & {SYMMETRIC} or q.zero_point_buffer_index == {NO_BUFFER_INDEX})")
     def check(desc, ctx):
         q = desc.quantization
         if isinstance(q, cls) and q.symmetric and q.zero_point_buffer_index != NO_BUFFER_INDEX:
@@ -236,7 +271,8 @@ def _storage_rule(scheme: QuantScheme, name: str):
     allowed = ", ".join(f"0x{t:02X}" for t in sorted(storage))
 
     @descriptor_rule(f"quantization.{name}.storage_type", MUST, f"quantization/{page}.md § Valid Storage Types",
-                     f"The storage type_tag of a {page} tensor is one of {allowed}.", when=When(schemes={cls}))
+                     f"The storage type_tag of a {page} tensor is one of {allowed}.", when=When(schemes={cls}),
+                     fast=lambda s: s.scheme is not cls or s.type_tag in storage)
     def check(desc, ctx):
         if isinstance(desc.quantization, cls) and desc.type_tag not in storage:
             return f"storage type 0x{desc.type_tag:02X} is not valid for {page}", ctx.header("type_tag")
@@ -253,7 +289,7 @@ _storage_rule(QuantScheme.MXFP, "mxfp")
 
 @descriptor_rule("quantization.buffer_index.range", MUST, "quantization/per-channel-affine.md § Referenced Buffers",
                  "Every parameter buffer index (scale, and zero point unless symmetric) is below buffer_count.",
-                 when=_WITH_AXIS)
+                 when=_WITH_AXIS, fast=lambda s: parameter_indices_source(s, f"{{index}} < {s.buffer_count}") or True)
 def _qindex_range(desc, ctx):
     for name, index in quantization_buffer_indices(desc.quantization):
         if index >= len(desc.buffers):
@@ -262,7 +298,7 @@ def _qindex_range(desc, ctx):
 
 @descriptor_rule("quantization.buffer_index.data", MUST, "quantization.md § Buffer Table Placement Rules",
                  "A quantization-parameter buffer is distinct from the buffers the layout uses for the tensor data.",
-                 when=_WITH_AXIS)
+                 when=_WITH_AXIS, fast=lambda s: _index_data_source(s))
 def _qindex_data(desc, ctx):
     base = layout_buffer_count(desc)
     if base is None:
@@ -272,9 +308,14 @@ def _qindex_data(desc, ctx):
             return f"{name} {index} points at a buffer the layout uses for data", ctx.quantization(name)
 
 
+def _index_data_source(s):
+    base = layout_class_buffer_count(s.layout, s.rank)
+    return base is None or parameter_indices_source(s, f"{{index}} >= {base}") or True
+
+
 @descriptor_rule("quantization.buffer.device", MUST, "quantization.md § Buffer Table Placement Rules",
                  "A quantization-parameter buffer has the same device_tag as the tensor data buffer.",
-                 when=_WITH_AXIS)
+                 when=_WITH_AXIS, fast=lambda s: True)  # a signature's handles are plain: one device
 def _qdevice(desc, ctx):
     h = data_handle(desc)
     if h is None:
@@ -329,10 +370,32 @@ def _param_sizes(desc) -> dict[int, int]:
     return sizes
 
 
+def _qsize_source(s):
+    """:func:`_param_sizes` met by the scale buffer, for a scheme without zero points or a
+    symmetric one (a separate zero-point buffer is left to the check)."""
+    cls, rank = s.scheme, s.rank
+    if cls not in _SCALE_WIDTH or issubclass(s.layout, BlockPagedLayout) or rank == 0:
+        return True  # no parameter buffer to size (rank 0: no axis below the rank)
+    exempt = f"q.axis >= {rank} or {_DYNAMIC} in shape"
+    count = "shape[q.axis]"
+    if cls in _BLOCK_CLASSES:
+        exempt += " or q.block_size <= 0"
+        others = " * ".join(f"(1 if q.axis == {k} else shape[{k}])" for k in range(rank))
+        count = f"-(-shape[q.axis] // q.block_size) * {others}"
+    width = _SCALE_WIDTH[cls]
+    if width is None:
+        width = f"{s.const(_SCALE_TYPE_WIDTH[cls])}.get(q.scale_type_tag, -1)"  # -1: unknown, the check decides
+    scale = (f"(q.scale_buffer_index >= {s.buffer_count} or "
+             f"buffers[q.scale_buffer_index].byte_size == ({count}) * {width})")
+    if cls in _ZERO_POINT_WIDTH:
+        scale = f"(q.flags & {SYMMETRIC} and {scale})"
+    return f"({exempt} or {scale})"
+
+
 @descriptor_rule("quantization.buffer.size", MUST, "quantization/per-block-affine.md § Referenced Buffers",
                  "Each scale / zero-point buffer has exactly the byte size its scheme derives from the shape "
                  "(0 bytes when the quantization axis is empty, ADR-007 § 8); not checked while a dimension is "
-                 "dynamic or for block-paged tensors.", when=_WITH_AXIS)
+                 "dynamic or for block-paged tensors.", when=_WITH_AXIS, fast=lambda s: _qsize_source(s))
 def _qsize(desc, ctx):
     if isinstance(desc.layout, BlockPagedLayout):
         return  # per-page-slot parameters: sized by the page pool (layouts/block-paged.md)

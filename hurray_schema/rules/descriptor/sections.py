@@ -3,7 +3,9 @@ statistics, extension type (a private element type's description) and composite 
 
 from __future__ import annotations
 
-from ...model import DYNAMIC_DIMENSION, MemberRole, StatisticsMask
+import attrs
+
+from ...model import DYNAMIC_DIMENSION, CompositeMember, ExtensionType, MemberRole, Statistics, StatisticsMask
 from ...structs import sections as section_tables
 from ..engine import Level
 from .dispatch import Fact, When, descriptor_rule
@@ -22,11 +24,24 @@ _EXTENSION_TYPE_SECTION = section_tables.EXTENSION_TYPE_SECTION
 _COMPOSITE_MEMBER_SECTION = section_tables.COMPOSITE_MEMBER_SECTION
 
 
+def _zeros(cls, name: str) -> bytes:
+    """The zero bytes of the reserved field ``name`` of ``cls`` as decoded (its default)."""
+    return bytes(len(attrs.fields_dict(cls)[name].default))
+
+
+def _on_section(section: str, form):
+    """A fast form that holds where ``section`` is absent (its rules then pass) and is ``form`` otherwise."""
+    return lambda s: not s.has(section) or form(s)
+
+
 # --- shard ---------------------------------------------------------------------------
 
 
 @descriptor_rule("metadata.shard.bounds", MUST, "metadata.md § Shard Section",
-                 "shard_offset[k] + shape[k] <= parent_shape[k] for every dimension.", when=When(facts={Fact.SHARD}))
+                 "shard_offset[k] + shape[k] <= parent_shape[k] for every dimension.", when=When(facts={Fact.SHARD}),
+                 fast=_on_section("shard", lambda s: f"{_DYNAMIC} in shape or {_DYNAMIC} in shard.parent_shape or ("
+                                  + " and ".join(f"shard.shard_offset[{k}] + shape[{k}] <= shard.parent_shape[{k}]"
+                                                 for k in range(s.rank)) + (")" if s.rank else "True)")))
 def _shard_bounds(desc, ctx):
     s = desc.shard
     if s is None or _DYNAMIC in desc.shape or _DYNAMIC in s.parent_shape:
@@ -47,7 +62,8 @@ def _statistics_field(ctx, name: str) -> int:
 
 
 @descriptor_rule("metadata.statistics.mask_reserved", MUST, "metadata.md § computed_mask",
-                 "computed_mask bits 6-31 are 0.", when=_STATISTICS)
+                 "computed_mask bits 6-31 are 0.", when=_STATISTICS,
+                 fast=_on_section("statistics", lambda s: f"not statistics.computed_mask & {~_STATS_KNOWN}"))
 def _stats_mask(desc, ctx):
     s = desc.statistics
     if s is not None and s.computed_mask & ~_STATS_KNOWN:
@@ -56,7 +72,9 @@ def _stats_mask(desc, ctx):
 
 
 @descriptor_rule("metadata.statistics.reserved", MUST, "metadata.md § Statistics Section › Field Encoding",
-                 "The _reserved and _reserved2 fields of the statistics section are zero.", when=_STATISTICS)
+                 "The _reserved and _reserved2 fields of the statistics section are zero.", when=_STATISTICS,
+                 fast=_on_section("statistics", lambda s: "not statistics._reserved and statistics._reserved2 == "
+                                  f"{_zeros(Statistics, '_reserved2')!r}"))
 def _stats_reserved(desc, ctx):
     s = desc.statistics
     if s is None:
@@ -68,7 +86,9 @@ def _stats_reserved(desc, ctx):
 
 
 @descriptor_rule("metadata.statistics.nm", MUST, "metadata.md § Statistics Section › Field Encoding",
-                 "With NM_SPARSITY_VALID, nm_n <= nm_m.", when=_STATISTICS)
+                 "With NM_SPARSITY_VALID, nm_n <= nm_m.", when=_STATISTICS,
+                 fast=_on_section("statistics", lambda s: f"(not statistics.computed_mask & {_NM_SPARSITY_VALID} "
+                                  "or statistics.nm_n <= statistics.nm_m)"))
 def _stats_nm(desc, ctx):
     s = desc.statistics
     if s is not None and s.computed_mask & _NM_SPARSITY_VALID and s.nm_n > s.nm_m:
@@ -76,7 +96,9 @@ def _stats_nm(desc, ctx):
 
 
 @descriptor_rule("metadata.statistics.stddev", MUST, "metadata.md § Statistics Section › Field Encoding",
-                 "With VALUE_STATS_VALID, value_stddev >= 0.0 (a NaN is not).", when=_STATISTICS)
+                 "With VALUE_STATS_VALID, value_stddev >= 0.0 (a NaN is not).", when=_STATISTICS,
+                 fast=_on_section("statistics", lambda s: f"(not statistics.computed_mask & {_VALUE_STATS_VALID} "
+                                  "or statistics.value_stddev >= 0.0)"))
 def _stats_stddev(desc, ctx):
     s = desc.statistics
     if s is not None and s.computed_mask & _VALUE_STATS_VALID and not s.value_stddev >= 0.0:
@@ -85,7 +107,9 @@ def _stats_stddev(desc, ctx):
 
 @descriptor_rule("layout.sparse.statistics_nnz", MUST, "layouts/coo.md § Interaction with Statistics Section",
                  "For COO, CSR, CSC and CSF, a valid statistics nnz equals the layout's nnz (which is "
-                 "authoritative).", when=When(layouts=SPARSE_LAYOUTS, facts={Fact.STATISTICS}))
+                 "authoritative).", when=When(layouts=SPARSE_LAYOUTS, facts={Fact.STATISTICS}),
+                 fast=_on_section("statistics", lambda s: not issubclass(s.layout, SPARSE_LAYOUTS)
+                                  or f"(not statistics.computed_mask & {_NNZ_VALID} or statistics.nnz == layout.nnz)"))
 def _stats_nnz(desc, ctx):
     s = desc.statistics
     if s is not None and isinstance(desc.layout, SPARSE_LAYOUTS) and s.computed_mask & _NNZ_VALID:
@@ -106,7 +130,7 @@ def _extension_field(ctx, name: str) -> int:
 
 
 @descriptor_rule("metadata.extension_type.bit_width", MUST, EXTENSION_TYPE_REF, "bit_width is greater than 0.",
-                 when=_EXTENSION_TYPE)
+                 when=_EXTENSION_TYPE, fast=_on_section("extension_type", lambda s: "extension_type.bit_width != 0"))
 def _ext_width(desc, ctx):
     e = desc.extension_type
     if e is not None and e.bit_width == 0:
@@ -115,7 +139,10 @@ def _ext_width(desc, ctx):
 
 @descriptor_rule("metadata.extension_type.packing", MUST, EXTENSION_TYPE_REF,
                  "packing_factor is 1 for bit_width >= 8; a sub-byte bit_width is 1, 2 or 4 with packing_factor "
-                 "8/bit_width.", when=_EXTENSION_TYPE)
+                 "8/bit_width.", when=_EXTENSION_TYPE,
+                 fast=_on_section("extension_type", lambda s: "(extension_type.packing_factor == 1 "
+                                  "if extension_type.bit_width >= 8 else extension_type.bit_width in "
+                                  f"{_SUB_BYTE_WIDTHS} and extension_type.packing_factor == 8 // extension_type.bit_width)"))
 def _ext_packing(desc, ctx):
     e = desc.extension_type
     if e is None or e.bit_width == 0:
@@ -132,7 +159,11 @@ def _ext_packing(desc, ctx):
 
 @descriptor_rule("metadata.extension_type.float_fields", MUST, EXTENSION_TYPE_REF,
                  "A float type has is_signed 0 and sign_bits 0 or 1; an integer type has sign_bits, exponent_bits, "
-                 "mantissa_bits and exponent_bias all 0.", when=_EXTENSION_TYPE)
+                 "mantissa_bits and exponent_bias all 0.", when=_EXTENSION_TYPE,
+                 fast=_on_section("extension_type", lambda s: "(not extension_type.is_signed and "
+                                  "extension_type.sign_bits <= 1 if extension_type.is_float else not ("
+                                  "extension_type.sign_bits or extension_type.exponent_bits or "
+                                  "extension_type.mantissa_bits or extension_type.exponent_bias))"))
 def _ext_fields(desc, ctx):
     e = desc.extension_type
     if e is None:
@@ -149,7 +180,10 @@ def _ext_fields(desc, ctx):
 
 
 @descriptor_rule("metadata.extension_type.reserved", MUST, EXTENSION_TYPE_REF,
-                 "The _reserved and _reserved2 bytes of the Extension Type section are zero.", when=_EXTENSION_TYPE)
+                 "The _reserved and _reserved2 bytes of the Extension Type section are zero.", when=_EXTENSION_TYPE,
+                 fast=_on_section("extension_type", lambda s: "extension_type._reserved == "
+                                  f"{_zeros(ExtensionType, '_reserved')!r} and extension_type._reserved2 == "
+                                  f"{_zeros(ExtensionType, '_reserved2')!r}"))
 def _ext_reserved(desc, ctx):
     e = desc.extension_type
     if e is None:
@@ -168,7 +202,9 @@ _MEMBER_ROLES = frozenset(MemberRole)
 
 
 @descriptor_rule("metadata.composite_member.role", MUST, COMPOSITE_MEMBER_REF,
-                 "member_role is 0x00 (correction) or 0x01 (base).", when=_COMPOSITE_MEMBER)
+                 "member_role is 0x00 (correction) or 0x01 (base).", when=_COMPOSITE_MEMBER,
+                 fast=_on_section("composite_member",
+                                  lambda s: f"composite_member.member_role in {s.const(_MEMBER_ROLES)}"))
 def _member_role(desc, ctx):
     m = desc.composite_member
     if m is not None and m.member_role not in _MEMBER_ROLES:
@@ -177,7 +213,9 @@ def _member_role(desc, ctx):
 
 
 @descriptor_rule("metadata.composite_member.reserved", MUST, COMPOSITE_MEMBER_REF,
-                 "The 15 _reserved bytes of the Composite Member section are zero.", when=_COMPOSITE_MEMBER)
+                 "The 15 _reserved bytes of the Composite Member section are zero.", when=_COMPOSITE_MEMBER,
+                 fast=_on_section("composite_member", lambda s: "composite_member._reserved == "
+                                  f"{_zeros(CompositeMember, '_reserved')!r}"))
 def _member_reserved(desc, ctx):
     m = desc.composite_member
     if m is not None and any(m._reserved):

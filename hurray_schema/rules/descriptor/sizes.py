@@ -60,18 +60,22 @@ def storage_bytes(desc: TensorDescriptor, count: int) -> Optional[int]:
 
 def layout_buffer_count(desc: TensorDescriptor) -> Optional[int]:
     """Buffers the layout itself uses (data, values, indices, pointers), None if not fixed."""
-    layout = desc.layout
-    if layout.tag in DENSE_TAGS:
+    return layout_class_buffer_count(desc.layout.__class__, desc.rank)
+
+
+def layout_class_buffer_count(cls: type, rank: int) -> Optional[int]:
+    """:func:`layout_buffer_count` of a layout of class ``cls`` at ``rank``."""
+    if issubclass(cls, DENSE_LAYOUTS):
         return 1
-    if isinstance(layout, CooLayout):
+    if issubclass(cls, CooLayout):
         return 2
-    if isinstance(layout, (CsrLayout, CscLayout)):
+    if issubclass(cls, (CsrLayout, CscLayout)):
         return 3
-    if isinstance(layout, CsfLayout):
-        return 2 * desc.rank + 1
-    if isinstance(layout, BlockPagedLayout):
+    if issubclass(cls, CsfLayout):
+        return 2 * rank + 1
+    if issubclass(cls, BlockPagedLayout):
         return 3
-    if isinstance(layout, CompositeLayout):
+    if issubclass(cls, CompositeLayout):
         return 0
     return None
 
@@ -88,6 +92,45 @@ def quantization_buffer_indices(q) -> list[tuple[str, int]]:
     out = [("scale_buffer_index", q.scale_buffer_index)]
     if cls in _ZERO_POINT_CLASSES and not q.flags & SYMMETRIC:
         out.append(("zero_point_buffer_index", q.zero_point_buffer_index))
+    return out
+
+
+# -- the same measures as source text, for the fast forms of the rules (dispatch.Signature) --
+
+def storage_source(sig, count: str) -> Optional[str]:
+    """:func:`storage_bytes` of ``count`` (an expression) elements under ``sig``, as source;
+    None for a type only an extension type section describes."""
+    info = element_type_info(sig.type_tag)
+    if info is None:
+        return None
+    return f"{sig.const(info.buffer_bytes)}({count})"
+
+
+def element_count_source(rank: int) -> str:
+    """The product of the shape (the local ``shape``) of a tensor of ``rank``, as source."""
+    return " * ".join(f"shape[{k}]" for k in range(rank)) or "1"
+
+
+def parameter_count_source(sig):
+    """:func:`quantization_parameter_count` under ``sig``: an int where the scheme fixes it,
+    else an expression over ``q``."""
+    cls = sig.scheme
+    if cls is None or cls not in _SCALE_CLASSES:
+        return 0
+    if cls not in _ZERO_POINT_CLASSES:
+        return 1
+    return f"(1 if q.flags & {SYMMETRIC} or q.zero_point_buffer_index == q.scale_buffer_index else 2)"
+
+
+def parameter_indices_source(sig, test: str) -> Optional[str]:
+    """``test`` (a format with ``{index}``) holding for every parameter buffer index
+    :func:`quantization_buffer_indices` gives under ``sig``, as source; None when it gives none."""
+    cls = sig.scheme
+    if cls is None or cls not in _SCALE_CLASSES:
+        return None
+    out = test.format(index="q.scale_buffer_index")
+    if cls in _ZERO_POINT_CLASSES:
+        out += f" and (q.flags & {SYMMETRIC} or {test.format(index='q.zero_point_buffer_index')})"
     return out
 
 
