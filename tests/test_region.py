@@ -478,9 +478,9 @@ GUARDED_CHILD = textwrap.dedent('''
     # sorted COO, same entries: the bisection reads a few first coordinates, then rows 100..103
     coo = hs.sparse_coo(coords, dense[tuple(coords.T)], (512, 512))
     probes = set()
-    lo, hi = 0, coords.shape[0]
-    for target in (100, 104):  # the pages a bisection touches
-        a, b = 0, coords.shape[0]
+    a = 0
+    for target in (100, 104):  # the entries a bisection touches (the second starts where the first ended)
+        b = coords.shape[0]
         while a < b:
             mid = (a + b) // 2
             probes.add(mid)
