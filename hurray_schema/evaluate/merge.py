@@ -595,6 +595,9 @@ def read(composite, region, *, limits=None, _depth: int = 0) -> np.ndarray:
             if vals.size == 0:
                 continue
             lin = linear_indices(coords + np.asarray(start, np.int64) - np.asarray(lo, np.int64), out.shape)
+            if combine == CombineOp.REPLACE:  # distinct indices (coo.md § Validity Constraints): one assignment,
+                flat[lin] = vals  # no parallel kernel launch for a box's few entries
+                continue
             _scatter(_kernel_view(flat, target), lin, readonly(_kernel_view(np.ascontiguousarray(vals), target)),
                      int(combine), mode)
             continue
