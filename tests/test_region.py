@@ -201,8 +201,8 @@ def quantized(draw):
         shape[axis] = max(shape[axis], 2)
         kwargs["scale_type"] = draw(st.sampled_from(["float16", "bfloat16", "float32"]))
     elif scheme == "nf4":
-        kwargs["block_size"] = draw(st.sampled_from([2, 4]))
-        shape[axis] = max(shape[axis], 2)
+        kwargs["block_size"] = 8  # nf4.md § Validity Constraints: a power of two >= 8
+        shape[axis] = max(shape[axis], 8)
     else:
         block = draw(st.sampled_from([2, 4]))
         kwargs["block_size"] = block
