@@ -11,6 +11,10 @@ Workloads (built with pyhurray so both sides handle the same bytes):
   which also builds every tensor);
 * ``file write``   -- ``write_file`` vs ``hurray.save``.
 
+``stream read, tables off`` reads the same stream with the by-value tables off
+(``signature.use_value_tables(False)``): every descriptor decoded and checked as if never
+seen, the cost for a stream whose descriptors all differ.
+
 Prints the median of ``--repeat`` runs and the ratio ours/theirs.  Times are process CPU
 time, ours and theirs timed in turn within each round, so that other load on a shared
 machine skews the ratios as little as possible.  Nothing is asserted.
@@ -30,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hurray  # noqa: E402
 
+from hurray_schema import signature  # noqa: E402
 from hurray_schema.io import read_file, read_stream, write_file, write_stream  # noqa: E402
 
 
@@ -80,6 +85,8 @@ def main() -> None:
 
     rows = [
         ("stream read", lambda: list(read_stream(stream)), lambda: list(hurray.StreamReader(stream))),
+        ("  tables off", lambda: _without_tables(lambda: list(read_stream(stream))),
+         lambda: list(hurray.StreamReader(stream))),
         ("stream write", lambda: write_stream(None, ours_items), lambda: _py_write(items)),
         ("file open+list", our_open, lambda: list(hurray.load(py_file))),
         ("file write", lambda: write_file(our_file, dict(zip(items, ours_items))),
@@ -90,6 +97,14 @@ def main() -> None:
     for name, ours, theirs in rows:
         a, b = median_times(ours, theirs, args.repeat)
         print(f"{name:<16}{a * 1e3:>10.2f}{b * 1e3:>13.2f}{a / b:>8.1f}")
+
+
+def _without_tables(fn):
+    signature.use_value_tables(False)
+    try:
+        return fn()
+    finally:
+        signature.use_value_tables(True)
 
 
 def _py_write(items) -> bytes:

@@ -8,6 +8,9 @@ Prints the best wall time over interleaved rounds of
 * ``kernel`` -- ``hurray_schema.evaluate.quantize.affine_quantize``: symmetric int4 codes,
   packed two per byte, and float16 scales per block of 64 along the last axis (the kernels
   alone);
+* ``1 thread`` -- the kernel on one thread (``numba.set_num_threads(1)``): NumPy's quantizer runs
+  on one core, so this is the per-core comparison, and the one least disturbed by other load on a
+  shared machine (a parallel region waits for its slowest thread);
 * ``scalar`` -- the same kernel kept on its scalar path (``vector=False``), for comparison;
 * ``quantize`` -- ``hs.quantize(w, "per_block")``: the same through the public API (descriptor
   built and checked, buffers wrapped);
@@ -28,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
 import hurray_schema as hs  # noqa: E402
@@ -76,6 +80,14 @@ def main() -> None:
     def kernel():
         return kernels.affine_quantize(w, BLOCK, n, LO, HI, True, ElementType.FLOAT16, 4, np.uint8)
 
+    def one_thread():
+        threads = numba.get_num_threads()
+        numba.set_num_threads(1)
+        try:
+            return kernel()
+        finally:
+            numba.set_num_threads(threads)
+
     def scalar():
         return kernels.affine_quantize(w, BLOCK, n, LO, HI, True, ElementType.FLOAT16, 4, np.uint8, vector=False)
 
@@ -87,15 +99,18 @@ def main() -> None:
     best = best_of_rounds({
         "copy": lambda: np.copyto(dst, w),
         "kernel": kernel,
+        "1 thread": one_thread,
         "scalar": scalar,
         "quantize": lambda: hs.quantize(w, "per_block", block_size=BLOCK),
         "numpy": lambda: numpy_quantizer(w),
     }, args.repeat)
     t_copy, t_kernel, t_api, t_numpy = best["copy"], best["kernel"], best["quantize"], best["numpy"]
-    t_scalar = best["scalar"]
+    t_scalar, t_one = best["scalar"], best["1 thread"]
     print(f"per-block int4, float16 [{n}, {n}], block {BLOCK}  (codes equal to NumPy's: {same})")
     print(f"  copy      {t_copy * 1e3:8.2f} ms")
     print(f"  kernel    {t_kernel * 1e3:8.2f} ms   {t_kernel / t_copy:6.2f} x copy   (target <= 4)")
+    print(f"  1 thread  {t_one * 1e3:8.2f} ms   {t_one / t_copy:6.2f} x copy   "
+          f"(numpy {t_numpy / t_one:.1f} x slower)")
     print(f"  scalar    {t_scalar * 1e3:8.2f} ms   {t_scalar / t_copy:6.2f} x copy   (the kernel without its vector steps)")
     print(f"  quantize  {t_api * 1e3:8.2f} ms   {t_api / t_copy:6.2f} x copy")
     print(f"  numpy     {t_numpy * 1e3:8.2f} ms   {t_numpy / t_kernel:6.1f} x slower than the kernel   (target >= 20)")

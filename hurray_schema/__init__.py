@@ -7,10 +7,12 @@ from .audit import audit
 from .codec import decode_descriptor, encode_descriptor, parse_descriptor
 from .errors import HurraySchemaError, LimitExceeded, SpecViolation
 from .errors import EncodeError, FieldRangeError
+from .errors import (AdvancedIndexUnsupported, CopyRequired, DLPackUnsupported, IndexRangeError, IndexTypeError,
+                     InvalidDtype, NotAnArray)
 from .limits import DEFAULT_LIMITS, Limits
 from .io import (
-    Composite, HurrayFile, IndexEntry, RemoteError, StreamReader, Tensor, UInt64, read_file,
-    read_stream, write_file, write_stream,
+    ClosedFileError, Composite, HurrayFile, IndexEntry, RemoteError, StreamReader, StreamWriter, Tensor,
+    TensorSlice, UInt64, load, read_file, read_stream, save, write_file, write_stream,
 )
 from .io.produce import from_scipy, group, overlay, partition, quantize, sparse_coo, sparse_csc, sparse_csr, spqr
 from .model import (
@@ -42,7 +44,8 @@ def __getattr__(name):
 
 __all__ = [
     "Composite", "HurrayFile", "IndexEntry", "RemoteError", "StreamReader", "Tensor", "UInt64",
-    "read_file", "read_stream", "write_file", "write_stream",
+    "read_file", "read_stream", "write_file", "write_stream", "load", "save", "StreamWriter", "ClosedFileError",
+    "TensorSlice",
     "quantize", "spqr", "sparse_coo", "sparse_csr", "sparse_csc", "from_scipy", "partition", "overlay", "group",
     "DEFAULT_LIMITS", "Limits", "DecodedTypeMismatch", "UnsupportedEvaluation", "lookup", "materialize", "tensor_to_numpy",
     "audit", "CompositeValidator", "Finding", "Level", "Mode", "Report", "parse_descriptor",
@@ -55,4 +58,6 @@ __all__ = [
     "RowMajorLayout", "Shard", "Statistics", "StatisticsMask", "StridedLayout", "SyncMode",
     "TensorDescriptor", "TiledLayout", "UnknownLayout", "UnknownQuantization",
     "EncodeError", "FieldRangeError",
+    "AdvancedIndexUnsupported", "CopyRequired", "DLPackUnsupported", "IndexRangeError", "IndexTypeError",
+    "InvalidDtype", "NotAnArray",
 ]

@@ -11,7 +11,10 @@ Commands:
 * ``rules`` -- the rule registry (``--json``).
 * ``docs OUTDIR`` -- write the Markdown format documentation generated from the
   declarations (``--check`` compares instead of writing).
-* ``merge PATH NAME -o OUT.npy`` -- materialize a composite (or tensor) of a file.
+* ``vectors OUTDIR`` -- write the conformance corpus: for every rule a passing and a
+  violating input, and ``manifest.json`` (``--check`` compares instead of writing).
+* ``merge PATH NAME -o OUT.npy`` -- materialize a composite (or tensor) of a file; with
+  ``--memory BYTES`` a larger result is evaluated chunk by chunk through dask.
 
 ``audit --json`` prints one JSON object, schema ``hurray-schema/audit/1``
 (see :data:`AUDIT_JSON_FIELDS`; keys are only ever added, never renamed or removed).
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import mmap
 import os
 import stat
@@ -163,12 +167,15 @@ KINDS = ("auto", "descriptor", "stream", "messages", "file")
               help="How to read the input (detected from its first bytes by default).")
 @click.option("--no-citations", is_flag=True, help="Leave out the spec citation of each field.")
 @click.option("--brief", is_flag=True, help="Only the tree of sections (no field lines).")
-def inspect(path: str, as_hex: bool, kind: str, no_citations: bool, brief: bool) -> None:
+@click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
+              help="Write a self-contained HTML page (structure, hex view and the audit's findings) to this file.")
+def inspect(path: str, as_hex: bool, kind: str, no_citations: bool, brief: bool, html_out: Optional[str]) -> None:
     """Annotated view of PATH: every field with byte range, raw bytes, value and citation.
 
     PATH is a single descriptor, a bare stream, a message stream or a .hrry file
     ("-" reads standard input).  A file is shown as a tree: header, each tensor
     (composite members indented under their head), KV metadata, index, trailer.
+    With --html, the page is written instead of the text.
     """
     from .hexview import annotate, detect_kind, render_hex, render_tree
 
@@ -177,6 +184,11 @@ def inspect(path: str, as_hex: bool, kind: str, no_citations: bool, brief: bool)
             found = detect_kind(source.data) if kind == "auto" else kind
             if found == "unknown":
                 _fail(f"{path}: not a Hurray descriptor, stream or file (no known magic at byte 0)")
+            if html_out is not None:
+                findings = _run_audit(path, source, found, "strict")
+                written = _write_html(html_out, path, source, found, findings, "strict")
+                click.echo(f"wrote {html_out}: {written} bytes")
+                return
             nodes = annotate(source.data, found, brief=brief)
             size = source.size
     except OSError as exc:
@@ -191,6 +203,14 @@ def inspect(path: str, as_hex: bool, kind: str, no_citations: bool, brief: bool)
 _KIND_NAMES = {
     "descriptor": "tensor descriptor", "stream": "bare stream", "messages": "message stream", "file": "Hurray file",
 }
+
+
+def _write_html(out: str, path: str, source: "_Input", kind: str, findings: list, mode: str) -> int:
+    """Write the HTML page of ``source`` (read as ``kind``) and its findings to ``out``."""
+    from .htmlview import write_page
+
+    title = f"{path}: {_KIND_NAMES.get(kind, kind)}, {source.size} bytes"
+    return write_page(out, source.data, kind, findings, title=title, mode=mode)
 
 
 # ------------------------------------------------------------------------------------
@@ -256,6 +276,31 @@ def docs(outdir: str, check: bool) -> None:
 
 
 # ------------------------------------------------------------------------------------
+# vectors
+# ------------------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("outdir", type=click.Path(file_okay=False))
+@click.option("--check", is_flag=True, help="Do not write; exit 1 if OUTDIR differs from a fresh generation.")
+@click.option("--no-reference", is_flag=True, help="Leave pyhurray's verdicts out of the manifest.")
+def vectors(outdir: str, check: bool, no_reference: bool) -> None:
+    """Write the conformance corpus (a passing and a violating input per rule, manifest.json) into OUTDIR."""
+    from .vectors import MANIFEST, check_corpus, write_corpus
+
+    if check:
+        stale = check_corpus(outdir, reference=not no_reference)
+        if stale:
+            shown = ", ".join(stale[:10]) + (f" (+{len(stale) - 10})" if len(stale) > 10 else "")
+            click.echo(f"{outdir}: out of date: {shown} (run `hurray-schema vectors {outdir}`)", err=True)
+            sys.exit(1)
+        click.echo(f"{outdir}: up to date")
+        return
+    written = write_corpus(outdir, reference=not no_reference)
+    click.echo(f"wrote {len(written) - 1} vectors and {MANIFEST} to {outdir}")
+
+
+# ------------------------------------------------------------------------------------
 # audit
 # ------------------------------------------------------------------------------------
 
@@ -266,12 +311,15 @@ def docs(outdir: str, check: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help=f"One JSON object, schema {AUDIT_JSON_SCHEMA}.")
 @click.option("--kind", type=click.Choice(KINDS), default="auto", show_default=True,
               help="How to read the input (detected from its first bytes by default).")
-def audit(path: str, permissive: bool, as_json: bool, kind: str) -> None:
+@click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
+              help="Also write a self-contained HTML page (structure, hex view, findings marked) to this file.")
+def audit(path: str, permissive: bool, as_json: bool, kind: str, html_out: Optional[str]) -> None:
     """Check PATH ("-" for standard input) against every applicable rule.
 
     Prints each finding (level, rule id, byte offset, message, citation) under the
     tensor or composite it belongs to, then a summary line.  Exit code: 0 clean, 1 at
-    least one MUST-level finding, 2 the input cannot be read.
+    least one MUST-level finding, 2 the input cannot be read.  --html also writes the
+    findings on a page beside the structure and the bytes.
     """
     mode = "permissive" if permissive else "strict"
     result: dict[str, Any] = {"schema": AUDIT_JSON_SCHEMA, "input": path, "kind": "unknown", "mode": mode}
@@ -283,6 +331,8 @@ def audit(path: str, permissive: bool, as_json: bool, kind: str) -> None:
             result["kind"] = found
             findings = _run_audit(path, source, found, mode)
             groups = _groups(source.data, found)
+            if html_out is not None:  # an input of no known kind is read as a stream, as the audit reads it
+                _write_html(html_out, path, source, found if found in _KIND_NAMES else "stream", findings, mode)
     except OSError as exc:
         return _unreadable(result, f"{path}: {exc.strerror or exc}", as_json)
     except _Unreadable as exc:
@@ -519,13 +569,37 @@ def _audit_text(result: dict) -> str:
 # ------------------------------------------------------------------------------------
 
 
+_BYTE_UNITS = {"": 1, "B": 1, "K": 2**10, "KIB": 2**10, "M": 2**20, "MIB": 2**20, "G": 2**30, "GIB": 2**30,
+               "T": 2**40, "TIB": 2**40, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+
+
+class _Bytes(click.ParamType):
+    """A byte count: an integer with an optional unit (K, M, G, T or KiB ... powers of 1024;
+    KB, MB, GB, TB powers of 1000)."""
+
+    name = "BYTES"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        digits = len(text) - len(text.lstrip("0123456789"))
+        unit = _BYTE_UNITS.get(text[digits:].strip().upper())
+        if not digits or unit is None or int(text[:digits]) * unit < 1:
+            self.fail(f"{value!r} is not a positive byte count (e.g. 1073741824, 512M, 1GiB)", param, ctx)
+        return int(text[:digits]) * unit
+
+
 @main.command()
 @click.argument("path", type=click.Path(dir_okay=False, exists=True))
 @click.argument("name")
 @click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
               help="Where to write the .npy file.")
 @click.option("--permissive", is_flag=True, help="Read the file in permissive mode.")
-def merge(path: str, name: str, output: str, permissive: bool) -> None:
+@click.option("--memory", "memory", type=_Bytes(), default=None,
+              help="Memory budget (e.g. 1G): a larger result is evaluated chunk by chunk with dask (the [dask] "
+                   "extra) and written to OUTPUT as the chunks complete, with a progress bar.")
+def merge(path: str, name: str, output: str, permissive: bool, memory: Optional[int]) -> None:
     """Materialize tensor or composite NAME of the file PATH into OUTPUT (.npy)."""
     import numpy as np
 
@@ -534,6 +608,10 @@ def merge(path: str, name: str, output: str, permissive: bool) -> None:
     try:
         container = read_file(path, mode="permissive" if permissive else "strict")
         item = _lookup(container, name)
+        if memory is not None and _result_bytes(item) > memory:
+            dtype, shape = _merge_out_of_core(container, item, name, output, memory)
+            click.echo(f"wrote {output}: {dtype} {list(shape)}")
+            return
         array = _materialize(item)
     except SpecViolation as exc:
         _fail(f"{path}: {exc}", EXIT_FINDINGS)
@@ -543,6 +621,101 @@ def merge(path: str, name: str, output: str, permissive: bool) -> None:
         _fail(f"{path}: no tensor or composite named {name!r}")
     np.save(output, array)
     click.echo(f"wrote {output}: {array.dtype} {list(array.shape)}")
+
+
+def _refuse_group(item) -> None:
+    names = [m.name or f"#{i}" for i, m in enumerate(item.members)]
+    raise HurraySchemaError(
+        f"{item.name or 'this'!r} is a group composite (no single array); merge one of its "
+        f"members instead: {', '.join(names)}")
+
+
+def _result_bytes(item) -> int:
+    """Bytes of the array ``merge`` writes for ``item`` (a group has none: refused)."""
+    from .evaluate import decoded_type, numpy_dtype
+    from .model import CompositionRule
+
+    desc = item.descriptor
+    if getattr(item, "members", None) is not None and desc.layout.composition_rule == CompositionRule.GROUP:
+        _refuse_group(item)
+    return math.prod(int(n) for n in desc.shape) * numpy_dtype(decoded_type(desc)).itemsize
+
+
+MERGE_CHUNKS_PER_BUDGET = 8
+"""``merge --memory`` aims its chunks at this fraction of the budget: a few chunks per worker
+thread in flight, each with the temporaries of its decode."""
+
+
+def _merge_out_of_core(container, item, name: str, output: str, memory: int):
+    """Evaluate ``item`` through dask in chunks of about ``memory / MERGE_CHUNKS_PER_BUDGET``
+    bytes and write them into a temporary ``.npy`` beside OUTPUT, renamed over it once complete;
+    (dtype, shape) of what was written."""
+    try:
+        from dask.diagnostics import ProgressBar
+        import dask.array as da
+    except ImportError:
+        raise HurraySchemaError("merge --memory needs dask: pip install 'hurray_schema[dask]'") from None
+    lazy = container.to_dask(name, chunk_bytes=max(1, memory // MERGE_CHUNKS_PER_BUDGET))
+    target = os.path.realpath(output)
+    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp",
+                                dir=os.path.dirname(target))
+    os.close(fd)
+    try:
+        with _NpyChunkWriter(temp, lazy.shape, lazy.dtype) as writer:
+            with ProgressBar(out=sys.stderr):
+                da.store(lazy, writer, lock=False)
+        os.replace(temp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    return lazy.dtype, lazy.shape
+
+
+class _NpyChunkWriter:
+    """A ``.npy`` file written region by region (the target of ``dask.array.store``): numpy
+    writes the header and sizes the file, each region's bytes go in with ``os.pwrite``, one
+    call per C-contiguous run, without mapping the output (its pages stay out of our memory)."""
+
+    def __init__(self, path: str, shape, dtype):
+        from numpy.lib.format import open_memmap
+
+        header = open_memmap(path, mode="w+", dtype=dtype, shape=tuple(shape))
+        self.offset, self.shape, self.dtype = header.offset, tuple(shape), header.dtype
+        del header
+        self.fd = os.open(path, os.O_WRONLY)
+
+    def __setitem__(self, region, values) -> None:
+        import numpy as np
+
+        values = np.ascontiguousarray(values, self.dtype)
+        if values.size == 0:
+            return
+        if not self.shape:
+            os.pwrite(self.fd, values.reshape(1).view(np.uint8), self.offset)
+            return
+        starts = [s.indices(n)[0] for s, n in zip(region, self.shape)]
+        split = len(self.shape) - 1  # dimensions after `split` are whole: one run per index before it
+        while split > 0 and values.shape[split] == self.shape[split]:
+            split -= 1
+        tail = math.prod(self.shape[split + 1:])
+        runs = values.reshape(math.prod(values.shape[:split]), -1).view(np.uint8)
+        for k, lead in enumerate(np.ndindex(*values.shape[:split])):
+            first = 0
+            for dim, i in enumerate(lead):
+                first = first * self.shape[dim] + starts[dim] + i
+            first = (first * self.shape[split] + starts[split]) * tail
+            os.pwrite(self.fd, runs[k], self.offset + first * self.dtype.itemsize)
+
+    def __enter__(self) -> "_NpyChunkWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if exc[0] is None:
+                os.fsync(self.fd)
+        finally:
+            os.close(self.fd)
 
 
 def _lookup(container, name: str):
@@ -568,10 +741,7 @@ def _materialize(item):
 
     result = item.materialize() if isinstance(item, Composite) else item.to_numpy()
     if isinstance(result, tuple):
-        names = [m.name or f"#{i}" for i, m in enumerate(item.members)]
-        raise HurraySchemaError(
-            f"{item.name or 'this'!r} is a group composite (no single array); merge one of its "
-            f"members instead: {', '.join(names)}")
+        _refuse_group(item)
     return np.asarray(result)
 
 

@@ -46,7 +46,7 @@ from .structs.tags import is_invalid_tag, is_reserved_tag
 from .structs.wire import descriptor_spans, encode_descriptor_bytes
 
 __all__ = ["decode_descriptor", "encode_descriptor", "parse_descriptor", "check_semantics", "peek_descriptor_length",
-           "descriptor_spans"]
+           "known_length", "remembered_descriptor", "descriptor_spans"]
 
 
 def _builder(cls):
@@ -166,6 +166,25 @@ def peek_descriptor_length(data, base: int = 0) -> int:
     return length
 
 
+def known_length(header: bytes) -> Optional[int]:
+    """``descriptor_length`` of the fixed header ``header`` (20 bytes) when a clean descriptor
+    had exactly this header (its decoder is compiled): magic and length need no check again.
+    None otherwise (:func:`peek_descriptor_length` then reads and checks them)."""
+    compiled = signature.lookup(header)
+    return None if compiled is None else compiled.length
+
+
+def remembered_descriptor(data: bytes, limits: Limits) -> Optional[TensorDescriptor]:
+    """The descriptor :func:`parse_descriptor` gave for exactly these bytes (``data``: one
+    whole descriptor, as a stream reader frames it) when the by-value table still holds it
+    and its header's compiled decoder meets ``limits``; None otherwise (then parse it)."""
+    compiled = _compiled_for(data[:FIXED_HEADER_SIZE])
+    if compiled is None or compiled.length != len(data) or not (
+            compiled.fits_default if limits is DEFAULT_LIMITS else compiled.fits(limits)):
+        return None
+    return _remembered(data)
+
+
 def parse_descriptor(data, *, mode="strict", base: int = 0,
                      limits: Optional[Limits] = None) -> tuple[TensorDescriptor, list[Finding]]:
     """Decode the structure of the descriptor at the start of ``data``.
@@ -176,7 +195,7 @@ def parse_descriptor(data, *, mode="strict", base: int = 0,
     descriptor_length, rank, buffer_count and the tiled depth.
     """
     mode = _MODES.get(mode) or as_mode(mode)
-    limits = resolve_limits(limits)
+    limits = DEFAULT_LIMITS if limits is None else resolve_limits(limits)
     if data.__class__ is bytes:  # the common case: the first 20 bytes are the signature as they are
         header = data[:FIXED_HEADER_SIZE]
         desc = _decode_compiled(data, header, limits)
@@ -200,11 +219,19 @@ def parse_descriptor(data, *, mode="strict", base: int = 0,
 def _decode_compiled(data, header: bytes, limits: Limits) -> Optional[TensorDescriptor]:
     """The descriptor from the decoder compiled for ``header`` (:mod:`hurray_schema.signature`),
     or None when there is none, the input is shorter, a limit is lower or a guard differs."""
-    compiled = signature.lookup(header)
-    if compiled is None or len(data) < compiled.length or not (
-            compiled.fits_default if limits is DEFAULT_LIMITS else compiled.fits(limits)):
+    compiled = _compiled_for(header)
+    if compiled is None:
         return None
-    return compiled.decode(data)
+    length = compiled.length
+    if len(data) < length or not (compiled.fits_default if limits is DEFAULT_LIMITS else compiled.fits(limits)):
+        return None
+    key = data[:length] if data.__class__ is bytes else data[:length].tobytes()  # a bytes of exactly length is itself
+    desc = _remembered(key)
+    return desc if desc is not None else signature.decode_known(compiled, key, data)
+
+
+_compiled_for = signature.lookup
+_remembered = signature.remembered
 
 
 def _parse_general(view, mode: Mode, base: int, limits: Limits) -> tuple[TensorDescriptor, list[Finding]]:

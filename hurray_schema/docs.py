@@ -16,7 +16,9 @@ them with the committed ones.
 * ``tags.md``: every tag table (``IntEnum`` / ``IntFlag`` of ``structs/tags.py`` and of
   the container modules);
 * ``index.md``: the pages, the parts of a descriptor, and every rule linked to the
-  struct(s) it constrains.
+  struct(s) it constrains and to its conformance vectors;
+* ``vectors.md``: every rule with its conformance vectors (:mod:`hurray_schema.vectors`):
+  file, our readers' verdicts, and the hex of the bytes around the fault.
 
 Nothing here reads the spec text; descriptions are the project's own (``field(...)``).
 """
@@ -37,6 +39,7 @@ import construct
 from .structs import descriptor as descriptor_structs
 from .structs import tags as tag_tables
 from .structs._declare import Field, fields, static_size
+from .vectors import NO_VECTOR, build_corpus, hex_around
 
 __all__ = [
     "spec_type", "tag_table", "StructDoc", "struct_docs", "render_pages", "write_docs", "check_docs",
@@ -554,7 +557,7 @@ def _part_declaration(part, by_decl: dict) -> str:
     return ", ".join(x for x in links if x) or "—"
 
 
-def _index_page(docs: list[StructDoc], pages: list[tuple[str, str]]) -> str:
+def _index_page(docs: list[StructDoc], pages: list[tuple[str, str]], covered: frozenset = frozenset()) -> str:
     from .rules.engine import registry
 
     out = [GENERATED, "", "# Hurray wire format (generated)", ""]
@@ -576,17 +579,74 @@ def _index_page(docs: list[StructDoc], pages: list[tuple[str, str]]) -> str:
                      _part_declaration(part, by_decl)])
         start = _part_end(part, start)
     out += _table(["Part", "Starts at", "Present", "Declaration"], rows)
-    out += ["", "## Rules", "", "Each rule of the registry with the struct(s) it constrains.", ""]
+    out += ["", "## Rules", "", "Each rule of the registry with the struct(s) it constrains and its conformance "
+            f"vectors ([{VECTORS_PAGE}]({VECTORS_PAGE})).", ""]
     rows = []
     for rule in registry():
         targets = rule_structs(rule, docs)
         links = ", ".join(f"[`{d.name}`]({d.page}#{d.anchor})" for d in targets[:6]) or "—"
         if len(targets) > 6:
             links += f" (+{len(targets) - 6})"
+        vectors = f"[{'vectors' if rule.id in covered else 'none'}]({VECTORS_PAGE}#{_vector_anchor(rule)})"
         rows.append([f'<a id="{_rule_anchor(rule)}"></a>`{rule.id}`', rule.level.value, rule.citation, links,
-                     rule.summary])
-    out += _table(["Rule", "Level", "Citation", "Struct", "Summary"], rows)
+                     rule.summary, vectors])
+    out += _table(["Rule", "Level", "Citation", "Struct", "Summary", "Vectors"], rows)
     out.append("")
+    return "\n".join(out)
+
+
+VECTORS_PAGE = "vectors.md"
+
+
+def _vector_anchor(rule) -> str:
+    return "vectors-" + re.sub(r"[^\w-]", "-", rule.id)
+
+
+def _verdict_cell(verdict) -> str:
+    if verdict.rule_id is None:
+        return verdict.to_json()["verdict"]
+    return f"{verdict.to_json()['verdict']} `{verdict.rule_id}` @ {verdict.offset}"
+
+
+def _vector_lines(vector) -> list[str]:
+    """One vector: its file, our verdicts and, for a violating one, the bytes around the fault."""
+    line = (f"- `{vector.file}` ({vector.kind}, {len(vector.data)} bytes): strict {_verdict_cell(vector.strict)}; "
+            f"permissive {_verdict_cell(vector.permissive)}")
+    if vector.note:
+        line += f" -- {vector.note}"
+    out = [line]
+    if vector.role == "fail":
+        start, text = hex_around(vector.data, vector.offset)
+        out.append(f"  `{start:#06x}: {text}`")
+    return out
+
+
+def _vectors_page(corpus) -> str:
+    """Every rule with its vectors (``hurray-schema vectors OUTDIR`` writes the files)."""
+    from .rules.engine import registry
+
+    out = [GENERATED, "", "# Conformance vectors", ""]
+    out += [
+        "For every rule, the inputs `hurray-schema vectors OUTDIR` writes: a passing one (`.pass.`) and one "
+        "that violates that rule and nothing before it (`.fail.`), as a descriptor (`.desc`), a bare stream "
+        "(`.stream`), a message stream (`.msgs`) or a file (`.hrry`). Each line gives our strict and permissive "
+        "readers' verdicts (the rule and byte offset of the first finding); under a violating vector, the "
+        "16-byte row holding the fault (the next row too when the fault is in the row's second half), the "
+        "faulty byte in brackets. The manifest (`manifest.json`) also carries pyhurray's verdicts. "
+        f"Rules no input can trigger: {len(NO_VECTOR)}; see their reasons below.",
+        "",
+    ]
+    for rule in registry():
+        out += [f'## <a id="{_vector_anchor(rule)}"></a>`{rule.id}`', "",
+                f"{rule.level.value} ({rule.citation}): {rule.summary} [Rule]({'index.md'}#{_rule_anchor(rule)}).", ""]
+        vectors = corpus.of_rule(rule.id)
+        if vectors:
+            for vector in vectors:
+                out += _vector_lines(vector)
+        else:
+            reason = NO_VECTOR.get(rule.id) or corpus.missing.get(rule.id, "")
+            out.append(f"No violating vector: {reason}")
+        out.append("")
     return "\n".join(out)
 
 
@@ -613,7 +673,10 @@ def render_pages() -> dict[str, str]:
     titles.append(("element-types.md", "Element types"))
     pages["tags.md"] = _tags_page(docs)
     titles.append(("tags.md", "Tag tables"))
-    pages["index.md"] = _index_page(docs, titles)
+    corpus = build_corpus()
+    pages[VECTORS_PAGE] = _vectors_page(corpus)
+    titles.append((VECTORS_PAGE, "Conformance vectors"))
+    pages["index.md"] = _index_page(docs, titles, frozenset(corpus.covered))
     return dict(sorted(pages.items()))
 
 

@@ -12,7 +12,8 @@ This module imports nothing from the package, so every layer (the wire declarati
 from __future__ import annotations
 
 __all__ = ["HurraySchemaError", "SpecViolation", "LimitExceeded", "EncodeError", "FieldRangeError",
-           "UnsupportedEvaluation"]
+           "UnsupportedEvaluation", "IndexRangeError", "IndexTypeError", "AdvancedIndexUnsupported",
+           "InvalidDtype", "CopyRequired", "NotAnArray", "DLPackUnsupported"]
 
 
 class HurraySchemaError(Exception):
@@ -99,3 +100,40 @@ class UnsupportedEvaluation(HurraySchemaError):
     """The tensor is valid but this evaluator cannot compute its values: float128, a private element
     type whose codes are not 8, 16, 32 or 64 bits wide, a tag no table row describes, or a shape
     NumPy cannot hold (see :mod:`hurray_schema.evaluate.tensor`)."""
+
+
+class IndexRangeError(HurraySchemaError, IndexError):
+    """An index does not fit the array it indexes: an integer outside ``[-n, n)``, more indices
+    than the array has dimensions, or a second ``Ellipsis`` (NumPy raises ``IndexError`` for these
+    too, so ``except IndexError`` keeps working)."""
+
+
+class IndexTypeError(HurraySchemaError, TypeError):
+    """An index entry that is none of the NumPy basic index kinds: an integer, a slice,
+    ``Ellipsis`` or ``None`` (a float, a string, ...)."""
+
+
+class AdvancedIndexUnsupported(IndexTypeError):
+    """An array, a list or a boolean used as an index: NumPy's advanced indexing is not supported
+    (materialize the array with ``numpy.asarray`` first, then index it)."""
+
+
+class InvalidDtype(HurraySchemaError, TypeError):
+    """A ``dtype`` argument that names no numeric NumPy / ``ml_dtypes`` type and no element type,
+    or a cast the requested ``casting`` rule forbids."""
+
+
+class CopyRequired(HurraySchemaError, ValueError):
+    """``copy=False`` was asked for but the array cannot be had without a copy or a decode
+    (NumPy raises ``ValueError`` in the same case)."""
+
+
+class NotAnArray(HurraySchemaError, TypeError):
+    """The operation needs an array the item does not have: a group composite is a collection of
+    its members, not one array (``layouts/composite.md § Group``); a 0-d array has no ``len()``."""
+
+
+class DLPackUnsupported(HurraySchemaError, BufferError):
+    """The array cannot be exported through DLPack: its dtype has no DLPack type code in NumPy's
+    exporter (``ml_dtypes`` types, bool sub-byte codes), or the consumer asked for no copy where
+    one is needed.  ``BufferError`` is what DLPack consumers expect."""

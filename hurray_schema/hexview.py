@@ -54,6 +54,7 @@ from .structs.quantization import QUANTIZATION_HEADER
 from .structs.tags import is_private_tag
 
 __all__ = ["Node", "annotate", "annotate_descriptor", "detect_kind", "in_brief", "render_tree", "render_hex",
+           "render_value",
            "descriptor_extent", "descriptor_text", "peek_descriptor"]
 
 
@@ -129,6 +130,8 @@ def _render(name: str, value, size: int = 4, tags: Optional[type] = None) -> str
     return str(value)
 
 
+render_value = _render
+"""How the annotated view writes a field's decoded value (the HTML page writes it the same way)."""
 
 
 class _Walker:

@@ -24,6 +24,13 @@ general decoder, which also does all the error reporting.  A signature is compil
 from a descriptor that produced no finding, within the limits in use, and only when
 re-decoding that same input with the compiled function gives an equal descriptor, and only
 the second time its header is seen.
+
+Descriptors are immutable values, so a few bounded by-value tables spare repeated work
+(:data:`MAX_VALUES` entries each, emptied when full, so hostile input costs one entry per
+descriptor): :func:`decode_known` gives the object decoded the first time for the same
+exact bytes under a compiled header, and :func:`encode` keeps the bytes of the descriptor
+objects it encoded.  The rules keep the objects that passed (``first_error``).
+:func:`use_value_tables` turns all three off (the benchmarks time both).
 """
 
 from __future__ import annotations
@@ -35,11 +42,12 @@ import attrs
 
 from .limits import DEFAULT_LIMITS, Limits
 from .model import SCHEMES, TABLE_LAYOUTS, VALUE_CLASSES, ColumnMajorLayout, RowMajorLayout, TensorDescriptor
+from .rules.descriptor.dispatch import remember_passed
 from .structs._declare import plan
 from .structs.descriptor import CORE_PARTS, FIXED_HEADER, MAGIC, PARTS, SECTION_PARTS
 
 __all__ = ["CompiledDecoder", "compile_decoder", "lookup", "remember", "clear", "MAX_SIGNATURES", "slot_constructor",
-           "encoder_key", "compile_encoder", "encode"]
+           "encoder_key", "compile_encoder", "encode", "decode_known", "MAX_VALUES", "MAX_VALUE_BYTES", "use_value_tables"]
 
 MAX_SIGNATURES = 1024
 """Most headers remembered at once (seen, compiled or refused); the input picks the headers,
@@ -235,14 +243,60 @@ def compile_decoder(desc: TensorDescriptor, length: int) -> CompiledDecoder:
     return CompiledDecoder(namespace["decode"], source, length, desc.rank, len(desc.buffers))
 
 
+MAX_VALUES = 4096
+"""Most descriptors remembered by value at once (decoded ones by their bytes, encoded ones
+with their bytes); past it a table is emptied and fills again."""
+MAX_VALUE_BYTES = 1024
+"""Only descriptors of at most this many bytes are remembered (typical ones have a few
+hundred), so the tables hold at most ``MAX_VALUES * MAX_VALUE_BYTES`` bytes of keys whatever
+the input: a compiled header may declare a long descriptor (quantization padding)."""
+
+_VALUES: dict = {}  # exact descriptor bytes -> the TensorDescriptor a compiled decoder made of them
+_ENCODED: dict = {}  # id(descriptor) -> (descriptor, its wire bytes); the entry keeps the descriptor alive
+_TABLES_ON = [True]
+
+
+def use_value_tables(enabled: bool) -> bool:
+    """Turn the by-value tables on or off, emptying them: :func:`decode_known`'s, the
+    encoded-bytes table of :func:`encode` and the passed-descriptor table of the rules
+    (:func:`hurray_schema.rules.descriptor.dispatch.remember_passed`); returns the previous
+    setting.  Off, every call does the whole work (``benchmarks/decode.py`` measures both)."""
+    previous = _TABLES_ON[0]
+    _TABLES_ON[0] = bool(enabled)
+    _VALUES.clear()
+    _ENCODED.clear()
+    remember_passed(enabled)
+    return previous
+
+
+def decode_known(compiled: "CompiledDecoder", key: bytes, data) -> Optional[TensorDescriptor]:
+    """``compiled.decode(data)``, where ``key`` is the descriptor's exact bytes
+    (``data[:compiled.length]``).  Descriptors are immutable values, so equal bytes give the
+    object decoded the first time (streams of small tensors repeat their descriptors: pages
+    of one KV cache, the members of one composite shape); a table of :data:`MAX_VALUES`
+    entries, emptied when full, so hostile input costs one entry per descriptor."""
+    desc = _VALUES.get(key)
+    if desc is None:
+        desc = compiled.decode(data)
+        if desc is not None and _TABLES_ON[0] and len(key) <= MAX_VALUE_BYTES:
+            if len(_VALUES) >= MAX_VALUES:
+                _VALUES.clear()
+            _VALUES[key] = desc
+    return desc
+
+
 _COMPILED: dict = {}  # header bytes -> CompiledDecoder
 _SEEN: set = set()  # headers decoded cleanly once (compiled the second time)
 _REFUSED: set = set()  # headers the general decoder keeps
 
 
-def lookup(header: bytes) -> Optional[CompiledDecoder]:
-    """The compiled decoder for these 20 header bytes, if one was made."""
-    return _COMPILED.get(header)
+lookup: Callable[[bytes], Optional[CompiledDecoder]] = _COMPILED.get
+"""``lookup(header)``: the compiled decoder for these 20 header bytes, if one was made (the
+table's own ``get``: it is called for every descriptor read, and the table is only ever
+emptied in place)."""
+
+remembered: Callable[[bytes], Optional[TensorDescriptor]] = _VALUES.get
+"""``remembered(key)``: the descriptor :func:`decode_known` made of these exact bytes, if it is kept."""
 
 
 def remember(header: bytes, desc: TensorDescriptor, data, length: int) -> None:
@@ -270,7 +324,9 @@ def remember(header: bytes, desc: TensorDescriptor, data, length: int) -> None:
 
 
 def clear() -> None:
-    """Forget every signature and compiled encoder (tests use it to compare both paths)."""
+    """Forget every signature, compiled encoder and remembered value (tests use it to compare both paths)."""
+    _VALUES.clear()
+    _ENCODED.clear()
     _ENCODERS.clear()
     _COMPILED.clear()
     _SEEN.clear()
@@ -391,7 +447,21 @@ _ENCODERS: dict = {}  # encoder_key -> compiled encoder, or None where the gener
 def encode(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> bytes:
     """The wire bytes of ``desc``: through the encoder compiled for its :func:`encoder_key`
     (compiled the first time, kept only if it gives the bytes ``general`` gives), else
-    through ``general``."""
+    through ``general``.  The bytes of the last :data:`MAX_VALUES` descriptor objects encoded
+    are kept with them (a frozen value encodes to the same bytes every time; a descriptor
+    written to several containers, or written right after it was read, is encoded once)."""
+    known = _ENCODED.get(id(desc))
+    if known is not None and known[0] is desc:
+        return known[1]
+    data = _encode_shape(desc, general)
+    if _TABLES_ON[0] and len(data) <= MAX_VALUE_BYTES:
+        if len(_ENCODED) >= MAX_VALUES:
+            _ENCODED.clear()
+        _ENCODED[id(desc)] = (desc, data)
+    return data
+
+
+def _encode_shape(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> bytes:
     key = encoder_key(desc)
     encoder = _ENCODERS.get(key, _ENCODERS)
     if encoder is _ENCODERS:  # not seen yet, or only with values the general encoder rejected

@@ -270,3 +270,106 @@ def test_a_header_compiled_under_raised_limits_still_meets_the_default_ones():
     assert signature.lookup(wire[:FIXED_HEADER_SIZE]) is not None
     with pytest.raises(LimitExceeded):
         parse_descriptor(wire)
+
+
+# --------------------------------------------------------------------------------------
+# The by-value tables (a repeated descriptor is decoded, checked and encoded once)
+# --------------------------------------------------------------------------------------
+
+
+def _reference(data, mode: str):
+    """decode_descriptor's outcome from the general decoder and every rule run one by one."""
+    from hurray_schema.rules.descriptor import DESCRIPTOR_RULES, DescriptorContext
+
+    try:
+        desc, _ = _parse_general(memoryview(data), Mode(mode), 0, DEFAULT_LIMITS)
+    except HurraySchemaError as exc:
+        return ("error", type(exc), getattr(exc, "rule_id", None), getattr(exc, "offset", None), str(exc))
+    ctx = DescriptorContext(desc, Mode(mode))
+    for rule in DESCRIPTOR_RULES:
+        for f in rule.check(desc, ctx):
+            if f.is_error:
+                exc = f.to_violation()
+                return ("error", type(exc), exc.rule_id, exc.offset, str(exc))
+    return ("ok", desc, repr(desc))
+
+
+def _decoded(data, mode: str):
+    from hurray_schema.codec import decode_descriptor
+
+    try:
+        desc = decode_descriptor(data, mode=mode)
+    except HurraySchemaError as exc:
+        return ("error", type(exc), getattr(exc, "rule_id", None), getattr(exc, "offset", None), str(exc))
+    return ("ok", desc, repr(desc))
+
+
+@SETTINGS
+@given(descriptors(), st.data())
+def test_the_value_tables_change_no_outcome(desc, data):
+    """A descriptor decoded again and again (compiled header, by-value table, passed-rules
+    table) and a one-byte mutation of it decode -- or fail, with the same rule, offset and
+    message -- as the general decoder followed by every rule, in both modes, the tables on
+    and off; and the encoded-bytes table gives the general encoder's bytes."""
+    wire = encode_descriptor(desc)
+    mutated = bytearray(wire)
+    if len(mutated) > FIXED_HEADER_SIZE:
+        pos = data.draw(st.integers(FIXED_HEADER_SIZE, len(mutated) - 1))
+        mutated[pos] = data.draw(U8.filter(lambda v: v != mutated[pos]))
+    try:
+        for tables in (True, False):
+            signature.clear()
+            signature.use_value_tables(tables)
+            for variant in (wire, bytes(mutated), bytes(mutated) + b"\xAA" * 3):
+                for mode in ("strict", "permissive", "strict"):
+                    want = _reference(variant, mode)
+                    for _ in range(3):  # first-seen header, compiled, then the tables
+                        assert _decoded(variant, mode) == want
+                        assert _decoded(memoryview(bytearray(variant)), mode) == want
+            for _ in range(2):
+                assert encode_descriptor(desc) == encode_descriptor_bytes(desc)
+    finally:
+        signature.use_value_tables(True)
+
+
+def test_a_repeated_descriptor_is_the_object_decoded_first():
+    from hurray_schema.codec import decode_descriptor
+
+    signature.clear()
+    wire = encode_descriptor(_per_block())
+    first = [decode_descriptor(wire) for _ in range(3)][-1]  # compiled the second time, kept the third
+    assert decode_descriptor(wire) is first
+    assert decode_descriptor(bytearray(wire) + b"next tensor") is first
+    other = parse_descriptor(wire[:-1] + bytes([wire[-1] ^ 1]))[0]
+    assert other is not first and other != first
+
+
+def test_the_value_tables_stay_bounded():
+    signature.clear()
+    base = _per_block()
+    for i in range(signature.MAX_VALUES + 10):
+        desc = TensorDescriptor(base.type_tag, base.shape, buffers=(BufferHandle(8192 + 64 * i), BufferHandle(256)),
+                                quantization=base.quantization, shard=base.shard)
+        parse_descriptor(encode_descriptor(desc))
+        assert len(signature._VALUES) <= signature.MAX_VALUES
+        assert len(signature._ENCODED) <= signature.MAX_VALUES
+
+
+def test_long_descriptors_are_not_remembered_by_value():
+    """A compiled header may declare a long descriptor (quantization padding): such bytes
+    are decoded every time, never kept, so the tables stay small whatever the input."""
+    import attrs
+
+    from hurray_schema.codec import decode_descriptor
+    from hurray_schema.rules.descriptor import dispatch
+
+    signature.clear()
+    base = _per_block()
+    long = attrs.evolve(base, quantization=attrs.evolve(base.quantization, padding=bytes(signature.MAX_VALUE_BYTES)))
+    wire = encode_descriptor(long)
+    assert len(wire) > signature.MAX_VALUE_BYTES
+    decoded = [decode_descriptor(wire) for _ in range(3)]
+    assert decoded[-1] == long and signature.lookup(wire[:FIXED_HEADER_SIZE]) is not None
+    assert wire not in signature._VALUES and decoded[-1] is not decoded[-2]
+    assert not any(d is decoded[-1] for d in dispatch._PASSED.values())
+    assert not any(data == wire for _, data in signature._ENCODED.values())

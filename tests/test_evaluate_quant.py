@@ -233,7 +233,8 @@ def test_short_scale_buffer_rejected():
         tensor_to_numpy(d, b)
 
 
-def test_quantized_cannot_decode_to_integer():
-    d, b = make(E.INT8, (1,), PerTensorAffine(1.0, 0), [np.zeros(1, np.int8)])
-    with pytest.raises(HurraySchemaError):
-        tensor_to_numpy(d, b, E.INT32)
+def test_quantized_asked_for_an_integer_type_dequantizes_then_casts():
+    """Issue 13: a requested type is a cast, not a check: 3 * 1.5 = 4.5 in float32, truncated to 4."""
+    d, b = make(E.INT8, (1,), PerTensorAffine(1.5, 0), [np.array([3], np.int8)])
+    got = tensor_to_numpy(d, b, E.INT32)
+    assert got.dtype == np.int32 and got.tolist() == [4]

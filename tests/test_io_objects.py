@@ -51,7 +51,7 @@ def test_from_numpy_bool_is_bit_packed_lsb_first():
 
 def test_from_numpy_empty_and_big_endian():
     e = Tensor.from_numpy(np.zeros((0, 4), np.float32))
-    assert e.shape == (0, 4) and e.descriptor.buffers[0].byte_size == 0 and e.nbytes == 0
+    assert e.shape == (0, 4) and e.descriptor.buffers[0].byte_size == 0 and e.stored_nbytes == 0
     b = Tensor.from_numpy(np.array([1.0, 2.0], dtype=">f4"))
     assert bytes(b.buffers[0]) == struct.pack("<2f", 1, 2)
 
@@ -59,7 +59,7 @@ def test_from_numpy_empty_and_big_endian():
 def test_dense_checks_size():
     with pytest.raises(HurraySchemaError):
         Tensor.dense(F32, [4], bytes(15))
-    assert Tensor.dense(0x48, [3], bytes(2)).nbytes == 2  # int4: 3 elements -> 2 bytes
+    assert Tensor.dense(0x48, [3], bytes(2)).stored_nbytes == 2  # int4: 3 elements -> 2 bytes
 
 
 def test_buffers_are_zero_copy():

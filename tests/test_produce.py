@@ -26,8 +26,10 @@ import hurray_schema as hs
 from hurray_schema.codec import decode_descriptor, encode_descriptor
 from hurray_schema.errors import HurraySchemaError, SpecViolation
 from hurray_schema.io import read_file, read_stream, write_file, write_stream
+from hurray_schema.io.tensor import walk
 from hurray_schema.model import (CombineOp, CompositionRule, ElementType, LayoutTag, MemberRole, Mxfp, Nf4,
                                  PerBlockAffine, PerChannelAffine, PerTensorAffine, QuantFlag)
+from hurray_schema.rules.composite import validate_preorder
 from hurray_schema.structs.element_types import element_type_info
 from hurray_schema.structs.quantization import NF4_LEVELS
 
@@ -555,6 +557,102 @@ def test_overlay_and_group():
     g = hs.group({"a": np.arange(3, dtype=np.int32), "b": hs.quantize(np.ones((2, 8), np.float16))})
     assert g.rule == CompositionRule.GROUP and [m.name for m in g.members] == ["a", "b"]
     assert all(m.descriptor.composite_member is None for m in g.members)
+    reads_in_pyhurray(g)
+
+
+def binder_accepts(composite):
+    """The composite binder (strict) finds nothing in a fresh pre-order walk of ``composite``."""
+    assert validate_preorder(node.descriptor for _name, node in walk(composite)) == []
+
+
+@given(rows=st.integers(1, 9), cols=st.integers(1, 9), pieces=st.tuples(st.integers(1, 4), st.integers(1, 4)))
+@SETTINGS
+def test_composite_partition_grid_cuts_as_array_split(rows, cols, pieces):
+    x = np.arange(rows * cols, dtype=np.int32).reshape(rows, cols)
+    c = hs.Composite.partition(x, grid=pieces)
+    expected = [block for band in np.array_split(x, pieces[0], axis=0) for block in np.array_split(band, pieces[1], axis=1)]
+    assert [m.to_numpy().tolist() for m in c.members] == [b.tolist() for b in expected]
+    for m, b in zip(c.members, expected):
+        offset = m.descriptor.shard.shard_offset
+        assert np.array_equal(x[offset[0]:offset[0] + b.shape[0], offset[1]:offset[1] + b.shape[1]], b)
+    assert c.same_content(hs.partition(x, grid=pieces))
+    assert np.array_equal(c.materialize(), x)
+    binder_accepts(c)
+
+
+def test_composite_partition_members_from_a_callable_nested_composites_too():
+    x = np.random.default_rng(5).standard_normal((8, 32)).astype(np.float16)
+    boxes = [((0, 0), (8, 16)), ((0, 16), (8, 16))]
+
+    def member(a):
+        patch = np.zeros((1, 1), np.float16) + a[0, 0]
+        return hs.Composite.overlay(hs.quantize(a, "per_block", block_size=16), [(patch, (0, 0))])
+
+    c = hs.Composite.partition(x, boxes=boxes, member=member)
+    assert c.same_content(hs.partition(x, boxes=boxes, member=member))
+    assert all(isinstance(m, hs.Composite) and m.descriptor.composite_member is None for m in c.members)
+    assert [m.descriptor.shard.shard_offset for m in c.members] == [(0, 0), (0, 16)]
+    merged = c.materialize()
+    assert merged.dtype == np.float16 and merged[0, 0] == x[0, 0] and merged[0, 16] == x[0, 16]
+    binder_accepts(c)
+    (back,) = list(read_stream(write_stream(None, [c])))
+    assert back.same_content(c)
+
+
+def test_composite_partition_refuses_bad_arguments():
+    x = np.zeros((4, 4), np.float32)
+    with pytest.raises(HurraySchemaError):
+        hs.Composite.partition(x, grid=2, boxes=[((0, 0), (4, 4))])
+    with pytest.raises(HurraySchemaError):
+        hs.Composite.partition(x)
+    with pytest.raises(HurraySchemaError):
+        hs.Composite.partition(x, grid=(2, 0))
+    with pytest.raises(HurraySchemaError):
+        hs.Composite.partition(x, grid=2, member=lambda a: hs.Tensor.from_numpy(a[:1]))
+    with pytest.raises(HurraySchemaError):
+        hs.Composite.partition(x, grid=2, member=lambda a: a)
+    with pytest.raises(HurraySchemaError):
+        hs.Composite.partition(x, grid=2, type_tag="no_such_type")
+    with pytest.raises(SpecViolation):  # members of another type than the head's
+        hs.Composite.partition(x, grid=2, type_tag="float16")
+
+
+@pytest.mark.parametrize("combine_op", ["replace", "add", CombineOp.ADD, 1])
+def test_composite_overlay_equals_the_function_and_merges(combine_op):
+    base = np.full((4, 6), 2, np.float32)
+    patch = np.full((2, 3), 3, np.float32)
+    o = hs.Composite.overlay(base, [(patch, (2, 1)), np.ones((4, 6), np.float32)], combine_op, type_tag="float32")
+    assert o.same_content(hs.overlay(base, [(patch, (2, 1)), np.ones((4, 6), np.float32)], combine_op))
+    assert [m.descriptor.composite_member.member_role for m in o.members] == \
+        [MemberRole.BASE, MemberRole.CORRECTION, MemberRole.CORRECTION]
+    assert [m.descriptor.shard.shard_offset for m in o.members] == [(0, 0), (2, 1), (0, 0)]
+    want = base.copy()
+    apply = np.add if combine_op in ("add", CombineOp.ADD) else (lambda _below, above: above)
+    want[2:4, 1:4] = apply(want[2:4, 1:4], patch)
+    want = apply(want, np.ones((4, 6), np.float32))
+    assert np.array_equal(o.materialize(), want)
+    binder_accepts(o)
+    reads_in_pyhurray(o)
+
+
+def test_composite_overlay_refuses_a_correction_outside_the_view():
+    with pytest.raises(SpecViolation):
+        hs.Composite.overlay(np.zeros((4, 4), np.float32), [(np.ones((2, 2), np.float32), (3, 3))])
+
+
+def test_composite_group_equals_the_function_and_drops_member_sections():
+    overlay = hs.Composite.overlay(np.zeros((2, 2), np.float32), [np.ones((2, 2), np.float32)])
+    base = overlay.members[0]  # carries a shard and a Composite Member section
+    items = {"base": base, "ov": overlay, "codes": hs.quantize(np.ones((2, 8), np.float16))}
+    g = hs.Composite.group(items)
+    assert g.same_content(hs.group(items))
+    assert (g.rule, g.shape, g.type_tag) == (CompositionRule.GROUP, (2, 2), E.FLOAT32)
+    assert [m.name for m in g.members] == ["base", "ov", "codes"]
+    assert g.members[0].descriptor.composite_member is None and g.members[0].descriptor.shard == base.descriptor.shard
+    assert g.members[1].same_content(overlay)
+    parts = g.materialize()
+    assert np.array_equal(parts[1], np.ones((2, 2), np.float32)) and parts[2].dtype == np.float16
+    binder_accepts(g)
     reads_in_pyhurray(g)
 
 

@@ -443,3 +443,19 @@ def test_resolve_on_an_irregular_rank3_partition():
         assert len(want) == 1
         o = boxes[want[0]][0]
         assert v.resolve(idx) == (want[0], tuple(i - a for i, a in zip(idx, o)))
+
+
+def test_a_clean_partition_is_remembered_and_a_faulty_one_still_fires():
+    """Close-time checks remember the boxes of clean partitions (a stream repeats its
+    sharding); a faulty partition of the same head is never taken for one of them."""
+    from hurray_schema.rules import composite
+
+    composite._TILING.clear()
+    assert run(head(), [M0, M1]).findings == []
+    assert ((8, 8), (0, 0, 0, 4), (8, 4, 8, 4)) in composite._TILING
+    assert run(head(), [M1, M0]).findings == []
+    twice = fired(head(), [M0, M0])
+    assert {f.rule_id for f in twice} == {"composite.close.partition_overlap", "composite.close.partition_gap"}
+    assert not any(boxes[1] == (0, 0, 0, 0) for boxes in composite._TILING)
+    composite._TILING.clear()
+    assert fired(head(), [M0, M0]) == twice

@@ -426,7 +426,9 @@ def scratch_rules(monkeypatch):
     monkeypatch.setattr(engine, "_REGISTRY", dict(engine._REGISTRY))
     monkeypatch.setattr(dispatch, "DESCRIPTOR_RULES", list(dispatch.DESCRIPTOR_RULES))
     monkeypatch.setattr(dispatch, "_RAW", dict(dispatch._RAW))
+    monkeypatch.setattr(dispatch, "_PREDICATES", dict(dispatch._PREDICATES))
     monkeypatch.setattr(dispatch, "_PLANS", {})
+    monkeypatch.setattr(dispatch, "_PASSED", {})
     return dispatch.descriptor_rule
 
 
@@ -505,3 +507,78 @@ def test_importing_the_engine_alone_gives_the_whole_registry():
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=str(root))
     assert int(out.stdout) == len(registry()) and len(registry()) > 150
+
+
+# -- the compiled plans against the general engine -----------------------------------------
+
+
+def _general_findings(desc, mode):
+    """Every finding of every declared rule, in declaration order, with no plan at all."""
+    from hurray_schema.rules.descriptor import DESCRIPTOR_RULES, DescriptorContext
+    from hurray_schema.rules.engine import as_mode
+
+    ctx = DescriptorContext(desc, as_mode(mode))
+    return [f for rule in DESCRIPTOR_RULES for f in rule.check(desc, ctx)]
+
+
+def _one_byte_mutants(wire: bytes, data):
+    """``wire`` and one copy with a byte after the fixed header changed (drawn by hypothesis)."""
+    from hypothesis import strategies as st
+
+    out = [wire]
+    if len(wire) > 20:
+        mutated = bytearray(wire)
+        at = data.draw(st.integers(20, len(wire) - 1))
+        mutated[at] = data.draw(st.integers(0, 255).filter(lambda v: v != mutated[at]))
+        out.append(bytes(mutated))
+    return out
+
+
+def _plans_agree(desc) -> None:
+    from hurray_schema.rules.descriptor import DescriptorContext, dispatch, first_error
+    from hurray_schema.rules.engine import as_mode
+
+    for mode in ("strict", "permissive"):
+        want = _general_findings(desc, mode)
+        first = next((f for f in want if f.is_error), None)
+        assert dispatch._plan(desc).passes(desc, DescriptorContext(desc, as_mode(mode))) is (want == [])
+        assert check_descriptor(desc, mode) == want
+        assert check_descriptor(desc, mode, base=7) == [attrs.evolve(f, offset=None if f.offset is None else
+                                                                     f.offset + 7) for f in want]
+        for _ in range(2):  # the second call may be answered by the passed-descriptor table
+            assert first_error(desc, mode) == first
+    for mode in ("permissive", "strict"):  # a descriptor that passed strict passes permissive too
+        assert first_error(desc, mode) == next((f for f in _general_findings(desc, mode) if f.is_error), None)
+
+
+def _plan_property():
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from test_codec_roundtrip import SETTINGS, descriptors
+
+    @SETTINGS
+    @given(descriptors(), st.data())
+    def check(desc, data):
+        """Generated descriptors (most break some rule) and their one-byte mutations: the
+        plan's generated predicate, check_descriptor and first_error (table on) give the
+        findings of every rule run one by one -- ids, levels, offsets, messages, order -- in
+        both modes."""
+        _plans_agree(desc)
+        for variant in _one_byte_mutants(encode_descriptor(desc), data)[1:]:
+            try:
+                mutant, _ = parse_descriptor(variant, mode="permissive")
+            except hs.HurraySchemaError:
+                continue
+            _plans_agree(mutant)
+
+    return check
+
+
+test_compiled_plans_give_the_general_engines_findings = _plan_property()
+
+
+def test_compiled_plans_on_every_case():
+    for _, good, bad in CASES:
+        _plans_agree(good)
+        _plans_agree(bad)

@@ -14,15 +14,17 @@ more than ``EVALUATION_EXPANSION`` times the bytes its input stores (the rule:
 Modules, lowest first: :mod:`.elements`, :mod:`.simd`, :mod:`.copy`, :mod:`.dense`,
 :mod:`.quant` (kernels), :mod:`.common` (shared helpers and the budget rule),
 :mod:`.sparse`, :mod:`.tensor`, :mod:`.tensor_box` (one box of one tensor), :mod:`.merge`,
-:mod:`.region` (:func:`read_box`, the one region read under indexing and Dask).
+:mod:`.region` (:func:`read_box`, the one region read under indexing and Dask),
+:mod:`.indexing` (a NumPy basic index as one box read).
 """
 
 from .common import DecodedTypeMismatch, decoded_type
 from .elements import UnsupportedEvaluation, numpy_dtype
 from .merge import lookup, materialize, read
 from .region import read_box
+from .indexing import basic_index, read_index
 from .sparse import densify, sparse_entries
 from .tensor import tensor_to_numpy
 
 __all__ = ["tensor_to_numpy", "materialize", "lookup", "read", "read_box", "densify", "sparse_entries", "numpy_dtype",
-           "decoded_type", "UnsupportedEvaluation", "DecodedTypeMismatch"]
+           "basic_index", "read_index", "decoded_type", "UnsupportedEvaluation", "DecodedTypeMismatch"]

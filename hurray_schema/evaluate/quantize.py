@@ -328,70 +328,111 @@ def _vector_minmax(x, start, n, bfloat, mask, use_mask):
     return block_minmax_f16(x, start, n)
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _int4_block_vector(x, start, n, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind, codes, out, dst):
-    """:func:`_int4_block` with the statistics and the codes done by the vector steps of
-    :mod:`.quantize_simd` (``n`` a multiple of their lanes).  Same results: a block with a NaN or an
-    infinity among its kept elements is refused the same way; one whose only such elements are masked,
-    or whose scale overflowed, takes the scalar path, which defines what they get."""
-    bfloat = in_kind == IN_BF16
-    mn, mx, special, any_special = _vector_minmax(x, start, n, bfloat, mask, use_mask)
-    if special:
-        return np.float32(1.0), np.int64(0), False
-    s, z = _affine_param(mn, mx, lo, hi, symmetric, scale_kind)
-    if any_special or not _finite(s):
-        return _int4_block(x, start, n, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind, codes, out, dst)
-    qlo = np.float32(lo - z)
-    qhi = np.float32(hi - z)
-    if bfloat:
-        block_codes_bf16(x, start, n, s, qlo, qhi, np.int32(z), out, dst)
-    else:
-        block_codes_f16(x, start, n, s, qlo, qhi, np.int32(z), out, dst)
-    return s, z, True
+_BLOCK_VECTOR, _BLOCK_SCALAR, _BLOCK_REFUSED = 0, 1, 2
+"""How :func:`_affine_rows_int4` codes a block once its parameters are known: by the vector steps
+(scale and zero point already stored), by :func:`_int4_block` (which finds them itself), or not at
+all (a NaN or an infinity among its kept elements)."""
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _int4_block_any(x, start, n, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind, codes, out, dst, vector):
-    """One block by the vector steps when they apply (``vector``, ``n`` a multiple of the lanes, a
-    float16 input only on hosts that widen float16 in hardware), else by :func:`_int4_block`."""
-    if vector and n % SIMD_LANES == 0 and (in_kind != IN_F16 or VECTOR_F16):
-        return _int4_block_vector(x, start, n, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind, codes, out,
-                                  dst)
-    return _int4_block(x, start, n, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind, codes, out, dst)
+def _int4_row_params(x, row_start, cols, block, nb, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind,
+                     vector, scales, zps, first, paths):
+    """First pass over a row: each block's statistics by the vector steps of :mod:`.quantize_simd` and
+    its parameters (:func:`_affine_param`) where they apply (``vector``, the block length a multiple
+    of their lanes, a float16 input only on hosts that widen float16 in hardware), stored at
+    ``first + b``, and the path each block's codes take.  A block refused here (a NaN or an infinity
+    among its kept elements) gets scale 1 and zero point 0, as :func:`_int4_block` gives it; one whose
+    only such elements are masked, or whose scale overflowed, is left to :func:`_int4_block`, which
+    defines what it gets."""
+    for b in range(nb):
+        j0 = b * block
+        n = min(cols, j0 + block) - j0
+        path = _BLOCK_SCALAR
+        if vector and n % SIMD_LANES == 0 and (in_kind != IN_F16 or VECTOR_F16):
+            mn, mx, special, any_special = _vector_minmax(x, row_start + j0, n, in_kind == IN_BF16, mask, use_mask)
+            if special:
+                path = _BLOCK_REFUSED
+                scales[first + b] = np.float32(1.0)
+                zps[first + b] = 0
+            else:
+                s, z = _affine_param(mn, mx, lo, hi, symmetric, scale_kind)
+                if not any_special and _finite(s):
+                    path = _BLOCK_VECTOR
+                    scales[first + b] = s
+                    zps[first + b] = z
+        paths[b] = path
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _int4_row_codes(x, row_start, cols, block, nb, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind,
+                    scales, zps, first, paths, codes, out, row_dst):
+    """Second pass over a row (still in cache): the codes of each block along its path; returns
+    whether no block was refused."""
+    ok = True
+    for b in range(nb):
+        j0 = b * block
+        n = min(cols, j0 + block) - j0
+        dst = np.uint64(row_dst + j0 // 2)
+        path = paths[b]
+        if path == _BLOCK_VECTOR:
+            s = scales[first + b]
+            z = zps[first + b]
+            qlo = np.float32(lo - z)
+            qhi = np.float32(hi - z)
+            if in_kind == IN_BF16:
+                block_codes_bf16(x, row_start + j0, n, s, qlo, qhi, np.int32(z), out, dst)
+            else:
+                block_codes_f16(x, row_start + j0, n, s, qlo, qhi, np.int32(z), out, dst)
+        elif path == _BLOCK_SCALAR:
+            s, z, fine = _int4_block(x, row_start + j0, n, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind,
+                                     codes, out, dst)
+            scales[first + b] = s
+            zps[first + b] = z
+            ok = ok and fine
+        else:
+            ok = False
+    return ok
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _int4_row(x, r, in_kind, cols, block, nb, row_bytes, mask, use_mask, lo, hi, symmetric, scale_kind, vector,
+              scales, zps, paths, codes, out):
+    """Row ``r``: the parameters of all its blocks, then all their codes; returns whether no block was refused."""
+    _int4_row_params(x, r * cols, cols, block, nb, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind, vector,
+                     scales, zps, r * nb, paths)
+    return _int4_row_codes(x, r * cols, cols, block, nb, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind,
+                           scales, zps, r * nb, paths, codes, out, r * row_bytes)
 
 
 def _affine_rows_int4(x, in_kind, rows, cols, block, padded, mask, use_mask, lo, hi, symmetric, scale_kind,
                       scales, zps, bad, out, vector):
-    """Per-block affine along rows with 4-bit codes, in one pass per block while it is in cache:
-    statistics (:func:`_minmax`), parameters (:func:`_affine_param`), codes (:func:`_affine_code`,
-    here with the clamp done on the float32 quotient -- the same integers, as ``z`` and the bounds
-    are small integers -- so that the loop vectorizes), then two codes per byte.  ``block`` is even,
-    so every block starts on a byte.  The input kind is made a constant of each branch, so that
-    the compiler specializes the loops.  ``vector`` lets whole blocks take the explicit vector steps
-    (:func:`_int4_block_vector`, the same results); ``False`` keeps every block on the scalar path."""
+    """Per-block affine along rows with 4-bit codes, two passes per row while it is in cache: the
+    statistics (:func:`_minmax`) and parameters (:func:`_affine_param`) of every block of the row,
+    then their codes (:func:`_affine_code`, here with the clamp done on the float32 quotient -- the
+    same integers, as ``z`` and the bounds are small integers -- so that the loop vectorizes), two
+    per byte.  Doing a row's parameters first lets the blocks' scalar parameter arithmetic overlap
+    instead of stalling each block's codes; every block gets the same values as in one pass.
+    ``block`` is even, so every block starts on a byte.  The input kind is made a constant of each
+    branch, so that the compiler specializes the loops.  ``vector`` lets whole blocks take the
+    explicit vector steps (:func:`_int4_row_params`, the same results); ``False`` keeps every block
+    on the scalar path (:func:`_int4_block`)."""
     nb = (cols + block - 1) // block if cols else 0
     row_bytes = padded // 2
     for prow in prange(rows):
         r = np.int64(prow)
         codes = np.zeros(block + 1, np.int32)
-        for b in range(nb):
-            j0 = b * block
-            n = min(cols, j0 + block) - j0
-            start = r * cols + j0
-            dst = np.uint64(r * row_bytes + j0 // 2)
-            if in_kind == IN_F16:
-                s, z, ok = _int4_block_any(x, start, n, IN_F16, mask, use_mask, lo, hi, symmetric, scale_kind, codes,
-                                           out, dst, vector)
-            elif in_kind == IN_BF16:
-                s, z, ok = _int4_block_any(x, start, n, IN_BF16, mask, use_mask, lo, hi, symmetric, scale_kind,
-                                           codes, out, dst, vector)
-            else:
-                s, z, ok = _int4_block_any(x, start, n, IN_F32, mask, use_mask, lo, hi, symmetric, scale_kind, codes,
-                                           out, dst, vector)
-            if not ok:
-                bad[0] = 1
-            scales[r * nb + b] = s
-            zps[r * nb + b] = z
+        paths = np.empty(nb, np.uint8)
+        if in_kind == IN_F16:
+            ok = _int4_row(x, r, IN_F16, cols, block, nb, row_bytes, mask, use_mask, lo, hi, symmetric, scale_kind,
+                           vector, scales, zps, paths, codes, out)
+        elif in_kind == IN_BF16:
+            ok = _int4_row(x, r, IN_BF16, cols, block, nb, row_bytes, mask, use_mask, lo, hi, symmetric, scale_kind,
+                           vector, scales, zps, paths, codes, out)
+        else:
+            ok = _int4_row(x, r, IN_F32, cols, block, nb, row_bytes, mask, use_mask, lo, hi, symmetric, scale_kind,
+                           vector, scales, zps, paths, codes, out)
+        if not ok:
+            bad[0] = 1
 
 
 def _nf4_rows(x, in_kind, rows, cols, block, padded, table, scales, bits, bad, out):

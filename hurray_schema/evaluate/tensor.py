@@ -36,22 +36,25 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
+import attrs
 import numpy as np
 from numba import njit, parallel_chunksize
 
-from ..errors import HurraySchemaError
+from ..errors import CopyRequired, HurraySchemaError, InvalidDtype
 from ..limits import Limits, resolve_limits
 from ..model import BlockPagedLayout, ElementType, LayoutTag, PerBlockAffine, PerChannelAffine, PerTensorAffine
 from ..structs.element_types import element_type_info
-from .common import (NOT_CHARGED, OFFSET_BYTES, SPARSE_TAGS, as_bytes, as_evaluated, charge, check_representable,
-                     check_shape, decode_target, new_array, readonly, tensor_stored_bytes)
+from .common import (NOT_CHARGED, OFFSET_BYTES, QUANTIZED_DECODE_TYPES, SPARSE_TAGS, as_bytes, as_evaluated, charge,
+                     check_representable, check_shape, decoded_type, element_type, new_array, readonly,
+                     tensor_stored_bytes)
 from .dense import element_offsets
 from .elements import CODE_VIEW_TYPES, UnsupportedEvaluation, gather_codes, numpy_dtype
 from .quant import (NO_PATCH, OUT_BF16, OUT_F16, OUT_F32, PK_BLOCK, PK_CHANNEL, decode_gather, decode_rows,
                     decode_rows_int4, decode_rows_lut, int4_vector_ok, param_indices, quant_params, storage_shape)
 from .sparse import densify
 
-__all__ = ["tensor_to_numpy", "dense_view", "decode_into", "decode_cost", "INT4_VECTOR"]
+__all__ = ["tensor_to_numpy", "dense_view", "zero_copy_view", "requested_dtype", "raw_code_descriptor",
+           "unpacked_codes", "decode_into", "decode_cost", "INT4_VECTOR", "RAW_CODE_DTYPES", "DEFAULT_CASTING"]
 
 
 def _owned(a) -> np.ndarray:
@@ -283,30 +286,162 @@ def _check_quant_axis(desc):
         raise HurraySchemaError("quantization axis must be < rank")
 
 
-def tensor_to_numpy(desc, buffers: Sequence, dtype: Optional[int] = None, *, seq_lens=None,
-                    limits: Optional[Limits] = None) -> np.ndarray:
+_QUANTIZED_DECODE_DTYPES = {numpy_dtype(tag): tag for tag in QUANTIZED_DECODE_TYPES}
+"""The dtypes a quantized tensor dequantizes straight into (float32 arithmetic, then one rounding)."""
+
+RAW_CODE_DTYPES = {ElementType.INT4: np.dtype(np.int8), ElementType.UINT4: np.dtype(np.uint8),
+                   ElementType.INT2: np.dtype(np.int8), ElementType.UINT2: np.dtype(np.uint8)}
+"""Sub-byte integer storage types -> the NumPy integer their unpacked codes come back as (the values:
+``int4`` code 0xF is -1).  The float codes (float8, float6, float4) come back as their bits in uint8."""
+
+def _element_dtypes() -> frozenset:
+    dtypes = set()
+    for tag in ElementType:
+        try:
+            dtypes.add(numpy_dtype(tag))
+        except UnsupportedEvaluation:
+            pass
+    return frozenset(dtypes)
+
+
+ELEMENT_DTYPES = _element_dtypes()
+"""Every dtype an element type decodes to (the ``ml_dtypes`` ones included: ``requested_dtype`` takes them)."""
+
+DEFAULT_CASTING = "unsafe"
+"""The NumPy casting rule of ``to_numpy(dtype=...)``: ``ndarray.astype``'s and ``numpy.asarray(x, dtype)``'s."""
+
+
+def requested_dtype(dtype) -> Optional[np.dtype]:
+    """``dtype`` as a NumPy dtype: an :class:`ElementType` (or its integer tag) is its decoded
+    array's dtype (:func:`.elements.numpy_dtype`), anything else what ``numpy.dtype`` makes of
+    it (``ml_dtypes`` types included).  A dtype that is not a number type (bool, integer, float,
+    complex or an ``ml_dtypes`` type) is an :class:`InvalidDtype`; a tag no element type has is
+    an :class:`UnsupportedEvaluation`."""
+    if dtype is None:
+        return None
+    if isinstance(dtype, (bool, np.bool_)):
+        raise InvalidDtype(f"dtype {dtype!r} is neither a NumPy dtype nor an ElementType")
+    if isinstance(dtype, (int, np.integer)):
+        return numpy_dtype(element_type(dtype, "requested type"))
+    try:
+        resolved = np.dtype(dtype)
+    except (TypeError, ValueError):
+        raise InvalidDtype(f"dtype {dtype!r} is neither a NumPy dtype nor an ElementType") from None
+    if resolved.kind not in "biufc" and resolved not in ELEMENT_DTYPES:
+        raise InvalidDtype(f"dtype {resolved} is not a number type")
+    return resolved
+
+
+def raw_code_descriptor(desc):
+    """``desc`` (already :func:`as_evaluated`) as the tensor of its stored codes: without its
+    quantization, so it decodes to its storage type.  A quantized sparse tensor has no codes
+    where it stores no entry and is refused."""
+    if desc.quantization is None:
+        return desc
+    if desc.layout.tag in SPARSE_TAGS:
+        raise UnsupportedEvaluation("a quantized sparse tensor stores no code where it has no entry; "
+                                    "read its entries with sparse_entries()")
+    return attrs.evolve(desc, quantization=None)
+
+
+def unpacked_codes(values: np.ndarray, type_tag) -> np.ndarray:
+    """The codes of ``values`` (decoded in storage type ``type_tag``) in a plain NumPy type:
+    :data:`RAW_CODE_DTYPES` for sub-byte integers, uint8 bits for the narrow float types (whole-byte
+    and bool arrays are their codes already)."""
+    code_dtype = RAW_CODE_DTYPES.get(type_tag)
+    if code_dtype is not None:
+        return values.astype(code_dtype)
+    if type_tag in CODE_VIEW_TYPES:
+        return values.view(np.uint8)
+    return values
+
+
+def zero_copy_view(desc, buffers) -> Optional[np.ndarray]:
+    """A read-only view of buffer 0 holding the logical array of ``desc`` (already
+    :func:`as_evaluated`), when its values are its stored bytes: row-major
+    (``layouts/row-major.md``), unquantized, an element type of whole bytes that NumPy or
+    ``ml_dtypes`` holds one element per item (not bool: it is bit-packed), non-empty, and
+    buffer 0 long enough.  Otherwise ``None`` (the tensor is decoded)."""
+    if desc.quantization is not None or desc.layout.tag != LayoutTag.ROW_MAJOR or not buffers:
+        return None
+    info = element_type_info(desc.type_tag)
+    if info is None or info.bit_width < 8 or desc.type_tag == ElementType.FLOAT128:
+        return None
+    dtype = numpy_dtype(desc.type_tag)
+    shape = check_shape(desc.shape)
+    if dtype.itemsize * 8 != info.bit_width or 0 in shape:
+        return None
+    buf = as_bytes(buffers[0])
+    if desc.byte_offset + math.prod(shape) * dtype.itemsize > buf.size:
+        return None  # the decode reports the short buffer
+    view = np.ndarray(shape, dtype, buffer=buf, offset=desc.byte_offset)
+    view.flags.writeable = False
+    return view
+
+
+def _cast(values: np.ndarray, wanted: Optional[np.dtype], casting: str) -> np.ndarray:
+    if wanted is None or values.dtype == wanted:
+        return values
+    if not np.can_cast(values.dtype, wanted, casting=casting):
+        raise InvalidDtype(f"cannot cast {values.dtype} values to {wanted} under the {casting!r} casting rule")
+    return values.astype(wanted, casting=casting)
+
+
+def tensor_to_numpy(desc, buffers: Sequence, dtype=None, *, seq_lens=None, limits: Optional[Limits] = None,
+                    copy: Optional[bool] = True, raw: bool = False, casting: str = DEFAULT_CASTING) -> np.ndarray:
     """The logical array of a tensor, in logical C order.
 
-    The values come out in the tensor's decoded type (:func:`.common.decoded_type`); ``dtype`` (an
-    :class:`ElementType`) asks a quantized tensor for another float type (float32 arithmetic,
-    one rounding); for an unquantized tensor it must equal ``type_tag``.
+    The values come out in the tensor's decoded type (:func:`.common.decoded_type`).  ``dtype``
+    (a NumPy / ``ml_dtypes`` dtype or an :class:`ElementType`, :func:`requested_dtype`) asks for
+    another type: a quantized tensor asked for float16, bfloat16, float32 or float64 dequantizes
+    straight into it (float32 arithmetic, one rounding); any other request decodes to the decoded
+    type, then casts with NumPy under ``casting`` (default :data:`DEFAULT_CASTING`, the rule of
+    ``ndarray.astype``: float to integer truncates, out-of-range values wrap; ``"same_kind"`` or
+    ``"safe"`` refuse narrowing casts with :class:`InvalidDtype`).
+    ``raw=True`` returns the stored codes instead of the values: a quantized tensor's codes in
+    its storage type, sub-byte integers unpacked one per item (:data:`RAW_CODE_DTYPES`), narrow
+    float codes as their uint8 bits; for whole-byte unquantized types the codes are the values.
+    ``copy``: ``True`` (the default here) always returns a new array; ``None`` returns a
+    read-only view of buffer 0 when the layout allows (:func:`zero_copy_view`: a memory-mapped
+    file's pages are not read until used), else a new array; ``False`` the view or
+    :class:`CopyRequired`.
     Sub-byte and narrow float types come back as ``ml_dtypes`` arrays; an empty tensor as an
     empty array of its shape; a private type as its raw codes (:func:`as_evaluated`).
     ``seq_lens`` gives the per-sequence token counts of a block-paged tensor when the
     descriptor does not determine them.  Before anything is allocated the decode's cost
-    (:func:`decode_cost`) is charged against ``limits`` (``None``: the default limits) and
-    the bytes of ``buffers`` (module docstring): :class:`LimitExceeded` if it exceeds both
-    the budget and the expansion allowance.
+    (:func:`decode_cost`, plus the cast's output) is charged against ``limits`` (``None``: the
+    default limits) and the bytes of ``buffers`` (module docstring): :class:`LimitExceeded` if
+    it exceeds both the budget and the expansion allowance.  A view allocates nothing.
     """
     if desc.layout.tag == LayoutTag.COMPOSITE:
         raise HurraySchemaError("a composite head has no data; use materialize()")
     limits = resolve_limits(limits)
     desc = as_evaluated(desc)
+    if raw:
+        desc = raw_code_descriptor(desc)
+    wanted = requested_dtype(dtype)
+    target = decoded_type(desc)
+    if wanted is not None and desc.quantization is not None and wanted in _QUANTIZED_DECODE_DTYPES:
+        target = _QUANTIZED_DECODE_DTYPES[wanted]
+    if copy is not True and not (raw and desc.type_tag in CODE_VIEW_TYPES):
+        view = zero_copy_view(desc, buffers)
+        if view is not None and (wanted is None or wanted == view.dtype):
+            return view
+    if copy is False:
+        raise CopyRequired("the array cannot be had without a decode or a copy (copy=False was asked)")
+    values = _decode(desc, buffers, target, seq_lens, limits, wanted)
+    if raw:
+        values = unpacked_codes(values, desc.type_tag)
+    return _cast(values, wanted, casting)
+
+
+def _decode(desc, buffers: Sequence, target, seq_lens, limits: Limits, wanted: Optional[np.dtype]) -> np.ndarray:
+    """A new array of ``desc``'s values in ``target``, charged with the cast to ``wanted`` if any."""
     shape = check_shape(desc.shape)
     _check_quant_axis(desc)
-    target = decode_target(desc, dtype)
     out_dtype = numpy_dtype(target)
-    charge(decode_cost(desc, shape, out_dtype, target), limits, stored=tensor_stored_bytes(buffers))
+    cast_bytes = math.prod(shape) * wanted.itemsize if wanted is not None and wanted != out_dtype else 0
+    charge(decode_cost(desc, shape, out_dtype, target) + cast_bytes, limits, stored=tensor_stored_bytes(buffers))
     check_representable(shape, out_dtype)
     if desc.layout.tag in SPARSE_TAGS:
         return densify(desc, buffers, target, limits=NOT_CHARGED)

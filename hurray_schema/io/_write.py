@@ -37,14 +37,16 @@ from typing import BinaryIO, Iterable, Iterator, Optional, Sequence
 import attrs
 
 from ..codec import encode_descriptor, parse_descriptor
-from ..errors import EncodeError
+from ..errors import EncodeError, HurraySchemaError
 from ..limits import DEFAULT_LIMITS, HARD_MAXIMUM
-from ..model import TensorDescriptor
+from ..model import ElementType, TensorDescriptor
 from ..rules.composite import validate_preorder
 from ..rules.descriptor import first_error
-from .tensor import Composite, Item
+from ..structs.element_types import element_type_info
+from .tensor import Composite, Item, Tensor
 
-__all__ = ["EncodedNode", "Sink", "checked_buffers", "encode_nodes", "check_nodes", "replacing", "WRITER_LIMITS"]
+__all__ = ["EncodedNode", "Sink", "as_item", "checked_buffers", "encode_nodes", "check_nodes", "decoded",
+           "replacing", "WRITER_LIMITS"]
 
 WRITER_LIMITS = DEFAULT_LIMITS.evolve(
     max_descriptor_bytes=HARD_MAXIMUM["max_descriptor_bytes"],
@@ -85,6 +87,42 @@ class Sink:
             self.write(bytes(n))
 
 
+def as_item(value) -> Item:
+    """``value`` as something a writer takes: a :class:`Tensor` or :class:`Composite` as it
+    is, a NumPy array as a dense row-major tensor of its element type.
+
+    Whole-byte types and ``bool`` go through :meth:`Tensor.from_numpy`; the ``ml_dtypes``
+    sub-byte types (int4, uint4, int2, uint2, float4_e2m1fn, float6_e2m3fn, float6_e3m2fn),
+    whose items hold one code in their low bits, are packed LSB-first
+    (``element-types.md § Sub-Byte Integer Types``, ``§ 6-bit packing``)."""
+    if isinstance(value, (Tensor, Composite)):
+        return value
+    import numpy as np
+
+    if not isinstance(value, (np.ndarray, np.generic)):
+        raise HurraySchemaError(f"{type(value).__name__} is neither a Tensor, a Composite nor a NumPy array")
+    array = np.asarray(value)
+    tag = _sub_byte_tags().get(array.dtype)
+    if tag is None:
+        return Tensor.from_numpy(array)
+    from ..evaluate.quantize import pack_codes  # the evaluator's packer (above io: imported here)
+
+    codes = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    return Tensor.dense(tag, array.shape, pack_codes(codes, element_type_info(tag).bit_width))
+
+
+def _sub_byte_tags() -> dict:
+    """dtype -> element type of the sub-byte types, from the evaluator's one dtype table."""
+    from ..evaluate.elements import numpy_dtype
+
+    tags = {}
+    for tag in ElementType:
+        info = element_type_info(tag)
+        if tag != ElementType.BOOL and info is not None and info.sub_byte:
+            tags[numpy_dtype(tag)] = tag
+    return tags
+
+
 def checked_buffers(node: Item) -> tuple:
     """The buffers of ``node`` once each matches its buffer handle's ``byte_size`` (a
     composite head has none); :class:`EncodeError` otherwise."""
@@ -109,12 +147,12 @@ def encode_nodes(nodes: Iterable[tuple[Optional[str], Item]], validate: bool = T
 
 
 _PASSED: dict[bytes, TensorDescriptor] = {}
-"""Descriptor bytes that passed :func:`_decoded`, with what they decode to: the verdict
+"""Descriptor bytes that passed :func:`decoded`, with what they decode to: the verdict
 depends on the bytes alone (only a violation's offset depends on where they sit)."""
 _MAX_PASSED = 4096
 
 
-def _decoded(data: bytes, base: int) -> TensorDescriptor:
+def decoded(data: bytes, base: int) -> TensorDescriptor:
     """What a strict reader makes of descriptor bytes found at ``base``, or its violation."""
     desc = _PASSED.get(data)
     if desc is not None:
@@ -136,12 +174,12 @@ def check_nodes(encoded: Sequence[EncodedNode], bases: Sequence[int], *, descrip
     The faults are looked for in the reader's order: a file reader decodes every
     descriptor before it binds composites (``descriptors_first=True``); a stream reader
     binds each tensor as it arrives."""
-    decoded = (_decoded(item.descriptor, base) for item, base in zip(encoded, bases))
+    descriptors = (decoded(item.descriptor, base) for item, base in zip(encoded, bases))
     if descriptors_first:
-        decoded = list(decoded)
+        descriptors = list(descriptors)
     # every descriptor already passed first_error, the composite-head rules included, as the
     # readers' descriptors do before they are bound
-    validate_preorder(decoded, mode="strict", bases=list(bases), check_heads=False)
+    validate_preorder(descriptors, mode="strict", bases=list(bases), check_heads=False)
 
 
 # --------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import crc32c as _crc32c
 
 from ..errors import HurraySchemaError
 from ..limits import Limits, resolve_limits
-from ..model import TensorDescriptor
+from ..model import CompositionRule, TensorDescriptor
 from ..rules.composite import CompositeBinder
 from ..rules.engine import Finding, as_mode
 from ..structs._declare import plan
@@ -33,7 +33,7 @@ from ..structs.file import (
     INDEX_NAME_LENGTH, MAX_DATA_BUFFER_ALIGNMENT, MIN_DATA_BUFFER_ALIGNMENT, SECTION_ALIGNMENT,
     SUPPORTED_CONTAINER_MAJOR, SUPPORTED_CONTAINER_MINOR, TRAILER, TRAILER_MAGIC, FileFlag,
 )
-from ._write import EncodedNode, Sink, check_nodes, encode_nodes, replacing
+from ._write import EncodedNode, Sink, as_item, check_nodes, encode_nodes, replacing
 from .kv import encode_kv
 from .tensor import Composite, Item, Tensor, walk
 from .walk import (
@@ -41,7 +41,7 @@ from .walk import (
     as_view, buffer_spans, strict_describer, walk_file,  # noqa: F401  (buffer_spans: was defined here)
 )
 
-__all__ = ["HurrayFile", "IndexEntry", "read_file", "write_file"]
+__all__ = ["ClosedFileError", "HurrayFile", "IndexEntry", "TensorSlice", "read_file", "write_file"]
 
 _HEADER = plan(FILE_HEADER)
 _TRAILER = plan(TRAILER)
@@ -59,12 +59,55 @@ def _align(n: int, a: int) -> int:
 # --------------------------------------------------------------------------------------
 
 
+class ClosedFileError(HurraySchemaError, ValueError):
+    """An access to a :class:`HurrayFile` after :meth:`~HurrayFile.close` (a ``ValueError``,
+    as for a closed Python file)."""
+
+
+class TensorSlice:
+    """What :meth:`HurrayFile.get_slice` returns: the item's ``shape`` and ``dtype`` (also
+    as ``get_shape()`` / ``get_dtype()``, as safetensors spells them) without reading data,
+    and ``slice[index]``, which is the item's own indexing (only what the index needs is
+    read)."""
+
+    __slots__ = ("_item",)
+
+    def __init__(self, item: Item):
+        self._item = item
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self._item.shape)
+
+    @property
+    def dtype(self):
+        """The NumPy / ``ml_dtypes`` dtype of the decoded value."""
+        return self._item.dtype
+
+    def get_shape(self) -> list[int]:
+        return list(self.shape)
+
+    def get_dtype(self) -> str:
+        return str(self.dtype)
+
+    def __getitem__(self, index):
+        return self._item[index]
+
+    def __repr__(self) -> str:
+        return f"TensorSlice({self._item!r})"
+
+
 class HurrayFile(Mapping):
     """A read-only mapping ``name -> Tensor | Composite`` over a ``.hrry`` file.
 
     Composite members are reachable through their composite (and by
     :meth:`tensor`), not as keys.  ``entries()`` lists every index entry.  ``kv`` is the
     decoded KV section; ``findings`` what the mode tolerated plus SHOULD-level notes.
+
+    Lazy access in the manner of safetensors' ``safe_open``: :meth:`keys`,
+    :meth:`metadata` (the KV section), :meth:`get_tensor` (an array) and
+    :meth:`get_slice` (shape and dtype now, data on indexing).  After :meth:`close`
+    (the end of a ``with`` block) every access raises :class:`ClosedFileError`.
     """
 
     def __init__(self, path, *, mode="strict", limits: Optional[Limits] = None, validate_composites: bool = True):
@@ -98,6 +141,8 @@ class HurrayFile(Mapping):
         self.findings: list[Finding] = []
         self._file = None
         self._map: Optional[mmap.mmap] = None
+        self._closed = False
+        self._by_name: Optional[dict[str, Item]] = None
 
     # -- opening -------------------------------------------------------------------
     def _open(self, view: memoryview, validate_composites: bool) -> None:
@@ -107,7 +152,7 @@ class HurrayFile(Mapping):
         self.size = len(view)
         self._descriptors: dict[str, TensorDescriptor] = {}
         self._spans: dict[str, list] = {}
-        self.kv: dict = {}
+        self._kv: dict = {}
         ordered: list[tuple] = []  # (name, descriptor offset, descriptor) in descriptor order
         describe = strict_describer(mode=self.mode, limits=self.limits, findings=self.findings)
         for part in walk_file(self._view, describe, faults=Faults.RAISE, mode=self.mode, limits=self.limits):
@@ -127,7 +172,7 @@ class HurrayFile(Mapping):
                 self._entries = list(part.value)
             elif kind == KV_PART:
                 self.findings.extend(part.findings)
-                self.kv = part.value
+                self._kv = part.value
         self._bind(ordered, validate_composites)
 
     def _bind(self, ordered: list[tuple], validate: bool) -> None:
@@ -152,42 +197,107 @@ class HurrayFile(Mapping):
         return [view[off : off + size] for off, size in self._spans[name]]
 
     # -- mapping -------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedFileError(f"{self.path or 'the file'} is closed")
+
     def __getitem__(self, name: str) -> Item:
+        self._check_open()
         return self._items[name]
 
     def __iter__(self) -> Iterator[str]:
+        self._check_open()
         return iter(self._names)
 
     def __len__(self) -> int:
+        self._check_open()
         return len(self._names)
 
     def __contains__(self, name) -> bool:
+        self._check_open()
         return name in self._items
+
+    def keys(self):
+        """The top-level names (tensors and composites, not members), in index order."""
+        self._check_open()
+        return super().keys()
+
+    def items(self):
+        self._check_open()
+        return super().items()
+
+    def values(self):
+        self._check_open()
+        return super().values()
 
     def entries(self) -> tuple[IndexEntry, ...]:
         """Every index entry, in index order (composite heads and members included)."""
+        self._check_open()
         return tuple(self._entries)
 
     def descriptor(self, name: str) -> TensorDescriptor:
         """The descriptor of any index entry (members included)."""
+        self._check_open()
         return self._descriptors[name]
 
     def tensor(self, name: str) -> Tensor:
         """Any non-head entry as a :class:`Tensor` (members included)."""
+        self._check_open()
         return Tensor(self._descriptors[name], self._buffers(name), name=name)
 
     @property
+    def kv(self) -> dict:
+        """The decoded KV section (``file-format.md § KV Metadata Section``); empty when there is none."""
+        self._check_open()
+        return self._kv
+
+    def metadata(self) -> dict:
+        """A copy of the KV section as a dict (what ``save(..., metadata=)`` wrote)."""
+        return dict(self.kv)
+
+    def get_item(self, name: str) -> Item:
+        """The tensor or composite called ``name``: a top-level one or a member at any depth."""
+        self._check_open()
+        if self._by_name is None:
+            self._by_name = {node_name: node for top, item in self._items.items()
+                             for node_name, node in walk(item, top) if node_name is not None}
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(name) from None
+
+    def get_tensor(self, name: str, *, limits: Optional[Limits] = None):
+        """The array of ``name`` (a top-level item or a member): a tensor's
+        :meth:`~hurray_schema.io.tensor.Tensor.to_numpy`, a partition's or overlay's merged
+        array.  A group has no single array: its members are read by their names."""
+        return item_array(self.get_item(name), limits=limits)
+
+    def get_slice(self, name: str) -> TensorSlice:
+        """``name`` (a top-level item or a member) for indexing: ``f.get_slice("w")[0:2]``
+        reads only what the index needs (the item's own ``__getitem__``)."""
+        return TensorSlice(self.get_item(name))
+
+    @property
     def data_buffer_alignment(self) -> int:
+        self._check_open()
         return self.header["data_buffer_alignment"]
 
     @property
     def file_flags(self) -> FileFlag:
+        self._check_open()
         return FileFlag(self.header["file_flags"])
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     # -- lifetime ------------------------------------------------------------------
     def close(self) -> None:
-        """Release the file.  The map itself is released once no tensor view is alive."""
+        """Release the file.  The map itself is released once no tensor view is alive.
+        Later accesses raise :class:`ClosedFileError`; closing again does nothing."""
+        self._closed = True
         self._items = {}
+        self._by_name = None
         view, self._view = getattr(self, "_view", None), None
         if view is not None:
             try:
@@ -211,7 +321,38 @@ class HurrayFile(Mapping):
         self.close()
 
     def __repr__(self) -> str:
+        if self._closed:
+            return f"HurrayFile({self.path!r}, closed)"
         return f"HurrayFile({self.path!r}, {len(self._names)} items, {len(self._entries)} index entries)"
+
+    def buffer_ranges(self, name: str) -> tuple[tuple[int, int], ...]:
+        """``(file offset, byte size)`` of each buffer of the non-head entry ``name``."""
+        return tuple((int(offset), int(size)) for offset, size in self._spans[name])
+
+    def to_dask(self, name: str, chunks=None, *, chunk_bytes=None, limits=None):
+        """Item ``name`` (or any member entry) as a lazy ``dask.array.Array`` (a tuple for a
+        group; the ``[dask]`` extra) whose tasks map this file by path and read their buffers'
+        byte ranges: the graph holds descriptors and offsets, no data
+        (:func:`hurray_schema.evaluate.dask_graph.to_dask`)."""
+        from ..evaluate.dask_graph import FileBuffers, to_dask
+
+        item = self._items[name] if name in self._items else self.tensor(name)
+        locate = None
+        if self.path is not None:
+            path = os.path.abspath(self.path)
+            locate = lambda leaf: FileBuffers(path, self.size, self.buffer_ranges(leaf.name))  # noqa: E731
+        return to_dask(item, chunks, chunk_bytes=chunk_bytes, limits=limits, locate=locate)
+
+
+def item_array(item: Item, *, limits: Optional[Limits] = None):
+    """The array of a tensor (``to_numpy``), a partition or an overlay (``materialize``);
+    a group, which has no single array, raises :class:`HurraySchemaError` naming its members."""
+    if isinstance(item, Composite):
+        if item.rule == CompositionRule.GROUP:
+            members = ", ".join(repr(member.name) for member in item.members)
+            raise HurraySchemaError(f"{item.name!r} is a group, not one array; read its members: {members}")
+        return item.materialize(limits=limits)
+    return item.to_numpy(limits=limits)
 
 
 def read_file(path, *, mode="strict", limits: Optional[Limits] = None,
@@ -236,12 +377,16 @@ def _named_items(items) -> list[tuple[str, Item]]:
         if isinstance(items, (Tensor, Composite)):
             items = (items,)
         pairs = [(item.name, item) for item in items]
+    named = []
     for name, item in pairs:
-        if not isinstance(item, (Tensor, Composite)):
-            raise HurraySchemaError(f"{name!r}: {type(item).__name__} is neither a Tensor nor a Composite")
+        try:
+            item = as_item(item)
+        except HurraySchemaError as exc:
+            raise HurraySchemaError(f"{name!r}: {exc}") from None
         if not name:
             raise HurraySchemaError(f"{item!r} has no name; a file needs one for every tensor")
-    return pairs
+        named.append((name, item))
+    return named
 
 
 def _file_nodes(items) -> list[tuple[str, Item]]:

@@ -6,32 +6,31 @@
 * :func:`sparse_coo`, :func:`sparse_csr`, :func:`sparse_csc` from index and value arrays
   (``layouts/coo.md``, ``layouts/csr.md``, ``layouts/csc.md``), :func:`from_scipy` from
   ``scipy.sparse`` matrices.
-* :func:`partition`, :func:`overlay`, :func:`group` -- composites with their shard and
-  Composite Member sections set (``layouts/composite.md § Members``), and :func:`spqr`, the
+* :func:`partition`, :func:`overlay`, :func:`group` -- the composite builders
+  :meth:`Composite.partition`, :meth:`Composite.overlay`, :meth:`Composite.group` (shard and
+  Composite Member sections set, ``layouts/composite.md § Members``), and :func:`spqr`, the
   SpQR-style overlay of ``layouts/composite.md § Example``.
 
 Every descriptor built here is checked by the descriptor rules (strict mode) and every
-composite by :class:`~hurray_schema.rules.composite.CompositeValidator` before it is
-returned: a producer never hands out what a strict reader rejects.  The kernels live in the
+composite by the composite binder (:meth:`Composite.validate`) before it is returned: a
+producer never hands out what a strict reader rejects.  The kernels live in the
 evaluator's package, a layer above this one, and are imported at call time (as
 :meth:`Tensor.to_numpy` does).
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+from typing import Optional, Sequence
 
-import attrs
 import numpy as np
 
 from ..errors import HurraySchemaError
-from ..model import (NO_BUFFER_INDEX, BufferHandle, CombineOp, CompositeMember, CompositionRule, CooLayout,
-                     CscLayout, CsrLayout, ElementType, MemberRole, Mxfp, Nf4, PerBlockAffine, PerChannelAffine,
-                     PerTensorAffine, QuantFlag, QuantScheme, RowMajorLayout, Shard, TensorDescriptor)
-from ..rules.composite import CompositeValidator, decoded_type
+from ..model import (NO_BUFFER_INDEX, BufferHandle, CombineOp, CooLayout, CscLayout, CsrLayout, ElementType, Mxfp,
+                     Nf4, PerBlockAffine, PerChannelAffine, PerTensorAffine, QuantFlag, QuantScheme, RowMajorLayout,
+                     Shard, TensorDescriptor)
 from ..rules.descriptor import first_error
 from ..structs.element_types import element_type_info
-from .tensor import DEFAULT_BUFFER_ALIGNMENT, Composite, Item, Tensor
+from .tensor import DEFAULT_BUFFER_ALIGNMENT, Composite, Tensor
 
 __all__ = ["quantize", "sparse_coo", "sparse_csr", "sparse_csc", "from_scipy", "partition", "overlay", "group",
            "spqr", "SCHEME_NAMES"]
@@ -64,13 +63,8 @@ _SCALE_TYPES = (ElementType.FLOAT16, ElementType.BFLOAT16, ElementType.FLOAT32)
 # ------------------------------------------------------------------------------------
 
 
-def _element_type(value) -> ElementType:
-    if isinstance(value, str):
-        try:
-            return ElementType[value.upper()]
-        except KeyError:
-            raise HurraySchemaError(f"unknown element type name {value!r}") from None
-    return ElementType(int(value))
+_element_type = Composite._element_type
+"""An :class:`ElementType` from itself, its number or its name (the composite builders' parser)."""
 
 
 def _scheme(value) -> QuantScheme:
@@ -479,115 +473,18 @@ def from_scipy(matrix, *, layout: Optional[str] = None, name: Optional[str] = No
 # ------------------------------------------------------------------------------------
 
 
-def _with_sections(item: Item, shard: Optional[Shard], role) -> Item:
-    """``item`` with its shard and Composite Member sections replaced (``role`` None: none)."""
-    member = None if role is None else CompositeMember(role)
-    if isinstance(item, Composite):
-        return Composite(attrs.evolve(item.descriptor, shard=shard), item.members, name=item.name)
-    return Tensor(attrs.evolve(item.descriptor, shard=shard, composite_member=member), item.buffers, name=item.name)
+partition = Composite.partition
+"""A partition composite of an array, one member per box (:meth:`Composite.partition`)."""
 
+overlay = Composite.overlay
+"""A sealed overlay of a base and its corrections (:meth:`Composite.overlay`)."""
 
-def _as_item(value) -> Item:
-    return value if isinstance(value, (Tensor, Composite)) else Tensor.from_numpy(np.ascontiguousarray(value))
-
-
-def _validated(composite: Composite) -> Composite:
-    """``composite`` once the strict composite rules accepted it (``layouts/composite.md § Validation``)."""
-    validator = CompositeValidator(composite.descriptor)
-    for member in composite.members:
-        validator.push_member(member.descriptor)
-    validator.close()
-    return composite
-
-
-def _grid_boxes(shape, grid) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    """Boxes of a grid with ``grid[k]`` pieces along dimension ``k`` (sizes differing by at most one,
-    the larger first, as :func:`numpy.array_split` cuts), in row-major order of the pieces."""
-    grid = (grid,) + (1,) * (len(shape) - 1) if isinstance(grid, int) else tuple(grid)
-    if len(grid) != len(shape) or any(int(g) < 1 for g in grid):
-        raise HurraySchemaError(f"grid needs {len(shape)} positive piece counts")
-    cuts = []
-    for n, pieces in zip(shape, grid):
-        base, extra = divmod(n, int(pieces))
-        sizes = [base + 1] * extra + [base] * (int(pieces) - extra)
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int)
-        cuts.append([(int(s), int(z)) for s, z in zip(starts, sizes)])
-    boxes = []
-    for combo in np.ndindex(*[len(c) for c in cuts]):
-        picks = [cuts[d][i] for d, i in enumerate(combo)]
-        boxes.append((tuple(p[0] for p in picks), tuple(p[1] for p in picks)))
-    return boxes
-
-
-def partition(array, *, grid=None, boxes=None, member=None, type_tag=None, name: Optional[str] = None) -> Composite:
-    """A partition composite of ``array`` (``layouts/composite.md § Partition``).
-
-    ``grid``: pieces per dimension (an int cuts dimension 0 only); or ``boxes``: ``(offset,
-    shape)`` pairs that exactly cover the array.  ``member(sub_array)`` builds each member
-    (e.g. ``lambda a: quantize(a, "per_block")``; default a dense copy).  ``type_tag``: the
-    head's logical type (default the first member's decoded type, which every member must share).
-    """
-    arr = np.asarray(array)
-    if (grid is None) == (boxes is None):
-        raise HurraySchemaError("give exactly one of grid= and boxes=")
-    boxes = _grid_boxes(arr.shape, grid) if grid is not None else [
-        (tuple(int(o) for o in off), tuple(int(n) for n in shp)) for off, shp in boxes]
-    members = []
-    for offset, shape in boxes:
-        region = tuple(slice(o, o + n) for o, n in zip(offset, shape))
-        sub = np.ascontiguousarray(arr[region])
-        item = member(sub) if member is not None else Tensor.from_numpy(sub)
-        if tuple(item.shape) != tuple(shape):
-            raise HurraySchemaError(f"member for box at {offset} has shape {tuple(item.shape)}, not {shape}")
-        members.append(_with_sections(item, Shard(arr.shape, offset), None))
-    head_type = type_tag if type_tag is not None else (decoded_type(members[0].descriptor) if members
-                                                       else _numpy_element_type(arr))
-    return _validated(Composite.build(CompositionRule.PARTITION, members, shape=arr.shape,
-                                      type_tag=_element_type(head_type), name=name))
-
-
-def _numpy_element_type(arr) -> ElementType:
-    return Tensor.from_numpy(np.zeros(0, arr.dtype)).type_tag
+group = Composite.group
+"""A group composite of tensors, composites or arrays (:meth:`Composite.group`)."""
 
 
 def _combine(value) -> CombineOp:
     return CombineOp[value.upper()] if isinstance(value, str) else CombineOp(int(value))
-
-
-def overlay(base, corrections: Iterable = (), combine_op="replace", *, type_tag=None,
-            name: Optional[str] = None) -> Composite:
-    """A sealed overlay (``layouts/composite.md § Overlay``): ``base`` (a tensor or array spanning
-    the whole view) then ``corrections`` in the order they take effect, each a tensor or array,
-    or an ``(item, offset)`` pair placing a smaller box (default offset all zeros).  Shards and
-    member roles are set here; ``type_tag`` defaults to the base's decoded type."""
-    base_item = _as_item(base)
-    shape = tuple(base_item.shape)
-    zeros = (0,) * len(shape)
-    members = [_with_sections(base_item, Shard(shape, zeros), MemberRole.BASE)]
-    for entry in corrections:
-        item, offset = (entry if isinstance(entry, tuple) else (entry, zeros))
-        members.append(_with_sections(_as_item(item), Shard(shape, tuple(int(o) for o in offset)),
-                                      MemberRole.CORRECTION))
-    head_type = type_tag if type_tag is not None else decoded_type(base_item.descriptor)
-    return _validated(Composite.build(CompositionRule.OVERLAY, members, shape=shape,
-                                      type_tag=_element_type(head_type), combine_op=_combine(combine_op), name=name))
-
-
-def group(items, *, shape: Optional[Sequence[int]] = None, type_tag=None, name: Optional[str] = None) -> Composite:
-    """A group composite (``layouts/composite.md § Group``) of tensors, composites or arrays (a
-    mapping names its members).  The head's shape and type are advisory: by default the first
-    member's shape and decoded type."""
-    if isinstance(items, dict):
-        members = [_as_item(v).with_name(k) for k, v in items.items()]
-    else:
-        members = [_as_item(v) for v in items]
-    members = [m if isinstance(m, Composite) else _with_sections(m, m.descriptor.shard, None) for m in members]
-    first = members[0] if members else None
-    head_shape = tuple(shape) if shape is not None else (tuple(first.shape) if first is not None else (0,))
-    head_type = type_tag if type_tag is not None else (decoded_type(first.descriptor) if first is not None
-                                                       else ElementType.FLOAT32)
-    return _validated(Composite.build(CompositionRule.GROUP, members, shape=head_shape,
-                                      type_tag=_element_type(head_type), name=name))
 
 
 # ------------------------------------------------------------------------------------

@@ -11,30 +11,42 @@
 
 Composite heads bind the next ``member_count`` tensors as they arrive
 (``interchange.md § Composite Tensor Streaming``).  The reader keeps only the composite
-being bound plus the buffers of the tensor being read.
+being bound plus the buffers of the tensor being read; without ``framing=`` it tells the
+framing from the first bytes (:func:`~hurray_schema.io.walk.detect_kind`).
+
+:class:`StreamWriter` writes one item at a time (composites whole, or head first and
+members as they come); :func:`write_stream` is that writer over an iterable.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import mmap
 import os
 from typing import Iterable, Iterator, Optional
 
+import numpy as np
+
+from ..codec import encode_descriptor
+from ..errors import HurraySchemaError
 from ..limits import Limits, resolve_limits
+from ..model import TensorDescriptor
 from ..rules.composite import CompositeBinder
 from ..rules.engine import Finding, as_mode
 from ..structs._declare import plan
 from ..structs.stream import (
     MESSAGE_HEADER, RESERVED_STREAM_ID, TENSOR_DATA_HEADER, TENSOR_DESCRIPTOR_FIELDS, MessageType,
 )
-from ._write import EncodedNode, Sink, check_nodes, checked_buffers, encode_nodes, replacing
+from ._write import EncodedNode, Sink, as_item, checked_buffers, decoded, encode_nodes, replacing
 from .tensor import Composite, Item, Tensor, walk
 from .walk import (
-    BUFFER, DATA, TENSOR_END, Faults, RemoteError, Window, strict_describer, walk_bare,
-    walk_messages,
+    BUFFER, DATA, DETECT_BYTES, TENSOR_END, Faults, RemoteError, Window, detect_kind, strict_describer,
+    walk_bare, walk_messages,
 )
 
-__all__ = ["read_stream", "write_stream", "StreamReader", "RemoteError", "FRAMINGS"]
+__all__ = ["read_stream", "write_stream", "StreamReader", "StreamWriter", "RemoteError", "FRAMINGS",
+           "detect_framing"]
 
 FRAMINGS = ("bare", "messages")
 DEFAULT_FRAME_BYTES = 16 * 1024 * 1024
@@ -58,18 +70,22 @@ class StreamReader:
     :func:`~hurray_schema.io.walk.walk_messages` (fault policy ``RAISE``); this class
     gathers each tensor's buffers and binds the composites.
     ``findings`` collects what a permissive reader tolerated (and SHOULD-level notes).
+    ``framing`` None (the default) reads the framing from the first bytes
+    (:func:`detect_framing`); ``framing`` is then the one found.
     """
 
-    def __init__(self, source, *, framing: str = "bare", mode="strict", limits: Optional[Limits] = None,
+    def __init__(self, source, *, framing: Optional[str] = None, mode="strict", limits: Optional[Limits] = None,
                  cross_machine: bool = False, validate_composites: bool = True):
-        if framing not in FRAMINGS:
-            raise ValueError(f"framing must be one of {FRAMINGS}, not {framing!r}")
+        if framing is not None and framing not in FRAMINGS:
+            raise ValueError(f"framing must be one of {FRAMINGS} or None, not {framing!r}")
         self.mode = as_mode(mode)
-        self.framing = framing
         self.limits = resolve_limits(limits)
         self.cross_machine = cross_machine
         self.findings: list[Finding] = []
         self._count = 0
+        if framing is None:
+            source, framing = _with_framing(source)
+        self.framing = framing
         self._src = Window(source)
         self._binder = CompositeBinder(mode=self.mode, validate=validate_composites, limits=self.limits,
                                        findings=self.findings, leaf=Tensor, assemble=Composite.from_binder)
@@ -136,8 +152,80 @@ class StreamReader:
         yield from self._finish()
 
 
-def read_stream(source, *, framing: str = "bare", mode="strict", **options) -> StreamReader:
+# --------------------------------------------------------------------------------------
+# Framing detection
+# --------------------------------------------------------------------------------------
+
+
+def detect_framing(first_bytes) -> str:
+    """``"messages"`` when the first bytes open a message (a known ``message_type``), else
+    ``"bare"`` (a descriptor, or input the bare reader refuses with its own rule):
+    :func:`~hurray_schema.io.walk.detect_kind` read for a stream reader."""
+    return "messages" if detect_kind(first_bytes) == "messages" else "bare"
+
+
+class _Replayed:
+    """A forward-only binary file whose first bytes were already read: they are served
+    again before the rest (peeking a pipe or socket loses nothing)."""
+
+    def __init__(self, first: bytes, rest):
+        self._first = first
+        self._rest = rest
+
+    def read(self, n: int = -1) -> bytes:
+        if not self._first:
+            return self._rest.read(n)
+        if n is None or n < 0:
+            data, self._first = self._first + self._rest.read(), b""
+            return data
+        data, self._first = self._first[:n], self._first[n:]
+        return data
+
+
+def _read_up_to(f, n: int) -> bytes:
+    """Up to ``n`` bytes of ``f`` (fewer only at its end), across short reads."""
+    got = bytearray()
+    while len(got) < n:
+        chunk = f.read(n - len(got))
+        if not chunk:
+            break
+        got += chunk
+    return bytes(got)
+
+
+def _seekable(f) -> bool:
+    try:
+        return bool(f.seekable())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _with_framing(source):
+    """``(source, framing)``: the framing its first bytes show, and a source that still
+    yields every byte (a non-seekable file object comes back wrapped)."""
+    if isinstance(source, (bytes, bytearray, memoryview, mmap.mmap)):
+        return source, detect_framing(memoryview(source)[:DETECT_BYTES])
+    if isinstance(source, (str, os.PathLike)):
+        with open(source, "rb") as f:
+            return source, detect_framing(_read_up_to(f, DETECT_BYTES))
+    if not hasattr(source, "read"):
+        return source, "bare"  # the reader's window refuses it, with its own message
+    if _seekable(source):
+        at = source.tell()
+        first = _read_up_to(source, DETECT_BYTES)
+        source.seek(at)
+        return source, detect_framing(first)
+    first = _read_up_to(source, DETECT_BYTES)
+    return _Replayed(first, source), detect_framing(first)
+
+
+def read_stream(source, *, framing: Optional[str] = None, mode="strict", **options) -> StreamReader:
     """Iterate over the tensors and composites of a stream (bytes, path or binary file).
+
+    ``framing``: ``"bare"`` or ``"messages"``; None (the default) reads it from the first
+    bytes (:func:`detect_framing`: a known ``message_type`` means messages, anything else
+    bare).  A non-seekable file object is peeked without losing a byte; a given framing
+    is used as it is.
 
     Composites are bound as their members arrive and validated per member and at close;
     a torn composite raises ``composite.torn`` in strict mode, and in permissive
@@ -163,66 +251,199 @@ def tensor_parts(item: Item):
 node_buffers = checked_buffers
 """The buffers of a node once they match its handles (see :func:`hurray_schema.io._write.checked_buffers`)."""
 
+_COUNT_ONLY = object()
+"""A :class:`StreamWriter` destination that writes nothing: the writer lays the stream out
+and checks it (what :func:`write_stream` does before its first byte)."""
 
-def _write_parts(sink: Sink, encoded: Iterable[EncodedNode], framing: str, stream_id: int,
-                 max_frame: int) -> list[int]:
-    """Write each encoded tensor in ``framing``; the offset of each descriptor (where a
-    reader decodes it from) in order."""
-    bases = []
-    for part in encoded:
-        if framing == "bare":
-            bases.append(sink.pos)
-            sink.write(part.descriptor)
-            for b in part.buffers:
-                sink.write(b)
+
+class StreamWriter:
+    """Write a stream one item at a time: ``with StreamWriter(dest) as w: w.write(item)``.
+
+    ``dest`` is a path, a binary file object, or None (the bytes: :meth:`getvalue` after
+    the block).  ``framing``: ``"bare"`` (default) or ``"messages"`` (``stream_id``, data
+    frames of at most ``max_frame_bytes``).  :meth:`write` takes a :class:`Tensor`, a
+    NumPy array (as :func:`~hurray_schema.io._write.as_item` makes it a tensor) or a
+    whole :class:`Composite` (head, then its members in pre-order).  For a producer whose
+    members come one by one, :meth:`begin_composite` writes a head; each later
+    :meth:`write` is its next member (a nested composite included), and the composite
+    closes at its ``member_count``-th member (``interchange.md § Composite Tensor
+    Streaming``).
+
+    Checked like :func:`write_stream`, item by item (``validate=False`` skips it): each
+    descriptor is decoded strictly and passes the descriptor rules, and every tensor goes
+    through the readers' one composite binder
+    (:class:`~hurray_schema.rules.composite.CompositeBinder`), which checks each member as
+    it arrives and the composite when it closes (``layouts/composite.md § Validation``);
+    :meth:`close` reports a composite still open as torn (``composite.torn``).  A fault
+    raises the :class:`~hurray_schema.errors.SpecViolation` :func:`read_stream` would raise
+    on the output, before the offending tensor's first byte.
+
+    To a path the stream goes to a temporary file renamed over the path at a clean close;
+    when the block ends with an exception (or :meth:`close` finds a fault) nothing
+    replaces the path.  A file object keeps what was written before a fault.
+    """
+
+    def __init__(self, dest, *, framing: str = "bare", stream_id: int = 1,
+                 max_frame_bytes: int = DEFAULT_FRAME_BYTES, validate: bool = True):
+        if framing not in FRAMINGS:
+            raise ValueError(f"framing must be one of {FRAMINGS}, not {framing!r}")
+        if framing == "messages" and stream_id == RESERVED_STREAM_ID:
+            raise ValueError("stream_id 0 is reserved")
+        if max_frame_bytes < 1:
+            raise ValueError("max_frame_bytes must be positive")
+        self.framing = framing
+        self.stream_id = stream_id
+        self.max_frame_bytes = max_frame_bytes
+        self.validate = validate
+        self._binder = CompositeBinder(mode="strict", check_heads=False) if validate else None
+        self._state = "open"  # then "closed" or "failed"
+        self._value: Optional[bytes] = None
+        self._resources = contextlib.ExitStack()
+        self._memory = None
+        if dest is _COUNT_ONLY:
+            out = None
+        elif isinstance(dest, (str, os.PathLike)):
+            out = self._resources.enter_context(replacing(dest))
+        elif dest is None:
+            out = self._memory = io.BytesIO()
+        elif hasattr(dest, "write"):
+            out = dest
         else:
-            bases.append(sink.pos + _MSG_SIZE)
-            _write_messages(sink, part.descriptor, part.buffers, stream_id, max_frame)
-    return bases
+            raise TypeError(f"StreamWriter needs a path, a binary file object or None, not {type(dest).__name__}")
+        self._sink = Sink(out)
+
+    # -- writing -------------------------------------------------------------------
+    def write(self, item) -> None:
+        """Write a tensor, an array or a whole composite (or, after :meth:`begin_composite`,
+        the open composite's next member)."""
+        self._check_open()
+        item = as_item(item)
+        self._guarded(lambda: [self._put(part.descriptor, part.buffers)
+                               for part in encode_nodes(walk(item), self.validate)])
+
+    def begin_composite(self, head: TensorDescriptor) -> None:
+        """Write a composite head (a :class:`~hurray_schema.model.TensorDescriptor` with a
+        composite layout); the next ``member_count`` items written are its members."""
+        self._check_open()
+        if not isinstance(head, TensorDescriptor) or not head.is_composite_head:
+            raise HurraySchemaError("begin_composite takes a composite head descriptor (layout_tag 0x0B)")
+        self._guarded(lambda: self._put(encode_descriptor(head), ()))
+
+    @property
+    def open_composites(self) -> int:
+        """How many composites are waiting for members (0 when not validating)."""
+        return self._binder.depth if self._binder is not None else 0
+
+    @property
+    def bytes_written(self) -> int:
+        return self._sink.pos
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise HurraySchemaError(f"this StreamWriter is {self._state}")
+
+    def _guarded(self, step) -> None:
+        """Run a write step; after an error the writer is failed (a path is left untouched)."""
+        try:
+            step()
+        except BaseException:
+            self._abort()
+            raise
+
+    def _put(self, descriptor: bytes, buffers) -> None:
+        """Check one encoded tensor (its descriptor bytes and buffers) where it will sit,
+        then write it."""
+        sink = self._sink
+        base = sink.pos if self.framing == "bare" else sink.pos + _MSG_SIZE  # where a reader decodes it
+        if self._binder is not None:
+            self._binder.add(decoded(descriptor, base), base)
+        if self.framing == "bare":
+            sink.write(descriptor)
+            for data in buffers:
+                sink.write(data)
+        else:
+            _write_messages(sink, descriptor, buffers, self.stream_id, self.max_frame_bytes)
+
+    # -- lifetime ------------------------------------------------------------------
+    def close(self) -> None:
+        """End the stream: a composite still open is torn (raised, nothing replaces a
+        path); else a path is replaced by the complete stream.  Closing twice is harmless."""
+        if self._state != "open":
+            return
+        self._guarded(self._finish)
+        self._state = "closed"
+        self._resources.close()  # a path: flushed, fsynced, renamed over the target
+        if self._memory is not None:
+            self._value = self._memory.getvalue()
+
+    def _finish(self) -> None:
+        if self._binder is not None:
+            self._binder.finish()
+
+    def _abort(self) -> None:
+        if self._state != "open":
+            return
+        self._state = "failed"
+        fault = HurraySchemaError("the stream was abandoned")
+        self._resources.__exit__(type(fault), fault, None)  # a path: the temporary file is removed
+
+    def getvalue(self) -> bytes:
+        """The bytes written (``dest`` None), once closed."""
+        if self._value is None:
+            raise HurraySchemaError("getvalue() needs a StreamWriter to None that was closed")
+        return self._value
+
+    def __enter__(self) -> "StreamWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._abort()
+
+    def __repr__(self) -> str:
+        return f"StreamWriter({self.framing}, {self._state}, {self._sink.pos} bytes)"
 
 
 def write_stream(dest, items: Iterable[Item], *, framing: str = "bare", stream_id: int = 1,
                  max_frame_bytes: int = DEFAULT_FRAME_BYTES, validate: bool = True):
-    """Write ``items`` (tensors and composites, pre-order) to ``dest`` -- a path, a
-    binary file object, or ``None`` to get the bytes back.
+    """Write ``items`` (tensors, NumPy arrays and composites, pre-order) to ``dest`` -- a
+    path, a binary file object, or ``None`` to get the bytes back -- with one
+    :class:`StreamWriter`.
 
     Before the first byte, every descriptor must decode and pass the strict reader's
     rules and every composite ``layouts/composite.md § Validation``; the first fault
     raises the :class:`~hurray_schema.errors.SpecViolation` :func:`read_stream` would
     raise for it (same rule id), at the byte offset it would have in the output (from
-    the first byte this call writes).  An iterator of items is therefore consumed
-    before writing (the tensors are kept, not copies of their bytes).  Buffers that do
-    not match their handles raise :class:`~hurray_schema.errors.EncodeError`, values that
-    do not fit their wire field :class:`~hurray_schema.errors.FieldRangeError`.
-    ``validate=False`` skips the rules and the buffer check and writes item by item: it
-    exists to produce faulty test inputs.
+    the first byte this call writes): a writer that writes nothing lays the stream out
+    and checks it first.  An iterator of items is therefore consumed before writing (the
+    tensors are kept, not copies of their bytes).  Buffers that do not match their
+    handles raise :class:`~hurray_schema.errors.EncodeError`, values that do not fit their
+    wire field :class:`~hurray_schema.errors.FieldRangeError`.  ``validate=False`` skips
+    the rules and the buffer check and writes item by item: it exists to produce faulty
+    test inputs.
 
     A path is written through a temporary file renamed over it once complete, so an
     error leaves the previous file untouched.  A file object cannot be protected that
     way: what was written before an error (an I/O error, or any error with
     ``validate=False``) stays in it.
     """
-    if framing not in FRAMINGS:
-        raise ValueError(f"framing must be one of {FRAMINGS}, not {framing!r}")
-    if framing == "messages" and stream_id == RESERVED_STREAM_ID:
-        raise ValueError("stream_id 0 is reserved")
-    if max_frame_bytes < 1:
-        raise ValueError("max_frame_bytes must be positive")
-    if isinstance(items, (Tensor, Composite)):
-        items = (items,)
-    nodes = (node for item in items for node in walk(item))
+    options = dict(framing=framing, stream_id=stream_id, max_frame_bytes=max_frame_bytes)
+    if isinstance(items, (Tensor, Composite, np.ndarray)):
+        items = (items,)  # one item (an array is one tensor, not its rows)
+    nodes = (node for item in items for node in walk(as_item(item)))
     if validate:
-        encoded = list(encode_nodes(nodes))
-        check_nodes(encoded, _write_parts(Sink(), encoded, framing, stream_id, max_frame_bytes), descriptors_first=False)
+        encoded: Iterable[EncodedNode] = list(encode_nodes(nodes))
+        with StreamWriter(_COUNT_ONLY, **options) as layout:
+            for part in encoded:
+                layout._put(part.descriptor, part.buffers)
     else:
         encoded = encode_nodes(nodes, validate=False)
-    if isinstance(dest, (str, os.PathLike)):
-        with replacing(dest) as f:
-            _write_parts(Sink(f), encoded, framing, stream_id, max_frame_bytes)
-        return None
-    out = io.BytesIO() if dest is None else None
-    _write_parts(Sink(out or dest), encoded, framing, stream_id, max_frame_bytes)
-    return out.getvalue() if out is not None else None
+    with StreamWriter(dest, validate=False, **options) as writer:
+        for part in encoded:
+            writer._put(part.descriptor, part.buffers)
+    return writer.getvalue() if dest is None else None
 
 
 def _write_messages(sink, desc: bytes, buffers, stream_id: int, max_frame: int) -> None:

@@ -13,7 +13,7 @@ from typing import Iterable, Iterator, Optional, Sequence, Union
 
 import attrs
 
-from ..errors import HurraySchemaError, SpecViolation
+from ..errors import CopyRequired, DLPackUnsupported, HurraySchemaError, NotAnArray, SpecViolation
 from ..model import (
     BufferHandle, CombineOp, CompositeLayout, CompositeMember, CompositionRule, ElementType, MemberRole,
     ROW_MAJOR, Shard, TensorDescriptor,
@@ -21,7 +21,7 @@ from ..model import (
 from ..rules.composite import validate_preorder
 from ..structs.element_types import element_type_info
 
-__all__ = ["Tensor", "Composite", "Item", "walk", "DEFAULT_BUFFER_ALIGNMENT"]
+__all__ = ["Tensor", "Composite", "Item", "walk", "ArrayProtocol", "DEFAULT_BUFFER_ALIGNMENT", "DLPACK_CPU_DEVICE"]
 
 DEFAULT_BUFFER_ALIGNMENT = 64
 """``alignment`` our constructors declare in buffer handles (``buffer-protocol.md § Buffer Handle``)."""
@@ -33,8 +33,110 @@ def _view(buf) -> memoryview:
         view = view.cast("B")
     return view
 
+DLPACK_CPU_DEVICE = (1, 0)
+"""``__dlpack_device__`` of every array here: DLPack's ``kDLCPU`` device type, device 0."""
 
-class Tensor:
+
+class ArrayProtocol:
+    """What :class:`Tensor` and :class:`Composite` share to behave like NumPy arrays.
+
+    ``shape``, ``dtype`` (the NumPy / ``ml_dtypes`` dtype of the decoded values), ``ndim``,
+    ``size`` and ``nbytes`` (``size * dtype.itemsize``: the decoded array's bytes, as NumPy counts
+    them) describe the logical array; ``t[index]`` takes a NumPy basic index and equals
+    ``numpy.asarray(t)[index]``, reading only the box the index spans
+    (:mod:`hurray_schema.evaluate.indexing`); :meth:`read` is the same with ``(start, stop)``
+    pairs allowed and a ``limits=`` budget.  ``__array__`` and ``__dlpack__`` hand the array to
+    NumPy, torch, JAX...  The evaluator sits above the readers: it is imported at call time.
+    An object is always true (``bool`` does not look at its length).
+    """
+
+    __slots__ = ()
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the decoded array (``size * dtype.itemsize``, NumPy's meaning)."""
+        return self.size * self.dtype.itemsize
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __len__(self) -> int:
+        self._require_array()
+        if not self.shape:
+            raise NotAnArray("len() of a 0-d array")
+        return int(self.shape[0])
+
+    def __getitem__(self, index):
+        """``numpy.asarray(self)[index]`` for a NumPy basic index (integers, slices with steps,
+        ``Ellipsis``, ``None``), reading only the box it spans; advanced indexing raises
+        :class:`~hurray_schema.errors.AdvancedIndexUnsupported`, an integer out of range
+        :class:`~hurray_schema.errors.IndexRangeError` (an ``IndexError``)."""
+        from ..evaluate.indexing import basic_index, read_index
+
+        self._require_array()
+        return read_index(self, basic_index(index, self.shape))
+
+    def read(self, region, *, limits=None):
+        """``self[region]`` where an entry may also be a ``(start, stop)`` pair (a unit-step slice
+        that must lie inside its axis), read within ``limits`` (:class:`~hurray_schema.Limits`;
+        the box is charged like :meth:`to_numpy` / :meth:`materialize`).  The region is a tuple or
+        a list of entries; integers drop their axis as in NumPy."""
+        from ..evaluate.indexing import read_index, region_index
+
+        self._require_array()
+        return read_index(self, region_index(region, self.shape), limits=limits)
+
+    def __array__(self, dtype=None, copy=None):
+        """NumPy 2's array protocol: ``numpy.asarray(self, dtype, copy=copy)``."""
+        return self._logical_array(dtype, copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return DLPACK_CPU_DEVICE
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """Export the logical array through DLPack (``numpy.from_dlpack``, ``torch.from_dlpack``...).
+
+        A tensor :meth:`Tensor.to_numpy` can view without a copy is exported as that read-only
+        view (DLPack 1.0 consumers get the read-only flag; an older consumer, which cannot be told,
+        gets a private copy instead, or :class:`~hurray_schema.errors.DLPackUnsupported` when it
+        asked for ``copy=False``); any other item is decoded (materialized) first and the new
+        array exported.  Only the dtypes NumPy's exporter knows (bool, integers, floats, complex:
+        not bfloat16, float8 or the sub-byte ``ml_dtypes`` types) can be exported."""
+        try:
+            array = self._logical_array(None, False if copy is False else None)
+        except CopyRequired as exc:
+            raise DLPackUnsupported(f"no zero-copy export: {exc}") from None
+        return _export_dlpack(array, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def _require_array(self) -> None:
+        """Raise :class:`NotAnArray` unless the item has one logical array (overridden by groups)."""
+
+
+def _export_dlpack(array, *, stream, max_version, dl_device, copy):
+    """NumPy's DLPack export of ``array``, with the fall-backs :meth:`ArrayProtocol.__dlpack__` documents."""
+    if array.dtype.kind not in "biufc":
+        raise DLPackUnsupported(f"DLPack (NumPy's exporter) has no type code for {array.dtype}; "
+                                "use numpy.asarray or to_numpy() instead")
+    if not array.flags.writeable and (max_version is None or tuple(max_version)[0] < 1):
+        if copy is False:
+            raise DLPackUnsupported("the array is a read-only view and the consumer cannot be told so "
+                                    "(DLPack < 1.0); a copy is needed but copy=False was asked")
+        array, copy = array.copy(), None
+    try:
+        return array.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+    except BufferError as exc:
+        raise DLPackUnsupported(str(exc)) from exc
+
+
+class Tensor(ArrayProtocol):
     """A tensor: its descriptor and its buffers (in buffer-table order).
 
     ``buffers`` are ``memoryview`` s over the bytes as read -- no copy is made.  The
@@ -81,7 +183,7 @@ class Tensor:
         if tag == ElementType.BOOL:
             data = np.packbits(arr.reshape(-1), bitorder="little").tobytes()
         else:
-            arr = np.ascontiguousarray(arr)
+            arr = np.asarray(arr, order="C")  # np.ascontiguousarray would make a 0-d array 1-d
             if arr.dtype.byteorder == ">":
                 arr = arr.astype(arr.dtype.newbyteorder("<"))
             data = arr.reshape(-1).view(np.uint8) if arr.size else b""
@@ -97,19 +199,40 @@ class Tensor:
         return self.descriptor.type_tag
 
     @property
-    def nbytes(self) -> int:
+    def stored_nbytes(self) -> int:
+        """Bytes of the buffers as stored (codes, indices, parameters); ``nbytes`` is the decoded array's."""
         return sum(len(b) for b in self.buffers)
 
-    def to_numpy(self, dtype=None, *, limits=None):
-        """The logical array, in its decoded type or ``dtype`` (an ``ElementType``)
-        (computed by :func:`hurray_schema.evaluate.tensor_to_numpy`; imported here, at
-        call time, because the evaluator sits above the readers).  An array larger than
-        ``limits.max_evaluation_bytes`` (default 256 MiB; ``limits`` a :class:`~hurray_schema.Limits`)
-        and than ``EVALUATION_EXPANSION`` times the buffers' bytes is refused with
-        ``LimitExceeded`` before it is allocated."""
+    @property
+    def dtype(self):
+        """The NumPy / ``ml_dtypes`` dtype of the decoded values (:func:`hurray_schema.evaluate.decoded_type`:
+        a quantized tensor's real-valued type, a private type's raw unsigned codes)."""
+        from ..evaluate import decoded_type, numpy_dtype
+
+        return numpy_dtype(decoded_type(self.descriptor))
+
+    def to_numpy(self, dtype=None, *, copy=None, raw: bool = False, casting: str = "unsafe", limits=None):
+        """The logical array (:func:`hurray_schema.evaluate.tensor_to_numpy`, which documents the rules).
+
+        ``dtype``: a NumPy / ``ml_dtypes`` dtype or an :class:`ElementType`; a quantized tensor
+        dequantizes straight into float16 / bfloat16 / float32 / float64, any other request is a
+        NumPy cast of the decoded values under ``casting`` (default ``"unsafe"``, ``astype``'s rule);
+        a dtype that names no number type raises :class:`~hurray_schema.errors.InvalidDtype`.
+        ``raw=True``: the stored codes (a quantized tensor's, sub-byte ones unpacked: int4 as int8).
+        ``copy=None`` (default): a row-major unquantized tensor of a whole-byte type is returned as a
+        read-only view of its buffer (of the memory map, for a file) -- no copy, nothing read until
+        used; other tensors are decoded into a new array.  ``copy=True``: always a new, writeable
+        array; ``copy=False``: the view or :class:`~hurray_schema.errors.CopyRequired`.
+        An array larger than ``limits.max_evaluation_bytes`` (default 256 MiB; ``limits`` a
+        :class:`~hurray_schema.Limits`) and than ``EVALUATION_EXPANSION`` times the buffers' bytes
+        is refused with ``LimitExceeded`` before it is allocated."""
         from ..evaluate import tensor_to_numpy
 
-        return tensor_to_numpy(self.descriptor, self.buffers, dtype, limits=limits)
+        return tensor_to_numpy(self.descriptor, self.buffers, dtype, copy=copy, raw=raw, casting=casting,
+                               limits=limits)
+
+    def _logical_array(self, dtype, copy):
+        return self.to_numpy(dtype, copy=copy)
 
     def with_name(self, name: Optional[str]) -> "Tensor":
         return Tensor(self.descriptor, self.buffers, name=name)
@@ -124,7 +247,16 @@ class Tensor:
         tag = self.descriptor.type_tag
         tname = tag.name.lower() if isinstance(tag, ElementType) else f"0x{tag:02X}"
         label = f"{self.name!r}, " if self.name is not None else ""
-        return f"Tensor({label}{tname}{list(self.shape)}, layout=0x{self.descriptor.layout_tag:02X}, {self.nbytes} bytes)"
+        return f"Tensor({label}{tname}{list(self.shape)}, layout=0x{self.descriptor.layout_tag:02X}, {self.stored_nbytes} bytes)"
+
+    def to_dask(self, chunks=None, *, chunk_bytes=None, limits=None):
+        """The logical array as a lazy ``dask.array.Array`` (the ``[dask]`` extra), cut into
+        slabs of about 64 MiB or as ``chunks`` says; the buffers travel in the graph
+        (:func:`hurray_schema.evaluate.dask_graph.to_dask`; a file's tensor without its data
+        in the graph: :meth:`HurrayFile.to_dask`)."""
+        from ..evaluate.dask_graph import to_dask
+
+        return to_dask(self, chunks, chunk_bytes=chunk_bytes, limits=limits)
 
 
 def _numpy_tag(dtype) -> ElementType:
@@ -150,8 +282,14 @@ _VALID = True
 """Verdict of a composite that passed the composite binder."""
 
 
-class Composite:
+class Composite(ArrayProtocol):
     """A composite tensor: head descriptor plus members in binding order.
+
+    A partition or an overlay is one logical array (the array protocol of :class:`ArrayProtocol`:
+    ``c[index]`` reads only the members the index's box meets); a group is a collection of
+    arrays: its ``shape`` and ``dtype`` are the head's advisory ones (``layouts/composite.md
+    § Group``) and indexing, ``len``, ``__array__`` and ``__dlpack__`` raise
+    :class:`~hurray_schema.errors.NotAnArray` (use :meth:`materialize` or ``members``).
 
     The evaluator only works on composites that passed the composite binder
     (:class:`hurray_schema.rules.composite.CompositeBinder`): a composite a reader bound
@@ -222,6 +360,157 @@ class Composite:
                                         m.buffers, name=m.name)
         return cls(head, members, name=name)
 
+    # -- builders (layouts/composite.md § Members): shards and member sections set here --------
+
+    @classmethod
+    def partition(cls, array, *, grid=None, boxes=None, member=None, type_tag=None,
+                  name: Optional[str] = None) -> "Composite":
+        """A partition composite of ``array`` (``layouts/composite.md § Partition``).
+
+        ``grid``: pieces per dimension (an int cuts dimension 0 only), the piece sizes along a
+        dimension differing by at most one, the larger first (as :func:`numpy.array_split`
+        cuts); or ``boxes``: ``(offset, shape)`` pairs that exactly cover the array.
+        ``member(sub_array)`` builds each member, a tensor or a composite of the box's shape
+        (e.g. ``lambda a: hs.quantize(a, "per_block")``; default :meth:`Tensor.from_numpy`).
+        ``type_tag``: the head's logical type (default the first member's decoded type, which
+        every member must share).  Each member gets the shard of its box and no Composite
+        Member section; the result has passed the composite binder (strict).
+        """
+        import numpy as np
+
+        arr = np.asarray(array)
+        if (grid is None) == (boxes is None):
+            raise HurraySchemaError("give exactly one of grid= and boxes=")
+        if grid is not None:
+            boxes = cls._grid_boxes(arr.shape, grid)
+        else:
+            boxes = [(tuple(int(o) for o in offset), tuple(int(n) for n in shape)) for offset, shape in boxes]
+        build_member = Tensor.from_numpy if member is None else member
+        members = []
+        for offset, shape in boxes:
+            region = tuple(slice(o, o + n) for o, n in zip(offset, shape))
+            item = build_member(np.ascontiguousarray(arr[region]))
+            if not isinstance(item, (Tensor, Composite)):
+                raise HurraySchemaError(f"member= returned {type(item).__name__}, not a Tensor or a Composite")
+            if tuple(item.shape) != tuple(shape):
+                raise HurraySchemaError(f"member for box at {offset} has shape {tuple(item.shape)}, not {shape}")
+            members.append(cls._with_sections(item, Shard(arr.shape, offset), None))
+        if type_tag is None:
+            type_tag = cls._decoded_type(members[0]) if members else _numpy_tag(arr.dtype)
+        return cls._validated(cls.build(CompositionRule.PARTITION, members, shape=arr.shape,
+                                        type_tag=cls._element_type(type_tag), name=name))
+
+    @classmethod
+    def overlay(cls, base, corrections: Iterable = (), combine_op="replace", *, type_tag=None,
+                name: Optional[str] = None) -> "Composite":
+        """A sealed overlay (``layouts/composite.md § Overlay``): ``base`` (a tensor, a composite or
+        an array, spanning the whole view) then ``corrections`` in the order they take effect, each
+        a tensor or an array, or an ``(item, offset)`` pair placing a smaller box (default offset
+        all zeros).  ``combine_op``: a :class:`CombineOp` or its name.  Every member gets its shard
+        and its role (base, then corrections); ``type_tag`` defaults to the base's decoded type.
+        The result has passed the composite binder (strict)."""
+        base_item = cls._as_item(base)
+        shape = tuple(base_item.shape)
+        zeros = (0,) * len(shape)
+        members = [cls._with_sections(base_item, Shard(shape, zeros), MemberRole.BASE)]
+        for entry in corrections:
+            item, offset = entry if isinstance(entry, tuple) else (entry, zeros)
+            members.append(cls._with_sections(cls._as_item(item), Shard(shape, tuple(int(o) for o in offset)),
+                                              MemberRole.CORRECTION))
+        if type_tag is None:
+            type_tag = cls._decoded_type(base_item)
+        return cls._validated(cls.build(CompositionRule.OVERLAY, members, shape=shape,
+                                        type_tag=cls._element_type(type_tag), combine_op=combine_op, name=name))
+
+    @classmethod
+    def group(cls, items, *, shape: Optional[Sequence[int]] = None, type_tag=None,
+              name: Optional[str] = None) -> "Composite":
+        """A group composite (``layouts/composite.md § Group``) of tensors, composites or arrays (a
+        mapping names its members).  Tensors keep their shard and lose any Composite Member
+        section.  The head's shape and type are advisory: by default the first member's shape and
+        decoded type (``(0,)`` and float32 for an empty group).  The result has passed the
+        composite binder (strict)."""
+        if isinstance(items, dict):
+            members = [cls._as_item(value).with_name(key) for key, value in items.items()]
+        else:
+            members = [cls._as_item(value) for value in items]
+        members = [m if isinstance(m, Composite) else cls._with_sections(m, m.descriptor.shard, None)
+                   for m in members]
+        first = members[0] if members else None
+        if shape is None:
+            shape = tuple(first.shape) if first is not None else (0,)
+        if type_tag is None:
+            type_tag = cls._decoded_type(first) if first is not None else ElementType.FLOAT32
+        return cls._validated(cls.build(CompositionRule.GROUP, members, shape=tuple(shape),
+                                        type_tag=cls._element_type(type_tag), name=name))
+
+    @staticmethod
+    def _grid_boxes(shape, grid) -> list:
+        """``(offset, shape)`` boxes of a grid with ``grid[k]`` pieces along dimension ``k``, in
+        row-major order of the pieces (see :meth:`partition`)."""
+        import itertools
+
+        grid = (grid,) + (1,) * (len(shape) - 1) if isinstance(grid, int) else tuple(grid)
+        if len(grid) != len(shape) or any(int(pieces) < 1 for pieces in grid):
+            raise HurraySchemaError(f"grid needs {len(shape)} positive piece counts")
+        cuts = []
+        for extent, pieces in zip(shape, grid):
+            size, extra = divmod(int(extent), int(pieces))
+            sizes = [size + 1] * extra + [size] * (int(pieces) - extra)
+            starts = list(itertools.accumulate(sizes, initial=0))[:-1]
+            cuts.append(list(zip(starts, sizes)))
+        return [(tuple(start for start, _ in picks), tuple(size for _, size in picks))
+                for picks in itertools.product(*cuts)]
+
+    @staticmethod
+    def _with_sections(item: "Item", shard: Optional[Shard], role) -> "Item":
+        """``item`` with its shard replaced and its Composite Member section set to ``role`` (a
+        tensor; None: none); a composite member keeps its members and carries no member section."""
+        if isinstance(item, Composite):
+            return Composite(attrs.evolve(item.descriptor, shard=shard), item.members, name=item.name)
+        section = None if role is None else CompositeMember(role)
+        return Tensor(attrs.evolve(item.descriptor, shard=shard, composite_member=section), item.buffers,
+                      name=item.name)
+
+    @staticmethod
+    def _as_item(value) -> "Item":
+        """A tensor or composite as is; anything else as a dense copy (:meth:`Tensor.from_numpy`)."""
+        if isinstance(value, (Tensor, Composite)):
+            return value
+        import numpy as np
+
+        return Tensor.from_numpy(np.ascontiguousarray(value))
+
+    @staticmethod
+    def _decoded_type(item: "Item"):
+        """The element type ``item`` decodes to (``layouts/composite.md § Members``)."""
+        from ..rules.composite import decoded_type  # the binder's definition, one layer below
+
+        tag = decoded_type(item.descriptor)
+        if tag is None:
+            raise HurraySchemaError("the member's decoded type is unknown; pass type_tag=")
+        return tag
+
+    @staticmethod
+    def _element_type(value) -> ElementType:
+        """An :class:`ElementType` from itself, its number or its name ("float16", ...)."""
+        if isinstance(value, str):
+            try:
+                return ElementType[value.upper()]
+            except KeyError:
+                raise HurraySchemaError(f"unknown element type name {value!r}") from None
+        try:
+            return ElementType(int(value))
+        except (TypeError, ValueError):
+            raise HurraySchemaError(f"{value!r} is not an element type") from None
+
+    @staticmethod
+    def _validated(composite: "Composite") -> "Composite":
+        """``composite`` once the composite binder accepted it, nested members included (strict,
+        ``layouts/composite.md § Validation``); its verdict is kept for the evaluator."""
+        composite.validate()
+        return composite
+
     @property
     def rule(self):
         return self.descriptor.layout.composition_rule
@@ -238,6 +527,30 @@ class Composite:
     def type_tag(self):
         return self.descriptor.type_tag
 
+    @property
+    def dtype(self):
+        """The NumPy / ``ml_dtypes`` dtype of the merged values: the head's ``type_tag`` (a private
+        type: its raw unsigned codes); for a group, the head's advisory type."""
+        from ..evaluate import numpy_dtype
+        from ..evaluate.common import as_evaluated
+
+        return numpy_dtype(as_evaluated(self.descriptor).type_tag)
+
+    def _require_array(self) -> None:
+        if self.rule == CompositionRule.GROUP:
+            raise NotAnArray("a group composite is a collection of its members, not one array; "
+                             "use materialize() or members")
+
+    def _logical_array(self, dtype, copy):
+        from ..evaluate.tensor import DEFAULT_CASTING, requested_dtype
+
+        self._require_array()
+        if copy is False:
+            raise CopyRequired("a composite's array is always evaluated from its members (copy=False was asked)")
+        values = self.materialize()
+        wanted = requested_dtype(dtype)
+        return values if wanted is None else values.astype(wanted, casting=DEFAULT_CASTING)
+
     # The evaluator sits above the readers: its functions are imported at call time.
 
     def materialize(self, *, out=None, limits=None):
@@ -251,18 +564,12 @@ class Composite:
         return materialize(self, out=out, limits=limits)
 
     def lookup(self, index):
-        """One element of the logical view, reading only the member that holds it."""
+        """One element of the logical view (an integer per dimension, negative ones counting from
+        the end), reading only the member that holds it."""
         from ..evaluate import lookup
+        from ..evaluate.indexing import element_index
 
-        return lookup(self, index)
-
-    def read(self, region, *, limits=None):
-        """A box of the logical view (``region``: slices or (start, stop) pairs), touching only
-        the members that intersect it; bounded by ``limits.max_evaluation_bytes`` like
-        :meth:`materialize`."""
-        from ..evaluate import read
-
-        return read(self, region, limits=limits)
+        return lookup(self, element_index(index, self.shape))
 
     def with_name(self, name: Optional[str]) -> "Composite":
         renamed = Composite(self.descriptor, self.members, name=name)
@@ -278,6 +585,15 @@ class Composite:
         label = f"{self.name!r}, " if self.name is not None else ""
         rule = self.rule.name.lower() if isinstance(self.rule, CompositionRule) else f"0x{self.rule:02X}"
         return f"Composite({label}{rule}, {list(self.shape)}, {len(self.members)} members)"
+
+    def to_dask(self, chunks=None, *, chunk_bytes=None, limits=None):
+        """The merged view as a lazy ``dask.array.Array`` (a tuple of them for a group; the
+        ``[dask]`` extra): a partition chunked along its members' boxes, an overlay in slabs
+        of about 64 MiB aligned to the base's blocks (:func:`hurray_schema.evaluate.dask_graph.to_dask`;
+        a file's composite without its data in the graph: :meth:`HurrayFile.to_dask`)."""
+        from ..evaluate.dask_graph import to_dask
+
+        return to_dask(self, chunks, chunk_bytes=chunk_bytes, limits=limits)
 
 
 Item = Union[Tensor, Composite]

@@ -34,13 +34,14 @@ from typing import Any, Callable, Iterator, Optional
 import attrs
 import crc32c
 
-from ..codec import parse_descriptor, peek_descriptor_length
+from ..codec import known_length, parse_descriptor, peek_descriptor_length, remembered_descriptor
 from ..errors import HurraySchemaError, SpecViolation
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import OPEN_COMPOSITE, SyncMode, TensorDescriptor
 from ..rules import container as container_rules
 from ..rules import structure as structure_rules
 from ..rules.descriptor import check_descriptor, first_error
+from ..rules.descriptor.dispatch import passed
 from ..rules.engine import Finding, Level, Mode, get_rule
 from ..structs._declare import plan, select, static_offset
 from ..structs.descriptor import FIXED_HEADER, FIXED_HEADER_SIZE
@@ -83,6 +84,9 @@ _ERROR = plan(ERROR_HEADER)
 _MESSAGE_TYPES = {int(m): m for m in MessageType}
 _KNOWN_MESSAGE_TYPES = frozenset(_MESSAGE_TYPES)
 _LENGTH_FIELD = plan(select(FIXED_HEADER, "descriptor_length")).steps[0].codec
+_new_part = tuple.__new__
+"""``_new_part(Part, fields)``: :func:`~hurray_schema.io.parts.part_from_fields` without the
+partial's call, on the per-tensor path of a stream read (a part per descriptor and buffer)."""
 
 
 class RemoteError(HurraySchemaError):
@@ -233,6 +237,12 @@ def strict_describer(*, mode: Mode, limits: Limits = DEFAULT_LIMITS, cross_machi
     one plain function (a reader calls it for every tensor)."""
 
     def describe(buf, base: int, depth: int) -> Part:
+        if buf.__class__ is bytes:  # a descriptor read, and found clean, before: the same object, no finding
+            desc = remembered_descriptor(buf, limits)
+            if desc is not None and passed(desc):
+                if cross_machine:
+                    _check_producer_synced(desc, base)
+                return _new_part(Part, (DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "", (), 0, depth))
         desc, tolerated = parse_descriptor(buf, mode=mode, base=base, limits=limits)
         if tolerated and findings is not None:
             findings.extend(tolerated)
@@ -242,8 +252,8 @@ def strict_describer(*, mode: Mode, limits: Limits = DEFAULT_LIMITS, cross_machi
             raise error.to_violation()
         if cross_machine:
             _check_producer_synced(desc, base)
-        return part_from_fields((DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "",
-                                 tuple(tolerated) if tolerated else (), 0, depth))
+        return _new_part(Part, (DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "",
+                                tuple(tolerated) if tolerated else (), 0, depth))
 
     return describe
 
@@ -334,7 +344,8 @@ def walk_bare(window: Window, describe: Describe, *, faults: Faults, mode: Mode,
 def _bare_strict(window: Window, describe: Describe, limits: Limits, progress) -> Iterator[Part]:
     max_buffer = limits.max_buffer_bytes
     memory = window.data
-    while not window.at_eof():
+    end = None if memory is None else len(memory)
+    while (window.pos < end) if end is not None else not window.at_eof():
         start = window.pos
         if progress is not None:
             progress(start)
@@ -345,7 +356,7 @@ def _bare_strict(window: Window, describe: Describe, limits: Limits, progress) -
             if size > max_buffer:
                 limits.check("max_buffer_bytes", size, start)
             at = window.pos
-            if memory is not None and size <= len(memory) - at:  # the common case, read inline
+            if end is not None and size <= end - at:  # the common case, read inline
                 data = memory[at : at + size]
                 window.pos = at + size
             else:
@@ -354,7 +365,7 @@ def _bare_strict(window: Window, describe: Describe, limits: Limits, progress) -
                     raise container_rules.STREAM_TRUNCATED.violation(
                         f"buffer {i} of the tensor at byte {start} needs {size} bytes, the stream has "
                         f"{len(data)} left", at + len(data))
-            yield part_from_fields((BUFFER, at, at + size, None, data, None, "", (), i, 0))
+            yield _new_part(Part, (BUFFER, at, at + size, None, data, None, "", (), i, 0))
 
 
 def _bare_located(window: Window, describe: Describe, faults: Faults, mode: Mode, progress) -> Iterator[Part]:
@@ -427,13 +438,18 @@ def _located_frame(rest, start: int) -> Optional[Part]:
 
 
 def _framed_descriptor(window: Window, start: int, limits: Limits):
+    memory = window.data
+    if memory is not None and start:  # a header seen clean before: its length, no second check
+        length = known_length(memory[start : start + FIXED_HEADER_SIZE].tobytes())
+        if length is not None and start + length <= len(memory) and length <= limits.max_descriptor_bytes:
+            window.pos = start + length
+            return memory[start : start + length].tobytes()
     head = window.read(FIXED_HEADER_SIZE)
     if len(head) < FIXED_HEADER_SIZE:
         raise _cut_in_descriptor(start, len(head))
     _refuse_file(head, start)
     length = peek_descriptor_length(head, start)
     limit = limits.max_descriptor_bytes
-    memory = window.data
     if memory is not None and start + length <= len(memory):  # one copy of the descriptor, not of its two reads
         if length > limit:
             limits.check("max_descriptor_bytes", length, start + _DESCRIPTOR_LENGTH_AT)
@@ -712,12 +728,16 @@ def _remote_error(payload: bytes, at: int) -> RemoteError:
 # --------------------------------------------------------------------------------------
 
 
+DETECT_BYTES = 16
+"""How many first bytes :func:`detect_kind` looks at (a peek of that many is enough)."""
+
+
 def detect_kind(data) -> str:
     """``file``, ``descriptor``, ``stream`` (bare), ``messages`` or ``unknown``, from the
     first bytes: the file magic, the descriptor magic (a stream when more bytes follow
     ``descriptor_length``), or a known ``message_type``."""
     view = memoryview(data)
-    head = bytes(view[:16])
+    head = bytes(view[:DETECT_BYTES])
     if head.startswith(FILE_MAGIC):
         return "file"
     if head.startswith(DESCRIPTOR_MAGIC):

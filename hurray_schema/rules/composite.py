@@ -329,9 +329,18 @@ class CompositeValidator:
             self._fire(CLOSE_OVERLAY_EMPTY, "an overlay head with member_count 0 has no base member", out,
                        self.base)
         if self.rule == _PARTITION and self._boxes == len(self.members):
-            offsets, shapes = self._box_arrays()
-            for rule, message in partition_check(self._shape, offsets, shapes):
+            boxes = (self._shape, tuple(self._flat_offsets), tuple(self._flat_shapes))
+            if boxes in _TILING:  # the same boxes partitioned this head shape before
+                return out
+            # a few boxes are shown to tile in plain Python: rows of ints, not arrays to iterate
+            offsets, shapes = self._box_rows() if self._boxes <= _FEW_BOXES else self._box_arrays()
+            faults = partition_check(self._shape, offsets, shapes)
+            for rule, message in faults:
                 self._fire(rule, message, out, self.base)
+            if not faults and len(boxes[1]) <= _TILING_KEY_VALUES:
+                if len(_TILING) >= _MAX_TILINGS:
+                    _TILING.clear()
+                _TILING.add(boxes)
         return out
 
     def torn(self) -> tuple[TensorDescriptor, ...]:
@@ -370,6 +379,12 @@ class CompositeValidator:
                     return m, tuple(i - o for i, o in zip(index, off))
         raise IndexError(f"no member covers {list(index)}")
 
+    def _box_rows(self) -> tuple[list, list]:
+        """The partition boxes as two lists of ``rank``-long rows."""
+        rank = len(self._shape)
+        bounds = range(0, self._boxes * rank, rank) if rank else [0] * self._boxes
+        return ([self._flat_offsets[i:i + rank] for i in bounds], [self._flat_shapes[i:i + rank] for i in bounds])
+
     def _box_arrays(self):
         """The partition boxes as two ``(N, rank)`` arrays (object rows past int64 range)."""
         if self._arrays is None:
@@ -382,6 +397,14 @@ class CompositeValidator:
                 self._arrays = (np.array(self._flat_offsets, dtype=np.int64).reshape(self._boxes, rank),
                                 np.array(self._flat_shapes, dtype=np.int64).reshape(self._boxes, rank))
         return self._arrays
+
+
+_TILING: set = set()
+"""``(head shape, flat offsets, flat shapes)`` of partitions :func:`partition_check` found
+clean (a stream of composites repeats its sharding); bounded, emptied when full."""
+_MAX_TILINGS = 256
+_TILING_KEY_VALUES = 64
+"""Only partitions of at most this many offset values are remembered (a key stays small)."""
 
 
 def _no_offset(f: Finding) -> Finding:

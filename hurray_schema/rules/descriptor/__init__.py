@@ -15,7 +15,12 @@ or ADR-007 that can be decided from a single decoded descriptor.  The structural
   run on a descriptor, :func:`check_descriptor` and :func:`first_error`;
 * :mod:`.sizes` -- measures shared by the areas (storage bytes, buffers used).
 
-A check is ``check(desc, ctx)`` and yields :class:`~hurray_schema.rules.engine.Finding` s.
+A rule's registered check is ``check(desc, ctx)`` and yields
+:class:`~hurray_schema.rules.engine.Finding` s.  As written in the area modules, a rule
+with at most one finding returns ``(message, offset)`` or ``None`` (a plain predicate),
+and one with several yields its pairs; :func:`.dispatch.descriptor_rule` takes both, and
+each plan of rules is one generated predicate over the checks that apply
+(:class:`.dispatch._Plan`), the general loop making the findings whenever it says no.
 The findings come in declaration order, which is the order the areas are imported here.
 
 Interpretations (see ``spec-map.md``):

@@ -38,7 +38,7 @@ def _count_min(desc, ctx):
     if isinstance(desc.layout, (UnknownLayout, CompositeLayout)):
         return
     if not desc.buffers:
-        yield "buffer_count is 0 for a tensor that is not a composite head", ctx.buffer_count()
+        return "buffer_count is 0 for a tensor that is not a composite head", ctx.buffer_count()
 
 
 @descriptor_rule("metadata.buffer_count.dense", MUST, "metadata.md § Buffer Table",
@@ -48,7 +48,7 @@ def _count_dense(desc, ctx):
     if desc.layout.tag in DENSE_TAGS and not isinstance(desc.quantization, UnknownQuantization):
         want = 1 + quantization_parameter_count(desc.quantization)
         if len(desc.buffers) != want:
-            yield f"buffer_count is {len(desc.buffers)}, expected {want}", ctx.buffer_count()
+            return f"buffer_count is {len(desc.buffers)}, expected {want}", ctx.buffer_count()
 
 
 def _per_handle(field: str, bad: Callable[[int], bool], what: str):
@@ -164,13 +164,11 @@ def _colocation(desc, ctx):
     first = desc.buffers[0]
     for i, h in enumerate(desc.buffers[1:], 1):
         if h.device_tag != first.device_tag:
-            yield f"buffer {i} device_tag 0x{h.device_tag:02X} differs from buffer 0's 0x{first.device_tag:02X}", \
+            return f"buffer {i} device_tag 0x{h.device_tag:02X} differs from buffer 0's 0x{first.device_tag:02X}", \
                 ctx.buffer(i, "device_tag")
-            return
         if h.memory_class != first.memory_class:
-            yield (f"buffer {i} memory_class 0x{h.memory_class:02X} differs from buffer 0's "
-                   f"0x{first.memory_class:02X}"), ctx.buffer(i, "memory_class")
-            return
+            return (f"buffer {i} memory_class 0x{h.memory_class:02X} differs from buffer 0's "
+                    f"0x{first.memory_class:02X}"), ctx.buffer(i, "memory_class")
 
 
 # ------------------------------------------------------------------------------------
@@ -207,7 +205,7 @@ def _dense_size(desc, ctx):
         return
     need = storage_bytes(desc, n)
     if need is not None and desc.byte_offset + need > h.byte_size:
-        yield f"buffer 0 holds {h.byte_size} bytes, {desc.byte_offset + need} needed for {n} elements", ctx.buffer(0)
+        return f"buffer 0 holds {h.byte_size} bytes, {desc.byte_offset + need} needed for {n} elements", ctx.buffer(0)
 
 
 @descriptor_rule("layout.strided.buffer_bounds", MUST, "layouts/strided.md § Element Address",
@@ -225,9 +223,9 @@ def _strided_bounds(desc, ctx):
     hi = sum(max(0, s * (d - 1)) for s, d in zip(layout.strides, desc.shape))
     width = info.byte_width
     if desc.byte_offset + lo * width < 0:
-        yield f"a negative stride reaches {-(desc.byte_offset + lo * width)} bytes before buffer 0", ctx.byte_offset()
+        return f"a negative stride reaches {-(desc.byte_offset + lo * width)} bytes before buffer 0", ctx.byte_offset()
     elif desc.byte_offset + (hi + 1) * width > h.byte_size:
-        yield f"the last addressed element ends at byte {desc.byte_offset + (hi + 1) * width}, past buffer 0's " \
+        return f"the last addressed element ends at byte {desc.byte_offset + (hi + 1) * width}, past buffer 0's " \
               f"{h.byte_size} bytes", ctx.buffer(0)
 
 
@@ -239,11 +237,10 @@ def _curve_size(desc, ctx, bits: int):
     """Findings of a space-filling-curve page of ``2**bits`` elements held by buffer 0."""
     h = data_handle(desc)
     if bits >= _UNADDRESSABLE_BITS:
-        yield f"2**{bits} elements cannot fit a buffer", ctx.buffer(0)
-        return
+        return f"2**{bits} elements cannot fit a buffer", ctx.buffer(0)
     need = storage_bytes(desc, 1 << bits)
     if need is not None and desc.byte_offset + need > h.byte_size:
-        yield f"buffer 0 holds {h.byte_size} bytes, {need} needed for 2**{bits} elements", ctx.buffer(0)
+        return f"buffer 0 holds {h.byte_size} bytes, {need} needed for 2**{bits} elements", ctx.buffer(0)
 
 
 @descriptor_rule("layout.morton.buffer_size", MUST, "layouts/morton.md § Buffer Size",
@@ -252,7 +249,7 @@ def _curve_size(desc, ctx, bits: int):
 def _morton_size(desc, ctx):
     if data_handle(desc) is None or not isinstance(desc.layout, MortonLayout) or 0 in desc.layout.morton_bits:
         return
-    yield from _curve_size(desc, ctx, sum(desc.layout.morton_bits))
+    return _curve_size(desc, ctx, sum(desc.layout.morton_bits))
 
 
 @descriptor_rule("layout.hilbert.buffer_size", MUST, "layouts/hilbert.md § Buffer Size",
@@ -262,7 +259,7 @@ def _hilbert_size(desc, ctx):
     layout = desc.layout
     if data_handle(desc) is None or not isinstance(layout, HilbertLayout) or layout.hilbert_order == 0:
         return
-    yield from _curve_size(desc, ctx, layout.hilbert_rank * layout.hilbert_order)
+    return _curve_size(desc, ctx, layout.hilbert_rank * layout.hilbert_order)
 
 
 _INDEX_BYTES = 8
@@ -307,9 +304,8 @@ def _sparse_size(desc, ctx):
     buffers = desc.buffers
     for index, need, what, args in _sparse_needs(desc):
         if index < len(buffers) and buffers[index].byte_size < need:
-            yield f"buffer {index} holds {buffers[index].byte_size} bytes, {need} needed for {what.format(*args)}", \
+            return f"buffer {index} holds {buffers[index].byte_size} bytes, {need} needed for {what.format(*args)}", \
                 ctx.buffer(index)
-            return
 
 
 _NOT_EMPTIED = (MortonLayout, UnknownLayout, ExtensionLayout, BlockPagedLayout, CompositeLayout)
@@ -327,4 +323,4 @@ def _empty_size(desc, ctx):
         return
     if isinstance(desc.layout, _NOT_EMPTIED):
         return
-    yield f"empty tensor (shape {list(desc.shape)}) but buffer 0 holds {h.byte_size} bytes", ctx.buffer(0)
+    return f"empty tensor (shape {list(desc.shape)}) but buffer 0 holds {h.byte_size} bytes", ctx.buffer(0)

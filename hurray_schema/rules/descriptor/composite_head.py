@@ -40,28 +40,28 @@ def _reserved_rule(rule: int) -> bool:
                  scope=_SCOPE, when=_HEAD)
 def _head_buffers(desc, ctx):
     if _head(desc) and desc.buffers:
-        yield f"composite head has buffer_count {len(desc.buffers)}", ctx.buffer_count()
+        return f"composite head has buffer_count {len(desc.buffers)}", ctx.buffer_count()
 
 
 @descriptor_rule("composite.head.byte_offset_zero", MUST, HEAD_REF, "A composite head has byte_offset 0.",
                  scope=_SCOPE, when=_HEAD)
 def _head_offset(desc, ctx):
     if _head(desc) and desc.byte_offset:
-        yield f"composite head has byte_offset {desc.byte_offset}", ctx.byte_offset()
+        return f"composite head has byte_offset {desc.byte_offset}", ctx.byte_offset()
 
 
 @descriptor_rule("composite.head.no_member_section", MUST_NOT, HEAD_REF,
                  "A composite head does not set HAS_COMPOSITE_MEMBER.", scope=_SCOPE, when=_HEAD)
 def _head_member(desc, ctx):
     if _head(desc) and (desc.composite_member is not None or desc.unparsed_flags & _HAS_COMPOSITE_MEMBER):
-        yield "composite head sets HAS_COMPOSITE_MEMBER", ctx.header("flags")
+        return "composite head sets HAS_COMPOSITE_MEMBER", ctx.header("flags")
 
 
 @descriptor_rule("composite.head.no_quantization", MUST_NOT, HEAD_REF,
                  "A composite head does not set HAS_QUANTIZATION.", scope=_SCOPE, when=_HEAD)
 def _head_quant(desc, ctx):
     if _head(desc) and desc.quantization is not None:
-        yield "composite head sets HAS_QUANTIZATION", ctx.header("flags")
+        return "composite head sets HAS_QUANTIZATION", ctx.header("flags")
 
 
 @descriptor_rule("composite.head.rule_reserved", MUST, FIELDS_REF,
@@ -69,7 +69,7 @@ def _head_quant(desc, ctx):
 def _head_rule(desc, ctx):
     h = _head(desc)
     if h and _reserved_rule(h.composition_rule):
-        yield f"composition_rule 0x{h.composition_rule:02X} is reserved or invalid", ctx.layout("composition_rule")
+        return f"composition_rule 0x{h.composition_rule:02X} is reserved or invalid", ctx.layout("composition_rule")
 
 
 @descriptor_rule("composite.head.rule_private", MUST, FIELDS_REF,
@@ -78,7 +78,7 @@ def _head_rule(desc, ctx):
 def _head_private(desc, ctx):
     h = _head(desc)
     if h and h.composition_rule > _LAST_ASSIGNED_RULE and is_private_tag(h.composition_rule):
-        yield f"private composition_rule 0x{h.composition_rule:02X} is not known here", ctx.layout("composition_rule")
+        return f"private composition_rule 0x{h.composition_rule:02X} is not known here", ctx.layout("composition_rule")
 
 
 @descriptor_rule("composite.head.combine_op", MUST, FIELDS_REF,
@@ -89,9 +89,9 @@ def _head_combine(desc, ctx):
         return
     rule, op = h.composition_rule, h.combine_op
     if rule in _NO_COMBINE and op != _NO_OP:
-        yield f"combine_op 0x{op:02X} for composition_rule 0x{rule:02X} (must be 0x00)", ctx.layout("combine_op")
+        return f"combine_op 0x{op:02X} for composition_rule 0x{rule:02X} (must be 0x00)", ctx.layout("combine_op")
     elif rule == _OVERLAY and op not in _OVERLAY_OPS:
-        yield f"combine_op 0x{op:02X} for an overlay (must be 0x01 or 0x02)", ctx.layout("combine_op")
+        return f"combine_op 0x{op:02X} for an overlay (must be 0x01 or 0x02)", ctx.layout("combine_op")
 
 
 @descriptor_rule("composite.head.reserved", MUST, FIELDS_REF, "The head's _reserved bytes are zero.",
@@ -99,7 +99,7 @@ def _head_combine(desc, ctx):
 def _head_reserved(desc, ctx):
     h = _head(desc)
     if h and any(h._reserved):
-        yield f"composite head _reserved bytes are {h._reserved.hex()}", ctx.layout("_reserved")
+        return f"composite head _reserved bytes are {h._reserved.hex()}", ctx.layout("_reserved")
 
 
 @descriptor_rule("composite.head.open_sentinel", MUST, FIELDS_REF,
@@ -108,4 +108,4 @@ def _head_reserved(desc, ctx):
 def _head_open(desc, ctx):
     h = _head(desc)
     if h and h.member_count == _OPEN_COMPOSITE:
-        yield "member_count is the reserved open-composite sentinel 0xFFFFFFFF", ctx.layout("member_count")
+        return "member_count is the reserved open-composite sentinel 0xFFFFFFFF", ctx.layout("member_count")

@@ -18,7 +18,7 @@ _DYNAMIC = DYNAMIC_DIMENSION
                  when=When(facts={Fact.SCALAR}))
 def _scalar_layout(desc, ctx):
     if desc.rank == 0 and known_layout(desc) and not isinstance(desc.layout, (RowMajorLayout, CompositeLayout)):
-        yield f"a scalar (rank 0) tensor carries layout 0x{desc.layout.tag:02X}; only row-major (0x01) is allowed", \
+        return f"a scalar (rank 0) tensor carries layout 0x{desc.layout.tag:02X}; only row-major (0x01) is allowed", \
             ctx.header("layout_tag")
 
 
@@ -30,13 +30,11 @@ def _shard_dynamic(desc, ctx):
         return
     for k, d in enumerate(desc.shape):
         if d == _DYNAMIC:
-            yield f"shape[{k}] is the dynamic sentinel in a sharded tensor", ctx.shape(k)
-            return
+            return f"shape[{k}] is the dynamic sentinel in a sharded tensor", ctx.shape(k)
     for k, d in enumerate(desc.shard.parent_shape):
         if d == _DYNAMIC:
-            yield f"parent_shape[{k}] is the dynamic sentinel", \
+            return f"parent_shape[{k}] is the dynamic sentinel", \
                 ctx.section("shard", section_tables.SHARD_SECTION, "parent_shape", k)
-            return
 
 
 @descriptor_rule("metadata.flags.extension_type", Level.MUST, "metadata.md § Flags",
@@ -45,9 +43,9 @@ def _shard_dynamic(desc, ctx):
 def _ext_flag(desc, ctx):
     private = is_private_type(desc.type_tag)
     if private and desc.extension_type is None and not desc.unparsed_flags:
-        yield f"private type_tag 0x{desc.type_tag:02X} without an Extension Type section", ctx.header("flags")
+        return f"private type_tag 0x{desc.type_tag:02X} without an Extension Type section", ctx.header("flags")
     elif desc.extension_type is not None and not private:
-        yield f"Extension Type section present but type_tag 0x{desc.type_tag:02X} is not private", ctx.header("flags")
+        return f"Extension Type section present but type_tag 0x{desc.type_tag:02X} is not private", ctx.header("flags")
 
 
 @descriptor_rule("metadata.byte_offset.bounds", Level.MUST, "metadata.md § byte_offset",
@@ -55,4 +53,4 @@ def _ext_flag(desc, ctx):
 def _byte_offset_bounds(desc, ctx):
     h = data_handle(desc)
     if h is not None and desc.byte_offset > h.byte_size:
-        yield f"byte_offset {desc.byte_offset} exceeds buffer 0's byte_size {h.byte_size}", ctx.byte_offset()
+        return f"byte_offset {desc.byte_offset} exceeds buffer 0's byte_size {h.byte_size}", ctx.byte_offset()

@@ -17,12 +17,15 @@
 from __future__ import annotations
 
 import enum
+import inspect
 import struct
 from typing import Callable, Iterator, Optional
 
 import attrs
 
-from ...model import DeviceTag, LayoutTag, TensorDescriptor, TiledLayout
+from ...model import (
+    DeviceTag, ExtensionLayout, LayoutTag, TensorDescriptor, TiledLayout, UnknownLayout, UnknownQuantization,
+)
 from ...structs import layouts as layout_tables
 from ...structs import quantization as quantization_tables
 from ...structs._declare import Plan, plan, select, static_offset
@@ -33,7 +36,7 @@ from ..engine import Finding, Level, Mode, Rule, as_mode, declare
 
 __all__ = [
     "Fact", "When", "ALWAYS", "descriptor_rule", "DESCRIPTOR_RULES", "DescriptorContext", "check_descriptor",
-    "first_error",
+    "first_error", "passed",
 ]
 
 
@@ -104,33 +107,97 @@ the findings of :func:`check_descriptor`."""
 _RAW: dict[str, Callable] = {}
 """Rule id -> its check yielding ``(message, offset)`` (the registered check wraps it into Findings)."""
 
+_PREDICATES: dict[str, Callable] = {}
+"""Rule id -> its check as declared (returning its finding or None, or yielding findings)."""
+
 _PLANS: dict = {}
-"""Facts key (:func:`_facts_key`) -> the ``(rule, raw check)`` pairs that can fire; emptied by each declaration."""
+"""Facts key (:func:`_rules_for`) -> :class:`_Plan`: the ``(rule, raw check)`` pairs that
+can fire and the function that says whether all of them pass; emptied by each declaration."""
+
+MAX_PASSED = 4096
+_PASSED: dict = {}
+"""id(descriptor) -> descriptor, for the last :data:`MAX_PASSED` descriptor objects on which
+:func:`first_error` found nothing in strict mode (the entry keeps the object alive, so its
+id is not reused); emptied by each declaration."""
+_REMEMBER_PASSED = [True]
+
+
+_SMALL_COUNT = 64
+"""Most buffers, and most bytes of quantization padding or trailing data, of a descriptor
+the passed table keeps alive (it never holds a large object on behalf of the input)."""
+
+
+def _small(desc: TensorDescriptor) -> bool:
+    layout, q = desc.layout, desc.quantization
+    return (len(desc.buffers) <= _SMALL_COUNT and len(desc.trailing) <= _SMALL_COUNT
+            and not isinstance(layout, (UnknownLayout, ExtensionLayout))
+            and (q is None or (not isinstance(q, UnknownQuantization)
+                               and len(getattr(q, "padding", b"")) <= _SMALL_COUNT)))
+
+
+def passed(desc: TensorDescriptor) -> bool:
+    """True when this very object passed :func:`first_error` in strict mode and is still
+    remembered (then it passes in either mode, so :func:`first_error` would return None)."""
+    return _PASSED.get(id(desc)) is desc
+
+
+def remember_passed(enabled: bool) -> bool:
+    """Whether :func:`first_error` remembers the descriptor objects that passed (emptying
+    the table); returns the previous setting.  Off, every call runs the rules."""
+    previous = _REMEMBER_PASSED[0]
+    _REMEMBER_PASSED[0] = bool(enabled)
+    _PASSED.clear()
+    return previous
 
 
 def descriptor_rule(id: str, level: Level, citation: str, summary: str, *, when: When, scope: str = "descriptor",
                     permissive: bool = False):
-    """Declare a descriptor rule whose check yields ``(message, offset)`` pairs and that can
-    fire only on the descriptors ``when`` describes."""
+    """Declare a descriptor rule that can fire only on the descriptors ``when`` describes.
+
+    Its check is ``check(desc, ctx)``, written one of two ways: a rule with at most one
+    finding *returns* ``(message, offset)`` when it fires and ``None`` when it passes (a
+    plain predicate: what the compiled plans of :func:`first_error` call); a rule that can
+    report several findings (one per buffer handle, per tiling level) *yields* them."""
     if not isinstance(when, When):
         raise TypeError(f"rule {id!r}: when= takes a When, not {when!r}")
 
-    def wrap(fn: Callable[[TensorDescriptor, "DescriptorContext"], Iterator[tuple[str, Optional[int]]]]) -> Rule:
+    def wrap(fn: Callable) -> Rule:
         holder: list[Rule] = []
+        raw = fn if inspect.isgeneratorfunction(fn) else _findings_of(fn)
 
         def check(desc: TensorDescriptor, ctx: DescriptorContext) -> Iterator[Finding]:
             rule = holder[0]
-            for message, offset in fn(desc, ctx):
+            for message, offset in raw(desc, ctx):
                 yield rule.finding(message, offset, ctx.mode)
 
         rule = declare(id, level, citation, summary, scope=scope, permissive=permissive, check=check, when=when)
         holder.append(rule)
         DESCRIPTOR_RULES.append(rule)
-        _RAW[id] = fn
+        _RAW[id] = raw
+        _PREDICATES[id] = fn
         _PLANS.clear()
+        _PASSED.clear()
         return rule
 
     return wrap
+
+
+def _findings_of(fn: Callable) -> Callable:
+    """The ``(message, offset)`` pairs of a check that returns its one finding or None (or,
+    written otherwise, an iterable of pairs: the compiled plans then send every descriptor
+    it sees to the general loop, which reads them here)."""
+
+    def findings(desc, ctx):
+        found = fn(desc, ctx)
+        if found is None:
+            return
+        if found.__class__ is tuple and len(found) == 2 and isinstance(found[0], str):
+            yield found
+        else:
+            yield from found
+
+    findings.__name__ = getattr(fn, "__name__", "findings")
+    return findings
 
 
 # ------------------------------------------------------------------------------------
@@ -276,15 +343,43 @@ _FACT_SLOTS = (Fact.UNUSUAL_BUFFERS, Fact.STATISTICS, Fact.EXTENSION_TYPE, Fact.
 """The facts in the order :func:`_rules_for` puts them in its key, after the layout tag and scheme."""
 
 
-def _plan_for(key: tuple) -> list:
+class _Plan:
+    """The rules that can fire on one combination of facts, in declaration order.
+
+    ``passes(desc, ctx)`` is one function generated from the declarations (the way
+    :mod:`hurray_schema.signature` compiles a decoder per header): it calls each rule's
+    check as declared -- a returning check once, a yielding one up to its first finding --
+    and answers False as soon as any would report something.  It decides nothing about
+    findings: when it says False the caller runs ``pairs`` through the general loop, which
+    makes every finding (ids, levels, offsets, messages, order) as before."""
+
+    __slots__ = ("pairs", "passes", "source")
+
+    def __init__(self, pairs: list):
+        self.pairs = pairs
+        namespace: dict = {}
+        lines = ["def passes(desc, ctx):"]
+        for i, (rule, _) in enumerate(pairs):
+            check = _PREDICATES[rule.id]
+            namespace[f"_check{i}"] = check
+            if inspect.isgeneratorfunction(check):
+                lines.append(f"    for _ in _check{i}(desc, ctx):  # {rule.id}\n        return False")
+            else:
+                lines.append(f"    if _check{i}(desc, ctx) is not None:  # {rule.id}\n        return False")
+        lines.append("    return True")
+        self.source = "\n".join(lines) + "\n"
+        exec(compile(self.source, f"<hurray_schema rule plan of {len(pairs)} rules>", "exec"), namespace)
+        self.passes = namespace["passes"]
+
+
+def _plan_for(key: tuple) -> _Plan:
     layout_tag, scheme, *present = key
     facts = frozenset(fact for fact, holds in zip(_FACT_SLOTS, present) if holds)
-    return [(rule, _RAW[rule.id]) for rule in DESCRIPTOR_RULES if rule.when.holds(layout_tag, scheme, facts)]
+    return _Plan([(rule, _RAW[rule.id]) for rule in DESCRIPTOR_RULES if rule.when.holds(layout_tag, scheme, facts)])
 
 
-def _rules_for(desc: TensorDescriptor) -> list:
-    """The ``(rule, raw check)`` pairs that can fire on ``desc``, in declaration order
-    (cached per combination of the facts the declarations depend on)."""
+def _plan(desc: TensorDescriptor) -> _Plan:
+    """The :class:`_Plan` of ``desc`` (cached per combination of the facts the declarations depend on)."""
     q = desc.quantization
     shape = desc.shape
     key = (desc.layout.tag, None if q is None else q.__class__, not _plain_buffers(desc.buffers),
@@ -296,23 +391,46 @@ def _rules_for(desc: TensorDescriptor) -> list:
     return plan_
 
 
+def _rules_for(desc: TensorDescriptor) -> list:
+    """The ``(rule, raw check)`` pairs that can fire on ``desc``, in declaration order."""
+    return _plan(desc).pairs
+
+
 def check_descriptor(desc: TensorDescriptor, mode="strict", *, base: int = 0) -> list[Finding]:
     """Every finding of the semantic rules on ``desc`` (offsets relative to ``base``)."""
     ctx = DescriptorContext(desc, as_mode(mode), base)
+    plan_ = _plan(desc)
+    if plan_.passes(desc, ctx):
+        return []
     out: list[Finding] = []
-    for rule, raw in _rules_for(desc):
+    for rule, raw in plan_.pairs:
         for message, offset in raw(desc, ctx):
             out.append(rule.finding(message, offset, ctx.mode))
     return out
 
 
 def first_error(desc: TensorDescriptor, mode="strict", *, base: int = 0) -> Optional[Finding]:
-    """The first finding the mode does not tolerate (a MUST breach), or None; stops there."""
-    ctx = DescriptorContext(desc, as_mode(mode), base)
-    for rule, raw in _rules_for(desc):
-        for message, offset in raw(desc, ctx):
-            finding = rule.finding(message, offset, ctx.mode)
-            if finding.is_error:
-                return finding
-    return None
+    """The first finding the mode does not tolerate (a MUST breach), or None; stops there.
 
+    The plan's generated ``passes`` answers first; only a descriptor on which some rule
+    would report goes through the general loop.  A descriptor object that passed in strict
+    mode passes again in either mode (the rules are functions of the frozen value;
+    permissive only tolerates more), so the last :data:`MAX_PASSED` such objects are not
+    checked twice: a stream of repeated descriptors gives the decoder's one object per
+    distinct descriptor (:func:`hurray_schema.signature.decode_known`)."""
+    if _PASSED.get(id(desc)) is desc:
+        return None
+    mode = as_mode(mode)
+    ctx = DescriptorContext(desc, mode, base)
+    plan_ = _plan(desc)
+    if not plan_.passes(desc, ctx):
+        for rule, raw in plan_.pairs:
+            for message, offset in raw(desc, ctx):
+                finding = rule.finding(message, offset, mode)
+                if finding.is_error:
+                    return finding
+    if mode is Mode.STRICT and _REMEMBER_PASSED[0] and _small(desc):
+        if len(_PASSED) >= MAX_PASSED:
+            _PASSED.clear()
+        _PASSED[id(desc)] = desc
+    return None

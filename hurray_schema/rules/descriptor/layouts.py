@@ -38,7 +38,7 @@ def _byte_offset_zero(layout_cls, page: str, name: str):
                      when=When(layouts={layout_cls}))
     def check(desc, ctx):
         if isinstance(desc.layout, layout_cls) and desc.byte_offset != 0:
-            yield f"byte_offset is {desc.byte_offset}, not 0, for a {_words(name)} tensor", ctx.byte_offset()
+            return f"byte_offset is {desc.byte_offset}, not 0, for a {_words(name)} tensor", ctx.byte_offset()
 
     return check
 
@@ -49,7 +49,7 @@ def _reserved_zero(layout_cls, page: str, name: str):
                      when=When(layouts={layout_cls}))
     def check(desc, ctx):
         if isinstance(desc.layout, layout_cls) and any(desc.layout._reserved):
-            yield f"{_words(name)} _reserved bytes are {desc.layout._reserved.hex()}", ctx.layout("_reserved")
+            return f"{_words(name)} _reserved bytes are {desc.layout._reserved.hex()}", ctx.layout("_reserved")
 
     return check
 
@@ -63,7 +63,7 @@ def _buffer_count_exact(layout_cls, page: str, name: str, base: Callable[[Tensor
             return
         want = base(desc) + quantization_parameter_count(desc.quantization)
         if len(desc.buffers) != want:
-            yield f"buffer_count is {len(desc.buffers)}, expected {want}", ctx.buffer_count()
+            return f"buffer_count is {len(desc.buffers)}, expected {want}", ctx.buffer_count()
 
     return check
 
@@ -73,7 +73,7 @@ def _rank_rule(layout_cls, page: str, name: str, ok: Callable[[int], bool], word
                      f"A {_words(name)} tensor has rank {words}.", when=When(layouts={layout_cls}))
     def check(desc, ctx):
         if isinstance(desc.layout, layout_cls) and not ok(desc.rank):
-            yield f"{_words(name)} tensor of rank {desc.rank}; rank {words} required", ctx.header("rank")
+            return f"{_words(name)} tensor of rank {desc.rank}; rank {words} required", ctx.header("rank")
 
     return check
 
@@ -84,7 +84,7 @@ def _no_shard(layout_cls, page: str, name: str):
                      when=When(layouts={layout_cls}, facts={Fact.SHARD}))
     def check(desc, ctx):
         if isinstance(desc.layout, layout_cls) and desc.shard is not None:
-            yield f"a {_words(name)} tensor carries a shard section", ctx.part("shard")
+            return f"a {_words(name)} tensor carries a shard section", ctx.part("shard")
 
     return check
 
@@ -108,8 +108,7 @@ def _tile_shape(desc, ctx):
         for depth, level in _tiled_levels(desc.layout):
             for k, t in enumerate(level.tile_shape):
                 if t == 0:
-                    yield f"tile_shape[{k}] is 0 (tiling level {depth})", ctx.layout("tile_shape", k, depth)
-                    return
+                    return f"tile_shape[{k}] is 0 (tiling level {depth})", ctx.layout("tile_shape", k, depth)
 
 
 @descriptor_rule("layout.tiled.outer_layout", MUST, "layouts/tiled.md § Additional Descriptor Fields",
@@ -153,8 +152,7 @@ def _morton_bits(desc, ctx):
     if isinstance(desc.layout, MortonLayout):
         for k, b in enumerate(desc.layout.morton_bits):
             if b == 0:
-                yield f"morton_bits[{k}] is 0", ctx.layout("morton_bits", k)
-                return
+                return f"morton_bits[{k}] is 0", ctx.layout("morton_bits", k)
 
 
 @descriptor_rule("layout.morton.shape", MUST, "layouts/morton.md § Dimension Size Constraints",
@@ -163,8 +161,7 @@ def _morton_shape(desc, ctx):
     if isinstance(desc.layout, MortonLayout):
         for k, (d, b) in enumerate(zip(desc.shape, desc.layout.morton_bits)):
             if d != _DYNAMIC and b < 64 and d > (1 << b):
-                yield f"shape[{k}] = {d} exceeds 2**morton_bits[{k}] = {1 << b}", ctx.shape(k)
-                return
+                return f"shape[{k}] = {d} exceeds 2**morton_bits[{k}] = {1 << b}", ctx.shape(k)
 
 
 # --- sparse and block-paged ----------------------------------------------------------
@@ -201,21 +198,21 @@ def _csf_mode_order(desc, ctx):
         if sorted(order) != list(range(desc.rank)):
             seen: set[int] = set()
             bad = next((k for k, m in enumerate(order) if m >= desc.rank or m in seen or seen.add(m)), 0)
-            yield f"mode_order {list(order)} is not a permutation of 0..{desc.rank - 1}", ctx.layout("mode_order", bad)
+            return f"mode_order {list(order)} is not a permutation of 0..{desc.rank - 1}", ctx.layout("mode_order", bad)
 
 
 @descriptor_rule("layout.block_paged.paged_axis", MUST, "layouts/block-paged.md § Additional Descriptor Fields",
                  "paged_axis is 0 in this version.", when=_PAGED)
 def _paged_axis(desc, ctx):
     if isinstance(desc.layout, BlockPagedLayout) and desc.layout.paged_axis != 0:
-        yield f"paged_axis is {desc.layout.paged_axis}, not 0", ctx.layout("paged_axis")
+        return f"paged_axis is {desc.layout.paged_axis}, not 0", ctx.layout("paged_axis")
 
 
 @descriptor_rule("layout.block_paged.page_size", MUST, "layouts/block-paged.md § Additional Descriptor Fields",
                  "page_size is at least 1.", when=_PAGED)
 def _page_size(desc, ctx):
     if isinstance(desc.layout, BlockPagedLayout) and desc.layout.page_size < 1:
-        yield "page_size is 0", ctx.layout("page_size")
+        return "page_size is 0", ctx.layout("page_size")
 
 
 @descriptor_rule("layout.block_paged.buffer_count", MUST, "layouts/block-paged.md § Buffer Table",
@@ -225,7 +222,7 @@ def _paged_count(desc, ctx):
     if isinstance(desc.layout, BlockPagedLayout):
         want = 3 + quantization_parameter_count(desc.quantization)
         if len(desc.buffers) < want:
-            yield f"buffer_count is {len(desc.buffers)}, at least {want} required", ctx.buffer_count()
+            return f"buffer_count is {len(desc.buffers)}, at least {want} required", ctx.buffer_count()
 
 
 @descriptor_rule("layout.block_paged.quantization", MUST, "layouts/block-paged.md § Per-scheme composition",
@@ -235,9 +232,9 @@ def _paged_quant(desc, ctx):
     q = desc.quantization
     if isinstance(desc.layout, BlockPagedLayout) and isinstance(q, PerBlockAffine):
         if q.axis != 0:
-            yield f"per-block-affine axis is {q.axis}, not 0, on a block-paged tensor", ctx.quantization("axis")
+            return f"per-block-affine axis is {q.axis}, not 0, on a block-paged tensor", ctx.quantization("axis")
         elif q.block_size != desc.layout.page_size:
-            yield f"block_size {q.block_size} differs from page_size {desc.layout.page_size}", \
+            return f"block_size {q.block_size} differs from page_size {desc.layout.page_size}", \
                 ctx.quantization("block_size")
 
 
@@ -250,7 +247,7 @@ _HILBERT = When(layouts={HilbertLayout})
                  "hilbert_order is greater than 0.", when=_HILBERT)
 def _hilbert_order(desc, ctx):
     if isinstance(desc.layout, HilbertLayout) and desc.layout.hilbert_order == 0:
-        yield "hilbert_order is 0", ctx.layout("hilbert_order")
+        return "hilbert_order is 0", ctx.layout("hilbert_order")
 
 
 @descriptor_rule("layout.hilbert.rank", MUST, "layouts/hilbert.md § Validity Constraints",
@@ -259,7 +256,8 @@ def _hilbert_rank(desc, ctx):
     if isinstance(desc.layout, HilbertLayout):
         hr = desc.layout.hilbert_rank
         if hr != desc.rank or hr < 2:
-            yield f"hilbert_rank {hr} with tensor rank {desc.rank} (must be equal and >= 2)", ctx.layout("hilbert_rank")
+            return (f"hilbert_rank {hr} with tensor rank {desc.rank} (must be equal and >= 2)",
+                    ctx.layout("hilbert_rank"))
 
 
 @descriptor_rule("layout.hilbert.shape", MUST, "layouts/hilbert.md § Validity Constraints",
@@ -270,5 +268,4 @@ def _hilbert_shape(desc, ctx):
         side = 1 << order if order < 64 else None
         for k, d in enumerate(desc.shape):
             if d != side:
-                yield f"shape[{k}] = {d} is not 2**hilbert_order", ctx.shape(k)
-                return
+                return f"shape[{k}] = {d} is not 2**hilbert_order", ctx.shape(k)

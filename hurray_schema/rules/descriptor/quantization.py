@@ -54,7 +54,7 @@ def _qflags(desc, ctx):
         return
     allowed = quantization_tables.DEFINED_FLAGS[q.scheme]
     if q.flags & ~allowed:
-        yield f"reserved quantization flag bits 0x{q.flags & ~allowed:04X} are set", ctx.quantization("flags")
+        return f"reserved quantization flag bits 0x{q.flags & ~allowed:04X} are set", ctx.quantization("flags")
 
 
 @descriptor_rule("quantization.scheme_version.value", MUST, "quantization/per-tensor-affine.md § Binary Encoding",
@@ -63,7 +63,7 @@ def _qflags(desc, ctx):
 def _qversion(desc, ctx):
     q = desc.quantization
     if q is not None and not isinstance(q, UnknownQuantization) and q.scheme_version == 0:
-        yield "scheme_version is 0x00, not 0x01", ctx.quantization("scheme_version")
+        return "scheme_version is 0x00, not 0x01", ctx.quantization("scheme_version")
 
 
 @descriptor_rule("quantization.reserved", MUST, "quantization/per-channel-affine.md § Validity Constraints",
@@ -72,7 +72,7 @@ def _qversion(desc, ctx):
 def _qreserved(desc, ctx):
     q = desc.quantization
     if isinstance(q, (PerTensorAffine, PerChannelAffine, PerBlockAffine)) and any(q._reserved):
-        yield f"quantization _reserved bytes are {q._reserved.hex()}", ctx.quantization("_reserved")
+        return f"quantization _reserved bytes are {q._reserved.hex()}", ctx.quantization("_reserved")
 
 
 @descriptor_rule("quantization.axis", MUST, "quantization/per-block-affine.md § Validity Constraints",
@@ -81,7 +81,7 @@ def _qreserved(desc, ctx):
 def _qaxis(desc, ctx):
     q = desc.quantization
     if hasattr(q, "axis") and q.axis >= desc.rank:
-        yield f"quantization axis {q.axis} is not below rank {desc.rank}", ctx.quantization("axis")
+        return f"quantization axis {q.axis} is not below rank {desc.rank}", ctx.quantization("axis")
 
 
 @descriptor_rule("quantization.axis.dynamic", MUST, "data-model.md § Dynamic Dimensions",
@@ -89,7 +89,7 @@ def _qaxis(desc, ctx):
 def _qaxis_dynamic(desc, ctx):
     q = desc.quantization
     if axis_in_rank(desc) and desc.shape[q.axis] == _DYNAMIC:
-        yield f"shape[{q.axis}] (the quantization axis) is dynamic", ctx.shape(q.axis)
+        return f"shape[{q.axis}] (the quantization axis) is dynamic", ctx.shape(q.axis)
 
 
 def _block_size_rule(scheme: QuantScheme, name: str):
@@ -104,7 +104,7 @@ def _block_size_rule(scheme: QuantScheme, name: str):
         if isinstance(q, cls):
             b = q.block_size
             if not power_of_two(b) or b < low or (high is not None and b > high):
-                yield f"block_size {b} is not {words}", ctx.quantization("block_size")
+                return f"block_size {b} is not {words}", ctx.quantization("block_size")
 
     return check
 
@@ -122,7 +122,7 @@ def _block_upper(desc, ctx):
     if isinstance(q, (PerBlockAffine, Nf4)) and axis_in_rank(desc):
         size = desc.shape[q.axis]
         if 0 < size != _DYNAMIC and q.block_size > size:
-            yield f"block_size {q.block_size} exceeds shape[{q.axis}] = {size}", ctx.quantization("block_size")
+            return f"block_size {q.block_size} exceeds shape[{q.axis}] = {size}", ctx.quantization("block_size")
 
 
 @descriptor_rule("quantization.block_padding", MUST, "quantization/per-block-affine.md § Padding",
@@ -143,8 +143,8 @@ def _block_padding(desc, ctx):
     n = padded * math.prod(d for k, d in enumerate(desc.shape) if k != q.axis)
     need = storage_bytes(desc, n)
     if need is not None and desc.byte_offset + need > h.byte_size:
-        yield (f"buffer 0 holds {h.byte_size} bytes; shape[{q.axis}] = {size} padded to {padded} needs "
-               f"{desc.byte_offset + need}"), ctx.buffer(0)
+        return (f"buffer 0 holds {h.byte_size} bytes; shape[{q.axis}] = {size} padded to {padded} needs "
+                f"{desc.byte_offset + need}"), ctx.buffer(0)
 
 
 @descriptor_rule("quantization.mxfp.multiple", MUST, "quantization/mxfp.md § Validity Constraints",
@@ -155,7 +155,7 @@ def _mxfp_multiple(desc, ctx):
     if isinstance(q, Mxfp) and axis_in_rank(desc) and q.block_size > 0:
         size = desc.shape[q.axis]
         if size != _DYNAMIC and size % q.block_size:
-            yield f"shape[{q.axis}] = {size} is not a multiple of block_size {q.block_size}", ctx.shape(q.axis)
+            return f"shape[{q.axis}] = {size} is not a multiple of block_size {q.block_size}", ctx.shape(q.axis)
 
 
 _PER_TENSOR = When(schemes={PerTensorAffine})
@@ -166,7 +166,7 @@ _PER_TENSOR = When(schemes={PerTensorAffine})
 def _pt_scale(desc, ctx):
     q = desc.quantization
     if isinstance(q, PerTensorAffine) and (not math.isfinite(q.scale) or q.scale == 0.0):
-        yield f"scale {q.scale!r} is not finite and non-zero", ctx.quantization("scale")
+        return f"scale {q.scale!r} is not finite and non-zero", ctx.quantization("scale")
 
 
 def _integer_range(tag: int) -> tuple[int, int]:
@@ -189,7 +189,7 @@ def _pt_zero(desc, ctx):
     if isinstance(q, PerTensorAffine) and desc.type_tag in _ZERO_POINT_RANGE:
         lo, hi = _ZERO_POINT_RANGE[desc.type_tag]
         if not lo <= q.zero_point <= hi:
-            yield f"zero_point {q.zero_point} is outside [{lo}, {hi}]", ctx.quantization("zero_point")
+            return f"zero_point {q.zero_point} is outside [{lo}, {hi}]", ctx.quantization("zero_point")
 
 
 def _scale_type_rule(scheme: QuantScheme, name: str, summary: str):
@@ -201,7 +201,7 @@ def _scale_type_rule(scheme: QuantScheme, name: str, summary: str):
     def check(desc, ctx):
         q = desc.quantization
         if isinstance(q, cls) and q.scale_type_tag not in allowed:
-            yield f"scale_type_tag 0x{q.scale_type_tag:02X} is not {words}", ctx.quantization("scale_type_tag")
+            return f"scale_type_tag 0x{q.scale_type_tag:02X} is not {words}", ctx.quantization("scale_type_tag")
 
     return check
 
@@ -219,7 +219,7 @@ def _symmetric_index_rule(scheme: QuantScheme, name: str, level: Level, summary:
     def check(desc, ctx):
         q = desc.quantization
         if isinstance(q, cls) and q.symmetric and q.zero_point_buffer_index != NO_BUFFER_INDEX:
-            yield f"symmetric but zero_point_buffer_index is {q.zero_point_buffer_index}", \
+            return f"symmetric but zero_point_buffer_index is {q.zero_point_buffer_index}", \
                 ctx.quantization("zero_point_buffer_index")
 
     return check
@@ -239,7 +239,7 @@ def _storage_rule(scheme: QuantScheme, name: str):
                      f"The storage type_tag of a {page} tensor is one of {allowed}.", when=When(schemes={cls}))
     def check(desc, ctx):
         if isinstance(desc.quantization, cls) and desc.type_tag not in storage:
-            yield f"storage type 0x{desc.type_tag:02X} is not valid for {page}", ctx.header("type_tag")
+            return f"storage type 0x{desc.type_tag:02X} is not valid for {page}", ctx.header("type_tag")
 
     return check
 
@@ -257,8 +257,7 @@ _storage_rule(QuantScheme.MXFP, "mxfp")
 def _qindex_range(desc, ctx):
     for name, index in quantization_buffer_indices(desc.quantization):
         if index >= len(desc.buffers):
-            yield f"{name} {index} is not below buffer_count {len(desc.buffers)}", ctx.quantization(name)
-            return
+            return f"{name} {index} is not below buffer_count {len(desc.buffers)}", ctx.quantization(name)
 
 
 @descriptor_rule("quantization.buffer_index.data", MUST, "quantization.md § Buffer Table Placement Rules",
@@ -270,8 +269,7 @@ def _qindex_data(desc, ctx):
         return
     for name, index in quantization_buffer_indices(desc.quantization):
         if index < base:
-            yield f"{name} {index} points at a buffer the layout uses for data", ctx.quantization(name)
-            return
+            return f"{name} {index} points at a buffer the layout uses for data", ctx.quantization(name)
 
 
 @descriptor_rule("quantization.buffer.device", MUST, "quantization.md § Buffer Table Placement Rules",
@@ -283,9 +281,8 @@ def _qdevice(desc, ctx):
         return
     for name, index in quantization_buffer_indices(desc.quantization):
         if 0 < index < len(desc.buffers) and desc.buffers[index].device_tag != h.device_tag:
-            yield f"parameter buffer {index} is on device 0x{desc.buffers[index].device_tag:02X}, data on " \
+            return f"parameter buffer {index} is on device 0x{desc.buffers[index].device_tag:02X}, data on " \
                   f"0x{h.device_tag:02X}", ctx.buffer(index, "device_tag")
-            return
 
 
 def _width(element_type) -> int:
@@ -341,6 +338,5 @@ def _qsize(desc, ctx):
         return  # per-page-slot parameters: sized by the page pool (layouts/block-paged.md)
     for index, size in _param_sizes(desc).items():
         if index < len(desc.buffers) and desc.buffers[index].byte_size != size:
-            yield f"parameter buffer {index} holds {desc.buffers[index].byte_size} bytes, exactly {size} required", \
+            return f"parameter buffer {index} holds {desc.buffers[index].byte_size} bytes, exactly {size} required", \
                 ctx.buffer(index)
-            return

@@ -33,9 +33,8 @@ def _shard_bounds(desc, ctx):
         return
     for k, (o, d, p) in enumerate(zip(s.shard_offset, desc.shape, s.parent_shape)):
         if o + d > p:
-            yield f"shard_offset[{k}] + shape[{k}] = {o + d} exceeds parent_shape[{k}] = {p}", \
+            return f"shard_offset[{k}] + shape[{k}] = {o + d} exceeds parent_shape[{k}] = {p}", \
                 ctx.section("shard", _SHARD_SECTION, "shard_offset", k)
-            return
 
 
 # --- statistics ----------------------------------------------------------------------
@@ -52,7 +51,7 @@ def _statistics_field(ctx, name: str) -> int:
 def _stats_mask(desc, ctx):
     s = desc.statistics
     if s is not None and s.computed_mask & ~_STATS_KNOWN:
-        yield f"reserved computed_mask bits 0x{s.computed_mask & ~_STATS_KNOWN:08X}", \
+        return f"reserved computed_mask bits 0x{s.computed_mask & ~_STATS_KNOWN:08X}", \
             _statistics_field(ctx, "computed_mask")
 
 
@@ -63,9 +62,9 @@ def _stats_reserved(desc, ctx):
     if s is None:
         return
     if s._reserved:
-        yield f"statistics _reserved is 0x{s._reserved:08X}", _statistics_field(ctx, "_reserved")
+        return f"statistics _reserved is 0x{s._reserved:08X}", _statistics_field(ctx, "_reserved")
     elif any(s._reserved2):
-        yield f"statistics _reserved2 is {s._reserved2.hex()}", _statistics_field(ctx, "_reserved2")
+        return f"statistics _reserved2 is {s._reserved2.hex()}", _statistics_field(ctx, "_reserved2")
 
 
 @descriptor_rule("metadata.statistics.nm", MUST, "metadata.md § Statistics Section › Field Encoding",
@@ -73,7 +72,7 @@ def _stats_reserved(desc, ctx):
 def _stats_nm(desc, ctx):
     s = desc.statistics
     if s is not None and s.computed_mask & _NM_SPARSITY_VALID and s.nm_n > s.nm_m:
-        yield f"nm_n {s.nm_n} exceeds nm_m {s.nm_m}", _statistics_field(ctx, "nm_n")
+        return f"nm_n {s.nm_n} exceeds nm_m {s.nm_m}", _statistics_field(ctx, "nm_n")
 
 
 @descriptor_rule("metadata.statistics.stddev", MUST, "metadata.md § Statistics Section › Field Encoding",
@@ -81,7 +80,7 @@ def _stats_nm(desc, ctx):
 def _stats_stddev(desc, ctx):
     s = desc.statistics
     if s is not None and s.computed_mask & _VALUE_STATS_VALID and not s.value_stddev >= 0.0:
-        yield f"value_stddev {s.value_stddev!r} is not >= 0", _statistics_field(ctx, "value_stddev")
+        return f"value_stddev {s.value_stddev!r} is not >= 0", _statistics_field(ctx, "value_stddev")
 
 
 @descriptor_rule("layout.sparse.statistics_nnz", MUST, "layouts/coo.md § Interaction with Statistics Section",
@@ -91,7 +90,7 @@ def _stats_nnz(desc, ctx):
     s = desc.statistics
     if s is not None and isinstance(desc.layout, SPARSE_LAYOUTS) and s.computed_mask & _NNZ_VALID:
         if s.nnz != desc.layout.nnz:
-            yield f"statistics nnz {s.nnz} differs from the layout's nnz {desc.layout.nnz}", \
+            return f"statistics nnz {s.nnz} differs from the layout's nnz {desc.layout.nnz}", \
                 _statistics_field(ctx, "nnz")
 
 
@@ -111,7 +110,7 @@ def _extension_field(ctx, name: str) -> int:
 def _ext_width(desc, ctx):
     e = desc.extension_type
     if e is not None and e.bit_width == 0:
-        yield "bit_width is 0", _extension_field(ctx, "bit_width")
+        return "bit_width is 0", _extension_field(ctx, "bit_width")
 
 
 @descriptor_rule("metadata.extension_type.packing", MUST, EXTENSION_TYPE_REF,
@@ -123,12 +122,12 @@ def _ext_packing(desc, ctx):
         return
     if e.bit_width >= 8:
         if e.packing_factor != 1:
-            yield f"packing_factor {e.packing_factor} for a {e.bit_width}-bit type (must be 1)", \
+            return f"packing_factor {e.packing_factor} for a {e.bit_width}-bit type (must be 1)", \
                 _extension_field(ctx, "packing_factor")
     elif e.bit_width not in _SUB_BYTE_WIDTHS:
-        yield f"sub-byte bit_width {e.bit_width} is not 1, 2 or 4", _extension_field(ctx, "bit_width")
+        return f"sub-byte bit_width {e.bit_width} is not 1, 2 or 4", _extension_field(ctx, "bit_width")
     elif e.packing_factor != 8 // e.bit_width:
-        yield f"packing_factor {e.packing_factor} is not 8/{e.bit_width}", _extension_field(ctx, "packing_factor")
+        return f"packing_factor {e.packing_factor} is not 8/{e.bit_width}", _extension_field(ctx, "packing_factor")
 
 
 @descriptor_rule("metadata.extension_type.float_fields", MUST, EXTENSION_TYPE_REF,
@@ -140,14 +139,13 @@ def _ext_fields(desc, ctx):
         return
     if e.is_float:
         if e.is_signed:
-            yield "is_signed is set on a float type", _extension_field(ctx, "is_signed")
+            return "is_signed is set on a float type", _extension_field(ctx, "is_signed")
         elif e.sign_bits > 1:
-            yield f"sign_bits {e.sign_bits} is not 0 or 1", _extension_field(ctx, "sign_bits")
+            return f"sign_bits {e.sign_bits} is not 0 or 1", _extension_field(ctx, "sign_bits")
     else:
         for name in ("sign_bits", "exponent_bits", "mantissa_bits", "exponent_bias"):
             if getattr(e, name):
-                yield f"{name} is {getattr(e, name)} on an integer type (must be 0)", _extension_field(ctx, name)
-                return
+                return f"{name} is {getattr(e, name)} on an integer type (must be 0)", _extension_field(ctx, name)
 
 
 @descriptor_rule("metadata.extension_type.reserved", MUST, EXTENSION_TYPE_REF,
@@ -157,9 +155,9 @@ def _ext_reserved(desc, ctx):
     if e is None:
         return
     if any(e._reserved):
-        yield f"_reserved is {e._reserved.hex()}", _extension_field(ctx, "_reserved")
+        return f"_reserved is {e._reserved.hex()}", _extension_field(ctx, "_reserved")
     elif any(e._reserved2):
-        yield f"_reserved2 is {e._reserved2.hex()}", _extension_field(ctx, "_reserved2")
+        return f"_reserved2 is {e._reserved2.hex()}", _extension_field(ctx, "_reserved2")
 
 
 # --- composite member ----------------------------------------------------------------
@@ -174,7 +172,7 @@ _MEMBER_ROLES = frozenset(MemberRole)
 def _member_role(desc, ctx):
     m = desc.composite_member
     if m is not None and m.member_role not in _MEMBER_ROLES:
-        yield f"member_role 0x{m.member_role:02X} is reserved", \
+        return f"member_role 0x{m.member_role:02X} is reserved", \
             ctx.section("composite_member", _COMPOSITE_MEMBER_SECTION, "member_role")
 
 
@@ -183,4 +181,5 @@ def _member_role(desc, ctx):
 def _member_reserved(desc, ctx):
     m = desc.composite_member
     if m is not None and any(m._reserved):
-        yield f"_reserved is {m._reserved.hex()}", ctx.section("composite_member", _COMPOSITE_MEMBER_SECTION, "_reserved")
+        return f"_reserved is {m._reserved.hex()}", \
+            ctx.section("composite_member", _COMPOSITE_MEMBER_SECTION, "_reserved")

@@ -1,0 +1,363 @@
+"""Tensors and composites as dask arrays (``to_dask``) and ``merge --memory``.
+
+Every evaluation through dask is compared bit for bit with ``materialize()`` /
+``to_numpy()`` of the same item (and, where the values are known, with NumPy), on the
+threaded scheduler and on a two-process ``distributed.LocalCluster``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import hurray_schema as hs
+from hurray_schema.cli import main
+from hurray_schema.errors import HurraySchemaError, SpecViolation
+from hurray_schema.evaluate.dask_graph import FileBuffers, LeafSource, read_chunk
+from hurray_schema.io import Composite, Tensor, read_file, write_file
+from hurray_schema.model import CompositionRule, ElementType
+
+dask = pytest.importorskip("dask")
+distributed = pytest.importorskip("distributed")
+
+RNG = np.random.default_rng(14)
+
+
+@pytest.fixture(scope="module")
+def client():
+    """One two-process cluster for the whole module (it is slow to start); its workers import
+    this checkout (the tasks' function is pickled by reference)."""
+    root = str(Path(__file__).resolve().parents[1])
+    previous = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = root + (os.pathsep + previous if previous else "")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  silence_logs=logging.ERROR) as cluster:
+        with distributed.Client(cluster, set_as_default=False) as connected:
+            yield connected
+    if previous is None:
+        del os.environ["PYTHONPATH"]
+    else:
+        os.environ["PYTHONPATH"] = previous
+
+
+def same_bits(got, want) -> bool:
+    got, want = np.asarray(got), np.asarray(want)
+    return got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes()
+
+
+def expected(item):
+    return item.materialize() if isinstance(item, Composite) else item.to_numpy()
+
+
+def saved(tmp_path, item, name="x"):
+    path = tmp_path / f"{name}.hrry"
+    write_file(path, {name: item})
+    return path
+
+
+# ------------------------------------------------------------------------------------
+# Hidden-style cases
+# ------------------------------------------------------------------------------------
+
+IRREGULAR_BOXES = [((0, 0), (10, 20)), ((0, 20), (10, 33)), ((10, 0), (17, 7)), ((10, 7), (17, 46)),
+                   ((27, 0), (10, 53))]
+"""Boxes covering [37, 53] that are no grid: the edges per dimension cut members."""
+
+
+def _mixed_member(kinds):
+    """A member builder cycling through layouts / storage types (each decodes to the input's float type)."""
+    state = {"i": 0}
+
+    def build(sub):
+        kind = kinds[state["i"] % len(kinds)]
+        state["i"] += 1
+        if kind == "dense" or sub.shape[-1] < 2:  # a block holds at least two elements
+            return Tensor.from_numpy(sub)
+        if kind == "coo":
+            keep = np.argwhere(np.abs(sub) > 1.0)
+            return hs.sparse_coo(keep, sub[tuple(keep.T)], sub.shape)
+        return hs.quantize(sub, "per_block", storage="int4")  # scales in the input's type
+
+    return build
+
+
+def irregular_partition():
+    data = RNG.standard_normal((37, 53)).astype(np.float16)
+    return hs.partition(data, boxes=IRREGULAR_BOXES, member=_mixed_member(["dense", "coo", "int4"]))
+
+
+def int16_partition():
+    data = RNG.integers(-30000, 30000, (9, 8, 5)).astype(np.int16)
+    return hs.partition(data, boxes=[((0, 0, 0), (4, 8, 5)), ((4, 0, 0), (5, 3, 5)), ((4, 3, 0), (5, 5, 2)),
+                                     ((4, 3, 2), (5, 5, 3))])
+
+
+def spqr_overlay(dtype, combine):
+    return hs.spqr(RNG.standard_normal((48, 256)).astype(dtype), combine_op=combine, outliers=0.02)
+
+
+def nested():
+    """A partition whose members are an SpQR overlay, a partition and a plain tensor."""
+    top = hs.spqr(RNG.standard_normal((16, 128)).astype(np.float16), combine_op="add")
+    inner = hs.partition(RNG.standard_normal((8, 128)).astype(np.float16), grid=(2, 4),
+                         member=lambda a: hs.quantize(a, "per_block", block_size=32))
+    plain = Tensor.from_numpy(RNG.standard_normal((8, 128)).astype(np.float16))
+    members = [Composite._with_sections(m, hs.model.Shard((32, 128), (row, 0)), None)
+               for m, row in ((top, 0), (inner, 16), (plain, 24))]
+    return Composite.build(CompositionRule.PARTITION, members, shape=(32, 128), type_tag=ElementType.FLOAT16)
+
+
+CASES = {
+    "irregular-mixed-f16": irregular_partition,
+    "irregular-int16": int16_partition,
+    "spqr-f16-replace": lambda: spqr_overlay(np.float16, "replace"),
+    "spqr-f16-add": lambda: spqr_overlay(np.float16, "add"),
+    "spqr-bf16-replace": lambda: spqr_overlay(ml_dtypes.bfloat16, "replace"),
+    "spqr-bf16-add": lambda: spqr_overlay(ml_dtypes.bfloat16, "add"),
+    "nested": nested,
+    "empty-tensor": lambda: Tensor.from_numpy(np.zeros((0, 5), np.float32)),
+    "empty-partition": lambda: hs.partition(np.zeros((4, 0), np.float16), grid=(2, 1)),
+    "rank-0": lambda: Tensor.dense(ElementType.FLOAT32, (), np.array(2.5, np.float32).tobytes()),
+    "quantized-tensor": lambda: hs.quantize(RNG.standard_normal((20, 64)).astype(np.float16), "per_block"),
+}
+
+SMALL_CHUNKS = 4096
+"""``chunk_bytes`` small enough that every non-empty case is cut into several chunks."""
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("chunk_bytes", [None, SMALL_CHUNKS])
+def test_in_memory_threaded_equals_materialize(case, chunk_bytes):
+    item = CASES[case]()
+    lazy = item.to_dask(chunk_bytes=chunk_bytes)
+    assert lazy.shape == tuple(item.shape)
+    assert same_bits(lazy.compute(scheduler="threads"), expected(item))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_file_backed_threaded_and_distributed_equal_materialize(case, tmp_path, client):
+    item = CASES[case]()
+    with read_file(saved(tmp_path, item)) as f:
+        want = expected(f["x"])
+        assert same_bits(want, expected(item))
+        lazy = f.to_dask("x", chunk_bytes=SMALL_CHUNKS)
+        assert same_bits(lazy.compute(scheduler="threads"), want)
+        assert same_bits(client.compute(lazy).result(), want)
+
+
+def test_in_memory_items_run_on_the_cluster(client):
+    item = spqr_overlay(np.float16, "replace")
+    lazy = item.to_dask(chunks=(16, 128))
+    assert lazy.numblocks == (3, 2)
+    assert same_bits(client.compute(lazy).result(), item.materialize())
+
+
+def test_group_is_a_tuple_of_arrays(tmp_path, client):
+    first = RNG.standard_normal((6, 4)).astype(np.float32)
+    item = hs.group({"a": first, "b": irregular_partition()})
+    with read_file(saved(tmp_path, item)) as f:
+        lazy = f.to_dask("x")
+        assert isinstance(lazy, tuple) and len(lazy) == 2
+        want = f["x"].materialize()
+        for got, value in zip(client.gather(client.compute(list(lazy))), want):
+            assert same_bits(got, value)
+    assert same_bits(lazy[0].compute(scheduler="threads"), first)
+
+
+def test_a_member_entry_of_a_file(tmp_path):
+    item = irregular_partition()
+    with read_file(saved(tmp_path, item)) as f:
+        assert same_bits(f.to_dask("x.3").compute(), f.tensor("x.3").to_numpy())
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.lists(st.integers(1, 6), min_size=1, max_size=4), cols=st.lists(st.integers(1, 9), min_size=1,
+                                                                                max_size=3),
+       chunk=st.sampled_from([None, 64, 200]), seed=st.integers(0, 2**16))
+def test_property_any_band_partition(rows, cols, chunk, seed):
+    """Rows cut in bands, each band cut in its own columns: the member grid is irregular."""
+    gen = np.random.default_rng(seed)
+    width = sum(cols)
+    data = gen.standard_normal((sum(rows), width)).astype(np.float16)
+    boxes, top = [], 0
+    for k, height in enumerate(rows):
+        widths = cols[k % len(cols):] + cols[:k % len(cols)]
+        left = 0
+        for w in widths:
+            boxes.append(((top, left), (height, w)))
+            left += w
+        top += height
+    item = hs.partition(data, boxes=boxes, member=_mixed_member(["int4", "dense", "coo"]))
+    got = item.to_dask(chunk_bytes=chunk).compute(scheduler="threads")
+    assert same_bits(got, item.materialize())
+
+
+# ------------------------------------------------------------------------------------
+# Chunk grids
+# ------------------------------------------------------------------------------------
+
+
+def test_a_regular_grid_of_members_gives_one_chunk_per_member():
+    data = RNG.standard_normal((10, 12)).astype(np.float32)
+    lazy = hs.partition(data, grid=(2, 3)).to_dask()
+    assert lazy.chunks == ((5, 5), (4, 4, 4))
+    assert same_bits(lazy.compute(), data)
+
+
+def test_an_irregular_partition_is_cut_at_every_member_edge():
+    lazy = irregular_partition().to_dask()
+    assert lazy.chunks == ((10, 17, 10), (7, 13, 33))
+
+
+def test_overlay_chunks_keep_to_the_base_blocks():
+    item = hs.spqr(RNG.standard_normal((8, 1024)).astype(np.float16))  # block 64 along the last axis
+    lazy = item.to_dask(chunk_bytes=1000)  # a row is 2048 bytes: rows are cut
+    widths = lazy.chunks[1]
+    assert len(widths) > 1 and all(w % 64 == 0 for w in widths[:-1])
+    assert max(widths) * 2 <= 1000
+    assert same_bits(lazy.compute(), item.materialize())
+
+
+def test_default_overlay_chunk_is_about_64_mib():
+    item = hs.spqr(RNG.standard_normal((64, 128)).astype(np.float16))
+    assert item.to_dask().chunks == ((64,), (128,))
+
+
+def test_user_chunks_refine_the_member_grid():
+    data = RNG.standard_normal((10, 12)).astype(np.float32)
+    lazy = hs.partition(data, grid=(2, 1)).to_dask(chunks=(3, 12))
+    assert lazy.chunks == ((3, 2, 1, 3, 1), (12,))
+    assert same_bits(lazy.compute(), data)
+
+
+# ------------------------------------------------------------------------------------
+# Tasks carry the source, not the data
+# ------------------------------------------------------------------------------------
+
+
+def _tasks(lazy) -> dict:
+    """chunk key -> (function, source, lo, hi, limits) as the graph holds them."""
+    layer = lazy.dask.layers[lazy.name]
+    return {key: layer[key] for key in layer}
+
+
+def test_each_partition_chunk_reads_only_its_members_bytes(tmp_path):
+    item = irregular_partition()
+    with read_file(saved(tmp_path, item)) as f:
+        lazy = f.to_dask("x")
+        index = {entry.name: entry for entry in f.entries()}
+        starts = [np.cumsum((0,) + c)[:-1] for c in lazy.chunks]
+        seen = set()
+        for key, (function, source, lo, hi, _limits) in _tasks(lazy).items():
+            assert function is read_chunk and isinstance(source, LeafSource)
+            chunk_lo = tuple(int(starts[d][i]) for d, i in enumerate(key[1:]))
+            (member,) = [k for k, (off, shp) in enumerate(IRREGULAR_BOXES)
+                         if all(o <= c < o + n for c, o, n in zip(chunk_lo, off, shp))]
+            entry = index[f"x.{member}"]
+            assert source.descriptor == f.descriptor(entry.name)
+            assert source.buffers.path == str(tmp_path / "x.hrry")
+            for offset, size in source.buffers.ranges:
+                assert entry.data_offset <= offset and offset + size <= entry.data_offset + entry.data_length
+            assert tuple(l + o for l, o in zip(lo, IRREGULAR_BOXES[member][0])) == chunk_lo
+            seen.add(member)
+        assert seen == set(range(len(IRREGULAR_BOXES)))
+
+
+def test_the_graph_holds_no_data(tmp_path):
+    small, large = (hs.partition(np.ones((rows, 256), np.float32), grid=(4, 1)) for rows in (8, 8192))
+    sizes = []
+    for name, item in (("small", small), ("large", large)):
+        with read_file(saved(tmp_path, item, name)) as f:
+            sizes.append(len(pickle.dumps(_tasks(f.to_dask(name)))))
+    assert abs(sizes[0] - sizes[1]) < 512  # the same tasks but for the digits of offsets and sizes
+    assert sizes[1] < 8192 * 256 * 4 // 1000
+
+
+def test_a_changed_file_is_refused(tmp_path):
+    path = saved(tmp_path, irregular_partition())
+    with read_file(path) as f:
+        lazy = f.to_dask("x")
+    with open(path, "ab") as grown:
+        grown.write(bytes(8))
+    with pytest.raises(HurraySchemaError, match="has changed"):
+        lazy.compute(scheduler="sync")
+
+
+def test_byte_ranges_outside_the_file_are_refused(tmp_path):
+    path = saved(tmp_path, Tensor.from_numpy(np.arange(4, dtype=np.float32)))
+    with read_file(path) as f:
+        desc, size = f.descriptor("x"), f.size
+    source = LeafSource(desc, FileBuffers(str(path), size, ((size - 8, 16),)))
+    with pytest.raises(HurraySchemaError, match="outside"):
+        read_chunk(source, (0,), (4,))
+
+
+def test_an_invalid_composite_is_refused_before_the_graph():
+    data = Tensor.from_numpy(np.zeros((2, 2), np.float32))
+    member = Composite._with_sections(data, hs.model.Shard((4, 2), (0, 0)), None)
+    broken = Composite.build(CompositionRule.PARTITION, [member], shape=(4, 2), type_tag=ElementType.FLOAT32)
+    with pytest.raises(SpecViolation) as fault:
+        broken.to_dask()
+    assert fault.value.rule_id == "composite.close.partition_gap"
+
+
+# ------------------------------------------------------------------------------------
+# merge --memory
+# ------------------------------------------------------------------------------------
+
+
+def _merge(*args):
+    return CliRunner().invoke(main, ["merge", *map(str, args)])
+
+
+@pytest.mark.parametrize("case, budget", [("irregular-mixed-f16", "2K"), ("spqr-bf16-add", "4K"), ("nested", "4K"),
+                                          ("irregular-int16", "256"), ("rank-0", "1")])
+def test_merge_under_a_budget_writes_the_same_npy(case, budget, tmp_path):
+    item = CASES[case]()
+    path = saved(tmp_path, item)
+    whole, chunked = tmp_path / "whole.npy", tmp_path / "chunked.npy"
+    assert _merge(path, "x", "-o", whole).exit_code == 0
+    done = _merge(path, "x", "-o", chunked, "--memory", budget)
+    assert done.exit_code == 0, done.output
+    assert "[#" in done.output  # dask's progress bar: the chunked path ran
+    assert same_bits(np.load(chunked), np.load(whole))
+    want = expected(item)
+    assert same_bits(np.load(chunked).view(want.dtype), want)  # .npy keeps bfloat16 as raw 2-byte items
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_merge_within_the_budget_takes_the_in_memory_path(tmp_path):
+    path = saved(tmp_path, irregular_partition())
+    done = _merge(path, "x", "-o", tmp_path / "out.npy", "--memory", "1G")
+    assert done.exit_code == 0 and "[#" not in done.output  # no progress bar: nothing went through dask
+    assert same_bits(np.load(tmp_path / "out.npy"), irregular_partition_values(path))
+
+
+def irregular_partition_values(path):
+    with read_file(path) as f:
+        return f["x"].materialize()
+
+
+def test_merge_memory_refuses_a_group_and_a_bad_budget(tmp_path):
+    path = saved(tmp_path, hs.group({"a": np.zeros(3, np.float32), "b": np.ones(2, np.float32)}))
+    done = _merge(path, "x", "-o", tmp_path / "g.npy", "--memory", "1")
+    assert done.exit_code == 2 and "group composite" in done.output
+    assert _merge(path, "x", "-o", tmp_path / "g.npy", "--memory", "lots").exit_code == 2
+    assert _merge(path, "x", "-o", tmp_path / "g.npy", "--memory", "0").exit_code == 2
+
+
+def test_merge_memory_parses_units(tmp_path):
+    path = saved(tmp_path, Tensor.from_numpy(np.arange(300, dtype=np.float64)))
+    for budget in ("1K", "1KiB", "2KB", "1024"):
+        out = tmp_path / f"{budget}.npy"
+        assert _merge(path, "x", "-o", out, "--memory", budget).exit_code == 0
+        assert same_bits(np.load(out), np.arange(300, dtype=np.float64))
