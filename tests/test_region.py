@@ -29,7 +29,8 @@ from hurray_schema.errors import HurraySchemaError, LimitExceeded
 from hurray_schema.evaluate import materialize, read_box, tensor_to_numpy
 from hurray_schema.evaluate import tensor as tensor_module
 from hurray_schema.limits import Limits
-from hurray_schema.model import (ColumnMajorLayout, ElementType, MortonLayout, StridedLayout, TensorDescriptor,
+from hurray_schema.structs.quantization import BLOCK_SIZE_BOUNDS
+from hurray_schema.model import (ColumnMajorLayout, ElementType, MortonLayout, QuantScheme, StridedLayout, TensorDescriptor,
                                  TiledLayout)
 
 E = ElementType
@@ -198,13 +199,15 @@ def quantized(draw):
     elif scheme == "per_block":
         kwargs["storage"] = draw(st.sampled_from(["int4", "int8", "uint4", "int2"]))
         kwargs["block_size"] = draw(st.sampled_from([2, 4, 16]))
-        shape[axis] = max(shape[axis], 2)
+        shape[axis] = max(shape[axis], kwargs["block_size"])  # per-block-affine.md: block_size <= shape[axis]
         kwargs["scale_type"] = draw(st.sampled_from(["float16", "bfloat16", "float32"]))
     elif scheme == "nf4":
-        kwargs["block_size"] = 8  # nf4.md § Validity Constraints: a power of two >= 8
-        shape[axis] = max(shape[axis], 8)
+        block = BLOCK_SIZE_BOUNDS[QuantScheme.NF4][0]  # nf4.md § Validity Constraints: the smallest block
+        kwargs["block_size"] = block
+        shape[axis] = max(shape[axis], block)
     else:
-        block = draw(st.sampled_from([2, 4]))
+        smallest = BLOCK_SIZE_BOUNDS[QuantScheme.MXFP][0]  # mxfp.md § Validity Constraints
+        block = draw(st.sampled_from([smallest, 2 * smallest]))
         kwargs["block_size"] = block
         kwargs["storage"] = draw(st.sampled_from(["float8_e4m3", "int4", "float4_e2m1"]))
         shape[axis] = block * draw(st.integers(1, 3))
@@ -300,10 +303,13 @@ MEMBER_KINDS = ["dense", "col", "quant", "coo", "csr", "nested"]
 
 def member_builder(kind: str):
     def build(sub):
-        if kind == "quant" and sub.dtype != np.float32:
-            return hs.quantize(sub, "per_block", block_size=2, scale_type=sub.dtype.name)
-        if kind == "quant":
+        block = BLOCK_SIZE_BOUNDS[QuantScheme.PER_BLOCK_AFFINE][0]
+        if kind == "quant" and sub.dtype != np.float32 and sub.shape[-1] >= block:  # block_size <= shape[axis]
+            return hs.quantize(sub, "per_block", block_size=block, scale_type=sub.dtype.name)
+        if kind == "quant" and sub.dtype == np.float32:
             return hs.quantize(sub, "per_tensor")
+        if kind == "quant":  # too narrow for a block: a dense member of the head's type
+            return hs.Tensor.from_numpy(sub)
         if kind == "col":
             return column_major(hs.Tensor.from_numpy(np.ascontiguousarray(sub.T)))
         if kind in ("coo", "csr") and sub.ndim == 2:

@@ -180,9 +180,10 @@ def _check_code_widths(composite) -> None:
 
 def _box(member, head_shape) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(offset, shape) of a partition / overlay member's box in the head's index space
-    (the binder has checked the shard section and the bounds)."""
+    (the binder has checked the shard section and the bounds).  The box is not bounded by
+    ``dense.MAX_ELEMENTS``: a region read charges what it reads, a whole read the head."""
     d = member.descriptor
-    return tuple(int(o) for o in d.shard.shard_offset), check_shape(d.shape)
+    return tuple(int(o) for o in d.shard.shard_offset), resolved_shape(d.shape)
 
 
 def _slices(offset, shape):

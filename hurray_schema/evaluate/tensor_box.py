@@ -33,14 +33,16 @@ whole shape is not bounded by ``dense.MAX_ELEMENTS``: only the box is.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import math
 from typing import Optional, Sequence
 
+import numba
 import numpy as np
 
 from ..errors import HurraySchemaError
 from ..limits import Limits, resolve_limits
-from ..model import DYNAMIC_DIMENSION, CooLayout, CscLayout, CsrLayout, ElementType, LayoutTag
+from ..model import DYNAMIC_DIMENSION, CooLayout, CscLayout, CsrLayout, ElementType, LayoutTag, Mxfp, Nf4, PerBlockAffine
 from ..structs.element_types import element_type_info
 from . import tensor as tensor_module
 from .common import (OFFSET_BYTES, SPARSE_TAGS, as_bytes, as_evaluated, charge, check_representable, check_shape,
@@ -193,51 +195,85 @@ def _finished(work, target, out_dtype):
     return work.astype(np.float64) if target == ElementType.FLOAT64 else work
 
 
-def _quantized_box(desc, buffers, buf, shape, strides, lo, hi, box, target, out_dtype, limits, stored) -> np.ndarray:
-    """A quantized affine box: decoded as a window of whole blocks by the row kernels, or gathered."""
-    p = quant_params(desc, buffers)
+def _block_window(desc, shape, lo, hi) -> tuple[list[int], list[int]]:
+    """The box ``[lo, hi)`` widened to whole quantization blocks along the block axis
+    (``quantization/per-block-affine.md § Block Layout``; NF4 and MXFP block alike): the window
+    the row kernels decode, whose blocks are the tensor's."""
     win_lo, win_hi = list(lo), list(hi)
-    if p.pk == PK_BLOCK:  # whole blocks along the block axis: the window's blocks are the tensor's
-        axis = p.axis
-        win_lo[axis] = lo[axis] // p.block * p.block
-        win_hi[axis] = min(-(-hi[axis] // p.block) * p.block, shape[axis])
+    q = desc.quantization
+    if isinstance(q, (PerBlockAffine, Nf4, Mxfp)) and q.axis < len(shape) and q.block_size > 0:
+        axis, block = q.axis, q.block_size
+        win_lo[axis] = lo[axis] // block * block
+        win_hi[axis] = min(-(-hi[axis] // block) * block, shape[axis])
+    return win_lo, win_hi
+
+
+def _quantized_box(desc, buffers, buf, shape, strides, lo, hi, box, target, out_dtype, limits, stored) -> np.ndarray:
+    """A quantized affine box: decoded as a window of whole blocks by the row kernels (with the
+    window's parameters only), or gathered."""
+    win_lo, win_hi = _block_window(desc, shape, lo, hi)
     origin = sum(a * s for a, s in zip(win_lo, strides))
-    shift = _byte_shift(origin, p.bits)
+    shift = _byte_shift(origin, element_type_info(desc.type_tag).bit_width)
     if shift is None:
+        p = quant_params(desc, buffers)
         return _gathered_box(desc, buf, p, shape, strides, lo, box, target, out_dtype, limits, stored)
     window = tuple(b - a for a, b in zip(win_lo, win_hi))
     sliced = window != box
     charge(decode_cost(desc, window, out_dtype, target) + (math.prod(box) * out_dtype.itemsize if sliced else 0),
            limits, stored=stored)
+    p = _window_params(quant_params(desc, buffers, select=_window_selector(shape, win_lo, win_hi)), win_lo, win_hi)
     work, kout = _work_array(window, target, out_dtype)
-    _decode_window(buf, np.int64(desc.byte_offset + shift), window, strides, _window_params(p, shape, win_lo, win_hi),
-                   _kernel_kind(target), kout)
+    with _threads_for(math.prod(window)):
+        _decode_window(buf, np.int64(desc.byte_offset + shift), window, strides, p, _kernel_kind(target), kout)
     if sliced:
         work = _c_order(work[_box_slices([a - w for a, w in zip(lo, win_lo)], [b - w for b, w in zip(hi, win_lo)])])
     return _finished(work, target, out_dtype)
 
 
-def _window_params(p: QuantParams, shape, win_lo, win_hi) -> QuantParams:
-    """The parameters of the window ``[win_lo, win_hi)`` indexed as the kernels index those of a
-    tensor of the window's shape (``quantization/per-block-affine.md § Block Layout``: ``b = outer *
-    ceil(S / K) + i_axis // K``); the window starts on a block along the block axis."""
-    if p.pk == PK_TENSOR:
-        return p
-    axis = p.axis
-    if p.pk == PK_CHANNEL:
-        index = np.arange(win_lo[axis], win_hi[axis], dtype=np.int64)
-        nb = p.nb
-    else:
-        nb = -(-(win_hi[axis] - win_lo[axis]) // p.block)
+def _window_selector(shape, win_lo, win_hi):
+    """For :func:`.quant.quant_params`: the parameter indices of the window ``[win_lo, win_hi)``, in
+    the order the kernels index those of a tensor of the window's shape
+    (``quantization/per-block-affine.md § Block Layout``: ``b = outer * ceil(S / K) + i_axis // K``);
+    the window starts on a block along the block axis."""
+    def select(pk, axis, block, nb):
+        if pk == PK_CHANNEL:
+            return np.arange(win_lo[axis], win_hi[axis], dtype=np.int64)
+        window_nb = -(-(win_hi[axis] - win_lo[axis]) // block)
         others = [d for d in range(len(shape)) if d != axis]
-        grid = np.indices([win_hi[d] - win_lo[d] for d in others] + [nb], dtype=np.int64, sparse=True)
+        grid = np.indices([win_hi[d] - win_lo[d] for d in others] + [window_nb], dtype=np.int64, sparse=True)
         outer = np.zeros((), np.int64)
         for k, d in enumerate(others):
             outer = outer * np.int64(shape[d]) + (grid[k] + win_lo[d])
-        index = (outer * np.int64(p.nb) + (win_lo[axis] // p.block + grid[-1])).reshape(-1)
-    zps = p.zps[index] if p.zps.size > 1 else p.zps
-    return QuantParams(p.valmode, p.table, np.ascontiguousarray(p.scales[index]), np.ascontiguousarray(zps),
-                       p.pk, axis, p.block, nb, p.bits, p.signed)
+        return (outer * np.int64(nb) + (win_lo[axis] // block + grid[-1])).reshape(-1)
+    return select
+
+
+def _window_params(p: QuantParams, win_lo, win_hi) -> QuantParams:
+    """``p`` (the window's parameters already selected) with the window's block count."""
+    if p.pk != PK_BLOCK:
+        return p
+    window_nb = -(-(win_hi[p.axis] - win_lo[p.axis]) // p.block)
+    return QuantParams(p.valmode, p.table, p.scales, p.zps, p.pk, p.axis, p.block, window_nb, p.bits, p.signed)
+
+
+SERIAL_ELEMENTS = 1 << 16
+"""A window of at most this many elements is decoded on the calling thread alone: waking the
+other threads of a parallel kernel costs more than such a window's work (and, on a busy machine,
+waits for a core)."""
+
+
+@contextlib.contextmanager
+def _threads_for(elements: int):
+    """One thread for a small window (:data:`SERIAL_ELEMENTS`), numba's setting otherwise."""
+    if elements > SERIAL_ELEMENTS:
+        yield
+        return
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(threads)
 
 
 def _decode_window(buf, base, window, strides, p: QuantParams, kind, kout) -> None:
