@@ -13,8 +13,9 @@ more than ``EVALUATION_EXPANSION`` times the bytes its input stores (the rule:
 
 Modules, lowest first: :mod:`.elements`, :mod:`.simd`, :mod:`.copy`, :mod:`.dense`,
 :mod:`.quant` (kernels), :mod:`.common` (shared helpers and the budget rule),
-:mod:`.sparse`, :mod:`.tensor`, :mod:`.merge`, :mod:`.region` (:func:`read_box`, the one
-region read under indexing and Dask), :mod:`.indexing` (a NumPy basic index as one box read).
+:mod:`.sparse`, :mod:`.tensor`, :mod:`.tensor_box` (one box of one tensor), :mod:`.merge`,
+:mod:`.region` (:func:`read_box`, the one region read under indexing and Dask),
+:mod:`.indexing` (a NumPy basic index as one box read).
 """
 
 from .common import DecodedTypeMismatch, decoded_type

@@ -57,6 +57,7 @@ from .quant import (OUT_BF16, OUT_F16, OUT_F32, PK_CHANNEL, PK_TENSOR, decode_ga
                     storage_shape)
 from .sparse import linear_indices, sparse_entries, sparse_linear
 from .tensor import _check_bounds, decode_cost, decode_into, dense_view, tensor_to_numpy
+from .tensor_box import resolved_shape, sparse_box_entries, tensor_box
 
 __all__ = ["materialize", "lookup", "read", "member_values"]
 
@@ -179,9 +180,10 @@ def _check_code_widths(composite) -> None:
 
 def _box(member, head_shape) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(offset, shape) of a partition / overlay member's box in the head's index space
-    (the binder has checked the shard section and the bounds)."""
+    (the binder has checked the shard section and the bounds).  The box is not bounded by
+    ``dense.MAX_ELEMENTS``: a region read charges what it reads, a whole read the head."""
     d = member.descriptor
-    return tuple(int(o) for o in d.shard.shard_offset), check_shape(d.shape)
+    return tuple(int(o) for o in d.shard.shard_offset), resolved_shape(d.shape)
 
 
 def _slices(offset, shape):
@@ -528,22 +530,25 @@ def _region(region, shape):
 
 def read(composite, region, *, limits=None, _depth: int = 0) -> np.ndarray:
     """The box ``region`` (slices or (start, stop) pairs) of the logical view; only members that
-    intersect it are decoded.
+    intersect it are read, each over its intersection with the box only (a plain member by
+    :func:`.tensor_box.tensor_box`, a nested composite by this function; a sparse correction
+    contributes the entries in the box: :func:`.tensor_box.sparse_box_entries`).
 
     The region's array (against the bytes of every leaf's buffers), then each intersecting
-    member that is not a zero-copy view of its buffer (it is decoded whole, against its own
-    buffers), are charged against ``limits`` (``None``: the default limits) before being
-    allocated: :class:`LimitExceeded` beyond both the budget and the expansion allowance.
+    member's box read (against its own buffers: :mod:`.tensor_box`), are charged against
+    ``limits`` (``None``: the default limits) before being allocated: :class:`LimitExceeded`
+    beyond both the budget and the expansion allowance.  The head's shape is not bounded by
+    ``dense.MAX_ELEMENTS``, only the region.
     """
     limits = resolve_limits(limits)
     head = _head(composite)
     if not _depth:
         _validated(composite)
-    shape = check_shape(head.shape)
+    shape = resolved_shape(head.shape)
     lo, hi = _region(region, shape)
     target = _value_type(head)
     rule = head.layout.composition_rule
-    out_shape = tuple(h - l for l, h in zip(lo, hi))
+    out_shape = check_shape(tuple(h - l for l, h in zip(lo, hi)))
     dtype = numpy_dtype(target)
     charge(math.prod(out_shape) * dtype.itemsize, limits, stored=stored_bytes(composite))
     out = new_array(out_shape, dtype, zeros=True)
@@ -561,10 +566,8 @@ def read(composite, region, *, limits=None, _depth: int = 0) -> np.ndarray:
         if _is_composite(member):
             vals = read(member, local, limits=limits, _depth=_depth + 1)
         else:
-            full = _plain_view(member)  # zero-copy: only the region's elements are read
-            if full is None:
-                full = member_values(member, target, _depth, limits)
-            vals = full[box]
+            vals = tensor_box(member.descriptor, member.buffers, [x for x, _ in local], [y for _, y in local], target,
+                              limits=limits)
         return tuple(slice(x - l, y - l) for x, y, l in zip(a, b, lo)) + (Ellipsis,), vals, local
 
     members = list(composite.members)
@@ -586,13 +589,17 @@ def read(composite, region, *, limits=None, _depth: int = 0) -> np.ndarray:
         if any(max(l, o) >= min(h, o + n) for l, h, o, n in zip(lo, hi, off, shp)):
             continue  # the member's box misses the region: never decoded
         if not _is_composite(m) and m.descriptor.layout.tag in SPARSE_TAGS:
-            coords, vals = sparse_entries(m.descriptor, m.buffers, target)
-            g = coords + np.asarray(off, np.int64)
-            keep = np.all((g >= np.asarray(lo)) & (g < np.asarray(hi)), axis=1)
-            if not keep.any():
+            start = [max(l, o) for l, o in zip(lo, off)]
+            stop = [min(h, o + n) for h, o, n in zip(hi, off, shp)]
+            coords, vals = sparse_box_entries(m.descriptor, m.buffers, [a - o for a, o in zip(start, off)],
+                                              [b - o for b, o in zip(stop, off)], target)
+            if vals.size == 0:
                 continue
-            lin = linear_indices(g[keep] - np.asarray(lo, np.int64), out.shape)
-            _scatter(_kernel_view(flat, target), lin, readonly(_kernel_view(np.ascontiguousarray(vals[keep]), target)),
+            lin = linear_indices(coords + np.asarray(start, np.int64) - np.asarray(lo, np.int64), out.shape)
+            if combine == CombineOp.REPLACE:  # distinct indices (coo.md § Validity Constraints): one assignment,
+                flat[lin] = vals  # no parallel kernel launch for a box's few entries
+                continue
+            _scatter(_kernel_view(flat, target), lin, readonly(_kernel_view(np.ascontiguousarray(vals), target)),
                      int(combine), mode)
             continue
         got = part(m, off, shp)

@@ -85,9 +85,22 @@ def storage_shape(desc) -> tuple[int, ...]:
     return shape
 
 
-def quant_params(desc, buffers, param_count=None) -> QuantParams:
+def _selected(raw: np.ndarray, index) -> np.ndarray:
+    """``raw`` (one entry per parameter) at ``index`` only (``None``: all of it); a one-entry array
+    (a symmetric scheme's shared zero point) is kept whole."""
+    if index is None or raw.size <= 1:
+        return raw
+    return np.ascontiguousarray(raw[index])
+
+
+def quant_params(desc, buffers, param_count=None, select=None) -> QuantParams:
     """Decode scales / zero points of ``desc.quantization``; ``param_count`` overrides the block count
-    (block-paged tensors keep one parameter per page slot)."""
+    (block-paged tensors keep one parameter per page slot).
+
+    ``select(pk, axis, block, nb)``, when given, returns the parameter indices a caller needs (the
+    blocks or channels of a region) or ``None`` for all; only those parameters are then widened and
+    returned, in that order (``nb`` stays the tensor's).  Parameters outside the selection are not
+    read, so a fault among them is not seen."""
     q = desc.quantization
     tag = desc.type_tag
     info = element_type_info(tag)
@@ -110,10 +123,12 @@ def quant_params(desc, buffers, param_count=None) -> QuantParams:
         if tag not in _AFFINE_STORAGE:
             raise HurraySchemaError(f"per-channel affine cannot decode storage type {info.name}")
         n = shape[axis] if param_count is None else param_count
-        scales = _array(buffers, q.scale_buffer_index, "<f4", n, "per-channel scales")
+        index = None if select is None else select(PK_CHANNEL, axis, 1, 1)
+        scales = _selected(_array(buffers, q.scale_buffer_index, "<f4", n, "per-channel scales"), index)
         skip = n * 4 if q.zero_point_buffer_index == q.scale_buffer_index else 0
         zps = (np.zeros(1, np.int32) if q.flags & QuantFlag.SYMMETRIC
-               else _array(buffers, q.zero_point_buffer_index, "<i4", n, "per-channel zero points", skip))
+               else _selected(_array(buffers, q.zero_point_buffer_index, "<i4", n, "per-channel zero points", skip),
+                              index))
         return QuantParams(VAL_INT, NF4_TABLE, scales.astype(np.float32), zps.astype(np.int32),
                            PK_CHANNEL, axis, 1, 1, bits, signed)
     block = int(q.block_size)
@@ -123,32 +138,36 @@ def quant_params(desc, buffers, param_count=None) -> QuantParams:
     count = nb * (math.prod(shape) // shape[axis]) if shape[axis] else 0
     if param_count is not None:
         count = param_count
+    index = None if select is None else select(PK_BLOCK, axis, block, nb)
     if isinstance(q, PerBlockAffine):
         if tag not in _BLOCK_STORAGE:
             raise HurraySchemaError(f"per-block affine cannot decode storage type {info.name}")
         stt = q.scale_type_tag
         if stt == ElementType.FLOAT32:
-            scales = _array(buffers, q.scale_buffer_index, "<f4", count, "per-block scales").astype(np.float32)
+            scales = _selected(_array(buffers, q.scale_buffer_index, "<f4", count, "per-block scales"),
+                               index).astype(np.float32)
             width = 4
         elif stt in (ElementType.FLOAT16, ElementType.BFLOAT16):
-            raw = np.ascontiguousarray(_array(buffers, q.scale_buffer_index, "<u2", count, "per-block scales"))
+            raw = np.ascontiguousarray(_selected(_array(buffers, q.scale_buffer_index, "<u2", count,
+                                                        "per-block scales"), index))
             scales = f16_bits_to_f32_array(raw) if stt == ElementType.FLOAT16 else bf16_bits_to_f32_array(raw)
             width = 2
         else:
             raise HurraySchemaError(f"per-block scale_type_tag 0x{int(stt):02X} is not float16/bfloat16/float32")
         skip = count * width if q.zero_point_buffer_index == q.scale_buffer_index else 0
         zps = (np.zeros(1, np.int32) if q.flags & QuantFlag.SYMMETRIC or q.zero_point_buffer_index == NO_BUFFER_INDEX
-               else _array(buffers, q.zero_point_buffer_index, "<i4", count, "per-block zero points", skip))
+               else _selected(_array(buffers, q.zero_point_buffer_index, "<i4", count, "per-block zero points", skip),
+                              index))
         return QuantParams(VAL_INT, NF4_TABLE, scales, zps.astype(np.int32), PK_BLOCK, axis, block, nb, bits, signed)
     if isinstance(q, Nf4):
         if tag != ElementType.UINT4:
             raise HurraySchemaError("NF4 storage type must be uint4")
-        scales = _array(buffers, q.scale_buffer_index, "<f4", count, "NF4 absmax").astype(np.float32)
+        scales = _selected(_array(buffers, q.scale_buffer_index, "<f4", count, "NF4 absmax"), index).astype(np.float32)
         return QuantParams(VAL_TABLE, NF4_TABLE, scales, np.zeros(1, np.int32), PK_BLOCK, axis, block, nb, bits, 0)
     if isinstance(q, Mxfp):
         if shape[axis] % block:
             raise HurraySchemaError("MXFP: shape[axis] must be a multiple of block_size (no partial block)")
-        codes = _array(buffers, q.scale_buffer_index, np.uint8, count, "MXFP scales")
+        codes = _selected(_array(buffers, q.scale_buffer_index, np.uint8, count, "MXFP scales"), index)
         if np.any((codes == 0) | (codes == 0xFF)):
             raise HurraySchemaError("MXFP scale buffer holds a reserved float8_e8m0 pattern 0x00/0xFF")
         scales = minifloat_table(ElementType.FLOAT8_E8M0)[codes]

@@ -2,8 +2,18 @@
 
 :func:`read_box` is the one entry point for region reads: the array indexing of
 ``Tensor`` / ``Composite`` (``__getitem__``) and the Dask graphs both reduce a request
-to a box ``[lo, hi)`` per dimension and call it.  A box of a composite reads only the
-members that intersect it (:func:`.merge.read`).
+to a box ``[lo, hi)`` per dimension and call it.  It reads only what the box needs:
+
+* a plain tensor: :func:`.tensor_box.tensor_box` -- for row-major, column-major and strided
+  tensors the box's elements only (a read-only view of the mapped bytes when NumPy holds the
+  type natively), for quantized ones the blocks (channels) the box touches, for COO / CSR /
+  CSC the entries in the box; tiled, Morton, Hilbert and block-paged tensors are decoded
+  whole, then sliced (that module's docstring says what each layout reads);
+* a partition: only the members that intersect the box, each read over its intersection
+  (nested composites recursively); an overlay: the base over the box, then only the
+  corrections that intersect it, in emission order, in the head's type (:func:`.merge.read`).
+
+A composite is validated by the binder once per call (``layouts/composite.md § Validation``).
 """
 
 from __future__ import annotations
@@ -12,10 +22,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..errors import HurraySchemaError
 from ..limits import Limits
 from .merge import read
-from .tensor import tensor_to_numpy
+from .tensor_box import check_box, tensor_box
 
 __all__ = ["read_box"]
 
@@ -24,22 +33,19 @@ def _is_composite(item) -> bool:
     return hasattr(item, "members")
 
 
-def _check_box(lo: Sequence[int], hi: Sequence[int], shape: Sequence[int]) -> None:
-    if not len(lo) == len(hi) == len(shape):
-        raise HurraySchemaError(f"a box of a rank-{len(shape)} array needs {len(shape)} bounds per side")
-    for start, stop, size in zip(lo, hi, shape):
-        if not 0 <= start <= stop <= size:
-            raise HurraySchemaError(f"box [{tuple(lo)}, {tuple(hi)}) lies outside shape {tuple(shape)}")
-
-
 def read_box(item, lo: Sequence[int], hi: Sequence[int], *, limits: Optional[Limits] = None) -> np.ndarray:
     """The elements ``lo[d] <= i[d] < hi[d]`` of ``item``'s logical array, in its decoded
     type, as a C-ordered array of shape ``hi - lo`` (a plain tensor: ``.descriptor`` and
-    ``.buffers``; a partition or overlay composite: ``.descriptor`` and ``.members``).
-    Charged against ``limits`` like :func:`.tensor.tensor_to_numpy` and :func:`.merge.read`."""
-    shape = item.descriptor.shape
-    _check_box(lo, hi, shape)
+    ``.buffers``; a partition or overlay composite: ``.descriptor`` and ``.members``), bit for
+    bit the whole decode sliced.  The result may be a read-only view of the tensor's buffer.
+
+    The box's array (and the tables its decode builds; the whole decode for the layouts decoded
+    whole) is charged against ``limits`` (``None``: the default limits) before anything is
+    allocated: :class:`~hurray_schema.errors.LimitExceeded` beyond both the budget and the
+    expansion allowance (:mod:`.common`).  A box outside the shape is a
+    :class:`~hurray_schema.errors.HurraySchemaError`.
+    """
+    check_box(lo, hi, item.descriptor.shape)
     if _is_composite(item):
         return read(item, tuple(zip(lo, hi)), limits=limits)
-    whole = tensor_to_numpy(item.descriptor, item.buffers, limits=limits)
-    return np.ascontiguousarray(whole[tuple(slice(start, stop) for start, stop in zip(lo, hi))])
+    return tensor_box(item.descriptor, item.buffers, lo, hi, limits=limits)

@@ -24,7 +24,7 @@ from .common import (as_bytes, as_evaluated, charge, check_representable, check_
 from .elements import CODE_VIEW_TYPES, UnsupportedEvaluation, gather_codes, numpy_dtype
 from .quant import OUT_BF16, OUT_F16, OUT_F32, decode_gather, param_indices_at, quant_params
 
-__all__ = ["sparse_entries", "sparse_linear", "densify", "linear_indices"]
+__all__ = ["sparse_entries", "sparse_linear", "densify", "linear_indices", "entry_values"]
 
 
 def _u64(buffers, index, count, what) -> np.ndarray:
@@ -101,7 +101,9 @@ def linear_indices(coords: np.ndarray, shape) -> np.ndarray:
     return lin
 
 
-def _values(desc, buffers, coords, target) -> np.ndarray:
+def _values(desc, buffers, coords, target, positions=None) -> np.ndarray:
+    """Values of the stored entries (all, or those at storage ``positions``), decoded to ``target``;
+    ``coords`` are the entries' logical coordinates (used by a quantized tensor's parameters)."""
     nnz = int(desc.layout.nnz)
     info = element_type_info(desc.type_tag)
     if info is None or desc.type_tag == ElementType.FLOAT128:
@@ -116,22 +118,32 @@ def _values(desc, buffers, coords, target) -> np.ndarray:
     need = info.buffer_bytes(nnz)
     if buf.size < need:
         raise HurraySchemaError(f"values: needs {need} bytes, buffer 0 has {buf.size}")
+    entries = np.arange(nnz, dtype=np.int64) if positions is None else np.asarray(positions, np.int64)
+    count = entries.size
     if desc.quantization is not None:
         p = quant_params(desc, buffers)
         pidx = param_indices_at(p, desc.shape, coords)
         if pidx.size and (pidx.max() >= p.scales.size or (p.zps.size > 1 and pidx.max() >= p.zps.size)):
             raise HurraySchemaError("quantization parameter buffer is too short for the tensor")
         work = np.dtype(np.float32) if target in (ElementType.FLOAT32, ElementType.FLOAT64) else out_dtype
-        out = np.empty(nnz, work)
+        out = np.empty(count, work)
         kind = OUT_F32 if work == np.float32 else (OUT_F16 if target == ElementType.FLOAT16 else OUT_BF16)
-        decode_gather(buf, np.int64(0), np.arange(nnz, dtype=np.int64), pidx, p.valmode, p.bits, p.signed, p.table,
+        decode_gather(buf, np.int64(0), entries, pidx, p.valmode, p.bits, p.signed, p.table,
                       p.scales, p.zps, kind, out if kind == OUT_F32 else out.view(np.uint16))
         return out.astype(out_dtype, copy=False)
     if bits >= 8 and desc.type_tag not in CODE_VIEW_TYPES:
-        return np.frombuffer(buf, out_dtype, nnz)
-    out = np.empty(nnz, out_dtype)
-    gather_codes(buf, np.int64(0), np.arange(nnz, dtype=np.int64), np.int64(bits), out.view(np.uint8))
+        values = np.frombuffer(buf, out_dtype, nnz)
+        return values if positions is None else values[entries]
+    out = np.empty(count, out_dtype)
+    gather_codes(buf, np.int64(0), entries, np.int64(bits), out.view(np.uint8))
     return out
+
+
+def entry_values(desc, buffers, positions, coords, target) -> np.ndarray:
+    """Values of the entries at storage ``positions`` (int64) of a sparse tensor ``desc`` (already
+    ``as_evaluated``), whose logical coordinates are ``coords`` ((n, rank) int64), decoded to
+    ``target``: only those entries' values (and quantization parameters) are read."""
+    return _values(desc, buffers, coords, target, positions)
 
 
 def sparse_entries(desc, buffers, target=None, *, check_duplicates=True) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,108 @@
+"""Region reads against whole reads, same run.
+
+    python benchmarks/slicing.py [--n-dense 16384] [--n-spqr 4096] [--repeat 7]
+
+Cases (issue 13, acceptance):
+
+* ``dense row``  -- a [16384, 16384] float32 row-major tensor written with ``write_file`` into a
+  temporary folder; open it with ``read_file`` and read one row (``read_box``, copied out of
+  the map before the file closes), against opening it and reading the whole tensor
+  (``to_numpy()``; a read-only view of the map is copied, so that every element is read);
+* ``spqr box``   -- one [64, 64] box, not aligned to the quantization blocks, of a [4096, 4096]
+  SpQR overlay (``hurray_schema.spqr`` of float16 data: int4 per-block base, sorted COO
+  outliers), against ``materialize()``.
+
+Each read is checked bit-identical to the whole read sliced before timing.  Prints the median
+wall time of ``--repeat`` runs of each and the ratio region / whole; targets <= 1% (dense row)
+and <= 5% (SpQR box).  Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+import hurray_schema as hs  # noqa: E402
+from hurray_schema.evaluate import materialize, read_box  # noqa: E402
+
+
+def median_time(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def every_element(array: np.ndarray) -> np.ndarray:
+    """``array`` owned: a read-only view of a mapped file is copied (its bytes read)."""
+    return array if array.flags.writeable else array.copy()
+
+
+def report(name: str, region: float, whole: float, target: float) -> None:
+    ratio = region / whole
+    verdict = "meets" if ratio <= target else "misses"
+    print(f"{name:<11} region {region * 1e3:9.3f} ms   whole {whole * 1e3:9.3f} ms   "
+          f"ratio {ratio * 100:6.3f}%   target <= {target * 100:.0f}% ({verdict})")
+
+
+def dense_row(n: int, repeat: int) -> None:
+    rng = np.random.default_rng(0)
+    values = rng.random((n, n), dtype=np.float32)
+    row = n // 3
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "dense.hrry"
+        hs.write_file(path, {"w": hs.Tensor.from_numpy(values)})
+        del values
+
+        def read_row():
+            with hs.read_file(path) as f:
+                return np.array(read_box(f["w"], (row, 0), (row + 1, n)))
+
+        def read_whole():
+            with hs.read_file(path) as f:
+                return every_element(f["w"].to_numpy())
+
+        whole = read_whole()
+        assert read_row().tobytes() == whole[row:row + 1].tobytes()
+        del whole
+        region_time = median_time(read_row, repeat * 5)
+        whole_time = median_time(read_whole, repeat)
+    report("dense row", region_time, whole_time, 0.01)
+
+
+def spqr_box(n: int, repeat: int) -> None:
+    rng = np.random.default_rng(1)
+    weight = rng.standard_normal((n, n)).astype(np.float16)
+    overlay = hs.spqr(weight)
+    lo, hi = (n // 4 + 7, n // 2 + 13), (n // 4 + 71, n // 2 + 77)
+    whole = materialize(overlay)
+    box = read_box(overlay, lo, hi)
+    assert box.tobytes() == np.ascontiguousarray(whole[lo[0]:hi[0], lo[1]:hi[1]]).tobytes()
+    del whole
+    region_time = median_time(lambda: read_box(overlay, lo, hi), repeat * 5)
+    whole_time = median_time(lambda: materialize(overlay), repeat)
+    report("spqr box", region_time, whole_time, 0.05)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n-dense", type=int, default=16384)
+    parser.add_argument("--n-spqr", type=int, default=4096)
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+    spqr_box(args.n_spqr, args.repeat)
+    dense_row(args.n_dense, args.repeat)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,435 @@
+"""One box of one (non-composite) tensor's logical array, reading only what the box needs.
+
+:func:`tensor_box` returns the elements ``lo[d] <= i[d] < hi[d]`` of a tensor in its decoded
+type, as a C-ordered array, bit for bit what :func:`.tensor.tensor_to_numpy` gives sliced:
+
+* row-major, column-major and strided tensors (``layouts/strided.md § Element Address``) of
+  a whole-byte type NumPy holds natively: a read-only view of buffer 0 over the box (copied,
+  box-sized, only when the view is not C-contiguous);
+* the same layouts with sub-byte or narrow-float codes: the codes of the box's elements only;
+* quantized tensors on those layouts: the codes of the box widened to whole quantization
+  blocks along the block axis (``quantization/per-block-affine.md § Block Layout``), with the
+  parameters of those blocks (channels) only, decoded by the row kernels; when the box does
+  not start on a byte of buffer 0 (sub-byte codes), its elements are gathered one by one;
+* COO (``layouts/coo.md``): a sorted COO reads the entries whose first coordinate lies in the
+  box (found by bisection), an unsorted one scans every coordinate; CSR / CSC
+  (``layouts/csr.md § Row Iteration``, ``layouts/csc.md § Column Iteration``) read the pointer
+  entries and entries of the box's rows / columns only; values are read for the entries in
+  the box only; CSF decodes its entries whole, then keeps those in the box;
+* tiled, Morton, Hilbert, block-paged and rank-0 tensors are decoded whole
+  (:func:`.tensor.tensor_to_numpy`, which charges the whole decode), then sliced.
+
+What is read is checked as the whole decode checks it (buffer bounds, coordinate bounds,
+pointer order, duplicates, sort order); entries and codes outside the box are not read, so a
+fault there is not seen.
+
+**Evaluation budget** (the rule: :mod:`.common`): before allocating, the box's array is
+charged against ``limits`` and the bytes of the tensor's buffers, plus the tables its decode
+builds (:func:`.tensor.decode_cost` of the decoded window; 16 bytes per element for a gathered
+quantized box) -- never the whole tensor's size (but for the layouts decoded whole).  The
+whole shape is not bounded by ``dense.MAX_ELEMENTS``: only the box is.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import math
+from typing import Optional, Sequence
+
+import numba
+import numpy as np
+
+from ..errors import HurraySchemaError
+from ..limits import Limits, resolve_limits
+from ..model import DYNAMIC_DIMENSION, CooLayout, CscLayout, CsrLayout, ElementType, LayoutTag, Mxfp, Nf4, PerBlockAffine
+from ..structs.element_types import element_type_info
+from . import tensor as tensor_module
+from .common import (OFFSET_BYTES, SPARSE_TAGS, as_bytes, as_evaluated, charge, check_representable, check_shape,
+                     decode_target, new_array, tensor_stored_bytes)
+from .dense import affine_strides
+from .elements import CODE_VIEW_TYPES, UnsupportedEvaluation, gather_codes, numpy_dtype
+from .quant import (OUT_BF16, OUT_F16, OUT_F32, PK_BLOCK, PK_CHANNEL, PK_TENSOR, QuantParams, decode_gather,
+                    decode_rows, decode_rows_lut, int4_vector_ok, quant_params, storage_shape)
+from .sparse import entry_values, linear_indices, sparse_entries
+from .tensor import (_affine_offsets, _check_bounds, _check_quant_axis, _decode_int4, _element_range, _owned,
+                     _precheck_dense, decode_cost, tensor_to_numpy)
+
+__all__ = ["tensor_box", "sparse_box_entries", "resolved_shape", "check_box"]
+
+
+# ------------------------------------------------------------------------------------
+# Shapes and boxes
+# ------------------------------------------------------------------------------------
+
+
+def resolved_shape(shape) -> tuple[int, ...]:
+    """``shape`` as ints, refused if a dimension is dynamic (the element count is not bounded here)."""
+    shape = tuple(int(n) for n in shape)
+    if DYNAMIC_DIMENSION in shape:
+        raise HurraySchemaError("a dynamic dimension must be resolved before the tensor is evaluated")
+    return shape
+
+
+def _box_slices(lo, hi):
+    """Index of a box; the trailing ``...`` keeps a rank-0 box a (0-d) view."""
+    return tuple(slice(a, b) for a, b in zip(lo, hi)) + (Ellipsis,)
+
+
+def _c_order(a: np.ndarray) -> np.ndarray:
+    """``a`` C-contiguous (a copy only if it is not), keeping its shape."""
+    return np.asarray(a, order="C")
+
+
+def check_box(lo, hi, shape) -> None:
+    """Refuse (:class:`HurraySchemaError`) a box whose rank differs from the shape's or that leaves it."""
+    if not len(lo) == len(hi) == len(shape):
+        raise HurraySchemaError(f"a box of a rank-{len(shape)} array needs {len(shape)} bounds per side")
+    for start, stop, size in zip(lo, hi, shape):
+        if not 0 <= start <= stop <= size:
+            raise HurraySchemaError(f"box [{tuple(lo)}, {tuple(hi)}) lies outside shape {tuple(shape)}")
+
+
+# ------------------------------------------------------------------------------------
+# Entry point
+# ------------------------------------------------------------------------------------
+
+
+def tensor_box(desc, buffers: Sequence, lo: Sequence[int], hi: Sequence[int], target=None, *,
+               limits: Optional[Limits] = None) -> np.ndarray:
+    """The box ``[lo, hi)`` of the tensor ``desc`` / ``buffers``, decoded to ``target`` (an
+    :class:`ElementType`, default its decoded type; as :func:`.tensor.tensor_to_numpy` takes it),
+    reading only what the box needs (module docstring).  The result may be a read-only view of
+    buffer 0."""
+    if desc.layout.tag == LayoutTag.COMPOSITE:
+        raise HurraySchemaError("a composite head has no data; use materialize()")
+    limits = resolve_limits(limits)
+    desc = as_evaluated(desc)
+    shape = resolved_shape(desc.shape)
+    lo, hi = tuple(int(x) for x in lo), tuple(int(x) for x in hi)
+    check_box(lo, hi, shape)
+    box = check_shape(tuple(b - a for a, b in zip(lo, hi)))
+    _check_quant_axis(desc)
+    target = decode_target(desc, target)
+    out_dtype = numpy_dtype(target)
+    if desc.layout.tag in SPARSE_TAGS:
+        return _sparse_box(desc, buffers, lo, hi, box, target, out_dtype, limits)
+    strides = affine_strides(desc.layout, storage_shape(desc)) if shape else None
+    if strides is None:
+        return _whole_then_box(desc, buffers, lo, hi, box, target, out_dtype, limits)
+    return _affine_box(desc, buffers, shape, strides, lo, hi, box, target, out_dtype, limits)
+
+
+def _whole_then_box(desc, buffers, lo, hi, box, target, out_dtype, limits) -> np.ndarray:
+    """Layouts addressed through an offset table of the whole tensor: decoded whole, then sliced."""
+    whole = tensor_to_numpy(desc, buffers, target, limits=limits)
+    if whole.shape == box:
+        return whole
+    charge(math.prod(box) * out_dtype.itemsize, limits, stored=tensor_stored_bytes(buffers))
+    return np.array(whole[_box_slices(lo, hi)], order="C")
+
+
+# ------------------------------------------------------------------------------------
+# Affine layouts
+# ------------------------------------------------------------------------------------
+
+
+def _byte_shift(origin: int, bits: int) -> Optional[int]:
+    """Bytes from the tensor's first code to element ``origin``, if that element starts a byte
+    (a 6-bit code starts one at every fourth element: ``element-types.md``), else ``None``."""
+    if bits >= 8:
+        return origin * (bits // 8)
+    if bits == 6:
+        return (origin // 4) * 3 if origin % 4 == 0 else None
+    return (origin * bits) // 8 if (origin * bits) % 8 == 0 else None
+
+
+def _affine_box(desc, buffers, shape, strides, lo, hi, box, target, out_dtype, limits) -> np.ndarray:
+    info = element_type_info(desc.type_tag)
+    if info is None or desc.type_tag == ElementType.FLOAT128:
+        raise UnsupportedEvaluation(f"element type 0x{int(desc.type_tag):02X} is not evaluated here")
+    stored = tensor_stored_bytes(buffers)
+    bits = info.bit_width
+    native = desc.quantization is None and bits >= 8 and desc.type_tag not in CODE_VIEW_TYPES
+    if native:
+        charge(math.prod(box) * out_dtype.itemsize, limits, stored=stored)
+    elif desc.quantization is None:
+        charge(decode_cost(desc, box, out_dtype, target), limits, stored=stored)
+    check_representable(box, out_dtype)
+    _precheck_dense(desc, buffers, shape)
+    if 0 in box or 0 in shape:
+        return new_array(box, out_dtype, zeros=True)
+    if not buffers:
+        raise HurraySchemaError("a dense tensor needs buffer 0")
+    buf = as_bytes(buffers[0])
+    _check_bounds(desc.byte_offset, bits, *_element_range(strides, None, shape), buf.size)
+    origin = sum(a * s for a, s in zip(lo, strides))
+    if native:
+        width = bits // 8
+        view = np.ndarray(box, out_dtype, buffer=buf, offset=desc.byte_offset + origin * width,
+                          strides=tuple(s * width for s in strides))
+        return _c_order(view)
+    if desc.quantization is None:
+        out = new_array(box, out_dtype)
+        codes = out.reshape(-1).view(np.uint8)
+        gather_codes(buf, np.int64(desc.byte_offset), _owned(origin + _affine_offsets(strides, box)), np.int64(bits),
+                     codes)
+        if desc.type_tag == ElementType.BOOL:
+            np.minimum(codes, 1, out=codes)  # as the whole decode keeps bool items canonical
+        return out
+    return _quantized_box(desc, buffers, buf, shape, strides, lo, hi, box, target, out_dtype, limits, stored)
+
+
+def _kernel_kind(target) -> int:
+    return {ElementType.FLOAT16: OUT_F16, ElementType.BFLOAT16: OUT_BF16}.get(target, OUT_F32)
+
+
+def _work_array(shape, target, out_dtype):
+    """(array the kernels write, its kernel view): float32 for a float32 / float64 target."""
+    work = new_array(shape, np.float32 if _kernel_kind(target) == OUT_F32 else out_dtype)
+    flat = work.reshape(-1)
+    return work, (flat if _kernel_kind(target) == OUT_F32 else flat.view(np.uint16))
+
+
+def _finished(work, target, out_dtype):
+    return work.astype(np.float64) if target == ElementType.FLOAT64 else work
+
+
+def _block_window(desc, shape, lo, hi) -> tuple[list[int], list[int]]:
+    """The box ``[lo, hi)`` widened to whole quantization blocks along the block axis
+    (``quantization/per-block-affine.md § Block Layout``; NF4 and MXFP block alike): the window
+    the row kernels decode, whose blocks are the tensor's."""
+    win_lo, win_hi = list(lo), list(hi)
+    q = desc.quantization
+    if isinstance(q, (PerBlockAffine, Nf4, Mxfp)) and q.axis < len(shape) and q.block_size > 0:
+        axis, block = q.axis, q.block_size
+        win_lo[axis] = lo[axis] // block * block
+        win_hi[axis] = min(-(-hi[axis] // block) * block, shape[axis])
+    return win_lo, win_hi
+
+
+def _quantized_box(desc, buffers, buf, shape, strides, lo, hi, box, target, out_dtype, limits, stored) -> np.ndarray:
+    """A quantized affine box: decoded as a window of whole blocks by the row kernels (with the
+    window's parameters only), or gathered."""
+    win_lo, win_hi = _block_window(desc, shape, lo, hi)
+    origin = sum(a * s for a, s in zip(win_lo, strides))
+    shift = _byte_shift(origin, element_type_info(desc.type_tag).bit_width)
+    if shift is None:
+        p = quant_params(desc, buffers)
+        return _gathered_box(desc, buf, p, shape, strides, lo, box, target, out_dtype, limits, stored)
+    window = tuple(b - a for a, b in zip(win_lo, win_hi))
+    sliced = window != box
+    charge(decode_cost(desc, window, out_dtype, target) + (math.prod(box) * out_dtype.itemsize if sliced else 0),
+           limits, stored=stored)
+    p = _window_params(quant_params(desc, buffers, select=_window_selector(shape, win_lo, win_hi)), win_lo, win_hi)
+    work, kout = _work_array(window, target, out_dtype)
+    with _threads_for(math.prod(window)):
+        _decode_window(buf, np.int64(desc.byte_offset + shift), window, strides, p, _kernel_kind(target), kout)
+    if sliced:
+        work = _c_order(work[_box_slices([a - w for a, w in zip(lo, win_lo)], [b - w for b, w in zip(hi, win_lo)])])
+    return _finished(work, target, out_dtype)
+
+
+def _window_selector(shape, win_lo, win_hi):
+    """For :func:`.quant.quant_params`: the parameter indices of the window ``[win_lo, win_hi)``, in
+    the order the kernels index those of a tensor of the window's shape
+    (``quantization/per-block-affine.md § Block Layout``: ``b = outer * ceil(S / K) + i_axis // K``);
+    the window starts on a block along the block axis."""
+    def select(pk, axis, block, nb):
+        if pk == PK_CHANNEL:
+            return np.arange(win_lo[axis], win_hi[axis], dtype=np.int64)
+        window_nb = -(-(win_hi[axis] - win_lo[axis]) // block)
+        others = [d for d in range(len(shape)) if d != axis]
+        grid = np.indices([win_hi[d] - win_lo[d] for d in others] + [window_nb], dtype=np.int64, sparse=True)
+        outer = np.zeros((), np.int64)
+        for k, d in enumerate(others):
+            outer = outer * np.int64(shape[d]) + (grid[k] + win_lo[d])
+        return (outer * np.int64(nb) + (win_lo[axis] // block + grid[-1])).reshape(-1)
+    return select
+
+
+def _window_params(p: QuantParams, win_lo, win_hi) -> QuantParams:
+    """``p`` (the window's parameters already selected) with the window's block count."""
+    if p.pk != PK_BLOCK:
+        return p
+    window_nb = -(-(win_hi[p.axis] - win_lo[p.axis]) // p.block)
+    return QuantParams(p.valmode, p.table, p.scales, p.zps, p.pk, p.axis, p.block, window_nb, p.bits, p.signed)
+
+
+SERIAL_ELEMENTS = 1 << 16
+"""A window of at most this many elements is decoded on the calling thread alone: waking the
+other threads of a parallel kernel costs more than such a window's work (and, on a busy machine,
+waits for a core)."""
+
+
+@contextlib.contextmanager
+def _threads_for(elements: int):
+    """One thread for a small window (:data:`SERIAL_ELEMENTS`), numba's setting otherwise."""
+    if elements > SERIAL_ELEMENTS:
+        yield
+        return
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(threads)
+
+
+def _decode_window(buf, base, window, strides, p: QuantParams, kind, kout) -> None:
+    """The row kernels over a window whose first code is at byte ``base`` (as ``tensor.decode_into``
+    chooses them for a whole tensor)."""
+    rshape = np.array(window, np.int64)
+    rstr = np.array(strides, np.int64)
+    axis, last = p.axis, len(window) - 1
+    if tensor_module.INT4_VECTOR and int4_vector_ok(p, axis == last, int(rstr[-1]), kind):
+        _decode_int4(buf, base, rshape, rstr, p, axis, kind, kout, None)
+        return
+    lut_ok = p.bits in (1, 2, 4) and (p.pk != PK_BLOCK or axis == last) \
+        and (p.pk != PK_CHANNEL or axis != last) and (p.pk != PK_BLOCK or p.block >= 16)
+    kernel = decode_rows_lut if lut_ok else decode_rows
+    kernel(buf, base, rshape, rstr, p.valmode, p.bits, p.signed, p.table, p.scales, p.zps, p.pk, axis, p.block, p.nb,
+           kind, kout)
+
+
+def _box_param_indices(p: QuantParams, shape, lo, box) -> np.ndarray:
+    """Parameter index of every element of the box (C order) in the tensor's parameter arrays."""
+    if p.pk == PK_TENSOR:
+        return np.zeros(math.prod(box), np.int64)
+    idx = [g + a for g, a in zip(np.indices(box, dtype=np.int64, sparse=True), lo)]
+    if p.pk == PK_CHANNEL:
+        return _owned(np.broadcast_to(idx[p.axis], box))
+    outer = np.zeros((), np.int64)
+    for d in range(len(shape)):
+        if d != p.axis:
+            outer = outer * np.int64(shape[d]) + idx[d]
+    return _owned(np.broadcast_to(outer * np.int64(p.nb) + idx[p.axis] // p.block, box))
+
+
+def _gathered_box(desc, buf, p, shape, strides, lo, box, target, out_dtype, limits, stored) -> np.ndarray:
+    """A quantized box whose first code does not start a byte: one offset and parameter index per element."""
+    count = math.prod(box)
+    charge(decode_cost(desc, box, out_dtype, target) + 2 * OFFSET_BYTES * count, limits, stored=stored)
+    work, kout = _work_array(box, target, out_dtype)
+    offsets = _owned(sum(a * s for a, s in zip(lo, strides)) + _affine_offsets(strides, box))
+    decode_gather(buf, np.int64(desc.byte_offset), offsets, _box_param_indices(p, shape, lo, box), p.valmode, p.bits,
+                  p.signed, p.table, p.scales, p.zps, _kernel_kind(target), kout)
+    return _finished(work, target, out_dtype)
+
+
+# ------------------------------------------------------------------------------------
+# Sparse layouts
+# ------------------------------------------------------------------------------------
+
+
+def _u64(buffers, index, count, what) -> np.ndarray:
+    if index >= len(buffers):
+        raise HurraySchemaError(f"{what}: buffer {index} is missing")
+    buf = as_bytes(buffers[index])
+    if count < 0 or buf.size < count * 8:
+        raise HurraySchemaError(f"{what}: needs {count * 8} bytes, buffer {index} has {buf.size}")
+    return np.frombuffer(buf, "<u8", count)
+
+
+def _bounded(coords: np.ndarray, bounds, what) -> np.ndarray:
+    """``coords`` ((n, k) uint64) as int64, each column below its bound."""
+    if coords.size and np.any(coords.max(axis=0) >= np.asarray(bounds, np.uint64)):
+        raise HurraySchemaError(f"{what}: coordinate out of bounds")
+    return coords.astype(np.int64)
+
+
+def _inside(coords: np.ndarray, lo, hi) -> np.ndarray:
+    return np.all((coords >= np.asarray(lo, np.int64)) & (coords < np.asarray(hi, np.int64)), axis=1)
+
+
+def _strictly_increasing_rows(coords: np.ndarray) -> bool:
+    """Every row of ``coords`` lexicographically after the one before it."""
+    if coords.shape[0] < 2:
+        return True
+    step = np.diff(coords, axis=0)
+    first = np.argmax(step != 0, axis=1)
+    return bool(np.all(step[np.arange(step.shape[0]), first] > 0))
+
+
+def _no_duplicates(coords: np.ndarray, lo, hi) -> None:
+    if coords.shape[0] > 1:
+        lin = linear_indices(coords - np.asarray(lo, np.int64), [b - a for a, b in zip(lo, hi)])
+        if np.unique(lin).size != lin.size:
+            raise HurraySchemaError("sparse tensor stores the same coordinate twice")
+
+
+def _coo_in_box(desc, buffers, shape, lo, hi):
+    """(storage positions, coordinates) of the COO entries in the box."""
+    rank, nnz = len(shape), int(desc.layout.nnz)
+    if rank == 0:
+        raise HurraySchemaError("COO needs rank >= 1")
+    idx = _u64(buffers, 1, nnz * rank, "COO indices").reshape(nnz, rank)
+    first, stop = 0, nnz
+    is_sorted = desc.layout.is_sorted == 1
+    if is_sorted:  # lexicographic order: the first coordinate is non-decreasing (coo.md § Storage Order)
+        column = idx[:, 0]
+        first = bisect.bisect_left(column, lo[0])
+        stop = bisect.bisect_left(column, hi[0], lo=first)
+    read = _bounded(idx[first:stop], shape, "COO indices")
+    if is_sorted and not _strictly_increasing_rows(read):
+        raise HurraySchemaError("COO marked sorted is not in strictly increasing lexicographic order")
+    keep = np.flatnonzero(_inside(read, lo, hi))
+    coords = read[keep]
+    if not is_sorted:
+        _no_duplicates(coords, lo, hi)
+    return keep + first, coords
+
+
+def _compressed_in_box(desc, buffers, shape, lo, hi):
+    """(storage positions, coordinates) of the CSR / CSC entries in the box: the pointer entries and
+    minor indices of the box's rows (columns) only."""
+    if len(shape) != 2:
+        raise HurraySchemaError("CSR/CSC need rank 2")
+    nnz = int(desc.layout.nnz)
+    major = 0 if isinstance(desc.layout, CsrLayout) else 1
+    ptr = _u64(buffers, 2, shape[major] + 1, "pointer array")
+    window = ptr[lo[major]:hi[major] + 1].astype(np.int64)
+    if ptr[0] != 0 or int(ptr[-1]) != nnz or np.any(window[1:] < window[:-1]) \
+            or window.min(initial=0) < 0 or window.max(initial=0) > nnz:
+        raise HurraySchemaError(f"pointer array must start at 0, be non-decreasing and end at {nnz}")
+    first, stop = (int(window[0]), int(window[-1])) if window.size else (0, 0)
+    minor = _bounded(_u64(buffers, 1, nnz, "minor indices")[first:stop].reshape(-1, 1), [shape[1 - major]],
+                     "minor indices")[:, 0]
+    majors = np.repeat(np.arange(lo[major], lo[major] + window.size - 1, dtype=np.int64), np.diff(window))
+    coords = np.stack([majors, minor] if major == 0 else [minor, majors], axis=1)
+    keep = np.flatnonzero(_inside(coords, lo, hi))
+    coords = coords[keep]
+    _no_duplicates(coords, lo, hi)
+    return keep + first, coords
+
+
+def sparse_box_entries(desc, buffers, lo: Sequence[int], hi: Sequence[int], target=None) -> tuple[np.ndarray,
+                                                                                                   np.ndarray]:
+    """(coordinates relative to ``lo`` ((n, rank) int64), values decoded to ``target``) of the stored
+    entries of a sparse tensor that lie in the box ``[lo, hi)``, in storage order (module
+    docstring: which coordinates are read)."""
+    desc = as_evaluated(desc)
+    target = decode_target(desc, target)
+    shape = resolved_shape(desc.shape)
+    lo, hi = tuple(int(x) for x in lo), tuple(int(x) for x in hi)
+    layout = desc.layout
+    if isinstance(layout, CooLayout):
+        positions, coords = _coo_in_box(desc, buffers, shape, lo, hi)
+    elif isinstance(layout, (CsrLayout, CscLayout)):
+        positions, coords = _compressed_in_box(desc, buffers, shape, lo, hi)
+    else:
+        coords, values = sparse_entries(desc, buffers, target)
+        keep = _inside(coords, lo, hi)
+        return coords[keep] - np.asarray(lo, np.int64), values[keep]
+    values = entry_values(desc, buffers, positions, coords, target)
+    return coords - np.asarray(lo, np.int64), values
+
+
+def _sparse_box(desc, buffers, lo, hi, box, target, out_dtype, limits) -> np.ndarray:
+    charge(math.prod(box) * out_dtype.itemsize, limits, stored=tensor_stored_bytes(buffers))
+    check_representable(box, out_dtype)
+    coords, values = sparse_box_entries(desc, buffers, lo, hi, target)
+    out = new_array(box, out_dtype, zeros=True)
+    if values.size:
+        out[tuple(coords.T)] = values
+    return out

@@ -1,0 +1,594 @@
+"""read_box: one box of a tensor's or a composite's logical array, reading only what it needs.
+
+Every box read equals the whole decode (``to_numpy()`` / ``materialize()``) sliced, bit for bit,
+over hypothesis-drawn boxes (empty ones and ones on the edges included).  That only what the box
+needs is read is shown by buffers whose pages outside the needed rows / blocks / members are
+unreadable (``mprotect``), in a child process: a read outside would kill it, and the whole
+decode does.  The budget is charged on the box: a small box of a huge logical tensor reads
+under a small limit.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import attrs
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import hurray_schema as hs
+from evaluate_reference import dense_tensor
+from hurray_schema.errors import HurraySchemaError, LimitExceeded
+from hurray_schema.evaluate import materialize, read_box, tensor_to_numpy
+from hurray_schema.evaluate import tensor as tensor_module
+from hurray_schema.limits import Limits
+from hurray_schema.structs.quantization import BLOCK_SIZE_BOUNDS
+from hurray_schema.model import (ColumnMajorLayout, ElementType, MortonLayout, QuantScheme, StridedLayout, TensorDescriptor,
+                                 TiledLayout)
+
+E = ElementType
+QUIET = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+# ------------------------------------------------------------------------------------
+# Helpers
+# ------------------------------------------------------------------------------------
+
+
+@st.composite
+def boxes(draw, shape):
+    """A box [lo, hi) of ``shape``: often empty or touching an edge."""
+    lo, hi = [], []
+    for n in shape:
+        kind = draw(st.sampled_from(["any", "any", "edge_lo", "edge_hi", "empty", "whole"]))
+        if kind == "whole":
+            a, b = 0, n
+        elif kind == "empty":
+            a = draw(st.integers(0, n))
+            b = a
+        else:
+            a = 0 if kind == "edge_lo" else draw(st.integers(0, n))
+            b = n if kind == "edge_hi" else draw(st.integers(a, n))
+        lo.append(a)
+        hi.append(b)
+    return tuple(lo), tuple(hi)
+
+
+def assert_box_of(whole: np.ndarray, got: np.ndarray, lo, hi) -> None:
+    """``got`` is ``whole[lo:hi]``, bit for bit, C-ordered, of the same dtype."""
+    want = np.ascontiguousarray(whole[tuple(slice(a, b) for a, b in zip(lo, hi)) + (Ellipsis,)])
+    assert got.dtype == want.dtype
+    assert got.shape == want.shape
+    assert got.flags.c_contiguous
+    assert got.tobytes() == want.tobytes()
+
+
+def check_tensor(t, lo, hi) -> None:
+    assert_box_of(tensor_to_numpy(t.descriptor, t.buffers), read_box(t, lo, hi), lo, hi)
+
+
+def check_composite(c, lo, hi) -> None:
+    assert_box_of(materialize(c), read_box(c, lo, hi), lo, hi)
+
+
+def column_major(t):
+    """The tensor whose column-major storage is ``t``'s row-major storage: ``t``'s array transposed
+    (a quantization axis ``k`` of ``t`` becomes axis ``rank - 1 - k``)."""
+    desc = t.descriptor
+    rank = len(desc.shape)
+    q = desc.quantization
+    if q is not None and hasattr(q, "axis"):
+        q = attrs.evolve(q, axis=rank - 1 - q.axis)
+    return hs.Tensor(attrs.evolve(desc, shape=tuple(reversed(desc.shape)), layout=ColumnMajorLayout(),
+                                  quantization=q), t.buffers)
+
+
+def pack_codes(codes: np.ndarray, bits: int) -> bytes:
+    """Sub-byte codes packed LSB-first in C order (``element-types.md § Sub-Byte Types``)."""
+    flat = np.asarray(codes, np.uint8).reshape(-1) & ((1 << bits) - 1)
+    per = 8 // bits
+    padded = np.zeros(-(-flat.size // per) * per, np.uint8)
+    padded[:flat.size] = flat
+    groups = padded.reshape(-1, per).astype(np.uint16)
+    return (groups << (np.arange(per) * bits)).sum(axis=1).astype(np.uint8).tobytes()
+
+
+shapes = st.lists(st.integers(1, 9), min_size=1, max_size=3).map(tuple)
+
+
+# ------------------------------------------------------------------------------------
+# Dense layouts
+# ------------------------------------------------------------------------------------
+
+WHOLE_BYTE = {E.FLOAT32: np.float32, E.FLOAT16: np.float16, E.BFLOAT16: ml_dtypes.bfloat16, E.INT8: np.int8,
+              E.INT64: np.int64, E.UINT16: np.uint16, E.FLOAT64: np.float64}
+SUB_BYTE = {E.INT4: 4, E.UINT4: 4, E.INT2: 2, E.UINT2: 2, E.FLOAT4_E2M1: 4, E.FLOAT8_E4M3: 8, E.FLOAT8_E5M2: 8}
+
+
+@settings(QUIET, max_examples=120)
+@given(data=st.data(), shape=shapes, tag=st.sampled_from(sorted(WHOLE_BYTE)),
+       layout=st.sampled_from(["row", "col", "strided_rev", "strided_bcast"]))
+def test_whole_byte_affine_boxes(data, shape, tag, layout):
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
+    values = (rng.standard_normal(shape) * 50).astype(WHOLE_BYTE[tag])
+    if layout == "strided_bcast":
+        values = np.broadcast_to(values[:1], shape).copy()
+    t = dense_tensor(values, tag, layout)
+    check_tensor(t, *data.draw(boxes(shape)))
+
+
+@settings(QUIET, max_examples=120)
+@given(data=st.data(), shape=shapes, tag=st.sampled_from(sorted(SUB_BYTE) + [E.BOOL]), col=st.booleans())
+def test_code_type_boxes(data, shape, tag, col):
+    """Sub-byte and narrow-float codes: a box starting inside a byte included (odd shapes)."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
+    stored = tuple(reversed(shape)) if col else shape
+    if tag == E.BOOL:
+        t = hs.Tensor.from_numpy(rng.random(stored) < 0.5)
+    else:
+        bits = SUB_BYTE[tag]
+        codes = rng.integers(0, 1 << bits, size=stored)
+        data_bytes = pack_codes(codes, bits) if bits < 8 else codes.astype(np.uint8).tobytes()
+        t = hs.Tensor.dense(tag, stored, data_bytes)
+    check_tensor(column_major(t) if col else t, *data.draw(boxes(shape)))
+
+
+def morton_tensor(side: int):
+    """A [side, side] float32 Morton tensor: element (i, j) at the bit interleave of i and j
+    (``layouts/morton.md § Morton Index Computation``), dimension 0 in the low bit."""
+    bits = side.bit_length() - 1
+    values = np.arange(side * side, dtype=np.float32).reshape(side, side) * 0.5
+    storage = np.zeros(side * side, np.float32)
+    for i in range(side):
+        for j in range(side):
+            code = sum((((i >> b) & 1) << (2 * b)) | (((j >> b) & 1) << (2 * b + 1)) for b in range(bits))
+            storage[code] = values[i, j]
+    data = np.frombuffer(storage.tobytes(), np.uint8)
+    desc = TensorDescriptor(E.FLOAT32, (side, side), MortonLayout((bits, bits)), (hs.BufferHandle(data.size),))
+    return hs.Tensor(desc, [data]), values
+
+
+def tiled_tensor():
+    """A [6, 4] float32 tensor in [3, 2] tiles, tiles and elements row-major (``layouts/tiled.md``)."""
+    values = np.arange(24, dtype=np.float32).reshape(6, 4) - 7
+    tiles = values.reshape(2, 3, 2, 2).transpose(0, 2, 1, 3)  # (tile row, tile col, in-tile row, in-tile col)
+    data = np.frombuffer(np.ascontiguousarray(tiles).tobytes(), np.uint8)
+    desc = TensorDescriptor(E.FLOAT32, (6, 4), TiledLayout((3, 2)), (hs.BufferHandle(data.size),))
+    return hs.Tensor(desc, [data]), values
+
+
+@settings(QUIET, max_examples=40)
+@given(data=st.data())
+def test_indirect_layouts_decode_whole_then_slice(data):
+    """Tiled and Morton tensors are decoded whole, then sliced: the box still equals the reference."""
+    for t, values in (morton_tensor(8), tiled_tensor()):
+        assert tensor_to_numpy(t.descriptor, t.buffers).tobytes() == values.tobytes()  # the fixture is right
+        lo, hi = data.draw(boxes(values.shape))
+        assert_box_of(values, read_box(t, lo, hi), lo, hi)
+
+
+def test_rank0_tensor():
+    t = hs.Tensor.dense(E.FLOAT32, (), np.array(3.5, np.float32).tobytes())
+    got = read_box(t, (), ())
+    assert got.shape == () and got.dtype == np.float32 and float(got) == 3.5
+
+
+# ------------------------------------------------------------------------------------
+# Quantized tensors
+# ------------------------------------------------------------------------------------
+
+
+@st.composite
+def quantized(draw):
+    """(tensor, shape): a quantized tensor of every scheme, row- or column-major, odd shapes included."""
+    scheme = draw(st.sampled_from(["per_tensor", "per_channel", "per_block", "nf4", "mxfp"]))
+    shape = list(draw(shapes))
+    axis = draw(st.integers(0, len(shape) - 1))
+    kwargs = {"axis": axis}
+    if scheme == "per_tensor":
+        kwargs["storage"] = draw(st.sampled_from(["int8", "int4", "uint8", "int2"]))
+    elif scheme == "per_channel":
+        kwargs["storage"] = draw(st.sampled_from(["int8", "int4", "uint4"]))
+    elif scheme == "per_block":
+        kwargs["storage"] = draw(st.sampled_from(["int4", "int8", "uint4", "int2"]))
+        kwargs["block_size"] = draw(st.sampled_from([2, 4, 16]))
+        shape[axis] = max(shape[axis], kwargs["block_size"])  # per-block-affine.md: block_size <= shape[axis]
+        kwargs["scale_type"] = draw(st.sampled_from(["float16", "bfloat16", "float32"]))
+    elif scheme == "nf4":
+        block = BLOCK_SIZE_BOUNDS[QuantScheme.NF4][0]  # nf4.md § Validity Constraints: the smallest block
+        kwargs["block_size"] = block
+        shape[axis] = max(shape[axis], block)
+    else:
+        smallest = BLOCK_SIZE_BOUNDS[QuantScheme.MXFP][0]  # mxfp.md § Validity Constraints
+        block = draw(st.sampled_from([smallest, 2 * smallest]))
+        kwargs["block_size"] = block
+        kwargs["storage"] = draw(st.sampled_from(["float8_e4m3", "int4", "float4_e2m1"]))
+        shape[axis] = block * draw(st.integers(1, 3))
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+    values = (rng.standard_normal(shape) * 3).astype(np.float32)
+    t = hs.quantize(values, scheme, **kwargs)
+    if draw(st.booleans()):
+        t = column_major(t)
+    return t, tuple(t.descriptor.shape)
+
+
+@settings(QUIET, max_examples=200)
+@given(data=st.data(), item=quantized(), vector=st.booleans())
+def test_quantized_boxes(data, item, vector):
+    t, shape = item
+    saved = tensor_module.INT4_VECTOR
+    tensor_module.INT4_VECTOR = vector  # both the vector and the table-lookup kernels
+    try:
+        check_tensor(t, *data.draw(boxes(shape)))
+    finally:
+        tensor_module.INT4_VECTOR = saved
+
+
+def test_per_block_box_decodes_whole_blocks_with_the_row_kernel():
+    """A [64, 256] int4 per-block tensor (block 64): a box inside one block row is its block decoded."""
+    rng = np.random.default_rng(5)
+    t = hs.quantize(rng.standard_normal((64, 256)).astype(np.float16), "per_block", block_size=64)
+    check_tensor(t, (3, 70), (9, 100))
+    check_tensor(t, (0, 255), (64, 256))
+
+
+# ------------------------------------------------------------------------------------
+# Sparse tensors
+# ------------------------------------------------------------------------------------
+
+
+@st.composite
+def sparse(draw):
+    kind = draw(st.sampled_from(["coo_sorted", "coo_unsorted", "csr", "csc"]))
+    shape = draw(shapes) if kind.startswith("coo") else draw(st.lists(st.integers(1, 9), min_size=2,
+                                                                      max_size=2).map(tuple))
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+    dense = rng.standard_normal(shape).astype(draw(st.sampled_from([np.float32, np.float16, np.int32])))
+    dense[rng.random(shape) < 0.6] = 0
+    coords = np.argwhere(dense != 0)
+    if kind == "coo_unsorted":
+        coords = coords[rng.permutation(len(coords))]
+    if kind.startswith("coo"):
+        return hs.sparse_coo(coords, dense[tuple(coords.T)], shape, sort=kind == "coo_sorted"), shape
+    major = 0 if kind == "csr" else 1
+    counts = np.bincount(coords[:, major], minlength=shape[major]) if len(coords) else np.zeros(shape[major], int)
+    order = np.lexsort((coords[:, 1 - major], coords[:, major]))
+    coords = coords[order]
+    indptr = np.concatenate([[0], np.cumsum(counts)])
+    build = hs.sparse_csr if major == 0 else hs.sparse_csc
+    return build(dense[tuple(coords.T)], coords[:, 1 - major], indptr, shape), shape
+
+
+@settings(QUIET, max_examples=150)
+@given(data=st.data(), item=sparse())
+def test_sparse_boxes(data, item):
+    t, shape = item
+    check_tensor(t, *data.draw(boxes(shape)))
+
+
+def test_sparse_box_reads_the_box_entries_only():
+    """Coordinates outside the box are out of bounds: the whole decode refuses the tensor, the
+    box read -- which reads only the box's rows (CSR pointers, sorted COO bisection) -- does not."""
+    dense = np.zeros((8, 8), np.float32)
+    dense[np.arange(8), np.arange(8)] = np.arange(1, 9)
+    csr = hs.sparse_csr(dense[np.arange(8), np.arange(8)], np.arange(8), np.arange(9), (8, 8))
+    minor = bytearray(csr.buffers[1])
+    minor[0:8] = (99).to_bytes(8, "little")  # row 0's column: out of bounds
+    bad_csr = hs.Tensor(csr.descriptor, (csr.buffers[0], bytes(minor), csr.buffers[2]))
+    coo = hs.sparse_coo(np.stack([np.arange(8)] * 2, axis=1), np.arange(1, 9, dtype=np.float32), (8, 8))
+    indices = bytearray(coo.buffers[1])
+    indices[-8:] = (99).to_bytes(8, "little")  # the last entry's column: out of bounds
+    bad_coo = hs.Tensor(coo.descriptor, (coo.buffers[0], bytes(indices)))
+    for bad in (bad_csr, bad_coo):
+        with pytest.raises(HurraySchemaError, match="out of bounds"):
+            tensor_to_numpy(bad.descriptor, bad.buffers)
+        assert_box_of(dense, read_box(bad, (2, 0), (6, 8)), (2, 0), (6, 8))
+        with pytest.raises(HurraySchemaError, match="out of bounds"):
+            read_box(bad, (0, 0), (8, 8))
+
+
+# ------------------------------------------------------------------------------------
+# Composites
+# ------------------------------------------------------------------------------------
+
+MEMBER_KINDS = ["dense", "col", "quant", "coo", "csr", "nested"]
+
+
+def member_builder(kind: str):
+    def build(sub):
+        block = BLOCK_SIZE_BOUNDS[QuantScheme.PER_BLOCK_AFFINE][0]
+        if kind == "quant" and sub.dtype != np.float32 and sub.shape[-1] >= block:  # block_size <= shape[axis]
+            return hs.quantize(sub, "per_block", block_size=block, scale_type=sub.dtype.name)
+        if kind == "quant" and sub.dtype == np.float32:
+            return hs.quantize(sub, "per_tensor")
+        if kind == "quant":  # too narrow for a block: a dense member of the head's type
+            return hs.Tensor.from_numpy(sub)
+        if kind == "col":
+            return column_major(hs.Tensor.from_numpy(np.ascontiguousarray(sub.T)))
+        if kind in ("coo", "csr") and sub.ndim == 2:
+            thin = np.where(np.abs(sub.astype(np.float32)) > 0.7, sub, 0).astype(sub.dtype)
+            coords = np.argwhere(thin != 0)
+            if kind == "coo":
+                return hs.sparse_coo(coords, thin[tuple(coords.T)], sub.shape)
+            indptr = np.concatenate([[0], np.cumsum(np.bincount(coords[:, 0], minlength=sub.shape[0]))])
+            return hs.sparse_csr(thin[tuple(coords.T)], coords[:, 1], indptr, sub.shape)
+        if kind == "nested" and min(sub.shape) > 1:
+            return hs.partition(sub, grid=(2,) + (1,) * (sub.ndim - 1), member=member_builder("quant"))
+        return hs.Tensor.from_numpy(np.ascontiguousarray(sub))
+    return build
+
+
+@settings(QUIET, max_examples=80)
+@given(data=st.data(), shape=st.lists(st.integers(2, 10), min_size=2, max_size=2).map(tuple),
+       dtype=st.sampled_from([np.float32, np.float16, ml_dtypes.bfloat16]),
+       grid=st.tuples(st.integers(1, 3), st.integers(1, 3)))
+def test_partition_boxes(data, shape, dtype, grid):
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
+    values = (rng.standard_normal(shape) * 2).astype(dtype)
+    kinds = [data.draw(st.sampled_from(MEMBER_KINDS)) for _ in range(grid[0] * grid[1])]
+    pieces = iter(kinds)
+    c = hs.partition(values, grid=grid, member=lambda sub: member_builder(next(pieces))(sub))
+    check_composite(c, *data.draw(boxes(shape)))
+
+
+@settings(QUIET, max_examples=60)
+@given(data=st.data(), rows=st.integers(1, 12), cols=st.sampled_from([4, 8, 12, 64, 72]),
+       dtype=st.sampled_from([np.float16, ml_dtypes.bfloat16, np.float32]),
+       combine=st.sampled_from(["replace", "add"]), bits=st.sampled_from([2, 4, 8]))
+def test_spqr_overlay_boxes(data, rows, cols, dtype, combine, bits):
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
+    weight = (rng.standard_normal((rows, cols)) * rng.choice([1, 30], size=(rows, cols))).astype(dtype)
+    c = hs.spqr(weight, bits=bits, block_size=4, outliers=0.05, combine_op=combine)
+    check_composite(c, *data.draw(boxes((rows, cols))))
+
+
+@settings(QUIET, max_examples=60)
+@given(data=st.data(), shape=st.lists(st.integers(2, 9), min_size=2, max_size=2).map(tuple),
+       dtype=st.sampled_from([np.float16, ml_dtypes.bfloat16, np.float32, np.int32]),
+       combine=st.sampled_from(["replace", "add"]))
+def test_overlay_boxes_dense_and_sparse_corrections(data, shape, dtype, combine):
+    """Corrections of every kind at random offsets, applied in emission order; float16 / bfloat16
+    additions round at every step (``layouts/composite.md § Overlay``)."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
+    base = (rng.standard_normal(shape) * 100).astype(dtype)
+    corrections = []
+    for _ in range(data.draw(st.integers(0, 4))):
+        size = tuple(int(rng.integers(1, n + 1)) for n in shape)
+        offset = tuple(int(rng.integers(0, n - s + 1)) for n, s in zip(shape, size))
+        sub = (rng.standard_normal(size) * 3).astype(dtype)
+        kind = data.draw(st.sampled_from(["dense", "col", "coo", "csr"]))
+        corrections.append((member_builder(kind)(sub), offset))
+    c = hs.overlay(base, corrections, combine)
+    check_composite(c, *data.draw(boxes(shape)))
+
+
+def test_overlay_inside_partition():
+    rng = np.random.default_rng(11)
+    values = rng.standard_normal((16, 32)).astype(np.float16)
+    c = hs.partition(values, grid=(2, 2), member=lambda sub: hs.spqr(sub, block_size=8, outliers=0.05))
+    for lo, hi in [((0, 0), (16, 32)), ((3, 5), (13, 29)), ((8, 16), (9, 17)), ((4, 4), (4, 9))]:
+        check_composite(c, lo, hi)
+
+
+def test_box_outside_the_shape_is_refused():
+    t = hs.Tensor.from_numpy(np.zeros((3, 4), np.float32))
+    c = hs.partition(np.zeros((3, 4), np.float32), grid=(3, 1))
+    for item in (t, c):
+        for lo, hi in [((0, 0), (4, 4)), ((2, 0), (1, 4)), ((0,), (3,)), ((-1, 0), (2, 2))]:
+            with pytest.raises(HurraySchemaError):
+                read_box(item, lo, hi)
+
+
+# ------------------------------------------------------------------------------------
+# Only what the box needs is read
+# ------------------------------------------------------------------------------------
+
+
+def test_native_box_is_a_read_only_view_of_the_buffer():
+    values = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
+    t = hs.Tensor.from_numpy(values)
+    got = read_box(t, (10, 0), (12, 32))
+    assert np.shares_memory(got, np.frombuffer(t.buffers[0], np.uint8))
+    assert not got.flags.writeable
+    assert got.tobytes() == values[10:12].tobytes()
+
+
+def test_partition_reads_only_the_members_it_meets():
+    """A member outside the box whose buffer is empty: the whole view fails, the box does not."""
+    values = np.arange(36, dtype=np.float32).reshape(6, 6)
+    c = hs.partition(values, grid=(3, 1))
+    broken = hs.Tensor(c.members[2].descriptor, (b"",))
+    bad = hs.Composite(c.descriptor, [c.members[0], c.members[1], broken])
+    with pytest.raises(HurraySchemaError):
+        materialize(bad)
+    assert_box_of(values, read_box(bad, (1, 2), (4, 6)), (1, 2), (4, 6))
+
+
+GUARDED_CHILD = textwrap.dedent('''
+    import ctypes, mmap, sys
+    import numpy as np
+    import hurray_schema as hs
+    from hurray_schema.evaluate import read_box, materialize
+
+    PAGE = mmap.PAGESIZE
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    KEEP = []
+
+    def guarded(data, readable):
+        """``data`` copied into fresh pages; only the pages meeting the byte ranges ``readable`` stay
+        readable (a read of any other page kills the process)."""
+        data = bytes(data)
+        size = -(-max(len(data), 1) // PAGE) * PAGE
+        mm = mmap.mmap(-1, size)
+        mm[:len(data)] = data
+        KEEP.append(mm)
+        address = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+        allowed = set()
+        for start, stop in readable:
+            allowed.update(range(start // PAGE, -(-stop // PAGE)))
+        for page in range(size // PAGE):
+            if page not in allowed:
+                assert libc.mprotect(address + page * PAGE, PAGE, 0) == 0
+        return memoryview(mm)[:len(data)]
+
+    def same(got, want):
+        assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, want.dtype, got.shape, want.shape)
+        assert got.tobytes() == np.ascontiguousarray(want).tobytes()
+
+    rng = np.random.default_rng(0)
+    cases = []
+
+    # row-major float32 [64, 4096]: rows 20..23 (16 KiB a row)
+    values = rng.standard_normal((64, 4096)).astype(np.float32)
+    t = hs.Tensor.from_numpy(values)
+    row = 4096 * 4
+    cases.append((hs.Tensor(t.descriptor, [guarded(t.buffers[0], [(20 * row, 24 * row)])]), values,
+                  (20, 100), (24, 3000)))
+
+    # column-major float32 [4096, 64]: columns 5..6
+    stored = rng.standard_normal((64, 4096)).astype(np.float32)
+    t = hs.Tensor.from_numpy(stored)
+    import attrs
+    desc = attrs.evolve(t.descriptor, shape=(4096, 64), layout=hs.ColumnMajorLayout())
+    cases.append((hs.Tensor(desc, [guarded(t.buffers[0], [(5 * row, 7 * row)])]), stored.T, (0, 5), (4096, 7)))
+
+    # int4 per-block (block 64) [64, 8192] -> float16: rows 30..33, blocks 10..12 (4 KiB a row)
+    weight = rng.standard_normal((64, 8192)).astype(np.float16)
+    q = hs.quantize(weight, "per_block", block_size=64)
+    whole = q.to_numpy()
+    row = 8192 // 2
+    needed = [(r * row + 10 * 32, r * row + 13 * 32) for r in range(30, 34)]
+    cases.append((hs.Tensor(q.descriptor, [guarded(q.buffers[0], needed)] + list(q.buffers[1:])), whole,
+                  (30, 10 * 64 + 5), (34, 13 * 64 - 3)))
+
+    # CSR [512, 512], 128 entries a row: rows 100..103 of the indices and values only
+    dense = np.zeros((512, 512), np.float32)
+    cols = np.stack([rng.choice(512, 128, replace=False) for _ in range(512)])
+    dense[np.arange(512)[:, None], cols] = rng.standard_normal((512, 128)).astype(np.float32) + 5
+    coords = np.argwhere(dense != 0)
+    indptr = np.arange(0, 512 * 128 + 1, 128)
+    csr = hs.sparse_csr(dense[tuple(coords.T)], coords[:, 1], indptr, (512, 512))
+    span = (100 * 128, 104 * 128)
+    cases.append((hs.Tensor(csr.descriptor, [guarded(csr.buffers[0], [(span[0] * 4, span[1] * 4)]),
+                                             guarded(csr.buffers[1], [(span[0] * 8, span[1] * 8)]),
+                                             csr.buffers[2]]), dense, (100, 7), (104, 400)))
+
+    # sorted COO, same entries: the bisection reads a few first coordinates, then rows 100..103
+    coo = hs.sparse_coo(coords, dense[tuple(coords.T)], (512, 512))
+    probes = set()
+    a = 0
+    for target in (100, 104):  # the entries a bisection touches (the second starts where the first ended)
+        b = coords.shape[0]
+        while a < b:
+            mid = (a + b) // 2
+            probes.add(mid)
+            if coords[mid, 0] < target:
+                a = mid + 1
+            else:
+                b = mid
+    readable = [(k * 16, k * 16 + 16) for k in probes] + [(span[0] * 16, span[1] * 16)]
+    cases.append((hs.Tensor(coo.descriptor, [guarded(coo.buffers[0], [(span[0] * 4, span[1] * 4)]),
+                                             guarded(coo.buffers[1], readable)]), dense, (100, 7), (104, 400)))
+
+    # partition of four [32, 1024] float32 members: only member 1 may be read
+    values = rng.standard_normal((128, 1024)).astype(np.float32)
+    part = hs.partition(values, grid=(4, 1))
+    members = [m if k == 1 else hs.Tensor(m.descriptor, [guarded(m.buffers[0], [])])
+               for k, m in enumerate(part.members)]
+    cases.append((hs.Composite(part.descriptor, members), values, (40, 3), (60, 900)))
+
+    # SpQR overlay [256, 8192] float16: the base's needed blocks and the correction's box entries
+    weight = rng.standard_normal((256, 8192)).astype(np.float16)
+    spqr = hs.spqr(weight, block_size=64)
+    whole = materialize(spqr)
+    base, corr = spqr.members
+    row = 8192 // 2
+    needed = [(r * row + 2 * 32, r * row + 4 * 32) for r in range(128, 132)]
+    base = hs.Tensor(base.descriptor, [guarded(base.buffers[0], needed)] + list(base.buffers[1:]))
+    overlay = hs.Composite(spqr.descriptor, [base, corr])
+    cases.append((overlay, whole, (128, 130), (132, 250)))
+
+    which = sys.argv[1]
+    if which == "boxes":
+        for item, want, lo, hi in cases:
+            same(read_box(item, lo, hi), want[tuple(slice(a, b) for a, b in zip(lo, hi))])
+        print("ok", len(cases))
+    else:  # the whole decode of one guarded case: must die
+        item = cases[int(which)][0]
+        (materialize(item) if hasattr(item, "members") else item.to_numpy()).sum()
+        print("read everything")
+''')
+
+
+def run_guarded(argument: str) -> subprocess.CompletedProcess:
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.run([sys.executable, "-c", GUARDED_CHILD, argument], cwd=root, capture_output=True, text=True,
+                          timeout=900)
+
+
+def test_box_reads_touch_only_the_needed_pages():
+    """Dense rows / columns, per-block quantized blocks, CSR rows, sorted COO rows, one partition
+    member and an SpQR overlay box, each read from buffers whose other pages are unreadable."""
+    done = run_guarded("boxes")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["ok", "7"]
+
+
+@pytest.mark.parametrize("case", ["0", "2", "5"])
+def test_whole_decode_of_a_guarded_buffer_dies(case):
+    """The guard works: decoding the whole tensor (composite) reads a protected page."""
+    done = run_guarded(case)
+    assert done.returncode != 0 and "read everything" not in done.stdout
+
+
+# ------------------------------------------------------------------------------------
+# Evaluation budget: the box is charged, not the whole
+# ------------------------------------------------------------------------------------
+
+SMALL = Limits(max_evaluation_bytes=4096)
+
+
+def huge_broadcast():
+    """A [2**24, 2**24] float32 tensor of strides [0, 0]: 2**48 logical elements, every one the 1.5
+    its 4-byte buffer stores (``layouts/strided.md``: zero strides allowed)."""
+    data = np.frombuffer(np.array([1.5], np.float32).tobytes(), np.uint8)
+    desc = TensorDescriptor(E.FLOAT32, (2 ** 24, 2 ** 24), StridedLayout((0, 0)), (hs.BufferHandle(data.size),))
+    return hs.Tensor(desc, [data])
+
+
+def test_small_box_of_a_huge_tensor_reads_under_a_small_limit():
+    t = huge_broadcast()
+    with pytest.raises(LimitExceeded):
+        tensor_to_numpy(t.descriptor, t.buffers, limits=SMALL)
+    got = read_box(t, (5, 2 ** 24 - 4), (9, 2 ** 24), limits=SMALL)
+    assert got.shape == (4, 4) and np.all(got == 1.5)
+    with pytest.raises(LimitExceeded):  # the box itself is charged
+        read_box(t, (0, 0), (64, 2 ** 10), limits=SMALL)
+
+
+def test_small_box_of_a_huge_sparse_tensor_and_overlay():
+    n = 10 ** 9
+    coo = hs.sparse_coo([[5, 7], [n - 1, n - 2]], np.array([1.5, 2.5], np.float32), (n, n))
+    with pytest.raises(HurraySchemaError):
+        tensor_to_numpy(coo.descriptor, coo.buffers, limits=SMALL)
+    got = read_box(coo, (n - 4, n - 4), (n, n), limits=SMALL)
+    assert got.shape == (4, 4) and got[3, 2] == 2.5 and np.count_nonzero(got) == 1
+    with pytest.raises(LimitExceeded):
+        read_box(coo, (0, 0), (1024, 1024), limits=SMALL)
+
+    side = 2 ** 24
+    correction = hs.sparse_coo([[1, 1], [side - 1, side - 1]], np.array([4.0, 8.0], np.float32), (side, side))
+    ov = hs.overlay(huge_broadcast(), [correction], "add")
+    with pytest.raises(HurraySchemaError):
+        materialize(ov, limits=SMALL)
+    got = read_box(ov, (side - 2, side - 2), (side, side), limits=SMALL)
+    assert got.tolist() == [[1.5, 1.5], [1.5, 9.5]]
+    assert read_box(ov, (0, 0), (3, 3), limits=SMALL)[1, 1] == 5.5
