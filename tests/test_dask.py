@@ -245,7 +245,7 @@ def test_user_chunks_refine_the_member_grid():
 
 
 def _tasks(lazy) -> dict:
-    """chunk key -> (function, source, lo, hi, limits) as the graph holds them."""
+    """chunk key -> (function, source, lo, hi, limits, kernel threads) as the graph holds them."""
     layer = lazy.dask.layers[lazy.name]
     return {key: layer[key] for key in layer}
 
@@ -257,7 +257,7 @@ def test_each_partition_chunk_reads_only_its_members_bytes(tmp_path):
         index = {entry.name: entry for entry in f.entries()}
         starts = [np.cumsum((0,) + c)[:-1] for c in lazy.chunks]
         seen = set()
-        for key, (function, source, lo, hi, _limits) in _tasks(lazy).items():
+        for key, (function, source, lo, hi, _limits, _threads) in _tasks(lazy).items():
             assert function is read_chunk and isinstance(source, LeafSource)
             chunk_lo = tuple(int(starts[d][i]) for d, i in enumerate(key[1:]))
             (member,) = [k for k, (off, shp) in enumerate(IRREGULAR_BOXES)
