@@ -335,6 +335,64 @@ def test_each_partition_chunk_reads_only_its_members_bytes(tmp_path):
         assert seen == set(range(len(IRREGULAR_BOXES)))
 
 
+def test_a_lone_chunk_is_the_tasks_own_array_and_independent_between_computes():
+    item = spqr_overlay(np.float16, "add")
+    lazy = item.to_dask()
+    assert lazy.numblocks == (1, 1)
+    first = lazy.compute()
+    assert first.flags.owndata and first.flags.writeable
+    first[...] = 0
+    assert same_bits(lazy.compute(), item.materialize())
+
+
+def test_a_lone_chunk_viewing_a_buffer_is_copied():
+    data = RNG.standard_normal((6, 4)).astype(np.float32)
+    item = Tensor.from_numpy(data)
+    (_, source, lo, hi, limits, threads), = _tasks(item.to_dask()).values()
+    view = read_chunk(source, lo, hi, limits, threads)
+    assert not view.flags.owndata  # the task's result is a view of the tensor's buffer ...
+    got = item.to_dask().compute()
+    assert not any(np.shares_memory(got, np.frombuffer(b, np.uint8)) for b in item.buffers)  # ... computed: a copy
+    got[...] = 0
+    assert same_bits(item.to_numpy(), data)
+
+
+def test_a_lone_chunk_is_copied_while_a_scheduler_callback_is_active():
+    from dask.callbacks import Callback
+
+    from hurray_schema.evaluate.dask_graph import _finalize
+
+    chunk = np.arange(6, dtype=np.float32).reshape(2, 3).copy()  # an array of its own
+    assert _finalize([[chunk]]) is chunk
+    assert _finalize([[chunk[:1]]]) is not chunk  # a view: copied
+    with Callback(posttask=lambda *args: None):  # e.g. dask's result cache
+        got = _finalize([[chunk]])
+    assert same_bits(got, chunk) and not np.shares_memory(got, chunk)
+    assert same_bits(_finalize([[chunk], [chunk]]), np.concatenate([chunk, chunk]))  # several: dask's assembly
+
+
+def test_kernels_run_on_one_thread_per_task_of_a_graph_of_several_chunks(monkeypatch):
+    import numba
+
+    import hurray_schema.evaluate.dask_graph as dask_graph
+
+    item = spqr_overlay(np.float16, "add")
+    several, lone = item.to_dask(chunk_bytes=SMALL_CHUNKS), item.to_dask()
+    assert {task[-1] for task in _tasks(several).values()} == {1}
+    assert {task[-1] for task in _tasks(lone).values()} == {None}
+    counts, reading = [], dask_graph.read_box
+
+    def counted(*args, **kwargs):
+        counts.append(numba.get_num_threads())
+        return reading(*args, **kwargs)
+
+    monkeypatch.setattr(dask_graph, "read_box", counted)
+    before = numba.get_num_threads()
+    assert same_bits(several.compute(scheduler="sync"), item.materialize())
+    assert set(counts) == {1} and len(counts) == several.npartitions
+    assert numba.get_num_threads() == before
+
+
 def test_the_graph_holds_no_data(tmp_path):
     small, large = (hs.partition(np.ones((rows, 256), np.float32), grid=(4, 1)) for rows in (8, 8192))
     sizes = []

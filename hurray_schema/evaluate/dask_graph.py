@@ -12,6 +12,12 @@ A composite is chunked by construction (``layouts/composite.md § Composition Se
   :func:`.region.read_box`, so the values are those :func:`.merge.materialize` gives;
 * a **group** is a tuple of arrays, one per member; a plain tensor is cut like an overlay.
 
+A graph of several chunks runs each task's compiled kernels on one thread (the scheduler's
+workers are the parallelism); a lone chunk keeps them all.  The array returned is a
+``dask.array.Array`` whose ``compute()`` does without dask's copy of a lone chunk its task
+allocated (:func:`_finalize`): ``to_dask().compute()`` of a composite costs its
+:func:`.merge.materialize` and the scheduler's overhead.
+
 Every chunk is one task calling :func:`read_chunk` on a *source*: the descriptors of what
 the chunk needs and where the bytes are.  For a file that is the path and each buffer's
 ``(offset, size)`` (:class:`FileBuffers`): the task maps the file itself, so the graph
@@ -170,9 +176,9 @@ def _open(source: Source, maps: dict):
 
 @contextlib.contextmanager
 def _kernel_threads(count: Optional[int]):
-    """The compiled kernels called in the block run on at most ``count`` threads (None: as
-    configured).  NumPy-style parallel kernels keep their thread count per calling thread, so
-    this binds the calling (worker) thread only."""
+    """The compiled parallel kernels called in the block run on at most ``count`` threads (None:
+    as configured).  numba keeps the thread count per calling thread (``numba.set_num_threads``):
+    this binds the calling (worker) thread only, and restores its count afterwards."""
     if count is None:
         yield
         return
@@ -386,10 +392,11 @@ def _lone_chunk(results):
 
 def _finalize(results):
     """dask.array's ``finalize``, but for a lone chunk that its task allocated: dask copies a lone
-    chunk, in case it is a buffer the graph or a worker also holds.  :func:`read_chunk` returns a
-    view of a file or a buffer read-only, so an array that owns its memory and is writeable was
-    made by the task and is held by nothing else -- unless a scheduler callback (dask's result
-    cache is one) saw it, so then dask's copy is kept."""
+    chunk in case it is a buffer that the graph or a worker also holds.  What :func:`read_chunk`
+    returns is either a view (of a mapped file, of an in-memory buffer: it owns no memory, and
+    dask's copy is made) or an array the task allocated, held by nothing else once the scheduler
+    hands it over -- unless a scheduler callback (dask's result cache is one) saw it: then too
+    dask's copy is made."""
     from dask.array.core import finalize
     from dask.callbacks import Callback
 
