@@ -694,9 +694,8 @@ def _merge_out_of_core(container, item, name: str, output: str, memory: int):
 
 
 def _zarr_modules():
-    """(dask.array, ProgressBar, zarr), or a typed error naming the extra that installs them."""
+    """(dask's ProgressBar, zarr), or a typed error naming the extra that installs them."""
     try:
-        import dask.array as da
         from dask.diagnostics import ProgressBar
     except ImportError:
         raise HurraySchemaError("merge --zarr needs dask: pip install 'hurray_schema[zarr]'") from None
@@ -704,7 +703,7 @@ def _zarr_modules():
         import zarr
     except ImportError:
         raise HurraySchemaError("merge --zarr needs zarr: pip install 'hurray_schema[zarr]'") from None
-    return da, ProgressBar, zarr
+    return ProgressBar, zarr
 
 
 def _zarr_storable(lazy):
@@ -727,7 +726,7 @@ def _merge_to_zarr(container, name: str, store: str, memory: Optional[int]):
     ``memory / MERGE_CHUNKS_PER_BUDGET`` bytes (without ``memory``: the default chunk size), written
     by dask's ``to_zarr`` into a temporary folder beside ``store`` that then takes its place (an
     existing Zarr store there is replaced; anything else is refused); (dtype, shape) of the array."""
-    da, ProgressBar, zarr = _zarr_modules()
+    ProgressBar, zarr = _zarr_modules()
     from .evaluate.dask_graph import DEFAULT_CHUNK_BYTES, slab_chunks
 
     target = os.path.realpath(store)
