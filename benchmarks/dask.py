@@ -1,7 +1,7 @@
 """Out-of-core merge through dask, and an overlay through dask against ``materialize()``, same run.
 
     python benchmarks/dask.py [--gib 8] [--budget 1GiB] [--members 64] [--folder DIR] [--spqr-n 4096]
-                              [--repeat 5]
+                              [--repeat 9]
 
 1. A file holding a float32 partition whose merged view is ``--gib`` GiB (row bands of
    ``--members`` dense members) is written *sparsely* in a temporary folder: the members'
@@ -12,7 +12,8 @@
    reads and writes, fsynced like the merge's output).  Targets (issue 14): peak under
    1.5 GiB, throughput ratio >= 0.5.
 2. ``hs.spqr`` of a [n, n] float16 array: median ``to_dask().compute()`` time as a ratio to
-   ``materialize()`` (target <= 1.5x); the results are checked bit-identical first.
+   ``materialize()`` (target <= 1.5x); the results are checked bit-identical first.  Then, for
+   information, the same overlay cut in chunks of 8 MiB.
 
 Nothing asserts; run it alone (the machine's other work shows in the times).
 """
@@ -43,6 +44,8 @@ from hurray_schema.io import Composite, Tensor  # noqa: E402
 from hurray_schema.model import CompositionRule, ElementType, Shard  # noqa: E402
 
 COPY_BLOCK = 64 * 1024 * 1024
+SEVERAL_CHUNK_BYTES = 8 * 1024 * 1024
+"""Chunk size of the second overlay figure (several chunks, as an out-of-core merge evaluates them)."""
 
 
 class _HoleWriter:
@@ -158,13 +161,16 @@ def out_of_core(args) -> None:
         print(f"throughput ratio merge/copy: {baseline / seconds:.2f} (target >= 0.5)")
 
 
-def median_time(fn, repeat: int) -> float:
-    times = []
+def median_times(functions, repeat: int) -> list[float]:
+    """Median seconds of each of ``functions``, timed in turn within every round (so that the
+    machine's other work weighs on them alike)."""
+    times = [[] for _ in functions]
     for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for fn, seen in zip(functions, times):
+            start = time.perf_counter()
+            fn()
+            seen.append(time.perf_counter() - start)
+    return [statistics.median(seen) for seen in times]
 
 
 def overlay(args) -> None:
@@ -173,10 +179,13 @@ def overlay(args) -> None:
     lazy = item.to_dask()
     want, got = item.materialize(), lazy.compute()
     assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
-    whole = median_time(item.materialize, args.repeat)
-    chunked = median_time(lambda: lazy.compute(), args.repeat)
+    several = item.to_dask(chunk_bytes=SEVERAL_CHUNK_BYTES)
+    assert several.compute().tobytes() == want.tobytes()
+    whole, chunked, cut = median_times([item.materialize, lazy.compute, several.compute], args.repeat)
     print(f"spqr [{args.spqr_n}, {args.spqr_n}] float16: materialize {whole * 1e3:.1f} ms, to_dask().compute() "
           f"{chunked * 1e3:.1f} ms in {lazy.npartitions} chunk(s): ratio {chunked / whole:.2f} (target <= 1.5)")
+    print(f"  the same cut in {several.npartitions} chunks of {SEVERAL_CHUNK_BYTES >> 20} MiB: {cut * 1e3:.1f} ms, ratio "
+          f"{cut / whole:.2f} (no target: each chunk allocates its own output and reads the base's parameters)")
 
 
 def main() -> None:
@@ -186,7 +195,7 @@ def main() -> None:
     parser.add_argument("--members", type=int, default=64)
     parser.add_argument("--folder", default=None, help="where the temporary folder goes (default: the system's)")
     parser.add_argument("--spqr-n", type=int, default=4096)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--skip-merge", action="store_true")
     args = parser.parse_args()
     overlay(args)

@@ -14,7 +14,8 @@ Commands:
 * ``vectors OUTDIR`` -- write the conformance corpus: for every rule a passing and a
   violating input, and ``manifest.json`` (``--check`` compares instead of writing).
 * ``merge PATH NAME -o OUT.npy`` -- materialize a composite (or tensor) of a file; with
-  ``--memory BYTES`` a larger result is evaluated chunk by chunk through dask.
+  ``--memory BYTES`` a larger result is evaluated chunk by chunk through dask;
+  ``--zarr STORE`` instead writes a Zarr store chunk by chunk (the ``[zarr]`` extra).
 
 ``audit --json`` prints one JSON object, schema ``hurray-schema/audit/1``
 (see :data:`AUDIT_JSON_FIELDS`; keys are only ever added, never renamed or removed).
@@ -27,6 +28,7 @@ import json
 import math
 import mmap
 import os
+import shutil
 import stat
 import sys
 import tempfile
@@ -590,24 +592,43 @@ class _Bytes(click.ParamType):
         return int(text[:digits]) * unit
 
 
+ZARR_DTYPE_ATTRIBUTE = "hurray_schema_dtype"
+"""``merge --zarr`` stores a type Zarr has no data type for (NumPy's extension types: bfloat16, the
+float8 types) as its bits, in unsigned integers of its width, and names the type in this attribute
+of the array; ``zarr.open_array(STORE)[...].view(ml_dtypes.bfloat16)`` gives the values back."""
+
+
 @main.command()
 @click.argument("path", type=click.Path(dir_okay=False, exists=True))
 @click.argument("name")
-@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
+@click.option("-o", "--output", "output", default=None, type=click.Path(dir_okay=False),
               help="Where to write the .npy file.")
+@click.option("--zarr", "zarr_store", default=None, type=click.Path(file_okay=False),
+              help="Write a Zarr store (a folder) instead of a .npy file, chunk by chunk with dask (the [zarr] "
+                   "extra), with a progress bar; a type Zarr has no data type for (bfloat16) is stored as its bits "
+                   f"(unsigned integers of its width) with the array attribute {ZARR_DTYPE_ATTRIBUTE!r} naming it.")
 @click.option("--permissive", is_flag=True, help="Read the file in permissive mode.")
 @click.option("--memory", "memory", type=_Bytes(), default=None,
               help="Memory budget (e.g. 1G): a larger result is evaluated chunk by chunk with dask (the [dask] "
-                   "extra) and written to OUTPUT as the chunks complete, with a progress bar.")
-def merge(path: str, name: str, output: str, permissive: bool, memory: Optional[int]) -> None:
-    """Materialize tensor or composite NAME of the file PATH into OUTPUT (.npy)."""
+                   "extra) and written to OUTPUT as the chunks complete, with a progress bar; with --zarr, the "
+                   "chunks' size (default: about 64 MiB).")
+def merge(path: str, name: str, output: Optional[str], zarr_store: Optional[str], permissive: bool,
+          memory: Optional[int]) -> None:
+    """Materialize tensor or composite NAME of the file PATH into OUTPUT (.npy) or a Zarr STORE."""
     import numpy as np
 
     from .io import read_file
 
+    if (output is None) == (zarr_store is None):
+        raise click.UsageError("give exactly one of -o/--output and --zarr")
     try:
         container = read_file(path, mode="permissive" if permissive else "strict")
         item = _lookup(container, name)
+        if zarr_store is not None:
+            _result_bytes(item)  # a group has no single array: refused
+            dtype, shape = _merge_to_zarr(container, name, zarr_store, memory)
+            click.echo(f"wrote {zarr_store}: {dtype} {list(shape)}")
+            return
         if memory is not None and _result_bytes(item) > memory:
             dtype, shape = _merge_out_of_core(container, item, name, output, memory)
             click.echo(f"wrote {output}: {dtype} {list(shape)}")
@@ -670,6 +691,81 @@ def _merge_out_of_core(container, item, name: str, output: str, memory: int):
             os.unlink(temp)
         raise
     return lazy.dtype, lazy.shape
+
+
+def _zarr_modules():
+    """(dask's ProgressBar, zarr), or a typed error naming the extra that installs them."""
+    try:
+        from dask.diagnostics import ProgressBar
+    except ImportError:
+        raise HurraySchemaError("merge --zarr needs dask: pip install 'hurray_schema[zarr]'") from None
+    try:
+        import zarr
+    except ImportError:
+        raise HurraySchemaError("merge --zarr needs zarr: pip install 'hurray_schema[zarr]'") from None
+    return ProgressBar, zarr
+
+
+def _zarr_storable(lazy):
+    """(``lazy`` as Zarr can hold it, the attributes saying how): a NumPy extension type (bfloat16,
+    float8 ...: ``dtype.isbuiltin != 1``) viewed as unsigned integers of its width."""
+    import numpy as np
+
+    if lazy.dtype.isbuiltin == 1:
+        return lazy, {}
+    bits = np.dtype(f"<u{lazy.dtype.itemsize}")
+    return lazy.view(bits), {ZARR_DTYPE_ATTRIBUTE: lazy.dtype.name}
+
+
+def _is_zarr_store(path: str) -> bool:
+    return any(os.path.exists(os.path.join(path, marker)) for marker in ("zarr.json", ".zarray", ".zgroup"))
+
+
+def _merge_to_zarr(container, name: str, store: str, memory: Optional[int]):
+    """Evaluate ``name`` through dask into a Zarr store at ``store``: a regular grid of chunks of about
+    ``memory / MERGE_CHUNKS_PER_BUDGET`` bytes (without ``memory``: the default chunk size), written
+    by dask's ``to_zarr`` into a temporary folder beside ``store`` that then takes its place (an
+    existing Zarr store there is replaced; anything else is refused); (dtype, shape) of the array."""
+    ProgressBar, zarr = _zarr_modules()
+    from .evaluate.dask_graph import DEFAULT_CHUNK_BYTES, slab_chunks
+
+    target = os.path.realpath(store)
+    if os.path.exists(target) and not (os.path.isdir(target) and _is_zarr_store(target)):
+        raise HurraySchemaError(f"{store} exists and is not a Zarr store: not replaced")
+    chunk_bytes = max(1, memory // MERGE_CHUNKS_PER_BUDGET) if memory is not None else DEFAULT_CHUNK_BYTES
+    lazy = container.to_dask(name, chunk_bytes=chunk_bytes)
+    storable, attributes = _zarr_storable(lazy)
+    if 0 not in storable.shape:
+        storable = storable.rechunk(slab_chunks(storable.shape, storable.dtype.itemsize, chunk_bytes))
+    temp = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=os.path.dirname(target))
+    try:
+        with ProgressBar(out=sys.stderr):
+            storable.to_zarr(temp, overwrite=True)
+        if attributes:
+            zarr.open_array(temp, mode="r+").attrs.update(attributes)
+        _replace_folder(temp, target)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    return lazy.dtype, lazy.shape
+
+
+def _replace_folder(new: str, target: str) -> None:
+    """``new`` renamed to ``target``; a ``target`` already there is moved aside first and removed only
+    once ``new`` is in its place (put back if the rename fails)."""
+    if not os.path.exists(target):
+        os.rename(new, target)
+        return
+    aside = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", suffix=".old", dir=os.path.dirname(target))
+    old = os.path.join(aside, "store")
+    os.rename(target, old)
+    try:
+        os.rename(new, target)
+    except BaseException:
+        os.rename(old, target)
+        os.rmdir(aside)
+        raise
+    shutil.rmtree(aside)
 
 
 class _NpyChunkWriter:

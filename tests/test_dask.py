@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import sys
 from pathlib import Path
 
 import ml_dtypes
@@ -20,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hurray_schema as hs
-from hurray_schema.cli import main
+from hurray_schema.cli import ZARR_DTYPE_ATTRIBUTE, _merge_to_zarr, main
 from hurray_schema.errors import HurraySchemaError, SpecViolation
 from hurray_schema.evaluate.dask_graph import FileBuffers, LeafSource, read_chunk
 from hurray_schema.io import Composite, Tensor, read_file, write_file
@@ -73,8 +74,16 @@ IRREGULAR_BOXES = [((0, 0), (10, 20)), ((0, 20), (10, 33)), ((10, 0), (17, 7)), 
 """Boxes covering [37, 53] that are no grid: the edges per dimension cut members."""
 
 
+def _csr(sub):
+    """``sub`` without its small entries, as CSR (row pointers, column indices, values)."""
+    rows, cols = np.nonzero(np.abs(sub) > 1.0)
+    pointers = np.searchsorted(rows, np.arange(sub.shape[0] + 1))
+    return hs.sparse_csr(sub[rows, cols], cols, pointers, sub.shape)
+
+
 def _mixed_member(kinds):
-    """A member builder cycling through layouts / storage types (each decodes to the input's float type)."""
+    """A member builder cycling through layouts / storage types (each decodes to the input's float
+    type): dense, COO, CSR, or per-block quantized with int4 / int8 codes (scales in the input's type)."""
     state = {"i": 0}
 
     def build(sub):
@@ -85,14 +94,16 @@ def _mixed_member(kinds):
         if kind == "coo":
             keep = np.argwhere(np.abs(sub) > 1.0)
             return hs.sparse_coo(keep, sub[tuple(keep.T)], sub.shape)
-        return hs.quantize(sub, "per_block", storage="int4")  # scales in the input's type
+        if kind == "csr":
+            return _csr(sub)
+        return hs.quantize(sub, "per_block", storage=kind)
 
     return build
 
 
-def irregular_partition():
-    data = RNG.standard_normal((37, 53)).astype(np.float16)
-    return hs.partition(data, boxes=IRREGULAR_BOXES, member=_mixed_member(["dense", "coo", "int4"]))
+def irregular_partition(dtype=np.float16, kinds=("dense", "coo", "int4")):
+    data = RNG.standard_normal((37, 53)).astype(dtype)
+    return hs.partition(data, boxes=IRREGULAR_BOXES, member=_mixed_member(list(kinds)))
 
 
 def int16_partition():
@@ -116,19 +127,71 @@ def nested():
     return Composite.build(CompositionRule.PARTITION, members, shape=(32, 128), type_tag=ElementType.FLOAT16)
 
 
+def nested_overlays():
+    """An overlay whose base is a partition (of quantized and sparse members) and whose corrections
+    are a partition and a small dense box, inside a partition beside a plain bfloat16 tensor."""
+    base = hs.partition(RNG.standard_normal((16, 64)).astype(ml_dtypes.bfloat16), grid=(2, 2),
+                        member=_mixed_member(["int8", "coo", "int4", "dense"]))
+    patch = hs.partition(RNG.standard_normal((8, 64)).astype(ml_dtypes.bfloat16), grid=(1, 2))
+    box = Tensor.from_numpy(RNG.standard_normal((3, 5)).astype(ml_dtypes.bfloat16))
+    top = hs.overlay(base, [(patch, (4, 0)), (box, (10, 30))], "add")
+    plain = Tensor.from_numpy(RNG.standard_normal((8, 64)).astype(ml_dtypes.bfloat16))
+    members = [Composite._with_sections(m, hs.model.Shard((24, 64), (row, 0)), None) for m, row in ((top, 0),
+                                                                                                    (plain, 16))]
+    return Composite.build(CompositionRule.PARTITION, members, shape=(24, 64), type_tag=ElementType.BFLOAT16)
+
+
+def overlay_with_empty_corrections(dtype):
+    """SpQR-style: an int4 base, a correction storing no entry, then the outliers."""
+    weight = RNG.standard_normal((16, 128)).astype(dtype)
+    spqr = hs.spqr(weight, combine_op="add")
+    nothing = hs.sparse_coo(np.zeros((0, 2), np.int64), np.zeros(0, dtype), (16, 128))
+    return hs.overlay(spqr.members[0], [nothing, spqr.members[1]], "add")
+
+
 CASES = {
     "irregular-mixed-f16": irregular_partition,
+    "irregular-int4-int8-coo-dense-f32": lambda: irregular_partition(np.float32, ("int4", "int8", "dense", "coo")),
+    "irregular-int8-int4-coo-f16": lambda: irregular_partition(np.float16, ("int8", "int4", "coo")),
+    "irregular-csr-int8-dense-coo-f32": lambda: irregular_partition(np.float32, ("csr", "int8", "dense", "coo")),
+    "irregular-int4-csr-bf16": lambda: irregular_partition(ml_dtypes.bfloat16, ("int4", "csr", "dense")),
     "irregular-int16": int16_partition,
     "spqr-f16-replace": lambda: spqr_overlay(np.float16, "replace"),
     "spqr-f16-add": lambda: spqr_overlay(np.float16, "add"),
     "spqr-bf16-replace": lambda: spqr_overlay(ml_dtypes.bfloat16, "replace"),
     "spqr-bf16-add": lambda: spqr_overlay(ml_dtypes.bfloat16, "add"),
     "nested": nested,
+    "nested-overlays-bf16": nested_overlays,
+    "overlay-empty-correction-f16": lambda: overlay_with_empty_corrections(np.float16),
+    "overlay-empty-correction-bf16": lambda: overlay_with_empty_corrections(ml_dtypes.bfloat16),
     "empty-tensor": lambda: Tensor.from_numpy(np.zeros((0, 5), np.float32)),
     "empty-partition": lambda: hs.partition(np.zeros((4, 0), np.float16), grid=(2, 1)),
     "rank-0": lambda: Tensor.dense(ElementType.FLOAT32, (), np.array(2.5, np.float32).tobytes()),
     "quantized-tensor": lambda: hs.quantize(RNG.standard_normal((20, 64)).astype(np.float16), "per_block"),
 }
+
+def _leaves(item):
+    """(layout class, storage type, scale type or None) of every leaf of ``item``, pre-order."""
+    if getattr(item, "members", None) is None:
+        quantization = item.descriptor.quantization
+        return [(type(item.descriptor.layout).__name__, item.descriptor.type_tag,
+                 quantization.scale_type_tag if quantization is not None else None)]
+    return [leaf for member in item.members for leaf in _leaves(member)]
+
+
+def test_the_mixed_cases_hold_what_they_are_named_for():
+    f32, f16 = ElementType.FLOAT32, ElementType.FLOAT16
+    assert set(_leaves(CASES["irregular-int4-int8-coo-dense-f32"]())) == {
+        ("RowMajorLayout", ElementType.INT4, f32), ("RowMajorLayout", ElementType.INT8, f32),
+        ("RowMajorLayout", f32, None), ("CooLayout", f32, None)}
+    assert {leaf[:2] for leaf in _leaves(CASES["irregular-int8-int4-coo-f16"]())} == {
+        ("RowMajorLayout", ElementType.INT8), ("RowMajorLayout", ElementType.INT4), ("CooLayout", f16)}
+    assert {leaf[0] for leaf in _leaves(CASES["irregular-csr-int8-dense-coo-f32"]())} == {
+        "CsrLayout", "RowMajorLayout", "CooLayout"}
+    nested_leaves = _leaves(CASES["nested-overlays-bf16"]())
+    assert {leaf[1] for leaf in nested_leaves} == {ElementType.INT8, ElementType.INT4, ElementType.BFLOAT16}
+    assert CASES["overlay-empty-correction-f16"]().members[1].descriptor.layout.nnz == 0
+
 
 SMALL_CHUNKS = 4096
 """``chunk_bytes`` small enough that every non-empty case is cut into several chunks."""
@@ -245,7 +308,7 @@ def test_user_chunks_refine_the_member_grid():
 
 
 def _tasks(lazy) -> dict:
-    """chunk key -> (function, source, lo, hi, limits) as the graph holds them."""
+    """chunk key -> (function, source, lo, hi, limits, kernel threads) as the graph holds them."""
     layer = lazy.dask.layers[lazy.name]
     return {key: layer[key] for key in layer}
 
@@ -257,7 +320,7 @@ def test_each_partition_chunk_reads_only_its_members_bytes(tmp_path):
         index = {entry.name: entry for entry in f.entries()}
         starts = [np.cumsum((0,) + c)[:-1] for c in lazy.chunks]
         seen = set()
-        for key, (function, source, lo, hi, _limits) in _tasks(lazy).items():
+        for key, (function, source, lo, hi, _limits, _threads) in _tasks(lazy).items():
             assert function is read_chunk and isinstance(source, LeafSource)
             chunk_lo = tuple(int(starts[d][i]) for d, i in enumerate(key[1:]))
             (member,) = [k for k, (off, shp) in enumerate(IRREGULAR_BOXES)
@@ -270,6 +333,64 @@ def test_each_partition_chunk_reads_only_its_members_bytes(tmp_path):
             assert tuple(l + o for l, o in zip(lo, IRREGULAR_BOXES[member][0])) == chunk_lo
             seen.add(member)
         assert seen == set(range(len(IRREGULAR_BOXES)))
+
+
+def test_a_lone_chunk_is_the_tasks_own_array_and_independent_between_computes():
+    item = spqr_overlay(np.float16, "add")
+    lazy = item.to_dask()
+    assert lazy.numblocks == (1, 1)
+    first = lazy.compute()
+    assert first.flags.owndata and first.flags.writeable
+    first[...] = 0
+    assert same_bits(lazy.compute(), item.materialize())
+
+
+def test_a_lone_chunk_viewing_a_buffer_is_copied():
+    data = RNG.standard_normal((6, 4)).astype(np.float32)
+    item = Tensor.from_numpy(data)
+    (_, source, lo, hi, limits, threads), = _tasks(item.to_dask()).values()
+    view = read_chunk(source, lo, hi, limits, threads)
+    assert not view.flags.owndata  # the task's result is a view of the tensor's buffer ...
+    got = item.to_dask().compute()
+    assert not any(np.shares_memory(got, np.frombuffer(b, np.uint8)) for b in item.buffers)  # ... computed: a copy
+    got[...] = 0
+    assert same_bits(item.to_numpy(), data)
+
+
+def test_a_lone_chunk_is_copied_while_a_scheduler_callback_is_active():
+    from dask.callbacks import Callback
+
+    from hurray_schema.evaluate.dask_graph import _finalize
+
+    chunk = np.arange(6, dtype=np.float32).reshape(2, 3).copy()  # an array of its own
+    assert _finalize([[chunk]]) is chunk
+    assert _finalize([[chunk[:1]]]) is not chunk  # a view: copied
+    with Callback(posttask=lambda *args: None):  # e.g. dask's result cache
+        got = _finalize([[chunk]])
+    assert same_bits(got, chunk) and not np.shares_memory(got, chunk)
+    assert same_bits(_finalize([[chunk], [chunk]]), np.concatenate([chunk, chunk]))  # several: dask's assembly
+
+
+def test_kernels_run_on_one_thread_per_task_of_a_graph_of_several_chunks(monkeypatch):
+    import numba
+
+    import hurray_schema.evaluate.dask_graph as dask_graph
+
+    item = spqr_overlay(np.float16, "add")
+    several, lone = item.to_dask(chunk_bytes=SMALL_CHUNKS), item.to_dask()
+    assert {task[-1] for task in _tasks(several).values()} == {1}
+    assert {task[-1] for task in _tasks(lone).values()} == {None}
+    counts, reading = [], dask_graph.read_box
+
+    def counted(*args, **kwargs):
+        counts.append(numba.get_num_threads())
+        return reading(*args, **kwargs)
+
+    monkeypatch.setattr(dask_graph, "read_box", counted)
+    before = numba.get_num_threads()
+    assert same_bits(several.compute(scheduler="sync"), item.materialize())
+    assert set(counts) == {1} and len(counts) == several.npartitions
+    assert numba.get_num_threads() == before
 
 
 def test_the_graph_holds_no_data(tmp_path):
@@ -361,3 +482,93 @@ def test_merge_memory_parses_units(tmp_path):
         out = tmp_path / f"{budget}.npy"
         assert _merge(path, "x", "-o", out, "--memory", budget).exit_code == 0
         assert same_bits(np.load(out), np.arange(300, dtype=np.float64))
+
+
+# ------------------------------------------------------------------------------------
+# merge --zarr
+# ------------------------------------------------------------------------------------
+
+
+def _zarr_values(store):
+    """The store's array as its values: bits stored for a type Zarr has no data type for are viewed
+    as the type its attribute names."""
+    import zarr
+
+    array = zarr.open_array(str(store), mode="r")
+    values = array[...]
+    named = array.attrs.get(ZARR_DTYPE_ATTRIBUTE)
+    return values.view(np.dtype(getattr(ml_dtypes, named))) if named else values
+
+
+@pytest.mark.parametrize("case", ["irregular-mixed-f16", "irregular-int4-int8-coo-dense-f32", "spqr-f16-replace",
+                                  "spqr-bf16-add", "nested-overlays-bf16", "irregular-int16", "rank-0",
+                                  "empty-tensor"])
+@pytest.mark.parametrize("budget", [None, "4K"])
+def test_merge_zarr_equals_materialize(case, budget, tmp_path):
+    item = CASES[case]()
+    store = tmp_path / "out.zarr"
+    done = _merge(saved(tmp_path, item), "x", "--zarr", store, *(("--memory", budget) if budget else ()))
+    assert done.exit_code == 0, done.output
+    assert "[#" in done.output or 0 in np.shape(expected(item))  # dask's progress bar (nothing to do: none)
+    assert same_bits(_zarr_values(store), expected(item))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.zarr", "x.hrry"]  # no temporary left
+
+
+def test_merge_zarr_chunks_follow_the_budget_on_a_regular_grid(tmp_path):
+    import zarr
+
+    store = tmp_path / "out.zarr"
+    assert _merge(saved(tmp_path, irregular_partition()), "x", "--zarr", store, "--memory", "8K").exit_code == 0
+    array = zarr.open_array(str(store), mode="r")
+    assert array.shape == (37, 53) and array.chunks == (9, 53)  # 8K / 8 = 1024 bytes: 9 rows of 106 bytes
+
+
+def test_merge_zarr_stores_bfloat16_as_its_bits(tmp_path):
+    import zarr
+
+    item = spqr_overlay(ml_dtypes.bfloat16, "replace")
+    store = tmp_path / "bf16.zarr"
+    assert _merge(saved(tmp_path, item), "x", "--zarr", store).exit_code == 0
+    array = zarr.open_array(str(store), mode="r")
+    assert array.dtype == np.uint16 and array.attrs[ZARR_DTYPE_ATTRIBUTE] == "bfloat16"
+    assert array[...].tobytes() == item.materialize().tobytes()
+    half = tmp_path / "f16.zarr"
+    assert _merge(saved(tmp_path, spqr_overlay(np.float16, "add"), "y"), "y", "--zarr", half).exit_code == 0
+    assert zarr.open_array(str(half), mode="r").dtype == np.float16
+    assert ZARR_DTYPE_ATTRIBUTE not in zarr.open_array(str(half), mode="r").attrs
+
+
+def test_merge_zarr_replaces_a_store_and_refuses_anything_else(tmp_path):
+    path = saved(tmp_path, irregular_partition())
+    store = tmp_path / "out.zarr"
+    assert _merge(path, "x", "--zarr", store).exit_code == 0
+    other = saved(tmp_path, Tensor.from_numpy(np.arange(6, dtype=np.float32)), "y")
+    assert _merge(other, "y", "--zarr", store).exit_code == 0
+    assert same_bits(_zarr_values(store), np.arange(6, dtype=np.float32))
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("mine")
+    done = _merge(path, "x", "--zarr", folder)
+    assert done.exit_code == 2 and "not a Zarr store" in done.output
+    assert (folder / "keep.txt").read_text() == "mine"
+
+
+def test_merge_takes_one_output(tmp_path):
+    path = saved(tmp_path, irregular_partition())
+    assert _merge(path, "x").exit_code == 2
+    both = _merge(path, "x", "-o", tmp_path / "a.npy", "--zarr", tmp_path / "a.zarr")
+    assert both.exit_code == 2 and "exactly one" in both.output
+    group = saved(tmp_path, hs.group({"a": np.zeros(3, np.float32)}), "g")
+    done = _merge(group, "g", "--zarr", tmp_path / "g.zarr")
+    assert done.exit_code == 2 and "group composite" in done.output
+
+
+def test_merge_zarr_without_zarr_is_a_typed_error(tmp_path, monkeypatch):
+    path = saved(tmp_path, irregular_partition())
+    monkeypatch.setitem(sys.modules, "zarr", None)  # `import zarr` raises ImportError
+    with read_file(path) as f:
+        with pytest.raises(HurraySchemaError, match=r"needs zarr: pip install 'hurray_schema\[zarr\]'"):
+            _merge_to_zarr(f, "x", str(tmp_path / "out.zarr"), None)
+    done = _merge(path, "x", "--zarr", tmp_path / "out.zarr")
+    assert done.exit_code == 2 and "needs zarr" in done.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.hrry"]

@@ -12,6 +12,12 @@ A composite is chunked by construction (``layouts/composite.md § Composition Se
   :func:`.region.read_box`, so the values are those :func:`.merge.materialize` gives;
 * a **group** is a tuple of arrays, one per member; a plain tensor is cut like an overlay.
 
+A graph of several chunks runs each task's compiled kernels on one thread (the scheduler's
+workers are the parallelism); a lone chunk keeps them all.  The array returned is a
+``dask.array.Array`` whose ``compute()`` does without dask's copy of a lone chunk its task
+allocated (:func:`_finalize`): ``to_dask().compute()`` of a composite costs its
+:func:`.merge.materialize` and the scheduler's overhead.
+
 Every chunk is one task calling :func:`read_chunk` on a *source*: the descriptors of what
 the chunk needs and where the bytes are.  For a file that is the path and each buffer's
 ``(offset, size)`` (:class:`FileBuffers`): the task maps the file itself, so the graph
@@ -25,6 +31,7 @@ The graph is built with dask's own :class:`~dask.highlevelgraph.HighLevelGraph` 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import mmap
 import os
@@ -167,17 +174,41 @@ def _open(source: Source, maps: dict):
     return _OpenTensor(source.descriptor, _buffers(source.buffers, maps))
 
 
-def read_chunk(source: Source, lo: Sequence[int], hi: Sequence[int], limits: Optional[Limits] = None) -> np.ndarray:
+@contextlib.contextmanager
+def _kernel_threads(count: Optional[int]):
+    """The compiled parallel kernels called in the block run on at most ``count`` threads (None:
+    as configured).  numba keeps the thread count per calling thread (``numba.set_num_threads``):
+    this binds the calling (worker) thread only, and restores its count afterwards."""
+    if count is None:
+        yield
+        return
+    import numba
+
+    previous = numba.get_num_threads()
+    numba.set_num_threads(max(1, min(count, previous)))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(previous)
+
+
+def read_chunk(source: Source, lo: Sequence[int], hi: Sequence[int], limits: Optional[Limits] = None,
+               kernel_threads: Optional[int] = None) -> np.ndarray:
     """One chunk: the box ``[lo, hi)`` of ``source``'s logical array (:func:`.region.read_box`,
     charged against ``limits``; a box covering a composite's whole view is
     :func:`.merge.materialize`, which decodes into its output), of shape ``hi - lo``.  Files
-    are mapped for the call only."""
-    item = _open(source, {})
-    if isinstance(item, _OpenComposite) and not any(lo) and tuple(hi) == tuple(item.descriptor.shape):
-        values = materialize(item, limits=limits)  # the whole view: the same values, evaluated in place
-    else:
-        values = read_box(item, lo, hi, limits=limits)
-    return np.asarray(values).reshape(tuple(h - l for l, h in zip(lo, hi)))
+    are mapped for the call only.  ``kernel_threads``: the threads each compiled kernel of the
+    read may use (None: all; a graph of several chunks gives 1, its scheduler's workers being
+    the parallelism -- waking a kernel's threads for every chunk costs more than a small chunk's
+    work on a busy machine)."""
+    with _kernel_threads(kernel_threads):
+        item = _open(source, {})
+        if isinstance(item, _OpenComposite) and not any(lo) and tuple(hi) == tuple(item.descriptor.shape):
+            values = materialize(item, limits=limits)  # the whole view: the same values, evaluated in place
+        else:
+            values = read_box(item, lo, hi, limits=limits)
+    values, shape = np.asarray(values), tuple(h - l for l, h in zip(lo, hi))
+    return values if values.shape == shape else values.reshape(shape)
 
 
 # ------------------------------------------------------------------------------------
@@ -352,8 +383,53 @@ def _graph_name(source: Source, chunks: tuple, limits) -> str:
     return "hurray-" + tokenize(pickle.dumps((source, chunks, limits)))
 
 
+def _lone_chunk(results):
+    """The one array of a single-chunk result (dask nests it in lists), else None."""
+    while isinstance(results, (list, tuple)) and len(results) == 1:
+        results = results[0]
+    return results if type(results) is np.ndarray else None
+
+
+def _finalize(results):
+    """dask.array's ``finalize``, but for a lone chunk that its task allocated: dask copies a lone
+    chunk in case it is a buffer that the graph or a worker also holds.  What :func:`read_chunk`
+    returns is either a view (of a mapped file, of an in-memory buffer: it owns no memory, and
+    dask's copy is made) or an array the task allocated, held by nothing else once the scheduler
+    hands it over -- unless a scheduler callback (dask's result cache is one) saw it: then too
+    dask's copy is made."""
+    from dask.array.core import finalize
+    from dask.callbacks import Callback
+
+    lone = _lone_chunk(results)
+    if lone is not None and lone.flags.owndata and lone.flags.writeable and not Callback.active:
+        return lone
+    return finalize(results)
+
+
+def _array_type():
+    """``dask.array.Array`` whose :meth:`__dask_postcompute__` is :func:`_finalize` (what dask
+    builds from it -- slices, arithmetic, ``persist()`` -- are plain arrays)."""
+    global _ARRAY_TYPE
+    if _ARRAY_TYPE is None:
+        import dask.array as da
+
+        class HurrayArray(da.Array):
+            """A ``dask.array.Array`` of a Hurray tensor or composite (:func:`to_dask`)."""
+
+            __slots__ = ()
+
+            def __dask_postcompute__(self):
+                return _finalize, ()
+
+        HurrayArray.__module__, HurrayArray.__qualname__ = __name__, "HurrayArray"
+        _ARRAY_TYPE = HurrayArray
+    return _ARRAY_TYPE
+
+
+_ARRAY_TYPE = None
+
+
 def _array(source: Source, chunks, chunk_bytes: Optional[int], limits: Optional[Limits]):
-    import dask.array as da
     from dask.highlevelgraph import HighLevelGraph
 
     desc = source.descriptor
@@ -362,13 +438,15 @@ def _array(source: Source, chunks, chunk_bytes: Optional[int], limits: Optional[
     grid = _grid(source, shape, dtype, chunks, chunk_bytes)
     name = _graph_name(source, grid, limits)
     starts = [np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)[:-1]]).tolist() for sizes in grid]
+    cells = [len(sizes) for sizes in grid]
+    threads = 1 if math.prod(cells) > 1 else None
     layer = {}
-    for cell in np.ndindex(*[len(sizes) for sizes in grid]):
+    for cell in np.ndindex(*cells):
         lo = tuple(int(starts[d][i]) for d, i in enumerate(cell))
         hi = tuple(l + int(grid[d][i]) for d, (l, i) in enumerate(zip(lo, cell)))
-        layer[(name,) + tuple(cell)] = (read_chunk, *narrow(source, lo, hi), limits)
+        layer[(name,) + tuple(cell)] = (read_chunk, *narrow(source, lo, hi), limits, threads)
     graph = HighLevelGraph.from_collections(name, layer, dependencies=())
-    return da.Array(graph, name, grid, meta=np.empty((0,) * len(shape), dtype))
+    return _array_type()(graph, name, grid, meta=np.empty((0,) * len(shape), dtype))
 
 
 def _build(source: Source, chunks, chunk_bytes, limits):

@@ -55,7 +55,7 @@ from .dense import affine_strides, hilbert_index, tiled_offsets
 from .elements import UnsupportedEvaluation, bf16_add, f16_add, gather_codes, numpy_dtype
 from .quant import (OUT_BF16, OUT_F16, OUT_F32, PK_CHANNEL, PK_TENSOR, decode_gather, quant_params,
                     storage_shape)
-from .sparse import linear_indices, sparse_entries, sparse_linear
+from .sparse import sparse_entries, sparse_linear
 from .tensor import _check_bounds, decode_cost, decode_into, dense_view, tensor_to_numpy
 from .tensor_box import resolved_shape, sparse_box_entries, tensor_box
 
@@ -528,6 +528,25 @@ def _region(region, shape):
     return tuple(lo), tuple(hi)
 
 
+def _fresh(values: np.ndarray, out: np.ndarray) -> bool:
+    """Whether ``values`` can stand for ``out``: an array of its own (not a view of a buffer),
+    writeable, C-ordered, of ``out``'s shape and dtype."""
+    return (values.flags.owndata and values.flags.writeable and values.flags.c_contiguous
+            and values.shape == out.shape and values.dtype == out.dtype)
+
+
+def _box_linear(coords: np.ndarray, shift, shape) -> np.ndarray:
+    """Row-major linear index in ``shape`` of each coordinate row of ``coords`` moved by ``shift``,
+    computed in one array (a box's entries can be many: no temporaries of their size)."""
+    lin = coords[:, 0] + np.int64(shift[0])
+    for d in range(1, len(shape)):
+        lin *= np.int64(shape[d])
+        lin += coords[:, d]
+        if shift[d]:
+            lin += np.int64(shift[d])
+    return lin
+
+
 def read(composite, region, *, limits=None, _depth: int = 0) -> np.ndarray:
     """The box ``region`` (slices or (start, stop) pairs) of the logical view; only members that
     intersect it are read, each over its intersection with the box only (a plain member by
@@ -582,7 +601,10 @@ def read(composite, region, *, limits=None, _depth: int = 0) -> np.ndarray:
     combine = head.layout.combine_op
     mode = _add_mode(target)
     got = part(members[0], *_box(members[0], shape))
-    out[got[0]] = got[1]
+    if _fresh(got[1], out):
+        out = got[1]  # the base's own decode of the whole region: corrected in place, not copied
+    else:
+        out[got[0]] = got[1]
     flat = out.reshape(-1)
     for m in members[1:]:
         off, shp = _box(m, shape)
@@ -595,7 +617,7 @@ def read(composite, region, *, limits=None, _depth: int = 0) -> np.ndarray:
                                               [b - o for b, o in zip(stop, off)], target)
             if vals.size == 0:
                 continue
-            lin = linear_indices(coords + np.asarray(start, np.int64) - np.asarray(lo, np.int64), out.shape)
+            lin = _box_linear(coords, [a - l for a, l in zip(start, lo)], out.shape)
             if combine == CombineOp.REPLACE:  # distinct indices (coo.md § Validity Constraints): one assignment,
                 flat[lin] = vals  # no parallel kernel launch for a box's few entries
                 continue

@@ -333,19 +333,28 @@ def _u64(buffers, index, count, what) -> np.ndarray:
 
 def _bounded(coords: np.ndarray, bounds, what) -> np.ndarray:
     """``coords`` ((n, k) uint64) as int64, each column below its bound."""
-    if coords.size and np.any(coords.max(axis=0) >= np.asarray(bounds, np.uint64)):
+    if coords.size and any(column.max() >= np.uint64(bound) for column, bound in zip(coords.T, bounds)):
         raise HurraySchemaError(f"{what}: coordinate out of bounds")
     return coords.astype(np.int64)
 
 
 def _inside(coords: np.ndarray, lo, hi) -> np.ndarray:
-    return np.all((coords >= np.asarray(lo, np.int64)) & (coords < np.asarray(hi, np.int64)), axis=1)
+    """Which coordinate rows lie in the box (one column at a time: NumPy reduces a narrow
+    axis slowly)."""
+    keep = np.ones(coords.shape[0], bool)
+    for column, first, stop in zip(coords.T, lo, hi):
+        keep &= (column >= first) & (column < stop)
+    return keep
 
 
-def _strictly_increasing_rows(coords: np.ndarray) -> bool:
-    """Every row of ``coords`` lexicographically after the one before it."""
+def _strictly_increasing_rows(coords: np.ndarray, shape) -> bool:
+    """Every row of ``coords`` (each inside ``shape``) lexicographically after the one before it:
+    their row-major linear indices increase, when those fit int64."""
     if coords.shape[0] < 2:
         return True
+    if math.prod(shape) < 2**63:
+        lin = linear_indices(coords, shape)
+        return bool(np.all(lin[1:] > lin[:-1]))
     step = np.diff(coords, axis=0)
     first = np.argmax(step != 0, axis=1)
     return bool(np.all(step[np.arange(step.shape[0]), first] > 0))
@@ -371,10 +380,10 @@ def _coo_in_box(desc, buffers, shape, lo, hi):
         first = bisect.bisect_left(column, lo[0])
         stop = bisect.bisect_left(column, hi[0], lo=first)
     read = _bounded(idx[first:stop], shape, "COO indices")
-    if is_sorted and not _strictly_increasing_rows(read):
+    if is_sorted and not _strictly_increasing_rows(read, shape):
         raise HurraySchemaError("COO marked sorted is not in strictly increasing lexicographic order")
     keep = np.flatnonzero(_inside(read, lo, hi))
-    coords = read[keep]
+    coords = read if keep.size == read.shape[0] else read[keep]
     if not is_sorted:
         _no_duplicates(coords, lo, hi)
     return keep + first, coords
