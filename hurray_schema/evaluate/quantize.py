@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import get_num_threads, njit, prange
 
 from ..model import ElementType
 from ..structs.element_types import element_type_info
@@ -40,7 +40,7 @@ from .elements import (HAS_F16C, bf16_to_f32, f16_to_f32_fast, f32_to_bf16, f32_
                        minifloat_table)
 
 from .quantize_simd import LANES as SIMD_LANES
-from .quantize_simd import (VECTOR_F16, block_codes_bf16, block_codes_f16, block_minmax_bf16, block_minmax_f16,
+from .quantize_simd import (VECTOR_F16, block_codes_bf16, fetch_add, block_codes_f16, block_minmax_bf16, block_minmax_f16,
                             block_minmax_masked_bf16, block_minmax_masked_f16)
 
 if HAS_F16C:
@@ -513,41 +513,49 @@ def _int4_rows(x, r0, r1, in_kind, cols, block, nb, row_bytes, mask, use_mask, l
     return ok
 
 
-INT4_CHUNKS = 64
-"""The fused 4-bit kernel hands its threads up to this many runs of whole rows (each allocating its
-scratch once): enough runs to share out, few enough that a run covers many rows."""
+INT4_CHUNKS = 256
+"""The fused 4-bit kernel cuts its rows into up to this many runs of whole rows (each allocating its
+scratch once), which its threads take one at a time from a shared counter: a thread that other load
+on the machine holds up takes fewer, instead of the others waiting for its fixed share."""
 
 
 def _affine_rows_int4(x, in_kind, rows, cols, block, padded, mask, use_mask, lo, hi, symmetric, scale_kind,
-                      scales, zps, bad, out, vector):
+                      scales, zps, bad, out, vector, threads):
     """Per-block affine along rows with 4-bit codes, two passes per row while it is in cache: the
     statistics (:func:`_minmax`) and parameters (:func:`_affine_param`) of every block of the row,
     then their codes (:func:`_affine_code`, here with the clamp done on the float32 quotient -- the
     same integers, as ``z`` and the bounds are small integers -- so that the loop vectorizes), two
     per byte.  Doing a row's parameters first lets them run as one vector loop instead of stalling
     each block's codes; every block gets the same values as in one pass.  ``block`` is even, so
-    every block starts on a byte.  The threads share runs of whole rows (:data:`INT4_CHUNKS`).  The
+    every block starts on a byte.  The threads take runs of whole rows (:data:`INT4_CHUNKS`).  The
     input kind is made a constant of each branch, so that the compiler specializes the loops.
     ``vector`` lets whole blocks take the explicit vector steps (:func:`_int4_row_params`, the same
-    results); ``False`` keeps every block on the scalar path (:func:`_int4_block`)."""
+    results); ``False`` keeps every block on the scalar path (:func:`_int4_block`).  ``threads`` is
+    numba's thread count (an argument: asking for it here would keep the kernel out of the cache)."""
     nb = (cols + block - 1) // block if cols else 0
     row_bytes = padded // 2
     per_run = max(np.int64(1), (rows + INT4_CHUNKS - 1) // INT4_CHUNKS)
     runs = (rows + per_run - 1) // per_run
-    for prun in prange(runs):
-        r0 = np.int64(prun) * per_run
-        r1 = min(rows, r0 + per_run)
-        if in_kind == IN_F16:
-            ok = _int4_rows(x, r0, r1, IN_F16, cols, block, nb, row_bytes, mask, use_mask, lo, hi, symmetric,
-                            scale_kind, vector, scales, zps, out)
-        elif in_kind == IN_BF16:
-            ok = _int4_rows(x, r0, r1, IN_BF16, cols, block, nb, row_bytes, mask, use_mask, lo, hi, symmetric,
-                            scale_kind, vector, scales, zps, out)
-        else:
-            ok = _int4_rows(x, r0, r1, IN_F32, cols, block, nb, row_bytes, mask, use_mask, lo, hi, symmetric,
-                            scale_kind, vector, scales, zps, out)
-        if not ok:
-            bad[0] = 1
+    taken = np.zeros(1, np.int64)  # runs handed out so far
+    workers = min(max(np.int64(threads), np.int64(1)), runs)
+    for _ in prange(workers):
+        while True:
+            run = fetch_add(taken, 0, 1)
+            if run >= runs:
+                break
+            r0 = run * per_run
+            r1 = min(rows, r0 + per_run)
+            if in_kind == IN_F16:
+                ok = _int4_rows(x, r0, r1, IN_F16, cols, block, nb, row_bytes, mask, use_mask, lo, hi, symmetric,
+                                scale_kind, vector, scales, zps, out)
+            elif in_kind == IN_BF16:
+                ok = _int4_rows(x, r0, r1, IN_BF16, cols, block, nb, row_bytes, mask, use_mask, lo, hi, symmetric,
+                                scale_kind, vector, scales, zps, out)
+            else:
+                ok = _int4_rows(x, r0, r1, IN_F32, cols, block, nb, row_bytes, mask, use_mask, lo, hi, symmetric,
+                                scale_kind, vector, scales, zps, out)
+            if not ok:
+                bad[0] = 1
 
 
 def _nf4_rows(x, in_kind, rows, cols, block, padded, table, scales, bits, bad, out):
@@ -771,7 +779,8 @@ def _affine_int4(rows2d, block, padded, lo, hi, symmetric, scale_type, mask, vec
     out = np.empty(rows * padded // 2, np.uint8)  # the kernel writes every byte
     m, use_mask = _mask_argument(mask)
     _INT4_ROWS(x, kind, np.int64(rows), np.int64(cols), np.int64(block), np.int64(padded), m, use_mask,
-               np.int64(lo), np.int64(hi), bool(symmetric), SCALE_KINDS[scale_type], scales, zps, bad, out, bool(vector))
+               np.int64(lo), np.int64(hi), bool(symmetric), SCALE_KINDS[scale_type], scales, zps, bad, out, bool(vector),
+               np.int64(get_num_threads()))
     finite = not bad[0]
     over = int(np.count_nonzero(~(np.abs(scales) <= _FLT_MAX))) if finite else 0
     return out, scales, zps, finite, over

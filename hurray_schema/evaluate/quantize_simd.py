@@ -41,7 +41,7 @@ from numba.extending import intrinsic
 
 from .elements import HAS_F16C
 
-__all__ = ["LANES", "VECTOR_F16", "block_minmax_f16", "block_minmax_bf16", "block_minmax_masked_f16",
+__all__ = ["LANES", "VECTOR_F16", "fetch_add", "block_minmax_f16", "block_minmax_bf16", "block_minmax_masked_f16",
            "block_minmax_masked_bf16", "block_codes_f16", "block_codes_bf16"]
 
 LANES = 16
@@ -238,6 +238,24 @@ def _make_codes(bfloat: bool):
         return types.void(x, start, count, s, qlo, qhi, z, out, dst, ahead), codegen
 
     return step
+
+
+@intrinsic
+def fetch_add(typingctx, counter, index, value):
+    """``counter[index] += value`` as one atomic step (LLVM ``atomicrmw add``, monotonic order) on an int64
+    array; returns the value before.  Threads that take work items from a shared counter each get a
+    different one."""
+    if not (isinstance(counter, types.Array) and counter.dtype == types.int64):
+        return None
+
+    def codegen(context, builder, sig, args):
+        aty = sig.args[0]
+        a = context.make_array(aty)(context, builder, args[0])
+        i = context.cast(builder, args[1], sig.args[1], types.int64)
+        p = cgutils.get_item_pointer(context, builder, aty, a, [i], wraparound=False, boundscheck=False)
+        return builder.atomic_rmw("add", p, context.cast(builder, args[2], sig.args[2], types.int64), "monotonic")
+
+    return types.int64(counter, index, value), codegen
 
 
 _MINMAX = {(b, m): _make_minmax(b, m) for b in (False, True) for m in (False, True)}
