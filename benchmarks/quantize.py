@@ -25,6 +25,7 @@ Nothing here asserts: it only measures.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -107,6 +108,8 @@ def main() -> None:
     t_copy, t_kernel, t_api, t_numpy = best["copy"], best["kernel"], best["quantize"], best["numpy"]
     t_scalar, t_one = best["scalar"], best["1 thread"]
     print(f"per-block int4, float16 [{n}, {n}], block {BLOCK}  (codes equal to NumPy's: {same})")
+    print(f"  load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores, {numba.get_num_threads()} threads"
+          "  (other load slows the parallel kernel more than NumPy's one core)")
     print(f"  copy      {t_copy * 1e3:8.2f} ms")
     print(f"  kernel    {t_kernel * 1e3:8.2f} ms   {t_kernel / t_copy:6.2f} x copy   (target <= 4)")
     print(f"  1 thread  {t_one * 1e3:8.2f} ms   {t_one / t_copy:6.2f} x copy   "

@@ -9,6 +9,7 @@ streams / files through pyhurray's readers.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
@@ -720,10 +721,11 @@ def int4_kernel_case(draw):
     """(rows x cols array with NaN / infinity / zeros / extremes mixed in, block, mask or None)."""
     dtype = draw(st.sampled_from(INPUT_DTYPES))
     block = draw(st.sampled_from([16, 32, 48, 64, 18]))
-    rows = draw(st.integers(1, 4))
+    rows = draw(st.sampled_from([1, 2, 3, 4, 67, 130]))  # more rows than the kernel's runs of rows too
     cols = draw(st.integers(1, 3 * block))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    x = rng.standard_normal((rows, cols)) * draw(st.sampled_from([1e-4, 0.02, 1.0, 300.0]))
+    # 1e-38 and 1e6: subnormal float32 / bfloat16 scales, scales past float16's range
+    x = rng.standard_normal((rows, cols)) * draw(st.sampled_from([1e-38, 1e-4, 0.02, 1.0, 300.0, 1e6]))
     special = rng.random((rows, cols)) < draw(st.sampled_from([0.0, 0.0, 0.002, 0.05]))
     x[special] = rng.choice(SPECIAL_VALUES, int(special.sum()))
     if draw(st.booleans()):
@@ -770,3 +772,48 @@ def test_int4_vector_steps_on_the_benchmark_shape_match_numpy():
     assert finite and over == 0
     assert np.array_equal(scales.astype(np.float16).reshape(64, 16), s)
     assert np.array_equal(unpack(codes, E.INT4, w.size).reshape(64, 1024), q)
+
+
+@functools.cache
+def _row_and_scalar_parameters():
+    """A jitted pair: the vector path's row loop of parameters, and the scalar formula block by block."""
+    from numba import njit
+
+    from hurray_schema.evaluate import quantize as kernels
+
+    @njit
+    def both(mins, maxs, lo, hi, symmetric, scale_kind, scales, zps, ref_scales, ref_zps):
+        kernels._affine_params_row(mins, maxs, mins.size, lo, hi, symmetric, scale_kind, scales, zps, 0)
+        for b in range(mins.size):
+            s, z = kernels._affine_param(mins[b], maxs[b], lo, hi, symmetric, scale_kind)
+            ref_scales[b] = s
+            ref_zps[b] = z
+
+    return both
+
+
+FINITE_F32 = st.floats(width=32, allow_nan=False, allow_infinity=False, allow_subnormal=True)
+
+
+@SETTINGS
+@given(st.lists(st.tuples(FINITE_F32, FINITE_F32), min_size=1, max_size=40), st.sampled_from([E.INT4, E.UINT4]),
+       st.booleans(), st.sampled_from([E.FLOAT16, E.BFLOAT16, E.FLOAT32]), st.booleans())
+def test_int4_row_parameters_match_the_scalar_formula(pairs, storage, symmetric, scale_type, empty_first):
+    """The branch-free parameter loop of the vector path against the scalar one, on any finite statistics:
+    subnormal and huge ones, scales past the scale type's range, a block with no element."""
+    from hurray_schema.evaluate import quantize as kernels
+
+    both = _row_and_scalar_parameters()
+    if storage == E.UINT4:
+        symmetric = False
+    lo, hi = kernels.code_range(storage, symmetric)
+    a = np.array(pairs, np.float32).reshape(-1, 2)
+    mins, maxs = a.min(axis=1), a.max(axis=1)
+    if empty_first:
+        mins[0], maxs[0] = np.inf, -np.inf
+    scales, ref_scales = np.empty(mins.size, np.float32), np.empty(mins.size, np.float32)
+    zps, ref_zps = np.empty(mins.size, np.int32), np.empty(mins.size, np.int32)
+    both(mins, maxs, np.int64(lo), np.int64(hi), symmetric, kernels.SCALE_KINDS[scale_type], scales, zps,
+         ref_scales, ref_zps)
+    assert np.array_equal(scales.view(np.uint32), ref_scales.view(np.uint32))
+    assert np.array_equal(zps, ref_zps)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import get_num_threads, njit, prange
 
 from ..model import ElementType
 from ..structs.element_types import element_type_info
@@ -40,11 +40,11 @@ from .elements import (HAS_F16C, bf16_to_f32, f16_to_f32_fast, f32_to_bf16, f32_
                        minifloat_table)
 
 from .quantize_simd import LANES as SIMD_LANES
-from .quantize_simd import (VECTOR_F16, block_codes_bf16, block_codes_f16, block_minmax_bf16, block_minmax_f16,
+from .quantize_simd import (VECTOR_F16, block_codes_bf16, fetch_add, block_codes_f16, block_minmax_bf16, block_minmax_f16,
                             block_minmax_masked_bf16, block_minmax_masked_f16)
 
 if HAS_F16C:
-    from .elements import _f16_to_f32_hw
+    from .elements import _f16_to_f32_hw, _f32_to_f16_hw
 
 __all__ = ["IN_F32", "IN_F16", "IN_BF16", "SCALE_KINDS", "input_kind", "block_view", "restore_layout",
            "storage_bytes", "code_range", "affine_block_stats", "affine_block_params", "affine_codes",
@@ -228,6 +228,92 @@ def _affine_param(mn, mx, lo, hi, symmetric, scale_kind):
     return s, z
 
 
+if HAS_F16C:
+    @njit(cache=True, nogil=True, inline="always")
+    def _f16_round_lanes(x):
+        """float32 -> float16 bits, round to nearest even: :func:`f32_to_f16_fast` for a non-NaN ``x``, branch-free."""
+        return _f32_to_f16_hw(x)
+
+    @njit(cache=True, nogil=True, inline="always")
+    def _f16_widen_lanes(h):
+        """float16 bits -> float32: :func:`f16_to_f32_fast` for a non-NaN pattern, branch-free."""
+        return _f16_to_f32_hw(h)
+else:  # pragma: no cover - depends on the host CPU
+    _f16_round_lanes = f32_to_f16_fast
+    _f16_widen_lanes = f16_to_f32_fast
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _round_up_scale_lanes(s64, scale_kind):
+    """:func:`_round_up_scale` for a non-NaN ``s64`` >= 0 written without branches (a comparison added as
+    0 or 1 to the bits), so that a loop over blocks vectorizes; the same rounding steps, the same result."""
+    if scale_kind == SCALE_F16:
+        h = _f16_round_lanes(np.float32(s64))
+        h = np.uint16(h + np.uint16(np.float64(_f16_widen_lanes(h)) < s64))
+        return _f16_widen_lanes(h)
+    if scale_kind == SCALE_BF16:
+        f = np.float32(s64).view(np.uint32)  # f32_to_bf16's rounding, its NaN case left out
+        h = np.uint16((f + np.uint32(0x7FFF) + ((f >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
+        h = np.uint16(h + np.uint16(np.float64(bf16_to_f32(h)) < s64))
+        return bf16_to_f32(h)
+    v = np.float32(s64)
+    return np.uint32(v.view(np.uint32) + np.uint32(np.float64(v) < s64)).view(np.float32)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _affine_param_lanes(mn, mx, lo, hi, symmetric, scale_kind):
+    """:func:`_affine_param` for finite ``mn``, ``mx`` (or ``mn > mx``: no element), with selects for its
+    branches: the same scale and zero point."""
+    empty = mn > mx
+    mn = np.float32(0.0) if empty else mn
+    mx = np.float32(0.0) if empty else mx
+    if symmetric:
+        s64 = max(abs(np.float64(mn)), abs(np.float64(mx))) / np.float64(hi)
+    else:
+        mn = min(mn, np.float32(0.0))
+        mx = max(mx, np.float32(0.0))
+        s64 = (np.float64(mx) - np.float64(mn)) / np.float64(hi - lo)
+    s = _round_up_scale_lanes(s64, scale_kind)
+    s = np.float32(1.0) if s64 == 0.0 else s
+    z = np.int64(0)
+    if not symmetric:
+        fine = _finite(s)
+        q = np.rint(mn / s)
+        q = q if fine else q - q  # an overflowed scale has zero point 0 (q - q: 0 of q's type)
+        z = min(max(np.int64(lo) - np.int64(q), np.int64(lo)), np.int64(hi))
+        z = z if fine else np.int64(0)
+    return s, z
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _affine_params_loop(mins, maxs, nb, lo, hi, symmetric, scale_kind, scales, zps, first):
+    for b in range(nb):
+        s, z = _affine_param_lanes(mins[b], maxs[b], lo, hi, symmetric, scale_kind)
+        scales[first + b] = s
+        zps[first + b] = z
+
+
+@njit(cache=True, nogil=True)
+def _affine_params_row(mins, maxs, nb, lo, hi, symmetric, scale_kind, scales, zps, first):
+    """Scale and zero point of the ``nb`` blocks of a row (statistics ``mins[:nb]``, ``maxs[:nb]``, all
+    finite) into ``scales`` / ``zps`` from ``first`` on, one branch-free loop per (symmetry, scale type)
+    so that each vectorizes.  Called, not inlined: its six loops are compiled once, not once per input
+    kind of the kernel."""
+    if symmetric:
+        if scale_kind == SCALE_F16:
+            _affine_params_loop(mins, maxs, nb, lo, hi, True, SCALE_F16, scales, zps, first)
+        elif scale_kind == SCALE_BF16:
+            _affine_params_loop(mins, maxs, nb, lo, hi, True, SCALE_BF16, scales, zps, first)
+        else:
+            _affine_params_loop(mins, maxs, nb, lo, hi, True, SCALE_F32, scales, zps, first)
+    elif scale_kind == SCALE_F16:
+        _affine_params_loop(mins, maxs, nb, lo, hi, False, SCALE_F16, scales, zps, first)
+    elif scale_kind == SCALE_BF16:
+        _affine_params_loop(mins, maxs, nb, lo, hi, False, SCALE_BF16, scales, zps, first)
+    else:
+        _affine_params_loop(mins, maxs, nb, lo, hi, False, SCALE_F32, scales, zps, first)
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _affine_code(v, s, z, lo, hi):
     """``clamp(rint(v / s) + z, lo, hi)``: v / s in float32, ties to even."""
@@ -336,38 +422,46 @@ all (a NaN or an infinity among its kept elements)."""
 
 @njit(cache=True, nogil=True, inline="always")
 def _int4_row_params(x, row_start, cols, block, nb, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind,
-                     vector, scales, zps, first, paths):
-    """First pass over a row: each block's statistics by the vector steps of :mod:`.quantize_simd` and
-    its parameters (:func:`_affine_param`) where they apply (``vector``, the block length a multiple
-    of their lanes, a float16 input only on hosts that widen float16 in hardware), stored at
-    ``first + b``, and the path each block's codes take.  A block refused here (a NaN or an infinity
-    among its kept elements) gets scale 1 and zero point 0, as :func:`_int4_block` gives it; one whose
-    only such elements are masked, or whose scale overflowed, is left to :func:`_int4_block`, which
-    defines what it gets."""
+                     vector, scales, zps, first, paths, mins, maxs):
+    """First pass over a row: each block's statistics by the vector steps of :mod:`.quantize_simd` where
+    they apply (``vector``, the block length a multiple of their lanes, a float16 input only on hosts
+    that widen float16 in hardware), then the parameters of the row's blocks in one vectorized loop
+    (:func:`_affine_params_row`), stored at ``first + b``, and the path each block's codes take.  A
+    block refused here (a NaN or an infinity among its kept elements) gets scale 1 and zero point 0,
+    as :func:`_int4_block` gives it; one whose only such elements are masked, or whose scale
+    overflowed, is left to :func:`_int4_block`, which defines what it gets (the parameters of
+    blocks off the vector path are computed from no element, then replaced)."""
     for b in range(nb):
         j0 = b * block
         n = min(cols, j0 + block) - j0
         path = _BLOCK_SCALAR
+        mn = np.float32(np.inf)
+        mx = np.float32(-np.inf)
         if vector and n % SIMD_LANES == 0 and (in_kind != IN_F16 or VECTOR_F16):
-            mn, mx, special, any_special = _vector_minmax(x, row_start + j0, n, in_kind == IN_BF16, mask, use_mask)
+            lo_, hi_, special, any_special = _vector_minmax(x, row_start + j0, n, in_kind == IN_BF16, mask, use_mask)
             if special:
                 path = _BLOCK_REFUSED
-                scales[first + b] = np.float32(1.0)
-                zps[first + b] = 0
-            else:
-                s, z = _affine_param(mn, mx, lo, hi, symmetric, scale_kind)
-                if not any_special and _finite(s):
-                    path = _BLOCK_VECTOR
-                    scales[first + b] = s
-                    zps[first + b] = z
+            elif not any_special:
+                path = _BLOCK_VECTOR
+                mn = lo_
+                mx = hi_
+        mins[b] = mn
+        maxs[b] = mx
         paths[b] = path
+    _affine_params_row(mins, maxs, nb, lo, hi, symmetric, scale_kind, scales, zps, first)
+    for b in range(nb):
+        if paths[b] == _BLOCK_REFUSED:
+            scales[first + b] = np.float32(1.0)
+            zps[first + b] = 0
+        elif paths[b] == _BLOCK_VECTOR and not _finite(scales[first + b]):
+            paths[b] = _BLOCK_SCALAR
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _int4_row_codes(x, row_start, cols, block, nb, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind,
                     scales, zps, first, paths, codes, out, row_dst):
-    """Second pass over a row (still in cache): the codes of each block along its path; returns
-    whether no block was refused."""
+    """Second pass over a row (still in cache): the codes of each block along its path, the vector steps
+    prefetching the next row; returns whether no block was refused."""
     ok = True
     for b in range(nb):
         j0 = b * block
@@ -380,59 +474,88 @@ def _int4_row_codes(x, row_start, cols, block, nb, in_kind, mask, use_mask, lo, 
             qlo = np.float32(lo - z)
             qhi = np.float32(hi - z)
             if in_kind == IN_BF16:
-                block_codes_bf16(x, row_start + j0, n, s, qlo, qhi, np.int32(z), out, dst)
+                block_codes_bf16(x, row_start + j0, n, s, qlo, qhi, np.int32(z), out, dst, cols)
             else:
-                block_codes_f16(x, row_start + j0, n, s, qlo, qhi, np.int32(z), out, dst)
-        elif path == _BLOCK_SCALAR:
-            s, z, fine = _int4_block(x, row_start + j0, n, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind,
-                                     codes, out, dst)
-            scales[first + b] = s
-            zps[first + b] = z
-            ok = ok and fine
+                block_codes_f16(x, row_start + j0, n, s, qlo, qhi, np.int32(z), out, dst, cols)
         else:
-            ok = False
+            fine = False
+            if path == _BLOCK_SCALAR:
+                s, z, fine = _int4_block(x, row_start + j0, n, in_kind, mask, use_mask, lo, hi, symmetric,
+                                         scale_kind, codes, out, dst)
+                scales[first + b] = s
+                zps[first + b] = z
+            if not fine:  # refused: zero bytes, whichever path refused it
+                for k in range(np.uint64((n + 1) // 2)):
+                    out[dst + k] = 0
+            ok = ok and fine
     return ok
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _int4_row(x, r, in_kind, cols, block, nb, row_bytes, mask, use_mask, lo, hi, symmetric, scale_kind, vector,
-              scales, zps, paths, codes, out):
-    """Row ``r``: the parameters of all its blocks, then all their codes; returns whether no block was refused."""
-    _int4_row_params(x, r * cols, cols, block, nb, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind, vector,
-                     scales, zps, r * nb, paths)
-    return _int4_row_codes(x, r * cols, cols, block, nb, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind,
-                           scales, zps, r * nb, paths, codes, out, r * row_bytes)
+def _int4_rows(x, r0, r1, in_kind, cols, block, nb, row_bytes, mask, use_mask, lo, hi, symmetric, scale_kind,
+               vector, scales, zps, out):
+    """Rows ``r0 .. r1 - 1``, each its blocks' parameters then their codes, with one set of scratch arrays;
+    every byte of each row's ``row_bytes`` is written (the padding past its codes as zeros), so ``out``
+    need not be zeroed.  Returns whether no block was refused."""
+    paths = np.empty(nb, np.uint8)
+    mins = np.empty(nb, np.float32)
+    maxs = np.empty(nb, np.float32)
+    codes = np.zeros(block + 1, np.int32)
+    ok = True
+    for r in range(r0, r1):
+        _int4_row_params(x, r * cols, cols, block, nb, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind,
+                         vector, scales, zps, r * nb, paths, mins, maxs)
+        fine = _int4_row_codes(x, r * cols, cols, block, nb, in_kind, mask, use_mask, lo, hi, symmetric,
+                               scale_kind, scales, zps, r * nb, paths, codes, out, r * row_bytes)
+        for k in range(r * row_bytes + (cols + 1) // 2, (r + 1) * row_bytes):
+            out[k] = 0  # per-block-affine.md § Padding
+        ok = ok and fine
+    return ok
+
+
+INT4_CHUNKS = 256
+"""The fused 4-bit kernel cuts its rows into up to this many runs of whole rows (each allocating its
+scratch once), which its threads take one at a time from a shared counter: a thread that other load
+on the machine holds up takes fewer, instead of the others waiting for its fixed share."""
 
 
 def _affine_rows_int4(x, in_kind, rows, cols, block, padded, mask, use_mask, lo, hi, symmetric, scale_kind,
-                      scales, zps, bad, out, vector):
+                      scales, zps, bad, out, vector, threads):
     """Per-block affine along rows with 4-bit codes, two passes per row while it is in cache: the
     statistics (:func:`_minmax`) and parameters (:func:`_affine_param`) of every block of the row,
     then their codes (:func:`_affine_code`, here with the clamp done on the float32 quotient -- the
     same integers, as ``z`` and the bounds are small integers -- so that the loop vectorizes), two
-    per byte.  Doing a row's parameters first lets the blocks' scalar parameter arithmetic overlap
-    instead of stalling each block's codes; every block gets the same values as in one pass.
-    ``block`` is even, so every block starts on a byte.  The input kind is made a constant of each
-    branch, so that the compiler specializes the loops.  ``vector`` lets whole blocks take the
-    explicit vector steps (:func:`_int4_row_params`, the same results); ``False`` keeps every block
-    on the scalar path (:func:`_int4_block`)."""
+    per byte.  Doing a row's parameters first lets them run as one vector loop instead of stalling
+    each block's codes; every block gets the same values as in one pass.  ``block`` is even, so
+    every block starts on a byte.  The threads take runs of whole rows (:data:`INT4_CHUNKS`).  The
+    input kind is made a constant of each branch, so that the compiler specializes the loops.
+    ``vector`` lets whole blocks take the explicit vector steps (:func:`_int4_row_params`, the same
+    results); ``False`` keeps every block on the scalar path (:func:`_int4_block`).  ``threads`` is
+    numba's thread count (an argument: asking for it here would keep the kernel out of the cache)."""
     nb = (cols + block - 1) // block if cols else 0
     row_bytes = padded // 2
-    for prow in prange(rows):
-        r = np.int64(prow)
-        codes = np.zeros(block + 1, np.int32)
-        paths = np.empty(nb, np.uint8)
-        if in_kind == IN_F16:
-            ok = _int4_row(x, r, IN_F16, cols, block, nb, row_bytes, mask, use_mask, lo, hi, symmetric, scale_kind,
-                           vector, scales, zps, paths, codes, out)
-        elif in_kind == IN_BF16:
-            ok = _int4_row(x, r, IN_BF16, cols, block, nb, row_bytes, mask, use_mask, lo, hi, symmetric, scale_kind,
-                           vector, scales, zps, paths, codes, out)
-        else:
-            ok = _int4_row(x, r, IN_F32, cols, block, nb, row_bytes, mask, use_mask, lo, hi, symmetric, scale_kind,
-                           vector, scales, zps, paths, codes, out)
-        if not ok:
-            bad[0] = 1
+    per_run = max(np.int64(1), (rows + INT4_CHUNKS - 1) // INT4_CHUNKS)
+    runs = (rows + per_run - 1) // per_run
+    taken = np.zeros(1, np.int64)  # runs handed out so far
+    workers = min(max(np.int64(threads), np.int64(1)), runs)
+    for _ in prange(workers):
+        while True:
+            run = fetch_add(taken, 0, 1)
+            if run >= runs:
+                break
+            r0 = run * per_run
+            r1 = min(rows, r0 + per_run)
+            if in_kind == IN_F16:
+                ok = _int4_rows(x, r0, r1, IN_F16, cols, block, nb, row_bytes, mask, use_mask, lo, hi, symmetric,
+                                scale_kind, vector, scales, zps, out)
+            elif in_kind == IN_BF16:
+                ok = _int4_rows(x, r0, r1, IN_BF16, cols, block, nb, row_bytes, mask, use_mask, lo, hi, symmetric,
+                                scale_kind, vector, scales, zps, out)
+            else:
+                ok = _int4_rows(x, r0, r1, IN_F32, cols, block, nb, row_bytes, mask, use_mask, lo, hi, symmetric,
+                                scale_kind, vector, scales, zps, out)
+            if not ok:
+                bad[0] = 1
 
 
 def _nf4_rows(x, in_kind, rows, cols, block, padded, table, scales, bits, bad, out):
@@ -653,10 +776,11 @@ def _affine_int4(rows2d, block, padded, lo, hi, symmetric, scale_type, mask, vec
     scales = np.empty(rows * nb, np.float32)
     zps = np.zeros(rows * nb, np.int32)
     bad = np.zeros(1, np.uint8)
-    out = np.zeros(rows * padded // 2, np.uint8)
+    out = np.empty(rows * padded // 2, np.uint8)  # the kernel writes every byte
     m, use_mask = _mask_argument(mask)
     _INT4_ROWS(x, kind, np.int64(rows), np.int64(cols), np.int64(block), np.int64(padded), m, use_mask,
-               np.int64(lo), np.int64(hi), bool(symmetric), SCALE_KINDS[scale_type], scales, zps, bad, out, bool(vector))
+               np.int64(lo), np.int64(hi), bool(symmetric), SCALE_KINDS[scale_type], scales, zps, bad, out, bool(vector),
+               np.int64(get_num_threads()))
     finite = not bad[0]
     over = int(np.count_nonzero(~(np.abs(scales) <= _FLT_MAX))) if finite else 0
     return out, scales, zps, finite, over

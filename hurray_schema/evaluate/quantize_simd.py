@@ -9,13 +9,22 @@ Two steps, each a loop over a block of ``count`` elements (``count`` a multiple 
 * ``block_codes_*`` -- ``clamp(rint(v / s), lo - z, hi - z) + z`` lane by lane (an IEEE
   ``fdiv``: correctly rounded per lane, no fast-math flag; ``llvm.rint``: ties to even), two
   codes per byte, element ``2k`` in the low nibble (``element-types.md § Sub-Byte Integer
-  Types``).
+  Types``).  The clamped quotients are narrowed to bytes before ``z`` is added: a nibble is
+  ``(q + z) mod 16`` either way.  Each step also prefetches the input ``ahead`` elements past
+  the lanes it loads (the caller passes a row's length, so the next row arrives in cache while
+  this one is coded; a prefetch never faults, wherever it points).
 
 The inputs are the kernels' bit patterns: a 16-bit array holds float16 (``bfloat=False``,
 widened by ``fpext half -> float``, ``vcvtph2ps`` with F16C) or bfloat16 (``bfloat=True``,
 shifted into the high half of a float32); a 32-bit array holds float32 whatever ``bfloat``
 says.  Every conversion is exact.  Without F16C LLVM would lower the float16 widening to a
 runtime call per lane, so callers use the float16 steps only when :data:`VECTOR_F16`.
+
+The quotient stays a division.  A product with the reciprocal ``fl(1 / s)`` is within
+``2**-22 |y|`` of ``fl(v / s)``, so it rounds to the same integer unless it lies within
+``2**-17`` of a half-integer (for ``|y| < 32``; beyond, both clamp alike), and such a block can
+be redone by division; but on the hosts measured (AMD Zen 3, AVX2) that check per lane cost
+more than the pipelined ``vdivps`` it saved, so the exact division is kept.
 
 The minimum and maximum may differ from the scalar reduction only in the sign of a zero,
 which changes no scale, zero point or code; the code steps are only defined for blocks of
@@ -32,7 +41,7 @@ from numba.extending import intrinsic
 
 from .elements import HAS_F16C
 
-__all__ = ["LANES", "VECTOR_F16", "block_minmax_f16", "block_minmax_bf16", "block_minmax_masked_f16",
+__all__ = ["LANES", "VECTOR_F16", "fetch_add", "block_minmax_f16", "block_minmax_bf16", "block_minmax_masked_f16",
            "block_minmax_masked_bf16", "block_codes_f16", "block_codes_bf16"]
 
 LANES = 16
@@ -171,12 +180,32 @@ def _rint(builder, v):
     return builder.call(fn, [v])
 
 
+def _prefetch(builder, pointer):
+    """``llvm.prefetch`` of ``pointer`` for reading, into all cache levels (a hint: never faults)."""
+    i8p = _I8.as_pointer()
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, _I32, _I32, _I32]),
+                                        "llvm.prefetch.p0i8")
+    builder.call(fn, [builder.bitcast(pointer, i8p), ir.Constant(_I32, 0), ir.Constant(_I32, 3),
+                      ir.Constant(_I32, 1)])
+
+
+def _pack_nibbles(builder, q, z8):
+    """<LANES x i32> codes ``q - z`` (small integers) and <LANES x i8> ``z`` -> <LANES/2 x i8>: byte ``k`` holds
+    code ``2k`` in its low nibble and code ``2k + 1`` in its high one.  Seen as 16-bit lanes, the nibble
+    bytes ``c`` give ``c | c >> 4`` = the packed byte in the low half."""
+    half = LANES // 2
+    nib = builder.and_(builder.add(builder.trunc(q, _VI8), z8), _splat(_VI8, 15))
+    pairs = builder.bitcast(nib, ir.VectorType(_I16, half))
+    pairs = builder.or_(pairs, builder.lshr(pairs, ir.Constant(pairs.type, [4] * half)))
+    return builder.trunc(pairs, ir.VectorType(_I8, half))
+
+
 def _make_codes(bfloat: bool):
-    """The intrinsic ``step(x, start, count, s, qlo, qhi, z, out, dst)``: the 4-bit codes of
-    ``x[start:start + count]`` packed into ``out[dst:dst + count // 2]``."""
+    """The intrinsic ``step(x, start, count, s, qlo, qhi, z, out, dst, ahead)``: the 4-bit codes of
+    ``x[start:start + count]`` packed into ``out[dst:dst + count // 2]``, prefetching ``ahead`` elements on."""
 
     @intrinsic
-    def step(typingctx, x, start, count, s, qlo, qhi, z, out, dst):
+    def step(typingctx, x, start, count, s, qlo, qhi, z, out, dst, ahead):
         if _width(x) is None or not (isinstance(out, types.Array) and out.dtype == types.uint8):
             return None
 
@@ -185,33 +214,48 @@ def _make_codes(bfloat: bool):
             start_ = context.cast(builder, args[1], sig.args[1], types.int64)
             count_ = context.cast(builder, args[2], sig.args[2], types.int64)
             dst_ = context.cast(builder, args[8], sig.args[8], types.int64)
+            ahead_ = context.cast(builder, args[9], sig.args[9], types.int64)
             s_ = _splat_value(builder, context.cast(builder, args[3], sig.args[3], types.float32), _VF)
             qlo_ = _splat_value(builder, context.cast(builder, args[4], sig.args[4], types.float32), _VF)
             qhi_ = _splat_value(builder, context.cast(builder, args[5], sig.args[5], types.float32), _VF)
-            z_ = _splat_value(builder, context.cast(builder, args[6], sig.args[6], types.int32), _VI32)
-            half = LANES // 2
-            vbytes = ir.VectorType(_I8, half)
-            even = ir.Constant(ir.VectorType(_I32, half), list(range(0, LANES, 2)))
-            odd = ir.Constant(ir.VectorType(_I32, half), list(range(1, LANES, 2)))
+            z8 = _splat_value(builder, builder.trunc(context.cast(builder, args[6], sig.args[6], types.int32), _I8),
+                              _VI8)
+            data = context.make_array(xty)(context, builder, args[0]).data
+            vbytes = ir.VectorType(_I8, LANES // 2)
             chunks = builder.lshr(count_, ir.Constant(_I64, 4))
             with cgutils.for_range(builder, chunks) as loop:
                 index = builder.add(start_, builder.shl(loop.index, ir.Constant(_I64, 4)))
+                _prefetch(builder, builder.gep(data, [builder.add(index, ahead_)]))  # no inbounds: any address
                 _, v = _load_lanes(context, builder, xty, args[0], index, bfloat)
                 y = _rint(builder, builder.fdiv(v, s_))  # no fast-math flags: IEEE quotient
                 y = builder.select(builder.fcmp_ordered(">", y, qlo_), y, qlo_)
                 y = builder.select(builder.fcmp_ordered("<", y, qhi_), y, qhi_)
-                q = builder.add(builder.fptosi(y, _VI32), z_)
-                nib = builder.and_(builder.trunc(q, _VI8), _splat(_VI8, 15))
-                low = builder.shuffle_vector(nib, nib, even)
-                high = builder.shuffle_vector(nib, nib, odd)
-                packed = builder.or_(low, builder.shl(high, ir.Constant(vbytes, [4] * half)))
+                packed = _pack_nibbles(builder, builder.fptosi(y, _VI32), z8)
                 o = builder.add(dst_, builder.shl(loop.index, ir.Constant(_I64, 3)))
                 builder.store(packed, _pointer(context, builder, oty, args[7], o, vbytes), align=1)
             return context.get_dummy_value()
 
-        return types.void(x, start, count, s, qlo, qhi, z, out, dst), codegen
+        return types.void(x, start, count, s, qlo, qhi, z, out, dst, ahead), codegen
 
     return step
+
+
+@intrinsic
+def fetch_add(typingctx, counter, index, value):
+    """``counter[index] += value`` as one atomic step (LLVM ``atomicrmw add``, monotonic order) on an int64
+    array; returns the value before.  Threads that take work items from a shared counter each get a
+    different one."""
+    if not (isinstance(counter, types.Array) and counter.dtype == types.int64):
+        return None
+
+    def codegen(context, builder, sig, args):
+        aty = sig.args[0]
+        a = context.make_array(aty)(context, builder, args[0])
+        i = context.cast(builder, args[1], sig.args[1], types.int64)
+        p = cgutils.get_item_pointer(context, builder, aty, a, [i], wraparound=False, boundscheck=False)
+        return builder.atomic_rmw("add", p, context.cast(builder, args[2], sig.args[2], types.int64), "monotonic")
+
+    return types.int64(counter, index, value), codegen
 
 
 _MINMAX = {(b, m): _make_minmax(b, m) for b in (False, True) for m in (False, True)}
