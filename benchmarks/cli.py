@@ -22,11 +22,9 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -35,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hurray_schema.cli import main as cli_main  # noqa: E402
 from hurray_schema.io import Composite, Tensor, read_file, read_stream, write_file, write_stream  # noqa: E402
 from hurray_schema.model import CompositionRule, ElementType, Shard  # noqa: E402
+from timing import median_time  # noqa: E402
 
 MiB = 1024 * 1024
 
@@ -58,15 +57,6 @@ def touch(item) -> None:
         return
     for buffer in item.buffers:
         len(memoryview(buffer))
-
-
-def median_time(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def run_cli(*args: str) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import io
 import sys
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -31,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hurray_schema import BufferHandle, LimitExceeded, StridedLayout, Tensor, TensorDescriptor  # noqa: E402
 from hurray_schema.model import ElementType  # noqa: E402
 from hurray_schema.io.stream import read_stream, write_stream  # noqa: E402
+from timing import best_time as best  # noqa: E402
 
 
 def coo_stream() -> bytes:
@@ -48,15 +48,6 @@ def stride0_stream(count: int) -> bytes:
     sink = io.BytesIO()
     write_stream(sink, [Tensor(desc, [bytes(4)])])
     return sink.getvalue()
-
-
-def best(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def refuse(tensor, limits):

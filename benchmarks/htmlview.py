@@ -20,10 +20,8 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import statistics
 import sys
 import tempfile
-import time
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -34,6 +32,7 @@ from cli import small_items  # noqa: E402  (benchmarks/cli.py: the same workload
 
 from hurray_schema.cli import main as cli_main  # noqa: E402
 from hurray_schema.io import write_file  # noqa: E402
+from timing import median_time  # noqa: E402
 
 
 def run_cli(*args: str) -> str:
@@ -44,15 +43,6 @@ def run_cli(*args: str) -> str:
         except SystemExit:
             pass
     return sink.getvalue()
-
-
-def median_time(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:

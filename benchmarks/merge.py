@@ -19,7 +19,6 @@ Results are checked bit-identical to the reference before timing.  Nothing asser
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -34,15 +33,7 @@ from evaluate_reference import (band_partition, bits_equal, grid_partition, ref_
                                 ref_partition, ref_unpack_int4, spqr)
 from hurray_schema.evaluate import materialize  # noqa: E402
 from hurray_schema.model import CombineOp  # noqa: E402
-
-
-def median_time(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from timing import median_time  # noqa: E402
 
 
 def numpy_spqr(comp, combine):

@@ -20,10 +20,8 @@ and <= 5% (SpQR box).  Nothing is asserted.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -32,15 +30,7 @@ import numpy as np  # noqa: E402
 
 import hurray_schema as hs  # noqa: E402
 from hurray_schema.evaluate import materialize, read_box  # noqa: E402
-
-
-def median_time(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from timing import median_time  # noqa: E402
 
 
 def every_element(array: np.ndarray) -> np.ndarray:

@@ -51,7 +51,7 @@ from .dense import affine_strides
 from .elements import CODE_VIEW_TYPES, UnsupportedEvaluation, gather_codes, numpy_dtype
 from .quant import (OUT_BF16, OUT_F16, OUT_F32, PK_BLOCK, PK_CHANNEL, PK_TENSOR, QuantParams, decode_gather,
                     decode_rows, decode_rows_lut, int4_vector_ok, quant_params, storage_shape)
-from .sparse import entry_values, linear_indices, sparse_entries
+from .sparse import _u64, entry_values, linear_indices, sparse_entries
 from .tensor import (_affine_offsets, _check_bounds, _check_quant_axis, _decode_int4, _element_range, _owned,
                      _precheck_dense, decode_cost, tensor_to_numpy)
 
@@ -320,15 +320,6 @@ def _gathered_box(desc, buf, p, shape, strides, lo, box, target, out_dtype, limi
 # ------------------------------------------------------------------------------------
 # Sparse layouts
 # ------------------------------------------------------------------------------------
-
-
-def _u64(buffers, index, count, what) -> np.ndarray:
-    if index >= len(buffers):
-        raise HurraySchemaError(f"{what}: buffer {index} is missing")
-    buf = as_bytes(buffers[index])
-    if count < 0 or buf.size < count * 8:
-        raise HurraySchemaError(f"{what}: needs {count * 8} bytes, buffer {index} has {buf.size}")
-    return np.frombuffer(buf, "<u8", count)
 
 
 def _bounded(coords: np.ndarray, bounds, what) -> np.ndarray:
