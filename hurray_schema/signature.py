@@ -58,7 +58,7 @@ from .structs._declare import plan
 from .structs.descriptor import CORE_PARTS, FIXED_HEADER, MAGIC, PARTS, SECTION_PARTS
 
 __all__ = ["CompiledDecoder", "compile_decoder", "lookup", "remember", "clear", "MAX_SIGNATURES", "slot_constructor",
-           "encoder_key", "compile_encoder", "encode", "decode_known", "decode_checked", "MAX_VALUES", "MAX_VALUE_BYTES", "use_value_tables"]
+           "encoder_key", "compile_encoder", "encode", "MISS", "decode_known", "decode_checked", "MAX_VALUES", "MAX_VALUE_BYTES", "use_value_tables"]
 
 MAX_SIGNATURES = 1024
 """Most headers remembered at once (seen, compiled or refused); the input picks the headers,
@@ -437,6 +437,7 @@ def clear() -> None:
     _VALUES.clear()
     _ENCODED.clear()
     _ENCODERS.clear()
+    _BY_LAYOUT.clear()
     _COMPILED.clear()
     _SEEN.clear()
     _REFUSED.clear()
@@ -473,6 +474,7 @@ class _Packer:
         self.args: list[str] = []
         self.guards: list[str] = []
         self.bound: list[str] = []  # "name = expression" lines before the guards
+        self.unpacked: list[str] = []  # "a0, a1 = array" lines after the guards (lengths checked)
 
     def bind(self, expr: str) -> str:
         """A local name for ``expr`` (a part of the descriptor whose fields are read several times)."""
@@ -495,7 +497,10 @@ class _Packer:
                 self.args.append(f"{obj}.{name}")
             else:  # an array: packed with its own length by the general encoder, so it must match
                 self.guards.append(f"len({obj}.{name}) != {stop - start}")
-                self.args.append(f"*{obj}.{name}")
+                items = [f"a{len(self.unpacked)}_{i}" for i in range(stop - start)]
+                if items:
+                    self.unpacked.append(f"{''.join(f'{item}, ' for item in items)}= {obj}.{name}")
+                self.args.extend(items)  # plain positional arguments: no argument tuple built
 
     def raw(self, fmt: str, expr: str) -> None:
         self.fmt += fmt
@@ -510,12 +515,33 @@ def encoder_key(desc: TensorDescriptor) -> tuple:
             desc.extension_type is None, desc.composite_member is None)
 
 
+MISS = object()
+"""What a compiled encoder returns for a descriptor of another :func:`encoder_key`."""
+
+
+def _key_test(desc: TensorDescriptor) -> str:
+    """Source of a test true when ``d`` has another :func:`encoder_key` than ``desc`` though
+    the same layout class (the caller chose the encoder by that class)."""
+    q = desc.quantization
+    tests = [f"len(d.shape) != {len(desc.shape)}", f"len(buffers := d.buffers) != {len(desc.buffers)}"]
+    if q is None:
+        tests.append("d.quantization is not None")
+    else:
+        tests += ["(q := d.quantization).__class__ is not _scheme", f"len(q.padding) != {len(q.padding)}"]
+    for attribute in ("shard", "statistics", "extension_type", "composite_member"):
+        absent = getattr(desc, attribute) is None
+        tests.append(f"d.{attribute} is {'not None' if absent else 'None'}")
+    return " or ".join(tests)
+
+
 def compile_encoder(desc: TensorDescriptor) -> Callable:
-    """``encode(desc) -> bytes | None`` for every descriptor with the :func:`encoder_key` of
-    ``desc``: one ``struct.pack`` of every field after a constant part of the header.  It
-    returns ``None`` (the caller then uses the general encoder, which also reports errors)
-    when an array's length differs from the rank, a value does not fit its field, or the
-    descriptor carries newer-minor trailing data."""
+    """``encode(desc) -> bytes | None | MISS`` for every descriptor with the :func:`encoder_key`
+    of ``desc``: one ``struct.pack`` of every field (the constant ones written as literals),
+    the arrays passed item by item.  It returns :data:`MISS` for a descriptor of another key
+    with ``desc``'s layout class (it checks the key itself, so that the dispatch of
+    :func:`encode` need not build one), and ``None`` (the caller then uses the general
+    encoder, which also reports errors) when an array's length differs from the rank, a value
+    does not fit its field, or the descriptor carries newer-minor trailing data."""
     layout = desc.layout
     cls = TABLE_LAYOUTS.get(layout.tag)
     if not isinstance(layout, (RowMajorLayout, ColumnMajorLayout)) and (cls is None or layout.__class__ is not cls):
@@ -531,7 +557,7 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
         p.table(_LAYOUT.tables[layout.tag], p.bind(f"d.{_LAYOUT.attribute}"), rank=rank)
     p.table(_BUFFER_TABLE.prefix, "d", {_BUFFER_TABLE.prefix_field: len(desc.buffers)})
     if desc.buffers:
-        p.bound.append(f"({''.join(f'b{i}, ' for i in range(len(desc.buffers)))}) = d.{_BUFFER_TABLE.attribute}")
+        p.bound.append(f"({''.join(f'b{i}, ' for i in range(len(desc.buffers)))}) = buffers")  # counted by the key test
     for i in range(len(desc.buffers)):
         p.table(_BUFFER_TABLE.decl, f"b{i}")
     q = desc.quantization
@@ -544,20 +570,24 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
         if size is None:
             raise _NotCompilable("quantization table of variable size")
         p.table(_QUANTIZATION.prefix, "d", {_QUANTIZATION.prefix_field: size + len(q.padding)})
-        quantization = p.bind(f"d.{_QUANTIZATION.attribute}")
+        quantization = "q"  # bound by the key test
         p.table(decl, quantization, {_QUANTIZATION.chosen_by: int(qcls.scheme)})
         if q.padding:
             p.raw(f"{len(q.padding)}s", f"{quantization}.padding")
     for attr, decl, _ in _SECTIONS:
         if getattr(desc, attr) is not None:
             p.table(decl, p.bind(f"d.{attr}"), rank=rank)
+    same_key = _key_test(desc)
     codec = struct.Struct(p.fmt)
     p.args = [str(codec.size) if a == repr(_LENGTH) else a for a in p.args]
-    guards = " or ".join(["d.trailing"] + p.guards)
+    shape_counted = f"len(d.shape) != {rank}"  # the key test's first
+    guards = " or ".join(["d.trailing"] + [guard for guard in p.guards if guard != shape_counted])
     bound = "".join(f"    {line}\n" for line in p.bound)
-    source = (f"def encode(d):\n{bound}    if {guards}:\n        return None\n    try:\n"
+    unpacked = "".join(f"    {line}\n" for line in p.unpacked)
+    source = (f"def encode(d):\n    if {same_key}:\n        return _MISS\n{bound}    if {guards}:\n        return None\n{unpacked}    try:\n"
               f"        return _pack({', '.join(p.args)})\n    except _error:\n        return None\n")
-    namespace = {"_pack": codec.pack, "_error": (struct.error, OverflowError)}  # a float too large for "f"
+    namespace = {"_pack": codec.pack, "_error": (struct.error, OverflowError),  # a float too large for "f"
+                 "_MISS": MISS, "_scheme": desc.quantization.__class__}
     exec(compile(source, f"<hurray_schema encoder {layout.tag:#04x}/rank {rank}>", "exec"), namespace)
     encode = namespace["encode"]
     encode.source = source
@@ -565,7 +595,9 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
 
 
 _ENCODERS: dict = {}  # encoder_key -> compiled encoder, or None where the general encoder is used
-_FUNCTION = type(lambda: None)
+_BY_LAYOUT: dict = {}  # layout class -> the compiled encoders of its keys, as a tuple (at most MAX_SHAPES_PER_LAYOUT)
+MAX_SHAPES_PER_LAYOUT = 8
+"""Most compiled encoders :func:`encode` tries by layout class before building the key."""
 
 
 def encode(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> bytes:
@@ -573,37 +605,52 @@ def encode(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes])
     (compiled the first time, kept only if it gives the bytes ``general`` gives), else
     through ``general``.  The bytes of the last :data:`MAX_VALUES` descriptor objects encoded
     are kept with them (a frozen value encodes to the same bytes every time; a descriptor
-    written to several containers, or written right after it was read, is encoded once)."""
-    if not _TABLES_ON[0]:
-        return _encode_shape(desc, general)
-    known = _ENCODED.get(id(desc))
-    if known is not None and known[0] is desc:
-        return known[1]
-    data = _encode_shape(desc, general)
-    if len(data) <= MAX_VALUE_BYTES:
+    written to several containers, or written right after it was read, is encoded once).
+
+    The compiled encoders of a layout class are tried in turn (each tells a descriptor of
+    another key by :data:`MISS`): cheaper than building and hashing the key of every
+    descriptor; the key is only built when none of them is for ``desc``."""
+    if _TABLES_ON[0]:
+        known = _ENCODED.get(id(desc))
+        if known is not None and known[0] is desc:
+            return known[1]
+    for encoder in _BY_LAYOUT.get(desc.layout.__class__, ()):
+        data = encoder(desc)
+        if data is not MISS:
+            if data is None:
+                return general(desc)
+            break
+    else:
+        data = _encode_by_key(desc, general)
+    if _TABLES_ON[0] and len(data) <= MAX_VALUE_BYTES:
         if len(_ENCODED) >= MAX_VALUES:
             _ENCODED.clear()
         _ENCODED[id(desc)] = (desc, data)
     return data
 
 
-def _encode_shape(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> bytes:
+def _encode_by_key(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> bytes:
     key = encoder_key(desc)
     encoder = _ENCODERS.get(key, _ENCODERS)
-    if encoder.__class__ is _FUNCTION:  # compiled: the common case first
-        data = encoder(desc)
-        return general(desc) if data is None else data
     if encoder is _ENCODERS:  # not seen yet, or only with values the general encoder rejected
         encoder = _compile_checked(desc, general)
         if encoder is not _ENCODERS:
             if len(_ENCODERS) >= MAX_SIGNATURES:
                 _ENCODERS.clear()
+                _BY_LAYOUT.clear()
             _ENCODERS[key] = encoder
     if encoder is not None and encoder is not _ENCODERS:
+        _try_first(desc.layout.__class__, encoder)  # new, or pushed out of the tuple by other keys
         data = encoder(desc)
         if data is not None:
             return data
     return general(desc)
+
+
+def _try_first(layout_class: type, encoder: Callable) -> None:
+    """Put ``encoder`` first among those :func:`encode` tries for ``layout_class``."""
+    known = _BY_LAYOUT.get(layout_class, ())
+    _BY_LAYOUT[layout_class] = (encoder,) + tuple(e for e in known if e is not encoder)[:MAX_SHAPES_PER_LAYOUT - 1]
 
 
 def _compile_checked(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]):
