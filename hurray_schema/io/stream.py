@@ -88,7 +88,7 @@ class StreamReader:
         self.framing = framing
         self._src = Window(source)
         self._binder = CompositeBinder(mode=self.mode, validate=validate_composites, limits=self.limits,
-                                       findings=self.findings, leaf=Tensor, assemble=Composite.from_binder)
+                                       findings=self.findings, leaf=Tensor.bound, assemble=Composite.from_binder)
         self._describe = strict_describer(mode=self.mode, limits=self.limits, cross_machine=cross_machine,
                                           findings=self.findings)
         self._gen = self._bare() if framing == "bare" else self._messages()
@@ -122,14 +122,18 @@ class StreamReader:
         yield from self._binder.finish()
 
     def _bare(self) -> Iterator[Item]:
-        desc, start, buffers = None, 0, []
+        desc, start, buffers, count = None, 0, [], 0
+        add = self._binder.add
         for part in walk_bare(self._src, self._describe, faults=Faults.RAISE, mode=self.mode, limits=self.limits):
             if part.kind == BUFFER:
                 buffers.append(part.value)
             else:
                 desc, start, buffers = part.value, part.start, []
-            if len(buffers) == len(desc.buffers):  # the tensor is complete: bind it
-                yield from self._binder.add(desc, start, buffers)
+                count = len(desc.buffers)
+            if len(buffers) == count:  # the tensor is complete: bind it
+                nodes = add(desc, start, buffers)
+                if nodes:
+                    yield from nodes
         yield from self._finish()
 
     def _messages(self) -> Iterator[Item]:

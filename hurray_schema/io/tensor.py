@@ -27,6 +27,9 @@ DEFAULT_BUFFER_ALIGNMENT = 64
 """``alignment`` our constructors declare in buffer handles (``buffer-protocol.md § Buffer Handle``)."""
 
 
+_new_tensor = object.__new__
+
+
 def _view(buf) -> memoryview:
     view = buf if isinstance(buf, memoryview) else memoryview(buf)
     if view.format != "B" or view.ndim != 1:
@@ -151,6 +154,17 @@ class Tensor(ArrayProtocol):
         self.descriptor = descriptor
         self.buffers = tuple(_view(b) for b in buffers)
         self.name = name
+
+    @classmethod
+    def bound(cls, descriptor: TensorDescriptor, buffers: list) -> "Tensor":
+        """The tensor a reader's composite binder hands over: ``descriptor`` is no composite
+        head (the binder assembles those) and ``buffers`` are the reader's views, so neither
+        is checked again (a stream read builds one per tensor)."""
+        tensor = _new_tensor(cls)
+        tensor.descriptor = descriptor
+        tensor.buffers = tuple(map(_view, buffers))
+        tensor.name = None
+        return tensor
 
     # -- convenience constructors ---------------------------------------------------
     @classmethod
