@@ -328,9 +328,11 @@ class Composite(ArrayProtocol):
     def from_binder(cls, head: TensorDescriptor, payload, members: list, clean: bool) -> "Composite":
         """The composite the readers' binder assembled (``payload`` is the head's name in a
         file; a stream's heads have none); ``clean`` marks it as already validated."""
-        composite = cls(head, members, name=payload if isinstance(payload, str) else None)
-        if clean:
-            composite._verdict = _VALID
+        composite = _new_tensor(cls)  # the binder bound a head to its member_count members: nothing to re-check
+        composite.descriptor = head
+        composite.members = tuple(members)
+        composite.name = payload if isinstance(payload, str) else None
+        composite._verdict = _VALID if clean else None
         return composite
 
     def validate(self) -> None:

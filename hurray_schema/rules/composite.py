@@ -153,6 +153,15 @@ def decoded_type(desc: TensorDescriptor) -> Optional[int]:
     return None
 
 
+def _inside(offsets, shape, head) -> bool:
+    """Whether the box ``[offsets, offsets + shape)`` lies inside ``head`` (a plain loop: it
+    runs for every member of a partition read)."""
+    for o, d, h in zip(offsets, shape, head):
+        if o + d > h:
+            return False
+    return True
+
+
 class CompositeValidator:
     """Validates one composite as its direct members arrive.
 
@@ -244,7 +253,7 @@ class CompositeValidator:
         if rule == _PARTITION or rule == _OVERLAY:
             shard = desc.shard
             if shard is not None and rule == _PARTITION and shard.parent_shape == self._shape and \
-                    all(o + d <= h for o, d, h in zip(shard.shard_offset, desc.shape, self._shape)):
+                    _inside(shard.shard_offset, desc.shape, self._shape):
                 self._flat_offsets.extend(shard.shard_offset)  # the common case: an in-bounds box
                 self._flat_shapes.extend(desc.shape)
                 self._boxes += 1
@@ -524,10 +533,12 @@ class CompositeBinder:
             parent.clean = False
             if parent.validator is None:  # a validating parent has fired it in push_member
                 self._emit(_too_deep(depth, offset, self.mode))
-        elif self.limits is not None:
-            self.limits.check("max_composite_depth", depth, offset)
-        if self.limits is not None:
-            self.limits.check("max_composite_members", desc.layout.member_count, offset)
+        limits = self.limits
+        if limits is not None:  # compared here first: the check's call only when a limit is passed
+            if depth <= MAX_COMPOSITE_DEPTH and depth > limits.max_composite_depth:
+                limits.check("max_composite_depth", depth, offset)
+            if desc.layout.member_count > limits.max_composite_members:
+                limits.check("max_composite_members", desc.layout.member_count, offset)
         validator = None
         if self.validate:
             validator = CompositeValidator(desc, mode=self.mode, collect=self.collect, depth=depth, base=offset,
