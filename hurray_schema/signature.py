@@ -58,7 +58,7 @@ from .structs._declare import plan
 from .structs.descriptor import CORE_PARTS, FIXED_HEADER, MAGIC, PARTS, SECTION_PARTS
 
 __all__ = ["CompiledDecoder", "compile_decoder", "lookup", "remember", "clear", "MAX_SIGNATURES", "slot_constructor",
-           "encoder_key", "compile_encoder", "encode", "MISS", "decode_known", "decode_checked", "MAX_VALUES", "MAX_VALUE_BYTES", "use_value_tables"]
+           "encoder_key", "compile_encoder", "encoder", "encode", "MISS", "decode_known", "decode_checked", "MAX_VALUES", "MAX_VALUE_BYTES", "use_value_tables"]
 
 MAX_SIGNATURES = 1024
 """Most headers remembered at once (seen, compiled or refused); the input picks the headers,
@@ -550,7 +550,7 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
     rank = desc.rank
     presence = attrs.evolve(desc, unparsed_flags=0).flags  # the section bits the key fixes
     p.table(FIXED_HEADER, "d", dict(magic=MAGIC, descriptor_length=_LENGTH, layout_tag=int(layout.tag), rank=rank,
-                                    flags=_Expr(f"{presence} | d.unparsed_flags")))
+                                    flags=_Expr(f"{presence} | d.unparsed_flags" if presence else "d.unparsed_flags")))
     for part in CORE_PARTS:
         p.table(part.decl, "d", rank=rank)
     if cls is not None:
@@ -600,33 +600,49 @@ MAX_SHAPES_PER_LAYOUT = 8
 """Most compiled encoders :func:`encode` tries by layout class before building the key."""
 
 
-def encode(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> bytes:
-    """The wire bytes of ``desc``: through the encoder compiled for its :func:`encoder_key`
-    (compiled the first time, kept only if it gives the bytes ``general`` gives), else
-    through ``general``.  The bytes of the last :data:`MAX_VALUES` descriptor objects encoded
-    are kept with them (a frozen value encodes to the same bytes every time; a descriptor
-    written to several containers, or written right after it was read, is encoded once).
+def encoder(general: Callable[[TensorDescriptor], bytes], name: str = "encode",
+            module: str = __name__) -> Callable[[TensorDescriptor], bytes]:
+    """``encode(desc) -> bytes``: the wire bytes of ``desc`` through the encoder compiled for
+    its :func:`encoder_key` (compiled the first time, kept only if it gives the bytes
+    ``general`` gives), else through ``general``.  The bytes of the last :data:`MAX_VALUES`
+    descriptor objects encoded are kept with them (a frozen value encodes to the same bytes
+    every time; a descriptor written to several containers, or written right after it was
+    read, is encoded once).
 
     The compiled encoders of a layout class are tried in turn (each tells a descriptor of
     another key by :data:`MISS`): cheaper than building and hashing the key of every
-    descriptor; the key is only built when none of them is for ``desc``."""
-    if _TABLES_ON[0]:
-        known = _ENCODED.get(id(desc))
-        if known is not None and known[0] is desc:
-            return known[1]
-    for encoder in _BY_LAYOUT.get(desc.layout.__class__, ()):
-        data = encoder(desc)
-        if data is not MISS:
-            if data is None:
-                return general(desc)
-            break
-    else:
-        data = _encode_by_key(desc, general)
-    if _TABLES_ON[0] and len(data) <= MAX_VALUE_BYTES:
-        if len(_ENCODED) >= MAX_VALUES:
-            _ENCODED.clear()
-        _ENCODED[id(desc)] = (desc, data)
-    return data
+    descriptor; the key is only built when none of them is for ``desc``.  A closure over
+    ``general``, so that a caller's encode is one call (``codec.encode_descriptor``), named
+    ``name`` in ``module``."""
+    encoded, tables_on, by_layout = _ENCODED, _TABLES_ON, _BY_LAYOUT
+
+    def encode(desc: TensorDescriptor) -> bytes:
+        if tables_on[0]:
+            known = encoded.get(id(desc))
+            if known is not None and known[0] is desc:
+                return known[1]
+        for compiled in by_layout.get(desc.layout.__class__, ()):
+            data = compiled(desc)
+            if data is not MISS:
+                if data is None:
+                    return general(desc)
+                break
+        else:
+            data = _encode_by_key(desc, general)
+        if tables_on[0] and len(data) <= MAX_VALUE_BYTES:
+            if len(encoded) >= MAX_VALUES:
+                encoded.clear()
+            encoded[id(desc)] = (desc, data)
+        return data
+
+    encode.__name__ = encode.__qualname__ = name
+    encode.__module__ = module
+    return encode
+
+
+def encode(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> bytes:
+    """``encoder(general)(desc)``: the wire bytes of ``desc`` (see :func:`encoder`)."""
+    return encoder(general)(desc)
 
 
 def _encode_by_key(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> bytes:
