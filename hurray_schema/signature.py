@@ -52,7 +52,8 @@ from .model import (
     SCHEMES, TABLE_LAYOUTS, VALUE_CLASSES, ColumnMajorLayout, DeviceTag, RowMajorLayout, TensorDescriptor,
 )
 from .rules.descriptor.dispatch import (
-    Signature, mark_passed, on_declare, passed, plain_buffers, plain_buffers_source, remember_passed, signature_pass_source,
+    Signature, mark_passed, on_declare, passed, plain_buffers, plain_buffers_source, remember_passed, rememberable,
+    signature_pass_source,
 )
 from .structs._declare import plan
 from .structs.descriptor import CORE_PARTS, FIXED_HEADER, MAGIC, PARTS, SECTION_PARTS
@@ -120,6 +121,9 @@ class CompiledDecoder:
     would report (the general path then decodes and reports).  ``None`` itself where the
     header admits no passing descriptor."""
     checked_source: str = attrs.field(default="", repr=False)
+    rememberable: bool = attrs.field(default=False, repr=False)
+    """What :func:`~hurray_schema.rules.descriptor.dispatch.rememberable` says of every
+    descriptor this header decodes to (their sizes are the header's)."""
     fits_default: bool = attrs.field(init=False)
     """Within :data:`~hurray_schema.limits.DEFAULT_LIMITS` (it may have been compiled under raised ones)."""
 
@@ -269,7 +273,8 @@ def compile_decoder(desc: TensorDescriptor, length: int) -> CompiledDecoder:
     if checked_source:
         exec(compile(checked_source, where, "exec"), namespace)
         checked = namespace["checked"]
-    return CompiledDecoder(namespace["decode"], source, length, desc.rank, len(desc.buffers), checked, checked_source)
+    return CompiledDecoder(namespace["decode"], source, length, desc.rank, len(desc.buffers), checked, checked_source,
+                           rememberable=rememberable(desc))
 
 
 _HANDLE_CLASS = VALUE_CLASSES[_BUFFER_TABLE.value_class]
@@ -390,7 +395,7 @@ def decode_checked(compiled: "CompiledDecoder", key: bytes, data) -> Optional[Te
         if len(_VALUES) >= MAX_VALUES:
             _VALUES.clear()
         _VALUES[key] = desc
-        mark_passed(desc)
+        mark_passed(desc, compiled.rememberable)
     return desc
 
 

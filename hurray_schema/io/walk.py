@@ -35,6 +35,8 @@ import attrs
 import crc32c
 
 from ..codec import checked_descriptor, known_length, parse_descriptor, peek_descriptor_length
+from ..signature import decode_checked
+from ..signature import lookup as lookup_compiled
 from ..errors import HurraySchemaError, SpecViolation
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import OPEN_COMPOSITE, SyncMode, TensorDescriptor
@@ -254,6 +256,19 @@ def strict_describer(*, mode: Mode, limits: Limits = DEFAULT_LIMITS, cross_machi
         return _new_part(Part, (DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "",
                                 tuple(tolerated) if tolerated else (), 0, depth))
 
+    def known(buf: bytes, compiled, base: int) -> Part:
+        """``describe(buf, base, 0)`` where the walk found ``compiled`` for the header of
+        ``buf`` (exactly its length) already: what :func:`checked_descriptor` would look up."""
+        if compiled.checked is not None and (compiled.fits_default if limits is DEFAULT_LIMITS
+                                             else compiled.fits(limits)):
+            desc = decode_checked(compiled, buf, buf)
+            if desc is not None:
+                if cross_machine:
+                    _check_producer_synced(desc, base)
+                return _new_part(Part, (DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "", (), 0, 0))
+        return describe(buf, base, 0)
+
+    describe.known = known
     return describe
 
 
@@ -342,13 +357,22 @@ def walk_bare(window: Window, describe: Describe, *, faults: Faults, mode: Mode,
 
 def _bare_strict(window: Window, describe: Describe, limits: Limits, progress) -> Iterator[Part]:
     max_buffer = limits.max_buffer_bytes
+    max_descriptor = limits.max_descriptor_bytes
     memory = window.data
     end = None if memory is None else len(memory)
+    known = getattr(describe, "known", None)  # a describer told the compiled decoder the framing found
     while (window.pos < end) if end is not None else not window.at_eof():
         start = window.pos
         if progress is not None:
             progress(start)
-        part = describe(_framed_descriptor(window, start, limits), start, 0)
+        compiled = None
+        if memory is not None and start and known is not None:  # a header seen clean before: see _framed_descriptor
+            compiled = lookup_compiled(memory[start : start + FIXED_HEADER_SIZE].tobytes())
+        if compiled is not None and compiled.length <= end - start and compiled.length <= max_descriptor:
+            window.pos = stop = start + compiled.length
+            part = known(memory[start:stop].tobytes(), compiled, start)
+        else:
+            part = describe(_framed_descriptor(window, start, limits), start, 0)
         yield part
         for i, handle in enumerate(part.value.buffers):
             size = handle.byte_size

@@ -204,11 +204,12 @@ class CompositeValidator:
         self._boxes = 0
         self._arrays = None
         self._descriptor_rules = check_head
-        out: list[Finding] = []
-        ctx = DescriptorContext(head, self.mode, base or 0)
-        for rule in _HEAD_RULES if check_head else ():
-            for f in rule.check(head, ctx):
-                self._emit(f if base is not None else _no_offset(f), out)
+        if check_head:
+            out: list[Finding] = []
+            ctx = DescriptorContext(head, self.mode, base or 0)
+            for rule in _HEAD_RULES:
+                for f in rule.check(head, ctx):
+                    self._emit(f if base is not None else _no_offset(f), out)
 
     # -- recording -----------------------------------------------------------------
     def _emit(self, finding: Finding, out: list) -> None:
