@@ -122,18 +122,12 @@ class StreamReader:
         yield from self._binder.finish()
 
     def _bare(self) -> Iterator[Item]:
-        desc, start, buffers, count = None, 0, [], 0
         add = self._binder.add
-        for part in walk_bare(self._src, self._describe, faults=Faults.RAISE, mode=self.mode, limits=self.limits):
-            if part.kind == BUFFER:
-                buffers.append(part.value)
-            else:
-                desc, start, buffers = part.value, part.start, []
-                count = len(desc.buffers)
-            if len(buffers) == count:  # the tensor is complete: bind it
-                nodes = add(desc, start, buffers)
-                if nodes:
-                    yield from nodes
+        for part, buffers in walk_bare(self._src, self._describe, faults=Faults.RAISE, mode=self.mode,
+                                       limits=self.limits, per_tensor=True):
+            nodes = add(part.value, part.start, buffers)  # the tensor is complete: bind it
+            if nodes:
+                yield from nodes
         yield from self._finish()
 
     def _messages(self) -> Iterator[Item]:
