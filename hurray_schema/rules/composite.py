@@ -138,7 +138,8 @@ TORN = declare(
 _HEAD_RULES = [r for r in DESCRIPTOR_RULES if r.scope == "composite.head"]
 _SHARD_BOUNDS = next(r for r in DESCRIPTOR_RULES if r.id == "metadata.shard.bounds")
 _DYN = DYNAMIC_DIMENSION
-_PARTITION, _OVERLAY, _GROUP = CompositionRule.PARTITION, CompositionRule.OVERLAY, CompositionRule.GROUP
+_PARTITION, _OVERLAY, _GROUP = (int(rule) for rule in (CompositionRule.PARTITION, CompositionRule.OVERLAY,
+                                                        CompositionRule.GROUP))  # plain ints: compared per member
 
 
 def decoded_type(desc: TensorDescriptor) -> Optional[int]:
@@ -522,13 +523,17 @@ class CompositeBinder:
             return [self._leaf(desc, payload)]
         parent = stack[-1] if stack else None
         if parent is not None and parent.validator is not None:
-            self._record(parent.validator.push_member(desc, base=offset), parent)
+            found = parent.validator.push_member(desc, base=offset)
+            if found:
+                self._record(found, parent)
         if desc.layout.__class__ is not CompositeLayout:
             node = self._leaf(desc, payload)
             if parent is None:
                 return [node]
-            parent.members.append(node)
-            return self._settle()
+            members = parent.members
+            members.append(node)
+            # only a composite given its last member closes (and may close those around it)
+            return self._settle() if len(members) >= parent.head.layout.member_count else []
         depth = len(stack) + 1
         if depth > MAX_COMPOSITE_DEPTH:  # depth > 1: there is a parent
             parent.clean = False
@@ -544,9 +549,10 @@ class CompositeBinder:
         if self.validate:
             validator = CompositeValidator(desc, mode=self.mode, collect=self.collect, depth=depth, base=offset,
                                            check_head=self.check_heads)
-            self._record(validator.findings)
+            if validator.findings:
+                self._record(validator.findings)
         stack.append(_Frame(desc, offset, payload, validator))
-        return self._settle()
+        return self._settle() if desc.layout.member_count <= 0 else []  # a head of no member closes at once
 
     def _settle(self) -> list:
         """Close every composite that has all its members; the top-level ones come back."""
