@@ -533,7 +533,7 @@ def _key_test(desc: TensorDescriptor) -> str:
         tests.append("d.quantization is not None")
     else:
         tests += ["(q := d.quantization).__class__ is not _scheme", f"len(q.padding) != {len(q.padding)}"]
-    for attribute in ("shard", "statistics", "extension_type", "composite_member"):
+    for attribute, _decl, _cls in _SECTIONS:
         absent = getattr(desc, attribute) is None
         tests.append(f"d.{attribute} is {'not None' if absent else 'None'}")
     return " or ".join(tests)
@@ -582,14 +582,14 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
     for attr, decl, _ in _SECTIONS:
         if getattr(desc, attr) is not None:
             p.table(decl, p.bind(f"d.{attr}"), rank=rank)
-    same_key = _key_test(desc)
+    other_key = _key_test(desc)
     codec = struct.Struct(p.fmt)
     p.args = [str(codec.size) if a == repr(_LENGTH) else a for a in p.args]
     shape_counted = f"len(d.shape) != {rank}"  # the key test's first
     guards = " or ".join(["d.trailing"] + [guard for guard in p.guards if guard != shape_counted])
     bound = "".join(f"    {line}\n" for line in p.bound)
     unpacked = "".join(f"    {line}\n" for line in p.unpacked)
-    source = (f"def encode(d):\n    if {same_key}:\n        return _MISS\n{bound}    if {guards}:\n        return None\n{unpacked}    try:\n"
+    source = (f"def encode(d):\n    if {other_key}:\n        return _MISS\n{bound}    if {guards}:\n        return None\n{unpacked}    try:\n"
               f"        return _pack({', '.join(p.args)})\n    except _error:\n        return None\n")
     namespace = {"_pack": codec.pack, "_error": (struct.error, OverflowError),  # a float too large for "f"
                  "_MISS": MISS, "_scheme": desc.quantization.__class__}

@@ -35,8 +35,6 @@ import attrs
 import crc32c
 
 from ..codec import checked_descriptor, known_length, parse_descriptor, peek_descriptor_length
-from ..signature import decode_checked
-from ..signature import lookup as lookup_compiled
 from ..errors import HurraySchemaError, SpecViolation
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import OPEN_COMPOSITE, SyncMode, TensorDescriptor
@@ -44,6 +42,8 @@ from ..rules import container as container_rules
 from ..rules import structure as structure_rules
 from ..rules.descriptor import check_descriptor, first_error
 from ..rules.engine import Finding, Level, Mode, get_rule
+from ..signature import decode_checked
+from ..signature import lookup as lookup_compiled
 from ..structs._declare import plan, select, static_offset
 from ..structs.descriptor import FIXED_HEADER, FIXED_HEADER_SIZE
 from ..structs.descriptor import MAGIC as DESCRIPTOR_MAGIC
@@ -244,6 +244,22 @@ def strict_describer(*, mode: Mode, limits: Limits = DEFAULT_LIMITS, cross_machi
                 if cross_machine:
                     _check_producer_synced(desc, base)
                 return _new_part(Part, (DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "", (), 0, depth))
+        return general(buf, base, depth)
+
+    def known(buf: bytes, compiled, base: int) -> Part:
+        """``describe(buf, base, 0)`` where the walk found ``compiled`` for the header of
+        ``buf`` (exactly its length) already: what :func:`checked_descriptor` would look up."""
+        if compiled.checked is not None and (compiled.fits_default if limits is DEFAULT_LIMITS
+                                             else compiled.fits(limits)):
+            desc = decode_checked(compiled, buf, buf)
+            if desc is not None:
+                if cross_machine:
+                    _check_producer_synced(desc, base)
+                return _new_part(Part, (DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "", (), 0, 0))
+        return general(buf, base, 0)
+
+    def general(buf, base: int, depth: int) -> Part:
+        """The descriptor decoded the general way, every rule run (it reports what fails)."""
         desc, tolerated = parse_descriptor(buf, mode=mode, base=base, limits=limits)
         if tolerated and findings is not None:
             findings.extend(tolerated)
@@ -256,19 +272,7 @@ def strict_describer(*, mode: Mode, limits: Limits = DEFAULT_LIMITS, cross_machi
         return _new_part(Part, (DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "",
                                 tuple(tolerated) if tolerated else (), 0, depth))
 
-    def known(buf: bytes, compiled, base: int) -> Part:
-        """``describe(buf, base, 0)`` where the walk found ``compiled`` for the header of
-        ``buf`` (exactly its length) already: what :func:`checked_descriptor` would look up."""
-        if compiled.checked is not None and (compiled.fits_default if limits is DEFAULT_LIMITS
-                                             else compiled.fits(limits)):
-            desc = decode_checked(compiled, buf, buf)
-            if desc is not None:
-                if cross_machine:
-                    _check_producer_synced(desc, base)
-                return _new_part(Part, (DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "", (), 0, 0))
-        return describe(buf, base, 0)
-
-    describe.known = known
+    describe.known = known  # for the bare walk, which looks the header up to frame the descriptor
     return describe
 
 
