@@ -491,10 +491,9 @@ def check_semantics(desc: TensorDescriptor, mode="strict") -> TensorDescriptor:
     return desc
 
 
-def encode_descriptor(desc: TensorDescriptor) -> bytes:
-    """The wire bytes of ``desc`` (``descriptor_length`` filled in).
+encode_descriptor = signature.encoder(encode_descriptor_bytes, name="encode_descriptor", module=__name__)
+encode_descriptor.__doc__ = """The wire bytes of ``desc`` (``descriptor_length`` filled in).
 
-    Descriptors shaped like one encoded before (same layout, rank, buffer count, scheme,
-    sections) go through an encoder compiled for that shape (:func:`hurray_schema.signature.encode`).
-    """
-    return signature.encode(desc, encode_descriptor_bytes)
+Descriptors shaped like one encoded before (same layout, rank, buffer count, scheme,
+sections) go through an encoder compiled for that shape (:func:`hurray_schema.signature.encoder`;
+one function, not a wrapper around it: a writer encodes every descriptor)."""

@@ -52,13 +52,14 @@ from .model import (
     SCHEMES, TABLE_LAYOUTS, VALUE_CLASSES, ColumnMajorLayout, DeviceTag, RowMajorLayout, TensorDescriptor,
 )
 from .rules.descriptor.dispatch import (
-    Signature, mark_passed, on_declare, passed, plain_buffers, plain_buffers_source, remember_passed, signature_pass_source,
+    Signature, mark_passed, on_declare, passed, plain_buffers, plain_buffers_source, remember_passed, rememberable,
+    signature_pass_source,
 )
 from .structs._declare import plan
 from .structs.descriptor import CORE_PARTS, FIXED_HEADER, MAGIC, PARTS, SECTION_PARTS
 
 __all__ = ["CompiledDecoder", "compile_decoder", "lookup", "remember", "clear", "MAX_SIGNATURES", "slot_constructor",
-           "encoder_key", "compile_encoder", "encode", "decode_known", "decode_checked", "MAX_VALUES", "MAX_VALUE_BYTES", "use_value_tables"]
+           "encoder_key", "compile_encoder", "encoder", "encode", "MISS", "decode_known", "decode_checked", "MAX_VALUES", "MAX_VALUE_BYTES", "use_value_tables"]
 
 MAX_SIGNATURES = 1024
 """Most headers remembered at once (seen, compiled or refused); the input picks the headers,
@@ -120,6 +121,9 @@ class CompiledDecoder:
     would report (the general path then decodes and reports).  ``None`` itself where the
     header admits no passing descriptor."""
     checked_source: str = attrs.field(default="", repr=False)
+    rememberable: bool = attrs.field(default=False, repr=False)
+    """What :func:`~hurray_schema.rules.descriptor.dispatch.rememberable` says of every
+    descriptor this header decodes to (their sizes are the header's)."""
     fits_default: bool = attrs.field(init=False)
     """Within :data:`~hurray_schema.limits.DEFAULT_LIMITS` (it may have been compiled under raised ones)."""
 
@@ -269,7 +273,8 @@ def compile_decoder(desc: TensorDescriptor, length: int) -> CompiledDecoder:
     if checked_source:
         exec(compile(checked_source, where, "exec"), namespace)
         checked = namespace["checked"]
-    return CompiledDecoder(namespace["decode"], source, length, desc.rank, len(desc.buffers), checked, checked_source)
+    return CompiledDecoder(namespace["decode"], source, length, desc.rank, len(desc.buffers), checked, checked_source,
+                           rememberable=rememberable(desc))
 
 
 _HANDLE_CLASS = VALUE_CLASSES[_BUFFER_TABLE.value_class]
@@ -390,7 +395,7 @@ def decode_checked(compiled: "CompiledDecoder", key: bytes, data) -> Optional[Te
         if len(_VALUES) >= MAX_VALUES:
             _VALUES.clear()
         _VALUES[key] = desc
-        mark_passed(desc)
+        mark_passed(desc, compiled.rememberable)
     return desc
 
 
@@ -437,6 +442,7 @@ def clear() -> None:
     _VALUES.clear()
     _ENCODED.clear()
     _ENCODERS.clear()
+    _BY_LAYOUT.clear()
     _COMPILED.clear()
     _SEEN.clear()
     _REFUSED.clear()
@@ -473,6 +479,7 @@ class _Packer:
         self.args: list[str] = []
         self.guards: list[str] = []
         self.bound: list[str] = []  # "name = expression" lines before the guards
+        self.unpacked: list[str] = []  # "a0, a1 = array" lines after the guards (lengths checked)
 
     def bind(self, expr: str) -> str:
         """A local name for ``expr`` (a part of the descriptor whose fields are read several times)."""
@@ -495,7 +502,10 @@ class _Packer:
                 self.args.append(f"{obj}.{name}")
             else:  # an array: packed with its own length by the general encoder, so it must match
                 self.guards.append(f"len({obj}.{name}) != {stop - start}")
-                self.args.append(f"*{obj}.{name}")
+                items = [f"a{len(self.unpacked)}_{i}" for i in range(stop - start)]
+                if items:
+                    self.unpacked.append(f"{''.join(f'{item}, ' for item in items)}= {obj}.{name}")
+                self.args.extend(items)  # plain positional arguments: no argument tuple built
 
     def raw(self, fmt: str, expr: str) -> None:
         self.fmt += fmt
@@ -510,12 +520,33 @@ def encoder_key(desc: TensorDescriptor) -> tuple:
             desc.extension_type is None, desc.composite_member is None)
 
 
+MISS = object()
+"""What a compiled encoder returns for a descriptor of another :func:`encoder_key`."""
+
+
+def _key_test(desc: TensorDescriptor) -> str:
+    """Source of a test true when ``d`` has another :func:`encoder_key` than ``desc`` though
+    the same layout class (the caller chose the encoder by that class)."""
+    q = desc.quantization
+    tests = [f"len(d.shape) != {len(desc.shape)}", f"len(buffers := d.buffers) != {len(desc.buffers)}"]
+    if q is None:
+        tests.append("d.quantization is not None")
+    else:
+        tests += ["(q := d.quantization).__class__ is not _scheme", f"len(q.padding) != {len(q.padding)}"]
+    for attribute, _decl, _cls in _SECTIONS:
+        absent = getattr(desc, attribute) is None
+        tests.append(f"d.{attribute} is {'not None' if absent else 'None'}")
+    return " or ".join(tests)
+
+
 def compile_encoder(desc: TensorDescriptor) -> Callable:
-    """``encode(desc) -> bytes | None`` for every descriptor with the :func:`encoder_key` of
-    ``desc``: one ``struct.pack`` of every field after a constant part of the header.  It
-    returns ``None`` (the caller then uses the general encoder, which also reports errors)
-    when an array's length differs from the rank, a value does not fit its field, or the
-    descriptor carries newer-minor trailing data."""
+    """``encode(desc) -> bytes | None | MISS`` for every descriptor with the :func:`encoder_key`
+    of ``desc``: one ``struct.pack`` of every field (the constant ones written as literals),
+    the arrays passed item by item.  It returns :data:`MISS` for a descriptor of another key
+    with ``desc``'s layout class (it checks the key itself, so that the dispatch of
+    :func:`encode` need not build one), and ``None`` (the caller then uses the general
+    encoder, which also reports errors) when an array's length differs from the rank, a value
+    does not fit its field, or the descriptor carries newer-minor trailing data."""
     layout = desc.layout
     cls = TABLE_LAYOUTS.get(layout.tag)
     if not isinstance(layout, (RowMajorLayout, ColumnMajorLayout)) and (cls is None or layout.__class__ is not cls):
@@ -524,14 +555,14 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
     rank = desc.rank
     presence = attrs.evolve(desc, unparsed_flags=0).flags  # the section bits the key fixes
     p.table(FIXED_HEADER, "d", dict(magic=MAGIC, descriptor_length=_LENGTH, layout_tag=int(layout.tag), rank=rank,
-                                    flags=_Expr(f"{presence} | d.unparsed_flags")))
+                                    flags=_Expr(f"{presence} | d.unparsed_flags" if presence else "d.unparsed_flags")))
     for part in CORE_PARTS:
         p.table(part.decl, "d", rank=rank)
     if cls is not None:
         p.table(_LAYOUT.tables[layout.tag], p.bind(f"d.{_LAYOUT.attribute}"), rank=rank)
     p.table(_BUFFER_TABLE.prefix, "d", {_BUFFER_TABLE.prefix_field: len(desc.buffers)})
     if desc.buffers:
-        p.bound.append(f"({''.join(f'b{i}, ' for i in range(len(desc.buffers)))}) = d.{_BUFFER_TABLE.attribute}")
+        p.bound.append(f"({''.join(f'b{i}, ' for i in range(len(desc.buffers)))}) = buffers")  # counted by the key test
     for i in range(len(desc.buffers)):
         p.table(_BUFFER_TABLE.decl, f"b{i}")
     q = desc.quantization
@@ -544,20 +575,24 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
         if size is None:
             raise _NotCompilable("quantization table of variable size")
         p.table(_QUANTIZATION.prefix, "d", {_QUANTIZATION.prefix_field: size + len(q.padding)})
-        quantization = p.bind(f"d.{_QUANTIZATION.attribute}")
+        quantization = "q"  # bound by the key test
         p.table(decl, quantization, {_QUANTIZATION.chosen_by: int(qcls.scheme)})
         if q.padding:
             p.raw(f"{len(q.padding)}s", f"{quantization}.padding")
     for attr, decl, _ in _SECTIONS:
         if getattr(desc, attr) is not None:
             p.table(decl, p.bind(f"d.{attr}"), rank=rank)
+    other_key = _key_test(desc)
     codec = struct.Struct(p.fmt)
     p.args = [str(codec.size) if a == repr(_LENGTH) else a for a in p.args]
-    guards = " or ".join(["d.trailing"] + p.guards)
+    shape_counted = f"len(d.shape) != {rank}"  # the key test's first
+    guards = " or ".join(["d.trailing"] + [guard for guard in p.guards if guard != shape_counted])
     bound = "".join(f"    {line}\n" for line in p.bound)
-    source = (f"def encode(d):\n{bound}    if {guards}:\n        return None\n    try:\n"
+    unpacked = "".join(f"    {line}\n" for line in p.unpacked)
+    source = (f"def encode(d):\n    if {other_key}:\n        return _MISS\n{bound}    if {guards}:\n        return None\n{unpacked}    try:\n"
               f"        return _pack({', '.join(p.args)})\n    except _error:\n        return None\n")
-    namespace = {"_pack": codec.pack, "_error": (struct.error, OverflowError)}  # a float too large for "f"
+    namespace = {"_pack": codec.pack, "_error": (struct.error, OverflowError),  # a float too large for "f"
+                 "_MISS": MISS, "_scheme": desc.quantization.__class__}
     exec(compile(source, f"<hurray_schema encoder {layout.tag:#04x}/rank {rank}>", "exec"), namespace)
     encode = namespace["encode"]
     encode.source = source
@@ -565,45 +600,78 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
 
 
 _ENCODERS: dict = {}  # encoder_key -> compiled encoder, or None where the general encoder is used
-_FUNCTION = type(lambda: None)
+_BY_LAYOUT: dict = {}  # layout class -> the compiled encoders of its keys, as a tuple (at most MAX_SHAPES_PER_LAYOUT)
+MAX_SHAPES_PER_LAYOUT = 8
+"""Most compiled encoders :func:`encode` tries by layout class before building the key."""
+
+
+def encoder(general: Callable[[TensorDescriptor], bytes], name: str = "encode",
+            module: str = __name__) -> Callable[[TensorDescriptor], bytes]:
+    """``encode(desc) -> bytes``: the wire bytes of ``desc`` through the encoder compiled for
+    its :func:`encoder_key` (compiled the first time, kept only if it gives the bytes
+    ``general`` gives), else through ``general``.  The bytes of the last :data:`MAX_VALUES`
+    descriptor objects encoded are kept with them (a frozen value encodes to the same bytes
+    every time; a descriptor written to several containers, or written right after it was
+    read, is encoded once).
+
+    The compiled encoders of a layout class are tried in turn (each tells a descriptor of
+    another key by :data:`MISS`): cheaper than building and hashing the key of every
+    descriptor; the key is only built when none of them is for ``desc``.  A closure over
+    ``general``, so that a caller's encode is one call (``codec.encode_descriptor``), named
+    ``name`` in ``module``."""
+    encoded, tables_on, by_layout = _ENCODED, _TABLES_ON, _BY_LAYOUT
+
+    def encode(desc: TensorDescriptor) -> bytes:
+        if tables_on[0]:
+            known = encoded.get(id(desc))
+            if known is not None and known[0] is desc:
+                return known[1]
+        for compiled in by_layout.get(desc.layout.__class__, ()):
+            data = compiled(desc)
+            if data is not MISS:
+                if data is None:
+                    return general(desc)
+                break
+        else:
+            data = _encode_by_key(desc, general)
+        if tables_on[0] and len(data) <= MAX_VALUE_BYTES:
+            if len(encoded) >= MAX_VALUES:
+                encoded.clear()
+            encoded[id(desc)] = (desc, data)
+        return data
+
+    encode.__name__ = encode.__qualname__ = name
+    encode.__module__ = module
+    return encode
 
 
 def encode(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> bytes:
-    """The wire bytes of ``desc``: through the encoder compiled for its :func:`encoder_key`
-    (compiled the first time, kept only if it gives the bytes ``general`` gives), else
-    through ``general``.  The bytes of the last :data:`MAX_VALUES` descriptor objects encoded
-    are kept with them (a frozen value encodes to the same bytes every time; a descriptor
-    written to several containers, or written right after it was read, is encoded once)."""
-    if not _TABLES_ON[0]:
-        return _encode_shape(desc, general)
-    known = _ENCODED.get(id(desc))
-    if known is not None and known[0] is desc:
-        return known[1]
-    data = _encode_shape(desc, general)
-    if len(data) <= MAX_VALUE_BYTES:
-        if len(_ENCODED) >= MAX_VALUES:
-            _ENCODED.clear()
-        _ENCODED[id(desc)] = (desc, data)
-    return data
+    """``encoder(general)(desc)``: the wire bytes of ``desc`` (see :func:`encoder`)."""
+    return encoder(general)(desc)
 
 
-def _encode_shape(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> bytes:
+def _encode_by_key(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> bytes:
     key = encoder_key(desc)
     encoder = _ENCODERS.get(key, _ENCODERS)
-    if encoder.__class__ is _FUNCTION:  # compiled: the common case first
-        data = encoder(desc)
-        return general(desc) if data is None else data
     if encoder is _ENCODERS:  # not seen yet, or only with values the general encoder rejected
         encoder = _compile_checked(desc, general)
         if encoder is not _ENCODERS:
             if len(_ENCODERS) >= MAX_SIGNATURES:
                 _ENCODERS.clear()
+                _BY_LAYOUT.clear()
             _ENCODERS[key] = encoder
     if encoder is not None and encoder is not _ENCODERS:
+        _try_first(desc.layout.__class__, encoder)  # new, or pushed out of the tuple by other keys
         data = encoder(desc)
         if data is not None:
             return data
     return general(desc)
+
+
+def _try_first(layout_class: type, encoder: Callable) -> None:
+    """Put ``encoder`` first among those :func:`encode` tries for ``layout_class``."""
+    known = _BY_LAYOUT.get(layout_class, ())
+    _BY_LAYOUT[layout_class] = (encoder,) + tuple(e for e in known if e is not encoder)[:MAX_SHAPES_PER_LAYOUT - 1]
 
 
 def _compile_checked(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]):

@@ -209,6 +209,28 @@ def test_compiled_encoder_gives_the_general_encoders_bytes(desc):
         assert compiled(desc) == want
 
 
+@SETTINGS
+@given(st.lists(descriptors(), min_size=2, max_size=6))
+def test_encoders_of_one_layout_class_tell_each_others_descriptors_apart(descs):
+    """Encoders are tried by layout class, each refusing a descriptor of another key: a run
+    of descriptors of several keys (rank, buffer count, scheme, sections), encoded twice in
+    turn without clearing, gives the general encoder's bytes every time."""
+    signature.clear()
+    for desc in descs + descs:
+        assert _encode_outcome(encode_descriptor, desc) == _encode_outcome(encode_descriptor_bytes, desc)
+
+
+def test_a_dense_descriptor_is_not_encoded_by_the_encoder_of_a_sharded_one():
+    dense = TensorDescriptor(ElementType.FLOAT32, (8, 4), buffers=(BufferHandle(128),))
+    sharded = TensorDescriptor(ElementType.FLOAT32, (8, 4), buffers=(BufferHandle(128),),
+                               shard=Shard((8, 8), (0, 4)))
+    signature.clear()
+    assert encode_descriptor(sharded) == encode_descriptor_bytes(sharded)
+    assert signature._ENCODERS[signature.encoder_key(sharded)](dense) is signature.MISS
+    assert encode_descriptor(dense) == encode_descriptor_bytes(dense)
+    assert encode_descriptor(sharded) == encode_descriptor_bytes(sharded)
+
+
 def test_arrays_of_another_length_than_the_rank_fall_back_to_the_general_encoder():
     """Lengths rank+1 and rank-1 add up to the compiled format's item count: a guard, not
     the struct module, must send them to the general encoder."""

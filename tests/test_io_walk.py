@@ -71,6 +71,29 @@ def test_bare_stream_truncated_buffer_under_each_policy():
     assert [p.kind for p in parts][:3] == ["descriptor", "buffer", "descriptor"]
 
 
+def test_bare_stream_per_tensor_pairs_each_descriptor_with_its_buffer_views():
+    """``per_tensor``: the descriptor parts of the part-by-part walk, each with the values of
+    its buffer parts; the same fault where a buffer is cut off; RAISE only."""
+    stream = 3 * (ROW_MAJOR_F32_3X4 + bytes(range(BUFFER_BYTES)))
+    strict_describe = located.strict_describer(mode=Mode.STRICT)  # the readers' describer (header lookup shared)
+    for describe in (strict, strict_describe):
+        parts = list(located.walk_bare(located.Window(stream), describe, faults=located.Faults.RAISE,
+                                       mode=Mode.STRICT))
+        pairs = list(located.walk_bare(located.Window(stream), describe, faults=located.Faults.RAISE,
+                                       mode=Mode.STRICT, per_tensor=True))
+        assert [part for part, _ in pairs] == [p for p in parts if p.kind == "descriptor"]
+        assert [[bytes(v) for v in views] for _, views in pairs] == [[bytes(range(BUFFER_BYTES))]] * 3
+        assert [part.start for part, _ in pairs] == [0, 109, 218]
+    short = stream[:-8]
+    with pytest.raises(SpecViolation) as caught:
+        list(located.walk_bare(located.Window(short), strict_describe, faults=located.Faults.RAISE,
+                               mode=Mode.STRICT, per_tensor=True))
+    assert (caught.value.rule_id, caught.value.offset) == ("stream.truncated", len(short))
+    with pytest.raises(ValueError):
+        located.walk_bare(located.Window(stream), collect, faults=located.Faults.COLLECT, mode=Mode.STRICT,
+                          per_tensor=True)
+
+
 def test_nesting_depth_follows_binding():
     def t(n):
         return Tensor.from_numpy(np.zeros(n, np.float32))

@@ -88,7 +88,7 @@ class StreamReader:
         self.framing = framing
         self._src = Window(source)
         self._binder = CompositeBinder(mode=self.mode, validate=validate_composites, limits=self.limits,
-                                       findings=self.findings, leaf=Tensor, assemble=Composite.from_binder)
+                                       findings=self.findings, leaf=Tensor.bound, assemble=Composite.from_binder)
         self._describe = strict_describer(mode=self.mode, limits=self.limits, cross_machine=cross_machine,
                                           findings=self.findings)
         self._gen = self._bare() if framing == "bare" else self._messages()
@@ -122,14 +122,12 @@ class StreamReader:
         yield from self._binder.finish()
 
     def _bare(self) -> Iterator[Item]:
-        desc, start, buffers = None, 0, []
-        for part in walk_bare(self._src, self._describe, faults=Faults.RAISE, mode=self.mode, limits=self.limits):
-            if part.kind == BUFFER:
-                buffers.append(part.value)
-            else:
-                desc, start, buffers = part.value, part.start, []
-            if len(buffers) == len(desc.buffers):  # the tensor is complete: bind it
-                yield from self._binder.add(desc, start, buffers)
+        add = self._binder.add
+        for part, buffers in walk_bare(self._src, self._describe, faults=Faults.RAISE, mode=self.mode,
+                                       limits=self.limits, per_tensor=True):
+            nodes = add(part.value, part.start, buffers)  # the tensor is complete: bind it
+            if nodes:
+                yield from nodes
         yield from self._finish()
 
     def _messages(self) -> Iterator[Item]:

@@ -27,6 +27,9 @@ DEFAULT_BUFFER_ALIGNMENT = 64
 """``alignment`` our constructors declare in buffer handles (``buffer-protocol.md § Buffer Handle``)."""
 
 
+_new_tensor = object.__new__
+
+
 def _view(buf) -> memoryview:
     view = buf if isinstance(buf, memoryview) else memoryview(buf)
     if view.format != "B" or view.ndim != 1:
@@ -151,6 +154,17 @@ class Tensor(ArrayProtocol):
         self.descriptor = descriptor
         self.buffers = tuple(_view(b) for b in buffers)
         self.name = name
+
+    @classmethod
+    def bound(cls, descriptor: TensorDescriptor, buffers: list) -> "Tensor":
+        """The tensor a reader's composite binder hands over: ``descriptor`` is no composite
+        head (the binder assembles those) and ``buffers`` are the reader's views, so neither
+        is checked again (a stream read builds one per tensor)."""
+        tensor = _new_tensor(cls)
+        tensor.descriptor = descriptor
+        tensor.buffers = tuple(map(_view, buffers))
+        tensor.name = None
+        return tensor
 
     # -- convenience constructors ---------------------------------------------------
     @classmethod
@@ -314,9 +328,11 @@ class Composite(ArrayProtocol):
     def from_binder(cls, head: TensorDescriptor, payload, members: list, clean: bool) -> "Composite":
         """The composite the readers' binder assembled (``payload`` is the head's name in a
         file; a stream's heads have none); ``clean`` marks it as already validated."""
-        composite = cls(head, members, name=payload if isinstance(payload, str) else None)
-        if clean:
-            composite._verdict = _VALID
+        composite = _new_tensor(cls)  # the binder bound a head to its member_count members: nothing to re-check
+        composite.descriptor = head
+        composite.members = tuple(members)
+        composite.name = payload if isinstance(payload, str) else None
+        composite._verdict = _VALID if clean else None
         return composite
 
     def validate(self) -> None:

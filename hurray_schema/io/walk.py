@@ -42,6 +42,8 @@ from ..rules import container as container_rules
 from ..rules import structure as structure_rules
 from ..rules.descriptor import check_descriptor, first_error
 from ..rules.engine import Finding, Level, Mode, get_rule
+from ..signature import decode_checked
+from ..signature import lookup as lookup_compiled
 from ..structs._declare import plan, select, static_offset
 from ..structs.descriptor import FIXED_HEADER, FIXED_HEADER_SIZE
 from ..structs.descriptor import MAGIC as DESCRIPTOR_MAGIC
@@ -242,6 +244,22 @@ def strict_describer(*, mode: Mode, limits: Limits = DEFAULT_LIMITS, cross_machi
                 if cross_machine:
                     _check_producer_synced(desc, base)
                 return _new_part(Part, (DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "", (), 0, depth))
+        return general(buf, base, depth)
+
+    def known(buf: bytes, compiled, base: int) -> Part:
+        """``describe(buf, base, 0)`` where the walk found ``compiled`` for the header of
+        ``buf`` (exactly its length) already: what :func:`checked_descriptor` would look up."""
+        if compiled.checked is not None and (compiled.fits_default if limits is DEFAULT_LIMITS
+                                             else compiled.fits(limits)):
+            desc = decode_checked(compiled, buf, buf)
+            if desc is not None:
+                if cross_machine:
+                    _check_producer_synced(desc, base)
+                return _new_part(Part, (DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "", (), 0, 0))
+        return general(buf, base, 0)
+
+    def general(buf, base: int, depth: int) -> Part:
+        """The descriptor decoded the general way, every rule run (it reports what fails)."""
         desc, tolerated = parse_descriptor(buf, mode=mode, base=base, limits=limits)
         if tolerated and findings is not None:
             findings.extend(tolerated)
@@ -254,6 +272,7 @@ def strict_describer(*, mode: Mode, limits: Limits = DEFAULT_LIMITS, cross_machi
         return _new_part(Part, (DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "",
                                 tuple(tolerated) if tolerated else (), 0, depth))
 
+    describe.known = known  # for the bare walk, which looks the header up to frame the descriptor
     return describe
 
 
@@ -323,9 +342,13 @@ def walk_descriptor(view, describe: Describe) -> Iterator[Part]:
 
 
 def walk_bare(window: Window, describe: Describe, *, faults: Faults, mode: Mode,
-              limits: Limits = DEFAULT_LIMITS, progress=None) -> Iterator[Part]:
+              limits: Limits = DEFAULT_LIMITS, progress=None, per_tensor: bool = False) -> Iterator[Part]:
     """Parts of a bare stream (``interchange.md § Scope``): per tensor its descriptor
     part, then one ``buffer`` part per buffer-table entry (no padding).
+
+    ``per_tensor`` (``RAISE`` only): per tensor one ``(descriptor part, buffer views)``
+    pair instead, once all its buffers are read -- the same framing checks, rules and
+    offsets, without a part per buffer (a stream reader wants the views alone).
 
     ``RAISE`` checks the framing first (a descriptor or buffer cut off by the end of the
     stream is ``stream.truncated``, located where the bytes end) and reads only what each
@@ -336,35 +359,65 @@ def walk_bare(window: Window, describe: Describe, *, faults: Faults, mode: Mode,
     empty stream holds zero tensors (``interchange.md § Scope``) and has no part; a lone
     descriptor is :func:`walk_descriptor`'s."""
     if faults is Faults.RAISE:
-        return _bare_strict(window, describe, limits, progress)
+        return _bare_strict(window, describe, limits, progress, per_tensor)
+    if per_tensor:
+        raise ValueError("per_tensor is for faults=Faults.RAISE")
     return _bare_located(window, describe, faults, mode, progress)
 
 
-def _bare_strict(window: Window, describe: Describe, limits: Limits, progress) -> Iterator[Part]:
+def _bare_strict(window: Window, describe: Describe, limits: Limits, progress, per_tensor: bool) -> Iterator:
     max_buffer = limits.max_buffer_bytes
+    max_descriptor = limits.max_descriptor_bytes
     memory = window.data
     end = None if memory is None else len(memory)
+    known = getattr(describe, "known", None)  # a describer told the compiled decoder the framing found
     while (window.pos < end) if end is not None else not window.at_eof():
         start = window.pos
         if progress is not None:
             progress(start)
-        part = describe(_framed_descriptor(window, start, limits), start, 0)
+        compiled = None
+        if memory is not None and start and known is not None:  # a header seen clean before: see _framed_descriptor
+            compiled = lookup_compiled(memory[start : start + FIXED_HEADER_SIZE].tobytes())
+        if compiled is not None and compiled.length <= end - start and compiled.length <= max_descriptor:
+            window.pos = stop = start + compiled.length
+            part = known(memory[start:stop].tobytes(), compiled, start)
+        else:
+            part = describe(_framed_descriptor(window, start, limits), start, 0)
+        if per_tensor:
+            views = []
+            for i, handle in enumerate(part.value.buffers):
+                size, at = handle.byte_size, window.pos
+                if end is not None and size <= max_buffer and size <= end - at:  # the common case, read inline
+                    window.pos = at + size
+                    views.append(memory[at : at + size])
+                else:
+                    views.append(_strict_buffer(window, memory, end, size, max_buffer, limits, i, start))
+            yield part, views
+            continue
         yield part
         for i, handle in enumerate(part.value.buffers):
-            size = handle.byte_size
-            if size > max_buffer:
-                limits.check("max_buffer_bytes", size, start)
             at = window.pos
-            if end is not None and size <= end - at:  # the common case, read inline
-                data = memory[at : at + size]
-                window.pos = at + size
-            else:
-                data = window.read(size)
-                if len(data) < size:
-                    raise container_rules.STREAM_TRUNCATED.violation(
-                        f"buffer {i} of the tensor at byte {start} needs {size} bytes, the stream has "
-                        f"{len(data)} left", at + len(data))
-            yield _new_part(Part, (BUFFER, at, at + size, None, data, None, "", (), i, 0))
+            data = _strict_buffer(window, memory, end, handle.byte_size, max_buffer, limits, i, start)
+            yield _new_part(Part, (BUFFER, at, window.pos, None, data, None, "", (), i, 0))
+
+
+def _strict_buffer(window: Window, memory, end: Optional[int], size: int, max_buffer: int, limits: Limits, i: int,
+                   start: int):
+    """Buffer ``i`` (``size`` bytes) of the tensor whose descriptor is at ``start``, read
+    from where the window is: past ``max_buffer_bytes``, or cut off by the end of the
+    stream (``stream.truncated``, located where the bytes end), it raises."""
+    if size > max_buffer:
+        limits.check("max_buffer_bytes", size, start)
+    at = window.pos
+    if end is not None and size <= end - at:  # the common case, read inline
+        window.pos = at + size
+        return memory[at : at + size]
+    data = window.read(size)
+    if len(data) < size:
+        raise container_rules.STREAM_TRUNCATED.violation(
+            f"buffer {i} of the tensor at byte {start} needs {size} bytes, the stream has "
+            f"{len(data)} left", at + len(data))
+    return data
 
 
 def _bare_located(window: Window, describe: Describe, faults: Faults, mode: Mode, progress) -> Iterator[Part]:

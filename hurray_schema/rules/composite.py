@@ -138,7 +138,8 @@ TORN = declare(
 _HEAD_RULES = [r for r in DESCRIPTOR_RULES if r.scope == "composite.head"]
 _SHARD_BOUNDS = next(r for r in DESCRIPTOR_RULES if r.id == "metadata.shard.bounds")
 _DYN = DYNAMIC_DIMENSION
-_PARTITION, _OVERLAY, _GROUP = CompositionRule.PARTITION, CompositionRule.OVERLAY, CompositionRule.GROUP
+_PARTITION, _OVERLAY, _GROUP = (int(rule) for rule in (CompositionRule.PARTITION, CompositionRule.OVERLAY,
+                                                        CompositionRule.GROUP))  # plain ints: compared per member
 
 
 def decoded_type(desc: TensorDescriptor) -> Optional[int]:
@@ -151,6 +152,15 @@ def decoded_type(desc: TensorDescriptor) -> Optional[int]:
     if isinstance(q, (PerChannelAffine, PerBlockAffine)):
         return int(q.scale_type_tag)
     return None
+
+
+def _inside(offsets, shape, head) -> bool:
+    """Whether the box ``[offsets, offsets + shape)`` lies inside ``head`` (a plain loop: it
+    runs for every member of a partition read)."""
+    for o, d, h in zip(offsets, shape, head):
+        if o + d > h:
+            return False
+    return True
 
 
 class CompositeValidator:
@@ -195,11 +205,12 @@ class CompositeValidator:
         self._boxes = 0
         self._arrays = None
         self._descriptor_rules = check_head
-        out: list[Finding] = []
-        ctx = DescriptorContext(head, self.mode, base or 0)
-        for rule in _HEAD_RULES if check_head else ():
-            for f in rule.check(head, ctx):
-                self._emit(f if base is not None else _no_offset(f), out)
+        if check_head:
+            out: list[Finding] = []
+            ctx = DescriptorContext(head, self.mode, base or 0)
+            for rule in _HEAD_RULES:
+                for f in rule.check(head, ctx):
+                    self._emit(f if base is not None else _no_offset(f), out)
 
     # -- recording -----------------------------------------------------------------
     def _emit(self, finding: Finding, out: list) -> None:
@@ -244,7 +255,7 @@ class CompositeValidator:
         if rule == _PARTITION or rule == _OVERLAY:
             shard = desc.shard
             if shard is not None and rule == _PARTITION and shard.parent_shape == self._shape and \
-                    all(o + d <= h for o, d, h in zip(shard.shard_offset, desc.shape, self._shape)):
+                    _inside(shard.shard_offset, desc.shape, self._shape):
                 self._flat_offsets.extend(shard.shard_offset)  # the common case: an in-bounds box
                 self._flat_shapes.extend(desc.shape)
                 self._boxes += 1
@@ -512,29 +523,36 @@ class CompositeBinder:
             return [self._leaf(desc, payload)]
         parent = stack[-1] if stack else None
         if parent is not None and parent.validator is not None:
-            self._record(parent.validator.push_member(desc, base=offset), parent)
+            found = parent.validator.push_member(desc, base=offset)
+            if found:
+                self._record(found, parent)
         if desc.layout.__class__ is not CompositeLayout:
             node = self._leaf(desc, payload)
             if parent is None:
                 return [node]
-            parent.members.append(node)
-            return self._settle()
+            members = parent.members
+            members.append(node)
+            # only a composite given its last member closes (and may close those around it)
+            return self._settle() if len(members) >= parent.head.layout.member_count else []
         depth = len(stack) + 1
         if depth > MAX_COMPOSITE_DEPTH:  # depth > 1: there is a parent
             parent.clean = False
             if parent.validator is None:  # a validating parent has fired it in push_member
                 self._emit(_too_deep(depth, offset, self.mode))
-        elif self.limits is not None:
-            self.limits.check("max_composite_depth", depth, offset)
-        if self.limits is not None:
-            self.limits.check("max_composite_members", desc.layout.member_count, offset)
+        limits = self.limits
+        if limits is not None:  # compared here first: the check's call only when a limit is passed
+            if depth <= MAX_COMPOSITE_DEPTH and depth > limits.max_composite_depth:
+                limits.check("max_composite_depth", depth, offset)
+            if desc.layout.member_count > limits.max_composite_members:
+                limits.check("max_composite_members", desc.layout.member_count, offset)
         validator = None
         if self.validate:
             validator = CompositeValidator(desc, mode=self.mode, collect=self.collect, depth=depth, base=offset,
                                            check_head=self.check_heads)
-            self._record(validator.findings)
+            if validator.findings:
+                self._record(validator.findings)
         stack.append(_Frame(desc, offset, payload, validator))
-        return self._settle()
+        return self._settle() if desc.layout.member_count <= 0 else []  # a head of no member closes at once
 
     def _settle(self) -> list:
         """Close every composite that has all its members; the top-level ones come back."""

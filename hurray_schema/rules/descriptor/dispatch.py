@@ -137,7 +137,8 @@ _SMALL_COUNT = 64
 the passed table keeps alive (it never holds a large object on behalf of the input)."""
 
 
-def _small(desc: TensorDescriptor) -> bool:
+def rememberable(desc: TensorDescriptor) -> bool:
+    """Whether the passed table may keep ``desc`` alive (small: see :data:`_SMALL_COUNT`)."""
     layout, q = desc.layout, desc.quantization
     return (len(desc.buffers) <= _SMALL_COUNT and len(desc.trailing) <= _SMALL_COUNT
             and not isinstance(layout, (UnknownLayout, ExtensionLayout))
@@ -151,10 +152,12 @@ def passed(desc: TensorDescriptor) -> bool:
     return _PASSED.get(id(desc)) is desc
 
 
-def mark_passed(desc: TensorDescriptor) -> None:
+def mark_passed(desc: TensorDescriptor, known_rememberable: bool = False) -> None:
     """Remember that ``desc`` passes every rule in strict mode (the decoder generated per header
-    checked it), as :func:`first_error` would have, when the table is on."""
-    if _REMEMBER_PASSED[0] and _small(desc):
+    checked it), as :func:`first_error` would have, when the table is on.
+    ``known_rememberable``: the caller knows :func:`rememberable` is true of ``desc`` (the
+    decoder of one header makes descriptors of one size)."""
+    if _REMEMBER_PASSED[0] and (known_rememberable or rememberable(desc)):
         if len(_PASSED) >= MAX_PASSED:
             _PASSED.clear()
         _PASSED[id(desc)] = desc
@@ -493,7 +496,7 @@ def first_error(desc: TensorDescriptor, mode="strict", *, base: int = 0) -> Opti
                 finding = rule.finding(message, offset, mode)
                 if finding.is_error:
                     return finding
-    if mode is Mode.STRICT and _REMEMBER_PASSED[0] and _small(desc):
+    if mode is Mode.STRICT and _REMEMBER_PASSED[0] and rememberable(desc):
         if len(_PASSED) >= MAX_PASSED:
             _PASSED.clear()
         _PASSED[id(desc)] = desc
