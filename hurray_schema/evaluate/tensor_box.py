@@ -238,13 +238,13 @@ def _window_selector(shape, win_lo, win_hi):
     def select(pk, axis, block, nb):
         if pk == PK_CHANNEL:
             return np.arange(win_lo[axis], win_hi[axis], dtype=np.int64)
-        window_nb = -(-(win_hi[axis] - win_lo[axis]) // block)
-        others = [d for d in range(len(shape)) if d != axis]
-        grid = np.indices([win_hi[d] - win_lo[d] for d in others] + [window_nb], dtype=np.int64, sparse=True)
-        outer = np.zeros((), np.int64)
-        for k, d in enumerate(others):
-            outer = outer * np.int64(shape[d]) + (grid[k] + win_lo[d])
-        return (outer * np.int64(nb) + (win_lo[axis] // block + grid[-1])).reshape(-1)
+        first_block = win_lo[axis] // block
+        index = np.arange(first_block, first_block - (-(win_hi[axis] - win_lo[axis]) // block), dtype=np.int64)
+        weight = nb  # of the innermost dimension other than the axis; then times each one's size
+        for d in reversed([d for d in range(len(shape)) if d != axis]):
+            index = np.add.outer(np.arange(win_lo[d], win_hi[d], dtype=np.int64) * weight, index)
+            weight *= shape[d]
+        return index.reshape(-1)
     return select
 
 
@@ -322,18 +322,20 @@ def _gathered_box(desc, buf, p, shape, strides, lo, box, target, out_dtype, limi
 # ------------------------------------------------------------------------------------
 
 
-def _bounded(coords: np.ndarray, bounds, what) -> np.ndarray:
-    """``coords`` ((n, k) uint64) as int64, each column below its bound."""
-    if coords.size and any(column.max() >= np.uint64(bound) for column, bound in zip(coords.T, bounds)):
+def _bounded(coords: np.ndarray, bounds, what, settled: int = 0) -> np.ndarray:
+    """``coords`` ((n, k) uint64) as int64, each column below its bound (the first ``settled``
+    columns are known to be)."""
+    if coords.size and any(column.max() >= np.uint64(bound)
+                           for column, bound in zip(coords.T[settled:], bounds[settled:])):
         raise HurraySchemaError(f"{what}: coordinate out of bounds")
     return coords.astype(np.int64)
 
 
-def _inside(coords: np.ndarray, lo, hi) -> np.ndarray:
+def _inside(coords: np.ndarray, lo, hi, settled: int = 0) -> np.ndarray:
     """Which coordinate rows lie in the box (one column at a time: NumPy reduces a narrow
-    axis slowly)."""
+    axis slowly; the first ``settled`` columns are known to lie in it)."""
     keep = np.ones(coords.shape[0], bool)
-    for column, first, stop in zip(coords.T, lo, hi):
+    for column, first, stop in zip(coords.T[settled:], lo[settled:], hi[settled:]):
         keep &= (column >= first) & (column < stop)
     return keep
 
@@ -366,14 +368,16 @@ def _coo_in_box(desc, buffers, shape, lo, hi):
     idx = _u64(buffers, 1, nnz * rank, "COO indices").reshape(nnz, rank)
     first, stop = 0, nnz
     is_sorted = desc.layout.is_sorted == 1
+    settled = 0  # leading columns already known to lie in the box
     if is_sorted:  # lexicographic order: the first coordinate is non-decreasing (coo.md § Storage Order)
         column = idx[:, 0]
         first = bisect.bisect_left(column, lo[0])
         stop = bisect.bisect_left(column, hi[0], lo=first)
-    read = _bounded(idx[first:stop], shape, "COO indices")
+        settled = 1  # lo[0] <= first coordinate < hi[0] <= shape[0] in the rows between
+    read = _bounded(idx[first:stop], shape, "COO indices", settled)
     if is_sorted and not _strictly_increasing_rows(read, shape):
         raise HurraySchemaError("COO marked sorted is not in strictly increasing lexicographic order")
-    keep = np.flatnonzero(_inside(read, lo, hi))
+    keep = np.flatnonzero(_inside(read, lo, hi, settled))
     coords = read if keep.size == read.shape[0] else read[keep]
     if not is_sorted:
         _no_duplicates(coords, lo, hi)
