@@ -294,6 +294,26 @@ def test_sparse_box_reads_the_box_entries_only():
             read_box(bad, (0, 0), (8, 8))
 
 
+def test_a_sorted_coo_box_checks_the_order_of_the_box_rows_only():
+    """``layouts/coo.md § Storage Order``: a COO marked sorted whose entries 4 and 5 are swapped is
+    refused by a box holding both rows and by the whole decode, not by a box of other rows."""
+    dense = np.zeros((8, 8), np.float32)
+    dense[np.arange(8), np.arange(8)] = np.arange(1, 9)
+    coo = hs.sparse_coo(np.stack([np.arange(8)] * 2, axis=1), np.arange(1, 9, dtype=np.float32), (8, 8))
+    assert coo.descriptor.layout.is_sorted == 1
+    entries = np.frombuffer(coo.buffers[1], "<u8").reshape(8, 2).copy()
+    entries[[4, 5]] = entries[[5, 4]]
+    values = np.frombuffer(coo.buffers[0], np.float32).copy()
+    values[[4, 5]] = values[[5, 4]]
+    bad = hs.Tensor(coo.descriptor, (values.tobytes(), entries.tobytes()))
+    with pytest.raises(HurraySchemaError, match="lexicographic"):
+        read_box(bad, (3, 0), (7, 8))
+    with pytest.raises(HurraySchemaError):
+        tensor_to_numpy(bad.descriptor, bad.buffers)
+    assert_box_of(dense, read_box(bad, (0, 0), (4, 8)), (0, 0), (4, 8))
+    assert_box_of(dense, read_box(bad, (6, 1), (8, 7)), (6, 1), (8, 7))
+
+
 # ------------------------------------------------------------------------------------
 # Composites
 # ------------------------------------------------------------------------------------

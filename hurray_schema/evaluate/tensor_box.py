@@ -32,13 +32,13 @@ whole shape is not bounded by ``dense.MAX_ELEMENTS``: only the box is.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import math
 from typing import Optional, Sequence
 
 import numba
 import numpy as np
+from numba import njit
 
 from ..errors import HurraySchemaError
 from ..limits import Limits, resolve_limits
@@ -322,35 +322,20 @@ def _gathered_box(desc, buf, p, shape, strides, lo, box, target, out_dtype, limi
 # ------------------------------------------------------------------------------------
 
 
-def _bounded(coords: np.ndarray, bounds, what, settled: int = 0) -> np.ndarray:
-    """``coords`` ((n, k) uint64) as int64, each column below its bound (the first ``settled``
-    columns are known to be)."""
-    if coords.size and any(column.max() >= np.uint64(bound)
-                           for column, bound in zip(coords.T[settled:], bounds[settled:])):
+def _bounded(coords: np.ndarray, bounds, what) -> np.ndarray:
+    """``coords`` ((n, k) uint64) as int64, each column below its bound."""
+    if coords.size and any(column.max() >= np.uint64(bound) for column, bound in zip(coords.T, bounds)):
         raise HurraySchemaError(f"{what}: coordinate out of bounds")
     return coords.astype(np.int64)
 
 
-def _inside(coords: np.ndarray, lo, hi, settled: int = 0) -> np.ndarray:
+def _inside(coords: np.ndarray, lo, hi) -> np.ndarray:
     """Which coordinate rows lie in the box (one column at a time: NumPy reduces a narrow
-    axis slowly; the first ``settled`` columns are known to lie in it)."""
+    axis slowly)."""
     keep = np.ones(coords.shape[0], bool)
-    for column, first, stop in zip(coords.T[settled:], lo[settled:], hi[settled:]):
+    for column, first, stop in zip(coords.T, lo, hi):
         keep &= (column >= first) & (column < stop)
     return keep
-
-
-def _strictly_increasing_rows(coords: np.ndarray, shape) -> bool:
-    """Every row of ``coords`` (each inside ``shape``) lexicographically after the one before it:
-    their row-major linear indices increase, when those fit int64."""
-    if coords.shape[0] < 2:
-        return True
-    if math.prod(shape) < 2**63:
-        lin = linear_indices(coords, shape)
-        return bool(np.all(lin[1:] > lin[:-1]))
-    step = np.diff(coords, axis=0)
-    first = np.argmax(step != 0, axis=1)
-    return bool(np.all(step[np.arange(step.shape[0]), first] > 0))
 
 
 def _no_duplicates(coords: np.ndarray, lo, hi) -> None:
@@ -360,28 +345,80 @@ def _no_duplicates(coords: np.ndarray, lo, hi) -> None:
             raise HurraySchemaError("sparse tensor stores the same coordinate twice")
 
 
+_OUT_OF_BOUNDS, _UNORDERED = -1, -2
+"""What :func:`_sorted_coo_box` returns instead of a count for a coordinate past the shape, and for
+entries not in strictly increasing lexicographic order."""
+
+
+@njit(cache=True, nogil=True)
+def _first_at_least(idx, start, stop, value):
+    """The first storage position in ``[start, stop)`` whose first coordinate is ``>= value``
+    (the first coordinates being non-decreasing there)."""
+    while start < stop:
+        middle = (start + stop) // 2
+        if idx[middle, 0] < value:
+            start = middle + 1
+        else:
+            stop = middle
+    return start
+
+
+@njit(cache=True, nogil=True)
+def _sorted_coo_box(idx, shape, lo, hi, keep):
+    """The entries of a sorted COO (``layouts/coo.md § Storage Order``: lexicographic, so the first
+    coordinate is non-decreasing) in the box ``[lo, hi)``: bisects the rows of the box, checks their
+    coordinates against ``shape`` (all of them first, as :func:`_bounded` does), then their strictly
+    increasing order, and writes the storage positions of those inside the box to ``keep``; returns
+    their count, or ``_OUT_OF_BOUNDS`` / ``_UNORDERED``."""
+    rank = idx.shape[1]
+    first = _first_at_least(idx, 0, idx.shape[0], lo[0])
+    stop = _first_at_least(idx, first, idx.shape[0], hi[0])
+    for e in range(first, stop):
+        for d in range(1, rank):  # the first coordinate lies in [lo[0], hi[0]) by the bisection
+            if idx[e, d] >= shape[d]:
+                return _OUT_OF_BOUNDS
+    count = 0
+    for e in range(first, stop):
+        if e > first:
+            order = 0
+            for d in range(rank):
+                if idx[e, d] != idx[e - 1, d]:
+                    order = 1 if idx[e, d] > idx[e - 1, d] else -1
+                    break
+            if order <= 0:
+                return _UNORDERED
+        inside = True
+        for d in range(1, rank):
+            if idx[e, d] < lo[d] or idx[e, d] >= hi[d]:
+                inside = False
+        if inside:
+            keep[count] = e
+            count += 1
+    return count
+
+
 def _coo_in_box(desc, buffers, shape, lo, hi):
-    """(storage positions, coordinates) of the COO entries in the box."""
+    """(storage positions, coordinates) of the COO entries in the box: a sorted COO by
+    :func:`_sorted_coo_box`, an unsorted one by a scan of every coordinate."""
     rank, nnz = len(shape), int(desc.layout.nnz)
     if rank == 0:
         raise HurraySchemaError("COO needs rank >= 1")
     idx = _u64(buffers, 1, nnz * rank, "COO indices").reshape(nnz, rank)
-    first, stop = 0, nnz
-    is_sorted = desc.layout.is_sorted == 1
-    settled = 0  # leading columns already known to lie in the box
-    if is_sorted:  # lexicographic order: the first coordinate is non-decreasing (coo.md § Storage Order)
-        column = idx[:, 0]
-        first = bisect.bisect_left(column, lo[0])
-        stop = bisect.bisect_left(column, hi[0], lo=first)
-        settled = 1  # lo[0] <= first coordinate < hi[0] <= shape[0] in the rows between
-    read = _bounded(idx[first:stop], shape, "COO indices", settled)
-    if is_sorted and not _strictly_increasing_rows(read, shape):
-        raise HurraySchemaError("COO marked sorted is not in strictly increasing lexicographic order")
-    keep = np.flatnonzero(_inside(read, lo, hi, settled))
+    if desc.layout.is_sorted == 1:
+        keep = np.empty(nnz, np.int64)
+        count = _sorted_coo_box(idx, np.asarray(shape, np.uint64), np.asarray(lo, np.uint64),
+                                np.asarray(hi, np.uint64), keep)
+        if count == _OUT_OF_BOUNDS:
+            raise HurraySchemaError("COO indices: coordinate out of bounds")
+        if count == _UNORDERED:
+            raise HurraySchemaError("COO marked sorted is not in strictly increasing lexicographic order")
+        positions = keep[:count]
+        return positions, idx[positions].astype(np.int64)
+    read = _bounded(idx, shape, "COO indices")
+    keep = np.flatnonzero(_inside(read, lo, hi))
     coords = read if keep.size == read.shape[0] else read[keep]
-    if not is_sorted:
-        _no_duplicates(coords, lo, hi)
-    return keep + first, coords
+    _no_duplicates(coords, lo, hi)
+    return keep, coords
 
 
 def _compressed_in_box(desc, buffers, shape, lo, hi):
