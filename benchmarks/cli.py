@@ -20,20 +20,17 @@ next to the peak of a child that only imports the package; the target is under 3
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import subprocess
 import sys
 import tempfile
-from contextlib import redirect_stdout
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hurray_schema.cli import main as cli_main  # noqa: E402
 from hurray_schema.io import Composite, Tensor, read_file, read_stream, write_file, write_stream  # noqa: E402
 from hurray_schema.model import CompositionRule, ElementType, Shard  # noqa: E402
-from timing import median_time  # noqa: E402
+from support import median_time, run_cli  # noqa: E402
 
 MiB = 1024 * 1024
 
@@ -57,15 +54,6 @@ def touch(item) -> None:
         return
     for buffer in item.buffers:
         len(memoryview(buffer))
-
-
-def run_cli(*args: str) -> None:
-    sink = io.StringIO()
-    with redirect_stdout(sink):
-        try:
-            cli_main.main(list(args), standalone_mode=False)
-        except SystemExit:
-            pass
 
 
 def read_all_file(path: str) -> None:

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hurray_schema import BufferHandle, LimitExceeded, StridedLayout, Tensor, TensorDescriptor  # noqa: E402
 from hurray_schema.model import ElementType  # noqa: E402
 from hurray_schema.io.stream import read_stream, write_stream  # noqa: E402
-from timing import best_time as best  # noqa: E402
+from support import best_time as best  # noqa: E402
 
 
 def coo_stream() -> bytes:

@@ -18,11 +18,9 @@ Nothing is asserted.
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import sys
 import tempfile
-from contextlib import redirect_stdout
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -30,19 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cli import small_items  # noqa: E402  (benchmarks/cli.py: the same workload)
 
-from hurray_schema.cli import main as cli_main  # noqa: E402
 from hurray_schema.io import write_file  # noqa: E402
-from timing import median_time  # noqa: E402
-
-
-def run_cli(*args: str) -> str:
-    sink = io.StringIO()
-    with redirect_stdout(sink):
-        try:
-            cli_main.main(list(args), standalone_mode=False)
-        except SystemExit:
-            pass
-    return sink.getvalue()
+from support import median_time, run_cli  # noqa: E402
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ from evaluate_reference import (band_partition, bits_equal, grid_partition, ref_
                                 ref_partition, ref_unpack_int4, spqr)
 from hurray_schema.evaluate import materialize  # noqa: E402
 from hurray_schema.model import CombineOp  # noqa: E402
-from timing import median_time  # noqa: E402
+from support import median_time  # noqa: E402
 
 
 def numpy_spqr(comp, combine):

@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 
 import hurray_schema as hs  # noqa: E402
 from hurray_schema.evaluate import materialize, read_box  # noqa: E402
-from timing import median_time  # noqa: E402
+from support import median_time  # noqa: E402
 
 
 def every_element(array: np.ndarray) -> np.ndarray:

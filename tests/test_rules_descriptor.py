@@ -15,13 +15,13 @@ import pytest
 import hurray_schema as hs
 from hurray_schema.codec import decode_descriptor, encode_descriptor, parse_descriptor
 from hurray_schema.model import (
-    DYNAMIC_DIMENSION as DYN, NO_BUFFER_INDEX, BlockPagedLayout, BufferHandle as B, CombineOp, CompositeLayout,
-    CompositeMember, CompositionRule, CooLayout, CscLayout, CsfLayout, CsrLayout, ElementType as T,
-    ExtensionType, HilbertLayout, LayoutTag, MortonLayout, Mxfp, Nf4, PerBlockAffine, PerChannelAffine,
-    PerTensorAffine, Shard, Statistics, StridedLayout, TensorDescriptor as D, TiledLayout,
+    DYNAMIC_DIMENSION as DYN, NO_BUFFER_INDEX, BufferHandle as B, CompositeLayout, CompositionRule, CooLayout,
+    CscLayout, CsrLayout, ElementType as T, LayoutTag, Nf4, PerBlockAffine, PerChannelAffine, Shard, Statistics,
+    TensorDescriptor as D, TiledLayout,
 )
 from hurray_schema.rules.descriptor import check_descriptor
 from hurray_schema.rules.engine import Level, get_rule
+from hurray_schema.vectors.descriptors import HEAD_RULES, SEMANTIC
 
 ev = attrs.evolve
 
@@ -39,154 +39,19 @@ GOOD = dense()
 COO = D(T.FLOAT32, (4, 4), CooLayout(2), buffers=bufs(8, 32))  # values 2*4, indices 2*2*8
 CSR = D(T.FLOAT32, (3, 3), CsrLayout(3), buffers=bufs(12, 24, 32))  # values, 3 cols, 4 row_ptr
 CSC = D(T.FLOAT32, (3, 3), CscLayout(3), buffers=bufs(12, 24, 32))
-CSF = D(T.FLOAT32, (2, 2, 2), CsfLayout(3, (0, 1, 2)), buffers=bufs(12, 16, 16, 24, 24, 32, 24))
-PAGED = D(T.FLOAT16, (9, 2, 8), BlockPagedLayout(4, 3, 2), buffers=bufs(384, 12, 12))  # pool 3*4*2*8*2
 TILED = D(T.FLOAT32, (4, 4), TiledLayout((2, 2)), buffers=bufs(64))
-NESTED = D(T.FLOAT32, (4, 4), TiledLayout((2, 2), inner_layout=LayoutTag.TILED, inner=TiledLayout((1, 1))),
-           buffers=bufs(64))
-MORTON = D(T.FLOAT32, (4, 4), MortonLayout((2, 2)), buffers=bufs(64))
-HILBERT = D(T.FLOAT32, (4, 4), HilbertLayout(2, 2), buffers=bufs(64))
-EMPTY = D(T.FLOAT32, (0, 4), buffers=[B(0, alignment=1)])
-PT = D(T.INT8, (4, 4), buffers=bufs(16), quantization=PerTensorAffine(0.5, 3))
 PC = D(T.INT8, (4, 4), buffers=bufs(16, 16, 16), quantization=PerChannelAffine(0, 1, 2))  # 4 scales, 4 zps
-PC_SYM = D(T.INT8, (4, 4), buffers=bufs(16, 16), quantization=PerChannelAffine(0, 1, NO_BUFFER_INDEX, flags=1))
-# per-block along axis 1 of [4, 8], block 4: 2 blocks x 4 rows = 8 scales (float32) + 8 zero points
-PB = D(T.INT8, (4, 8), buffers=bufs(32, 32, 32), quantization=PerBlockAffine(1, 4, 1, 2))
 PB_SYM = D(T.INT8, (4, 8), buffers=bufs(32, 32), quantization=PerBlockAffine(1, 4, 1, NO_BUFFER_INDEX, flags=1))
 NF4 = D(T.UINT4, (4, 16), buffers=bufs(32, 32), quantization=Nf4(1, 8, 1))  # 2 blocks x 4 rows, float32
-MX = D(T.FLOAT8_E4M3, (2, 32), buffers=bufs(64, 4), quantization=Mxfp(1, 16, 1))  # 2 x 2 blocks, 1 byte each
-EXT = D(0xF0, (4, 4), buffers=bufs(16), extension_type=ExtensionType(8, 1))
 HEAD = D(T.FLOAT32, (8, 8), CompositeLayout(CompositionRule.PARTITION, 2))
-MEMBER = dense(shard=Shard((8, 4), (4, 0)), composite_member=CompositeMember(1))
 STATS = dense(statistics=Statistics(computed_mask=0x1F, nnz=16, nm_n=2, nm_m=4, value_stddev=0.5))
-PRIVATE_DEV = dense(buffers=[B(64, device_tag=0xF0)])
 
-CASES = [
-    ("data_model.scalar.layout", D(T.FLOAT32, (), buffers=bufs(4)), D(T.FLOAT32, (), hs.ColumnMajorLayout(), bufs(4))),
-    ("data_model.shard.dynamic", dense(shard=Shard((8, 4), (4, 0))), dense((DYN, 4), shard=Shard((8, 4), (0, 0)))),
-    ("metadata.flags.extension_type", EXT, dense(extension_type=ExtensionType(32, 1))),
-    ("metadata.byte_offset.bounds", GOOD, dense(size=128, byte_offset=129)),
-    ("layout.tiled.tile_shape", TILED, ev(TILED, layout=TiledLayout((0, 2)))),
-    ("layout.tiled.outer_layout", TILED, ev(TILED, layout=TiledLayout((2, 2), outer_layout=0x05))),
-    ("layout.tiled.inner_layout", TILED, ev(TILED, layout=TiledLayout((2, 2), inner_layout=0x06))),
-    ("layout.tiled.reserved", NESTED,
-     ev(NESTED, layout=ev(NESTED.layout, inner=TiledLayout((1, 1), reserved=b"\x00\x07")))),
-    ("layout.morton.bits", MORTON, ev(MORTON, layout=MortonLayout((0, 2)))),
-    ("layout.morton.shape", MORTON, ev(MORTON, layout=MortonLayout((1, 3)))),
-    ("layout.coo.reserved", COO, ev(COO, layout=CooLayout(2, reserved=b"\x01" + bytes(6)))),
-    ("layout.csr.reserved", CSR, ev(CSR, layout=CsrLayout(3, reserved=b"\x01" + bytes(7)))),
-    ("layout.csc.reserved", CSC, ev(CSC, layout=CscLayout(3, reserved=b"\x01" + bytes(7)))),
-    ("layout.csf.reserved", CSF, ev(CSF, layout=CsfLayout(3, (0, 1, 2), reserved=b"\x01" + bytes(7)))),
-    ("layout.block_paged.reserved", PAGED, ev(PAGED, layout=BlockPagedLayout(4, 3, 2, reserved=b"\x01" + bytes(5)))),
-    ("layout.coo.byte_offset", COO, ev(COO, byte_offset=8)),
-    ("layout.csr.byte_offset", CSR, ev(CSR, byte_offset=8)),
-    ("layout.csc.byte_offset", CSC, ev(CSC, byte_offset=8)),
-    ("layout.csf.byte_offset", CSF, ev(CSF, byte_offset=8)),
-    ("layout.block_paged.byte_offset", PAGED, ev(PAGED, byte_offset=8)),
-    ("layout.coo.buffer_count", COO, ev(COO, buffers=bufs(8, 32, 8))),
-    ("layout.csr.buffer_count", CSR, ev(CSR, buffers=bufs(12, 24))),
-    ("layout.csc.buffer_count", CSC, ev(CSC, buffers=bufs(12, 24))),
-    ("layout.csf.buffer_count", CSF, ev(CSF, buffers=bufs(12, 16, 16, 24, 24, 32))),
-    ("layout.csr.rank", CSR, ev(CSR, shape=(3, 3, 1))),
-    ("layout.csc.rank", CSC, ev(CSC, shape=(3, 3, 1))),
-    ("layout.csf.rank", CSF, D(T.FLOAT32, (2, 2), CsfLayout(3, (0, 1)), buffers=bufs(12, 16, 16, 24, 24))),
-    ("layout.block_paged.rank", PAGED, ev(PAGED, shape=(9, 16))),
-    ("layout.csf.shard", CSF, ev(CSF, shard=Shard((2, 2, 2), (0, 0, 0)))),
-    ("layout.block_paged.shard", PAGED, ev(PAGED, shard=Shard((9, 2, 8), (0, 0, 0)))),
-    ("layout.csf.mode_order", ev(CSF, layout=CsfLayout(3, (2, 0, 1))), ev(CSF, layout=CsfLayout(3, (0, 0, 2)))),
-    ("layout.block_paged.paged_axis", PAGED, ev(PAGED, layout=BlockPagedLayout(4, 3, 2, paged_axis=1))),
-    ("layout.block_paged.page_size", PAGED, ev(PAGED, layout=BlockPagedLayout(0, 3, 2))),
-    ("layout.block_paged.buffer_count", PAGED, ev(PAGED, buffers=bufs(384, 12))),
-    ("layout.block_paged.quantization",
-     D(T.INT8, (9, 2, 8), BlockPagedLayout(4, 3, 2), buffers=bufs(192, 12, 12, 48, 48),
-       quantization=PerBlockAffine(0, 4, 3, 4)),
-     D(T.INT8, (9, 2, 8), BlockPagedLayout(4, 3, 2), buffers=bufs(192, 12, 12, 48, 48),
-       quantization=PerBlockAffine(0, 8, 3, 4))),
-    ("layout.hilbert.order", HILBERT, ev(HILBERT, shape=(1, 1), buffers=bufs(4), layout=HilbertLayout(0, 2))),
-    ("layout.hilbert.rank", HILBERT, ev(HILBERT, layout=HilbertLayout(2, 3))),
-    ("layout.hilbert.shape", HILBERT, ev(HILBERT, shape=(4, 2))),
-    ("metadata.buffer_count.minimum", GOOD, dense(buffers=[])),
-    ("metadata.buffer_count.dense", GOOD, dense(buffers=bufs(64, 64))),
-    ("buffer.reserved", GOOD, dense(buffers=[B(64, reserved=1)])),
-    ("buffer.alignment.power_of_two", EMPTY, dense(buffers=[B(64, alignment=48)])),
-    ("buffer.alignment.minimum", EMPTY, dense(buffers=[B(64, alignment=32)])),
-    ("buffer.device_tag.invalid", GOOD, dense(buffers=[B(64, device_tag=0xFF)])),
-    ("buffer.device_tag.reserved", GOOD, dense(buffers=[B(64, device_tag=0x09)])),
-    ("buffer.sync_mode.invalid", GOOD, dense(buffers=[B(64, device_tag=1, sync_mode=0xFF)])),
-    ("buffer.sync_mode.reserved", GOOD, dense(buffers=[B(64, device_tag=1, sync_mode=0x03)])),
-    ("buffer.sync_mode.cpu", dense(buffers=[B(64, device_tag=1, sync_mode=1)]), dense(buffers=[B(64, sync_mode=1)])),
-    ("buffer.memory_class.invalid", GOOD, dense(buffers=[B(64, memory_class=0xFF)])),
-    ("buffer.memory_class.reserved", GOOD, dense(buffers=[B(64, memory_class=0x04)])),
-    ("buffer.memory_class.private", PRIVATE_DEV, dense(buffers=[B(64, device_tag=0xF0, memory_class=0xF3)])),
-    ("buffer.memory_class.device", dense(buffers=[B(64, device_tag=1, memory_class=3)]),
-     dense(buffers=[B(64, memory_class=3)])),
-    ("buffer.colocation", COO, ev(COO, buffers=[B(8), B(32, memory_class=1)])),
-    ("layout.dense.buffer_size", GOOD, dense(size=60)),
-    ("layout.strided.buffer_bounds", D(T.FLOAT32, (3, 4), StridedLayout((-4, 1)), buffers=bufs(48), byte_offset=32),
-     D(T.FLOAT32, (3, 4), StridedLayout((-4, 1)), buffers=bufs(48))),
-    ("layout.morton.buffer_size", MORTON, ev(MORTON, buffers=bufs(32))),
-    ("layout.hilbert.buffer_size", HILBERT, ev(HILBERT, buffers=bufs(32))),
-    ("layout.sparse.buffer_size", COO, ev(COO, buffers=bufs(8, 16))),
-    ("adr007.empty.data_buffer_size", EMPTY, ev(EMPTY, buffers=bufs(64))),
-    ("quantization.flags.reserved", PT, ev(PT, quantization=PerTensorAffine(0.5, 3, flags=1))),
-    ("quantization.scheme_version.value", PT, ev(PT, quantization=PerTensorAffine(0.5, 3, scheme_version=0))),
-    ("quantization.reserved", PT, ev(PT, quantization=PerTensorAffine(0.5, 3, reserved=b"\x00\x00\x01\x00"))),
-    ("quantization.axis", PC, ev(PC, quantization=PerChannelAffine(2, 1, 2))),
-    ("quantization.axis.dynamic", PC, ev(PC, shape=(DYN, 4))),
-    ("quantization.per_block.block_size", PB, ev(PB, quantization=PerBlockAffine(1, 3, 1, 2))),
-    ("quantization.nf4.block_size", NF4, ev(NF4, quantization=Nf4(1, 4, 1), buffers=bufs(32, 64))),
-    ("quantization.mxfp.block_size", MX, ev(MX, quantization=Mxfp(1, 8, 1), buffers=bufs(64, 8))),
-    ("quantization.block_size.upper", D(T.INT8, (4, 0), buffers=[B(0), B(0), B(0)], quantization=PerBlockAffine(1, 16, 1, 2)),
-     ev(PB, quantization=PerBlockAffine(1, 16, 1, 2), buffers=bufs(32, 16, 16))),
-    # [2, 6] in blocks of 4 along axis 1: 2 blocks per row, storage padded to 2 x 8 int8 = 16 bytes
-    ("quantization.block_padding", D(T.INT8, (2, 6), buffers=bufs(16, 16), quantization=PerBlockAffine(1, 4, 1, NO_BUFFER_INDEX, flags=1)),
-     D(T.INT8, (2, 6), buffers=bufs(12, 16), quantization=PerBlockAffine(1, 4, 1, NO_BUFFER_INDEX, flags=1))),
-    ("quantization.mxfp.multiple", D(T.FLOAT8_E4M3, (2, 0), buffers=[B(0), B(0)], quantization=Mxfp(1, 16, 1)),
-     D(T.FLOAT8_E4M3, (2, 40), buffers=bufs(80, 6), quantization=Mxfp(1, 16, 1))),
-    ("quantization.per_tensor.scale", PT, ev(PT, quantization=PerTensorAffine(float("nan"), 3))),
-    ("quantization.per_tensor.zero_point", ev(PT, type_tag=T.UINT8, quantization=PerTensorAffine(1.0, 255)),
-     ev(PT, type_tag=T.UINT8, quantization=PerTensorAffine(1.0, 256))),
-    ("quantization.per_channel.scale_type", PC, ev(PC, quantization=PerChannelAffine(0, 1, 2, scale_type_tag=1))),
-    ("quantization.per_block.scale_type", PB, ev(PB, quantization=PerBlockAffine(1, 4, 1, 2, scale_type_tag=4))),
-    ("quantization.per_channel.symmetric_index", PC_SYM,
-     ev(PC_SYM, quantization=PerChannelAffine(0, 1, 7, flags=1))),
-    ("quantization.per_block.symmetric_index", PB_SYM, ev(PB_SYM, quantization=PerBlockAffine(1, 4, 1, 7, flags=1))),
-    ("quantization.per_tensor.storage_type", PT, ev(PT, type_tag=T.FLOAT32, buffers=bufs(64))),
-    ("quantization.per_channel.storage_type", PC, ev(PC, type_tag=T.FLOAT32, buffers=bufs(64, 16, 16))),
-    ("quantization.per_block.storage_type", PB, ev(PB, type_tag=T.INT16, buffers=bufs(64, 32, 32))),
-    ("quantization.nf4.storage_type", NF4, ev(NF4, type_tag=T.UINT8, buffers=bufs(64, 32))),
-    ("quantization.mxfp.storage_type", MX, ev(MX, type_tag=T.UINT8)),
-    ("quantization.buffer_index.range", PC, ev(PC, quantization=PerChannelAffine(0, 5, 2))),
-    ("quantization.buffer_index.data", PC, ev(PC, quantization=PerChannelAffine(0, 0, 2))),
+CASES = SEMANTIC + HEAD_RULES + [
+    # not a conformance vector: every input breaking it breaks buffer.colocation first (vectors/corpus.py)
     ("quantization.buffer.device", PC, ev(PC, buffers=[B(16), B(16, device_tag=1), B(16)])),
-    ("quantization.buffer.size", PC, ev(PC, buffers=bufs(16, 12, 16))),
-    ("metadata.shard.bounds", dense(shard=Shard((8, 4), (4, 0))), dense(shard=Shard((8, 4), (5, 0)))),
-    ("metadata.statistics.mask_reserved", STATS, dense(statistics=Statistics(computed_mask=0x41, nnz=16))),
-    ("metadata.statistics.reserved", STATS, dense(statistics=Statistics(reserved=1))),
-    ("metadata.statistics.nm", STATS, dense(statistics=Statistics(computed_mask=0x10, nm_n=4, nm_m=2))),
-    ("metadata.statistics.stddev", STATS, dense(statistics=Statistics(computed_mask=0x08, value_stddev=-0.5))),
-    ("layout.sparse.statistics_nnz", ev(COO, statistics=Statistics(computed_mask=1, nnz=2)),
-     ev(COO, statistics=Statistics(computed_mask=1, nnz=3))),
-    ("metadata.extension_type.bit_width", EXT, ev(EXT, extension_type=ExtensionType(0, 1))),
-    ("metadata.extension_type.packing", EXT, ev(EXT, extension_type=ExtensionType(8, 2))),
-    ("metadata.extension_type.float_fields",
-     ev(EXT, extension_type=ExtensionType(8, 1, is_float=1, sign_bits=1, exponent_bits=4, mantissa_bits=3,
-                                          exponent_bias=7)),
-     ev(EXT, extension_type=ExtensionType(8, 1, is_float=1, is_signed=1))),
-    ("metadata.extension_type.reserved", EXT, ev(EXT, extension_type=ExtensionType(8, 1, reserved2=b"\x00\x02"))),
-    ("metadata.composite_member.role", MEMBER, ev(MEMBER, composite_member=CompositeMember(2))),
-    ("metadata.composite_member.reserved", MEMBER, ev(MEMBER, composite_member=CompositeMember(0, reserved=b"\x01" + bytes(14)))),
-    ("composite.head.buffer_count_zero", HEAD, ev(HEAD, buffers=bufs(64))),
-    ("composite.head.byte_offset_zero", HEAD, ev(HEAD, byte_offset=16)),
-    ("composite.head.no_member_section", HEAD, ev(HEAD, composite_member=CompositeMember(1))),
-    ("composite.head.no_quantization", HEAD, ev(HEAD, quantization=PerTensorAffine(1.0))),
-    ("composite.head.rule_reserved", HEAD, ev(HEAD, layout=CompositeLayout(0x04, 2))),
-    ("composite.head.rule_private", HEAD, ev(HEAD, layout=CompositeLayout(0xF1, 2))),
-    ("composite.head.combine_op", ev(HEAD, layout=CompositeLayout(2, 2, CombineOp.ADD)),
-     ev(HEAD, layout=CompositeLayout(1, 2, CombineOp.REPLACE))),
-    ("composite.head.reserved", HEAD, ev(HEAD, layout=CompositeLayout(1, 2, reserved=b"\x00\x05"))),
-    ("composite.head.open_sentinel", HEAD, ev(HEAD, layout=CompositeLayout(1, 0xFFFFFFFF))),
 ]
+"""One passing and one firing input per descriptor rule: the conformance vectors' tables
+(``hurray_schema/vectors/descriptors.py``), plus the rule no vector can show first."""
 
 FIRED_HERE = {rule_id for rule_id, _, _ in CASES}
 
