@@ -29,6 +29,9 @@ SUPPORTED_VERSION_MAJOR = 1
 SUPPORTED_VERSION_MINOR = 0
 MAX_RANK = 64
 """Normative rank cap (``data-model.md § Rank``, ADR-008)."""
+MIN_BUFFER_ALIGNMENT = 64
+"""Least alignment of a non-empty buffer (``buffer-protocol.md § Buffer Handle``; ADR-007 § 4 frees an
+empty one)."""
 
 HEADER = "metadata.md § Fixed Header"
 CORE = "metadata.md § Core Variable Fields"
@@ -74,7 +77,8 @@ BUFFER_COUNT = Struct(
 
 BUFFER_HANDLE = Struct(
     field("byte_size", Int64ul, "Buffer size in bytes; 0 for an empty buffer.", HANDLE_REF),
-    field("alignment", Int32ul, "Guaranteed base alignment, a power of two, >= 64 unless empty.", HANDLE_REF),
+    field("alignment", Int32ul, f"Guaranteed base alignment, a power of two, >= {MIN_BUFFER_ALIGNMENT} unless empty.",
+          HANDLE_REF),
     field("device_tag", Int8ul, "Device holding the buffer.", "buffer-protocol.md § Device Tags", tags=DeviceTag),
     field("sync_mode", Int8ul, "How the producer synchronised before hand-off.",
           "buffer-protocol.md § Stream and Event Synchronisation", tags=SyncMode),

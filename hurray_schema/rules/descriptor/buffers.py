@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional
 
+from ...structs.descriptor import MIN_BUFFER_ALIGNMENT
 from ...structs.tags import is_private_tag
 from ...model import (
     DYNAMIC_DIMENSION, BlockPagedLayout, BlockTableIndexType, ColumnMajorLayout, CompositeLayout, CooLayout, CscLayout, CsfLayout, CsrLayout, DeviceTag,
@@ -16,7 +17,7 @@ from ...model import (
 )
 from ...structs.element_types import element_type_info
 from ..engine import Level
-from .dispatch import ALWAYS, MINIMUM_ALIGNMENT, Fact, When, descriptor_rule
+from .dispatch import ALWAYS, Fact, When, descriptor_rule
 from .sizes import (
     DENSE_LAYOUTS, DENSE_TAGS, PAGED_LAYOUTS, data_handle, dynamic, element_count_source, parameter_count_source,
     power_of_two, quantization_parameter_count, storage_bytes, storage_source,
@@ -29,7 +30,6 @@ _LAST_NAMED_DEVICE = int(max(DeviceTag))
 _LAST_MEMORY_CLASS = int(max(MemoryClass))
 _LAST_SYNC_MODE = int(max(SyncMode))
 _INVALID = 0xFF
-_MINIMUM_ALIGNMENT = MINIMUM_ALIGNMENT
 
 
 @descriptor_rule("metadata.buffer_count.minimum", MUST, "metadata.md § Buffer Table",
@@ -86,12 +86,13 @@ def _align_pow2(desc, ctx):
 
 
 @descriptor_rule("buffer.alignment.minimum", MUST, "buffer-protocol.md § Buffer Handle",
-                 "alignment is at least 64 for a non-empty buffer; an empty buffer (byte_size 0) may declare any "
+                 f"alignment is at least {MIN_BUFFER_ALIGNMENT} for a non-empty buffer; an empty buffer (byte_size 0) "
+                 "may declare any "
                  "power of two (ADR-007 § 4).", when=_HANDLES)
 def _align_min(desc, ctx):
     for i, h in enumerate(desc.buffers):
-        if h.byte_size > 0 and power_of_two(h.alignment) and h.alignment < _MINIMUM_ALIGNMENT:
-            yield f"buffer {i} alignment {h.alignment} is below 64 for a {h.byte_size}-byte buffer", \
+        if h.byte_size > 0 and power_of_two(h.alignment) and h.alignment < MIN_BUFFER_ALIGNMENT:
+            yield f"buffer {i} alignment {h.alignment} is below {MIN_BUFFER_ALIGNMENT} for a {h.byte_size}-byte buffer", \
                 ctx.buffer(i, "alignment")
 
 

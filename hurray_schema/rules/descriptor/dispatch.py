@@ -30,6 +30,7 @@ from ...model import (
     BufferHandle, DeviceTag, ExtensionLayout, LayoutTag, TensorDescriptor, TiledLayout, UnknownLayout, UnknownQuantization,
 )
 from ...structs import layouts as layout_tables
+from ...structs.descriptor import MIN_BUFFER_ALIGNMENT
 from ...structs import quantization as quantization_tables
 from ...structs._declare import Plan, plan, select, static_offset
 from ...structs.descriptor import BUFFER_COUNT, BUFFER_HANDLE, BYTE_OFFSET, FIXED_HEADER, SHAPE
@@ -359,8 +360,6 @@ class DescriptorContext:
 _LAST_NAMED_DEVICE = int(max(DeviceTag))
 
 
-MINIMUM_ALIGNMENT = 64
-"""Least alignment of a non-empty buffer (``buffer-protocol.md § Buffer Handle``)."""
 _UNUSUAL_HANDLE = ("{h[device_tag]} != {first[device_tag]} or {h[sync_mode]} or {h[memory_class]} or {h[_reserved]}"
                    " or {first[device_tag]} > {last} or {h[alignment]} <= 0 or {h[alignment]} & ({h[alignment]} - 1)"
                    " or ({h[alignment]} < {minimum} and {h[byte_size]})")
@@ -372,7 +371,7 @@ first handle ``first``.  One text for :func:`_plain_buffers` and :func:`plain_bu
 
 
 def _unusual(h: dict, first: dict) -> str:
-    return _UNUSUAL_HANDLE.format(h=h, first=first, last=_LAST_NAMED_DEVICE, minimum=MINIMUM_ALIGNMENT)
+    return _UNUSUAL_HANDLE.format(h=h, first=first, last=_LAST_NAMED_DEVICE, minimum=MIN_BUFFER_ALIGNMENT)
 
 
 def _attributes_of(name: str) -> dict:
