@@ -82,7 +82,7 @@ def _zeros(n: int):
     return attrs.field(default=bytes(n), converter=bytes, repr=False)
 
 
-value = attrs.frozen(slots=True, cache_hash=False)
+value = attrs.frozen(slots=True, cache_hash=False, weakref_slot=False)
 """Decorator of every value object: frozen, slotted attrs class."""
 
 

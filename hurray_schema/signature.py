@@ -77,27 +77,60 @@ def slot_constructor(cls, trusted: frozenset = frozenset()) -> Callable:
     """A constructor of the frozen slotted attrs class ``cls`` taking every field positionally.
 
     It stores the same values ``cls(...)`` would -- each field's attrs converter applied --
-    but writes the slots through their descriptors, which costs half of what the frozen
-    ``__init__`` pays per field.  Fields named in ``trusted`` skip their converter: the
-    caller guarantees the value is already what the converter returns (a tuple of ints
-    straight from :mod:`struct`, a tuple it built itself).  The model has no validators
-    (checked here), so nothing else is bypassed.
+    but not through the frozen ``__init__``, which pays a ``object.__setattr__`` call per
+    field.  Fields named in ``trusted`` skip their converter: the caller guarantees the
+    value is already what the converter returns (a tuple of ints straight from
+    :mod:`struct`, a tuple it built itself).  The model has no validators (checked here),
+    so nothing else is bypassed.
+
+    A class of at least :data:`TWIN_MIN_FIELDS` fields is filled as an instance of its
+    *twin* -- a plain class with the same slots, whose attribute stores are plain slot
+    stores -- and then given its class (the two have one memory layout, so CPython allows
+    the ``__class__`` assignment).  That assignment costs about as much as writing two
+    slots through their descriptors, so smaller classes are filled through the slot
+    descriptors directly.
     """
     fields = attrs.fields(cls)
     if any(f.validator is not None for f in fields) or hasattr(cls, "__attrs_post_init__"):
         raise TypeError(f"{cls.__name__} has validators or a post-init hook")
-    namespace: dict = {"_new": object.__new__, "_cls": cls}
-    lines = [f"def new_{cls.__name__}({', '.join(f'a{i}' for i in range(len(fields)))}):", "    s = _new(_cls)"]
+    twin = _twin_of(cls) if len(fields) >= TWIN_MIN_FIELDS else None
+    namespace: dict = {"_new": object.__new__, "_cls": cls, "_twin": twin}
+    lines = [f"def new_{cls.__name__}({', '.join(f'a{i}' for i in range(len(fields)))}):",
+             f"    s = _new({'_cls' if twin is None else '_twin'})"]
     for i, f in enumerate(fields):
-        namespace[f"_set{i}"] = cls.__dict__[f.name].__set__
         value = f"a{i}"
         if f.converter is not None and f.name not in trusted:
             namespace[f"_convert{i}"] = f.converter
             value = f"_convert{i}(a{i})"
-        lines.append(f"    _set{i}(s, {value})")
+        if twin is None:
+            namespace[f"_set{i}"] = cls.__dict__[f.name].__set__
+            lines.append(f"    _set{i}(s, {value})")
+        else:
+            lines.append(f"    s.{f.name} = {value}")
+    if twin is not None:
+        lines.append("    s.__class__ = _cls")
     lines.append("    return s")
     exec("\n".join(lines) + "\n", namespace)
     return namespace[f"new_{cls.__name__}"]
+
+
+TWIN_MIN_FIELDS = 3
+"""Fewest fields of a value class that :func:`slot_constructor` fills through its twin
+(measured on CPython 3.11: one ``__class__`` assignment costs about two slot-descriptor calls)."""
+
+
+def _twin_of(cls) -> Optional[type]:
+    """A plain class with the slots of ``cls`` (same names, same order), or None when an
+    instance of it cannot become a ``cls`` (another base, a ``__weakref__`` or ``__dict__`` slot)."""
+    if cls.__bases__ != (object,):
+        return None
+    twin = type(f"_{cls.__name__}Twin", (), {"__slots__": tuple(cls.__slots__), "__module__": __name__})
+    probe = object.__new__(twin)
+    try:
+        probe.__class__ = cls
+    except TypeError:
+        return None
+    return twin
 
 
 class _NotCompilable(Exception):
@@ -443,6 +476,7 @@ def clear() -> None:
     _ENCODED.clear()
     _ENCODERS.clear()
     _BY_LAYOUT.clear()
+    _LAST_HIT.clear()
     _COMPILED.clear()
     _SEEN.clear()
     _REFUSED.clear()
@@ -601,6 +635,7 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
 
 _ENCODERS: dict = {}  # encoder_key -> compiled encoder, or None where the general encoder is used
 _BY_LAYOUT: dict = {}  # layout class -> the compiled encoders of its keys, as a tuple (at most MAX_SHAPES_PER_LAYOUT)
+_LAST_HIT: dict = {}  # layout class -> the compiled encoder that encoded its last descriptor
 MAX_SHAPES_PER_LAYOUT = 8
 """Most compiled encoders :func:`encode` tries by layout class before building the key."""
 
@@ -614,26 +649,25 @@ def encoder(general: Callable[[TensorDescriptor], bytes], name: str = "encode",
     every time; a descriptor written to several containers, or written right after it was
     read, is encoded once).
 
-    The compiled encoders of a layout class are tried in turn (each tells a descriptor of
-    another key by :data:`MISS`): cheaper than building and hashing the key of every
-    descriptor; the key is only built when none of them is for ``desc``.  A closure over
-    ``general``, so that a caller's encode is one call (``codec.encode_descriptor``), named
-    ``name`` in ``module``."""
-    encoded, tables_on, by_layout = _ENCODED, _TABLES_ON, _BY_LAYOUT
+    The compiled encoder that encoded the last descriptor of the same layout class is tried
+    first (a writer mostly writes runs of descriptors of one shape), then the others of that
+    class in turn (each tells a descriptor of another key by :data:`MISS`): cheaper than
+    building and hashing the key of every descriptor; the key is only built when none of
+    them is for ``desc``.  A closure over ``general``, so that a caller's encode is one call
+    (``codec.encode_descriptor``), named ``name`` in ``module``."""
+    encoded, tables_on, last_hit = _ENCODED, _TABLES_ON, _LAST_HIT
 
     def encode(desc: TensorDescriptor) -> bytes:
         if tables_on[0]:
             known = encoded.get(id(desc))
             if known is not None and known[0] is desc:
                 return known[1]
-        for compiled in by_layout.get(desc.layout.__class__, ()):
-            data = compiled(desc)
-            if data is not MISS:
-                if data is None:
-                    return general(desc)
-                break
-        else:
-            data = _encode_by_key(desc, general)
+        compiled = last_hit.get(desc.layout.__class__)
+        data = MISS if compiled is None else compiled(desc)
+        if data is MISS:
+            data = _encode_by_layout(desc, general)
+        elif data is None:
+            return general(desc)
         if tables_on[0] and len(data) <= MAX_VALUE_BYTES:
             if len(encoded) >= MAX_VALUES:
                 encoded.clear()
@@ -650,6 +684,18 @@ def encode(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes])
     return encoder(general)(desc)
 
 
+def _encode_by_layout(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> bytes:
+    """The wire bytes of ``desc`` when the last encoder of its layout class was for another
+    key: through the other compiled encoders of that class, else through its key."""
+    layout_class = desc.layout.__class__
+    for compiled in _BY_LAYOUT.get(layout_class, ()):
+        data = compiled(desc)
+        if data is not MISS:
+            _LAST_HIT[layout_class] = compiled
+            return general(desc) if data is None else data
+    return _encode_by_key(desc, general)
+
+
 def _encode_by_key(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> bytes:
     key = encoder_key(desc)
     encoder = _ENCODERS.get(key, _ENCODERS)
@@ -659,6 +705,7 @@ def _encode_by_key(desc: TensorDescriptor, general: Callable[[TensorDescriptor],
             if len(_ENCODERS) >= MAX_SIGNATURES:
                 _ENCODERS.clear()
                 _BY_LAYOUT.clear()
+                _LAST_HIT.clear()
             _ENCODERS[key] = encoder
     if encoder is not None and encoder is not _ENCODERS:
         _try_first(desc.layout.__class__, encoder)  # new, or pushed out of the tuple by other keys
@@ -672,6 +719,7 @@ def _try_first(layout_class: type, encoder: Callable) -> None:
     """Put ``encoder`` first among those :func:`encode` tries for ``layout_class``."""
     known = _BY_LAYOUT.get(layout_class, ())
     _BY_LAYOUT[layout_class] = (encoder,) + tuple(e for e in known if e is not encoder)[:MAX_SHAPES_PER_LAYOUT - 1]
+    _LAST_HIT[layout_class] = encoder
 
 
 def _compile_checked(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,7 +20,7 @@ from hurray_schema.codec import _parse_general, encode_descriptor, parse_descrip
 from hurray_schema.errors import FieldRangeError, HurraySchemaError, LimitExceeded
 from hurray_schema.limits import DEFAULT_LIMITS, Limits
 from hurray_schema.model import (
-    BufferHandle, CsrLayout, ElementType, PerBlockAffine, Shard, TensorDescriptor, TiledLayout,
+    BufferHandle, CsrLayout, ElementType, PerBlockAffine, Shard, Statistics, TensorDescriptor, TiledLayout,
 )
 from hurray_schema.rules.engine import Mode
 from hurray_schema.structs._declare import static_offset
@@ -174,6 +175,18 @@ def test_slot_constructor_stores_what_the_attrs_constructor_stores():
     assert _same_repr(make(64, 64, 0x42, 0x09, 0xF5, 1), BufferHandle(64, 64, 0x42, 0x09, 0xF5, 1))
     with pytest.raises(AttributeError):
         make(1, 64, 0, 0, 0, 0).byte_size = 2  # still frozen
+
+
+def test_classes_of_many_fields_are_filled_through_their_twin_and_become_the_frozen_class():
+    """``TWIN_MIN_FIELDS`` fields or more: filled as the plain twin, then given the class."""
+    assert len(attrs.fields(Statistics)) >= signature.TWIN_MIN_FIELDS > len(attrs.fields(Shard))
+    make = signature.slot_constructor(Statistics)
+    values = (0x7F, 30, 0.0625, -1.0, 2.0, 2.0, 0.5, 0.25, 2, 4, 1, 0, 0, b"\0" * 4)
+    made, built = make(*values), Statistics(*values)
+    assert type(made) is Statistics and _same_repr(made, built)
+    with pytest.raises(AttributeError):
+        made.nnz = 1  # still frozen
+    assert signature._twin_of(Statistics) is not None
 
 
 def test_struct_item_count_helper():
