@@ -31,14 +31,16 @@ from fuzz import reference, targets
 from fuzz.corpus import seed_files, seed_inputs, seed_streams
 from fuzz.mutate import hot_regions, mutate, refresh_index_crc
 from hurray_schema.model import (
-    DYNAMIC_DIMENSION, BlockPagedLayout, BufferHandle, CompositeLayout, CooLayout, CsrLayout, ExtensionType, MortonLayout,
-    Mxfp, PerBlockAffine, PerChannelAffine, Shard, TensorDescriptor,
+    DYNAMIC_DIMENSION, NO_BUFFER_INDEX, BlockPagedLayout, BufferHandle, CompositeLayout, CooLayout, CscLayout,
+    CsfLayout, CsrLayout, ElementType, ExtensionLayout, ExtensionType, MortonLayout, Mxfp, PerBlockAffine,
+    PerChannelAffine, QuantFlag, Shard, Statistics, StatisticsMask, TensorDescriptor,
 )
 from hurray_schema.structs._declare import plan, static_offset
 from hurray_schema.structs.descriptor import FIXED_HEADER
 from hurray_schema.structs.file import (
     FILE_HEADER, INDEX_COUNT, INDEX_ENTRY_FIELDS, INDEX_NAME_LENGTH, KV_COUNT, TRAILER, TRAILER_SIZE, FileFlag,
 )
+from hurray_schema.structs.tags import PRIVATE_TAG_FIRST, PRIVATE_TAG_LAST
 
 pytestmark = pytest.mark.skipif(not reference.available(), reason="pyhurray is not installed")
 
@@ -113,37 +115,54 @@ KNOWN = [
                       "adr007.empty.data_buffer_size", "metadata.byte_offset.bounds")),
     Known("DIV-LAYOUT", "divergence",
           "pyhurray's Descriptor.decode does not check layout constraints on shape and rank "
-          "(Morton/Hilbert extents, Hilbert and block-paged rank, scalar layout, no dynamic dimension in a "
-          "shard) nor byte_offset = 0 for "
+          "(Morton/Hilbert extents, Hilbert, block-paged, CSR/CSC (2) and CSF (>= 3) rank, scalar layout, no "
+          "dynamic dimension in a shard) nor byte_offset = 0 for "
           "sparse and indirect layouts, nor the per-layout buffer_count",
           "layouts/morton.md § Dimension Size Constraints; layouts/hilbert.md § Validity Constraints; "
-          "layouts/block-paged.md § Description; data-model.md § Scalar Tensors; layouts/coo.md, csr.md, csf.md, "
+          "layouts/block-paged.md § Description; layouts/csr.md, csc.md, csf.md § Description; "
+          "data-model.md § Scalar Tensors; layouts/coo.md, csr.md, csf.md, "
           "block-paged.md § byte_offset; metadata.md § Buffer Table", "hurray_schema",
           ours=_rules("layout.morton.shape", "layout.hilbert.shape", "layout.hilbert.rank", "layout.block_paged.rank",
                       "data_model.scalar.layout", "data_model.shard.dynamic", "layout.block_paged.paged_axis", "layout.block_paged.page_size", "layout.coo.byte_offset", "layout.csr.byte_offset",
                       "layout.csc.byte_offset", "layout.csf.byte_offset", "layout.block_paged.byte_offset",
                       "metadata.buffer_count.dense", "layout.coo.buffer_count", "layout.csr.buffer_count",
-                      "layout.csc.buffer_count", "layout.csf.buffer_count", "layout.block_paged.buffer_count")),
+                      "layout.csc.buffer_count", "layout.csf.buffer_count", "layout.block_paged.buffer_count",
+                      "layout.csr.rank", "layout.csc.rank", "layout.csf.rank")),
     Known("DIV-QUANT", "divergence",
           "pyhurray's Descriptor.decode does not check quantization parameters against the tensor "
           "(axis < rank, block_size <= shape[axis], parameter buffer indices, zero_point range, storage "
-          "type) nor scheme_version = 0x01 (it accepts 0x00)",
-          "quantization/*.md § Validity Constraints, § Referenced Buffers", "hurray_schema",
+          "type, the padding of a partial last block in the data buffer) nor scheme_version = 0x01 (it accepts 0x00)",
+          "quantization/*.md § Validity Constraints, § Referenced Buffers; "
+          "quantization/per-block-affine.md § Padding",
+          "hurray_schema",
           ours=_rules("quantization.axis", "quantization.block_size.upper", "quantization.buffer_index.range",
                       "quantization.buffer_index.data", "quantization.per_tensor.zero_point",
                       "quantization.per_tensor.storage_type", "quantization.per_channel.storage_type",
                       "quantization.per_block.storage_type", "quantization.nf4.storage_type",
-                      "quantization.mxfp.storage_type", "quantization.scheme_version.value")),
+                      "quantization.mxfp.storage_type", "quantization.scheme_version.value",
+                      "quantization.block_padding")),
     Known("DIV-BUFFER", "divergence",
           "pyhurray's Descriptor.decode does not check that all buffers share device and memory class, "
-          "nor that the memory class is valid for the device",
-          "buffer-protocol.md § Device Colocation, § Memory Class", "hurray_schema",
-          ours=_rules("buffer.colocation", "buffer.memory_class.device")),
+          "nor that the memory class is valid for the device; it accepts a private memory class on a private "
+          "device that nothing agreed on (hurray_schema: strict rejects, permissive accepts)",
+          "buffer-protocol.md § Device Colocation, § Memory Class, § Memory Class Values", "hurray_schema",
+          ours=_rules("buffer.colocation", "buffer.memory_class.device", "buffer.memory_class.private")),
     Known("DIV-EXTTYPE", "divergence",
           "pyhurray's Descriptor.decode does not check the float fields of an extension type "
           "(sign_bits 0 or 1, exponent/mantissa bits)",
           "metadata.md § Extension Type Section", "hurray_schema",
           ours=_rules("metadata.extension_type.float_fields")),
+    Known("DIV-EXTLAYOUT", "divergence",
+          "A private layout whose extension_layout_id the reader does not know: pyhurray accepts it (opaque); "
+          "hurray_schema strict rejects, permissive accepts (the spec's permissive-mode exception)",
+          "metadata.md § Extension Layouts (0xF0–0xFE)", "hurray_schema (pyhurray as permissive)",
+          ours=_rules("descriptor.layout.extension_unknown")),
+    Known("DIV-STATS", "divergence",
+          "pyhurray's Descriptor.decode does not check the statistics values: value_stddev >= 0, nm_n <= nm_m, "
+          "and a sparse layout's statistics nnz equal to the layout's nnz",
+          "metadata.md § Statistics Section › Field Encoding; layouts/coo.md, csr.md, csc.md, csf.md § Interaction "
+          "with Statistics Section", "hurray_schema",
+          ours=_rules("metadata.statistics.stddev", "metadata.statistics.nm", "layout.sparse.statistics_nnz")),
     Known("DIV-MINOR", "divergence",
           "A descriptor with a newer version_minor: pyhurray accepts it (the spec's SHOULD); hurray_schema "
           "rejects it in strict mode and accepts it in permissive mode",
@@ -477,6 +496,47 @@ def _group_chain_file(tmp_path: Path, levels: int) -> bytes:
     return path.read_bytes()
 
 
+def _csr(**kw) -> TensorDescriptor:
+    """float32 [3, 3], nnz 3: values 3 x 4, column indices 3 x 8, row_ptr 4 x 8 bytes
+    (layouts/csr.md § Buffer Size)."""
+    return TensorDescriptor(F32, (3, 3), CsrLayout(3), (BufferHandle(12), BufferHandle(24), BufferHandle(32)), **kw)
+
+
+def _rank_three(layout) -> bytes:
+    """A CSR or CSC tensor of rank 3 whose buffers are those of the rank-2 [3, 3] one."""
+    return _enc(attrs.evolve(_csr(), shape=(3, 3, 1), layout=layout))
+
+
+def _csf_rank_two() -> bytes:
+    """CSF on a [2, 2] matrix: 2 * rank + 1 = 5 buffers, as the layout's own count asks (layouts/csf.md § Buffer
+    Table), so only the rank is wrong."""
+    sizes = (12, 16, 16, 24, 24)
+    return _enc(TensorDescriptor(F32, (2, 2), CsfLayout(3, (0, 1)), tuple(BufferHandle(s) for s in sizes)))
+
+
+def _unpadded_last_block() -> bytes:
+    """int8 [3, 10] in blocks of 8 along axis 1 (symmetric): 2 blocks a row, so the data buffer needs 3 x 16 bytes
+    (quantization/per-block-affine.md § Padding) but holds the 30 unpadded ones; 6 float32 scales."""
+    scheme = PerBlockAffine(1, 8, 1, NO_BUFFER_INDEX, flags=int(QuantFlag.SYMMETRIC))
+    return _enc(TensorDescriptor(ElementType.INT8, (3, 10), buffers=(BufferHandle(30), BufferHandle(24)),
+                                 quantization=scheme))
+
+
+def _private_memory_class() -> bytes:
+    """A private memory class on a private device (buffer-protocol.md § Memory Class Values)."""
+    return _enc(_dense(buffers=(BufferHandle(48, device_tag=PRIVATE_TAG_FIRST, memory_class=PRIVATE_TAG_LAST),)))
+
+
+def _unknown_extension_layout() -> bytes:
+    """A private layout tag with an extension_layout_id and two bytes of extension_data nobody agreed on."""
+    layout = ExtensionLayout(PRIVATE_TAG_FIRST + 1, 0x1234, b"\x01\x02")
+    return _enc(TensorDescriptor(F32, (3, 4), layout, (BufferHandle(48),)))
+
+
+def _with_statistics(**fields) -> bytes:
+    return _enc(_dense(statistics=Statistics(**fields)))
+
+
 # (id, kind, build(tmp_path) -> bytes, our expected rule or None for "accepts", mode,
 #  pyhurray expectation: None accepts / regex of its error / ABORT)
 CASES = [
@@ -485,17 +545,35 @@ CASES = [
     ("DIV-LAYOUT", "descriptor",
      lambda _: _enc(TensorDescriptor(F32, (3, 3), CsrLayout(3), (BufferHandle(12), BufferHandle(24), BufferHandle(32)),
                                      byte_offset=4)), "layout.csr.byte_offset", "strict", None),
+    ("DIV-LAYOUT", "descriptor", lambda _: _rank_three(CsrLayout(3)), "layout.csr.rank", "strict", None),
+    ("DIV-LAYOUT", "descriptor", lambda _: _rank_three(CscLayout(3)), "layout.csc.rank", "strict", None),
+    ("DIV-LAYOUT", "descriptor", lambda _: _csf_rank_two(), "layout.csf.rank", "strict", None),
     ("DIV-QUANT", "descriptor",
      lambda _: _enc(TensorDescriptor(0x48, (128, 128), buffers=(BufferHandle(8192), BufferHandle(512)),
                                      quantization=PerBlockAffine(5, 64, 1, scale_type_tag=0x01, flags=1))),
      "quantization.axis", "strict", None),
+    ("DIV-QUANT", "descriptor", lambda _: _unpadded_last_block(), "quantization.block_padding", "strict", None),
     ("DIV-BUFFER", "descriptor",
      lambda _: _enc(TensorDescriptor(F32, (3, 3), CooLayout(2, 1), (BufferHandle(8), BufferHandle(32, memory_class=1)))),
      "buffer.colocation", "strict", None),
+    ("DIV-BUFFER", "descriptor", lambda _: _private_memory_class(), "buffer.memory_class.private", "strict", None),
+    ("DIV-BUFFER", "descriptor", lambda _: _private_memory_class(), None, "permissive", None),
     ("DIV-EXTTYPE", "descriptor",
      lambda _: _enc(TensorDescriptor(0xF0, (16,), buffers=(BufferHandle(32),),
                                      extension_type=ExtensionType(16, 1, 1, 0, 9, 5, 10, 15, 1, 1))),
      "metadata.extension_type.float_fields", "strict", None),
+    ("DIV-EXTLAYOUT", "descriptor", lambda _: _unknown_extension_layout(), "descriptor.layout.extension_unknown",
+     "strict", None),
+    ("DIV-EXTLAYOUT", "descriptor", lambda _: _unknown_extension_layout(), None, "permissive", None),
+    ("DIV-STATS", "descriptor",
+     lambda _: _with_statistics(computed_mask=int(StatisticsMask.VALUE_STATS_VALID), value_stddev=float("nan")),
+     "metadata.statistics.stddev", "strict", None),
+    ("DIV-STATS", "descriptor",
+     lambda _: _with_statistics(computed_mask=int(StatisticsMask.NM_SPARSITY_VALID), nm_n=3, nm_m=2),
+     "metadata.statistics.nm", "strict", None),
+    ("DIV-STATS", "descriptor",
+     lambda _: _enc(_csr(statistics=Statistics(computed_mask=int(StatisticsMask.NNZ_VALID), nnz=5))),
+     "layout.sparse.statistics_nnz", "strict", None),
     ("DIV-MINOR", "descriptor", lambda _: _newer_minor(_enc(_dense())), "descriptor.version_minor", "strict", None),
     ("DIV-MINOR", "descriptor", lambda _: _newer_minor(_enc(_dense())), None, "permissive", None),
     ("DIV-MINOR-TRUNC", "descriptor",

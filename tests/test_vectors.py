@@ -176,6 +176,24 @@ def test_composite_and_adr007_vectors_carry_the_reference_verdict(manifest):
             assert reference["divergence"] in dict(DIVERGENCES), entry["file"]
 
 
+def test_every_disagreement_with_the_reference_names_a_divergence_row(manifest):
+    """Wherever pyhurray's verdict differs from our strict one, the vector's entry names the
+    row of spec-map.md § Divergences › Differential run that explains it, and for a violating
+    vector that row lists the vector's rule id."""
+    import hurray  # noqa: F401  (the reference must be installed for this test)
+
+    rows = dict(DIVERGENCES)
+    judged = [e for e in _entries(manifest) if e["kind"] != "messages"]
+    assert judged and all(e["reference"]["verdict"] in ("accept", "reject", "abort") for e in judged)
+    disagreeing = [e for e in judged if e["reference"]["verdict"] != e["strict"]["verdict"]]
+    assert all(not e["reference"]["agrees"] for e in disagreeing)
+    unrecorded = sorted(e["file"] for e in disagreeing if e["reference"]["divergence"] not in rows)
+    assert not unrecorded, f"disagreements with pyhurray that no Divergences row names: {unrecorded}"
+    for entry in disagreeing:
+        if entry["role"] == "fail":
+            assert entry["rule_id"] in rows[entry["reference"]["divergence"]], entry["file"]
+
+
 def test_hex_around_marks_the_faulty_byte():
     data = bytes(range(40))
     assert hex_around(data, 3) == (0, " ".join(f"{b:02x}" for b in range(3)) + " [03] "
