@@ -49,6 +49,16 @@ def test_from_numpy_bool_is_bit_packed_lsb_first():
     assert int(x.type_tag) == 0x20 and bytes(x.buffers[0]) == b"\x01\x03"
 
 
+def test_from_numpy_packs_sub_byte_types_lsb_first():
+    """``element-types.md § Sub-Byte Integer Types``: element 0 in the low bits of byte 0."""
+    import ml_dtypes
+
+    x = Tensor.from_numpy(np.array([1, -2, 3], dtype=ml_dtypes.int4))
+    assert int(x.type_tag) == 0x48 and x.shape == (3,) and bytes(x.buffers[0]) == b"\xe1\x03"
+    y = Tensor.from_numpy(np.array([3, 0, 1, 2, 1], dtype=ml_dtypes.uint2))
+    assert bytes(y.buffers[0]) == bytes([3 | 0 << 2 | 1 << 4 | 2 << 6, 1])
+
+
 def test_from_numpy_empty_and_big_endian():
     e = Tensor.from_numpy(np.zeros((0, 4), np.float32))
     assert e.shape == (0, 4) and e.descriptor.buffers[0].byte_size == 0 and e.stored_nbytes == 0

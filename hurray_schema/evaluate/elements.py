@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
@@ -20,7 +19,7 @@ from numba.extending import intrinsic
 
 from ..errors import UnsupportedEvaluation
 from ..model import ElementType
-from ..structs.element_types import element_type_info
+from ..structs.element_types import element_type_info, numpy_dtypes
 
 __all__ = [
     "UnsupportedEvaluation", "numpy_dtype", "f16_to_f32", "f32_to_f16", "bf16_to_f32", "f32_to_bf16",
@@ -30,33 +29,7 @@ __all__ = [
 ]
 
 
-_NUMPY_DTYPES = {
-    ElementType.FLOAT16: np.dtype(np.float16),
-    ElementType.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
-    ElementType.FLOAT32: np.dtype(np.float32),
-    ElementType.FLOAT64: np.dtype(np.float64),
-    ElementType.INT8: np.dtype(np.int8),
-    ElementType.UINT8: np.dtype(np.uint8),
-    ElementType.INT16: np.dtype("<i2"),
-    ElementType.UINT16: np.dtype("<u2"),
-    ElementType.INT32: np.dtype("<i4"),
-    ElementType.UINT32: np.dtype("<u4"),
-    ElementType.INT64: np.dtype("<i8"),
-    ElementType.UINT64: np.dtype("<u8"),
-    ElementType.BOOL: np.dtype(np.bool_),
-    ElementType.FLOAT8_E4M3: np.dtype(ml_dtypes.float8_e4m3fn),
-    ElementType.FLOAT8_E5M2: np.dtype(ml_dtypes.float8_e5m2),
-    ElementType.FLOAT8_E8M0: np.dtype(ml_dtypes.float8_e8m0fnu),
-    ElementType.FLOAT4_E2M1: np.dtype(ml_dtypes.float4_e2m1fn),
-    ElementType.FLOAT6_E2M3: np.dtype(ml_dtypes.float6_e2m3fn),
-    ElementType.FLOAT6_E3M2: np.dtype(ml_dtypes.float6_e3m2fn),
-    ElementType.INT4: np.dtype(ml_dtypes.int4),
-    ElementType.UINT4: np.dtype(ml_dtypes.uint4),
-    ElementType.INT2: np.dtype(ml_dtypes.int2),
-    ElementType.UINT2: np.dtype(ml_dtypes.uint2),
-    ElementType.COMPLEX64: np.dtype("<c8"),
-    ElementType.COMPLEX128: np.dtype("<c16"),
-}
+_NUMPY_DTYPES = numpy_dtypes()
 """Element type -> the NumPy / ml_dtypes dtype of its decoded array (one element per item)."""
 
 CODE_VIEW_TYPES = frozenset({

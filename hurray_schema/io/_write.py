@@ -39,10 +39,9 @@ import attrs
 from ..codec import encode_descriptor, parse_descriptor
 from ..errors import EncodeError, HurraySchemaError
 from ..limits import DEFAULT_LIMITS, HARD_MAXIMUM
-from ..model import ElementType, TensorDescriptor
+from ..model import TensorDescriptor
 from ..rules.composite import validate_preorder
 from ..rules.descriptor import first_error
-from ..structs.element_types import element_type_info
 from .tensor import Composite, Item, Tensor
 
 __all__ = ["EncodedNode", "Sink", "as_item", "checked_buffers", "encode_nodes", "check_nodes", "decoded",
@@ -89,38 +88,15 @@ class Sink:
 
 def as_item(value) -> Item:
     """``value`` as something a writer takes: a :class:`Tensor` or :class:`Composite` as it
-    is, a NumPy array as a dense row-major tensor of its element type.
-
-    Whole-byte types and ``bool`` go through :meth:`Tensor.from_numpy`; the ``ml_dtypes``
-    sub-byte types (int4, uint4, int2, uint2, float4_e2m1fn, float6_e2m3fn, float6_e3m2fn),
-    whose items hold one code in their low bits, are packed LSB-first
-    (``element-types.md § Sub-Byte Integer Types``, ``§ 6-bit packing``)."""
+    is, a NumPy array as the dense row-major tensor :meth:`Tensor.from_numpy` makes of it
+    (``bool`` and the ``ml_dtypes`` sub-byte types packed)."""
     if isinstance(value, (Tensor, Composite)):
         return value
     import numpy as np
 
     if not isinstance(value, (np.ndarray, np.generic)):
         raise HurraySchemaError(f"{type(value).__name__} is neither a Tensor, a Composite nor a NumPy array")
-    array = np.asarray(value)
-    tag = _sub_byte_tags().get(array.dtype)
-    if tag is None:
-        return Tensor.from_numpy(array)
-    from ..evaluate.quantize import pack_codes  # the evaluator's packer (above io: imported here)
-
-    codes = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-    return Tensor.dense(tag, array.shape, pack_codes(codes, element_type_info(tag).bit_width))
-
-
-def _sub_byte_tags() -> dict:
-    """dtype -> element type of the sub-byte types, from the evaluator's one dtype table."""
-    from ..evaluate.elements import numpy_dtype
-
-    tags = {}
-    for tag in ElementType:
-        info = element_type_info(tag)
-        if tag != ElementType.BOOL and info is not None and info.sub_byte:
-            tags[numpy_dtype(tag)] = tag
-    return tags
+    return Tensor.from_numpy(np.asarray(value))
 
 
 def checked_buffers(node: Item) -> tuple:

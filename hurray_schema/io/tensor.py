@@ -19,7 +19,7 @@ from ..model import (
     ROW_MAJOR, Shard, TensorDescriptor,
 )
 from ..rules.composite import validate_preorder
-from ..structs.element_types import element_type_info
+from ..structs.element_types import element_type_info, element_type_of
 
 __all__ = ["Tensor", "Composite", "Item", "walk", "ArrayProtocol", "DEFAULT_BUFFER_ALIGNMENT", "DLPACK_CPU_DEVICE"]
 
@@ -188,14 +188,24 @@ class Tensor(ArrayProtocol):
 
     @classmethod
     def from_numpy(cls, array, *, name: Optional[str] = None, shard: Optional[Shard] = None) -> "Tensor":
-        """A row-major tensor holding a copy-free view of a C-contiguous numpy array
-        (bool arrays are bit-packed LSB-first, ``element-types.md § Boolean``)."""
+        """A dense row-major tensor of a NumPy array, of the element type of its dtype.
+
+        Whole-byte types: a copy-free view of a C-contiguous little-endian array (others are
+        copied first).  ``bool`` is bit-packed LSB-first (``element-types.md § Boolean Type``).
+        The ``ml_dtypes`` sub-byte types (int4, uint4, int2, uint2, float4_e2m1fn,
+        float6_e2m3fn, float6_e3m2fn), whose items hold one code in their low bits, are packed
+        LSB-first (``element-types.md § Sub-Byte Integer Types``, ``§ 6-bit packing``)."""
         import numpy as np
 
         arr = np.asarray(array)
         tag = _numpy_tag(arr.dtype)
+        info = element_type_info(tag)
         if tag == ElementType.BOOL:
             data = np.packbits(arr.reshape(-1), bitorder="little").tobytes()
+        elif info.sub_byte:
+            from ..evaluate.quantize import pack_codes  # the evaluator's packer (above io: imported here)
+
+            data = pack_codes(np.ascontiguousarray(arr).reshape(-1).view(np.uint8), info.bit_width)
         else:
             arr = np.asarray(arr, order="C")  # np.ascontiguousarray would make a 0-d array 1-d
             if arr.dtype.byteorder == ">":
@@ -274,21 +284,9 @@ class Tensor(ArrayProtocol):
 
 
 def _numpy_tag(dtype) -> ElementType:
-    import numpy as np
-
-    kind = np.dtype(dtype)
-    table = {
-        "float16": ElementType.FLOAT16, "float32": ElementType.FLOAT32, "float64": ElementType.FLOAT64,
-        "int8": ElementType.INT8, "uint8": ElementType.UINT8, "int16": ElementType.INT16,
-        "uint16": ElementType.UINT16, "int32": ElementType.INT32, "uint32": ElementType.UINT32,
-        "int64": ElementType.INT64, "uint64": ElementType.UINT64, "bool": ElementType.BOOL,
-        "complex64": ElementType.COMPLEX64, "complex128": ElementType.COMPLEX128,
-        "bfloat16": ElementType.BFLOAT16, "float8_e4m3fn": ElementType.FLOAT8_E4M3,
-        "float8_e5m2": ElementType.FLOAT8_E5M2, "float8_e8m0fnu": ElementType.FLOAT8_E8M0,
-    }
-    tag = table.get(kind.name)
+    tag = element_type_of(dtype)
     if tag is None:
-        raise HurraySchemaError(f"numpy dtype {kind} has no Hurray element type here; use Tensor.dense")
+        raise HurraySchemaError(f"numpy dtype {dtype} has no Hurray element type here; use Tensor.dense")
     return tag
 
 

@@ -5,6 +5,7 @@ Spec: ``element-types.md § Type Properties Summary`` and ``§ Buffer Size Calcu
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import attrs
@@ -98,3 +99,43 @@ the private tag range of :mod:`hurray_schema.structs.tags`."""
 def element_type_info(tag: int) -> Optional[ElementTypeInfo]:
     """The table row of ``tag``, or ``None`` when the spec assigns no built-in type to it."""
     return ELEMENT_TYPES.get(tag)
+
+
+@functools.cache
+def numpy_dtypes() -> dict:
+    """Element type -> the NumPy / ``ml_dtypes`` dtype of its decoded array, one element per
+    item (the sub-byte and narrow-float ``ml_dtypes`` items hold one code in their low bits).
+    Types without one (float128, private types) are absent.  NumPy and ``ml_dtypes`` are
+    imported on first use, not with the package."""
+    import ml_dtypes
+    import numpy as np
+
+    return {
+        ElementType.FLOAT16: np.dtype(np.float16), ElementType.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
+        ElementType.FLOAT32: np.dtype(np.float32), ElementType.FLOAT64: np.dtype(np.float64),
+        ElementType.INT8: np.dtype(np.int8), ElementType.UINT8: np.dtype(np.uint8),
+        ElementType.INT16: np.dtype("<i2"), ElementType.UINT16: np.dtype("<u2"),
+        ElementType.INT32: np.dtype("<i4"), ElementType.UINT32: np.dtype("<u4"),
+        ElementType.INT64: np.dtype("<i8"), ElementType.UINT64: np.dtype("<u8"),
+        ElementType.BOOL: np.dtype(np.bool_),
+        ElementType.FLOAT8_E4M3: np.dtype(ml_dtypes.float8_e4m3fn), ElementType.FLOAT8_E5M2: np.dtype(ml_dtypes.float8_e5m2),
+        ElementType.FLOAT8_E8M0: np.dtype(ml_dtypes.float8_e8m0fnu),
+        ElementType.FLOAT4_E2M1: np.dtype(ml_dtypes.float4_e2m1fn),
+        ElementType.FLOAT6_E2M3: np.dtype(ml_dtypes.float6_e2m3fn), ElementType.FLOAT6_E3M2: np.dtype(ml_dtypes.float6_e3m2fn),
+        ElementType.INT4: np.dtype(ml_dtypes.int4), ElementType.UINT4: np.dtype(ml_dtypes.uint4),
+        ElementType.INT2: np.dtype(ml_dtypes.int2), ElementType.UINT2: np.dtype(ml_dtypes.uint2),
+        ElementType.COMPLEX64: np.dtype("<c8"), ElementType.COMPLEX128: np.dtype("<c16"),
+    }
+
+
+@functools.cache
+def _element_types_by_dtype() -> dict:
+    return {dtype: tag for tag, dtype in numpy_dtypes().items()}
+
+
+def element_type_of(dtype) -> Optional[ElementType]:
+    """The element type whose decoded arrays have ``dtype`` (either byte order), or ``None``."""
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    return _element_types_by_dtype().get(dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype)
