@@ -102,7 +102,10 @@ class HurrayFile(Mapping):
 
     Composite members are reachable through their composite (and by
     :meth:`tensor`), not as keys.  ``entries()`` lists every index entry.  ``kv`` is the
-    decoded KV section; ``findings`` what the mode tolerated plus SHOULD-level notes.
+    decoded KV section; ``findings`` what the mode tolerated plus SHOULD-level notes, of
+    the container, descriptor and composite rules alike: what ``audit`` reports on the file
+    (same rule, level and offset, each descriptor's in audit's order), but for the rules
+    only audit runs (:data:`hurray_schema.rules.interop.AUDIT_ONLY`).
 
     Lazy access in the manner of safetensors' ``safe_open``: :meth:`keys`,
     :meth:`metadata` (the KV section), :meth:`get_tensor` (an array) and

@@ -69,7 +69,10 @@ class StreamReader:
     The bytes are walked by :func:`~hurray_schema.io.walk.walk_bare` or
     :func:`~hurray_schema.io.walk.walk_messages` (fault policy ``RAISE``); this class
     gathers each tensor's buffers and binds the composites.
-    ``findings`` collects what a permissive reader tolerated (and SHOULD-level notes).
+    ``findings`` collects what a permissive reader tolerated and the SHOULD-level notes, of
+    the descriptor, composite and stream rules alike: what ``audit`` reports on the stream
+    (same rule, level and offset, each descriptor's in audit's order), but for the rules
+    only audit runs (:data:`hurray_schema.rules.interop.AUDIT_ONLY`).
     ``framing`` None (the default) reads the framing from the first bytes
     (:func:`detect_framing`); ``framing`` is then the one found.
     """

@@ -227,7 +227,8 @@ def strict_descriptor(buf, base: int, depth: int, *, mode: Mode, limits: Limits 
                       cross_machine: bool = False, findings: Optional[list] = None) -> Part:
     """The descriptor that is ``buf`` (exactly its ``descriptor_length`` bytes) as a reader
     takes it (``RAISE``): the structural decode, then the first untolerated semantic rule raises.  What the mode
-    tolerated goes to ``findings`` (before anything raises) when given, else to the part."""
+    tolerated and the SHOULD-level findings go to ``findings`` (before anything raises) when given, else to the
+    part; a descriptor with none of them takes the compiled path, which records nothing."""
     describe = strict_describer(mode=mode, limits=limits, cross_machine=cross_machine, findings=findings)
     return describe(buf, base, depth)
 
@@ -259,12 +260,18 @@ def strict_describer(*, mode: Mode, limits: Limits = DEFAULT_LIMITS, cross_machi
         return general(buf, base, 0)
 
     def general(buf, base: int, depth: int) -> Part:
-        """The descriptor decoded the general way, every rule run (it reports what fails)."""
+        """The descriptor decoded the general way, every rule run (it reports what fails):
+        what the decode tolerated, then the semantic rules' SHOULD-level and tolerated
+        findings, in audit's order (:func:`collect_descriptor`), before the first error."""
         desc, tolerated = parse_descriptor(buf, mode=mode, base=base, limits=limits)
-        if tolerated and findings is not None:
-            findings.extend(tolerated)
+        if findings is not None:
+            if tolerated:
+                findings.extend(tolerated)
             tolerated = ()
-        error = first_error(desc, mode, base=base)
+            error = first_error(desc, mode, base=base, notes=findings)
+        else:
+            tolerated = list(tolerated)
+            error = first_error(desc, mode, base=base, notes=tolerated)
         if error is not None:
             raise error.to_violation()
         if cross_machine:

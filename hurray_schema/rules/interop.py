@@ -1,6 +1,6 @@
 """Interop hazards: inputs every reader rule accepts but that another implementation reads
 differently, or that a writer was not allowed to produce.  Audit reports them; readers
-do not reject them (no reader rule is broken).
+do not reject them (no reader rule is broken) and do not run them (:data:`AUDIT_ONLY`).
 
 * ``element_types.boolean.unpacked`` -- ``element-types.md § Boolean Type`` packs ``bool``
   8 elements per byte, LSB-first, and (``§ Buffer Size``) only sets a *minimum* buffer
@@ -29,7 +29,7 @@ from .engine import Finding, Level, declare
 
 __all__ = [
     "BOOL_UNPACKED", "HEAD_PADDING", "bool_packing_findings", "head_padding_findings", "file_findings",
-    "stream_tensor_findings", "BOOL_SCAN_BYTES",
+    "stream_tensor_findings", "BOOL_SCAN_BYTES", "AUDIT_ONLY",
 ]
 
 BOOL_UNPACKED = declare(
@@ -41,6 +41,14 @@ HEAD_PADDING = declare(
     "file.composite.head_padding", Level.MUST_NOT, "file-format.md § Composite Tensors",
     "A writer does not pad after a composite head's descriptor: its first member's descriptor follows at the "
     "next 8-byte boundary (readers still read such files: membership is positional).", scope="file")
+
+AUDIT_ONLY = frozenset({BOOL_UNPACKED.id, HEAD_PADDING.id})
+"""The rules only ``audit`` runs (the one list of them): lints on inputs every reader rule
+accepts.  ``element_types.boolean.unpacked`` reads a tensor's data bytes, which a reader
+hands out without looking at them; ``file.composite.head_padding`` binds the writer of a
+layout readers read by position.  For every other rule a reader's ``findings``
+(:class:`~hurray_schema.io.StreamReader`, :class:`~hurray_schema.io.HurrayFile`) hold what
+``audit`` reports on the same input that the reader accepted: same rule, level and offset."""
 
 BOOL_SCAN_BYTES = 1 << 20
 """At most this many leading bytes of a bool buffer are looked at (the lint reads no more)."""

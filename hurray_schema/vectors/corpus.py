@@ -91,7 +91,7 @@ def all_cases() -> list[Case]:
     return descriptor_cases() + composite_cases() + container_cases()
 
 
-LINTS = frozenset({interop.BOOL_UNPACKED.id, interop.HEAD_PADDING.id})
+LINTS = interop.AUDIT_ONLY
 """Rules ``audit`` checks on what a reader accepted: a reader accepts an input whose first
 finding is one of them (``file.composite.head_padding`` binds writers)."""
 

@@ -128,8 +128,8 @@ can fire and the function that says whether all of them pass; emptied by each de
 MAX_PASSED = 4096
 _PASSED: dict = {}
 """id(descriptor) -> descriptor, for the last :data:`MAX_PASSED` descriptor objects on which
-:func:`first_error` found nothing in strict mode (the entry keeps the object alive, so its
-id is not reused); emptied by each declaration."""
+no rule reported anything in strict mode, SHOULD-level rules included (the entry keeps the
+object alive, so its id is not reused); emptied by each declaration."""
 _REMEMBER_PASSED = [True]
 
 
@@ -148,8 +148,10 @@ def rememberable(desc: TensorDescriptor) -> bool:
 
 
 def passed(desc: TensorDescriptor) -> bool:
-    """True when this very object passed :func:`first_error` in strict mode and is still
-    remembered (then it passes in either mode, so :func:`first_error` would return None)."""
+    """True when no rule reported anything on this very object in strict mode (in
+    :func:`first_error`, or the decoder generated per header checked it) and it is still
+    remembered: it has no finding in either mode, so :func:`first_error` would return None
+    and leave its ``notes`` as they were."""
     return _PASSED.get(id(desc)) is desc
 
 
@@ -475,15 +477,23 @@ def check_descriptor(desc: TensorDescriptor, mode="strict", *, base: int = 0) ->
     return out
 
 
-def first_error(desc: TensorDescriptor, mode="strict", *, base: int = 0) -> Optional[Finding]:
+def first_error(desc: TensorDescriptor, mode="strict", *, base: int = 0,
+                notes: Optional[list] = None) -> Optional[Finding]:
     """The first finding the mode does not tolerate (a MUST breach), or None; stops there.
 
+    ``notes``, when given, receives the other findings met on the way, in
+    :func:`check_descriptor`'s order: the SHOULD-level ones and those the mode tolerated
+    (before the first error when there is one, else all of them) -- what a reader records
+    beside the descriptor it keeps.
+
     The plan's generated ``passes`` answers first; only a descriptor on which some rule
-    would report goes through the general loop.  A descriptor object that passed in strict
-    mode passes again in either mode (the rules are functions of the frozen value;
-    permissive only tolerates more), so the last :data:`MAX_PASSED` such objects are not
-    checked twice: a stream of repeated descriptors gives the decoder's one object per
-    distinct descriptor (:func:`hurray_schema.signature.decode_known`)."""
+    would report goes through the general loop (so a descriptor with no finding costs no
+    more with ``notes``).  A descriptor object on which no rule reports anything in strict
+    mode has no finding in either mode (the rules are functions of the frozen value; the
+    mode only decides what is tolerated), so the last :data:`MAX_PASSED` such objects are
+    not checked twice: a stream of repeated descriptors gives the decoder's one object per
+    distinct descriptor (:func:`hurray_schema.signature.decode_known`).  A descriptor with
+    a SHOULD-level finding is never remembered: each reading reports it again."""
     if _PASSED.get(id(desc)) is desc:
         return None
     mode = as_mode(mode)
@@ -495,6 +505,9 @@ def first_error(desc: TensorDescriptor, mode="strict", *, base: int = 0) -> Opti
                 finding = rule.finding(message, offset, mode)
                 if finding.is_error:
                     return finding
+                if notes is not None:
+                    notes.append(finding)
+        return None
     if mode is Mode.STRICT and _REMEMBER_PASSED[0] and rememberable(desc):
         if len(_PASSED) >= MAX_PASSED:
             _PASSED.clear()
