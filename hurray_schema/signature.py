@@ -42,6 +42,7 @@ objects it encoded.  The rules keep the objects that passed (``first_error``).
 
 from __future__ import annotations
 
+import re
 import struct
 from typing import Callable, Optional
 
@@ -617,20 +618,61 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
         if getattr(desc, attr) is not None:
             p.table(decl, p.bind(f"d.{attr}"), rank=rank)
     other_key = _key_test(desc)
-    codec = struct.Struct(p.fmt)
-    p.args = [str(codec.size) if a == repr(_LENGTH) else a for a in p.args]
+    size = struct.calcsize(p.fmt)
+    p.args = [str(size) if a == repr(_LENGTH) else a for a in p.args]
+    calls = _pack_calls(p.fmt, p.args)
     shape_counted = f"len(d.shape) != {rank}"  # the key test's first
     guards = " or ".join(["d.trailing"] + [guard for guard in p.guards if guard != shape_counted])
     bound = "".join(f"    {line}\n" for line in p.bound)
     unpacked = "".join(f"    {line}\n" for line in p.unpacked)
+    packed = " + ".join(f"_pack{i}({', '.join(args)})" for i, (_, args) in enumerate(calls))
     source = (f"def encode(d):\n    if {other_key}:\n        return _MISS\n{bound}    if {guards}:\n        return None\n{unpacked}    try:\n"
-              f"        return _pack({', '.join(p.args)})\n    except _error:\n        return None\n")
-    namespace = {"_pack": codec.pack, "_error": (struct.error, OverflowError),  # a float too large for "f"
-                 "_MISS": MISS, "_scheme": desc.quantization.__class__}
+              f"        return {packed}\n    except _error:\n        return None\n")
+    namespace = {"_error": (struct.error, OverflowError),  # a float too large for "f"
+                 "_MISS": MISS, "_scheme": desc.quantization.__class__,
+                 **{f"_pack{i}": codec.pack for i, (codec, _) in enumerate(calls)}}
     exec(compile(source, f"<hurray_schema encoder {layout.tag:#04x}/rank {rank}>", "exec"), namespace)
     encode = namespace["encode"]
     encode.source = source
     return encode
+
+
+MAX_PACK_ARGUMENTS = 30
+"""Most values one generated ``pack`` call passes.  CPython 3.11 compiles a call with more
+positional arguments than its stack-use guideline (30) into building a list of them and a
+tuple from it; two calls and joining their bytes cost less than that."""
+
+_FORMAT_TOKEN = re.compile(r"(\d*)([xcbB?hHiIlLqQnNefdspP])")
+
+
+def _format_items(fmt: str) -> list:
+    """The codes of ``fmt`` (a little-endian :mod:`struct` format), one per value it packs
+    (``2Q`` is two ``Q``, ``4s`` one); pad bytes go with the value before them."""
+    items: list = []
+    lead = ""
+    for count, code in _FORMAT_TOKEN.findall(fmt.lstrip("<")):
+        if code == "x":
+            if items:
+                items[-1] += f"{count}x"
+            else:
+                lead += f"{count}x"
+        elif code in "sp":
+            items.append(f"{lead}{count}{code}")
+            lead = ""
+        else:
+            items.extend([lead + code] + [code] * (int(count or 1) - 1))
+            lead = ""
+    return items
+
+
+def _pack_calls(fmt: str, args: list) -> list:
+    """``(struct.Struct, argument sources)`` of each ``pack`` call that together give the
+    bytes of ``fmt`` packed from ``args``, each taking at most :data:`MAX_PACK_ARGUMENTS`."""
+    items = _format_items(fmt)
+    if len(items) != len(args):
+        raise _NotCompilable("the format and the arguments disagree")
+    return [(struct.Struct("<" + "".join(items[i:i + MAX_PACK_ARGUMENTS])), args[i:i + MAX_PACK_ARGUMENTS])
+            for i in range(0, max(len(args), 1), MAX_PACK_ARGUMENTS)]
 
 
 _ENCODERS: dict = {}  # encoder_key -> compiled encoder, or None where the general encoder is used

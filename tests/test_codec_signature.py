@@ -189,6 +189,21 @@ def test_classes_of_many_fields_are_filled_through_their_twin_and_become_the_fro
     assert signature._twin_of(Statistics) is not None
 
 
+def test_pack_calls_split_a_long_format_into_calls_that_give_the_same_bytes():
+    """A compiled encoder packs at most ``MAX_PACK_ARGUMENTS`` values per call; the calls'
+    bytes joined are the bytes of the whole format."""
+    fmt = "<4sBBLL" + "Q" * 40 + "2Q3x2sxB"
+    values = [b"HRRY", 1, 0, 7, 9] + list(range(40)) + [5, 6, b"ab", 255]
+    assert signature._format_items(fmt)[-4:] == ["Q", "Q3x", "2sx", "B"]
+    calls = signature._pack_calls(fmt, [repr(v) for v in values])
+    assert len(calls) == 2 and all(len(args) <= signature.MAX_PACK_ARGUMENTS for _, args in calls)
+    joined, start = b"", 0
+    for codec, args in calls:
+        joined += codec.pack(*values[start:start + len(args)])
+        start += len(args)
+    assert joined == struct.pack(fmt, *values)
+
+
 def test_struct_item_count_helper():
     assert signature._items("QQ4Q") == 6
     assert signature._items("B3sI") == 3
