@@ -190,6 +190,9 @@ def test_a_private_composition_rule_is_recorded_by_a_permissive_stream_reader():
     assert [(f.rule_id, f.level, f.offset, f.tolerated) for f in reader.findings] == [
         (RULE_PRIVATE, Level.MUST, at, True)]
     assert reader.findings == list(hs.audit(data, mode="permissive").findings)
+    with pytest.raises(hs.SpecViolation) as validated:  # the kept composite is not valid in strict mode
+        items[0].validate()
+    assert validated.value.rule_id == RULE_PRIVATE
 
 
 def test_a_private_composition_rule_is_recorded_by_a_permissive_file_reader(tmp_path):

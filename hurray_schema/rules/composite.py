@@ -69,7 +69,7 @@ from ..model import (
     PerTensorAffine, TensorDescriptor, DYNAMIC_DIMENSION,
 )
 from ..structs.sections import COMPOSITE_MEMBER_SECTION, SHARD_SECTION
-from .descriptor import DESCRIPTOR_RULES, DescriptorContext
+from .descriptor import DESCRIPTOR_RULES, DescriptorContext, first_error
 from .engine import Finding, Level, Mode, Report, as_mode, declare
 
 __all__ = [
@@ -443,7 +443,9 @@ class _Frame:
         self.payload = payload
         self.members: list = []
         self.validator = validator
-        self.clean = validator is not None and not validator.findings
+        # clean: what strict validation would pass, so the head must pass the strict descriptor
+        # rules too (a permissive reader keeps a head whose finding it tolerated: a private rule)
+        self.clean = validator is not None and not validator.findings and first_error(head, Mode.STRICT) is None
 
 
 def _payload_itself(desc, payload):
