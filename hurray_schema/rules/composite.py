@@ -443,9 +443,11 @@ class _Frame:
         self.payload = payload
         self.members: list = []
         self.validator = validator
-        # clean: what strict validation would pass, so the head must pass the strict descriptor
-        # rules too (a permissive reader keeps a head whose finding it tolerated: a private rule)
-        self.clean = validator is not None and not validator.findings and first_error(head, Mode.STRICT) is None
+        # clean: what strict validation would pass.  A strict binder's heads passed the strict
+        # descriptor rules (its own head checks, or the caller's); a permissive one may hold a
+        # head whose finding the mode tolerated (a private composition rule), so it asks.
+        self.clean = validator is not None and not validator.findings and (
+            validator.mode is Mode.STRICT or first_error(head, Mode.STRICT) is None)
 
 
 def _payload_itself(desc, payload):
