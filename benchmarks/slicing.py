@@ -74,7 +74,8 @@ def stepped(path: Path, n: int, repeat: int) -> None:
                              median_time(with_numpy, repeat * 5))
         with hs.read_file(path) as f:
             tensor, mapped = f["w"], memmap()
-            report_against_numpy(f"stepped {label} index only", median_time(lambda: np.array(tensor[index]), repeat * 5),
+            ours_time = median_time(lambda: np.array(tensor[index]), repeat * 5)
+            report_against_numpy(f"stepped {label} index only", ours_time,
                                  median_time(lambda: np.array(mapped[index]), repeat * 5))
             del tensor, mapped
 
