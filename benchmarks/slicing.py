@@ -8,13 +8,18 @@ Cases (issue 13, acceptance):
   temporary folder; open it with ``read_file`` and read one row (``read_box``, copied out of
   the map before the file closes), against opening it and reading the whole tensor
   (``to_numpy()``; a read-only view of the map is copied, so that every element is read);
+* ``stepped``    -- the same file tensor indexed ``[::64, ::64]`` and ``[1::64, 1::64]`` (a stepped
+  box read: a strided view of the map, copied out before the file closes), against NumPy
+  indexing a ``numpy.memmap`` of the tensor's bytes the same way, copied (NumPy's own cost of
+  the same selection);
 * ``spqr box``   -- one [64, 64] box, not aligned to the quantization blocks, of a [4096, 4096]
   SpQR overlay (``hurray_schema.spqr`` of float16 data: int4 per-block base, sorted COO
   outliers), against ``materialize()``.
 
 Each read is checked bit-identical to the whole read sliced before timing.  Prints the median
 wall time of ``--repeat`` runs of each and the ratio region / whole; targets <= 1% (dense row)
-and <= 5% (SpQR box).  Nothing is asserted.
+and <= 5% (SpQR box); the stepped cases print the ratio ours / NumPy's memmap.  Nothing is
+asserted.
 """
 
 from __future__ import annotations
@@ -45,6 +50,36 @@ def report(name: str, region: float, whole: float, target: float) -> None:
           f"ratio {ratio * 100:6.3f}%   target <= {target * 100:.0f}% ({verdict})")
 
 
+def report_against_numpy(name: str, ours: float, numpy_time: float) -> None:
+    print(f"{name:<34} ours {ours * 1e3:9.3f} ms   numpy {numpy_time * 1e3:9.3f} ms   "
+          f"ratio {ours / numpy_time * 100:6.1f}% (ours / numpy memmap)")
+
+
+def stepped(path: Path, n: int, repeat: int) -> None:
+    with hs.read_file(path) as f:
+        offset = f.buffer_ranges("w")[0][0]
+    def memmap():
+        return np.memmap(path, np.float32, "r", offset=offset, shape=(n, n))
+
+    for label, index in (("[::64,::64]", np.s_[::64, ::64]), ("[1::64,1::64]", np.s_[1::64, 1::64])):
+        def ours():
+            with hs.read_file(path) as f:
+                return np.array(f["w"][index])
+
+        def with_numpy():
+            return np.array(memmap()[index])
+
+        assert ours().tobytes() == with_numpy().tobytes()
+        report_against_numpy(f"stepped {label} open+index", median_time(ours, repeat * 5),
+                             median_time(with_numpy, repeat * 5))
+        with hs.read_file(path) as f:
+            tensor, mapped = f["w"], memmap()
+            ours_time = median_time(lambda: np.array(tensor[index]), repeat * 5)
+            report_against_numpy(f"stepped {label} index only", ours_time,
+                                 median_time(lambda: np.array(mapped[index]), repeat * 5))
+            del tensor, mapped
+
+
 def dense_row(n: int, repeat: int) -> None:
     rng = np.random.default_rng(0)
     values = rng.random((n, n), dtype=np.float32)
@@ -53,6 +88,7 @@ def dense_row(n: int, repeat: int) -> None:
         path = Path(folder) / "dense.hrry"
         hs.write_file(path, {"w": hs.Tensor.from_numpy(values)})
         del values
+        stepped(path, n, repeat)
 
         def read_row():
             with hs.read_file(path) as f:

@@ -6,6 +6,11 @@ needs is read is shown by buffers whose pages outside the needed rows / blocks /
 unreadable (``mprotect``), in a child process: a read outside would kill it, and the whole
 decode does.  The budget is charged on the box: a small box of a huge logical tensor reads
 under a small limit.
+
+Stepped boxes (``read_box(..., steps=...)``: every ``step``-th position from ``lo``) equal the
+whole decode sliced ``lo:hi:steps``, and stepped NumPy indexing (negative steps, steps beyond
+the axis) equals NumPy on the whole decode; a stepped read of a native affine tensor is a view
+of its buffer, charged for the selected elements only.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from hypothesis import strategies as st
 import hurray_schema as hs
 from evaluate_reference import dense_tensor
 from hurray_schema.errors import HurraySchemaError, LimitExceeded
-from hurray_schema.evaluate import materialize, read_box, tensor_to_numpy
+from hurray_schema.evaluate import basic_index, materialize, read_box, read_index, tensor_to_numpy
 from hurray_schema.evaluate import tensor as tensor_module
 from hurray_schema.limits import Limits
 from hurray_schema.structs.quantization import BLOCK_SIZE_BOUNDS
@@ -61,6 +66,28 @@ def boxes(draw, shape):
     return tuple(lo), tuple(hi)
 
 
+@st.composite
+def stepped_boxes(draw, shape):
+    """(lo, hi, steps) of ``shape``: a box of :func:`boxes` and, most often, steps (positive, one per
+    dimension; 1, small, or beyond the axis); ``None`` (a unit-step read) otherwise."""
+    lo, hi = draw(boxes(shape))
+    if draw(st.integers(0, 3)) == 0:
+        return lo, hi, None
+    steps = tuple(draw(st.one_of(st.just(1), st.integers(2, 4), st.integers(max(n, 1), n + 5))) for n in shape)
+    return lo, hi, steps
+
+
+def assert_stepped_box_of(whole: np.ndarray, got: np.ndarray, lo, hi, steps) -> None:
+    """``got`` is ``whole[lo:hi:steps]``, bit for bit, of the same dtype (C-ordered when unit-step)."""
+    if steps is None:
+        assert_box_of(whole, got, lo, hi)
+        return
+    want = whole[tuple(slice(a, b, s) for a, b, s in zip(lo, hi, steps)) + (Ellipsis,)]
+    assert got.dtype == want.dtype
+    assert got.shape == want.shape
+    assert np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes()
+
+
 def assert_box_of(whole: np.ndarray, got: np.ndarray, lo, hi) -> None:
     """``got`` is ``whole[lo:hi]``, bit for bit, C-ordered, of the same dtype."""
     want = np.ascontiguousarray(whole[tuple(slice(a, b) for a, b in zip(lo, hi)) + (Ellipsis,)])
@@ -70,12 +97,16 @@ def assert_box_of(whole: np.ndarray, got: np.ndarray, lo, hi) -> None:
     assert got.tobytes() == want.tobytes()
 
 
-def check_tensor(t, lo, hi) -> None:
-    assert_box_of(tensor_to_numpy(t.descriptor, t.buffers), read_box(t, lo, hi), lo, hi)
+def _read(item, lo, hi, steps):
+    return read_box(item, lo, hi) if steps is None else read_box(item, lo, hi, steps=steps)
 
 
-def check_composite(c, lo, hi) -> None:
-    assert_box_of(materialize(c), read_box(c, lo, hi), lo, hi)
+def check_tensor(t, lo, hi, steps=None) -> None:
+    assert_stepped_box_of(tensor_to_numpy(t.descriptor, t.buffers), _read(t, lo, hi, steps), lo, hi, steps)
+
+
+def check_composite(c, lo, hi, steps=None) -> None:
+    assert_stepped_box_of(materialize(c), _read(c, lo, hi, steps), lo, hi, steps)
 
 
 def column_major(t):
@@ -121,7 +152,7 @@ def test_whole_byte_affine_boxes(data, shape, tag, layout):
     if layout == "strided_bcast":
         values = np.broadcast_to(values[:1], shape).copy()
     t = dense_tensor(values, tag, layout)
-    check_tensor(t, *data.draw(boxes(shape)))
+    check_tensor(t, *data.draw(stepped_boxes(shape)))
 
 
 @settings(QUIET, max_examples=120)
@@ -137,7 +168,7 @@ def test_code_type_boxes(data, shape, tag, col):
         codes = rng.integers(0, 1 << bits, size=stored)
         data_bytes = pack_codes(codes, bits) if bits < 8 else codes.astype(np.uint8).tobytes()
         t = hs.Tensor.dense(tag, stored, data_bytes)
-    check_tensor(column_major(t) if col else t, *data.draw(boxes(shape)))
+    check_tensor(column_major(t) if col else t, *data.draw(stepped_boxes(shape)))
 
 
 def morton_tensor(side: int):
@@ -170,8 +201,8 @@ def test_indirect_layouts_decode_whole_then_slice(data):
     """Tiled and Morton tensors are decoded whole, then sliced: the box still equals the reference."""
     for t, values in (morton_tensor(8), tiled_tensor()):
         assert tensor_to_numpy(t.descriptor, t.buffers).tobytes() == values.tobytes()  # the fixture is right
-        lo, hi = data.draw(boxes(values.shape))
-        assert_box_of(values, read_box(t, lo, hi), lo, hi)
+        lo, hi, steps = data.draw(stepped_boxes(values.shape))
+        assert_stepped_box_of(values, _read(t, lo, hi, steps), lo, hi, steps)
 
 
 def test_rank0_tensor():
@@ -226,7 +257,7 @@ def test_quantized_boxes(data, item, vector):
     saved = tensor_module.INT4_VECTOR
     tensor_module.INT4_VECTOR = vector  # both the vector and the table-lookup kernels
     try:
-        check_tensor(t, *data.draw(boxes(shape)))
+        check_tensor(t, *data.draw(stepped_boxes(shape)))
     finally:
         tensor_module.INT4_VECTOR = saved
 
@@ -270,7 +301,7 @@ def sparse(draw):
 @given(data=st.data(), item=sparse())
 def test_sparse_boxes(data, item):
     t, shape = item
-    check_tensor(t, *data.draw(boxes(shape)))
+    check_tensor(t, *data.draw(stepped_boxes(shape)))
 
 
 def test_sparse_box_reads_the_box_entries_only():
@@ -355,7 +386,7 @@ def test_partition_boxes(data, shape, dtype, grid):
     kinds = [data.draw(st.sampled_from(MEMBER_KINDS)) for _ in range(grid[0] * grid[1])]
     pieces = iter(kinds)
     c = hs.partition(values, grid=grid, member=lambda sub: member_builder(next(pieces))(sub))
-    check_composite(c, *data.draw(boxes(shape)))
+    check_composite(c, *data.draw(stepped_boxes(shape)))
 
 
 @settings(QUIET, max_examples=60)
@@ -366,7 +397,7 @@ def test_spqr_overlay_boxes(data, rows, cols, dtype, combine, bits):
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
     weight = (rng.standard_normal((rows, cols)) * rng.choice([1, 30], size=(rows, cols))).astype(dtype)
     c = hs.spqr(weight, bits=bits, block_size=4, outliers=0.05, combine_op=combine)
-    check_composite(c, *data.draw(boxes((rows, cols))))
+    check_composite(c, *data.draw(stepped_boxes((rows, cols))))
 
 
 @settings(QUIET, max_examples=60)
@@ -386,7 +417,7 @@ def test_overlay_boxes_dense_and_sparse_corrections(data, shape, dtype, combine)
         kind = data.draw(st.sampled_from(["dense", "col", "coo", "csr"]))
         corrections.append((member_builder(kind)(sub), offset))
     c = hs.overlay(base, corrections, combine)
-    check_composite(c, *data.draw(boxes(shape)))
+    check_composite(c, *data.draw(stepped_boxes(shape)))
 
 
 def test_overlay_inside_partition():
@@ -612,3 +643,140 @@ def test_small_box_of_a_huge_sparse_tensor_and_overlay():
     got = read_box(ov, (side - 2, side - 2), (side, side), limits=SMALL)
     assert got.tolist() == [[1.5, 1.5], [1.5, 9.5]]
     assert read_box(ov, (0, 0), (3, 3), limits=SMALL)[1, 1] == 5.5
+
+
+# ------------------------------------------------------------------------------------
+# Stepped reads: NumPy indexing with steps, views and the budget
+# ------------------------------------------------------------------------------------
+
+
+@st.composite
+def stepped_indices(draw, shape):
+    """A NumPy basic index of ``shape`` rich in steps: per axis of a prefix an integer or a slice
+    whose step is any non-zero integer up to beyond the axis (negative ones included), an optional
+    Ellipsis before a suffix, ``None`` anywhere."""
+    def entry(n):
+        bound = st.one_of(st.none(), st.integers(-n - 2, n + 2))
+        step = st.integers(-n - 5, n + 5).filter(bool)
+        return st.one_of(st.builds(slice, bound, bound, step), st.integers(-n, n - 1))
+    prefix = draw(st.integers(0, len(shape)))
+    entries = [draw(entry(n)) for n in shape[:prefix]]
+    if prefix < len(shape) and draw(st.booleans()):
+        entries += [Ellipsis] + [draw(entry(n)) for n in shape[len(shape) - draw(st.integers(0, len(shape) - prefix)):]]
+    if draw(st.booleans()):
+        entries.insert(draw(st.integers(0, len(entries))), None)
+    return tuple(entries)
+
+
+@st.composite
+def indexed_items(draw):
+    """(item, its whole decode): a tensor of a whole-byte or code type on an affine layout, a
+    quantized or sparse tensor, or a partition of mixed members."""
+    kind = draw(st.sampled_from(["whole_byte", "code", "quantized", "sparse", "partition"]))
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+    if kind == "whole_byte":
+        shape = draw(shapes)
+        tag = draw(st.sampled_from(sorted(WHOLE_BYTE)))
+        layout = draw(st.sampled_from(["row", "col", "strided_rev", "strided_bcast"]))
+        values = (rng.standard_normal(shape) * 50).astype(WHOLE_BYTE[tag])
+        if layout == "strided_bcast":
+            values = np.broadcast_to(values[:1], shape).copy()
+        reference = dense_tensor(values, tag, layout)
+        item = hs.Tensor(reference.descriptor, reference.buffers)
+    elif kind == "code":
+        shape = draw(shapes)
+        tag = draw(st.sampled_from(sorted(SUB_BYTE)))
+        codes = rng.integers(0, 1 << SUB_BYTE[tag], size=shape)
+        bits = SUB_BYTE[tag]
+        item = hs.Tensor.dense(tag, shape, pack_codes(codes, bits) if bits < 8 else codes.astype(np.uint8).tobytes())
+    elif kind == "quantized":
+        item = draw(quantized())[0]
+    elif kind == "sparse":
+        item = draw(sparse())[0]
+    else:
+        values = (rng.standard_normal(draw(st.tuples(st.integers(2, 9), st.integers(2, 9)))) * 2).astype(np.float16)
+        pieces = iter(draw(st.lists(st.sampled_from(MEMBER_KINDS), min_size=4, max_size=4)))
+        composite = hs.partition(values, grid=(2, 2), member=lambda sub: member_builder(next(pieces))(sub))
+        return composite, materialize(composite)
+    return item, tensor_to_numpy(item.descriptor, item.buffers)
+
+
+@settings(QUIET, max_examples=150)
+@given(data=st.data(), item=indexed_items())
+def test_stepped_indexing_equals_numpy(data, item):
+    """``item[index]`` is NumPy's ``whole[index]`` (same type, dtype, shape and bytes), and the
+    stepped box it reads holds exactly the elements NumPy selects."""
+    item, whole = item
+    index = data.draw(stepped_indices(whole.shape))
+    expected = whole[index]
+    got = item[index]
+    assert type(got) is type(expected)
+    assert np.asarray(got).dtype == expected.dtype and np.shape(got) == np.shape(expected)
+    assert np.asarray(got).tobytes() == np.asarray(expected).tobytes()
+    assert math.prod(basic_index(index, whole.shape).counts) == np.size(expected)
+
+
+def test_basic_index_steps_and_residual():
+    """A negative step is the progression from its lowest position, reversed by the residual."""
+    selection = basic_index((slice(None, None, -3), 2, slice(1, None, 100), None), (10, 4, 7))
+    assert (selection.lo, selection.hi, selection.steps) == ((0, 2, 1), (10, 3, 2), (3, 1, 100))
+    assert selection.counts == (4, 1, 1)
+    assert selection.residual == (slice(None, None, -1), 0, slice(None), None)
+
+
+def test_stepped_native_read_is_a_view_of_the_buffer():
+    """A stepped box of a row-major float32 tensor is a strided view of buffer 0, not a copy."""
+    values = np.arange(512 * 384, dtype=np.float32).reshape(512, 384)
+    t = hs.Tensor.from_numpy(values)
+    buffer = np.frombuffer(t.buffers[0], np.uint8)
+    for index in (np.s_[1::100, 3::7], np.s_[::-64, 5], np.s_[::100]):
+        got = t[index]
+        assert np.shares_memory(got, buffer)
+        assert got.shape == values[index].shape and got.tobytes() == values[index].tobytes()
+    box = read_box(t, (1, 3), (512, 384), steps=(100, 7))
+    assert np.shares_memory(box, buffer) and not box.flags.writeable
+
+
+def broadcast_rows(rows: int, row: np.ndarray) -> hs.Tensor:
+    """A [rows, len(row)] float32 tensor every row of which is ``row`` (strides [0, 1] over one
+    stored row: ``layouts/strided.md``, zero strides allowed)."""
+    data = np.frombuffer(row.astype(np.float32).tobytes(), np.uint8)
+    desc = TensorDescriptor(E.FLOAT32, (rows, row.size), StridedLayout((0, 1)), (hs.BufferHandle(data.size),))
+    return hs.Tensor(desc, [data])
+
+
+def test_stepped_read_is_charged_for_the_selected_elements_only():
+    """``[::65536, 1::2]`` of a [2**20, 4096] float32 tensor (16 GiB logical, one 16 KiB row
+    stored) selects 16 x 2048 elements: read under a small budget, as a view of the buffer, where
+    its bounding box is refused; a stepped box beyond the budget is still refused."""
+    row = np.arange(4096, dtype=np.float32) * 0.25
+    t = broadcast_rows(2 ** 20, row)
+    selection = basic_index(np.s_[::65536, 1::2], t.shape)
+    with pytest.raises(LimitExceeded):
+        read_box(t, selection.lo, selection.hi, limits=SMALL)
+    got = read_index(t, selection, limits=SMALL)
+    assert got.shape == (16, 2048) and got.tobytes() == np.broadcast_to(row[1::2], (16, 2048)).tobytes()
+    assert np.shares_memory(got, np.frombuffer(t.buffers[0], np.uint8))
+    with pytest.raises(LimitExceeded):  # 2**14 x 2048 selected elements: beyond both the budget and the allowance
+        read_box(t, (0, 0), (2 ** 20, 4096), steps=(64, 2), limits=SMALL)
+
+
+def test_stepped_int4_read_gathers_the_selected_codes():
+    """An int4 [37, 53] tensor (codes packed two a byte, boxes starting inside a byte): stepped boxes
+    and stepped indexing equal NumPy on the whole decode."""
+    rng = np.random.default_rng(7)
+    t = hs.Tensor.dense(E.INT4, (37, 53), pack_codes(rng.integers(0, 16, size=(37, 53)), 4))
+    whole = tensor_to_numpy(t.descriptor, t.buffers)
+    for lo, hi, steps in [((1, 3), (37, 53), (5, 3)), ((0, 0), (37, 53), (36, 60)), ((7, 1), (8, 52), (1, 2))]:
+        assert_stepped_box_of(whole, read_box(t, lo, hi, steps=steps), lo, hi, steps)
+    for index in (np.s_[3::5, ::-4], np.s_[::-7, 50:0:-9], np.s_[-1, 1::2]):
+        assert t[index].tobytes() == whole[index].tobytes() and t[index].shape == whole[index].shape
+
+
+@pytest.mark.parametrize("steps", [(0, 1), (1, -2), (1,), (1, 1, 1)])
+def test_bad_steps_are_refused(steps):
+    t = hs.Tensor.from_numpy(np.zeros((3, 4), np.float32))
+    c = hs.partition(np.zeros((3, 4), np.float32), grid=(3, 1))
+    for item in (t, c):
+        with pytest.raises(HurraySchemaError, match="step"):
+            read_box(item, (0, 0), (3, 4), steps=steps)

@@ -1,14 +1,17 @@
-"""NumPy basic indexing of a tensor's or a composite's logical array, reduced to one box read.
+"""NumPy basic indexing of a tensor's or a composite's logical array, reduced to one stepped box read.
 
 A basic index -- integers (negative ones count from the end), slices with any non-zero step,
-one ``Ellipsis``, ``None`` (a new axis of length 1), fewer entries than the rank -- selects
-elements inside a bounding box: per dimension, an integer ``i`` keeps ``[i, i + 1)`` and a
-slice the span from its lowest to its highest selected position.  :func:`basic_index` turns
-the index into that box (``lo``, ``hi``) plus a *residual* basic index, which, applied by
-NumPy to the box's C-ordered array, gives exactly ``numpy.asarray(item)[index]``: integers
-become 0, a slice keeps its step and starts at its first position inside the box, ``None``
-stays, the ``Ellipsis`` is expanded.  :func:`read_index` reads the box with
-:func:`.region.read_box` (which reads only what the box needs) and applies the residual.
+one ``Ellipsis``, ``None`` (a new axis of length 1), fewer entries than the rank -- selects,
+per dimension, an arithmetic progression of positions: an integer ``i`` the one position
+``i``, a slice its positions ``low, low + s, ..., last`` taken in increasing order (``s`` the
+magnitude of its step, whatever its sign).  :func:`basic_index` turns the index into that
+*stepped box* -- the bounding box ``[lo, hi)`` (``hi`` one past the last position) and the
+positive ``steps`` -- plus a *residual* basic index, which, applied by NumPy to the stepped
+box's array (shape :attr:`BoxSelection.counts`), gives exactly ``numpy.asarray(item)[index]``:
+integers become 0, a slice of negative step becomes the reversal ``slice(None, None, -1)`` and
+any other slice ``slice(None)``, ``None`` stays, the ``Ellipsis`` is expanded.
+:func:`read_index` reads the stepped box with :func:`.region.read_box` (which reads only the
+selected elements where the layout allows it) and applies the residual.
 
 Advanced indexing (integer or boolean arrays, lists, a boolean scalar) is refused with
 :class:`~hurray_schema.errors.AdvancedIndexUnsupported`; any other entry that is no basic
@@ -34,15 +37,22 @@ __all__ = ["BoxSelection", "basic_index", "region_index", "element_index", "read
 
 @attrs.frozen(slots=True)
 class BoxSelection:
-    """A basic index resolved against a shape: the box ``lo[d] <= i[d] < hi[d]`` to read and
-    the basic index (``residual``) NumPy applies to the box's array."""
+    """A basic index resolved against a shape: the stepped box to read -- the positions
+    ``lo[d], lo[d] + steps[d], ...`` below ``hi[d]`` per dimension (``steps`` all 1 unless
+    given) -- and the basic index (``residual``) NumPy applies to that box's array."""
 
     lo: tuple[int, ...]
     hi: tuple[int, ...]
     residual: tuple
+    steps: tuple[int, ...] = attrs.field(default=attrs.Factory(lambda self: (1,) * len(self.lo), takes_self=True))
+
+    @property
+    def counts(self) -> tuple[int, ...]:
+        """The stepped box's shape: how many positions each dimension selects."""
+        return tuple(len(range(low, high, step)) for low, high, step in zip(self.lo, self.hi, self.steps))
 
     def apply(self, box: np.ndarray):
-        """The selected elements of ``box`` (the array of shape ``hi - lo``)."""
+        """The selected elements of ``box`` (the stepped box's array, of shape :attr:`counts`)."""
         return box[self.residual]
 
 
@@ -95,33 +105,39 @@ def _implied_axes(entries: list, rank: int) -> int:
     return rank - consumed
 
 
-def _integer_box(position: int, size: int, dimension: int) -> tuple[int, int, int]:
+FORWARD, REVERSED = slice(None), slice(None, None, -1)
+"""Residual entries of a slice: its positions in the stepped box's order, or reversed (a negative step)."""
+
+
+def _integer_box(position: int, size: int, dimension: int) -> tuple[int, int, int, int]:
     if not -size <= position < size:
         raise IndexRangeError(f"index {position} is out of bounds for axis {dimension} with size {size}")
     position = position + size if position < 0 else position
-    return position, position + 1, 0
+    return position, position + 1, 1, 0
 
 
-def _slice_box(entry: slice, size: int) -> tuple[int, int, slice]:
+def _slice_box(entry: slice, size: int) -> tuple[int, int, int, slice]:
+    """(low, high, step, residual) of a slice: its positions as the progression from ``low`` by
+    the positive ``step`` below ``high``, and how NumPy orders them back."""
     start, stop, step = entry.indices(size)
     count = len(range(start, stop, step))
     if count == 0:
-        return 0, 0, slice(0, 0)
+        return 0, 0, 1, FORWARD
     last = start + (count - 1) * step
     low = min(start, last)
-    return low, max(start, last) + 1, slice(start - low, None, step)
+    return low, max(start, last) + 1, abs(step), REVERSED if step < 0 else FORWARD
 
 
 def basic_index(index, shape: Sequence[int]) -> BoxSelection:
-    """The box and residual selection of the NumPy basic index ``index`` on an array of ``shape``
-    (module docstring).  The Ellipsis stays in the residual (NumPy returns an array, never a
+    """The stepped box and residual selection of the NumPy basic index ``index`` on an array of
+    ``shape`` (module docstring).  The Ellipsis stays in the residual (NumPy returns an array, never a
     scalar, for an index holding one); without one, the unindexed axes are implied at the end."""
     shape = tuple(int(n) for n in shape)
     entries = _entries(index)
     implied = _implied_axes(entries, len(shape))
     if implied and Ellipsis not in entries:
         entries.append(Ellipsis)  # the implied axes: the result keeps them, so it is an array anyway
-    lo, hi, residual = [], [], []
+    lo, hi, steps, residual = [], [], [], []
     dimension = 0
     for entry in entries:
         if entry is None:
@@ -130,19 +146,21 @@ def basic_index(index, shape: Sequence[int]) -> BoxSelection:
         if entry is Ellipsis:
             lo += [0] * implied
             hi += list(shape[dimension:dimension + implied])
+            steps += [1] * implied
             residual.append(Ellipsis)
             dimension += implied
             continue
         size = shape[dimension]
         if isinstance(entry, slice):
-            low, high, rest = _slice_box(entry, size)
+            low, high, step, rest = _slice_box(entry, size)
         else:
-            low, high, rest = _integer_box(entry, size, dimension)
+            low, high, step, rest = _integer_box(entry, size, dimension)
         lo.append(low)
         hi.append(high)
+        steps.append(step)
         residual.append(rest)
         dimension += 1
-    return BoxSelection(tuple(lo), tuple(hi), tuple(residual))
+    return BoxSelection(tuple(lo), tuple(hi), tuple(residual), tuple(steps))
 
 
 def _pair_as_slice(entry, size: int, dimension: int):
@@ -197,10 +215,11 @@ def element_index(index, shape: Sequence[int]) -> tuple[int, ...]:
 
 
 def read_index(item, selection: BoxSelection, *, limits: Optional[Limits] = None):
-    """``numpy.asarray(item)[index]`` for the ``selection`` of ``index``, reading only its box
-    (:func:`.region.read_box`, charged against ``limits`` like any box read)."""
-    box = read_box(item, selection.lo, selection.hi, limits=limits)
-    extent = tuple(high - low for low, high in zip(selection.lo, selection.hi))
+    """``numpy.asarray(item)[index]`` for the ``selection`` of ``index``, reading only its stepped
+    box (:func:`.region.read_box`, charged against ``limits`` like any box read: the selected
+    elements where the layout reads them alone, else the bounding box)."""
+    box = read_box(item, selection.lo, selection.hi, steps=selection.steps, limits=limits)
+    extent = selection.counts
     if box.shape != extent:  # np.ascontiguousarray turns a 0-d box into shape (1,)
         box = box.reshape(extent)
     return selection.apply(box)

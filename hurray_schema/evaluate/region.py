@@ -13,6 +13,11 @@ to a box ``[lo, hi)`` per dimension and call it.  It reads only what the box nee
   (nested composites recursively); an overlay: the base over the box, then only the
   corrections that intersect it, in emission order, in the head's type (:func:`.merge.read`).
 
+With ``steps``, the box is stepped: per dimension only the positions ``lo, lo + step, ...``
+below ``hi``.  A row-major, column-major or strided tensor (unquantized) reads those elements
+alone (:func:`.tensor_box.tensor_box`); every other tensor and every composite reads the
+unit-step box, charged as it, and keeps every ``step``-th element of it.
+
 A composite is validated by the binder once per call (``layouts/composite.md § Validation``).
 """
 
@@ -24,7 +29,7 @@ import numpy as np
 
 from ..limits import Limits
 from .merge import read
-from .tensor_box import check_box, tensor_box
+from .tensor_box import check_box, check_steps, step_through, tensor_box
 
 __all__ = ["read_box"]
 
@@ -33,11 +38,17 @@ def _is_composite(item) -> bool:
     return hasattr(item, "members")
 
 
-def read_box(item, lo: Sequence[int], hi: Sequence[int], *, limits: Optional[Limits] = None) -> np.ndarray:
+def read_box(item, lo: Sequence[int], hi: Sequence[int], *, steps: Optional[Sequence[int]] = None,
+             limits: Optional[Limits] = None) -> np.ndarray:
     """The elements ``lo[d] <= i[d] < hi[d]`` of ``item``'s logical array, in its decoded
     type, as a C-ordered array of shape ``hi - lo`` (a plain tensor: ``.descriptor`` and
     ``.buffers``; a partition or overlay composite: ``.descriptor`` and ``.members``), bit for
     bit the whole decode sliced.  The result may be a read-only view of the tensor's buffer.
+
+    ``steps`` (positive, one per dimension; ``None``: all 1) keeps only every ``steps[d]``-th
+    position from ``lo[d]``: the result is the whole decode sliced ``lo:hi:steps``, of shape
+    ``ceil((hi - lo) / steps)``, not necessarily C-contiguous when a step exceeds 1 (module
+    docstring: which reads take the selected elements alone).
 
     The box's array (and the tables its decode builds; the whole decode for the layouts decoded
     whole) is charged against ``limits`` (``None``: the default limits) before anything is
@@ -47,5 +58,6 @@ def read_box(item, lo: Sequence[int], hi: Sequence[int], *, limits: Optional[Lim
     """
     check_box(lo, hi, item.descriptor.shape)
     if _is_composite(item):
-        return read(item, tuple(zip(lo, hi)), limits=limits)
-    return tensor_box(item.descriptor, item.buffers, lo, hi, limits=limits)
+        steps = check_steps(steps, len(lo))
+        return step_through(read(item, tuple(zip(lo, hi)), limits=limits), steps)
+    return tensor_box(item.descriptor, item.buffers, lo, hi, steps=steps, limits=limits)

@@ -19,6 +19,14 @@ type, as a C-ordered array, bit for bit what :func:`.tensor.tensor_to_numpy` giv
 * tiled, Morton, Hilbert, block-paged and rank-0 tensors are decoded whole
   (:func:`.tensor.tensor_to_numpy`, which charges the whole decode), then sliced.
 
+**Stepped boxes** (``steps``: per dimension only the positions ``lo, lo + step, ...`` below
+``hi``): unquantized row-major, column-major and strided tensors read the selected elements
+alone -- a whole-byte type NumPy holds natively as a read-only view of buffer 0 whose strides
+are the layout's times the steps (not C-contiguous; charged for the selected elements, as the
+unit-step view is), sub-byte and narrow-float codes by gathering the selected codes only.
+Every other tensor (quantized, sparse, tiled, Morton, Hilbert, block-paged) reads the unit-step
+box as above, with the same budget, and keeps every ``step``-th element of it.
+
 What is read is checked as the whole decode checks it (buffer bounds, coordinate bounds,
 pointer order, duplicates, sort order); entries and codes outside the box are not read, so a
 fault there is not seen.
@@ -55,7 +63,7 @@ from .sparse import _u64, entry_values, linear_indices, sparse_entries
 from .tensor import (_affine_offsets, _check_bounds, _check_quant_axis, _decode_int4, _element_range, _owned,
                      _precheck_dense, decode_cost, tensor_to_numpy)
 
-__all__ = ["tensor_box", "sparse_box_entries", "resolved_shape", "check_box"]
+__all__ = ["tensor_box", "sparse_box_entries", "resolved_shape", "check_box", "check_steps", "step_through"]
 
 
 # ------------------------------------------------------------------------------------
@@ -90,17 +98,56 @@ def check_box(lo, hi, shape) -> None:
             raise HurraySchemaError(f"box [{tuple(lo)}, {tuple(hi)}) lies outside shape {tuple(shape)}")
 
 
+def check_steps(steps, rank: int) -> Optional[tuple[int, ...]]:
+    """``steps`` as positive ints, one per dimension; ``None`` when absent or all 1 (a unit-step
+    box).  Anything else is refused (:class:`HurraySchemaError`)."""
+    if steps is None:
+        return None
+    steps = tuple(int(step) for step in steps)
+    if len(steps) != rank:
+        raise HurraySchemaError(f"a box of a rank-{rank} array needs {rank} steps, {len(steps)} given")
+    if any(step < 1 for step in steps):
+        raise HurraySchemaError(f"box steps {steps} must be positive")
+    return None if all(step == 1 for step in steps) else steps
+
+
+def step_through(box: np.ndarray, steps: Optional[tuple[int, ...]]) -> np.ndarray:
+    """Every ``steps[d]``-th element of the box's array ``box`` from its first (a view)."""
+    if steps is None:
+        return box
+    return box[tuple(slice(None, None, step) for step in steps) + (Ellipsis,)]
+
+
+def _stepped_extent(lo, hi, steps) -> tuple[int, ...]:
+    """The shape of the stepped box: how many positions ``lo, lo + step, ...`` lie below ``hi``."""
+    if steps is None:
+        return tuple(b - a for a, b in zip(lo, hi))
+    return tuple(len(range(a, b, step)) for a, b, step in zip(lo, hi, steps))
+
+
+AFFINE_TAGS = (LayoutTag.ROW_MAJOR, LayoutTag.COLUMN_MAJOR, LayoutTag.STRIDED)
+
+
+def _reads_steps_alone(desc) -> bool:
+    """Whether a stepped box of ``desc`` reads the selected elements only (module docstring)."""
+    return desc.quantization is None and desc.layout.tag in AFFINE_TAGS
+
+
 # ------------------------------------------------------------------------------------
 # Entry point
 # ------------------------------------------------------------------------------------
 
 
 def tensor_box(desc, buffers: Sequence, lo: Sequence[int], hi: Sequence[int], target=None, *,
-               limits: Optional[Limits] = None) -> np.ndarray:
+               steps: Optional[Sequence[int]] = None, limits: Optional[Limits] = None) -> np.ndarray:
     """The box ``[lo, hi)`` of the tensor ``desc`` / ``buffers``, decoded to ``target`` (an
     :class:`ElementType`, default its decoded type; as :func:`.tensor.tensor_to_numpy` takes it),
     reading only what the box needs (module docstring).  The result may be a read-only view of
-    buffer 0."""
+    buffer 0.
+
+    ``steps`` (positive ints, one per dimension; ``None``: all 1) keeps every ``steps[d]``-th
+    position from ``lo[d]``: the result is the whole decode sliced ``lo:hi:steps``, C-ordered
+    for unit steps, else possibly a strided view (module docstring: *Stepped boxes*)."""
     if desc.layout.tag == LayoutTag.COMPOSITE:
         raise HurraySchemaError("a composite head has no data; use materialize()")
     limits = resolve_limits(limits)
@@ -108,7 +155,10 @@ def tensor_box(desc, buffers: Sequence, lo: Sequence[int], hi: Sequence[int], ta
     shape = resolved_shape(desc.shape)
     lo, hi = tuple(int(x) for x in lo), tuple(int(x) for x in hi)
     check_box(lo, hi, shape)
-    box = check_shape(tuple(b - a for a, b in zip(lo, hi)))
+    steps = check_steps(steps, len(shape))
+    if steps is not None and not _reads_steps_alone(desc):
+        return step_through(tensor_box(desc, buffers, lo, hi, target, limits=limits), steps)
+    box = check_shape(_stepped_extent(lo, hi, steps))
     _check_quant_axis(desc)
     target = decode_target(desc, target)
     out_dtype = numpy_dtype(target)
@@ -117,7 +167,7 @@ def tensor_box(desc, buffers: Sequence, lo: Sequence[int], hi: Sequence[int], ta
     strides = affine_strides(desc.layout, storage_shape(desc)) if shape else None
     if strides is None:
         return _whole_then_box(desc, buffers, lo, hi, box, target, out_dtype, limits)
-    return _affine_box(desc, buffers, shape, strides, lo, hi, box, target, out_dtype, limits)
+    return _affine_box(desc, buffers, shape, strides, lo, hi, box, target, out_dtype, limits, steps)
 
 
 def _whole_then_box(desc, buffers, lo, hi, box, target, out_dtype, limits) -> np.ndarray:
@@ -144,7 +194,9 @@ def _byte_shift(origin: int, bits: int) -> Optional[int]:
     return (origin * bits) // 8 if (origin * bits) % 8 == 0 else None
 
 
-def _affine_box(desc, buffers, shape, strides, lo, hi, box, target, out_dtype, limits) -> np.ndarray:
+def _affine_box(desc, buffers, shape, strides, lo, hi, box, target, out_dtype, limits, steps=None) -> np.ndarray:
+    """An affine box; ``box`` its (stepped) shape.  ``steps`` come with unquantized tensors only
+    (:func:`_reads_steps_alone`): their elements are ``steps`` times the layout's strides apart."""
     info = element_type_info(desc.type_tag)
     if info is None or desc.type_tag == ElementType.FLOAT128:
         raise UnsupportedEvaluation(f"element type 0x{int(desc.type_tag):02X} is not evaluated here")
@@ -164,15 +216,16 @@ def _affine_box(desc, buffers, shape, strides, lo, hi, box, target, out_dtype, l
     buf = as_bytes(buffers[0])
     _check_bounds(desc.byte_offset, bits, *_element_range(strides, None, shape), buf.size)
     origin = sum(a * s for a, s in zip(lo, strides))
+    apart = strides if steps is None else tuple(s * step for s, step in zip(strides, steps))
     if native:
         width = bits // 8
         view = np.ndarray(box, out_dtype, buffer=buf, offset=desc.byte_offset + origin * width,
-                          strides=tuple(s * width for s in strides))
-        return _c_order(view)
+                          strides=tuple(s * width for s in apart))
+        return _c_order(view) if steps is None else view
     if desc.quantization is None:
         out = new_array(box, out_dtype)
         codes = out.reshape(-1).view(np.uint8)
-        gather_codes(buf, np.int64(desc.byte_offset), _owned(origin + _affine_offsets(strides, box)), np.int64(bits),
+        gather_codes(buf, np.int64(desc.byte_offset), _owned(origin + _affine_offsets(apart, box)), np.int64(bits),
                      codes)
         if desc.type_tag == ElementType.BOOL:
             np.minimum(codes, 1, out=codes)  # as the whole decode keeps bool items canonical
