@@ -1,6 +1,6 @@
 """Region reads against whole reads, same run.
 
-    python benchmarks/slicing.py [--n-dense 16384] [--n-spqr 4096] [--repeat 7]
+    python benchmarks/slicing.py [--n-dense 16384] [--n-spqr 4096] [--n-partition 8192] [--repeat 7]
 
 Cases (issue 13, acceptance):
 
@@ -14,12 +14,15 @@ Cases (issue 13, acceptance):
   the same selection);
 * ``spqr box``   -- one [64, 64] box, not aligned to the quantization blocks, of a [4096, 4096]
   SpQR overlay (``hurray_schema.spqr`` of float16 data: int4 per-block base, sorted COO
-  outliers), against ``materialize()``.
+  outliers), against ``materialize()``;
+* ``stepped composite`` -- that SpQR overlay, and a [--n-partition]^2 float32 partition of 4 x 4
+  row-major members, indexed ``[::64, ::64]`` and ``[1::64, 1::64]``, against NumPy indexing the
+  materialized array the same way, copied.
 
 Each read is checked bit-identical to the whole read sliced before timing.  Prints the median
 wall time of ``--repeat`` runs of each and the ratio region / whole; targets <= 1% (dense row)
-and <= 5% (SpQR box); the stepped cases print the ratio ours / NumPy's memmap.  Nothing is
-asserted.
+and <= 5% (SpQR box); the stepped cases print the ratio ours / NumPy's (memmap, or materialized
+array).  Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -120,13 +123,36 @@ def spqr_box(n: int, repeat: int) -> None:
     report("spqr box", region_time, whole_time, 0.05)
 
 
+def report_against_materialized(name: str, ours: float, numpy_time: float) -> None:
+    print(f"{name:<34} ours {ours * 1e3:9.3f} ms   numpy {numpy_time * 1e3:9.3f} ms   "
+          f"ratio {ours / numpy_time * 100:6.1f}% (ours / numpy on the materialized array)")
+
+
+def stepped_composite(name: str, composite, repeat: int) -> None:
+    """``composite`` indexed with steps, against NumPy indexing its materialized array, copied."""
+    whole = materialize(composite)
+    for label, index in (("[::64,::64]", np.s_[::64, ::64]), ("[1::64,1::64]", np.s_[1::64, 1::64])):
+        assert composite[index].tobytes() == np.array(whole[index]).tobytes()
+        report_against_materialized(f"stepped {name} {label}", median_time(lambda: composite[index], repeat * 5),
+                                    median_time(lambda: np.array(whole[index]), repeat * 5))
+
+
+def stepped_composites(n_spqr: int, n_partition: int, repeat: int) -> None:
+    rng = np.random.default_rng(1)
+    stepped_composite("spqr", hs.spqr(rng.standard_normal((n_spqr, n_spqr)).astype(np.float16)), repeat)
+    values = rng.random((n_partition, n_partition), dtype=np.float32)
+    stepped_composite("partition", hs.partition(values, grid=(4, 4)), repeat)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n-dense", type=int, default=16384)
     parser.add_argument("--n-spqr", type=int, default=4096)
+    parser.add_argument("--n-partition", type=int, default=8192)
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
     spqr_box(args.n_spqr, args.repeat)
+    stepped_composites(args.n_spqr, args.n_partition, args.repeat)
     dense_row(args.n_dense, args.repeat)
 
 

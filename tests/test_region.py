@@ -400,24 +400,66 @@ def test_spqr_overlay_boxes(data, rows, cols, dtype, combine, bits):
     check_composite(c, *data.draw(stepped_boxes((rows, cols))))
 
 
-@settings(QUIET, max_examples=60)
-@given(data=st.data(), shape=st.lists(st.integers(2, 9), min_size=2, max_size=2).map(tuple),
-       dtype=st.sampled_from([np.float16, ml_dtypes.bfloat16, np.float32, np.int32]),
-       combine=st.sampled_from(["replace", "add"]))
-def test_overlay_boxes_dense_and_sparse_corrections(data, shape, dtype, combine):
-    """Corrections of every kind at random offsets, applied in emission order; float16 / bfloat16
-    additions round at every step (``layouts/composite.md § Overlay``)."""
-    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
+@st.composite
+def overlays(draw):
+    """An overlay of a random [2..9, 2..9] base of float16, bfloat16, float32 or int32 and up to
+    four corrections of every kind (dense, column-major, COO, CSR) at random offsets, replace or add."""
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+    shape = draw(st.lists(st.integers(2, 9), min_size=2, max_size=2).map(tuple))
+    dtype = draw(st.sampled_from([np.float16, ml_dtypes.bfloat16, np.float32, np.int32]))
     base = (rng.standard_normal(shape) * 100).astype(dtype)
     corrections = []
-    for _ in range(data.draw(st.integers(0, 4))):
+    for _ in range(draw(st.integers(0, 4))):
         size = tuple(int(rng.integers(1, n + 1)) for n in shape)
         offset = tuple(int(rng.integers(0, n - s + 1)) for n, s in zip(shape, size))
         sub = (rng.standard_normal(size) * 3).astype(dtype)
-        kind = data.draw(st.sampled_from(["dense", "col", "coo", "csr"]))
+        kind = draw(st.sampled_from(["dense", "col", "coo", "csr"]))
         corrections.append((member_builder(kind)(sub), offset))
-    c = hs.overlay(base, corrections, combine)
-    check_composite(c, *data.draw(stepped_boxes(shape)))
+    return hs.overlay(base, corrections, draw(st.sampled_from(["replace", "add"])))
+
+
+@settings(QUIET, max_examples=60)
+@given(data=st.data(), c=overlays())
+def test_overlay_boxes_dense_and_sparse_corrections(data, c):
+    """Corrections of every kind at random offsets, applied in emission order; float16 / bfloat16
+    additions round at every step (``layouts/composite.md § Overlay``)."""
+    check_composite(c, *data.draw(stepped_boxes(tuple(c.shape))))
+
+
+def without_buffers(item):
+    """``item`` with every leaf's buffers emptied (its descriptors kept): any read of it fails."""
+    if isinstance(item, hs.Composite):
+        return hs.Composite(item.descriptor, [without_buffers(m) for m in item.members])
+    return hs.Tensor(item.descriptor, tuple(b"" for _ in item.buffers))
+
+
+def holds_a_selected_position(member, lo, hi, steps) -> bool:
+    """Whether the member's shard box holds a position of the stepped box (per dimension a common
+    element of ``range(lo, hi, step)`` and ``range(offset, offset + n)``)."""
+    offset = member.descriptor.shard.shard_offset
+    return all(set(range(a, b, s)) & set(range(o, o + n))
+               for a, b, s, o, n in zip(lo, hi, steps, offset, member.shape))
+
+
+@settings(QUIET, max_examples=80)
+@given(data=st.data(), rule=st.sampled_from(["partition", "overlay"]))
+def test_stepped_reads_skip_members_holding_no_selected_position(data, rule):
+    """A stepped read of a partition or overlay reads no member whose box holds none of the
+    selected positions (even one inside the bounding box): those members, their buffers emptied,
+    do not change the result, which is the whole view sliced ``lo:hi:steps``."""
+    if rule == "overlay":
+        c = data.draw(overlays())
+    else:
+        rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
+        values = (rng.standard_normal(data.draw(st.tuples(st.integers(2, 10), st.integers(2, 10)))) * 2)
+        pieces = iter(data.draw(st.lists(st.sampled_from(MEMBER_KINDS), min_size=9, max_size=9)))
+        c = hs.partition(values.astype(np.float16), grid=data.draw(st.tuples(st.integers(1, 3), st.integers(1, 3))),
+                         member=lambda sub: member_builder(next(pieces))(sub))
+    lo, hi = data.draw(boxes(tuple(c.shape)))
+    steps = tuple(data.draw(st.integers(1, n + 1)) for n in c.shape)
+    members = [m if holds_a_selected_position(m, lo, hi, steps) else without_buffers(m) for m in c.members]
+    assert_stepped_box_of(materialize(c), read_box(hs.Composite(c.descriptor, members), lo, hi, steps=steps),
+                          lo, hi, steps)
 
 
 def test_overlay_inside_partition():
@@ -671,8 +713,8 @@ def stepped_indices(draw, shape):
 @st.composite
 def indexed_items(draw):
     """(item, its whole decode): a tensor of a whole-byte or code type on an affine layout, a
-    quantized or sparse tensor, or a partition of mixed members."""
-    kind = draw(st.sampled_from(["whole_byte", "code", "quantized", "sparse", "partition"]))
+    quantized or sparse tensor, a partition of mixed members or an overlay (:func:`overlays`)."""
+    kind = draw(st.sampled_from(["whole_byte", "code", "quantized", "sparse", "partition", "overlay"]))
     rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
     if kind == "whole_byte":
         shape = draw(shapes)
@@ -693,10 +735,13 @@ def indexed_items(draw):
         item = draw(quantized())[0]
     elif kind == "sparse":
         item = draw(sparse())[0]
-    else:
+    elif kind == "partition":
         values = (rng.standard_normal(draw(st.tuples(st.integers(2, 9), st.integers(2, 9)))) * 2).astype(np.float16)
         pieces = iter(draw(st.lists(st.sampled_from(MEMBER_KINDS), min_size=4, max_size=4)))
         composite = hs.partition(values, grid=(2, 2), member=lambda sub: member_builder(next(pieces))(sub))
+        return composite, materialize(composite)
+    else:
+        composite = draw(overlays())
         return composite, materialize(composite)
     return item, tensor_to_numpy(item.descriptor, item.buffers)
 
@@ -780,3 +825,71 @@ def test_bad_steps_are_refused(steps):
     for item in (t, c):
         with pytest.raises(HurraySchemaError, match="step"):
             read_box(item, (0, 0), (3, 4), steps=steps)
+
+
+def broadcast_partition(row_blocks: int, rows: int, row_values: list[list[np.ndarray]]) -> hs.Composite:
+    """A partition whose member (i, j) is ``broadcast_rows(rows, row_values[i][j])`` at offset
+    ``(i * rows, j * width)``: a large logical array stored as one row per member."""
+    width = row_values[0][0].size
+    shape = (row_blocks * rows, len(row_values[0]) * width)
+    members = []
+    for i, blocks in enumerate(row_values):
+        for j, row in enumerate(blocks):
+            member = broadcast_rows(rows, row)
+            members.append(hs.Tensor(attrs.evolve(member.descriptor, shard=hs.Shard(shape, (i * rows, j * width))),
+                                     member.buffers))
+    c = hs.Composite.build("partition", members, shape=shape, type_tag=E.FLOAT32)
+    c.validate()
+    return c
+
+
+def test_stepped_read_of_a_large_partition_is_charged_for_the_selected_elements():
+    """``[::65536, 3::64]`` of a [2**21, 8192] float32 partition (64 GiB logical, four broadcast
+    members of one stored row each) selects 32 x 128 elements: read under a small budget, where
+    its bounding box is refused; negative steps and steps beyond the axis too."""
+    rng = np.random.default_rng(3)
+    row_values = [[rng.standard_normal(4096).astype(np.float32) for _ in range(2)] for _ in range(2)]
+    c = broadcast_partition(2, 2 ** 20, row_values)
+    full_rows = [np.concatenate(blocks) for blocks in row_values]  # the head's row in each row block
+
+    def expected(row_positions, column_index):
+        return np.stack([full_rows[r // 2 ** 20][column_index] for r in row_positions])
+
+    selection = basic_index(np.s_[::65536, 3::64], c.shape)
+    with pytest.raises(LimitExceeded):
+        read_box(c, selection.lo, selection.hi, limits=SMALL)
+    got = read_index(c, selection, limits=SMALL)
+    assert got.shape == (32, 128) and got.tobytes() == expected(range(0, 2 ** 21, 65536), np.s_[3::64]).tobytes()
+    got = read_index(c, basic_index(np.s_[::-65536, 8000::-64], c.shape), limits=SMALL)
+    want = expected(range(2 ** 21 - 1, -1, -65536), np.s_[8000::-64])
+    assert got.shape == want.shape and got.tobytes() == want.tobytes()
+    got = read_index(c, basic_index(np.s_[2 ** 20 - 1::2 ** 22, 4095::2 ** 20], c.shape), limits=SMALL)
+    assert got.shape == (1, 1) and got[0, 0] == row_values[0][0][4095]
+    with pytest.raises(LimitExceeded):  # 2**15 x 128 selected elements: beyond both the budget and the allowance
+        read_box(c, (0, 0), c.shape, steps=(64, 64), limits=SMALL)
+
+
+def test_stepped_read_of_a_huge_overlay_applies_the_selected_corrections_only():
+    """``[::2**19, ::2**19]`` (32 x 32) of a [2**24, 2**24] overlay: a broadcast base, a sparse
+    correction whose entries off the progression are left out, a dense (broadcast) correction
+    meeting 16 selected positions and one meeting none, whose buffer is empty and is not read.
+    Read under a small budget its bounding box exceeds; equal to the stepped values, added in order."""
+    side, step = 2 ** 24, 2 ** 19
+    coords = [[0, 0], [step, 3 * step], [5, 7], [step + 1, step], [side - 1, side - 1]]
+    sparse = hs.sparse_coo(coords, np.array([4.0, 8.0, 100.0, 200.0, 300.0], np.float32), (side, side))
+    row = np.arange(64, dtype=np.float32) + 0.5
+    dense = broadcast_rows(2 ** 23, row)
+    missed = broadcast_rows(100, row)
+    missed = hs.Tensor(missed.descriptor, (b"",))
+    ov = hs.overlay(huge_broadcast(), [sparse, (dense, (2 ** 22 + 5, 3 * step - 7)), (missed, (1, 1))], "add")
+    selection = basic_index(np.s_[::step, ::step], ov.shape)
+    with pytest.raises(LimitExceeded):
+        read_box(ov, selection.lo, selection.hi, limits=SMALL)
+    got = read_index(ov, selection, limits=SMALL)
+    want = np.full((32, 32), 1.5, np.float32)
+    want[0, 0] += 4.0
+    want[1, 3] += 8.0
+    want[9:25, 3] += row[7]  # rows 9 * 2**19 .. 24 * 2**19 lie in [2**22 + 5, 3 * 2**22 + 5)
+    assert got.shape == (32, 32) and got.tobytes() == want.tobytes()
+    got = read_index(ov, basic_index(np.s_[side - step::-step, 3 * step::-step], ov.shape), limits=SMALL)
+    assert got.tobytes() == want[::-1, 3::-1].tobytes()

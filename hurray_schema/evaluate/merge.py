@@ -4,7 +4,8 @@ Semantics (``layouts/composite.md § Composition Semantics``):
 
 * partition -- each member fills its shard box ``[shard_offset, shard_offset + shape)``;
   ``lookup`` selects the member whose box holds the index and reads one element at
-  ``index - shard_offset``; ``read`` touches only the members meeting the region;
+  ``index - shard_offset``; ``read`` touches only the members holding a position of the
+  (possibly stepped) region;
 * overlay -- the base, then every correction in emission order under ``combine_op``,
   evaluated in the head's ``type_tag``: replace (latest covering member wins) or add
   (for float16 / bfloat16 every addition rounds to the head type, in order, the bits
@@ -27,8 +28,8 @@ charged against the member's buffers:
   evaluations cost); a member that cannot be decoded straight into its box, or the offset
   table a member's decode builds, is charged again as that member's own decode.  With
   ``out=`` the caller has allocated the result: nothing in the call is charged;
-* :func:`read` charges the region's array, then each intersecting member that is not a
-  zero-copy view of its buffer, decoded whole before the region is cut from it.
+* :func:`read` charges the region's array (a stepped region: its selected elements only), then
+  each intersecting member's read of the selected positions inside it (:mod:`.tensor_box`).
 
 Objects are duck-typed: a composite has ``.descriptor`` (the head) and ``.members``; a
 member tensor has ``.descriptor`` and ``.buffers``.
@@ -57,7 +58,7 @@ from .quant import (OUT_BF16, OUT_F16, OUT_F32, PK_CHANNEL, PK_TENSOR, decode_ga
                     storage_shape)
 from .sparse import sparse_entries, sparse_linear
 from .tensor import _check_bounds, decode_cost, decode_into, dense_view, tensor_to_numpy
-from .tensor_box import resolved_shape, sparse_box_entries, tensor_box
+from .tensor_box import check_steps, resolved_shape, sparse_box_entries, tensor_box
 
 __all__ = ["materialize", "lookup", "read", "member_values"]
 
@@ -547,14 +548,46 @@ def _box_linear(coords: np.ndarray, shift, shape) -> np.ndarray:
     return lin
 
 
-def read(composite, region, *, limits=None, _depth: int = 0) -> np.ndarray:
+def _selected_span(lo, hi, steps, off, shp):
+    """Per dimension, the first and one past the last position of the stepped box (``lo``,
+    ``lo + step``, ... below ``hi``) that lie in the member box ``[off, off + shp)``: the first is
+    ``lo + ceil((max(lo, off) - lo) / step) * step``.  None if some dimension selects none of the
+    member's positions (the member is not read)."""
+    first, stop = [], []
+    for l, h, step, o, n in zip(lo, hi, steps, off, shp):
+        a = l + -(-(max(l, o) - l) // step) * step
+        b = min(h, o + n)
+        if a >= b:
+            return None
+        first.append(a)
+        stop.append(b)
+    return first, stop
+
+
+def _stepped_entries(coords: np.ndarray, values: np.ndarray, steps) -> tuple[np.ndarray, np.ndarray]:
+    """The sparse entries (coordinates relative to a selected position) that lie on the
+    progression of ``steps``, their coordinates divided by the steps (output indices)."""
+    if all(step == 1 for step in steps):
+        return coords, values
+    step_row = np.asarray(steps, np.int64)
+    keep = np.flatnonzero(np.all(coords % step_row == 0, axis=1))
+    return coords[keep] // step_row, values[keep]
+
+
+def read(composite, region, *, steps: Sequence[int] | None = None, limits=None, _depth: int = 0) -> np.ndarray:
     """The box ``region`` (slices or (start, stop) pairs) of the logical view; only members that
     intersect it are read, each over its intersection with the box only (a plain member by
     :func:`.tensor_box.tensor_box`, a nested composite by this function; a sparse correction
     contributes the entries in the box: :func:`.tensor_box.sparse_box_entries`).
 
-    The region's array (against the bytes of every leaf's buffers), then each intersecting
-    member's box read (against its own buffers: :mod:`.tensor_box`), are charged against
+    ``steps`` (positive, one per dimension; ``None``: all 1) makes the box stepped: per
+    dimension only the positions ``lo, lo + step, ...`` below ``hi``; the result is the view
+    sliced ``lo:hi:step`` (shape ``ceil((hi - lo) / step)``).  Each member is read (with the same
+    steps) at the selected positions inside its box only, a member holding none is not read, and
+    a sparse correction contributes its entries at selected positions only.
+
+    The region's (stepped) array (against the bytes of every leaf's buffers), then each
+    intersecting member's read (against its own buffers: :mod:`.tensor_box`), are charged against
     ``limits`` (``None``: the default limits) before being allocated: :class:`LimitExceeded`
     beyond both the budget and the expansion allowance.  The head's shape is not bounded by
     ``dense.MAX_ELEMENTS``, only the region.
@@ -565,9 +598,11 @@ def read(composite, region, *, limits=None, _depth: int = 0) -> np.ndarray:
         _validated(composite)
     shape = resolved_shape(head.shape)
     lo, hi = _region(region, shape)
+    given = check_steps(steps, len(shape))
+    steps = (1,) * len(shape) if given is None else given
     target = _value_type(head)
     rule = head.layout.composition_rule
-    out_shape = check_shape(tuple(h - l for l, h in zip(lo, hi)))
+    out_shape = check_shape(tuple(len(range(l, h, step)) for l, h, step in zip(lo, hi, steps)))
     dtype = numpy_dtype(target)
     charge(math.prod(out_shape) * dtype.itemsize, limits, stored=stored_bytes(composite))
     out = new_array(out_shape, dtype, zeros=True)
@@ -575,19 +610,19 @@ def read(composite, region, *, limits=None, _depth: int = 0) -> np.ndarray:
         return out
 
     def part(member, off, shp):
-        """(slices into out, values of the member over the intersection) or None."""
-        a = [max(l, o) for l, o in zip(lo, off)]
-        b = [min(h, o + n) for h, o, n in zip(hi, off, shp)]
-        if any(x >= y for x, y in zip(a, b)):
+        """(slices into out, values of the member at the selected positions in its box) or None."""
+        span = _selected_span(lo, hi, steps, off, shp)
+        if span is None:
             return None
+        a, b = span
         local = tuple((x - o, y - o) for x, y, o in zip(a, b, off))
-        box = tuple(slice(x, y) for x, y in local) + (Ellipsis,)
         if _is_composite(member):
-            vals = read(member, local, limits=limits, _depth=_depth + 1)
+            vals = read(member, local, steps=given, limits=limits, _depth=_depth + 1)
         else:
             vals = tensor_box(member.descriptor, member.buffers, [x for x, _ in local], [y for _, y in local], target,
-                              limits=limits)
-        return tuple(slice(x - l, y - l) for x, y, l in zip(a, b, lo)) + (Ellipsis,), vals, local
+                              steps=given, limits=limits)
+        at = [(x - l) // step for x, l, step in zip(a, lo, steps)]
+        return tuple(slice(i, i + n) for i, n in zip(at, vals.shape)) + (Ellipsis,), vals, local
 
     members = list(composite.members)
     if rule == CompositionRule.PARTITION:
@@ -601,23 +636,24 @@ def read(composite, region, *, limits=None, _depth: int = 0) -> np.ndarray:
     combine = head.layout.combine_op
     mode = _add_mode(target)
     got = part(members[0], *_box(members[0], shape))
-    if _fresh(got[1], out):
+    if _fresh(got[1], out):  # the binder makes the base cover the head: it holds every selected position
         out = got[1]  # the base's own decode of the whole region: corrected in place, not copied
     else:
         out[got[0]] = got[1]
     flat = out.reshape(-1)
     for m in members[1:]:
         off, shp = _box(m, shape)
-        if any(max(l, o) >= min(h, o + n) for l, h, o, n in zip(lo, hi, off, shp)):
-            continue  # the member's box misses the region: never decoded
+        span = _selected_span(lo, hi, steps, off, shp)
+        if span is None:
+            continue  # the member's box holds no selected position: never decoded
         if not _is_composite(m) and m.descriptor.layout.tag in SPARSE_TAGS:
-            start = [max(l, o) for l, o in zip(lo, off)]
-            stop = [min(h, o + n) for h, o, n in zip(hi, off, shp)]
+            start, stop = span
             coords, vals = sparse_box_entries(m.descriptor, m.buffers, [a - o for a, o in zip(start, off)],
                                               [b - o for b, o in zip(stop, off)], target)
+            coords, vals = _stepped_entries(coords, vals, steps)
             if vals.size == 0:
                 continue
-            lin = _box_linear(coords, [a - l for a, l in zip(start, lo)], out.shape)
+            lin = _box_linear(coords, [(a - l) // step for a, l, step in zip(start, lo, steps)], out.shape)
             if combine == CombineOp.REPLACE:  # distinct indices (coo.md § Validity Constraints): one assignment,
                 flat[lin] = vals  # no parallel kernel launch for a box's few entries
                 continue

@@ -15,8 +15,10 @@ to a box ``[lo, hi)`` per dimension and call it.  It reads only what the box nee
 
 With ``steps``, the box is stepped: per dimension only the positions ``lo, lo + step, ...``
 below ``hi``.  A row-major, column-major or strided tensor (unquantized) reads those elements
-alone (:func:`.tensor_box.tensor_box`); every other tensor and every composite reads the
-unit-step box, charged as it, and keeps every ``step``-th element of it.
+alone (:func:`.tensor_box.tensor_box`); every other tensor reads the unit-step box, charged as
+it, and keeps every ``step``-th element of it.  A partition or overlay is charged for the
+selected elements and reads each member at the selected positions inside it, by those same
+rules (:func:`.merge.read`).
 
 A composite is validated by the binder once per call (``layouts/composite.md § Validation``).
 """
@@ -29,7 +31,7 @@ import numpy as np
 
 from ..limits import Limits
 from .merge import read
-from .tensor_box import check_box, check_steps, step_through, tensor_box
+from .tensor_box import check_box, tensor_box
 
 __all__ = ["read_box"]
 
@@ -58,6 +60,5 @@ def read_box(item, lo: Sequence[int], hi: Sequence[int], *, steps: Optional[Sequ
     """
     check_box(lo, hi, item.descriptor.shape)
     if _is_composite(item):
-        steps = check_steps(steps, len(lo))
-        return step_through(read(item, tuple(zip(lo, hi)), limits=limits), steps)
+        return read(item, tuple(zip(lo, hi)), steps=steps, limits=limits)
     return tensor_box(item.descriptor, item.buffers, lo, hi, steps=steps, limits=limits)
