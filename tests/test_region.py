@@ -893,3 +893,33 @@ def test_stepped_read_of_a_huge_overlay_applies_the_selected_corrections_only():
     assert got.shape == (32, 32) and got.tobytes() == want.tobytes()
     got = read_index(ov, basic_index(np.s_[side - step::-step, 3 * step::-step], ov.shape), limits=SMALL)
     assert got.tobytes() == want[::-1, 3::-1].tobytes()
+
+
+def broadcast_quantized_rows(rows: int, row: np.ndarray) -> tuple[hs.Tensor, np.ndarray]:
+    """(a [rows, len(row)] int4 per-block tensor, block axis 1, one block per row, every row of
+    which stores the codes of ``row`` quantized (strides [0, 1] over one stored row:
+    ``layouts/strided.md``) under the same scale; that row's whole decode)."""
+    one = hs.quantize(row.reshape(1, -1), "per_block", axis=1, block_size=row.size)
+    codes = np.frombuffer(one.buffers[0], np.uint8)
+    scales = np.frombuffer(np.tile(np.frombuffer(one.buffers[1], np.uint8), rows).tobytes(), np.uint8)
+    desc = attrs.evolve(one.descriptor, shape=(rows, row.size), layout=StridedLayout((0, 1)),
+                        buffers=(hs.BufferHandle(codes.size), hs.BufferHandle(scales.size)))
+    return hs.Tensor(desc, [codes, scales]), tensor_to_numpy(one.descriptor, one.buffers)[0]
+
+
+def test_stepped_quantized_read_decodes_the_selected_rows_only():
+    """``[::64]`` (and ``[::64, 5::3]``) of a [2**20, 256] int4 per-block tensor (block axis 1; 2 MiB
+    stored, 1 GiB decoded) decodes the 2**14 selected rows only: read under a small budget, where
+    its bounding box (and a stepped box of 2**19 rows) is refused; along the block axis the
+    whole blocks are decoded, then stepped."""
+    row = np.random.default_rng(11).standard_normal(256).astype(np.float16)
+    t, decoded_row = broadcast_quantized_rows(2 ** 20, row)
+    with pytest.raises(LimitExceeded):
+        read_box(t, (0, 0), t.shape, limits=SMALL)
+    got = read_box(t, (0, 0), t.shape, steps=(64, 1), limits=SMALL)
+    assert got.shape == (2 ** 14, 256) and got.tobytes() == np.broadcast_to(decoded_row, got.shape).tobytes()
+    got = read_box(t, (3, 5), t.shape, steps=(64, 3), limits=SMALL)
+    want = np.broadcast_to(decoded_row[5::3], (2 ** 14, len(range(5, 256, 3))))
+    assert got.shape == want.shape and got.tobytes() == want.tobytes()
+    with pytest.raises(LimitExceeded):  # 2**19 selected rows: beyond both the budget and the allowance
+        read_box(t, (0, 0), t.shape, steps=(2, 1), limits=SMALL)

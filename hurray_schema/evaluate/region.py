@@ -14,9 +14,10 @@ to a box ``[lo, hi)`` per dimension and call it.  It reads only what the box nee
   corrections that intersect it, in emission order, in the head's type (:func:`.merge.read`).
 
 With ``steps``, the box is stepped: per dimension only the positions ``lo, lo + step, ...``
-below ``hi``.  A row-major, column-major or strided tensor (unquantized) reads those elements
-alone (:func:`.tensor_box.tensor_box`); every other tensor reads the unit-step box, charged as
-it, and keeps every ``step``-th element of it.  A partition or overlay is charged for the
+below ``hi``.  A row-major, column-major or strided tensor reads those elements alone
+(:func:`.tensor_box.tensor_box`), a quantized one with whole blocks along its quantization
+block axis; every other tensor reads the unit-step box, charged as it, and keeps every
+``step``-th element of it.  A partition or overlay is charged for the
 selected elements and reads each member at the selected positions inside it, by those same
 rules (:func:`.merge.read`).
 

@@ -24,8 +24,13 @@ type, as a C-ordered array, bit for bit what :func:`.tensor.tensor_to_numpy` giv
 alone -- a whole-byte type NumPy holds natively as a read-only view of buffer 0 whose strides
 are the layout's times the steps (not C-contiguous; charged for the selected elements, as the
 unit-step view is), sub-byte and narrow-float codes by gathering the selected codes only.
-Every other tensor (quantized, sparse, tiled, Morton, Hilbert, block-paged) reads the unit-step
-box as above, with the same budget, and keeps every ``step``-th element of it.
+Quantized tensors on those layouts decode a window holding only the selected positions along every
+dimension but the quantization block axis (per-block affine, NF4, MXFP), whose codes are the
+layout's strides times the steps apart, with the parameters of those positions only; along the
+block axis the window keeps whole blocks (unit step) and every ``step``-th element of it is kept
+after the decode (charged for the decoded window plus the stepped box).  A gathered quantized box,
+and every other tensor (sparse, tiled, Morton, Hilbert, block-paged), reads the unit-step box as
+above, with the same budget, and keeps every ``step``-th element of it.
 
 What is read is checked as the whole decode checks it (buffer bounds, coordinate bounds,
 pointer order, duplicates, sort order); entries and codes outside the box are not read, so a
@@ -129,8 +134,10 @@ AFFINE_TAGS = (LayoutTag.ROW_MAJOR, LayoutTag.COLUMN_MAJOR, LayoutTag.STRIDED)
 
 
 def _reads_steps_alone(desc) -> bool:
-    """Whether a stepped box of ``desc`` reads the selected elements only (module docstring)."""
-    return desc.quantization is None and desc.layout.tag in AFFINE_TAGS
+    """Whether a stepped box of ``desc`` is read at the selected positions (all of them, or all but
+    those along a quantization block axis) rather than stepped through after a unit-step read
+    (module docstring)."""
+    return desc.layout.tag in AFFINE_TAGS
 
 
 # ------------------------------------------------------------------------------------
@@ -195,8 +202,8 @@ def _byte_shift(origin: int, bits: int) -> Optional[int]:
 
 
 def _affine_box(desc, buffers, shape, strides, lo, hi, box, target, out_dtype, limits, steps=None) -> np.ndarray:
-    """An affine box; ``box`` its (stepped) shape.  ``steps`` come with unquantized tensors only
-    (:func:`_reads_steps_alone`): their elements are ``steps`` times the layout's strides apart."""
+    """An affine box; ``box`` its (stepped) shape.  The selected elements of an unquantized tensor
+    are ``steps`` times the layout's strides apart; a quantized one is read by :func:`_quantized_box`."""
     info = element_type_info(desc.type_tag)
     if info is None or desc.type_tag == ElementType.FLOAT128:
         raise UnsupportedEvaluation(f"element type 0x{int(desc.type_tag):02X} is not evaluated here")
@@ -230,7 +237,7 @@ def _affine_box(desc, buffers, shape, strides, lo, hi, box, target, out_dtype, l
         if desc.type_tag == ElementType.BOOL:
             np.minimum(codes, 1, out=codes)  # as the whole decode keeps bool items canonical
         return out
-    return _quantized_box(desc, buffers, buf, shape, strides, lo, hi, box, target, out_dtype, limits, stored)
+    return _quantized_box(desc, buffers, buf, shape, strides, lo, hi, box, target, out_dtype, limits, stored, steps)
 
 
 def _kernel_kind(target) -> int:
@@ -248,54 +255,89 @@ def _finished(work, target, out_dtype):
     return work.astype(np.float64) if target == ElementType.FLOAT64 else work
 
 
-def _block_window(desc, shape, lo, hi) -> tuple[list[int], list[int]]:
-    """The box ``[lo, hi)`` widened to whole quantization blocks along the block axis
-    (``quantization/per-block-affine.md § Block Layout``; NF4 and MXFP block alike): the window
-    the row kernels decode, whose blocks are the tensor's."""
-    win_lo, win_hi = list(lo), list(hi)
+def _block_axis(desc, shape) -> Optional[int]:
+    """The quantization block axis (per-block affine, NF4, MXFP: ``quantization/per-block-affine.md
+    § Block Layout``), along which a window keeps whole blocks; ``None`` for per-tensor and
+    per-channel parameters, which hold for single elements."""
     q = desc.quantization
     if isinstance(q, (PerBlockAffine, Nf4, Mxfp)) and q.axis < len(shape) and q.block_size > 0:
-        axis, block = q.axis, q.block_size
+        return int(q.axis)
+    return None
+
+
+def _block_window(desc, shape, lo, hi) -> tuple[list[int], list[int]]:
+    """The box ``[lo, hi)`` widened to whole quantization blocks along the block axis
+    (:func:`_block_axis`; NF4 and MXFP block alike): the window the row kernels decode, whose
+    blocks are the tensor's."""
+    win_lo, win_hi = list(lo), list(hi)
+    axis = _block_axis(desc, shape)
+    if axis is not None:
+        block = desc.quantization.block_size
         win_lo[axis] = lo[axis] // block * block
         win_hi[axis] = min(-(-hi[axis] // block) * block, shape[axis])
     return win_lo, win_hi
 
 
-def _quantized_box(desc, buffers, buf, shape, strides, lo, hi, box, target, out_dtype, limits, stored) -> np.ndarray:
-    """A quantized affine box: decoded as a window of whole blocks by the row kernels (with the
-    window's parameters only), or gathered."""
-    win_lo, win_hi = _block_window(desc, shape, lo, hi)
+def _quantized_box(desc, buffers, buf, shape, strides, lo, hi, box, target, out_dtype, limits, stored,
+                   steps=None) -> np.ndarray:
+    """A quantized affine box (``box`` its stepped shape): decoded by the row kernels as a window
+    of whole blocks along the block axis holding only the selected positions along every other
+    dimension (its codes ``steps`` times the layout's strides apart there), with the window's
+    parameters only, then stepped along the block axis; or gathered (the unit-step box, then
+    stepped through)."""
+    steps = steps or (1,) * len(shape)
+    block_axis = _block_axis(desc, shape)
+    window_steps = tuple(1 if d == block_axis else step for d, step in enumerate(steps))
+    stop = [a + (n - 1) * step + 1 for a, n, step in zip(lo, box, steps)]  # past the last selected position
+    win_lo, win_hi = _block_window(desc, shape, lo, stop)
     origin = sum(a * s for a, s in zip(win_lo, strides))
     shift = _byte_shift(origin, element_type_info(desc.type_tag).bit_width)
     if shift is None:
         p = quant_params(desc, buffers)
-        return _gathered_box(desc, buf, p, shape, strides, lo, box, target, out_dtype, limits, stored)
-    window = tuple(b - a for a, b in zip(win_lo, win_hi))
+        unit = tuple(b - a for a, b in zip(lo, stop))
+        gathered = _gathered_box(desc, buf, p, shape, strides, lo, unit, target, out_dtype, limits, stored)
+        return step_through(gathered, None if unit == box else steps)
+    window = tuple(len(range(a, b, step)) for a, b, step in zip(win_lo, win_hi, window_steps))
     sliced = window != box
     charge(decode_cost(desc, window, out_dtype, target) + (math.prod(box) * out_dtype.itemsize if sliced else 0),
            limits, stored=stored)
-    p = _window_params(quant_params(desc, buffers, select=_window_selector(shape, win_lo, win_hi)), win_lo, win_hi)
+    p = _window_params(quant_params(desc, buffers, select=_window_selector(shape, win_lo, win_hi, window_steps)),
+                       win_lo, win_hi)
     work, kout = _work_array(window, target, out_dtype)
+    apart = tuple(s * step for s, step in zip(strides, window_steps))
     with _threads_for(math.prod(window)):
-        _decode_window(buf, np.int64(desc.byte_offset + shift), window, strides, p, _kernel_kind(target), kout)
+        _decode_window(buf, np.int64(desc.byte_offset + shift), window, apart, p, _kernel_kind(target), kout)
     if sliced:
-        work = _c_order(work[_box_slices([a - w for a, w in zip(lo, win_lo)], [b - w for b, w in zip(hi, win_lo)])])
+        work = _c_order(work[_kept_of_window(lo, stop, win_lo, steps, window_steps)])
     return _finished(work, target, out_dtype)
 
 
-def _window_selector(shape, win_lo, win_hi):
-    """For :func:`.quant.quant_params`: the parameter indices of the window ``[win_lo, win_hi)``, in
-    the order the kernels index those of a tensor of the window's shape
-    (``quantization/per-block-affine.md § Block Layout``: ``b = outer * ceil(S / K) + i_axis // K``);
-    the window starts on a block along the block axis."""
+def _kept_of_window(lo, stop, win_lo, steps, window_steps) -> tuple:
+    """Index of the stepped box in a decoded window: along a dimension the window holds at unit
+    step, the box's range stepped; along one it holds stepped, all of it."""
+    return tuple(slice(a - w, b - w, step) if window_step == 1 else slice(None)
+                 for a, b, w, step, window_step in zip(lo, stop, win_lo, steps, window_steps)) + (Ellipsis,)
+
+
+def _window_selector(shape, win_lo, win_hi, steps=None):
+    """For :func:`.quant.quant_params`: the parameter indices of the window's positions
+    ``win_lo[d], win_lo[d] + steps[d], ...`` below ``win_hi[d]``, in the order the kernels index
+    those of a tensor of the window's shape (``quantization/per-block-affine.md § Block Layout``:
+    ``b = outer * ceil(S / K) + i_axis // K``); the window starts on a block along the block
+    axis, where its step is 1."""
+    steps = steps or (1,) * len(shape)
+
+    def positions(d):
+        return np.arange(win_lo[d], win_hi[d], steps[d], dtype=np.int64)
+
     def select(pk, axis, block, nb):
         if pk == PK_CHANNEL:
-            return np.arange(win_lo[axis], win_hi[axis], dtype=np.int64)
+            return positions(axis)
         first_block = win_lo[axis] // block
         index = np.arange(first_block, first_block - (-(win_hi[axis] - win_lo[axis]) // block), dtype=np.int64)
         weight = nb  # of the innermost dimension other than the axis; then times each one's size
         for d in reversed([d for d in range(len(shape)) if d != axis]):
-            index = np.add.outer(np.arange(win_lo[d], win_hi[d], dtype=np.int64) * weight, index)
+            index = np.add.outer(positions(d) * weight, index)
             weight *= shape[d]
         return index.reshape(-1)
     return select
