@@ -236,8 +236,7 @@ type_tag, the shape as unpacked (a tuple of ints), a tuple of handles and ``b''`
 
 def _items(fmt: str) -> int:
     """Number of values ``struct`` unpacks for ``fmt`` (``4Q`` is four, ``4s`` one)."""
-    codec = struct.Struct("<" + fmt)
-    return len(codec.unpack(bytes(codec.size)))
+    return len(_format_items(fmt))
 
 
 def _layout_expr(src: _Source, desc: TensorDescriptor) -> str:
@@ -659,7 +658,7 @@ def _format_items(fmt: str) -> list:
         elif code in "sp":
             items.append(f"{lead}{count}{code}")
             lead = ""
-        else:
+        elif count != "0":  # "0Q" (an array of rank 0) packs no value
             items.extend([lead + code] + [code] * (int(count or 1) - 1))
             lead = ""
     return items
@@ -671,8 +670,11 @@ def _pack_calls(fmt: str, args: list) -> list:
     items = _format_items(fmt)
     if len(items) != len(args):
         raise _NotCompilable("the format and the arguments disagree")
-    return [(struct.Struct("<" + "".join(items[i:i + MAX_PACK_ARGUMENTS])), args[i:i + MAX_PACK_ARGUMENTS])
-            for i in range(0, max(len(args), 1), MAX_PACK_ARGUMENTS)]
+    calls = [(struct.Struct("<" + "".join(items[i:i + MAX_PACK_ARGUMENTS])), args[i:i + MAX_PACK_ARGUMENTS])
+             for i in range(0, max(len(args), 1), MAX_PACK_ARGUMENTS)]
+    if sum(codec.size for codec, _ in calls) != struct.calcsize(fmt):  # pad bytes before no value at all
+        raise _NotCompilable("the format has pad bytes no value carries")
+    return calls
 
 
 _ENCODERS: dict = {}  # encoder_key -> compiled encoder, or None where the general encoder is used

@@ -195,6 +195,7 @@ def test_pack_calls_split_a_long_format_into_calls_that_give_the_same_bytes():
     fmt = "<4sBBLL" + "Q" * 40 + "2Q3x2sxB"
     values = [b"HRRY", 1, 0, 7, 9] + list(range(40)) + [5, 6, b"ab", 255]
     assert signature._format_items(fmt)[-4:] == ["Q", "Q3x", "2sx", "B"]
+    assert signature._format_items("<B0QL") == ["B", "L"] and signature._items("0Q4s") == 1
     calls = signature._pack_calls(fmt, [repr(v) for v in values])
     assert len(calls) == 2 and all(len(args) <= signature.MAX_PACK_ARGUMENTS for _, args in calls)
     joined, start = b"", 0

@@ -31,6 +31,7 @@ import numpy as np
 from ..errors import AdvancedIndexUnsupported, IndexRangeError, IndexTypeError
 from ..limits import Limits
 from .region import read_box
+from .tensor_box import stepped_extent
 
 __all__ = ["BoxSelection", "basic_index", "region_index", "element_index", "read_index"]
 
@@ -49,7 +50,7 @@ class BoxSelection:
     @property
     def counts(self) -> tuple[int, ...]:
         """The stepped box's shape: how many positions each dimension selects."""
-        return tuple(len(range(low, high, step)) for low, high, step in zip(self.lo, self.hi, self.steps))
+        return stepped_extent(self.lo, self.hi, self.steps)
 
     def apply(self, box: np.ndarray):
         """The selected elements of ``box`` (the stepped box's array, of shape :attr:`counts`)."""

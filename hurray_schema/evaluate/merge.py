@@ -58,7 +58,7 @@ from .quant import (OUT_BF16, OUT_F16, OUT_F32, PK_CHANNEL, PK_TENSOR, decode_ga
                     storage_shape)
 from .sparse import sparse_entries, sparse_linear
 from .tensor import _check_bounds, decode_cost, decode_into, dense_view, tensor_to_numpy
-from .tensor_box import check_steps, resolved_shape, sparse_box_entries, tensor_box
+from .tensor_box import check_steps, resolved_shape, sparse_box_entries, stepped_extent, tensor_box
 
 __all__ = ["materialize", "lookup", "read", "member_values"]
 
@@ -602,7 +602,7 @@ def read(composite, region, *, steps: Sequence[int] | None = None, limits=None, 
     steps = (1,) * len(shape) if given is None else given
     target = _value_type(head)
     rule = head.layout.composition_rule
-    out_shape = check_shape(tuple(len(range(l, h, step)) for l, h, step in zip(lo, hi, steps)))
+    out_shape = check_shape(stepped_extent(lo, hi, steps))
     dtype = numpy_dtype(target)
     charge(math.prod(out_shape) * dtype.itemsize, limits, stored=stored_bytes(composite))
     out = new_array(out_shape, dtype, zeros=True)

@@ -68,7 +68,8 @@ from .sparse import _u64, entry_values, linear_indices, sparse_entries
 from .tensor import (_affine_offsets, _check_bounds, _check_quant_axis, _decode_int4, _element_range, _owned,
                      _precheck_dense, decode_cost, tensor_to_numpy)
 
-__all__ = ["tensor_box", "sparse_box_entries", "resolved_shape", "check_box", "check_steps", "step_through"]
+__all__ = ["tensor_box", "sparse_box_entries", "resolved_shape", "check_box", "check_steps", "step_through",
+           "stepped_extent"]
 
 
 # ------------------------------------------------------------------------------------
@@ -123,8 +124,9 @@ def step_through(box: np.ndarray, steps: Optional[tuple[int, ...]]) -> np.ndarra
     return box[tuple(slice(None, None, step) for step in steps) + (Ellipsis,)]
 
 
-def _stepped_extent(lo, hi, steps) -> tuple[int, ...]:
-    """The shape of the stepped box: how many positions ``lo, lo + step, ...`` lie below ``hi``."""
+def stepped_extent(lo, hi, steps) -> tuple[int, ...]:
+    """The shape of the stepped box: how many positions ``lo, lo + step, ...`` lie below ``hi``
+    per dimension (``steps`` None: all 1)."""
     if steps is None:
         return tuple(b - a for a, b in zip(lo, hi))
     return tuple(len(range(a, b, step)) for a, b, step in zip(lo, hi, steps))
@@ -165,7 +167,7 @@ def tensor_box(desc, buffers: Sequence, lo: Sequence[int], hi: Sequence[int], ta
     steps = check_steps(steps, len(shape))
     if steps is not None and not _reads_steps_alone(desc):
         return step_through(tensor_box(desc, buffers, lo, hi, target, limits=limits), steps)
-    box = check_shape(_stepped_extent(lo, hi, steps))
+    box = check_shape(stepped_extent(lo, hi, steps))
     _check_quant_axis(desc)
     target = decode_target(desc, target)
     out_dtype = numpy_dtype(target)
@@ -297,7 +299,7 @@ def _quantized_box(desc, buffers, buf, shape, strides, lo, hi, box, target, out_
         unit = tuple(b - a for a, b in zip(lo, stop))
         gathered = _gathered_box(desc, buf, p, shape, strides, lo, unit, target, out_dtype, limits, stored)
         return step_through(gathered, None if unit == box else steps)
-    window = tuple(len(range(a, b, step)) for a, b, step in zip(win_lo, win_hi, window_steps))
+    window = stepped_extent(win_lo, win_hi, window_steps)
     sliced = window != box
     charge(decode_cost(desc, window, out_dtype, target) + (math.prod(box) * out_dtype.itemsize if sliced else 0),
            limits, stored=stored)
