@@ -29,7 +29,7 @@ from ..model import (NO_BUFFER_INDEX, BufferHandle, CombineOp, CooLayout, CscLay
                      Nf4, PerBlockAffine, PerChannelAffine, PerTensorAffine, QuantFlag, QuantScheme, RowMajorLayout,
                      Shard, TensorDescriptor)
 from ..rules.descriptor import first_error
-from ..structs.element_types import element_type_info
+from ..structs.element_types import element_type_info, element_type_of
 from .tensor import DEFAULT_BUFFER_ALIGNMENT, Composite, Tensor
 
 __all__ = ["quantize", "sparse_coo", "sparse_csr", "sparse_csc", "from_scipy", "partition", "overlay", "group",
@@ -96,10 +96,8 @@ def _axis(axis: int, rank: int) -> int:
 
 def _float_type(dtype) -> Optional[ElementType]:
     """The scale type an input dtype suggests: its own float16 / bfloat16 / float32, else None."""
-    import ml_dtypes
-
-    return {np.dtype(np.float16): ElementType.FLOAT16, np.dtype(ml_dtypes.bfloat16): ElementType.BFLOAT16,
-            np.dtype(np.float32): ElementType.FLOAT32}.get(np.dtype(dtype))
+    tag = element_type_of(dtype)
+    return tag if tag in (ElementType.FLOAT16, ElementType.BFLOAT16, ElementType.FLOAT32) else None
 
 
 def _block_size(scheme, block_size, size: int) -> int:

@@ -6,6 +6,7 @@ Spec: ``element-types.md § Type Properties Summary`` and ``§ Buffer Size Calcu
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Optional
 
 import attrs
@@ -101,41 +102,61 @@ def element_type_info(tag: int) -> Optional[ElementTypeInfo]:
     return ELEMENT_TYPES.get(tag)
 
 
+_NUMPY_NAMES = {
+    ElementType.FLOAT16: "float16", ElementType.FLOAT32: "float32", ElementType.FLOAT64: "float64",
+    ElementType.INT8: "int8", ElementType.UINT8: "uint8", ElementType.INT16: "<i2", ElementType.UINT16: "<u2",
+    ElementType.INT32: "<i4", ElementType.UINT32: "<u4", ElementType.INT64: "<i8", ElementType.UINT64: "<u8",
+    ElementType.BOOL: "bool", ElementType.COMPLEX64: "<c8", ElementType.COMPLEX128: "<c16",
+}
+"""Element types whose decoded arrays NumPy itself holds: their dtypes by name."""
+
+_ML_DTYPES_NAMES = {
+    ElementType.BFLOAT16: "bfloat16", ElementType.FLOAT8_E4M3: "float8_e4m3fn",
+    ElementType.FLOAT8_E5M2: "float8_e5m2", ElementType.FLOAT8_E8M0: "float8_e8m0fnu",
+    ElementType.FLOAT4_E2M1: "float4_e2m1fn", ElementType.FLOAT6_E2M3: "float6_e2m3fn",
+    ElementType.FLOAT6_E3M2: "float6_e3m2fn", ElementType.INT4: "int4", ElementType.UINT4: "uint4",
+    ElementType.INT2: "int2", ElementType.UINT2: "uint2",
+}
+"""Element types whose decoded arrays are ``ml_dtypes`` arrays (one element per item; the sub-byte
+and narrow-float items hold one code in their low bits), by ``ml_dtypes`` name."""
+
+
 @functools.cache
-def numpy_dtypes() -> dict:
-    """Element type -> the NumPy / ``ml_dtypes`` dtype of its decoded array, one element per
-    item (the sub-byte and narrow-float ``ml_dtypes`` items hold one code in their low bits).
-    Types without one (float128, private types) are absent.  NumPy and ``ml_dtypes`` are
-    imported on first use, not with the package."""
-    import ml_dtypes
+def numpy_dtype_of(tag) -> Optional["np.dtype"]:
+    """The NumPy / ``ml_dtypes`` dtype of a decoded array of ``tag``, or ``None`` (float128, private
+    types).  ``ml_dtypes`` is imported only for the types it holds (importing it takes a while)."""
     import numpy as np
 
-    return {
-        ElementType.FLOAT16: np.dtype(np.float16), ElementType.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
-        ElementType.FLOAT32: np.dtype(np.float32), ElementType.FLOAT64: np.dtype(np.float64),
-        ElementType.INT8: np.dtype(np.int8), ElementType.UINT8: np.dtype(np.uint8),
-        ElementType.INT16: np.dtype("<i2"), ElementType.UINT16: np.dtype("<u2"),
-        ElementType.INT32: np.dtype("<i4"), ElementType.UINT32: np.dtype("<u4"),
-        ElementType.INT64: np.dtype("<i8"), ElementType.UINT64: np.dtype("<u8"),
-        ElementType.BOOL: np.dtype(np.bool_),
-        ElementType.FLOAT8_E4M3: np.dtype(ml_dtypes.float8_e4m3fn), ElementType.FLOAT8_E5M2: np.dtype(ml_dtypes.float8_e5m2),
-        ElementType.FLOAT8_E8M0: np.dtype(ml_dtypes.float8_e8m0fnu),
-        ElementType.FLOAT4_E2M1: np.dtype(ml_dtypes.float4_e2m1fn),
-        ElementType.FLOAT6_E2M3: np.dtype(ml_dtypes.float6_e2m3fn), ElementType.FLOAT6_E3M2: np.dtype(ml_dtypes.float6_e3m2fn),
-        ElementType.INT4: np.dtype(ml_dtypes.int4), ElementType.UINT4: np.dtype(ml_dtypes.uint4),
-        ElementType.INT2: np.dtype(ml_dtypes.int2), ElementType.UINT2: np.dtype(ml_dtypes.uint2),
-        ElementType.COMPLEX64: np.dtype("<c8"), ElementType.COMPLEX128: np.dtype("<c16"),
-    }
+    name = _NUMPY_NAMES.get(tag)
+    if name is not None:
+        return np.dtype(name)
+    name = _ML_DTYPES_NAMES.get(tag)
+    if name is None:
+        return None
+    import ml_dtypes
+
+    return np.dtype(getattr(ml_dtypes, name))
+
+
+def numpy_dtypes() -> dict:
+    """Element type -> the NumPy / ``ml_dtypes`` dtype of its decoded array, for every type that has
+    one (:func:`numpy_dtype_of`; imports ``ml_dtypes``)."""
+    return {tag: numpy_dtype_of(tag) for tag in (*_NUMPY_NAMES, *_ML_DTYPES_NAMES)}
 
 
 @functools.cache
-def _element_types_by_dtype() -> dict:
-    return {dtype: tag for tag, dtype in numpy_dtypes().items()}
+def _plain_element_types() -> dict:
+    return {numpy_dtype_of(tag): tag for tag in _NUMPY_NAMES}
 
 
 def element_type_of(dtype) -> Optional[ElementType]:
-    """The element type whose decoded arrays have ``dtype`` (either byte order), or ``None``."""
+    """The element type whose decoded arrays have ``dtype`` (either byte order), or ``None``.  A dtype
+    NumPy does not hold itself can only come from a loaded ``ml_dtypes``: only then is it looked up there."""
     import numpy as np
 
     dtype = np.dtype(dtype)
-    return _element_types_by_dtype().get(dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype)
+    dtype = dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
+    tag = _plain_element_types().get(dtype)
+    if tag is not None or "ml_dtypes" not in sys.modules:
+        return tag
+    return {numpy_dtype_of(t): t for t in _ML_DTYPES_NAMES}.get(dtype)
