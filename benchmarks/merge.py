@@ -78,12 +78,12 @@ def main():
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--n-overlay", type=int, default=4096)
     ap.add_argument("--n-partition", type=int, default=8192)
-    ap.add_argument("--threads", type=int, default=0, help="numba threads (default: numba's own choice)")
+    ap.add_argument("--threads", type=int, default=0, help="kernel threads (default: the CPUs this process may use)")
     args = ap.parse_args()
-    import numba
+    from hurray_schema.evaluate import jit
     if args.threads:
-        numba.set_num_threads(args.threads)
-    print(f"numba threads: {numba.get_num_threads()} of {numba.config.NUMBA_NUM_THREADS}")
+        jit.set_threads(args.threads)
+    print(f"kernel threads: {jit.threads()}")
 
     for combine in (CombineOp.REPLACE, CombineOp.ADD):
         comp, _, _ = spqr(args.n_overlay, 0.01, combine)

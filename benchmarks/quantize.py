@@ -8,7 +8,7 @@ Prints the best wall time over interleaved rounds of
 * ``kernel`` -- ``hurray_schema.evaluate.quantize.affine_quantize``: symmetric int4 codes,
   packed two per byte, and float16 scales per block of 64 along the last axis (the kernels
   alone);
-* ``1 thread`` -- the kernel on one thread (``numba.set_num_threads(1)``): NumPy's quantizer runs
+* ``1 thread`` -- the kernel on one thread (``jit.thread_limit(1)``): NumPy's quantizer runs
   on one core, so this is the per-core comparison, and the one least disturbed by other load on a
   shared machine (a parallel region waits for its slowest thread);
 * ``scalar`` -- the same kernel kept on its scalar path (``vector=False``), for comparison;
@@ -32,10 +32,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
 import hurray_schema as hs  # noqa: E402
+from hurray_schema.evaluate import jit  # noqa: E402
 from hurray_schema.evaluate import quantize as kernels  # noqa: E402
 from hurray_schema.model import ElementType  # noqa: E402
 
@@ -82,12 +82,8 @@ def main() -> None:
         return kernels.affine_quantize(w, BLOCK, n, LO, HI, True, ElementType.FLOAT16, 4, np.uint8)
 
     def one_thread():
-        threads = numba.get_num_threads()
-        numba.set_num_threads(1)
-        try:
+        with jit.thread_limit(1):
             return kernel()
-        finally:
-            numba.set_num_threads(threads)
 
     def scalar():
         return kernels.affine_quantize(w, BLOCK, n, LO, HI, True, ElementType.FLOAT16, 4, np.uint8, vector=False)
@@ -108,7 +104,7 @@ def main() -> None:
     t_copy, t_kernel, t_api, t_numpy = best["copy"], best["kernel"], best["quantize"], best["numpy"]
     t_scalar, t_one = best["scalar"], best["1 thread"]
     print(f"per-block int4, float16 [{n}, {n}], block {BLOCK}  (codes equal to NumPy's: {same})")
-    print(f"  load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores, {numba.get_num_threads()} threads"
+    print(f"  load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores, {jit.threads()} threads"
           "  (other load slows the parallel kernel more than NumPy's one core)")
     print(f"  copy      {t_copy * 1e3:8.2f} ms")
     print(f"  kernel    {t_kernel * 1e3:8.2f} ms   {t_kernel / t_copy:6.2f} x copy   (target <= 4)")

@@ -372,9 +372,8 @@ def test_a_lone_chunk_is_copied_while_a_scheduler_callback_is_active():
 
 
 def test_kernels_run_on_one_thread_per_task_of_a_graph_of_several_chunks(monkeypatch):
-    import numba
-
     import hurray_schema.evaluate.dask_graph as dask_graph
+    from hurray_schema.evaluate import jit
 
     item = spqr_overlay(np.float16, "add")
     several, lone = item.to_dask(chunk_bytes=SMALL_CHUNKS), item.to_dask()
@@ -383,14 +382,14 @@ def test_kernels_run_on_one_thread_per_task_of_a_graph_of_several_chunks(monkeyp
     counts, reading = [], dask_graph.read_box
 
     def counted(*args, **kwargs):
-        counts.append(numba.get_num_threads())
+        counts.append(jit.threads())
         return reading(*args, **kwargs)
 
     monkeypatch.setattr(dask_graph, "read_box", counted)
-    before = numba.get_num_threads()
+    before = jit.threads()
     assert same_bits(several.compute(scheduler="sync"), item.materialize())
     assert set(counts) == {1} and len(counts) == several.npartitions
-    assert numba.get_num_threads() == before
+    assert jit.threads() == before
 
 
 def test_the_graph_holds_no_data(tmp_path):

@@ -3,6 +3,7 @@ correction fused into it: bit for bit the NumPy reference, and the table-lookup 
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import ml_dtypes
@@ -12,12 +13,13 @@ from numba import njit
 
 from evaluate_reference import (C, T, bits_equal, coo_tensor, dense_tensor, handles, head, member_sections,
                                 pack_int4, ref_overlay)
-from hurray_schema.evaluate import materialize, merge, quant, tensor, tensor_to_numpy
-from hurray_schema.evaluate.simd import LANES, STEP_BF16, STEP_F16, STEP_F32, VECTOR_F16, int4x32, int4x32_scalar
+from hurray_schema.evaluate import jit, materialize, merge, quant, tensor, tensor_to_numpy
+from hurray_schema.evaluate.simd import LANES, STEP_BF16, STEP_F16, STEP_F32, int4x32, int4x32_scalar, vector_f16
 from hurray_schema.model import (CombineOp, CompositionRule, ElementType, MemberRole, PerBlockAffine,
                                  PerChannelAffine, PerTensorAffine, RowMajorLayout, TensorDescriptor)
 
 E = ElementType
+VECTOR_F16 = vector_f16()
 OUT = {E.FLOAT16: np.float16, E.BFLOAT16: ml_dtypes.bfloat16, E.FLOAT32: np.float32}
 
 
@@ -69,13 +71,22 @@ def block_ref(codes, scales, zps, block, cols, dtype):
 # ------------------------------------------------------------------------------------
 
 
-@njit
-def _steps(buf, s, z, out, signed, kind, vector):
+def _all_steps(buf, s, z, out, signed, vector):
     for k in range(buf.size // (LANES // 2)):
         if vector:
-            int4x32(buf, k * (LANES // 2), s, z, out, k * LANES, signed, kind)
+            int4x32(buf, k * (LANES // 2), s, z, out, k * LANES, signed)
         else:
-            int4x32_scalar(buf, k * (LANES // 2), s, z, out, k * LANES, signed, kind)
+            int4x32_scalar(buf, k * (LANES // 2), s, z, out, k * LANES, signed)
+
+
+@functools.cache
+def _stepper(kind):
+    return njit(jit.bound(_all_steps, (("OUT", kind),)))
+
+
+def _steps(buf, s, z, out, signed, kind, vector):
+    """Every step of ``buf`` by the vector or the scalar step compiled for output ``kind``."""
+    _stepper(kind)(buf, s, z, out, signed, vector)
 
 
 @pytest.mark.parametrize("kind,dtype", [(STEP_F16, np.float16), (STEP_BF16, ml_dtypes.bfloat16),
@@ -198,7 +209,7 @@ def test_the_vector_kernel_is_chosen(monkeypatch):
 
 def test_without_hardware_float16_the_table_kernel_decodes_float16(monkeypatch):
     """A host without F16C keeps float16 outputs on the table kernel (the other outputs need no F16C)."""
-    monkeypatch.setattr(quant, "VECTOR_F16", False)
+    monkeypatch.setattr(quant, "vector_f16", lambda: False)
     rng = np.random.default_rng(2)
     t, codes, scales, zps = int4_block_tensor(rng, 3, 96, 32)
     p = quant.quant_params(t.descriptor, t.buffers)

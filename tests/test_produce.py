@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import hurray_schema as hs
+from hurray_schema.evaluate.quantize import _affine_param, _affine_params_row
 from hurray_schema.codec import decode_descriptor, encode_descriptor
 from hurray_schema.errors import HurraySchemaError, SpecViolation
 from hurray_schema.io import read_file, read_stream, write_file, write_stream
@@ -774,22 +775,23 @@ def test_int4_vector_steps_on_the_benchmark_shape_match_numpy():
     assert np.array_equal(unpack(codes, E.INT4, w.size).reshape(64, 1024), q)
 
 
+def _both_parameter_paths(mins, maxs, lo, hi, scales, zps, ref_scales, ref_zps):
+    _affine_params_row(mins, maxs, mins.size, lo, hi, scales, zps, 0)
+    for b in range(mins.size):
+        s, z = _affine_param(mins[b], maxs[b], lo, hi)
+        ref_scales[b] = s
+        ref_zps[b] = z
+
+
 @functools.cache
-def _row_and_scalar_parameters():
-    """A jitted pair: the vector path's row loop of parameters, and the scalar formula block by block."""
+def _row_and_scalar_parameters(symmetric, scale_kind):
+    """A jitted pair for one (symmetry, scale type): the vector path's row loop of parameters, and the
+    scalar formula block by block (both compiled with the kernels' constants)."""
     from numba import njit
 
-    from hurray_schema.evaluate import quantize as kernels
+    from hurray_schema.evaluate import jit
 
-    @njit
-    def both(mins, maxs, lo, hi, symmetric, scale_kind, scales, zps, ref_scales, ref_zps):
-        kernels._affine_params_row(mins, maxs, mins.size, lo, hi, symmetric, scale_kind, scales, zps, 0)
-        for b in range(mins.size):
-            s, z = kernels._affine_param(mins[b], maxs[b], lo, hi, symmetric, scale_kind)
-            ref_scales[b] = s
-            ref_zps[b] = z
-
-    return both
+    return njit(jit.bound(_both_parameter_paths, (("SCALE", scale_kind), ("SYMMETRIC", symmetric))))
 
 
 FINITE_F32 = st.floats(width=32, allow_nan=False, allow_infinity=False, allow_subnormal=True)
@@ -803,9 +805,9 @@ def test_int4_row_parameters_match_the_scalar_formula(pairs, storage, symmetric,
     subnormal and huge ones, scales past the scale type's range, a block with no element."""
     from hurray_schema.evaluate import quantize as kernels
 
-    both = _row_and_scalar_parameters()
     if storage == E.UINT4:
         symmetric = False
+    both = _row_and_scalar_parameters(symmetric, kernels.SCALE_KINDS[scale_type])
     lo, hi = kernels.code_range(storage, symmetric)
     a = np.array(pairs, np.float32).reshape(-1, 2)
     mins, maxs = a.min(axis=1), a.max(axis=1)
@@ -813,7 +815,6 @@ def test_int4_row_parameters_match_the_scalar_formula(pairs, storage, symmetric,
         mins[0], maxs[0] = np.inf, -np.inf
     scales, ref_scales = np.empty(mins.size, np.float32), np.empty(mins.size, np.float32)
     zps, ref_zps = np.empty(mins.size, np.int32), np.empty(mins.size, np.int32)
-    both(mins, maxs, np.int64(lo), np.int64(hi), symmetric, kernels.SCALE_KINDS[scale_type], scales, zps,
-         ref_scales, ref_zps)
+    both(mins, maxs, np.int64(lo), np.int64(hi), scales, zps, ref_scales, ref_zps)
     assert np.array_equal(scales.view(np.uint32), ref_scales.view(np.uint32))
     assert np.array_equal(zps, ref_zps)

@@ -20,8 +20,9 @@ from typing import Iterable
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, parallel_chunksize, prange, types
-from numba.extending import intrinsic
+
+from . import jit
+from .jit import WORK_UNITS, claim, search_right
 
 __all__ = ["STREAMING_MIN_BYTES", "copy_into", "copy_boxes"]
 
@@ -38,7 +39,7 @@ def _pointer(builder, address, width):
     return builder.inttoptr(address, ir.VectorType(ir.IntType(8), width).as_pointer())
 
 
-@intrinsic
+@jit.intrinsic
 def _stream_line(typingctx, dst, src):
     """Copy the 64 bytes at address ``src`` to address ``dst`` (64-byte aligned) with a non-temporal store."""
 
@@ -48,10 +49,12 @@ def _stream_line(typingctx, dst, src):
         store.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
         return context.get_dummy_value()
 
+    from numba import types
+
     return types.void(types.int64, types.int64), codegen
 
 
-@intrinsic
+@jit.intrinsic
 def _copy_line(typingctx, dst, src):
     """The 64 bytes at address ``src`` to address ``dst`` (any alignment), an ordinary store."""
 
@@ -60,10 +63,12 @@ def _copy_line(typingctx, dst, src):
         builder.store(value, _pointer(builder, args[0], _VECTOR), align=1)
         return context.get_dummy_value()
 
+    from numba import types
+
     return types.void(types.int64, types.int64), codegen
 
 
-@intrinsic
+@jit.intrinsic
 def _copy_byte(typingctx, dst, src):
     """One byte from address ``src`` to address ``dst``."""
 
@@ -72,10 +77,12 @@ def _copy_byte(typingctx, dst, src):
         builder.store(builder.load(builder.inttoptr(args[1], ptr)), builder.inttoptr(args[0], ptr))
         return context.get_dummy_value()
 
+    from numba import types
+
     return types.void(types.int64, types.int64), codegen
 
 
-@intrinsic
+@jit.intrinsic
 def _store_fence(typingctx):
     """Order the non-temporal stores before anything that follows (they are weakly ordered)."""
 
@@ -83,10 +90,12 @@ def _store_fence(typingctx):
         builder.fence("seq_cst")
         return context.get_dummy_value()
 
+    from numba import types
+
     return types.void(), codegen
 
 
-@njit(cache=True, nogil=True, inline="always")
+@jit.helper
 def _stream_span(dst, src, n):
     """``n`` bytes from address ``src`` to address ``dst``: whole destination lines streamed; the partial
     lines at both ends by one ordinary unaligned 64-byte copy each (overlapping the streamed part, same
@@ -110,30 +119,29 @@ def _stream_span(dst, src, n):
         _copy_line(dst + n - _VECTOR, src + n - _VECTOR)
 
 
-@njit(cache=True, nogil=True)
-def _first_items(jobs):
+def _first_items(jobs: np.ndarray) -> np.ndarray:
     """``first[j]``: number of the first work item (row, or piece of a long row) of job ``j``; ``first[-1]``
     is the item count."""
-    first = np.zeros(jobs.shape[0] + 1, np.int64)
-    for j in range(jobs.shape[0]):
-        first[j + 1] = first[j] + jobs[j, JOB_ROWS] * ((jobs[j, JOB_WIDTH] + _PIECE - 1) // _PIECE)
-    return first
+    pieces = (jobs[:, JOB_WIDTH] + _PIECE - 1) // _PIECE
+    return np.concatenate([[0], np.cumsum(jobs[:, JOB_ROWS] * pieces)]).astype(np.int64)
 
 
-@njit(cache=True, parallel=True)
-def _stream_jobs(jobs):
+@jit.kernel("void(i64[:], i64[:, :], i64[:])")
+def _stream_jobs_kernel(work, jobs, first):
     """Run a job table: job ``j`` copies ``jobs[j, JOB_ROWS]`` rows of ``jobs[j, JOB_WIDTH]`` bytes from
     the contiguous source at address ``jobs[j, JOB_SRC]`` to rows ``JOB_DST_STRIDE`` bytes apart from
     address ``jobs[j, JOB_DST]``.  Work items are rows, or :data:`_PIECE`-byte pieces of long rows,
-    numbered across jobs; each of :data:`_TASKS` tasks copies a run of consecutive items, then fences
-    its streamed stores once."""
-    first = _first_items(jobs)
-    items = first[-1]
-    tasks = min(items, _TASKS)
-    for t in prange(tasks):
-        lo = items * np.int64(t) // tasks
-        hi = items * (np.int64(t) + 1) // tasks
-        j = np.searchsorted(first, lo, side="right") - 1
+    numbered across jobs (``first``: :func:`_first_items`); each unit of ``work`` is a run of
+    consecutive items, and a thread fences its streamed stores once it has no unit left."""
+    items = first[first.size - 1]
+    tasks = work[WORK_UNITS]
+    while True:
+        t = claim(work)
+        if t < 0:
+            break
+        lo = items * t // tasks
+        hi = items * (t + 1) // tasks
+        j = search_right(first, lo) - 1
         for item in range(lo, hi):
             while item >= first[j + 1]:
                 j += 1
@@ -143,7 +151,14 @@ def _stream_jobs(jobs):
             c = (item - first[j]) % pieces * _PIECE
             _stream_span(jobs[j, JOB_DST] + r * jobs[j, JOB_DST_STRIDE] + c, jobs[j, JOB_SRC] + r * width + c,
                          min(width - c, _PIECE))
-        _store_fence()  # a thread orders its own streamed stores
+    _store_fence()  # a thread orders its own streamed stores
+
+
+def _stream_jobs(jobs: np.ndarray) -> None:
+    """Run the job table ``jobs`` (int64, one row per copy) on the threads: a free thread takes the next
+    of at most :data:`_TASKS` runs of work items, so a thread sharing a busy core holds up less."""
+    first = _first_items(jobs)
+    jit.run_parallel(_stream_jobs_kernel, int(min(first[-1], _TASKS)), jobs, first)
 
 
 def _byte_rows(a: np.ndarray):
@@ -188,8 +203,7 @@ def copy_boxes(pairs: Iterable[tuple[np.ndarray, np.ndarray]]) -> None:
             jobs.append(job)
             keep.append((dst, src))  # the kernel works on raw addresses: the arrays stay alive until it returns
     if jobs:
-        with parallel_chunksize(1):  # a free thread takes the next task: a thread sharing a busy core holds up less
-            _stream_jobs(np.array(jobs, np.int64))
+        _stream_jobs(np.array(jobs, np.int64))
     del keep
 
 

@@ -174,22 +174,14 @@ def _open(source: Source, maps: dict):
     return _OpenTensor(source.descriptor, _buffers(source.buffers, maps))
 
 
-@contextlib.contextmanager
 def _kernel_threads(count: Optional[int]):
     """The compiled parallel kernels called in the block run on at most ``count`` threads (None:
-    as configured).  numba keeps the thread count per calling thread (``numba.set_num_threads``):
-    this binds the calling (worker) thread only, and restores its count afterwards."""
+    as configured); the limit binds the calling (worker) thread only (:func:`.jit.thread_limit`)."""
     if count is None:
-        yield
-        return
-    import numba
+        return contextlib.nullcontext()
+    from . import jit
 
-    previous = numba.get_num_threads()
-    numba.set_num_threads(max(1, min(count, previous)))
-    try:
-        yield
-    finally:
-        numba.set_num_threads(previous)
+    return jit.thread_limit(count)
 
 
 def read_chunk(source: Source, lo: Sequence[int], hi: Sequence[int], limits: Optional[Limits] = None,

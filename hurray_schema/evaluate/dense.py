@@ -15,11 +15,11 @@ import math
 from typing import Optional, Sequence
 
 import numpy as np
-from numba import njit
 
 from ..errors import HurraySchemaError
 from ..model import (BlockPagedLayout, BlockTableIndexType, ColumnMajorLayout, HilbertLayout, LayoutTag,
                      MortonLayout, RowMajorLayout, StridedLayout, TiledLayout)
+from . import jit
 from .elements import UnsupportedEvaluation
 
 __all__ = ["row_major_strides", "column_major_strides", "affine_strides", "element_offsets",
@@ -130,7 +130,7 @@ def morton_offsets(layout: MortonLayout, shape: Sequence[int]) -> np.ndarray:
     return code
 
 
-@njit(cache=True)
+@jit.helper
 def _coords_to_hilbert(x, r, p):
     """Skilling's CoordsToHilbert (``layouts/hilbert.md § Normative Index Mapping``); x is modified."""
     m = np.int64(1) << (p - 1)
@@ -162,10 +162,10 @@ def _coords_to_hilbert(x, r, p):
     return h
 
 
-@njit(cache=True)
 def _hilbert_to_coords(h, r, p):
-    """Skilling's HilbertToCoords (``layouts/hilbert.md § Normative Index Mapping``)."""
+    """Skilling's HilbertToCoords (``layouts/hilbert.md § Normative Index Mapping``); one index, in Python."""
     x = np.zeros(r, np.int64)
+    h = np.int64(h)
     for b in range(p):
         for d in range(r):
             x[d] |= ((h >> (b * r + (r - 1 - d))) & 1) << b
@@ -187,25 +187,24 @@ def _hilbert_to_coords(h, r, p):
     return x
 
 
-@njit(cache=True)
-def _hilbert_offsets(r, p):
-    n = np.int64(1) << (r * p)
+@jit.kernel("void(i64, i64, i64[:], i64[:])")
+def _hilbert_offsets(r, p, x, out):
+    """``out[lin]``: the Hilbert index of the element at row-major position ``lin`` (``x``: scratch of ``r``)."""
+    n = out.size
     side = np.int64(1) << p
-    out = np.empty(n, np.int64)
-    x = np.empty(r, np.int64)
     for lin in range(n):
         rem = lin
         for d in range(r - 1, -1, -1):
             x[d] = rem % side
             rem //= side
         out[lin] = _coords_to_hilbert(x, r, p)
-    return out
 
 
 def hilbert_index(coords: Sequence[int], order: int) -> int:
-    """Hilbert index ``h`` of ``coords`` at curve order ``order``."""
+    """Hilbert index ``h`` of ``coords`` at curve order ``order`` (one index: in Python, no kernel)."""
     x = np.array(coords, np.int64)
-    return int(_coords_to_hilbert(x, len(x), int(order)))
+    with np.errstate(over="ignore"):
+        return int(_coords_to_hilbert.py_func(x, len(x), np.int64(order)))
 
 
 def hilbert_coords(h: int, rank: int, order: int) -> tuple[int, ...]:
@@ -216,7 +215,9 @@ def hilbert_offsets(layout: HilbertLayout, shape: Sequence[int]) -> np.ndarray:
     r, p = int(layout.hilbert_rank), int(layout.hilbert_order)
     if r != len(shape) or r < 2 or p < 1 or r * p > 62 or any(n != (1 << p) for n in shape):
         raise HurraySchemaError("hilbert layout: every dimension must be 2**hilbert_order, rank == hilbert_rank >= 2")
-    return _hilbert_offsets(r, p).reshape(tuple(shape))
+    out = np.empty(1 << (r * p), np.int64)
+    _hilbert_offsets(np.int64(r), np.int64(p), np.empty(r, np.int64), out)
+    return out.reshape(tuple(shape))
 
 
 def _index_array(buffer, index_type, count, name):

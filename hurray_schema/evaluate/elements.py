@@ -13,24 +13,20 @@
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, prange, types
-from numba.extending import intrinsic
 
 from ..errors import UnsupportedEvaluation
 from ..model import ElementType
-from ..structs.element_types import element_type_info, numpy_dtypes
+from ..structs.element_types import element_type_info, numpy_dtype_of
+from . import jit
+from .jit import WORK_UNITS, claim, unit_span
 
 __all__ = [
     "UnsupportedEvaluation", "numpy_dtype", "f16_to_f32", "f32_to_f16", "bf16_to_f32", "f32_to_bf16",
-    "f16_add", "bf16_add", "f32_to_f16_fast", "HAS_F16C", "minifloat_table", "load_code", "gather_codes",
+    "f16_add", "bf16_add", "f32_to_f16_fast", "has_f16c", "minifloat_table", "load_code", "gather_codes",
     "sign_extend",
     "f16_bits_to_f32_array", "f32_to_f16_bits_array", "bf16_bits_to_f32_array", "f32_to_bf16_bits_array",
 ]
 
-
-_NUMPY_DTYPES = numpy_dtypes()
-"""Element type -> the NumPy / ml_dtypes dtype of its decoded array (one element per item)."""
 
 CODE_VIEW_TYPES = frozenset({
     ElementType.FLOAT8_E4M3, ElementType.FLOAT8_E5M2, ElementType.FLOAT8_E8M0, ElementType.FLOAT4_E2M1,
@@ -42,11 +38,11 @@ CODE_VIEW_TYPES = frozenset({
 
 def numpy_dtype(type_tag: int) -> np.dtype:
     """The dtype a decoded array of ``type_tag`` has; raises for types without one (float128, private)."""
-    try:
-        return _NUMPY_DTYPES[type_tag]
-    except KeyError:
+    dtype = numpy_dtype_of(type_tag)
+    if dtype is None:
         name = getattr(element_type_info(type_tag), "name", f"0x{int(type_tag):02X}")
-        raise UnsupportedEvaluation(f"element type {name} has no array representation here") from None
+        raise UnsupportedEvaluation(f"element type {name} has no array representation here")
+    return dtype
 
 
 # ------------------------------------------------------------------------------------
@@ -54,7 +50,7 @@ def numpy_dtype(type_tag: int) -> np.dtype:
 # ------------------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True, inline="always")
+@jit.helper
 def f16_to_f32(h):
     """float16 bits (uint16) -> float32 value; exact, NaN payload kept (``element-types.md § float16``)."""
     h = np.uint32(h)
@@ -78,7 +74,7 @@ def f16_to_f32(h):
     return np.uint32(bits).view(np.float32)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@jit.helper
 def f32_to_f16(x):
     """float32 value -> float16 bits (uint16), round to nearest even; NaN keeps its top payload bits."""
     f = np.float32(x).view(np.uint32)
@@ -110,75 +106,98 @@ def f32_to_f16(x):
     return np.uint16(sign + hexp + (fsig >> np.uint32(13)))
 
 
-def _host_has_f16c() -> bool:
-    try:
-        from llvmlite import binding
-        return bool(binding.get_host_cpu_features().get("f16c", False))
-    except Exception:  # pragma: no cover - any failure means: use the portable code
-        return False
+def has_f16c() -> bool:
+    """The host CPU converts float32 <-> float16 in hardware (x86 F16C); numba compiles for the host."""
+    return jit.host_has("f16c")
 
 
-HAS_F16C = _host_has_f16c()
-"""The host CPU converts float32 -> float16 in hardware (x86 F16C); numba compiles for the host."""
-
-
-@intrinsic
+@jit.intrinsic
 def _f32_to_f16_hw(typingctx, x):
     """LLVM ``fptrunc float -> half`` (round to nearest even), bits returned as uint16."""
-    sig = types.uint16(types.float32)
+    from llvmlite import ir
+    from numba import types
 
     def codegen(context, builder, signature, args):
         return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
 
-    return sig, codegen
+    return types.uint16(types.float32), codegen
 
 
-@intrinsic
+@jit.intrinsic
 def _f16_to_f32_hw(typingctx, h):
     """LLVM ``fpext half -> float`` of float16 bits (exact)."""
-    sig = types.float32(types.uint16)
+    from llvmlite import ir
+    from numba import types
 
     def codegen(context, builder, signature, args):
         return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
 
-    return sig, codegen
+    return types.float32(types.uint16), codegen
 
 
-if HAS_F16C:
-    @njit(cache=True, nogil=True, inline="always")
-    def f16_to_f32_fast(h):
-        """:func:`f16_to_f32` in hardware for non-NaN patterns (exact either way); NaNs keep the
-        software path so a signalling NaN's payload is not quieted."""
-        h = np.uint16(h)
-        if (h & np.uint16(0x7C00)) == np.uint16(0x7C00) and (h & np.uint16(0x03FF)) != 0:
-            return f16_to_f32(h)
-        return _f16_to_f32_hw(h)
-
-    @njit(cache=True, nogil=True, inline="always")
-    def f32_to_f16_fast(x):
-        """:func:`f32_to_f16` using the hardware conversion for non-NaN values (identical bits: both
-        round to nearest even); NaNs take the software path, which keeps NumPy's payload rule."""
-        x = np.float32(x)
-        if x != x:
-            return f32_to_f16(x)
-        return _f32_to_f16_hw(x)
-    @njit(cache=True, nogil=True, inline="always")
-    def f32_to_f16_not_nan(x):
-        """Hardware conversion of a float32 known not to be NaN (branch-free, vectorizable)."""
-        return _f32_to_f16_hw(np.float32(x))
-else:  # pragma: no cover - depends on the host CPU
-    f32_to_f16_fast = f32_to_f16
-    f16_to_f32_fast = f16_to_f32
-    f32_to_f16_not_nan = f32_to_f16
+@jit.helper(inline="always")
+def _f16_nan_to_f32(h):
+    """The float32 of a float16 NaN pattern, payload kept (what :func:`f16_to_f32` gives it)."""
+    h = np.uint32(h)
+    return np.uint32(((h & np.uint32(0x8000)) << np.uint32(16)) | np.uint32(0x7F800000)
+                     | ((h & np.uint32(0x03FF)) << np.uint32(13))).view(np.float32)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@jit.helper(inline="always")
+def _f32_nan_to_f16(x):
+    """The float16 bits of a float32 NaN: its top payload bits, kept a NaN (what :func:`f32_to_f16` gives it)."""
+    f = np.float32(x).view(np.uint32)
+    ret = np.uint32(0x7C00) + ((f & np.uint32(0x007FFFFF)) >> np.uint32(13))
+    if ret == np.uint32(0x7C00):
+        ret += np.uint32(1)
+    return np.uint16(((f >> np.uint32(16)) & np.uint32(0x8000)) + ret)
+
+
+@jit.helper(inline="always")
+def _f16_to_f32_hw_path(h):
+    """:func:`f16_to_f32` in hardware for non-NaN patterns (exact either way); a NaN keeps its payload
+    bit for bit (the hardware would quiet a signalling NaN)."""
+    h = np.uint16(h)
+    if (h & np.uint16(0x7C00)) == np.uint16(0x7C00) and (h & np.uint16(0x03FF)) != 0:
+        return _f16_nan_to_f32(h)
+    return _f16_to_f32_hw(h)
+
+
+@jit.helper(inline="always")
+def _f32_to_f16_hw_path(x):
+    """:func:`f32_to_f16` using the hardware conversion for non-NaN values (identical bits: both
+    round to nearest even); NaNs take the software path, which keeps NumPy's payload rule."""
+    x = np.float32(x)
+    if x != x:
+        return _f32_nan_to_f16(x)
+    return _f32_to_f16_hw(x)
+
+
+@jit.helper(inline="always")
+def _f32_to_f16_hw_not_nan(x):
+    """Hardware conversion of a float32 known not to be NaN (branch-free, vectorizable)."""
+    return _f32_to_f16_hw(np.float32(x))
+
+
+def _with_f16c(hardware, software):
+    return lambda: hardware if has_f16c() else software
+
+
+f16_to_f32_fast = jit.choose(_with_f16c(_f16_to_f32_hw_path, f16_to_f32), _f16_to_f32_hw_path.py_func)
+"""float16 bits -> float32 value: in hardware where the host has F16C, else :func:`f16_to_f32`."""
+f32_to_f16_fast = jit.choose(_with_f16c(_f32_to_f16_hw_path, f32_to_f16), _f32_to_f16_hw_path.py_func)
+"""float32 value -> float16 bits: in hardware where the host has F16C, else :func:`f32_to_f16`."""
+f32_to_f16_not_nan = jit.choose(_with_f16c(_f32_to_f16_hw_not_nan, f32_to_f16), _f32_to_f16_hw_not_nan.py_func)
+"""float32 value known not to be NaN -> float16 bits, branch-free where the host has F16C."""
+
+
+@jit.helper(inline="always")
 def bf16_to_f32(h):
     """bfloat16 bits -> float32 value (exact, payload kept)."""
     return np.uint32(np.uint32(h) << np.uint32(16)).view(np.float32)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@jit.helper(inline="always")
 def f32_to_bf16(x):
     """float32 value -> bfloat16 bits, round to nearest even; NaN -> quiet NaN 0x7FC0 with its sign."""
     f = np.float32(x).view(np.uint32)
@@ -189,12 +208,12 @@ def f32_to_bf16(x):
     return np.uint16(f >> np.uint32(16))
 
 
-@njit(cache=True, nogil=True, inline="always")
+@jit.helper(inline="always")
 def _quiet_f32(x):
     return np.uint32(np.float32(x).view(np.uint32) | np.uint32(0x00400000)).view(np.float32)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@jit.helper(inline="always")
 def _add_f32(a, b):
     """a + b in float32 with x86 NumPy's NaN choice made explicit (right operand's NaN, quieted, wins)."""
     if b != b:
@@ -204,56 +223,67 @@ def _add_f32(a, b):
     return np.float32(a + b)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@jit.helper
 def f16_add(a, b):
     """float16 bits a + b, one float16 rounding: NumPy's float16 arithmetic (float32 sum, then round)."""
     return f32_to_f16_fast(_add_f32(f16_to_f32_fast(a), f16_to_f32_fast(b)))
 
 
-@njit(cache=True, nogil=True, inline="always")
+@jit.helper
 def bf16_add(a, b):
     """bfloat16 bits a + b, one bfloat16 rounding (ml_dtypes arithmetic)."""
     return f32_to_bf16(_add_f32(bf16_to_f32(a), bf16_to_f32(b)))
 
 
-@njit(cache=True, parallel=False)
-def f16_bits_to_f32_array(h):
-    out = np.empty(h.size, np.float32)
-    for i in range(h.size):
-        out[i] = f16_to_f32_fast(h[i])
+WIDEN_F16, NARROW_F16, NARROW_F16_FAST, WIDEN_BF16, NARROW_BF16 = range(5)
+"""What :func:`_convert_bits` does: float16 / bfloat16 bits <-> float32 values, element by element."""
+
+
+@jit.kernel("void(u16[:], f32[:], i64)", "void(f32[:], u16[:], i64)")
+def _convert_bits(src, out, how):
+    for i in range(src.size):
+        if how == WIDEN_F16:
+            out[i] = f16_to_f32_fast(src[i])
+        elif how == WIDEN_BF16:
+            out[i] = bf16_to_f32(src[i])
+        elif how == NARROW_F16:
+            out[i] = f32_to_f16(src[i])
+        elif how == NARROW_F16_FAST:
+            out[i] = f32_to_f16_fast(src[i])
+        else:
+            out[i] = f32_to_bf16(src[i])
+
+
+def _converted(src, dtype, how) -> np.ndarray:
+    src = np.ascontiguousarray(src).reshape(-1)
+    out = np.empty(src.size, dtype)
+    _convert_bits(src, out, how)
     return out
 
 
-@njit(cache=True, parallel=False)
-def f32_to_f16_bits_array(x):
-    out = np.empty(x.size, np.uint16)
-    for i in range(x.size):
-        out[i] = f32_to_f16(x[i])
-    return out
+def f16_bits_to_f32_array(h) -> np.ndarray:
+    """float16 bits (uint16) -> float32 values, exact (NaN payloads kept)."""
+    return _converted(h, np.float32, WIDEN_F16)
 
 
-@njit(cache=True, parallel=False)
-def f32_to_f16_bits_array_fast(x):
-    out = np.empty(x.size, np.uint16)
-    for i in range(x.size):
-        out[i] = f32_to_f16_fast(x[i])
-    return out
+def f32_to_f16_bits_array(x) -> np.ndarray:
+    """float32 -> float16 bits, round to nearest even (:func:`f32_to_f16`)."""
+    return _converted(x, np.uint16, NARROW_F16)
 
 
-@njit(cache=True, parallel=False)
-def bf16_bits_to_f32_array(h):
-    out = np.empty(h.size, np.float32)
-    for i in range(h.size):
-        out[i] = bf16_to_f32(h[i])
-    return out
+def f32_to_f16_bits_array_fast(x) -> np.ndarray:
+    """:func:`f32_to_f16_bits_array` through the hardware conversion where the host has it."""
+    return _converted(x, np.uint16, NARROW_F16_FAST)
 
 
-@njit(cache=True, parallel=False)
-def f32_to_bf16_bits_array(x):
-    out = np.empty(x.size, np.uint16)
-    for i in range(x.size):
-        out[i] = f32_to_bf16(x[i])
-    return out
+def bf16_bits_to_f32_array(h) -> np.ndarray:
+    """bfloat16 bits -> float32 values, exact."""
+    return _converted(h, np.float32, WIDEN_BF16)
+
+
+def f32_to_bf16_bits_array(x) -> np.ndarray:
+    """float32 -> bfloat16 bits, round to nearest even (:func:`f32_to_bf16`)."""
+    return _converted(x, np.uint16, NARROW_BF16)
 
 
 # ------------------------------------------------------------------------------------
@@ -272,7 +302,6 @@ _MINIFLOAT_FORMATS = {
 }
 
 
-@njit(cache=True)
 def _decode_minifloat(code, ebits, mbits, bias, nan_rule):
     sign = -1.0 if (code >> (ebits + mbits)) & 1 else 1.0
     e = (code >> mbits) & ((1 << ebits) - 1)
@@ -287,7 +316,6 @@ def _decode_minifloat(code, ebits, mbits, bias, nan_rule):
     return np.float32(sign * (1.0 + m / (1 << mbits)) * 2.0 ** (e - bias))
 
 
-@njit(cache=True)
 def _table(ebits, mbits, bias, nan_rule, n):
     out = np.empty(256, np.float32)
     out[:] = np.nan
@@ -296,7 +324,6 @@ def _table(ebits, mbits, bias, nan_rule, n):
     return out
 
 
-@njit(cache=True)
 def _e8m0_table():
     out = np.empty(256, np.float32)
     out[:] = np.nan  # 0x00 and 0xFF are reserved (element-types.md § float8_e8m0)
@@ -309,7 +336,8 @@ _TABLES: dict = {}
 
 
 def minifloat_table(type_tag: int) -> np.ndarray:
-    """float32[256]: value of every code of a float8/float6/float4 type (codes past the width are NaN)."""
+    """float32[256]: value of every code of a float8/float6/float4 type (codes past the width are NaN),
+    computed once per process (256 codes: no kernel)."""
     table = _TABLES.get(type_tag)
     if table is None:
         if type_tag == ElementType.FLOAT8_E8M0:
@@ -327,7 +355,7 @@ def minifloat_table(type_tag: int) -> np.ndarray:
 # ------------------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True, inline="always")
+@jit.helper
 def load_code(buf, base, offset, bits):
     """Raw code (uint64) of the element at linear element ``offset`` from byte ``base``.
 
@@ -352,30 +380,34 @@ def load_code(buf, base, offset, bits):
     return v
 
 
-@njit(cache=True, parallel=True)
-def _gather_codes_parallel(buf, base, offsets, bits, out):
-    for i in prange(out.size):
-        out[i] = load_code(buf, base, offsets[i], bits)
-
-
-@njit(cache=True)
-def _gather_codes_serial(buf, base, offsets, bits, out):
-    for i in range(out.size):
-        out[i] = load_code(buf, base, offsets[i], bits)
+@jit.kernel("void(i64[:], u8[:], i64, i64[:], i64, u8[:])")
+def _gather_codes(work, buf, base, offsets, bits, out):
+    """``out[i]`` = code at element ``offsets[i]``, for the units of ``work`` this thread claims."""
+    units = work[WORK_UNITS]
+    while True:
+        unit = claim(work)
+        if unit < 0:
+            break
+        start, stop = unit_span(unit, units, out.size)
+        for i in range(start, stop):
+            out[i] = load_code(buf, base, offsets[i], bits)
 
 
 PARALLEL_GATHER_MIN = 1 << 14
-"""Fewer codes than this are gathered on one thread: starting numba's thread pool costs more
-than the work (milliseconds on a loaded machine)."""
+"""Fewer codes than this are gathered on one thread: waking other threads costs more than the work."""
+
+GATHER_UNITS = 64
+"""Runs of codes a parallel gather is cut into (threads take the next run when free)."""
 
 
 def gather_codes(buf, base, offsets, bits, out) -> None:
     """``out[i]`` = the code at element offset ``offsets[i]`` (:func:`load_code`)."""
-    kernel = _gather_codes_parallel if out.size >= PARALLEL_GATHER_MIN else _gather_codes_serial
-    kernel(buf, base, offsets, bits, out)
+    parallel = out.size >= PARALLEL_GATHER_MIN
+    jit.run_parallel(_gather_codes, GATHER_UNITS if parallel else 1, buf, np.int64(base), offsets, np.int64(bits), out,
+                     count=None if parallel else 1)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@jit.helper(inline="always")
 def sign_extend(code, bits):
     """Two's-complement value (int64) of a ``bits``-wide code."""
     v = np.int64(code)
@@ -384,19 +416,21 @@ def sign_extend(code, bits):
     return v
 
 
-@njit(cache=True)
-def f16_add_arrays(a, b):
+@jit.kernel("void(u16[:], u16[:], u16[:], i64)")
+def _add_bits_arrays(a, b, out, bfloat):
+    for i in range(a.size):
+        out[i] = bf16_add(a[i], b[i]) if bfloat else f16_add(a[i], b[i])
+
+
+def f16_add_arrays(a, b) -> np.ndarray:
     """Element-wise float16 a + b on bits (uint16 arrays of one size)."""
     out = np.empty(a.size, np.uint16)
-    for i in range(a.size):
-        out[i] = f16_add(a[i], b[i])
+    _add_bits_arrays(np.ascontiguousarray(a), np.ascontiguousarray(b), out, 0)
     return out
 
 
-@njit(cache=True)
-def bf16_add_arrays(a, b):
+def bf16_add_arrays(a, b) -> np.ndarray:
     """Element-wise bfloat16 a + b on bits (uint16 arrays of one size)."""
     out = np.empty(a.size, np.uint16)
-    for i in range(a.size):
-        out[i] = bf16_add(a[i], b[i])
+    _add_bits_arrays(np.ascontiguousarray(a), np.ascontiguousarray(b), out, 1)
     return out

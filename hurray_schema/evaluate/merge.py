@@ -41,7 +41,6 @@ import math
 from typing import Sequence
 
 import numpy as np
-from numba import njit, prange
 
 from ..errors import HurraySchemaError
 from ..limits import resolve_limits
@@ -53,6 +52,7 @@ from .common import (NOT_CHARGED, SPARSE_TAGS, as_bytes, as_evaluated, charge, c
                      readonly, stored_bytes, tensor_stored_bytes)
 from .copy import copy_boxes, copy_into
 from .dense import affine_strides, hilbert_index, tiled_offsets
+from . import jit
 from .elements import UnsupportedEvaluation, bf16_add, f16_add, gather_codes, numpy_dtype
 from .quant import (OUT_BF16, OUT_F16, OUT_F32, PK_CHANNEL, PK_TENSOR, decode_gather, quant_params,
                     storage_shape)
@@ -70,7 +70,7 @@ ADD_NATIVE, ADD_F16, ADD_BF16, ADD_OR = 0, 1, 2, 3
 # ------------------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True, inline="always")
+@jit.helper
 def _add_bits(a, b, mode):
     """float16 / bfloat16 addition on bits, rounded to the type."""
     if mode == ADD_F16:
@@ -78,52 +78,43 @@ def _add_bits(a, b, mode):
     return bf16_add(a, b)
 
 
-@njit(cache=True, nogil=True)
-def _add_native(a, b):
-    """a + b in the array's own type; with NaN operands the right one's NaN (quieted) is kept."""
-    if b != b:  # made explicit so the compiler cannot swap which payload survives
-        return b + b
-    if a != a:
-        return a + a
-    return a + b
-
-
-@njit(cache=True, parallel=True)
-def _scatter_replace(out, lin, vals):
-    # one member stores each index once (coo.md § Validity Constraints): entries are independent
-    for k in prange(lin.size):
-        out[lin[k]] = vals[k]
-
-
-@njit(cache=True, parallel=True)
+@jit.kernel("void(u16[:], i64[:], u16[:], i64)")
 def _scatter_add_bits(out, lin, vals, mode):
-    for k in prange(lin.size):
+    """``out[lin[k]] += vals[k]`` on float16 / bfloat16 bits, in storage order."""
+    for k in range(lin.size):
         i = lin[k]
         out[i] = _add_bits(out[i], vals[k], mode)
 
 
-@njit(cache=True)
-def _scatter_add_native(out, lin, vals):
-    for k in range(lin.size):
-        out[lin[k]] = _add_native(out[lin[k]], vals[k])
+@jit.kernel("void(u16[:], u16[:], i64)")
+def _add_dense_bits(acc, vals, mode):
+    """``acc += vals`` on float16 / bfloat16 bits, element by element."""
+    for i in range(acc.size):
+        acc[i] = _add_bits(acc[i], vals[i], mode)
+
+
+def _add_native(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a + b`` in the arrays' own type; where an operand is NaN the right one's NaN (quieted) is
+    kept -- made explicit, so that which payload survives does not depend on the hardware."""
+    total = a + b
+    if total.dtype.kind in "fc":
+        nan = b != b
+        if nan.any():
+            total[nan] = b[nan] + b[nan]
+    return total
 
 
 def _scatter(out, lin, vals, combine, mode):
-    """Sparse correction at its stored indices: replace or add, in storage order (no duplicates)."""
+    """Sparse correction at its stored indices: replace or add, in storage order (one member stores
+    each index once -- ``coo.md § Validity Constraints`` -- so the entries are independent)."""
     if combine == CombineOp.REPLACE:
-        _scatter_replace(out, lin, vals)
+        out[lin] = vals
     elif mode == ADD_OR:  # bool: addition is logical or
         out[lin] |= vals
     elif mode in (ADD_F16, ADD_BF16):
-        _scatter_add_bits(out, lin, vals, mode)
+        _scatter_add_bits(out, np.ascontiguousarray(lin, np.int64), np.ascontiguousarray(vals), mode)
     else:
-        _scatter_add_native(out, lin, vals)
-
-
-@njit(cache=True)
-def _add_dense_bits(acc, vals, mode):
-    for i in range(acc.size):
-        acc[i] = _add_bits(acc[i], vals[i], mode)
+        out[lin] = _add_native(out[lin], vals)
 
 
 # ------------------------------------------------------------------------------------

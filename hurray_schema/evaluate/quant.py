@@ -17,22 +17,26 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
 
 from ..errors import HurraySchemaError
 from ..model import (NO_BUFFER_INDEX, CombineOp, ElementType, Mxfp, Nf4, PerBlockAffine, PerChannelAffine,
                      PerTensorAffine, QuantFlag)
 from ..structs.element_types import element_type_info
 from ..structs.quantization import NF4_LEVELS
-from .elements import (UnsupportedEvaluation, bf16_add, bf16_bits_to_f32_array, f16_add, f16_bits_to_f32_array,
-                       f32_to_bf16, f32_to_f16_fast, f32_to_f16_not_nan, load_code, minifloat_table, sign_extend)
-from .simd import LANES, VECTOR_F16, int4x32
+from . import jit
+from .jit import WORK_UNITS, claim, search_left, slot, unit_span
+from .elements import (UnsupportedEvaluation, bf16_add, f16_add, f32_to_bf16, f32_to_f16_fast, f32_to_f16_not_nan,
+                       load_code, minifloat_table, sign_extend)
+from .simd import LANES, int4x32, vector_f16
 
 __all__ = ["QuantParams", "quant_params", "decode_rows", "decode_rows_lut", "decode_rows_int4", "decode_gather",
            "OUT_F32", "OUT_F16", "OUT_BF16", "storage_shape", "param_indices", "param_indices_at", "int4_vector_ok",
            "NO_PATCH", "PATCH_REPLACE", "PATCH_ADD"]
 
 OUT_F32, OUT_F16, OUT_BF16 = 0, 1, 2
+OUT = OUT_F32
+"""The output kind a decode kernel is compiled for: a compile-time constant of each of its variants
+(``kernel.variant(OUT=...)``), so that each kind's machine code holds only its own rounding."""
 PK_TENSOR, PK_CHANNEL, PK_BLOCK = 0, 1, 2
 VAL_INT, VAL_TABLE = 0, 1
 
@@ -72,6 +76,17 @@ def _array(buffers, index, dtype, count, what, skip=0):
     dt = np.dtype(dtype)
     buf = _buffer(buffers, index, skip + count * dt.itemsize, what)
     return np.frombuffer(buf, dt, count, skip)
+
+
+def widened_scales(bits: np.ndarray, scale_type) -> np.ndarray:
+    """float16 / bfloat16 scale bits as float32, exact (a one-off over the scales: NumPy, no kernel).
+
+    bfloat16 is the high half of a float32.  float16 goes through NumPy's cast, exact for every value;
+    a signalling NaN may come out quieted, which changes no result: a scale is only ever multiplied,
+    and the product of a NaN is that NaN quieted either way."""
+    if scale_type == ElementType.BFLOAT16:
+        return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return bits.view(np.float16).astype(np.float32)
 
 
 def storage_shape(desc) -> tuple[int, ...]:
@@ -148,9 +163,8 @@ def quant_params(desc, buffers, param_count=None, select=None) -> QuantParams:
                                index).astype(np.float32)
             width = 4
         elif stt in (ElementType.FLOAT16, ElementType.BFLOAT16):
-            raw = np.ascontiguousarray(_selected(_array(buffers, q.scale_buffer_index, "<u2", count,
-                                                        "per-block scales"), index))
-            scales = f16_bits_to_f32_array(raw) if stt == ElementType.FLOAT16 else bf16_bits_to_f32_array(raw)
+            raw = _selected(_array(buffers, q.scale_buffer_index, "<u2", count, "per-block scales"), index)
+            scales = widened_scales(raw, stt)
             width = 2
         else:
             raise HurraySchemaError(f"per-block scale_type_tag 0x{int(stt):02X} is not float16/bfloat16/float32")
@@ -215,7 +229,32 @@ def param_indices_at(p: QuantParams, shape, coords: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+def _signatures(arguments: str) -> tuple[str, str]:
+    """The float32-output and the 16-bit-output signature of a decode kernel (``OUT`` stands for an array of
+    the output type, ``OUT_SCRATCH`` for per-thread scratch of it: :func:`.jit.scratch`)."""
+    return tuple(f"void({arguments.replace('OUT_SCRATCH', out + '[:, :]').replace('OUT', out + '[:]')})"
+                 for out in ("f32", "u16"))
+
+
+_PARAMETERS = "i64, i64, i64, f32[:], f32[:], i32[:]"
+"""valmode, bits, signed, table, scales, zps (:class:`QuantParams`)."""
+
+PARALLEL_MIN_ELEMENTS = 1 << 15
+"""A decode of fewer elements runs on the calling thread alone: waking others costs more than the work."""
+
+ROW_UNITS = 64
+"""Runs of rows a parallel decode is cut into; a thread takes the next one when it is free, so a thread
+sharing its core with other load holds up less (dynamic scheduling)."""
+
+
+def _units(rows: int, elements: int) -> tuple[int, int]:
+    """(units of work, threads at most) for a decode of ``rows`` rows and ``elements`` elements."""
+    if elements < PARALLEL_MIN_ELEMENTS or rows < 2:
+        return 1, 1
+    return min(rows, ROW_UNITS), jit.threads()
+
+
+@jit.helper
 def _value(code, pi, valmode, bits, signed, table, scales, zps):
     s = scales[pi]
     if valmode == VAL_INT:
@@ -226,17 +265,17 @@ def _value(code, pi, valmode, bits, signed, table, scales, zps):
     return np.float32(s * table[code])
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _store(out, i, x, out_kind):
-    if out_kind == OUT_F16:
+@jit.helper(inline="always")
+def _store(out, i, x):
+    if OUT == OUT_F16:
         out[i] = f32_to_f16_fast(x)
-    elif out_kind == OUT_BF16:
+    elif OUT == OUT_BF16:
         out[i] = f32_to_bf16(x)
     else:
         out[i] = x
 
 
-@njit(cache=True, nogil=True)
+@jit.helper
 def _row_origin(row, shape, strides, axis):
     """(element offset of the row start, its index on ``axis``, row-major index over the other leading dims)."""
     rem = row
@@ -256,7 +295,7 @@ def _row_origin(row, shape, strides, axis):
     return off, i_axis, outer_na
 
 
-@njit(cache=True, nogil=True)
+@jit.helper
 def _row_params(row, i_axis, outer_na, cols, pk, axis, last, nb, block):
     """Parameter index of element j of a row is ``base + j * step + (j // block) * bstep``."""
     if pk == PK_TENSOR:
@@ -270,40 +309,63 @@ def _row_params(row, i_axis, outer_na, cols, pk, axis, last, nb, block):
     return outer_na * cols * nb + i_axis // block, nb, np.int64(0)
 
 
-@njit(cache=True, parallel=True)
-def decode_rows(buf, base, shape, strides, valmode, bits, signed, table, scales, zps,
-                pk, axis, block, nb, out_kind, out):
-    """Affine-layout decode: logical C order ``out`` from codes at ``base`` + sum(i_k * strides[k])."""
+@jit.kernel(*_signatures(f"i64[:], u8[:], i64, i64[:], i64[:], {_PARAMETERS}, i64, i64, i64, i64, OUT"))
+def _decode_rows(work, buf, base, shape, strides, valmode, bits, signed, table, scales, zps,
+                 pk, axis, block, nb, out):
     r = shape.size
     cols = shape[r - 1]
     rows = out.size // cols if cols else 0
     sl = strides[r - 1]
-    for prow in prange(rows):
-        row = np.int64(prow)  # prange indices may be unsigned; keep integer arithmetic signed
-        off, i_axis, outer_na = _row_origin(row, shape, strides, axis)
-        pbase, pstep, bstep = _row_params(row, i_axis, outer_na, cols, pk, axis, r - 1, nb, block)
-        o = row * cols
-        for j in range(cols):
-            pi = pbase + j * pstep + (j // block) * bstep
-            _store(out, o + j, _value(load_code(buf, base, off + j * sl, bits), pi, valmode, bits, signed,
-                                      table, scales, zps), out_kind)
+    while True:
+        unit = claim(work)
+        if unit < 0:
+            break
+        first, stop = unit_span(unit, work[WORK_UNITS], rows)
+        for row in range(first, stop):
+            off, i_axis, outer_na = _row_origin(row, shape, strides, axis)
+            pbase, pstep, bstep = _row_params(row, i_axis, outer_na, cols, pk, axis, r - 1, nb, block)
+            o = row * cols
+            for j in range(cols):
+                pi = pbase + j * pstep + (j // block) * bstep
+                _store(out, o + j, _value(load_code(buf, base, off + j * sl, bits), pi, valmode, bits, signed,
+                                          table, scales, zps))
 
 
-@njit(cache=True, parallel=True)
-def decode_gather(buf, base, offsets, pidx, valmode, bits, signed, table, scales, zps, out_kind, out):
+def decode_rows(buf, base, shape, strides, valmode, bits, signed, table, scales, zps, pk, axis, block, nb,
+                out_kind, out) -> None:
+    """Affine-layout decode: logical C order ``out`` from codes at ``base`` + sum(i_k * strides[k])."""
+    rows = out.size // int(shape[-1]) if shape[-1] else 0
+    units, count = _units(rows, out.size)
+    jit.run_parallel(_decode_rows.variant(OUT=out_kind), units, buf, np.int64(base), shape, strides, valmode, bits,
+                     signed, table, scales, zps, pk, axis, block, nb, out, count=count)
+
+
+@jit.kernel(*_signatures(f"i64[:], u8[:], i64, i64[:], i64[:], {_PARAMETERS}, OUT"))
+def _decode_gather(work, buf, base, offsets, pidx, valmode, bits, signed, table, scales, zps, out):
+    while True:
+        unit = claim(work)
+        if unit < 0:
+            break
+        first, stop = unit_span(unit, work[WORK_UNITS], out.size)
+        for i in range(first, stop):
+            _store(out, i, _value(load_code(buf, base, offsets[i], bits), pidx[i], valmode, bits, signed,
+                                  table, scales, zps))
+
+
+def decode_gather(buf, base, offsets, pidx, valmode, bits, signed, table, scales, zps, out_kind, out) -> None:
     """Decode ``out[i]`` from the code at element ``offsets[i]`` with parameters ``pidx[i]``."""
-    for i in prange(out.size):
-        _store(out, i, _value(load_code(buf, base, offsets[i], bits), pidx[i], valmode, bits, signed,
-                              table, scales, zps), out_kind)
+    units, count = _units(out.size, out.size)
+    jit.run_parallel(_decode_gather.variant(OUT=out_kind), units, buf, np.int64(base), offsets, pidx, valmode, bits,
+                     signed, table, scales, zps, out, count=count)
 
 
-@njit(cache=True, nogil=True)
-def _build_lut(lut, pi, ncode, valmode, signed, table, scales, zps, out_kind):
+@jit.helper
+def _build_lut(lut, pi, ncode, valmode, signed, table, scales, zps):
     """The decoded value of every code under parameter set ``pi`` (same formula as :func:`_value`)."""
     s = scales[pi]
     z = np.int64(zps[pi]) if zps.size > 1 else np.int64(zps[0])
     half = ncode >> 1
-    if out_kind == OUT_F16 and valmode == VAL_INT and np.abs(s) <= np.float32(3.4028235e38):
+    if OUT == OUT_F16 and valmode == VAL_INT and np.abs(s) <= np.float32(3.4028235e38):
         # finite scale times a finite integer is never NaN: straight-line conversion
         for c in range(ncode):
             v = np.int64(c - ncode) if (signed and c >= half) else np.int64(c)
@@ -315,16 +377,16 @@ def _build_lut(lut, pi, ncode, valmode, signed, table, scales, zps, out_kind):
             x = np.float32(np.float32(np.int32(v - z)) * s)
         else:
             x = np.float32(s * table[c])
-        _store(lut, c, x, out_kind)
+        _store(lut, c, x)
 
 
-@njit(cache=True, parallel=True)
-def decode_rows_lut(buf, base, shape, strides, valmode, bits, signed, table, scales, zps,
-                    pk, axis, block, nb, out_kind, out):
-    """Affine-layout decode of 1/2/4-bit codes whose parameters are constant over runs of a row
-    (per-tensor, per-channel off the last axis, per-block along the last axis): per run, the
-    ``2**bits`` possible results are computed once (same formula, same rounding as
-    :func:`decode_rows`), then every element is a table lookup."""
+LUT_SIZE = 16
+"""Entries of a lookup table: the codes of a 4-bit type (1- and 2-bit types use the first ones)."""
+
+
+@jit.kernel(*_signatures(f"i64[:], u8[:], i64, i64[:], i64[:], {_PARAMETERS}, i64, i64, i64, i64, OUT, OUT_SCRATCH"))
+def _decode_rows_lut(work, buf, base, shape, strides, valmode, bits, signed, table, scales, zps,
+                     pk, axis, block, nb, out, luts):
     r = shape.size
     cols = shape[r - 1]
     rows = out.size // cols if cols else 0
@@ -333,42 +395,60 @@ def decode_rows_lut(buf, base, shape, strides, valmode, bits, signed, table, sca
     shift = 3 if bits == 1 else (2 if bits == 2 else 1)  # log2(elements per byte)
     emask = (1 << shift) - 1
     cmask = np.uint8(ncode - 1)
-    for prow in prange(rows):
-        row = np.int64(prow)
-        off, i_axis, outer_na = _row_origin(row, shape, strides, axis)
-        lut = np.empty(16, out.dtype)
-        o = row * cols
-        j = np.int64(0)
-        while j < cols:
-            if pk == PK_BLOCK:
-                pi = row * nb + j // block
-                end = min(cols, (j // block + 1) * block)
-            elif pk == PK_CHANNEL:
-                pi = i_axis
-                end = cols
-            else:
-                pi = np.int64(0)
-                end = cols
-            _build_lut(lut, pi, ncode, valmode, signed, table, scales, zps, out_kind)
-            jj = j
-            if bits == 4 and sl == 1:
-                e = off + jj
-                if e & 1:  # odd start: one high nibble first
-                    out[o + jj] = lut[buf[base + (e >> 1)] >> np.uint8(4)]
-                    jj += 1
-                e = np.uint64(base + ((off + jj) >> 1))  # unsigned indices: no wrap-around checks
-                npairs = (end - jj) >> 1
-                d = np.uint64(o + jj)
-                for k in range(np.uint64(npairs)):  # two elements per byte: low nibble first
-                    b = buf[e + k]
-                    out[d + 2 * k] = lut[b & np.uint8(15)]
-                    out[d + 2 * k + np.uint64(1)] = lut[b >> np.uint8(4)]
-                jj += 2 * npairs
-            for jx in range(jj, end):
-                e = off + jx * sl
-                b = buf[base + (e >> shift)]
-                out[o + jx] = lut[(b >> np.uint8((e & emask) * bits)) & cmask]
-            j = end
+    mine = slot(work)
+    lut = luts[mine]
+    while True:
+        unit = claim(work)
+        if unit < 0:
+            break
+        first, stop = unit_span(unit, work[WORK_UNITS], rows)
+        for row in range(first, stop):
+            off, i_axis, outer_na = _row_origin(row, shape, strides, axis)
+            o = row * cols
+            j = np.int64(0)
+            while j < cols:
+                if pk == PK_BLOCK:
+                    pi = row * nb + j // block
+                    end = min(cols, (j // block + 1) * block)
+                elif pk == PK_CHANNEL:
+                    pi = i_axis
+                    end = cols
+                else:
+                    pi = np.int64(0)
+                    end = cols
+                _build_lut(lut, pi, ncode, valmode, signed, table, scales, zps)
+                jj = j
+                if bits == 4 and sl == 1:
+                    e = off + jj
+                    if e & 1:  # odd start: one high nibble first
+                        out[o + jj] = lut[buf[base + (e >> 1)] >> np.uint8(4)]
+                        jj += 1
+                    e = np.uint64(base + ((off + jj) >> 1))  # unsigned indices: no wrap-around checks
+                    npairs = (end - jj) >> 1
+                    d = np.uint64(o + jj)
+                    for k in range(np.uint64(npairs)):  # two elements per byte: low nibble first
+                        b = buf[e + k]
+                        out[d + 2 * k] = lut[b & np.uint8(15)]
+                        out[d + 2 * k + np.uint64(1)] = lut[b >> np.uint8(4)]
+                    jj += 2 * npairs
+                for jx in range(jj, end):
+                    e = off + jx * sl
+                    b = buf[base + (e >> shift)]
+                    out[o + jx] = lut[(b >> np.uint8((e & emask) * bits)) & cmask]
+                j = end
+
+
+def decode_rows_lut(buf, base, shape, strides, valmode, bits, signed, table, scales, zps, pk, axis, block, nb,
+                    out_kind, out) -> None:
+    """Affine-layout decode of 1/2/4-bit codes whose parameters are constant over runs of a row
+    (per-tensor, per-channel off the last axis, per-block along the last axis): per run, the
+    ``2**bits`` possible results are computed once (same formula, same rounding as
+    :func:`decode_rows`), then every element is a table lookup."""
+    rows = out.size // int(shape[-1]) if shape[-1] else 0
+    units, count = _units(rows, out.size)
+    luts = jit.scratch(LUT_SIZE, out.dtype, count)
+    jit.run_parallel(_decode_rows_lut.variant(OUT=out_kind), units, buf, np.int64(base), shape, strides, valmode,
+                     bits, signed, table, scales, zps, pk, axis, block, nb, out, luts, count=count)
 
 
 # ------------------------------------------------------------------------------------
@@ -389,53 +469,52 @@ def int4_vector_ok(p: QuantParams, axis_is_last: bool, last_stride: int, out_kin
     runs = p.pk == PK_TENSOR or (p.pk == PK_CHANNEL and not axis_is_last) \
         or (p.pk == PK_BLOCK and axis_is_last and p.block >= LANES)
     return (p.bits == 4 and p.valmode == VAL_INT and last_stride == 1 and runs
-            and (out_kind != OUT_F16 or VECTOR_F16))
+            and (out_kind != OUT_F16 or vector_f16()))
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _int4_scalar(buf, e, s, z, signed, out_kind, out, o):
+@jit.helper
+def _int4_scalar(buf, e, s, z, signed, out, o):
     """Code at nibble ``e`` -> ``out[o]``: the formula of :func:`_value`, rounded as :func:`_store` does."""
     b = buf[e >> 1]
     q = np.int64(b >> np.uint8(4)) if e & 1 else np.int64(b & np.uint8(15))
     if signed and q >= 8:
         q -= 16
-    _store(out, o, np.float32(np.float32(np.int32(q - np.int64(z))) * s), out_kind)
+    _store(out, o, np.float32(np.float32(np.int32(q - np.int64(z))) * s))
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _int4_run(buf, e, n, signed, s, z, out_kind, out, o):
+@jit.helper
+def _int4_run(buf, e, n, signed, s, z, out, o):
     """Decode the ``n`` codes from nibble ``e`` of ``buf`` into ``out[o:o + n]`` under scale ``s`` and zero
     point ``z``: vector steps over whole 16-byte groups; the exact scalar formula for an odd first nibble,
-    the tail, and a non-finite scale (whose NaN rules the steps do not model).  Inlined: a call taking
-    arrays would touch their reference counts, atomically, once per block."""
+    the tail, and a non-finite scale (whose NaN rules the steps do not model)."""
     k = np.int64(0)
     if np.abs(s) <= _FLT_MAX:
         if e & 1:
-            _int4_scalar(buf, e, s, z, signed, out_kind, out, o)
+            _int4_scalar(buf, e, s, z, signed, out, o)
             k = np.int64(1)
         byte = (e + k) >> 1
         while k + LANES <= n:
-            int4x32(buf, byte, s, z, out, o + k, signed, out_kind)
+            int4x32(buf, byte, s, z, out, o + k, signed)
             byte += LANES // 2
             k += LANES
     for i in range(k, n):
-        _int4_scalar(buf, e + i, s, z, signed, out_kind, out, o + i)
+        _int4_scalar(buf, e + i, s, z, signed, out, o + i)
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _patch_row(out, lo, hi, lin, vals, combine, out_kind):
+@jit.helper
+def _patch_row(out, lo, hi, lin, vals):
     """The entries of a sparse correction whose flat indices lie in ``[lo, hi)`` (``lin`` strictly
     increasing) applied to ``out`` (``layouts/composite.md § Overlay``): replace, or add rounded to the
     head type (float16 / bfloat16 bits, or float32 with NumPy's NaN choice made explicit, like
     merge._add_native)."""
-    k = np.searchsorted(lin, lo)
+    k = search_left(lin, lo)
     while k < lin.size and lin[k] < hi:
         i = lin[k]
-        if combine == PATCH_REPLACE:
+        if PATCH == PATCH_REPLACE:
             out[i] = vals[k]
-        elif out_kind == OUT_F16:
+        elif OUT == OUT_F16:
             out[i] = f16_add(out[i], vals[k])
-        elif out_kind == OUT_BF16:
+        elif OUT == OUT_BF16:
             out[i] = bf16_add(out[i], vals[k])
         else:
             a, b = out[i], vals[k]
@@ -443,32 +522,51 @@ def _patch_row(out, lo, hi, lin, vals, combine, out_kind):
         k += 1
 
 
-@njit(cache=True, parallel=True)
+PATCH = NO_PATCH
+"""The sparse correction a 4-bit decode kernel applies as it goes: a compile-time constant of each
+variant (``variant(PATCH=...)``), so that a plain decode holds no correction code."""
+
+
+@jit.kernel(*_signatures("i64[:], u8[:], i64, i64[:], i64[:], i64, f32[:], i32[:], i64, i64, i64, i64, OUT, "
+                         "i64[:], OUT"))
+def _decode_rows_int4(work, buf, base, shape, strides, signed, scales, zps, pk, axis, block, nb, out,
+                      patch_lin, patch_vals):
+    r = shape.size
+    cols = shape[r - 1]
+    rows = out.size // cols if cols else 0
+    while True:
+        unit = claim(work)
+        if unit < 0:
+            break
+        first, stop = unit_span(unit, work[WORK_UNITS], rows)
+        for row in range(first, stop):
+            off, i_axis, outer_na = _row_origin(row, shape, strides, axis)
+            o = row * cols
+            e = 2 * base + off  # nibble index of the row's first code
+            if pk == PK_BLOCK:  # along the row: block bk holds columns [bk * block, (bk + 1) * block)
+                for bk in range(nb):
+                    pi = row * nb + bk
+                    j = bk * block
+                    z = zps[pi] if zps.size > 1 else zps[0]
+                    _int4_run(buf, e + j, min(block, cols - j), signed, scales[pi], z, out, o + j)
+            else:
+                pi = i_axis if pk == PK_CHANNEL else np.int64(0)
+                z = zps[pi] if zps.size > 1 else zps[0]
+                _int4_run(buf, e, cols, signed, scales[pi], z, out, o)
+            if PATCH != NO_PATCH:
+                _patch_row(out, o, o + cols, patch_lin, patch_vals)
+
+
 def decode_rows_int4(buf, base, shape, strides, signed, scales, zps, pk, axis, block, nb, out_kind, out,
-                     patch_lin, patch_vals, patch_combine):
+                     patch_lin, patch_vals, patch_combine) -> None:
     """:func:`decode_rows_lut` for 4-bit integer codes (see :func:`int4_vector_ok`), in vector steps.
 
     With ``patch_combine`` != ``NO_PATCH``, the entries of a sparse correction (flat indices into
     ``out``, strictly increasing, and values) that fall in a row are applied right after the row is
     decoded, while it is still in cache: the output is written in one pass.
     """
-    r = shape.size
-    cols = shape[r - 1]
-    rows = out.size // cols if cols else 0
-    for prow in prange(rows):
-        row = np.int64(prow)  # prange indices may be unsigned; keep integer arithmetic signed
-        off, i_axis, outer_na = _row_origin(row, shape, strides, axis)
-        o = row * cols
-        e = 2 * base + off  # nibble index of the row's first code
-        if pk == PK_BLOCK:  # along the row: block bk holds columns [bk * block, (bk + 1) * block)
-            for bk in range(nb):
-                pi = row * nb + bk
-                j = bk * block
-                z = zps[pi] if zps.size > 1 else zps[0]
-                _int4_run(buf, e + j, min(block, cols - j), signed, scales[pi], z, out_kind, out, o + j)
-        else:
-            pi = i_axis if pk == PK_CHANNEL else np.int64(0)
-            z = zps[pi] if zps.size > 1 else zps[0]
-            _int4_run(buf, e, cols, signed, scales[pi], z, out_kind, out, o)
-        if patch_combine != NO_PATCH:
-            _patch_row(out, o, o + cols, patch_lin, patch_vals, patch_combine, out_kind)
+    rows = out.size // int(shape[-1]) if shape[-1] else 0
+    units, count = _units(rows, out.size)
+    kernel = _decode_rows_int4.variant(OUT=out_kind, PATCH=int(patch_combine))
+    jit.run_parallel(kernel, units, buf, np.int64(base), shape, strides, signed, scales, zps, pk, axis, block, nb,
+                     out, patch_lin, patch_vals, count=count)

@@ -31,20 +31,17 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import get_num_threads, njit, prange
 
 from ..model import ElementType
-from ..structs.element_types import element_type_info
+from ..structs.element_types import element_type_info, element_type_of
 from ..structs.quantization import NF4_LEVELS
-from .elements import (HAS_F16C, bf16_to_f32, f16_to_f32_fast, f32_to_bf16, f32_to_f16_fast,
-                       minifloat_table)
-
+from . import jit
+from .jit import WORK_UNITS, claim, search_left, slot, unit_span
+from .elements import (_f16_to_f32_hw, _f32_to_f16_hw, bf16_to_f32, f16_to_f32_fast, f32_to_bf16, f32_to_f16_fast,
+                       has_f16c, minifloat_table)
 from .quantize_simd import LANES as SIMD_LANES
-from .quantize_simd import (VECTOR_F16, block_codes_bf16, fetch_add, block_codes_f16, block_minmax_bf16, block_minmax_f16,
-                            block_minmax_masked_bf16, block_minmax_masked_f16)
-
-if HAS_F16C:
-    from .elements import _f16_to_f32_hw, _f32_to_f16_hw
+from .quantize_simd import (block_codes_bf16, block_codes_f16, block_minmax_bf16, block_minmax_f16,
+                            block_minmax_masked_bf16, block_minmax_masked_f16, vector_f16)
 
 __all__ = ["IN_F32", "IN_F16", "IN_BF16", "SCALE_KINDS", "input_kind", "block_view", "restore_layout",
            "storage_bytes", "code_range", "affine_block_stats", "affine_block_params", "affine_codes",
@@ -53,6 +50,10 @@ __all__ = ["IN_F32", "IN_F16", "IN_BF16", "SCALE_KINDS", "input_kind", "block_vi
 
 IN_F32, IN_F16, IN_BF16 = 0, 1, 2
 SCALE_F32, SCALE_F16, SCALE_BF16 = 0, 1, 2
+IN, SCALE, SYMMETRIC = IN_F32, SCALE_F32, True
+"""The input kind, the scale type and the symmetry a quantizer kernel is compiled for: compile-time
+constants of each of its variants (``kernel.variant(IN=..., SCALE=..., SYMMETRIC=...)``), so that its
+loops are specialized to them and hold no code for the others."""
 SCALE_KINDS = {ElementType.FLOAT32: SCALE_F32, ElementType.FLOAT16: SCALE_F16, ElementType.BFLOAT16: SCALE_BF16}
 """Scale element type -> the kernels' code for it."""
 
@@ -69,16 +70,17 @@ _FLT_MAX = np.float32(3.4028235e38)
 # ------------------------------------------------------------------------------------
 
 
+_INPUT_KINDS = {ElementType.FLOAT16: IN_F16, ElementType.BFLOAT16: IN_BF16}
+"""The 16-bit float types the kernels read as bits."""
+
+
 def input_kind(array: np.ndarray) -> tuple[np.ndarray, int]:
     """(flat C-order bit patterns the kernels read, their kind): float16 / bfloat16 as uint16,
     float32 as uint32; any other type is converted to float32 first."""
-    import ml_dtypes
-
     arr = np.ascontiguousarray(array)
-    if arr.dtype == np.float16:
-        return arr.reshape(-1).view(np.uint16), IN_F16
-    if arr.dtype == ml_dtypes.bfloat16:
-        return arr.reshape(-1).view(np.uint16), IN_BF16
+    kind = _INPUT_KINDS.get(element_type_of(arr.dtype))
+    if kind is not None:
+        return arr.reshape(-1).view(np.uint16), kind
     return np.ascontiguousarray(arr, np.float32).reshape(-1).view(np.uint32), IN_F32
 
 
@@ -119,56 +121,64 @@ def code_range(storage, symmetric: bool) -> tuple[int, int]:
 
 
 # ------------------------------------------------------------------------------------
-# Scalar steps (inlined into every kernel)
+# Scalar steps (helpers of the kernels)
 # ------------------------------------------------------------------------------------
 
+MINMAX_FLAGS = frozenset({"nnan", "nsz"})
+"""Fast-math flags of the kernels that reduce min / max: no NaN reaches their float arithmetic (NaN and
+infinity are detected on the bits and the block is refused) and the sign of a zero never changes a
+code, so the compiler may vectorize the reductions; no flag that would reorder or approximate the
+quantization arithmetic itself (``x / s`` stays a correctly rounded division)."""
 
-@njit(cache=True, nogil=True, inline="always")
-def _load(x, i, in_kind):
+
+
+@jit.helper
+def _load(x, i):
     """float32 value of element ``i`` (exact; a NaN keeps its payload)."""
-    if in_kind == IN_F16:
+    if IN == IN_F16:
         return f16_to_f32_fast(np.uint16(x[i]))
-    if in_kind == IN_BF16:
+    if IN == IN_BF16:
         return bf16_to_f32(np.uint16(x[i]))
     return np.uint32(x[i]).view(np.float32)
 
 
-if HAS_F16C:
-    @njit(cache=True, nogil=True, inline="always")
-    def _load_finite(x, i, in_kind):
-        """:func:`_load` for an element known to be finite: branch-free, so loops over it vectorize."""
-        if in_kind == IN_F16:
-            return _f16_to_f32_hw(np.uint16(x[i]))
-        if in_kind == IN_BF16:
-            return bf16_to_f32(np.uint16(x[i]))
-        return np.uint32(x[i]).view(np.float32)
-else:  # pragma: no cover - depends on the host CPU
-    _load_finite = _load
+@jit.helper
+def _load_finite_hw(x, i):
+    """:func:`_load` for an element known to be finite: branch-free, so loops over it vectorize."""
+    if IN == IN_F16:
+        return _f16_to_f32_hw(np.uint16(x[i]))
+    if IN == IN_BF16:
+        return bf16_to_f32(np.uint16(x[i]))
+    return np.uint32(x[i]).view(np.float32)
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _exponent_mask(in_kind):
-    if in_kind == IN_F16:
+_load_finite = jit.choose(lambda: _load_finite_hw if has_f16c() else _load, _load_finite_hw.py_func)
+"""The value of an element known to be finite: branch-free where the host widens float16 in hardware."""
+
+
+@jit.helper
+def _exponent_mask():
+    if IN == IN_F16:
         return np.uint32(0x7C00)
-    if in_kind == IN_BF16:
+    if IN == IN_BF16:
         return np.uint32(0x7F80)
     return np.uint32(0x7F800000)
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _minmax(x, start, n, in_kind, mask, use_mask):
+@jit.helper(fastmath=set(MINMAX_FLAGS))
+def _minmax(x, start, n, mask, use_mask):
     """(min, max, any NaN / infinity) of ``x[start:start + n]`` leaving out masked elements (min > max
     when none is left).  Branch-free, NaN and infinity found on the bits (an exponent of all ones),
     so that the loops vectorize in kernels compiled with :data:`MINMAX_FLAGS`."""
     lo = np.float32(np.inf)
     hi = np.float32(-np.inf)
-    emask = _exponent_mask(in_kind)
+    emask = _exponent_mask()
     special = np.uint32(0)
     first = np.int64(start)
     if use_mask:
         for k in range(np.int64(n)):
             b = np.uint32(x[first + k])
-            v = _load_finite(x, first + k, in_kind)
+            v = _load_finite(x, first + k)
             keep = not mask[first + k]
             lo = min(lo, v if keep else np.float32(np.inf))
             hi = max(hi, v if keep else np.float32(-np.inf))
@@ -176,28 +186,28 @@ def _minmax(x, start, n, in_kind, mask, use_mask):
     else:
         for k in range(np.int64(n)):
             b = np.uint32(x[first + k])
-            v = _load_finite(x, first + k, in_kind)
+            v = _load_finite(x, first + k)
             lo = min(lo, v)
             hi = max(hi, v)
             special |= np.uint32((b & emask) == emask)
     return lo, hi, special != 0
 
 
-@njit(cache=True, nogil=True, inline="always")
+@jit.helper
 def _finite(v):
     return np.abs(v) <= _FLT_MAX
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _round_up_scale(s64, scale_kind):
+@jit.helper
+def _round_up_scale(s64):
     """The smallest value of the scale type (float32 / float16 / bfloat16) >= ``s64`` > 0, as float32
     (infinity when ``s64`` is past the type's range)."""
-    if scale_kind == SCALE_F16:
+    if SCALE == SCALE_F16:
         h = f32_to_f16_fast(np.float32(s64))
         if np.float64(f16_to_f32_fast(h)) < s64:
             h = np.uint16(h + np.uint16(1))
         return f16_to_f32_fast(h)
-    if scale_kind == SCALE_BF16:
+    if SCALE == SCALE_BF16:
         h = f32_to_bf16(np.float32(s64))
         if np.float64(bf16_to_f32(h)) < s64:
             h = np.uint16(h + np.uint16(1))
@@ -208,50 +218,53 @@ def _round_up_scale(s64, scale_kind):
     return v
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _affine_param(mn, mx, lo, hi, symmetric, scale_kind):
+@jit.helper
+def _affine_param(mn, mx, lo, hi):
     """(scale as float32, zero point) of one parameter set from the min / max of its elements
     (``mn > mx`` when it has none)."""
     if mn > mx:
         mn = np.float32(0.0)
         mx = np.float32(0.0)
-    if symmetric:
+    if SYMMETRIC:
         s64 = max(abs(np.float64(mn)), abs(np.float64(mx))) / np.float64(hi)
     else:
         mn = min(mn, np.float32(0.0))
         mx = max(mx, np.float32(0.0))
         s64 = (np.float64(mx) - np.float64(mn)) / np.float64(hi - lo)
-    s = np.float32(1.0) if s64 == 0.0 else _round_up_scale(s64, scale_kind)
+    s = np.float32(1.0) if s64 == 0.0 else _round_up_scale(s64)
     z = np.int64(0)
-    if not symmetric and _finite(s):
+    if not SYMMETRIC and _finite(s):
         z = min(max(np.int64(lo) - np.int64(np.rint(mn / s)), np.int64(lo)), np.int64(hi))
     return s, z
 
 
-if HAS_F16C:
-    @njit(cache=True, nogil=True, inline="always")
-    def _f16_round_lanes(x):
-        """float32 -> float16 bits, round to nearest even: :func:`f32_to_f16_fast` for a non-NaN ``x``, branch-free."""
-        return _f32_to_f16_hw(x)
-
-    @njit(cache=True, nogil=True, inline="always")
-    def _f16_widen_lanes(h):
-        """float16 bits -> float32: :func:`f16_to_f32_fast` for a non-NaN pattern, branch-free."""
-        return _f16_to_f32_hw(h)
-else:  # pragma: no cover - depends on the host CPU
-    _f16_round_lanes = f32_to_f16_fast
-    _f16_widen_lanes = f16_to_f32_fast
+@jit.helper
+def _f16_round_lanes_hw(x):
+    """float32 -> float16 bits, round to nearest even: :func:`f32_to_f16_fast` for a non-NaN ``x``, branch-free."""
+    return _f32_to_f16_hw(x)
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _round_up_scale_lanes(s64, scale_kind):
+@jit.helper
+def _f16_widen_lanes_hw(h):
+    """float16 bits -> float32: :func:`f16_to_f32_fast` for a non-NaN pattern, branch-free."""
+    return _f16_to_f32_hw(h)
+
+
+_f16_round_lanes = jit.choose(lambda: _f16_round_lanes_hw if has_f16c() else f32_to_f16_fast,
+                              _f16_round_lanes_hw.py_func)
+_f16_widen_lanes = jit.choose(lambda: _f16_widen_lanes_hw if has_f16c() else f16_to_f32_fast,
+                              _f16_widen_lanes_hw.py_func)
+
+
+@jit.helper
+def _round_up_scale_lanes(s64):
     """:func:`_round_up_scale` for a non-NaN ``s64`` >= 0 written without branches (a comparison added as
     0 or 1 to the bits), so that a loop over blocks vectorizes; the same rounding steps, the same result."""
-    if scale_kind == SCALE_F16:
+    if SCALE == SCALE_F16:
         h = _f16_round_lanes(np.float32(s64))
         h = np.uint16(h + np.uint16(np.float64(_f16_widen_lanes(h)) < s64))
         return _f16_widen_lanes(h)
-    if scale_kind == SCALE_BF16:
+    if SCALE == SCALE_BF16:
         f = np.float32(s64).view(np.uint32)  # f32_to_bf16's rounding, its NaN case left out
         h = np.uint16((f + np.uint32(0x7FFF) + ((f >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
         h = np.uint16(h + np.uint16(np.float64(bf16_to_f32(h)) < s64))
@@ -260,23 +273,23 @@ def _round_up_scale_lanes(s64, scale_kind):
     return np.uint32(v.view(np.uint32) + np.uint32(np.float64(v) < s64)).view(np.float32)
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _affine_param_lanes(mn, mx, lo, hi, symmetric, scale_kind):
+@jit.helper
+def _affine_param_lanes(mn, mx, lo, hi):
     """:func:`_affine_param` for finite ``mn``, ``mx`` (or ``mn > mx``: no element), with selects for its
     branches: the same scale and zero point."""
     empty = mn > mx
     mn = np.float32(0.0) if empty else mn
     mx = np.float32(0.0) if empty else mx
-    if symmetric:
+    if SYMMETRIC:
         s64 = max(abs(np.float64(mn)), abs(np.float64(mx))) / np.float64(hi)
     else:
         mn = min(mn, np.float32(0.0))
         mx = max(mx, np.float32(0.0))
         s64 = (np.float64(mx) - np.float64(mn)) / np.float64(hi - lo)
-    s = _round_up_scale_lanes(s64, scale_kind)
+    s = _round_up_scale_lanes(s64)
     s = np.float32(1.0) if s64 == 0.0 else s
     z = np.int64(0)
-    if not symmetric:
+    if not SYMMETRIC:
         fine = _finite(s)
         q = np.rint(mn / s)
         q = q if fine else q - q  # an overflowed scale has zero point 0 (q - q: 0 of q's type)
@@ -285,48 +298,33 @@ def _affine_param_lanes(mn, mx, lo, hi, symmetric, scale_kind):
     return s, z
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _affine_params_loop(mins, maxs, nb, lo, hi, symmetric, scale_kind, scales, zps, first):
+@jit.helper
+def _affine_params_row(mins, maxs, nb, lo, hi, scales, zps, first):
+    """Scale and zero point of the ``nb`` blocks of a row (statistics ``mins[:nb]``, ``maxs[:nb]``, all
+    finite) into ``scales`` / ``zps`` from ``first`` on: one branch-free loop (the symmetry and the scale
+    type are constants of the kernel's variant), so that it vectorizes."""
     for b in range(nb):
-        s, z = _affine_param_lanes(mins[b], maxs[b], lo, hi, symmetric, scale_kind)
+        s, z = _affine_param_lanes(mins[b], maxs[b], lo, hi)
         scales[first + b] = s
         zps[first + b] = z
 
 
-@njit(cache=True, nogil=True)
-def _affine_params_row(mins, maxs, nb, lo, hi, symmetric, scale_kind, scales, zps, first):
-    """Scale and zero point of the ``nb`` blocks of a row (statistics ``mins[:nb]``, ``maxs[:nb]``, all
-    finite) into ``scales`` / ``zps`` from ``first`` on, one branch-free loop per (symmetry, scale type)
-    so that each vectorizes.  Called, not inlined: its six loops are compiled once, not once per input
-    kind of the kernel."""
-    if symmetric:
-        if scale_kind == SCALE_F16:
-            _affine_params_loop(mins, maxs, nb, lo, hi, True, SCALE_F16, scales, zps, first)
-        elif scale_kind == SCALE_BF16:
-            _affine_params_loop(mins, maxs, nb, lo, hi, True, SCALE_BF16, scales, zps, first)
-        else:
-            _affine_params_loop(mins, maxs, nb, lo, hi, True, SCALE_F32, scales, zps, first)
-    elif scale_kind == SCALE_F16:
-        _affine_params_loop(mins, maxs, nb, lo, hi, False, SCALE_F16, scales, zps, first)
-    elif scale_kind == SCALE_BF16:
-        _affine_params_loop(mins, maxs, nb, lo, hi, False, SCALE_BF16, scales, zps, first)
-    else:
-        _affine_params_loop(mins, maxs, nb, lo, hi, False, SCALE_F32, scales, zps, first)
-
-
-@njit(cache=True, nogil=True, inline="always")
+@jit.helper
 def _affine_code(v, s, z, lo, hi):
     """``clamp(rint(v / s) + z, lo, hi)``: v / s in float32, ties to even."""
     q = np.int64(np.rint(np.float32(v / s))) + z
     return min(max(q, np.int64(lo)), np.int64(hi))
 
 
-@njit(cache=True, nogil=True, inline="always")
+@jit.helper
 def _put(out, e, code, bits):
-    """Store ``code`` (its low ``bits`` bits) as element ``e`` of a zeroed packed buffer; whole-byte
-    and wider codes go into ``out`` (of the storage dtype) as one item."""
+    """Store ``code`` (its low ``bits`` bits) as element ``e`` of a zeroed packed byte buffer; whole-byte
+    and wider codes as ``bits // 8`` little-endian bytes (``out`` is the storage array's bytes)."""
     if bits >= 8:
-        out[e] = code
+        v = np.uint64(code)
+        width = bits // 8
+        for k in range(width):
+            out[e * width + k] = np.uint8((v >> np.uint64(8 * k)) & np.uint64(255))
     elif bits == 6:
         g = (e >> 2) * 3
         w = (np.uint32(code) & np.uint32(63)) << np.uint32(6 * (e & 3))
@@ -340,29 +338,55 @@ def _put(out, e, code, bits):
 
 
 # ------------------------------------------------------------------------------------
-# Row kernels (each compiled twice: parallel over rows when rows own whole bytes, else serial)
+# Row kernels: threads claim units of rows (whole rows own whole bytes of the output; where
+# they do not, one thread runs them all)
 # ------------------------------------------------------------------------------------
 
+ROW_UNITS = 64
+"""Runs of rows a parallel row kernel is cut into (a thread takes the next one when it is free)."""
 
-def _affine_stats(x, in_kind, rows, cols, block, mask, use_mask, mins, maxs, bad):
+PARALLEL_MIN_ELEMENTS = 1 << 15
+"""Fewer elements than this are quantized on the calling thread alone."""
+
+
+def _x_signatures(arguments: str) -> tuple[str, ...]:
+    """A row kernel's signatures: its input ``X`` as float16 / bfloat16 bits, or as float32 bits."""
+    return tuple(f"void({arguments.replace('X', bits)})" for bits in ("u16[:]", "u32[:]"))
+
+
+def _run_rows(kernel, rows: int, cols: int, parallel: bool, *args) -> None:
+    """``kernel`` over ``rows`` rows: in units of rows on the configured threads, or on one thread."""
+    if parallel and rows > 1 and rows * cols >= PARALLEL_MIN_ELEMENTS:
+        jit.run_parallel(kernel, min(rows, ROW_UNITS), *args)
+    else:
+        jit.run_parallel(kernel, 1, *args, count=1)
+
+
+@jit.kernel(*_x_signatures("i64[:], X, i64, i64, i64, b1[:], b1, f32[:], f32[:], u8[:]"), fastmath=set(MINMAX_FLAGS))
+def _affine_stats(work, x, rows, cols, block, mask, use_mask, mins, maxs, bad):
     """Min / max of every block of every row (masked elements left out), NaN / infinity flagged."""
     nb = (cols + block - 1) // block if cols else 0
-    for prow in prange(rows):
-        r = np.int64(prow)
-        for b in range(nb):
-            j0 = b * block
-            mn, mx, special = _minmax(x, r * cols + j0, min(cols, j0 + block) - j0, in_kind, mask, use_mask)
-            if special:
-                bad[0] = 1
-            mins[r * nb + b] = mn
-            maxs[r * nb + b] = mx
+    while True:
+        unit = claim(work)
+        if unit < 0:
+            break
+        first, stop = unit_span(unit, work[WORK_UNITS], rows)
+        for r in range(first, stop):
+            for b in range(nb):
+                j0 = b * block
+                mn, mx, special = _minmax(x, r * cols + j0, min(cols, j0 + block) - j0, mask, use_mask)
+                if special:
+                    bad[0] = 1
+                mins[r * nb + b] = mn
+                maxs[r * nb + b] = mx
 
 
-def _affine_params(mins, maxs, lo, hi, symmetric, scale_kind, scales, zps):
+@jit.kernel("i64(f32[:], f32[:], i64, i64, f32[:], i32[:])")
+def _affine_params(mins, maxs, lo, hi, scales, zps):
     """Scale and zero point of every parameter set; returns how many scales overflowed their type."""
     over = 0
-    for k in prange(mins.size):
-        s, z = _affine_param(mins[k], maxs[k], lo, hi, symmetric, scale_kind)
+    for k in range(mins.size):
+        s, z = _affine_param(mins[k], maxs[k], lo, hi)
         scales[k] = s
         zps[k] = z
         if not _finite(s):
@@ -370,31 +394,36 @@ def _affine_params(mins, maxs, lo, hi, symmetric, scale_kind, scales, zps):
     return over
 
 
-def _affine_codes(x, in_kind, rows, cols, block, padded, scales, zps, lo, hi, bits, out):
+@jit.kernel(*_x_signatures("i64[:], X, i64, i64, i64, i64, f32[:], i32[:], i64, i64, i64, u8[:]"))
+def _affine_codes(work, x, rows, cols, block, padded, scales, zps, lo, hi, bits, out):
     """Codes of every element (row ``r`` holds parameters ``r * nb + j // block``) into ``out``."""
     nb = (cols + block - 1) // block if cols else 0
-    for prow in prange(rows):
-        r = np.int64(prow)
-        for b in range(nb):
-            s = scales[r * nb + b]
-            z = np.int64(zps[r * nb + b])
-            for j in range(b * block, min(cols, (b + 1) * block)):
-                _put(out, r * padded + j, _affine_code(_load(x, r * cols + j, in_kind), s, z, lo, hi), bits)
+    while True:
+        unit = claim(work)
+        if unit < 0:
+            break
+        first, stop = unit_span(unit, work[WORK_UNITS], rows)
+        for r in range(first, stop):
+            for b in range(nb):
+                s = scales[r * nb + b]
+                z = np.int64(zps[r * nb + b])
+                for j in range(b * block, min(cols, (b + 1) * block)):
+                    _put(out, r * padded + j, _affine_code(_load(x, r * cols + j), s, z, lo, hi), bits)
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _int4_block(x, start, n, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind, codes, out, dst):
+@jit.helper
+def _int4_block(x, start, n, mask, use_mask, lo, hi, codes, out, dst):
     """One block of :func:`_affine_rows_int4`: returns (scale, zero point, all finite)."""
-    mn, mx, special = _minmax(x, start, n, in_kind, mask, use_mask)
+    mn, mx, special = _minmax(x, start, n, mask, use_mask)
     if special:
         return np.float32(1.0), np.int64(0), False
-    s, z = _affine_param(mn, mx, lo, hi, symmetric, scale_kind)
+    s, z = _affine_param(mn, mx, lo, hi)
     qlo = np.float32(lo - z)
     qhi = np.float32(hi - z)
     z32 = np.int32(z)
     src = np.uint64(start)
     for k in range(np.uint64(n)):
-        y = np.rint(np.float32(_load_finite(x, src + k, in_kind) / s))
+        y = np.rint(np.float32(_load_finite(x, src + k) / s))
         codes[k] = np.int32(min(max(y, qlo), qhi)) + z32
     codes[n] = 0  # the high nibble of an odd-length block's last byte
     for k in range(np.uint64((n + 1) // 2)):
@@ -402,14 +431,15 @@ def _int4_block(x, start, n, in_kind, mask, use_mask, lo, hi, symmetric, scale_k
     return s, z, True
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _vector_minmax(x, start, n, bfloat, mask, use_mask):
-    """(min, max, NaN / infinity among the kept elements, among all elements) by the vector steps."""
+@jit.helper
+def _vector_minmax(x, start, n, mask, use_mask):
+    """(min, max, NaN / infinity among the kept elements, among all elements) by the vector steps (a 32-bit
+    ``x`` holds float32 whichever step reads it)."""
     if use_mask:
-        if bfloat:
+        if IN == IN_BF16:
             return block_minmax_masked_bf16(x, start, n, mask)
         return block_minmax_masked_f16(x, start, n, mask)
-    if bfloat:
+    if IN == IN_BF16:
         return block_minmax_bf16(x, start, n)
     return block_minmax_f16(x, start, n)
 
@@ -420,12 +450,12 @@ _BLOCK_VECTOR, _BLOCK_SCALAR, _BLOCK_REFUSED = 0, 1, 2
 all (a NaN or an infinity among its kept elements)."""
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _int4_row_params(x, row_start, cols, block, nb, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind,
-                     vector, scales, zps, first, paths, mins, maxs):
+@jit.helper
+def _int4_row_params(x, row_start, cols, block, nb, mask, use_mask, lo, hi,
+                     vector, f16_vector, scales, zps, first, paths, mins, maxs):
     """First pass over a row: each block's statistics by the vector steps of :mod:`.quantize_simd` where
     they apply (``vector``, the block length a multiple of their lanes, a float16 input only on hosts
-    that widen float16 in hardware), then the parameters of the row's blocks in one vectorized loop
+    that widen float16 in hardware: ``f16_vector``), then the parameters of the row's blocks in one vectorized loop
     (:func:`_affine_params_row`), stored at ``first + b``, and the path each block's codes take.  A
     block refused here (a NaN or an infinity among its kept elements) gets scale 1 and zero point 0,
     as :func:`_int4_block` gives it; one whose only such elements are masked, or whose scale
@@ -437,8 +467,8 @@ def _int4_row_params(x, row_start, cols, block, nb, in_kind, mask, use_mask, lo,
         path = _BLOCK_SCALAR
         mn = np.float32(np.inf)
         mx = np.float32(-np.inf)
-        if vector and n % SIMD_LANES == 0 and (in_kind != IN_F16 or VECTOR_F16):
-            lo_, hi_, special, any_special = _vector_minmax(x, row_start + j0, n, in_kind == IN_BF16, mask, use_mask)
+        if vector and n % SIMD_LANES == 0 and (IN != IN_F16 or f16_vector):
+            lo_, hi_, special, any_special = _vector_minmax(x, row_start + j0, n, mask, use_mask)
             if special:
                 path = _BLOCK_REFUSED
             elif not any_special:
@@ -448,7 +478,7 @@ def _int4_row_params(x, row_start, cols, block, nb, in_kind, mask, use_mask, lo,
         mins[b] = mn
         maxs[b] = mx
         paths[b] = path
-    _affine_params_row(mins, maxs, nb, lo, hi, symmetric, scale_kind, scales, zps, first)
+    _affine_params_row(mins, maxs, nb, lo, hi, scales, zps, first)
     for b in range(nb):
         if paths[b] == _BLOCK_REFUSED:
             scales[first + b] = np.float32(1.0)
@@ -457,8 +487,8 @@ def _int4_row_params(x, row_start, cols, block, nb, in_kind, mask, use_mask, lo,
             paths[b] = _BLOCK_SCALAR
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _int4_row_codes(x, row_start, cols, block, nb, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind,
+@jit.helper
+def _int4_row_codes(x, row_start, cols, block, nb, mask, use_mask, lo, hi,
                     scales, zps, first, paths, codes, out, row_dst):
     """Second pass over a row (still in cache): the codes of each block along its path, the vector steps
     prefetching the next row; returns whether no block was refused."""
@@ -473,15 +503,14 @@ def _int4_row_codes(x, row_start, cols, block, nb, in_kind, mask, use_mask, lo, 
             z = zps[first + b]
             qlo = np.float32(lo - z)
             qhi = np.float32(hi - z)
-            if in_kind == IN_BF16:
+            if IN == IN_BF16:
                 block_codes_bf16(x, row_start + j0, n, s, qlo, qhi, np.int32(z), out, dst, cols)
             else:
                 block_codes_f16(x, row_start + j0, n, s, qlo, qhi, np.int32(z), out, dst, cols)
         else:
             fine = False
             if path == _BLOCK_SCALAR:
-                s, z, fine = _int4_block(x, row_start + j0, n, in_kind, mask, use_mask, lo, hi, symmetric,
-                                         scale_kind, codes, out, dst)
+                s, z, fine = _int4_block(x, row_start + j0, n, mask, use_mask, lo, hi, codes, out, dst)
                 scales[first + b] = s
                 zps[first + b] = z
             if not fine:  # refused: zero bytes, whichever path refused it
@@ -491,22 +520,19 @@ def _int4_row_codes(x, row_start, cols, block, nb, in_kind, mask, use_mask, lo, 
     return ok
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _int4_rows(x, r0, r1, in_kind, cols, block, nb, row_bytes, mask, use_mask, lo, hi, symmetric, scale_kind,
-               vector, scales, zps, out):
-    """Rows ``r0 .. r1 - 1``, each its blocks' parameters then their codes, with one set of scratch arrays;
-    every byte of each row's ``row_bytes`` is written (the padding past its codes as zeros), so ``out``
-    need not be zeroed.  Returns whether no block was refused."""
-    paths = np.empty(nb, np.uint8)
-    mins = np.empty(nb, np.float32)
-    maxs = np.empty(nb, np.float32)
-    codes = np.zeros(block + 1, np.int32)
+@jit.helper
+def _int4_rows(x, r0, r1, cols, block, nb, row_bytes, mask, use_mask, lo, hi,
+               vector, f16_vector, scales, zps, out, paths, mins, maxs, codes):
+    """Rows ``r0 .. r1 - 1``, each its blocks' parameters then their codes, with one set of scratch arrays
+    (``paths``, ``mins``, ``maxs`` of ``nb``, ``codes`` of ``block + 1``); every byte of each row's
+    ``row_bytes`` is written (the padding past its codes as zeros), so ``out`` need not be zeroed.
+    Returns whether no block was refused."""
     ok = True
     for r in range(r0, r1):
-        _int4_row_params(x, r * cols, cols, block, nb, in_kind, mask, use_mask, lo, hi, symmetric, scale_kind,
-                         vector, scales, zps, r * nb, paths, mins, maxs)
-        fine = _int4_row_codes(x, r * cols, cols, block, nb, in_kind, mask, use_mask, lo, hi, symmetric,
-                               scale_kind, scales, zps, r * nb, paths, codes, out, r * row_bytes)
+        _int4_row_params(x, r * cols, cols, block, nb, mask, use_mask, lo, hi,
+                         vector, f16_vector, scales, zps, r * nb, paths, mins, maxs)
+        fine = _int4_row_codes(x, r * cols, cols, block, nb, mask, use_mask, lo, hi, scales, zps, r * nb, paths, codes,
+                               out, r * row_bytes)
         for k in range(r * row_bytes + (cols + 1) // 2, (r + 1) * row_bytes):
             out[k] = 0  # per-block-affine.md § Padding
         ok = ok and fine
@@ -514,81 +540,84 @@ def _int4_rows(x, r0, r1, in_kind, cols, block, nb, row_bytes, mask, use_mask, l
 
 
 INT4_CHUNKS = 256
-"""The fused 4-bit kernel cuts its rows into up to this many runs of whole rows (each allocating its
-scratch once), which its threads take one at a time from a shared counter: a thread that other load
-on the machine holds up takes fewer, instead of the others waiting for its fixed share."""
+"""The fused 4-bit kernel cuts its rows into up to this many runs of whole rows, which its threads
+take one at a time from a shared counter: a thread that other load on the machine holds up takes
+fewer, instead of the others waiting for its fixed share."""
 
 
-def _affine_rows_int4(x, in_kind, rows, cols, block, padded, mask, use_mask, lo, hi, symmetric, scale_kind,
-                      scales, zps, bad, out, vector, threads):
+@jit.kernel(*_x_signatures("i64[:], X, i64, i64, i64, i64, b1[:], b1, i64, i64, f32[:], i32[:], u8[:], u8[:], b1, "
+                           "b1, u8[:, :], f32[:, :], f32[:, :], i32[:, :]"), fastmath=set(MINMAX_FLAGS))
+def _affine_rows_int4(work, x, rows, cols, block, padded, mask, use_mask, lo, hi,
+                      scales, zps, bad, out, vector, f16_vector, paths, mins, maxs, codes):
     """Per-block affine along rows with 4-bit codes, two passes per row while it is in cache: the
     statistics (:func:`_minmax`) and parameters (:func:`_affine_param`) of every block of the row,
     then their codes (:func:`_affine_code`, here with the clamp done on the float32 quotient -- the
     same integers, as ``z`` and the bounds are small integers -- so that the loop vectorizes), two
     per byte.  Doing a row's parameters first lets them run as one vector loop instead of stalling
     each block's codes; every block gets the same values as in one pass.  ``block`` is even, so
-    every block starts on a byte.  The threads take runs of whole rows (:data:`INT4_CHUNKS`).  The
-    input kind is made a constant of each branch, so that the compiler specializes the loops.
+    every block starts on a byte.  The threads take runs of whole rows (:data:`INT4_CHUNKS`), each
+    with scratch arrays of its own (a slot of ``paths``, ``mins``, ``maxs`` and ``codes``).
     ``vector`` lets whole blocks take the explicit vector steps (:func:`_int4_row_params`, the same
-    results); ``False`` keeps every block on the scalar path (:func:`_int4_block`).  ``threads`` is
-    numba's thread count (an argument: asking for it here would keep the kernel out of the cache)."""
+    results); ``False`` keeps every block on the scalar path (:func:`_int4_block`)."""
     nb = (cols + block - 1) // block if cols else 0
     row_bytes = padded // 2
-    per_run = max(np.int64(1), (rows + INT4_CHUNKS - 1) // INT4_CHUNKS)
-    runs = (rows + per_run - 1) // per_run
-    taken = np.zeros(1, np.int64)  # runs handed out so far
-    workers = min(max(np.int64(threads), np.int64(1)), runs)
-    for _ in prange(workers):
-        while True:
-            run = fetch_add(taken, 0, 1)
-            if run >= runs:
-                break
-            r0 = run * per_run
-            r1 = min(rows, r0 + per_run)
-            if in_kind == IN_F16:
-                ok = _int4_rows(x, r0, r1, IN_F16, cols, block, nb, row_bytes, mask, use_mask, lo, hi, symmetric,
-                                scale_kind, vector, scales, zps, out)
-            elif in_kind == IN_BF16:
-                ok = _int4_rows(x, r0, r1, IN_BF16, cols, block, nb, row_bytes, mask, use_mask, lo, hi, symmetric,
-                                scale_kind, vector, scales, zps, out)
-            else:
-                ok = _int4_rows(x, r0, r1, IN_F32, cols, block, nb, row_bytes, mask, use_mask, lo, hi, symmetric,
-                                scale_kind, vector, scales, zps, out)
-            if not ok:
-                bad[0] = 1
+    mine = slot(work)
+    own_paths, own_mins, own_maxs, own_codes = paths[mine], mins[mine], maxs[mine], codes[mine]
+    while True:
+        unit = claim(work)
+        if unit < 0:
+            break
+        r0, r1 = unit_span(unit, work[WORK_UNITS], rows)
+        ok = _int4_rows(x, r0, r1, cols, block, nb, row_bytes, mask, use_mask, lo, hi, vector, f16_vector, scales, zps,
+                        out, own_paths, own_mins, own_maxs, own_codes)
+        if not ok:
+            bad[0] = 1
 
 
-def _nf4_rows(x, in_kind, rows, cols, block, padded, table, scales, bits, bad, out):
-    """NF4 absmax per block, then the nearest level of every element (``quantization/nf4.md``)."""
+@jit.kernel(*_x_signatures("i64[:], X, i64, i64, i64, i64, f32[:], f32[:], i64, u8[:], u8[:], f32[:, :]"))
+def _nf4_rows(work, x, rows, cols, block, padded, table, scales, bits, bad, out, candidates):
+    """NF4 absmax per block, then the nearest level of every element (``quantization/nf4.md``);
+    ``candidates``: 16 values of scratch per thread."""
     nb = (cols + block - 1) // block if cols else 0
-    for prow in prange(rows):
-        r = np.int64(prow)
-        cand = np.empty(16, np.float32)
-        for b in range(nb):
-            j0, j1 = b * block, min(cols, (b + 1) * block)
-            amax = np.float32(0.0)
-            for j in range(j0, j1):
-                v = _load(x, r * cols + j, in_kind)
-                if not _finite(v):
-                    bad[0] = 1
-                amax = max(amax, np.abs(v))
-            s = amax if amax > 0 else np.float32(1.0)
-            scales[r * nb + b] = s
-            for c in range(16):
-                cand[c] = np.float32(s * table[c])
-            for j in range(j0, j1):
-                v = _load(x, r * cols + j, in_kind)
-                best = 0
-                err = np.abs(cand[0] - v)
-                for c in range(1, 16):
-                    d = np.abs(cand[c] - v)
-                    if d < err:
-                        err = d
-                        best = c
-                _put(out, r * padded + j, best, bits)
+    mine = slot(work)
+    cand = candidates[mine]
+    while True:
+        unit = claim(work)
+        if unit < 0:
+            break
+        first, stop = unit_span(unit, work[WORK_UNITS], rows)
+        for r in range(first, stop):
+            _nf4_row(x, r, cols, block, nb, padded, table, scales, bits, bad, out, cand)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@jit.helper
+def _nf4_row(x, r, cols, block, nb, padded, table, scales, bits, bad, out, cand):
+    """Row ``r`` of :func:`_nf4_rows`."""
+    for b in range(nb):
+        j0, j1 = b * block, min(cols, (b + 1) * block)
+        amax = np.float32(0.0)
+        for j in range(j0, j1):
+            v = _load(x, r * cols + j)
+            if not _finite(v):
+                bad[0] = 1
+            amax = max(amax, np.abs(v))
+        s = amax if amax > 0 else np.float32(1.0)
+        scales[r * nb + b] = s
+        for c in range(16):
+            cand[c] = np.float32(s * table[c])
+        for j in range(j0, j1):
+            v = _load(x, r * cols + j)
+            best = 0
+            err = np.abs(cand[0] - v)
+            for c in range(1, 16):
+                d = np.abs(cand[c] - v)
+                if d < err:
+                    err = d
+                    best = c
+            _put(out, r * padded + j, best, bits)
+
+
+@jit.helper
 def _mx_exponent(amax, emax_value):
     """Smallest e in [1, 254] with amax <= 2**(e - 127) * emax_value (127 for amax == 0)."""
     if amax == 0:
@@ -602,10 +631,10 @@ def _mx_exponent(amax, emax_value):
     return min(max(np.int64(127) + k, np.int64(1)), np.int64(254))
 
 
-@njit(cache=True, nogil=True, inline="always")
+@jit.helper
 def _nearest_magnitude(a, mags):
     """Index of the value of ``mags`` (ascending) nearest to ``a`` >= 0, the even index on a tie."""
-    k = np.searchsorted(mags, a)
+    k = search_left(mags, a)
     if k == 0:
         return np.int64(0)
     if k >= mags.size:
@@ -618,83 +647,93 @@ def _nearest_magnitude(a, mags):
     return np.int64(k - 1) if (k - 1) % 2 == 0 else np.int64(k)
 
 
-def _mxfp_rows(x, in_kind, rows, cols, block, padded, emax_value, mags, sign_code, is_int, lo, hi, bits,
+@jit.kernel(*_x_signatures("i64[:], X, i64, i64, i64, i64, f64, f32[:], i64, b1, i64, i64, i64, u8[:], u8[:], "
+                           "u8[:]"))
+def _mxfp_rows(work, x, rows, cols, block, padded, emax_value, mags, sign_code, is_int, lo, hi, bits,
                exps, bad, out):
     """MXFP shared exponent per block, then each element's code (``quantization/mxfp.md``)."""
     nb = cols // block if cols else 0
-    for prow in prange(rows):
-        r = np.int64(prow)
-        for b in range(nb):
-            j0, j1 = b * block, (b + 1) * block
-            amax = np.float32(0.0)
-            for j in range(j0, j1):
-                v = _load(x, r * cols + j, in_kind)
-                if not _finite(v):
-                    bad[0] = 1
-                amax = max(amax, np.abs(v))
-            e = _mx_exponent(amax, emax_value)
-            exps[r * nb + b] = e
-            s = np.float32(2.0 ** (e - 127))
-            for j in range(j0, j1):
-                y = np.float32(_load(x, r * cols + j, in_kind) / s)
-                if is_int:
-                    code = min(max(np.int64(np.rint(y)), np.int64(lo)), np.int64(hi))
-                else:
-                    code = _nearest_magnitude(np.abs(y), mags)
-                    if y.view(np.uint32) >> np.uint32(31):
-                        code |= sign_code
-                _put(out, r * padded + j, code, bits)
+    while True:
+        unit = claim(work)
+        if unit < 0:
+            break
+        first, stop = unit_span(unit, work[WORK_UNITS], rows)
+        for r in range(first, stop):
+            _mxfp_row(x, r, cols, block, nb, padded, emax_value, mags, sign_code, is_int, lo, hi, bits,
+                      exps, bad, out)
 
 
-def _block_reference(x, in_kind, rows, cols, block, rank, ref):
-    """Per block: the ``rank``-th largest magnitude (0 when the block has fewer elements)."""
+@jit.helper
+def _mxfp_row(x, r, cols, block, nb, padded, emax_value, mags, sign_code, is_int, lo, hi, bits, exps,
+              bad, out):
+    """Row ``r`` of :func:`_mxfp_rows`."""
+    for b in range(nb):
+        j0, j1 = b * block, (b + 1) * block
+        amax = np.float32(0.0)
+        for j in range(j0, j1):
+            v = _load(x, r * cols + j)
+            if not _finite(v):
+                bad[0] = 1
+            amax = max(amax, np.abs(v))
+        e = _mx_exponent(amax, emax_value)
+        exps[r * nb + b] = e
+        s = np.float32(2.0 ** (e - 127))
+        for j in range(j0, j1):
+            y = np.float32(_load(x, r * cols + j) / s)
+            if is_int:
+                code = min(max(np.int64(np.rint(y)), np.int64(lo)), np.int64(hi))
+            else:
+                code = _nearest_magnitude(np.abs(y), mags)
+                if y.view(np.uint32) >> np.uint32(31):
+                    code |= sign_code
+            _put(out, r * padded + j, code, bits)
+
+
+@jit.kernel(*_x_signatures("i64[:], X, i64, i64, i64, i64, f32[:], f32[:, :]"))
+def _block_reference(work, x, rows, cols, block, rank, ref, tops):
+    """Per block: the ``rank``-th largest magnitude (0 when the block has fewer elements); ``tops``:
+    ``rank`` values of scratch per thread."""
     nb = (cols + block - 1) // block if cols else 0
-    for prow in prange(rows):
-        r = np.int64(prow)
-        top = np.zeros(rank, np.float32)  # descending
-        for b in range(nb):
-            top[:] = 0
-            for j in range(b * block, min(cols, (b + 1) * block)):
-                a = np.abs(_load(x, r * cols + j, in_kind))
-                if a > top[rank - 1]:
-                    k = rank - 1
-                    while k > 0 and top[k - 1] < a:
-                        top[k] = top[k - 1]
-                        k -= 1
-                    top[k] = a
-            ref[r * nb + b] = top[rank - 1]
+    mine = slot(work)
+    top = tops[mine]  # descending
+    while True:
+        unit = claim(work)
+        if unit < 0:
+            break
+        first, stop = unit_span(unit, work[WORK_UNITS], rows)
+        for r in range(first, stop):
+            _reference_row(x, r, cols, block, nb, rank, ref, top)
 
 
-def _pack(codes, bits, out):
+@jit.helper
+def _reference_row(x, r, cols, block, nb, rank, ref, top):
+    """Row ``r`` of :func:`_block_reference`."""
+    for b in range(nb):
+        top[:] = 0
+        for j in range(b * block, min(cols, (b + 1) * block)):
+            a = np.abs(_load(x, r * cols + j))
+            if a > top[rank - 1]:
+                k = rank - 1
+                while k > 0 and top[k - 1] < a:
+                    top[k] = top[k - 1]
+                    k -= 1
+                top[k] = a
+        ref[r * nb + b] = top[rank - 1]
+
+
+@jit.kernel("void(i64[:], u8[:], i64, u8[:])")
+def _pack(work, codes, bits, out):
     """Pack one code per byte (``codes``, element order) into ``out`` (zeroed), by whole output groups."""
     per = 4 if bits == 6 else 8 // bits
     groups = (codes.size + per - 1) // per
-    for pg in prange(groups):
-        g = np.int64(pg)
-        for k in range(g * per, min(codes.size, (g + 1) * per)):
-            _put(out, k, codes[k], bits)
-
-
-MINMAX_FLAGS = frozenset({"nnan", "nsz"})
-"""Fast-math flags of the kernels that reduce min / max: no NaN reaches their float arithmetic (NaN and
-infinity are detected on the bits and the block is refused) and the sign of a zero never changes a
-code, so the compiler may vectorize the reductions; no flag that would reorder or approximate the
-quantization arithmetic itself (``x / s`` stays a correctly rounded division)."""
-
-
-def _twice(fn, fastmath=False):
-    flags = set(MINMAX_FLAGS) if fastmath else False
-    return njit(cache=True, parallel=True, fastmath=flags)(fn), njit(cache=True, fastmath=flags)(fn)
-
-
-_STATS = _twice(_affine_stats, fastmath=True)
-_PARAMS = _twice(_affine_params)
-_CODES = _twice(_affine_codes)
-_INT4_ROWS = _twice(_affine_rows_int4, fastmath=True)[0]
-_NF4 = _twice(_nf4_rows)
-_MXFP = _twice(_mxfp_rows)
-_PACK = _twice(_pack)[0]
-_REFERENCE = _twice(_block_reference)[0]
+    while True:
+        unit = claim(work)
+        if unit < 0:
+            break
+        first, stop = unit_span(unit, work[WORK_UNITS], groups)
+        for g in range(first, stop):
+            for k in range(g * per, min(codes.size, (g + 1) * per)):
+                _put(out, k, codes[k], bits)
 
 
 def _rows_own_bytes(padded: int, bits: int) -> bool:
@@ -706,7 +745,7 @@ def _output(rows: int, padded: int, bits: int, dtype) -> tuple[np.ndarray, bool]
     """(zeroed output, packed directly): rows that own whole bytes get the packed buffer, others one
     byte per code, packed afterwards by :func:`pack_codes`."""
     if bits >= 8:
-        return np.zeros(rows * padded, dtype), True
+        return np.zeros(rows * padded * np.dtype(dtype).itemsize, np.uint8), True
     if _rows_own_bytes(padded, bits):
         return np.zeros(storage_bytes(rows * padded, bits), np.uint8), True
     return np.zeros(rows * padded, np.uint8), False
@@ -718,7 +757,10 @@ def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
     if bits >= 8:
         return flat
     out = np.zeros(storage_bytes(flat.size, bits), np.uint8)
-    _PACK(flat, np.int64(bits), out)
+    groups = -(-flat.size // (4 if bits == 6 else 8 // bits))
+    parallel = flat.size >= PARALLEL_MIN_ELEMENTS
+    jit.run_parallel(_pack, min(groups, ROW_UNITS) if parallel else 1, flat.view(np.uint8), np.int64(bits), out,
+                     count=None if parallel else 1)
     return out
 
 
@@ -737,7 +779,8 @@ def affine_block_stats(rows2d: np.ndarray, block: int, mask=None) -> tuple[np.nd
     maxs = np.empty(rows * nb, np.float32)
     bad = np.zeros(1, np.uint8)
     m, use_mask = _mask_argument(mask)
-    _STATS[0](x, kind, np.int64(rows), np.int64(cols), np.int64(block), m, use_mask, mins, maxs, bad)
+    _run_rows(_affine_stats.variant(IN=kind), rows, cols, True, x, np.int64(rows), np.int64(cols), np.int64(block), m,
+              use_mask, mins, maxs, bad)
     return mins, maxs, not bad[0]
 
 
@@ -745,8 +788,8 @@ def affine_block_params(mins, maxs, lo: int, hi: int, symmetric: bool, scale_typ
     """(scales float32, zero points int32, count of scales past the scale type's range)."""
     scales = np.empty(mins.size, np.float32)
     zps = np.empty(mins.size, np.int32)
-    over = _PARAMS[0](mins, maxs, np.int64(lo), np.int64(hi), bool(symmetric), SCALE_KINDS[scale_type],
-                      scales, zps)
+    kernel = _affine_params.variant(SYMMETRIC=bool(symmetric), SCALE=SCALE_KINDS[scale_type])
+    over = kernel(mins, maxs, np.int64(lo), np.int64(hi), scales, zps)
     return scales, zps, int(over)
 
 
@@ -757,9 +800,10 @@ def affine_codes(rows2d: np.ndarray, block: int, padded: int, scales, zps, lo: i
     rows, cols = rows2d.shape
     x, kind = input_kind(rows2d)
     out, direct = _output(rows, padded, bits, dtype)
-    kernel = _CODES[0] if direct else _CODES[1]
-    kernel(x, kind, np.int64(rows), np.int64(cols), np.int64(block), np.int64(padded), scales, zps, np.int64(lo),
-           np.int64(hi), np.int64(bits if direct else 8), out)
+    _run_rows(_affine_codes.variant(IN=kind), rows, cols, direct, x, np.int64(rows), np.int64(cols), np.int64(block),
+              np.int64(padded), scales, zps, np.int64(lo), np.int64(hi), np.int64(bits if direct else 8), out)
+    if bits >= 8:
+        return out.view(dtype)
     return out if direct else pack_codes(out, bits)
 
 
@@ -778,9 +822,14 @@ def _affine_int4(rows2d, block, padded, lo, hi, symmetric, scale_type, mask, vec
     bad = np.zeros(1, np.uint8)
     out = np.empty(rows * padded // 2, np.uint8)  # the kernel writes every byte
     m, use_mask = _mask_argument(mask)
-    _INT4_ROWS(x, kind, np.int64(rows), np.int64(cols), np.int64(block), np.int64(padded), m, use_mask,
-               np.int64(lo), np.int64(hi), bool(symmetric), SCALE_KINDS[scale_type], scales, zps, bad, out, bool(vector),
-               np.int64(get_num_threads()))
+    slots = jit.threads()
+    scratch = (jit.scratch(nb, np.uint8, slots), jit.scratch(nb, np.float32, slots), jit.scratch(nb, np.float32, slots),
+               jit.scratch(block + 1, np.int32, slots, zeros=True))
+    units = min(rows, INT4_CHUNKS) if rows * cols >= PARALLEL_MIN_ELEMENTS else 1
+    kernel = _affine_rows_int4.variant(IN=kind, SYMMETRIC=bool(symmetric), SCALE=SCALE_KINDS[scale_type])
+    jit.run_parallel(kernel, units, x, np.int64(rows), np.int64(cols), np.int64(block), np.int64(padded), m, use_mask,
+                     np.int64(lo), np.int64(hi), scales, zps, bad, out, bool(vector), vector_f16(), *scratch,
+                     count=slots if units > 1 else 1)
     finite = not bad[0]
     over = int(np.count_nonzero(~(np.abs(scales) <= _FLT_MAX))) if finite else 0
     return out, scales, zps, finite, over
@@ -821,7 +870,9 @@ def spqr_outliers(rows2d, block: int, hi: int, budget: int, per_block: int) -> n
     if budget <= 0 or rows * cols == 0 or rank >= min(block, cols) + 1:
         return mask
     ref = np.zeros(rows * nb, np.float32)
-    _REFERENCE(x, kind, np.int64(rows), np.int64(cols), np.int64(block), np.int64(rank), ref)
+    tops = jit.scratch(rank, np.float32, zeros=True)
+    _run_rows(_block_reference.variant(IN=kind), rows, cols, True, x, np.int64(rows), np.int64(cols), np.int64(block),
+              np.int64(rank), ref, tops)
     magnitude = np.abs(np.ascontiguousarray(rows2d, np.float32))
     block_ref = np.repeat(ref.reshape(rows, nb), block, axis=1)[:, :cols]
     score = (magnitude - block_ref).reshape(-1)
@@ -841,9 +892,9 @@ def nf4_quantize(rows2d, block: int, padded: int, unpacked: bool = False):
     bad = np.zeros(1, np.uint8)
     bits = 8 if unpacked else 4
     out, direct = _output(rows, padded, bits, np.uint8)
-    kernel = _NF4[0] if direct else _NF4[1]
-    kernel(x, kind, np.int64(rows), np.int64(cols), np.int64(block), np.int64(padded), NF4_TABLE, scales,
-           np.int64(bits), bad, out)
+    candidates = jit.scratch(16, np.float32)
+    _run_rows(_nf4_rows.variant(IN=kind), rows, cols, direct, x, np.int64(rows), np.int64(cols), np.int64(block),
+              np.int64(padded), NF4_TABLE, scales, np.int64(bits), bad, out, candidates)
     if unpacked:
         out = out.reshape(rows, padded)
     elif not direct:
@@ -882,10 +933,9 @@ def mxfp_quantize(rows2d, block: int, storage, unpacked: bool = False):
     is_int = not info.is_float
     lo, hi = (-(1 << (info.bit_width - 1)), (1 << (info.bit_width - 1)) - 1)
     mags = np.zeros(1, np.float32) if is_int else _positive_magnitudes(storage)
-    kernel = _MXFP[0] if direct else _MXFP[1]
-    kernel(x, kind, np.int64(rows), np.int64(cols), np.int64(block), np.int64(cols), mxfp_element_max(storage),
-           mags, np.int64(1 << (info.bit_width - 1)), is_int, np.int64(lo), np.int64(hi), np.int64(bits), exps,
-           bad, out)
+    _run_rows(_mxfp_rows.variant(IN=kind), rows, cols, direct, x, np.int64(rows), np.int64(cols), np.int64(block),
+              np.int64(cols), mxfp_element_max(storage), mags, np.int64(1 << (info.bit_width - 1)), is_int,
+              np.int64(lo), np.int64(hi), np.int64(bits), exps, bad, out)
     if unpacked:
         out = out.reshape(rows, cols) & np.uint8((1 << info.bit_width) - 1) if info.bit_width < 8 \
             else out.reshape(rows, cols)

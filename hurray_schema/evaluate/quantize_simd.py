@@ -35,20 +35,20 @@ The ``_f16`` / ``_bf16`` suffix is the 16-bit input's type.
 from __future__ import annotations
 
 from llvmlite import ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
-from .elements import HAS_F16C
+from . import jit
+from .elements import has_f16c
 
-__all__ = ["LANES", "VECTOR_F16", "fetch_add", "block_minmax_f16", "block_minmax_bf16", "block_minmax_masked_f16",
+__all__ = ["LANES", "vector_f16", "block_minmax_f16", "block_minmax_bf16", "block_minmax_masked_f16",
            "block_minmax_masked_bf16", "block_codes_f16", "block_codes_bf16"]
 
 LANES = 16
 """Elements per vector step."""
 
-VECTOR_F16 = HAS_F16C
-"""float16 inputs may take the vector steps (the host widens float16 in hardware)."""
+
+def vector_f16() -> bool:
+    """float16 inputs may take the vector steps (the host widens float16 in hardware)."""
+    return has_f16c()
 
 _I8, _I16, _I32, _I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 _F32 = ir.FloatType()
@@ -69,6 +69,8 @@ def _splat_value(builder, value, vty):
 
 def _pointer(context, builder, aty, array, index, vty):
     """``array[index]`` as a pointer to ``vty`` (no bounds or wrap-around check: the caller owns the range)."""
+    from numba.core import cgutils
+
     a = context.make_array(aty)(context, builder, array)
     p = cgutils.get_item_pointer(context, builder, aty, a, [index], wraparound=False, boundscheck=False)
     return builder.bitcast(p, vty.as_pointer())
@@ -76,6 +78,8 @@ def _pointer(context, builder, aty, array, index, vty):
 
 def _width(xty):
     """Bits of one input element: 16 or 32 (None for anything else)."""
+    from numba import types
+
     if isinstance(xty, types.Array) and isinstance(xty.dtype, types.Integer) and xty.dtype.bitwidth in (16, 32):
         return xty.dtype.bitwidth
     return None
@@ -129,12 +133,17 @@ def _make_minmax(bfloat: bool, masked: bool):
     """The intrinsic ``(min, max, special kept, special any) = step(x, start, count[, mask])``."""
 
     def typer(typingctx, x, start, count, *mask):
+        from numba import types
+
         if _width(x) is None or len(mask) != int(masked):
             return None
         rty = types.Tuple((types.float32, types.float32, types.boolean, types.boolean))
         return rty(x, start, count, *mask), codegen
 
     def codegen(context, builder, sig, args):
+        from numba import types
+        from numba.core import cgutils
+
         xty = sig.args[0]
         width = xty.dtype.bitwidth
         start = context.cast(builder, args[1], sig.args[1], types.int64)
@@ -172,16 +181,20 @@ def _make_minmax(bfloat: bool, masked: bool):
     else:
         def step(typingctx, x, start, count):
             return typer(typingctx, x, start, count)
-    return intrinsic(step)
+    return jit.intrinsic(step)
 
 
 def _rint(builder, v):
+    from numba.core import cgutils
+
     fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VF, [_VF]), "llvm.rint.v16f32")
     return builder.call(fn, [v])
 
 
 def _prefetch(builder, pointer):
     """``llvm.prefetch`` of ``pointer`` for reading, into all cache levels (a hint: never faults)."""
+    from numba.core import cgutils
+
     i8p = _I8.as_pointer()
     fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, _I32, _I32, _I32]),
                                         "llvm.prefetch.p0i8")
@@ -204,8 +217,11 @@ def _make_codes(bfloat: bool):
     """The intrinsic ``step(x, start, count, s, qlo, qhi, z, out, dst, ahead)``: the 4-bit codes of
     ``x[start:start + count]`` packed into ``out[dst:dst + count // 2]``, prefetching ``ahead`` elements on."""
 
-    @intrinsic
+    @jit.intrinsic
     def step(typingctx, x, start, count, s, qlo, qhi, z, out, dst, ahead):
+        from numba import types
+        from numba.core import cgutils
+
         if _width(x) is None or not (isinstance(out, types.Array) and out.dtype == types.uint8):
             return None
 
@@ -238,24 +254,6 @@ def _make_codes(bfloat: bool):
         return types.void(x, start, count, s, qlo, qhi, z, out, dst, ahead), codegen
 
     return step
-
-
-@intrinsic
-def fetch_add(typingctx, counter, index, value):
-    """``counter[index] += value`` as one atomic step (LLVM ``atomicrmw add``, monotonic order) on an int64
-    array; returns the value before.  Threads that take work items from a shared counter each get a
-    different one."""
-    if not (isinstance(counter, types.Array) and counter.dtype == types.int64):
-        return None
-
-    def codegen(context, builder, sig, args):
-        aty = sig.args[0]
-        a = context.make_array(aty)(context, builder, args[0])
-        i = context.cast(builder, args[1], sig.args[1], types.int64)
-        p = cgutils.get_item_pointer(context, builder, aty, a, [i], wraparound=False, boundscheck=False)
-        return builder.atomic_rmw("add", p, context.cast(builder, args[2], sig.args[2], types.int64), "monotonic")
-
-    return types.int64(counter, index, value), codegen
 
 
 _MINMAX = {(b, m): _make_minmax(b, m) for b in (False, True) for m in (False, True)}

@@ -25,21 +25,20 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic, overload
 
-from .elements import HAS_F16C, f32_to_bf16, f32_to_f16_fast
+from . import jit
+from .elements import f32_to_bf16, f32_to_f16_fast, has_f16c
 
-__all__ = ["LANES", "VECTOR_F16", "int4x32", "int4x32_scalar", "STEP_F32", "STEP_F16", "STEP_BF16"]
+__all__ = ["LANES", "vector_f16", "int4x32", "int4x32_scalar", "STEP_F32", "STEP_F16", "STEP_BF16"]
 
 LANES = 32
 """Elements decoded per step (16 packed bytes)."""
 
 STEP_F32, STEP_F16, STEP_BF16 = 0, 1, 2  # same numbering as quant.OUT_F32 / OUT_F16 / OUT_BF16
 
-VECTOR_F16 = HAS_F16C
-"""The float16 step is vector code (the host converts float32 -> float16 in hardware)."""
+def vector_f16() -> bool:
+    """The float16 step is vector code (the host converts float32 -> float16 in hardware)."""
+    return has_f16c()
 
 _BYTES = LANES // 2
 
@@ -53,6 +52,8 @@ def _splat(builder, value, vty):
 
 def _element_pointer(context, builder, aty, array, index):
     """Address of ``array[index]`` (no bounds or wrap-around check: the caller guarantees the range)."""
+    from numba.core import cgutils
+
     a = context.make_array(aty)(context, builder, array)
     return cgutils.get_item_pointer(context, builder, aty, a, [index], wraparound=False, boundscheck=False)
 
@@ -90,8 +91,10 @@ def _make_step(signed: bool, kind: int):
     """The intrinsic ``step(buf, byte, s, z, out, o)``: decode the 32 codes in ``buf[byte:byte + 16]``
     into ``out[o:o + 32]``.  ``buf`` is uint8, ``out`` float32 (``STEP_F32``) or uint16 (bits)."""
 
-    @intrinsic
+    @jit.intrinsic
     def step(typingctx, buf, byte, s, z, out, o):
+        from numba import types
+
         want = types.float32 if kind == STEP_F32 else types.uint16
         if not (isinstance(out, types.Array) and out.dtype == want and isinstance(buf, types.Array)
                 and buf.dtype == types.uint8):
@@ -124,7 +127,7 @@ _S_F32, _S_F16, _S_BF16 = _make_step(True, STEP_F32), _make_step(True, STEP_F16)
 _U_F32, _U_F16, _U_BF16 = _make_step(False, STEP_F32), _make_step(False, STEP_F16), _make_step(False, STEP_BF16)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@jit.helper(inline="always")
 def _lane(b, high, signed):
     """One nibble of byte ``b`` as int32 (sign-extended for int4)."""
     c = np.int32(b >> np.uint8(4)) if high else np.int32(b & np.uint8(15))
@@ -133,59 +136,53 @@ def _lane(b, high, signed):
     return c
 
 
-@njit(cache=True, nogil=True)
-def int4x32_scalar(buf, byte, s, z, out, o, signed, kind):
+OUT = STEP_F32
+"""The output a step is compiled for: a compile-time constant of the calling kernel's variant (the same
+name as the decode kernels' ``quant.OUT``, whose numbering the steps share)."""
+
+
+@jit.helper
+def int4x32_scalar(buf, byte, s, z, out, o, signed):
     """Element by element what one vector step computes (exact for any scale, NaN rules included)."""
     s = np.float32(s)
     for k in range(LANES):
         q = _lane(buf[byte + (k >> 1)], k & 1, signed)
         x = np.float32(np.float32(np.int32(q - np.int32(z))) * s)
-        if kind == STEP_F16:
+        if OUT == STEP_F16:
             out[o + k] = f32_to_f16_fast(x)
-        elif kind == STEP_BF16:
+        elif OUT == STEP_BF16:
             out[o + k] = f32_to_bf16(x)
         else:
             out[o + k] = x
 
 
-if VECTOR_F16:
-    @njit(cache=True, nogil=True, inline="always")
-    def _half_step(buf, byte, s, z, out, o, signed):
-        if signed:
-            _S_F16(buf, byte, s, z, out, o)
-        else:
-            _U_F16(buf, byte, s, z, out, o)
-else:  # pragma: no cover - depends on the host CPU
-    @njit(cache=True, nogil=True, inline="always")
-    def _half_step(buf, byte, s, z, out, o, signed):
-        int4x32_scalar(buf, byte, s, z, out, o, signed, STEP_F16)
+@jit.helper(inline="always")
+def _half_step_vector(buf, byte, s, z, out, o, signed):
+    if signed:
+        _S_F16(buf, byte, s, z, out, o)
+    else:
+        _U_F16(buf, byte, s, z, out, o)
 
 
-def int4x32(buf, byte, s, z, out, o, signed, kind):
+_half_step = jit.choose(lambda: _half_step_vector if vector_f16() else int4x32_scalar, _half_step_vector.py_func)
+"""The float16 step: vector code where the host converts float32 -> float16 in hardware, else scalar."""
+
+
+@jit.helper(inline="always")
+def int4x32(buf, byte, s, z, out, o, signed):
     """Decode the 32 codes in ``buf[byte:byte + 16]`` into ``out[o:o + 32]`` (jitted code only).
 
-    ``out`` is float32, or uint16 holding float16 (``kind == STEP_F16``) or bfloat16 bits.
-    Same bits as :func:`int4x32_scalar` whenever ``s`` is finite; no bounds checks.
+    ``out`` is float32 (``OUT == STEP_F32``), or uint16 holding float16 (``STEP_F16``) or bfloat16
+    bits (``STEP_BF16``).  Same bits as :func:`int4x32_scalar` whenever ``s`` is finite; no bounds checks.
     """
-    raise NotImplementedError("int4x32 is only callable from numba-compiled code")
-
-
-@overload(int4x32, inline="always")
-def _int4x32_typed(buf, byte, s, z, out, o, signed, kind):
-    if isinstance(out, types.Array) and out.dtype == types.float32:
-        def wide(buf, byte, s, z, out, o, signed, kind):
-            if signed:
-                _S_F32(buf, byte, s, z, out, o)
-            else:
-                _U_F32(buf, byte, s, z, out, o)
-        return wide
-
-    def bits(buf, byte, s, z, out, o, signed, kind):
-        if kind == STEP_BF16:
-            if signed:
-                _S_BF16(buf, byte, s, z, out, o)
-            else:
-                _U_BF16(buf, byte, s, z, out, o)
+    if OUT == STEP_F16:
+        _half_step(buf, byte, s, z, out, o, signed)
+    elif OUT == STEP_BF16:
+        if signed:
+            _S_BF16(buf, byte, s, z, out, o)
         else:
-            _half_step(buf, byte, s, z, out, o, signed)
-    return bits
+            _U_BF16(buf, byte, s, z, out, o)
+    elif signed:
+        _S_F32(buf, byte, s, z, out, o)
+    else:
+        _U_F32(buf, byte, s, z, out, o)

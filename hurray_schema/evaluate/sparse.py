@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
 from ..errors import HurraySchemaError
 from ..limits import resolve_limits
@@ -21,6 +20,7 @@ from ..model import CooLayout, CscLayout, CsfLayout, CsrLayout, ElementType
 from ..structs.element_types import element_type_info
 from .common import (as_bytes, as_evaluated, charge, check_representable, check_shape, decode_target, new_array,
                      tensor_stored_bytes)
+from . import jit
 from .elements import CODE_VIEW_TYPES, UnsupportedEvaluation, gather_codes, numpy_dtype
 from .quant import OUT_BF16, OUT_F16, OUT_F32, decode_gather, param_indices_at, quant_params
 
@@ -162,11 +162,11 @@ def sparse_entries(desc, buffers, target=None, *, check_duplicates=True) -> tupl
     return coords, _values(desc, buffers, coords, target)
 
 
-@njit(cache=True)
-def _coo_linear(idx, rank, mshape, offset, hshape, check_sorted):
-    """Head-space row-major linear index of every COO entry; error 1 out of bounds, 2 not strictly sorted."""
+@jit.kernel("i64(u64[:], i64, i64[:], i64[:], i64[:], i64, i64[:])")
+def _coo_linear(idx, rank, mshape, offset, hshape, check_sorted, lin):
+    """Head-space row-major linear index of every COO entry into ``lin``; returns 0, or 1 for a coordinate
+    out of bounds, 2 for entries not strictly sorted."""
     nnz = idx.size // rank
-    lin = np.empty(nnz, np.int64)
     prev = np.int64(-1)
     for k in range(nnz):
         ml = np.int64(0)
@@ -174,22 +174,21 @@ def _coo_linear(idx, rank, mshape, offset, hshape, check_sorted):
         for d in range(rank):
             c = idx[k * rank + d]
             if c >= np.uint64(mshape[d]):
-                return lin, 1
+                return 1
             ci = np.int64(c)
             ml = ml * mshape[d] + ci
             hl = hl * hshape[d] + ci + offset[d]
         if check_sorted and ml <= prev:
-            return lin, 2
+            return 2
         prev = ml
         lin[k] = hl
-    return lin, 0
+    return 0
 
 
-@njit(cache=True)
-def _coo_linear_2d(idx, mshape, offset, hshape, check_sorted):
+@jit.kernel("i64(u64[:], i64[:], i64[:], i64[:], i64, i64[:])")
+def _coo_linear_2d(idx, mshape, offset, hshape, check_sorted, lin):
     """:func:`_coo_linear` for rank 2 (matrices), with the dimension loop written out."""
     nnz = idx.size // 2
-    lin = np.empty(nnz, np.int64)
     m0, m1 = np.uint64(mshape[0]), np.uint64(mshape[1])
     h1 = hshape[1]
     base = offset[0] * h1 + offset[1]
@@ -197,13 +196,13 @@ def _coo_linear_2d(idx, mshape, offset, hshape, check_sorted):
     for k in range(nnz):
         c0, c1 = idx[2 * k], idx[2 * k + 1]
         if c0 >= m0 or c1 >= m1:
-            return lin, 1
+            return 1
         ml = np.int64(c0 * m1 + c1)
         if check_sorted and ml <= prev:
-            return lin, 2
+            return 2
         prev = ml
         lin[k] = np.int64(c0) * h1 + np.int64(c1) + base
-    return lin, 0
+    return 0
 
 
 def sparse_linear(desc, buffers, target, offset, head_shape) -> tuple[np.ndarray, np.ndarray]:
@@ -215,9 +214,10 @@ def sparse_linear(desc, buffers, target, offset, head_shape) -> tuple[np.ndarray
         rank, nnz = len(shape), int(desc.layout.nnz)
         idx = _u64(buffers, 1, nnz * rank, "COO indices")
         sorted_flag = desc.layout.is_sorted == 1
+        lin = np.empty(nnz, np.int64)
         args = (np.ascontiguousarray(idx), np.asarray(shape, np.int64), np.asarray(offset, np.int64),
-                np.asarray(head_shape, np.int64), sorted_flag)
-        lin, err = _coo_linear_2d(*args) if rank == 2 else _coo_linear(args[0], rank, *args[1:])
+                np.asarray(head_shape, np.int64), int(sorted_flag), lin)
+        err = _coo_linear_2d(*args) if rank == 2 else _coo_linear(args[0], rank, *args[1:])
         if err == 1:
             raise HurraySchemaError("COO indices: coordinate out of bounds")
         if err == 2:

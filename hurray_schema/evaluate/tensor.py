@@ -38,15 +38,15 @@ from typing import Optional, Sequence
 
 import attrs
 import numpy as np
-from numba import njit, parallel_chunksize
 
 from ..errors import CopyRequired, HurraySchemaError, InvalidDtype
 from ..limits import Limits, resolve_limits
 from ..model import BlockPagedLayout, ElementType, LayoutTag, PerBlockAffine, PerChannelAffine, PerTensorAffine
-from ..structs.element_types import element_type_info
+from ..structs.element_types import element_type_info, element_type_of
 from .common import (NOT_CHARGED, OFFSET_BYTES, QUANTIZED_DECODE_TYPES, SPARSE_TAGS, as_bytes, as_evaluated, charge,
                      check_representable, check_shape, decoded_type, element_type, new_array, readonly,
                      tensor_stored_bytes)
+from . import jit
 from .dense import element_offsets
 from .elements import CODE_VIEW_TYPES, UnsupportedEvaluation, gather_codes, numpy_dtype
 from .quant import (NO_PATCH, OUT_BF16, OUT_F16, OUT_F32, PK_BLOCK, PK_CHANNEL, decode_gather, decode_rows,
@@ -252,18 +252,13 @@ exercise the table-lookup kernel)."""
 
 _NO_ENTRIES = np.zeros(1, np.int64)
 
-DYNAMIC_CHUNKS = 64
-"""Parallel row loops hand out about this many chunks of rows to whichever thread is free
-(dynamic scheduling): on a machine whose other core is busy, a static half of the rows would
-wait for a thread that gets half a core."""
 
-
-@njit(cache=True, nogil=True)
+@jit.kernel("i64(i64[:])")
 def _strictly_increasing(lin):
     for k in range(1, lin.size):
         if lin[k] <= lin[k - 1]:
-            return False
-    return True
+            return 0
+    return 1
 
 
 def _decode_int4(buf, base, rshape, rstr, p, axis, kind, kout, patch) -> bool:
@@ -273,10 +268,8 @@ def _decode_int4(buf, base, rshape, rstr, p, axis, kind, kout, patch) -> bool:
     lin, vals, combine = _NO_ENTRIES, kout[:1], NO_PATCH
     if patch is not None and _strictly_increasing(patch[0]):
         lin, vals, combine = patch[0], patch[1], int(patch[2])
-    rows = kout.size // int(rshape[-1])
-    with parallel_chunksize(max(1, rows // DYNAMIC_CHUNKS)):
-        decode_rows_int4(buf, base, rshape, rstr, p.signed, p.scales, p.zps, p.pk, axis, p.block, p.nb, kind, kout,
-                         readonly(lin), readonly(vals), combine)
+    decode_rows_int4(buf, base, rshape, rstr, p.signed, p.scales, p.zps, p.pk, axis, p.block, p.nb, kind, kout,
+                     lin, vals, combine)
     return combine != NO_PATCH
 
 
@@ -286,26 +279,20 @@ def _check_quant_axis(desc):
         raise HurraySchemaError("quantization axis must be < rank")
 
 
-_QUANTIZED_DECODE_DTYPES = {numpy_dtype(tag): tag for tag in QUANTIZED_DECODE_TYPES}
-"""The dtypes a quantized tensor dequantizes straight into (float32 arithmetic, then one rounding)."""
+def _quantized_decode_type(dtype: np.dtype):
+    """The element type a quantized tensor asked for ``dtype`` dequantizes straight into (float32
+    arithmetic, then one rounding), or ``None``."""
+    tag = element_type_of(dtype)
+    return tag if tag in QUANTIZED_DECODE_TYPES else None
 
 RAW_CODE_DTYPES = {ElementType.INT4: np.dtype(np.int8), ElementType.UINT4: np.dtype(np.uint8),
                    ElementType.INT2: np.dtype(np.int8), ElementType.UINT2: np.dtype(np.uint8)}
 """Sub-byte integer storage types -> the NumPy integer their unpacked codes come back as (the values:
 ``int4`` code 0xF is -1).  The float codes (float8, float6, float4) come back as their bits in uint8."""
 
-def _element_dtypes() -> frozenset:
-    dtypes = set()
-    for tag in ElementType:
-        try:
-            dtypes.add(numpy_dtype(tag))
-        except UnsupportedEvaluation:
-            pass
-    return frozenset(dtypes)
-
-
-ELEMENT_DTYPES = _element_dtypes()
-"""Every dtype an element type decodes to (the ``ml_dtypes`` ones included: ``requested_dtype`` takes them)."""
+def _is_element_dtype(dtype: np.dtype) -> bool:
+    """``dtype`` is one an element type decodes to (the ``ml_dtypes`` ones included)."""
+    return element_type_of(dtype) is not None
 
 DEFAULT_CASTING = "unsafe"
 """The NumPy casting rule of ``to_numpy(dtype=...)``: ``ndarray.astype``'s and ``numpy.asarray(x, dtype)``'s."""
@@ -327,7 +314,7 @@ def requested_dtype(dtype) -> Optional[np.dtype]:
         resolved = np.dtype(dtype)
     except (TypeError, ValueError):
         raise InvalidDtype(f"dtype {dtype!r} is neither a NumPy dtype nor an ElementType") from None
-    if resolved.kind not in "biufc" and resolved not in ELEMENT_DTYPES:
+    if resolved.kind not in "biufc" and not _is_element_dtype(resolved):
         raise InvalidDtype(f"dtype {resolved} is not a number type")
     return resolved
 
@@ -421,8 +408,10 @@ def tensor_to_numpy(desc, buffers: Sequence, dtype=None, *, seq_lens=None, limit
         desc = raw_code_descriptor(desc)
     wanted = requested_dtype(dtype)
     target = decoded_type(desc)
-    if wanted is not None and desc.quantization is not None and wanted in _QUANTIZED_DECODE_DTYPES:
-        target = _QUANTIZED_DECODE_DTYPES[wanted]
+    quantized_target = _quantized_decode_type(wanted) if wanted is not None and desc.quantization is not None \
+        else None
+    if quantized_target is not None:
+        target = quantized_target
     if copy is not True and not (raw and desc.type_tag in CODE_VIEW_TYPES):
         view = zero_copy_view(desc, buffers)
         if view is not None and (wanted is None or wanted == view.dtype):

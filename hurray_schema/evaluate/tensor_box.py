@@ -49,14 +49,13 @@ import contextlib
 import math
 from typing import Optional, Sequence
 
-import numba
 import numpy as np
-from numba import njit
 
 from ..errors import HurraySchemaError
 from ..limits import Limits, resolve_limits
 from ..model import DYNAMIC_DIMENSION, CooLayout, CscLayout, CsrLayout, ElementType, LayoutTag, Mxfp, Nf4, PerBlockAffine
 from ..structs.element_types import element_type_info
+from . import jit
 from . import tensor as tensor_module
 from .common import (OFFSET_BYTES, SPARSE_TAGS, as_bytes, as_evaluated, charge, check_representable, check_shape,
                      decode_target, new_array, tensor_stored_bytes)
@@ -359,18 +358,9 @@ other threads of a parallel kernel costs more than such a window's work (and, on
 waits for a core)."""
 
 
-@contextlib.contextmanager
 def _threads_for(elements: int):
-    """One thread for a small window (:data:`SERIAL_ELEMENTS`), numba's setting otherwise."""
-    if elements > SERIAL_ELEMENTS:
-        yield
-        return
-    threads = numba.get_num_threads()
-    numba.set_num_threads(1)
-    try:
-        yield
-    finally:
-        numba.set_num_threads(threads)
+    """One thread for a small window (:data:`SERIAL_ELEMENTS`), the configured threads otherwise."""
+    return jit.thread_limit(1) if elements <= SERIAL_ELEMENTS else contextlib.nullcontext()
 
 
 def _decode_window(buf, base, window, strides, p: QuantParams, kind, kout) -> None:
@@ -447,7 +437,7 @@ _OUT_OF_BOUNDS, _UNORDERED = -1, -2
 entries not in strictly increasing lexicographic order."""
 
 
-@njit(cache=True, nogil=True)
+@jit.helper
 def _first_at_least(idx, start, stop, value):
     """The first storage position in ``[start, stop)`` whose first coordinate is ``>= value``
     (the first coordinates being non-decreasing there)."""
@@ -460,7 +450,7 @@ def _first_at_least(idx, start, stop, value):
     return start
 
 
-@njit(cache=True, nogil=True)
+@jit.kernel("i64(u64[:, :], u64[:], u64[:], u64[:], i64[:])")
 def _sorted_coo_box(idx, shape, lo, hi, keep):
     """The entries of a sorted COO (``layouts/coo.md § Storage Order``: lexicographic, so the first
     coordinate is non-decreasing) in the box ``[lo, hi)``: bisects the rows of the box, checks their
