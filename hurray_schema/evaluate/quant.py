@@ -25,8 +25,8 @@ from ..structs.element_types import element_type_info
 from ..structs.quantization import NF4_LEVELS
 from . import jit
 from .jit import WORK_UNITS, claim, search_left, slot, unit_span
-from .elements import (UnsupportedEvaluation, bf16_add, f16_add, f32_to_bf16, f32_to_f16_fast, f32_to_f16_not_nan,
-                       load_code, minifloat_table, sign_extend)
+from .elements import (UnsupportedEvaluation, bf16_add, bf16_to_f32, f16_add, f16_to_f32_fast, f32_to_bf16,
+                       f32_to_f16_fast, f32_to_f16_not_nan, load_code, minifloat_table, sign_extend)
 from .simd import LANES, int4x32, vector_f16
 
 __all__ = ["QuantParams", "quant_params", "decode_rows", "decode_rows_lut", "decode_rows_int4", "decode_gather",
@@ -78,12 +78,31 @@ def _array(buffers, index, dtype, count, what, skip=0):
     return np.frombuffer(buf, dt, count, skip)
 
 
-def widened_scales(bits: np.ndarray, scale_type) -> np.ndarray:
-    """float16 / bfloat16 scale bits as float32, exact (a one-off over the scales: NumPy, no kernel).
+WIDEN_BF16 = False
+"""Whether :func:`_widen` is compiled for bfloat16 bits (else float16): a constant of its variants."""
 
-    bfloat16 is the high half of a float32.  float16 goes through NumPy's cast, exact for every value;
-    a signalling NaN may come out quieted, which changes no result: a scale is only ever multiplied,
-    and the product of a NaN is that NaN quieted either way."""
+
+@jit.kernel("void(u16[:], f32[:])")
+def _widen(bits, out):
+    """float16 / bfloat16 bits -> float32 values, exact (a float16 NaN keeps its payload)."""
+    for i in range(bits.size):
+        out[i] = bf16_to_f32(bits[i]) if WIDEN_BF16 else f16_to_f32_fast(bits[i])
+
+
+NUMPY_WIDEN_MAX = 1 << 16
+"""At most this many scales are widened by NumPy (a one-off as fast as a kernel); more by :func:`_widen`."""
+
+
+def widened_scales(bits: np.ndarray, scale_type) -> np.ndarray:
+    """float16 / bfloat16 scale bits as float32, exact.
+
+    bfloat16 is the high half of a float32.  Few float16 scales go through NumPy's cast, exact for
+    every value; a signalling NaN may come out quieted there, which changes no result: a scale is
+    only ever multiplied, and the product of a NaN is that NaN quieted either way."""
+    if bits.size > NUMPY_WIDEN_MAX:
+        out = np.empty(bits.size, np.float32)
+        _widen.variant(WIDEN_BF16=scale_type == ElementType.BFLOAT16)(np.ascontiguousarray(bits), out)
+        return out
     if scale_type == ElementType.BFLOAT16:
         return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
     return bits.view(np.float16).astype(np.float32)
