@@ -130,6 +130,8 @@ FAULTS = {
         lambda: Composite(head(PARTITION, 2), [member(2, role=MemberRole.BASE), member(2, 2)]), 1),
     "zero-member overlay": Fault("composite.close.overlay_empty",
                                  lambda: Composite(head(OVERLAY, 0, op=CombineOp.REPLACE), []), 0),
+    # no member covers the head's four indices (spec-map.md § Interpretations: zero-member heads)
+    "zero-member partition": Fault("composite.close.partition_gap", lambda: Composite(head(PARTITION, 0), []), 0),
 }
 
 
@@ -251,6 +253,7 @@ def test_the_clean_counterparts_pass(tmp_path):
         nested(MAX_COMPOSITE_DEPTH),
         Composite(head(OVERLAY, 2, op=CombineOp.ADD),
                   [member(4, role=MemberRole.BASE), member(1, 1, role=MemberRole.CORRECTION)]),
+        Composite(head(PARTITION, 0, (0,)), []),  # an empty head: no index to cover
     ]
     for item in clean:
         for framing in ("bare", "messages"):
@@ -298,6 +301,27 @@ def test_a_scalar_partition_of_two_members_overlaps_wherever_it_is_read(tmp_path
     (kept,) = read_stream(write_stream(None, [one], **WRITER_OPTIONS))
     assert audit(write_stream(None, [one], **WRITER_OPTIONS), kind="stream").ok
     assert kept.materialize().tolist() == 1.0 and one.materialize().tolist() == 1.0
+
+
+def test_a_zero_member_partition_is_valid_only_with_an_empty_head():
+    """The note of ``layouts/composite.md § Head Layout-Specific Fields`` calls a zero-member
+    head syntactically valid, with validation "trivially satisfied at N = 0"; the coverage
+    constraint of ``§ Composition Semantics › Partition`` asks every index of the head to be
+    in exactly one member's box.  We follow the normative constraint, as pyhurray does: a
+    zero-member partition of an empty head [0] is valid, of [4] it leaves a gap (spec-map.md
+    § Interpretations)."""
+    from fuzz import reference
+
+    assert reference.available(), "pyhurray (the reference) is required by this test"
+    empty = write_stream(None, [Composite(head(PARTITION, 0, (0,)), [])], **WRITER_OPTIONS)
+    four = write_stream(None, [Composite(head(PARTITION, 0, (4,)), [])], **WRITER_OPTIONS)
+    (bound,) = read_stream(empty)
+    assert isinstance(bound, Composite) and bound.materialize().shape == (0,)
+    assert audit(empty, kind="stream").ok
+    assert raised(lambda: list(read_stream(four))) == ("composite.close.partition_gap", 0)
+    with reference.Reference() as ref:
+        assert ref.stream(empty) is None
+        assert ref.stream(four) not in (None, reference.ABORT)
 
 
 # --------------------------------------------------------------------------------------
