@@ -17,6 +17,12 @@
   through the index, or by walking the region) is audited as in a stream and the
   composites are bound in descriptor order, so one report lists every fault.
 
+When the first bytes name no kind (a damaged magic, an invalid or cut first message
+header), a path's extension decides (``.hrry`` a file; the conformance corpus' ``.msgs``,
+``.stream``, ``.desc``), else the input is read as a bare stream
+(:func:`hurray_schema.io.walk.choose_kind`): the fault is then named by the rule of the
+kind the input claims to be (``file.header.magic``, not ``descriptor.magic``).
+
 Close-time composite findings (a partition gap or overlap, a torn composite) are located
 at the composite's head descriptor.
 
@@ -39,14 +45,14 @@ from .rules.engine import Finding, Level, Mode, Report, as_mode
 from .io.file import HurrayFile
 from .io.stream import read_stream
 from .io.walk import (
-    DESCRIPTOR, FAULT, Faults, Part, Window, collect_descriptor, detect_kind, memory_input, violation_finding,
+    DESCRIPTOR, FAULT, Faults, Part, Window, choose_kind, collect_descriptor, memory_input, violation_finding,
     walk_bare, walk_descriptor, walk_file, walk_messages,
 )
 from .rules import interop
 from .codec import peek_descriptor_length
 from .structs.descriptor import FIXED_HEADER_SIZE
 
-__all__ = ["audit", "audit_descriptor"]
+__all__ = ["audit", "audit_descriptor", "input_name"]
 
 def _limit_finding(exc: LimitExceeded) -> Finding:
     return Finding(f"limit.{exc.limit}", Level.MUST, "hurray_schema limits (not a spec rule)", str(exc),
@@ -66,9 +72,12 @@ KINDS = ("descriptor", "stream", "messages", "file")
 def audit(source, *, mode="strict", kind: str = "auto", progress=None) -> Report:
     """Every finding of every applicable rule on ``source`` (bytes or a path), each with its byte offset.
 
-    ``kind`` is one of :data:`KINDS` or ``"auto"`` (sniffed from the first bytes);
-    ``progress``, when given, is called with the number of bytes audited so far.  A path is
-    memory-mapped: only the bytes a rule looks at are read.
+    ``kind`` is one of :data:`KINDS` or ``"auto"``: sniffed from the first bytes, and when they
+    name no kind (a damaged magic, an invalid or cut first message header) decided by a path's
+    extension (``.hrry``, ``.msgs``, ``.stream``, ``.desc``), else read as a bare stream
+    (:func:`hurray_schema.io.walk.choose_kind`).  ``progress``, when given, is called with the
+    number of bytes audited so far.  A path is memory-mapped: only the bytes a rule looks at
+    are read.
     """
     mode = as_mode(mode)
     if not isinstance(source, (bytes, bytearray, memoryview, mmap.mmap, str, os.PathLike)) \
@@ -76,13 +85,21 @@ def audit(source, *, mode="strict", kind: str = "auto", progress=None) -> Report
         raise TypeError(f"audit() takes bytes or a path, not {type(source).__name__}")
     with memory_input(source) as data:
         if kind == "auto":
-            found = detect_kind(data)
-            kind = found if found in KINDS else "stream"
+            kind = choose_kind(data, input_name(source)).kind
         if kind == "file":
             return _audit_file(data, mode)
         if kind == "messages":
             return _audit_messages(data, mode)
         return _audit_stream(data, mode, progress, lone=kind == "descriptor")
+
+
+def input_name(source):
+    """The path ``source`` names (a path, or a file object opened from one), else None: what
+    :func:`~hurray_schema.io.walk.choose_kind` reads the extension of."""
+    if isinstance(source, (str, os.PathLike)):
+        return source
+    name = getattr(source, "name", None)
+    return name if isinstance(name, str) else None
 
 
 def _collect(mode: Mode):

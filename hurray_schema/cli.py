@@ -49,6 +49,11 @@ AUDIT_JSON_FIELDS = {
     "schema": "Always \"hurray-schema/audit/1\".",
     "input": "The PATH argument (\"-\" for standard input).",
     "kind": "What the input was read as: descriptor, stream, messages, file (or unknown).",
+    "kind_source": "How kind was decided: \"option\" (--kind), \"content\" (the first bytes), \"extension\" (the "
+                   "first bytes name no kind, the path's extension does: .hrry, .msgs, .stream, .desc) or "
+                   "\"default\" (neither: read as a bare stream, kind \"unknown\"); null when the input could not "
+                   "be opened.",
+    "kind_reason": "One sentence saying why the input was read as it was (null when it could not be opened).",
     "mode": "\"strict\" or \"permissive\".",
     "ok": "true when no finding is a MUST-level error the mode does not tolerate.",
     "exit_code": "0 clean, 1 MUST-level findings, 2 unreadable input.",
@@ -312,7 +317,8 @@ def vectors(outdir: str, check: bool, no_reference: bool) -> None:
 @click.option("--permissive", is_flag=True, help="Tolerate what the spec lets a permissive reader keep.")
 @click.option("--json", "as_json", is_flag=True, help=f"One JSON object, schema {AUDIT_JSON_SCHEMA}.")
 @click.option("--kind", type=click.Choice(KINDS), default="auto", show_default=True,
-              help="How to read the input (detected from its first bytes by default).")
+              help="How to read the input (by default from its first bytes; when they name no kind, from the "
+                   "extension .hrry, .msgs, .stream or .desc; else as a bare stream).")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
               help="Also write a self-contained HTML page (structure, hex view, findings marked) to this file.")
 def audit(path: str, permissive: bool, as_json: bool, kind: str, html_out: Optional[str]) -> None:
@@ -324,17 +330,17 @@ def audit(path: str, permissive: bool, as_json: bool, kind: str, html_out: Optio
     findings on a page beside the structure and the bytes.
     """
     mode = "permissive" if permissive else "strict"
-    result: dict[str, Any] = {"schema": AUDIT_JSON_SCHEMA, "input": path, "kind": "unknown", "mode": mode}
+    result: dict[str, Any] = {"schema": AUDIT_JSON_SCHEMA, "input": path, "kind": "unknown", "kind_source": None,
+                              "kind_reason": None, "mode": mode}
     try:
         with _Input(path) as source:
-            from .hexview import detect_kind
-
-            found = detect_kind(source.data) if kind == "auto" else kind
-            result["kind"] = found
-            findings = _run_audit(path, source, found, mode)
+            choice = _kind_choice(path, source, kind)
+            found = "unknown" if choice.source == "default" else choice.kind
+            result.update(kind=found, kind_source=choice.source, kind_reason=choice.reason)
+            findings = _run_audit(path, source, choice.kind, mode)
             groups = _groups(source.data, found)
             if html_out is not None:  # an input of no known kind is read as a stream, as the audit reads it
-                _write_html(html_out, path, source, found if found in _KIND_NAMES else "stream", findings, mode)
+                _write_html(html_out, path, source, choice.kind, findings, mode)
     except OSError as exc:
         return _unreadable(result, f"{path}: {exc.strerror or exc}", as_json)
     except _Unreadable as exc:
@@ -387,6 +393,16 @@ def _level(f) -> str:
 
 def _is_error(f) -> bool:
     return f.is_error
+
+
+def _kind_choice(path: str, source: _Input, kind: str):
+    """How ``audit`` reads PATH: as ``--kind`` says, else as its first bytes say, else as its
+    extension says, else as a bare stream (:func:`hurray_schema.io.walk.choose_kind`)."""
+    from .io.walk import KindChoice, choose_kind
+
+    if kind != "auto":
+        return KindChoice(kind, "option", f"--kind {kind} was given")
+    return choose_kind(source.data, None if path == "-" else path)
 
 
 def _run_audit(path: str, source: _Input, kind: str, mode: str) -> list:
@@ -534,6 +550,8 @@ def _group_of(groups: list[dict], offset: Optional[int]) -> Optional[dict]:
 
 def _audit_text(result: dict) -> str:
     lines = [f"audit of {result['input']} ({_KIND_NAMES.get(result['kind'], result['kind'])}, {result['mode']})"]
+    if result["kind_source"] in ("extension", "default"):  # the first bytes did not say: say what was assumed
+        lines.append(f"kind assumed: {result['kind_reason']}")
     by_group: dict[str, list[dict]] = {}
     for row in result["findings"]:
         by_group.setdefault(row["group"], []).append(row)

@@ -379,6 +379,22 @@ def test_a_group_is_no_array():
             use()
 
 
+def test_lookup_of_a_group_is_not_an_array(tmp_path):
+    """``lookup`` refuses a group as ``read``, indexing and ``__array__`` do (issue 28: it
+    raised AttributeError); a partition's lookup reads the element.  A group read back from
+    a file behaves the same."""
+    group = hs.group([GRID[0], GRID])  # the advisory shape is the first member's: [6]
+    path = tmp_path / "group.hrry"
+    hs.write_file(path, {"g": group})
+    with hs.read_file(path) as f:
+        read_back = f["g"]
+        for item in (group, read_back):
+            for use in (lambda: item.lookup([0]), lambda: item.lookup((-1,)), lambda: item.read([(0, 1)])):
+                with pytest.raises(hs.NotAnArray):
+                    use()
+    assert hs.partition(GRID, grid=2).lookup((3, 5)) == GRID[3, 5]
+
+
 def test_len_of_a_0d_tensor_is_a_type_error_and_objects_stay_true():
     scalar = hs.Tensor.from_numpy(np.array(1, np.int32))
     with pytest.raises(TypeError):

@@ -470,6 +470,33 @@ def test_inspect_message_stream(tmp_path):
 
 
 @needs_audit
+def test_audit_says_which_kind_it_assumed_and_why(tmp_path):
+    """A .hrry file whose magic is damaged (file-format.md § File Header: "HRRYFILE" at 0)
+    is audited as a file because of its extension, and the output says so; the same bytes
+    under another name are read as a bare stream, the output saying that too.  When the
+    first bytes or --kind decide, nothing is assumed (issue 28, item 3)."""
+    damaged = b"X" + (SAMPLES / "sample.hrry").read_bytes()[1:]
+    hrry, other = tmp_path / "damaged.hrry", tmp_path / "damaged.bin"
+    hrry.write_bytes(damaged)
+    other.write_bytes(damaged)
+    for path, kind, source, rule_id in ((hrry, "file", "extension", "file.header.magic"),
+                                        (other, "unknown", "default", "descriptor.magic")):
+        report = json.loads(out(run("audit", "--json", path)))
+        assert (report["kind"], report["kind_source"]) == (kind, source), path
+        assert path.suffix in report["kind_reason"] and (report["findings"][0]["rule_id"],
+                                                          report["findings"][0]["offset"]) == (rule_id, 0)
+        text = out(run("audit", path)).splitlines()
+        assert text[1] == f"kind assumed: {report['kind_reason']}" and rule_id in "\n".join(text), path
+    clean = json.loads(out(run("audit", "--json", SAMPLES / "sample.hrry")))
+    assert (clean["kind"], clean["kind_source"]) == ("file", "content") and clean["kind_reason"]
+    assert "kind assumed" not in out(run("audit", SAMPLES / "sample.hrry"))
+    forced = json.loads(out(run("audit", "--json", "--kind", "stream", hrry)))
+    assert (forced["kind"], forced["kind_source"]) == ("stream", "option")
+    missing = json.loads(out(run("audit", "--json", tmp_path / "missing.hrry")))
+    assert missing["exit_code"] == 2 and missing["kind_source"] is None and missing["kind_reason"] is None
+
+
+@needs_audit
 def test_audit_message_stream(tmp_path):
     from hurray_schema.io.stream import write_stream
     from hurray_schema.io.tensor import Composite, Tensor

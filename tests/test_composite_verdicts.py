@@ -130,6 +130,8 @@ FAULTS = {
         lambda: Composite(head(PARTITION, 2), [member(2, role=MemberRole.BASE), member(2, 2)]), 1),
     "zero-member overlay": Fault("composite.close.overlay_empty",
                                  lambda: Composite(head(OVERLAY, 0, op=CombineOp.REPLACE), []), 0),
+    # no member covers the head's four indices (spec-map.md § Interpretations: zero-member heads)
+    "zero-member partition": Fault("composite.close.partition_gap", lambda: Composite(head(PARTITION, 0), []), 0),
 }
 
 
@@ -251,6 +253,7 @@ def test_the_clean_counterparts_pass(tmp_path):
         nested(MAX_COMPOSITE_DEPTH),
         Composite(head(OVERLAY, 2, op=CombineOp.ADD),
                   [member(4, role=MemberRole.BASE), member(1, 1, role=MemberRole.CORRECTION)]),
+        Composite(head(PARTITION, 0, (0,)), []),  # an empty head: no index to cover
     ]
     for item in clean:
         for framing in ("bare", "messages"):
@@ -262,6 +265,63 @@ def test_the_clean_counterparts_pass(tmp_path):
             assert isinstance(f["c"], Composite)
         assert audit(tmp_path / "fault.hrry").ok
         assert validate_preorder(preorder_descriptors(item)) == []
+
+
+def scalar_partition(count: int) -> Composite:
+    """A partition of a rank-0 head over ``count`` rank-0 members (each the head's one index)."""
+    return Composite(head(PARTITION, count, ()),
+                     [Tensor.dense(F32, [], values(1), shard=Shard((), ())) for _ in range(count)])
+
+
+def test_a_scalar_partition_of_two_members_overlaps_wherever_it_is_read(tmp_path):
+    """A rank-0 head's index space has one index, which both rank-0 members contain: the
+    non-overlap formula of ``layouts/composite.md § Composition Semantics › Partition`` holds
+    vacuously ("for every dimension k", there is none).  Read after a valid one-member scalar
+    partition (which the binder remembers as a clean tiling), every entry point still names
+    ``composite.close.partition_overlap`` at the second head; the one-member one stays valid
+    (issue 28, item 1: its remembered boxes were taken for the two-member partition's)."""
+    one, two = scalar_partition(1), scalar_partition(2)
+    rule = "composite.close.partition_overlap"
+    bare = write_stream(None, [one, two], **WRITER_OPTIONS)
+    messages = write_stream(None, [one, two], framing="messages", **WRITER_OPTIONS)
+    path = tmp_path / "scalar.hrry"
+    write_file(path, {"one": one, "two": two}, **WRITER_OPTIONS)
+    hrry = path.read_bytes()
+    want = {name: (rule, data.index(encode_descriptor(two.descriptor)))
+            for name, data in (("bare", bare), ("messages", messages), ("file", hrry))}
+    assert raised(lambda: list(read_stream(bare))) == want["bare"]
+    assert raised(lambda: list(read_stream(messages, framing="messages"))) == want["messages"]
+    assert raised(lambda: read_file(path).close()) == want["file"]
+    assert audited(bare, "stream", tmp_path) == [want["bare"]]
+    assert audited(messages, "messages", tmp_path) == [want["messages"]]
+    assert audited(hrry, "file", tmp_path) == [want["file"]]
+    descs = preorder_descriptors(one) + preorder_descriptors(two)
+    assert raised(lambda: validate_preorder(descs)) == (rule, None)
+    assert raised(two.materialize) == (rule, None)
+    (kept,) = read_stream(write_stream(None, [one], **WRITER_OPTIONS))
+    assert audit(write_stream(None, [one], **WRITER_OPTIONS), kind="stream").ok
+    assert kept.materialize().tolist() == 1.0 and one.materialize().tolist() == 1.0
+
+
+def test_a_zero_member_partition_is_valid_only_with_an_empty_head():
+    """The note of ``layouts/composite.md § Head Layout-Specific Fields`` calls a zero-member
+    head syntactically valid, with validation "trivially satisfied at N = 0"; the coverage
+    constraint of ``§ Composition Semantics › Partition`` asks every index of the head to be
+    in exactly one member's box.  We follow the normative constraint, as pyhurray does: a
+    zero-member partition of an empty head [0] is valid, of [4] it leaves a gap (spec-map.md
+    § Interpretations)."""
+    from fuzz import reference
+
+    assert reference.available(), "pyhurray (the reference) is required by this test"
+    empty = write_stream(None, [Composite(head(PARTITION, 0, (0,)), [])], **WRITER_OPTIONS)
+    four = write_stream(None, [Composite(head(PARTITION, 0, (4,)), [])], **WRITER_OPTIONS)
+    (bound,) = read_stream(empty)
+    assert isinstance(bound, Composite) and bound.materialize().shape == (0,)
+    assert audit(empty, kind="stream").ok
+    assert raised(lambda: list(read_stream(four))) == ("composite.close.partition_gap", 0)
+    with reference.Reference() as ref:
+        assert ref.stream(empty) is None
+        assert ref.stream(four) not in (None, reference.ABORT)
 
 
 # --------------------------------------------------------------------------------------

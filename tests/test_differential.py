@@ -217,8 +217,10 @@ KNOWN = [
     # -- files -----------------------------------------------------------------------
     Known("DIV-FILE-ABORT", "divergence",
           "pyhurray's load aborts the Python process on counts and sizes larger than the file "
-          "(index_entry_count, data_length, buffer sizes, ...); hurray_schema rejects",
-          "file-format.md § Index Section, § Tensor Region", "hurray_schema", abort=True,
+          "(index_entry_count, data_length, buffer sizes, a composite member_count, ...); hurray_schema rejects "
+          "(the broken rule, or the max_composite_members limit)",
+          "file-format.md § Index Section, § Tensor Region; layouts/composite.md § Binding", "hurray_schema",
+          abort=True,
           kinds=frozenset({"file"})),
     Known("DIV-FILE-HEADER", "divergence",
           "pyhurray's load does not check the file header's reserved bytes, data_buffer_alignment "
@@ -479,6 +481,21 @@ def _huge_index(tmp_path) -> bytes:
     return refresh_index_crc(bytes(data))
 
 
+def _huge_member_count(tmp_path: Path) -> bytes:
+    """A file whose group head promises 2**27 + 1 members -- past the default
+    ``Limits.max_composite_members`` (2**20) -- and holds two (the head patched in place:
+    the same descriptor_length, so the index still locates everything)."""
+    from hurray_schema.io import Composite, Tensor, write_file
+
+    head = TensorDescriptor(F32, (4,), CompositeLayout(0x03, 2))
+    path = tmp_path / "members.hrry"
+    write_file(path, {"g": Composite(head, [Tensor.dense(F32, (4,), bytes(16)) for _ in range(2)])})
+    huge = attrs.evolve(head, layout=attrs.evolve(head.layout, member_count=2**27 + 1))
+    data = path.read_bytes()
+    assert data.count(_enc(head)) == 1 and len(_enc(huge)) == len(_enc(head))
+    return data.replace(_enc(head), _enc(huge))
+
+
 def _group_chain(levels: int) -> bytes:
     """A bare stream of ``levels`` nested one-member group heads around one float32 [4] tensor."""
     heads = b"".join(_head(0x03, 1, (4,)) for _ in range(levels))
@@ -616,6 +633,7 @@ CASES = [
     ("DIV-NESTING", "stream", lambda _: _group_chain(64), "composite.nesting.depth", "strict", None),
     ("DIV-NESTING", "file", lambda p: _group_chain_file(p, 9), "composite.nesting.depth", "strict", None),
     ("DIV-FILE-ABORT", "file", _huge_index, "file.index.truncated", "strict", ABORT),
+    ("DIV-FILE-ABORT", "file", _huge_member_count, "limit:max_composite_members", "strict", ABORT),
     ("DIV-FILE-HEADER", "file", lambda p: _header_patched(p, "_reserved_header", "<B", 1), "file.header.reserved",
      "strict", None),
     ("DIV-FILE-HEADER", "file", lambda p: _header_patched(p, "data_buffer_alignment", "<I", 4096 + 64),

@@ -96,3 +96,39 @@ def test_a_file_is_delegated_to_the_file_reader(tmp_path):
     raw = p.read_bytes()
     report = audit(raw[:-8] + b"\x00" * 8)
     assert not report.ok and report.findings[-1].rule_id.startswith("file.")
+
+
+def _first(report):
+    return report.findings[0].rule_id, report.findings[0].offset
+
+
+def test_when_the_first_bytes_name_no_kind_the_extension_decides(tmp_path):
+    """A damaged file magic, an invalid first message_type and a first message header cut
+    short name no kind: ``kind="auto"`` reads a path by its extension (``.hrry``, ``.msgs``),
+    so the fault is the kind's own rule, as with the kind given (issue 28, item 3); without
+    a known extension (or as bytes) the input is a bare stream and a bare stream's rule
+    fires.  Offsets: the magic at 0 (file-format.md § File Header), message_type at 0 and
+    a 12-byte header (interchange.md § Message Framing)."""
+    from hurray_schema.io import Tensor, write_file, write_stream
+
+    tensor = Tensor.dense(F32, [3], bytes(12))
+    good_file = tmp_path / "good.hrry"
+    write_file(good_file, {"t": tensor})
+    messages = write_stream(None, [tensor], framing="messages")
+    cases = {
+        "file.header.magic": (b"X" + good_file.read_bytes()[1:], ".hrry", "file", 0, "descriptor.magic"),
+        "stream.message.type": (struct.pack("<I", 0x0E) + messages[4:], ".msgs", "messages", 0, "descriptor.magic"),
+        # as a bare stream: 11 bytes end inside the 20-byte fixed header of a first descriptor
+        "stream.message.truncated": (messages[:11], ".msgs", "messages", 11, "stream.truncated"),
+    }
+    for rule_id, (data, suffix, kind, offset, as_bare) in cases.items():
+        named, unnamed = tmp_path / f"damaged{suffix}", tmp_path / "damaged.bin"
+        named.write_bytes(data)
+        unnamed.write_bytes(data)
+        assert _first(audit(named)) == _first(audit(named, kind=kind)) == (rule_id, offset), rule_id
+        with open(named, "rb") as handle:  # a file object opened from the path: its name
+            assert _first(audit(handle)) == (rule_id, offset), rule_id
+        assert _first(audit(unnamed))[0] == _first(audit(data))[0] == as_bare, rule_id
+    stream = tmp_path / "stream.hrry"  # the first bytes name a bare stream: the extension is not asked
+    stream.write_bytes(write_stream(None, [tensor, tensor]))
+    assert audit(stream).ok and not audit(stream, kind="file").ok

@@ -1,7 +1,8 @@
 """The conformance corpus: regenerated in a scratch directory, every vector read back.
 
-Each vector is read by our strict and permissive readers and by ``audit`` in both modes;
-all of them must give the manifest's verdict and first finding (rule id and byte
+Each vector is read by our strict and permissive readers and by ``audit`` in both modes,
+told its kind and with ``kind="auto"`` (its path: the first bytes, else the extension); all
+of them must give the manifest's verdict and first finding (rule id and byte
 offset).  The manifest must account for every registered rule, the generation must be
 byte-identical from run to run, and ``vectors --check`` must report drift.
 """
@@ -44,6 +45,10 @@ def _entries(manifest):
 
 
 def _audited(path: Path, kind: str, mode: str):
+    """``audit`` of the vector as its kind, or (``kind="auto"``) of its path, the kind found
+    from the first bytes or, when they name none, from the extension."""
+    if kind == "auto":
+        return audit(path, kind="auto", mode=mode).findings
     report = audit(path, kind="file", mode=mode) if kind == "file" else \
         audit(path.read_bytes(), kind=AUDIT_KIND[kind], mode=mode)
     return report.findings
@@ -70,15 +75,17 @@ def test_every_vector_gives_the_manifests_verdict_in_every_reader(manifest, corp
         assert len(data) == entry["size"], entry["file"]
         for mode in ("strict", "permissive"):
             assert read_verdict(entry["kind"], data, mode).to_json() == entry[mode], (entry["file"], mode)
-            findings = _audited(path, entry["kind"], mode)
-            expected = entry["first_finding"]
-            if expected is None:
-                assert findings == (), (entry["file"], mode, findings)
-                continue
-            first = findings[0]
-            assert (first.rule_id, first.offset) == (expected["rule_id"], expected["offset"]), (entry["file"], mode)
-            if entry["rule_id"] not in LINTS:  # a lint is audit's finding on what a reader accepts
-                assert first.is_error == (entry[mode]["verdict"] == "reject"), (entry["file"], mode)
+            for kind in (entry["kind"], "auto"):
+                where = (entry["file"], mode, kind)
+                findings = _audited(path, kind, mode)
+                expected = entry["first_finding"]
+                if expected is None:
+                    assert findings == (), (*where, findings)
+                    continue
+                first = findings[0]
+                assert (first.rule_id, first.offset) == (expected["rule_id"], expected["offset"]), where
+                if entry["rule_id"] not in LINTS:  # a lint is audit's finding on what a reader accepts
+                    assert first.is_error == (entry[mode]["verdict"] == "reject"), where
 
 
 def test_a_violating_vector_fires_its_own_rule_first_and_a_passing_one_nothing(manifest):

@@ -579,10 +579,13 @@ class Composite(ArrayProtocol):
 
     def lookup(self, index):
         """One element of the logical view (an integer per dimension, negative ones counting from
-        the end), reading only the member that holds it."""
+        the end), reading only the member that holds it.  A group has no logical view
+        (``layouts/composite.md § Group``): :class:`~hurray_schema.errors.NotAnArray`, as
+        for ``read``, indexing and ``__array__``."""
         from ..evaluate import lookup
         from ..evaluate.indexing import element_index
 
+        self._require_array()
         return lookup(self, element_index(index, self.shape))
 
     def with_name(self, name: Optional[str]) -> "Composite":

@@ -64,7 +64,7 @@ from .parts import (  # noqa: F401  (the kinds of part are part of this module's
 __all__ = [
     "Faults", "Part", "Window", "memory_input", "as_view", "violation_finding", "strict_descriptor", "strict_describer",
     "collect_descriptor", "walk_descriptor", "walk_bare", "walk_messages", "walk_file", "detect_kind", "IndexEntry", "buffer_spans",
-    "Nesting", "RemoteError", "walk_index",
+    "Nesting", "RemoteError", "walk_index", "choose_kind", "KindChoice", "KIND_EXTENSIONS",
 ]
 
 _CHUNK = 8 * 1024 * 1024
@@ -808,6 +808,48 @@ def detect_kind(data) -> str:
     if len(head) >= _MSG_SIZE and _MSG.unpack(head)[0]["message_type"] in _KNOWN_MESSAGE_TYPES:
         return "messages"
     return "unknown"
+
+
+KIND_EXTENSIONS = {".desc": "descriptor", ".stream": "stream", ".msgs": "messages", ".hrry": "file"}
+"""The path extensions that name a kind when the first bytes do not: ``.hrry`` (the file
+format's own, ``file-format.md``) and the conformance corpus' ``.desc`` / ``.stream`` / ``.msgs``."""
+
+_KIND_WORDS = {"descriptor": "a lone descriptor", "stream": "a bare stream", "messages": "a message stream",
+               "file": "a Hurray file"}
+
+
+@attrs.frozen(slots=True)
+class KindChoice:
+    """How an input is read when its kind was not given: ``kind`` (descriptor, stream,
+    messages or file), ``source`` -- ``content`` (its first bytes), ``extension`` (they name
+    no kind, the path's extension does) or ``default`` (neither: a bare stream) -- and
+    ``reason``, one sentence saying why."""
+
+    kind: str
+    source: str
+    reason: str
+
+    @property
+    def assumed(self) -> bool:
+        """True when the first bytes did not name the kind."""
+        return self.source != "content"
+
+
+def choose_kind(data, name=None) -> KindChoice:
+    """The kind to read ``data`` as: what :func:`detect_kind` finds in its first bytes; when
+    they name none (a damaged magic, an invalid or cut first message header), the extension
+    of the path ``name`` (:data:`KIND_EXTENSIONS`); else a bare stream, whose reader then
+    reports the bytes' fault (``descriptor.magic``)."""
+    found = detect_kind(data)
+    if found != "unknown":
+        return KindChoice(found, "content", f"its first bytes are those of {_KIND_WORDS[found]}")
+    unnamed = "its first bytes name no kind (no file or descriptor magic, no valid message header)"
+    suffix = os.path.splitext(os.fspath(name))[1].lower() if isinstance(name, (str, os.PathLike)) else ""
+    kind = KIND_EXTENSIONS.get(suffix)
+    if kind is not None:
+        return KindChoice(kind, "extension", f"{unnamed}; the path's extension {suffix} names {_KIND_WORDS[kind]}")
+    ending = f"nor does the path's extension {suffix}" if suffix else "and no path extension names one"
+    return KindChoice("stream", "default", f"{unnamed}, {ending}: read as a bare stream")
 
 
 # --------------------------------------------------------------------------------------

@@ -348,7 +348,7 @@ class CompositeValidator:
             faults = partition_check(self._shape, offsets, shapes)
             for rule, message in faults:
                 self._fire(rule, message, out, self.base)
-            if not faults and len(boxes[1]) <= _TILING_KEY_VALUES:
+            if not faults and self._shape and len(boxes[1]) <= _TILING_KEY_VALUES:
                 if len(_TILING) >= _MAX_TILINGS:
                     _TILING.clear()
                 _TILING.add(boxes)
@@ -412,7 +412,11 @@ class CompositeValidator:
 
 _TILING: set = set()
 """``(head shape, flat offsets, flat shapes)`` of partitions :func:`partition_check` found
-clean (a stream of composites repeats its sharding); bounded, emptied when full."""
+clean (a stream of composites repeats its sharding); bounded, emptied when full.  A key
+names the member count only through the number of flat values (N * rank): a scalar head's
+boxes have none, so rank-0 partitions are never remembered -- one rank-0 member tiles the
+head, two overlap on its one index (``layouts/composite.md § Composition Semantics ›
+Partition``), and :func:`partition_check` tells them apart in constant time."""
 _MAX_TILINGS = 256
 _TILING_KEY_VALUES = 64
 """Only partitions of at most this many offset values are remembered (a key stays small)."""

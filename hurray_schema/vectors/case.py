@@ -7,13 +7,17 @@ from typing import Callable, Optional
 
 import attrs
 
+from ..io.walk import KIND_EXTENSIONS
+
 __all__ = ["Case", "KINDS", "EXTENSIONS"]
 
 KINDS = ("descriptor", "stream", "messages", "file")
 """The smallest containers a rule can need: a lone descriptor, a bare stream, a message
 stream (``interchange.md § Message Framing``), a ``.hrry`` file."""
 
-EXTENSIONS = {"descriptor": "desc", "stream": "stream", "messages": "msgs", "file": "hrry"}
+EXTENSIONS = {kind: suffix.lstrip(".") for suffix, kind in KIND_EXTENSIONS.items()}
+"""File extension of each kind (without the dot): the ones ``audit`` reads the kind from when
+the first bytes name none (:func:`hurray_schema.io.walk.choose_kind`)."""
 
 
 @attrs.frozen(slots=True)

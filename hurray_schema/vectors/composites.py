@@ -64,6 +64,7 @@ OVERLAY = head(CompositionRule.OVERLAY, 2, op=CombineOp.ADD)
 BASE = member((8, 8), role=MemberRole.BASE)
 CORRECTION = member((2, 2), (3, 3), role=MemberRole.CORRECTION)
 PARTITION = head()
+SCALAR = member((), (), ())
 
 
 def nested(levels: int) -> Composite:
@@ -111,6 +112,10 @@ def composite_cases() -> list[Case]:
         _stream("composite.close.partition_overlap",
                 (head(count=3), [member((8, 2)), member((8, 2), (0, 2)), member((8, 4), (0, 4))]),
                 (head(count=3), [member((8, 3)), member((8, 2), (0, 2)), member((8, 4), (0, 4))])),
+        _stream("composite.close.partition_overlap", (head(count=1, shape=()), [SCALAR]),
+                (head(count=2, shape=()), [SCALAR, SCALAR]),
+                "a rank-0 head and two rank-0 members: both contain its one index (the overlap formula holds "
+                "for every dimension of none)"),
         _stream("composite.close.overlay_empty", (overlay_one, [BASE]),
                 (evolve(overlay_one, layout=CompositeLayout(CompositionRule.OVERLAY, 0, CombineOp.REPLACE)), [])),
         _stream("composite.torn", (PARTITION, [LEFT, RIGHT]), (head(count=3), [LEFT, RIGHT]),

@@ -56,7 +56,7 @@ DIVERGENCES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("DIV-NESTING", ("composite.nesting.depth",)),
     ("DIV-FILE-ABORT", ("adr007.empty.data_buffer_size", "file.data.length", "file.header.alignment",
                         "file.header.first_descriptor_offset", "file.header.reserved", "file.index.bounds",
-                        "file.index.truncated", "metadata.byte_offset.bounds")),
+                        "file.index.truncated", "limit.max_composite_members", "metadata.byte_offset.bounds")),
     ("DIV-FILE-HEADER", ("file.header.alignment", "file.header.first_descriptor_offset", "file.header.reserved")),
     ("DIV-FILE-TRAILER", ("file.index.alignment", "file.index.bounds", "file.index.crc_unset",
                           "file.trailer.reserved")),
