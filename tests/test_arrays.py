@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hurray_schema as hs
+from hurray_schema import evaluate
 from hurray_schema.io import produce
 from hurray_schema.model import (BufferHandle, ColumnMajorLayout, ElementType, HilbertLayout, MortonLayout,
                                  StridedLayout, TensorDescriptor, TiledLayout)
@@ -391,6 +392,9 @@ def test_lookup_of_a_group_is_not_an_array(tmp_path):
         for item in (group, read_back):
             for use in (lambda: item.lookup([0]), lambda: item.lookup((-1,)), lambda: item.read([(0, 1)])):
                 with pytest.raises(hs.NotAnArray):
+                    use()
+            for use in (lambda: evaluate.lookup(item, (0,)), lambda: evaluate.read(item, [(0, 1)])):
+                with pytest.raises(hs.NotAnArray):  # the evaluator's own entry points too
                     use()
     assert hs.partition(GRID, grid=2).lookup((3, 5)) == GRID[3, 5]
 

@@ -42,7 +42,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import HurraySchemaError
+from ..errors import HurraySchemaError, NotAnArray
 from ..limits import resolve_limits
 from ..model import (BlockPagedLayout, CombineOp, CompositionRule, ElementType, HilbertLayout, LayoutTag,
                      MortonLayout, TiledLayout)
@@ -269,6 +269,15 @@ def _head(composite):
     return head
 
 
+def _array_head(composite):
+    """The head of a composite that is one array (a partition or an overlay); a group is a collection
+    of its members, not one array (``layouts/composite.md § Group``): :class:`NotAnArray`."""
+    head = _head(composite)
+    if head.layout.composition_rule == CompositionRule.GROUP:
+        raise NotAnArray("a group composite is not one array: look its members up")
+    return head
+
+
 def _materialize_into(composite, out: np.ndarray, depth: int, limits) -> None:
     head = _head(composite)
     rule, combine = head.layout.composition_rule, head.layout.combine_op
@@ -456,9 +465,10 @@ def lookup(composite, index: Sequence[int], _depth: int = 0):
     """Value at logical ``index`` of a partition or overlay, touching only covering members.
 
     Partition: the one member whose box holds ``index``, read at ``index - shard_offset``.
-    Overlay: the base value, then each covering correction in emission order.
+    Overlay: the base value, then each covering correction in emission order.  A group is not one
+    array: :class:`~hurray_schema.errors.NotAnArray`.
     """
-    head = _head(composite)
+    head = _array_head(composite)
     if not _depth:
         _validated(composite)
     shape = check_shape(head.shape)
@@ -581,10 +591,11 @@ def read(composite, region, *, steps: Sequence[int] | None = None, limits=None, 
     intersecting member's read (against its own buffers: :mod:`.tensor_box`), are charged against
     ``limits`` (``None``: the default limits) before being allocated: :class:`LimitExceeded`
     beyond both the budget and the expansion allowance.  The head's shape is not bounded by
-    ``dense.MAX_ELEMENTS``, only the region.
+    ``dense.MAX_ELEMENTS``, only the region.  A group is not one array:
+    :class:`~hurray_schema.errors.NotAnArray`.
     """
     limits = resolve_limits(limits)
-    head = _head(composite)
+    head = _array_head(composite)
     if not _depth:
         _validated(composite)
     shape = resolved_shape(head.shape)
