@@ -205,3 +205,17 @@ def test_audit_of_a_file_in_memory_writes_no_temporary_file(tmp_path, monkeypatc
     assert audit(raw).ok
     broken = audit(raw[:-8] + bytes(8))  # trailer_magic zeroed
     assert [f.rule_id for f in broken.findings] == ["file.trailer.magic"]
+
+
+def test_the_index_crc_is_the_crc32c_packages():
+    """io.crc loads the crc32c package's function without the package's slow __init__: the same CRC,
+    continued from a value as the package continues it (the check value of ``123456789`` included)."""
+    import crc32c as package
+
+    from hurray_schema.io.crc import crc32c
+
+    assert crc32c(b"123456789") == 0xE3069283  # CRC-32C check value
+    data = np.random.default_rng(5).integers(0, 256, 10_000, dtype=np.uint8).tobytes()
+    assert crc32c(data) == package.crc32c(data)
+    assert crc32c(data[5000:], crc32c(data[:5000])) == package.crc32c(data)
+    assert crc32c(memoryview(data)[10:99]) == package.crc32c(data[10:99])

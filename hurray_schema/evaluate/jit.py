@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.abc
 import importlib.util
 import json
 import os
@@ -461,6 +462,7 @@ class Kernel:
         return function
 
     def _compile(self, signature: Signature) -> int:
+        _initialize_numba()
         from numba import carray, cfunc, njit
 
         inherited = (("fastmath", frozenset(self.options["fastmath"])),) if self.options.get("fastmath") else ()
@@ -515,6 +517,47 @@ def _optimized_once(entry: str):
     finally:
         library._optimize_final_module, library._finalize_final_module = optimize, finalize
         jit_codegen.set_env = set_env
+
+
+class _NoLinearAlgebra(importlib.abc.MetaPathFinder):
+    """Refuses ``scipy.linalg`` to one thread (the one setting numba up), as if it were not installed."""
+
+    def __init__(self, thread: int):
+        self.thread = thread
+
+    def find_spec(self, name, path=None, target=None):
+        if threading.get_ident() == self.thread and (name == "scipy.linalg" or name.startswith("scipy.linalg.")):
+            raise ModuleNotFoundError(f"{name} is imported when numba code needs it", name=name)
+        return None
+
+
+def _initialize_numba() -> None:
+    """Set numba's type system up for the first compilation, without the import of ``scipy.linalg``
+    (0.3 s) its set-up does only to learn whether BLAS is there: the import is refused to the
+    setting-up thread, then numba is told what it would have learnt.  BLAS itself is imported when
+    numba code first needs it (numba's linear algebra imports it there); no kernel does."""
+    if "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
+        return  # set up already, or nothing to save
+    blocker = _NoLinearAlgebra(threading.get_ident())
+    sys.meta_path.insert(0, blocker)
+    try:
+        from numba.core.registry import cpu_target
+
+        cpu_target.target_context.refresh()
+        cpu_target.typing_context.refresh()
+    finally:
+        sys.meta_path.remove(blocker)
+    arraymath = sys.modules.get("numba.np.arraymath")
+    if arraymath is not None and _scipy_has_blas():
+        arraymath._HAVE_BLAS = True
+
+
+def _scipy_has_blas() -> bool:
+    """Whether ``scipy.linalg.cython_blas`` is installed (numba's test for BLAS), without importing scipy."""
+    spec = importlib.util.find_spec("scipy")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    return any(Path(folder, "linalg").glob("cython_blas*") for folder in spec.submodule_search_locations)
 
 
 def kernel(*signatures: str, **options):

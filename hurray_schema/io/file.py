@@ -20,9 +20,9 @@ import os
 from collections.abc import Mapping
 from typing import Any, Iterable, Iterator, Optional, Union
 
-import crc32c as _crc32c
 
 from ..errors import HurraySchemaError
+from .crc import crc32c
 from ..limits import Limits, resolve_limits
 from ..model import CompositionRule, TensorDescriptor
 from ..rules.composite import CompositeBinder
@@ -446,7 +446,7 @@ def _write_body(out: Sink, encoded: list[EncodedNode], flags: FileFlag, alignmen
     out.write(index)
     out.write(_TRAILER.pack(
         index_offset=index_off, index_length=len(index), kv_offset=kv_off, kv_length=len(kv_bytes),
-        index_crc32c=_crc32c.crc32c(index), _reserved=bytes(4), trailer_magic=TRAILER_MAGIC))
+        index_crc32c=crc32c(index), _reserved=bytes(4), trailer_magic=TRAILER_MAGIC))
     return ordered
 
 

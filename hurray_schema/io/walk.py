@@ -32,8 +32,8 @@ import struct
 from typing import Any, Callable, Iterator, Optional
 
 import attrs
-import crc32c
 
+from .crc import crc32c
 from ..codec import checked_descriptor, known_length, parse_descriptor, peek_descriptor_length
 from ..errors import HurraySchemaError, SpecViolation
 from ..limits import DEFAULT_LIMITS, Limits
@@ -1002,7 +1002,7 @@ def _check_trailer(view: memoryview, h: dict, t: dict, limits: Limits) -> None:
     limits.check("max_index_bytes", index_length, base + _T["index_length"])
     crc = t["index_crc32c"]
     if h["file_flags"] & FileFlag.HAS_INDEX_CRC32C:
-        actual = crc32c.crc32c(view[index_at : index_at + index_length])
+        actual = crc32c(view[index_at : index_at + index_length])
         if actual != crc:
             raise container_rules.INDEX_CRC.violation(
                 f"index_crc32c is 0x{crc:08X}, the index bytes give 0x{actual:08X}", base + _T["index_crc32c"])

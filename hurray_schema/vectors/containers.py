@@ -14,10 +14,10 @@ import math
 from typing import Callable
 
 import attrs
-import crc32c
 import numpy
 
 from ..io import Composite, Tensor
+from ..io.crc import crc32c
 from ..io.kv import walk_kv
 from ..limits import MAX_COMPOSITE_DEPTH
 from ..io.parts import ENTRY_START, NAME, TABLE, VALUE, Faults, Part, as_view
@@ -219,7 +219,7 @@ def _name_at(data: bytes, name: str) -> int:
 def with_index_crc(data: bytes) -> bytes:
     """``data`` with index_crc32c recomputed over its index section."""
     at, length = _trailer(data, "index_offset"), _trailer(data, "index_length")
-    return put(data, _trailer_at(data, "index_crc32c"), TRAILER, "index_crc32c", crc32c.crc32c(data[at:at + length]))
+    return put(data, _trailer_at(data, "index_crc32c"), TRAILER, "index_crc32c", crc32c(data[at:at + length]))
 
 
 def _header_patch(name: str, value: Callable) -> Callable[[], tuple[bytes, bytes]]:
