@@ -34,6 +34,7 @@ from hurray_schema.structs import quantization as Q
 from hurray_schema.structs import sections as X
 from hurray_schema.structs._declare import Field, plan
 from hurray_schema.structs.wire import descriptor_spans
+from sizes import size
 
 U8, U16, U32, U64 = (st.integers(0, 2**b - 1) for b in (8, 16, 32, 64))
 I64 = st.integers(-(2**63), 2**63 - 1)
@@ -165,7 +166,7 @@ def decode_descriptor(data, mode="strict"):
     return parse_descriptor(data, mode=mode)[0]
 
 
-SETTINGS = settings(max_examples=150, deadline=None,
+SETTINGS = settings(max_examples=size(60, 150), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 # --------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from hurray_schema.structs.file import (
     FILE_HEADER, INDEX_COUNT, INDEX_ENTRY_FIELDS, INDEX_NAME_LENGTH, KV_COUNT, TRAILER, TRAILER_SIZE, FileFlag,
 )
 from hurray_schema.structs.tags import PRIVATE_TAG_FIRST, PRIVATE_TAG_LAST
+from sizes import size
 
 pytestmark = pytest.mark.skipif(not reference.available(), reason="pyhurray is not installed")
 
@@ -343,7 +344,7 @@ def _mutants(seeds, seed: int, n: int):
 
 def test_descriptors_agree_with_pyhurray(ref):
     found, unexplained = {}, Unexplained()
-    for _, data in _mutants(seed_inputs(), 4242, 10_000):
+    for _, data in _mutants(seed_inputs(), 4242, size(4_000, 10_000)):
         ours = _ours(hs.decode_descriptor, data)
         theirs = ref.descriptor(data)
         _classify(data, ours, theirs, "descriptor", found, unexplained)
@@ -354,7 +355,7 @@ def test_streams_agree_with_pyhurray(ref):
     if targets.entry_point("read_stream") is None:
         pytest.skip("read_stream is not in this build yet")
     found, unexplained = {}, Unexplained()
-    for _, data in _mutants(seed_streams("bare"), 4343, 5_000):
+    for _, data in _mutants(seed_streams("bare"), 4343, size(2_000, 5_000)):
         ours = _ours(targets.run_read_stream, data, "strict", "bare")
         theirs = ref.stream(data)
         _classify(data, ours, theirs, "stream", found, unexplained)
@@ -367,7 +368,7 @@ def test_files_agree_with_pyhurray(ref, tmp_path):
     found, unexplained = {}, Unexplained()
     scratch = targets.scratch_file()
     try:
-        for i, data in _mutants(seed_files(tmp_path), 4444, 1_500):
+        for i, data in _mutants(seed_files(tmp_path), 4444, size(600, 1_500)):
             if i % 2:
                 data = refresh_index_crc(data)
             targets.write_scratch(scratch, data)

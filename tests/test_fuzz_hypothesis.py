@@ -1,7 +1,8 @@
 """Hypothesis fuzz: valid descriptors, streams and files drawn by ``fuzz.strategies``,
 round-tripped, then damaged; every damaged input gives a value or a HurraySchemaError.
 
-Complements ``test_fuzz_mutations.py`` (fixed seeds, 20,000 inputs per entry point):
+Complements ``test_fuzz_mutations.py`` (fixed seeds, 8,000 inputs per entry point, 20,000 with
+``--thorough``):
 here Hypothesis chooses the inputs *and* the damage, and shrinks any failure to a small
 example.
 """
@@ -17,8 +18,9 @@ from hypothesis import HealthCheck, given, settings
 import hurray_schema as hs
 from fuzz import strategies as S
 from fuzz import targets
+from sizes import size
 
-FUZZ = settings(max_examples=300, deadline=None, derandomize=True,
+FUZZ = settings(max_examples=size(120, 300), deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 SCRATCH = Path(tempfile.mkdtemp(prefix="hurray_hyp_"))
 

@@ -3,7 +3,8 @@
 Seeded and deterministic.  The inputs are valid descriptors, streams and files built by
 our writers and by pyhurray's (``fuzz/corpus.py``), damaged by ``fuzz/mutate.py``
 (bit flips, truncation, extreme length/count fields, inserted, deleted, duplicated and
-swapped chunks), aimed at the bytes decoders look at.  Per entry point 20,000 inputs;
+swapped chunks), aimed at the bytes decoders look at.  Per entry point 8,000 inputs (20,000
+with ``--thorough``: ``tests/sizes.py``);
 every 10th one runs under ``tracemalloc`` and its peak allocation must stay below
 1 MiB plus a few times the input's size.
 
@@ -13,7 +14,7 @@ Every item the stream and file readers accept is also evaluated (``fuzz.targets.
 shape cannot make the run slow; the budget check is the same at any size); the traced peak
 may then exceed the readers' bound by ``Evaluation.memory_allowance``.
 
-A further 20,000 mutants of ``fuzz.evaluation_corpus`` (every layout and scheme the evaluator
+As many further mutants of ``fuzz.evaluation_corpus`` (every layout and scheme the evaluator
 decodes) go through ``read_stream`` and evaluation.
 
 Entry points this build does not have yet are skipped (``fuzz.targets.entry_point``).
@@ -31,8 +32,9 @@ from fuzz import targets
 from fuzz.corpus import seed_files, seed_inputs, seed_streams
 from fuzz.evaluation_corpus import evaluation_streams
 from fuzz.mutate import hot_regions, mutate, refresh_index_crc
+from sizes import size
 
-INPUTS_PER_ENTRY_POINT = 20_000
+INPUTS_PER_ENTRY_POINT = size(8_000, 20_000)
 EVALUATION_INPUTS = INPUTS_PER_ENTRY_POINT
 TRACE_EVERY = 10
 MEMORY_SLACK = 1 << 20  # bytes allowed beyond MEMORY_FACTOR x input size

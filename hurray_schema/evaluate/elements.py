@@ -18,7 +18,7 @@ from ..errors import UnsupportedEvaluation
 from ..model import ElementType
 from ..structs.element_types import element_type_info, numpy_dtype_of
 from . import jit
-from .jit import WORK_UNITS, claim, unit_span
+from .jit import claim_span
 
 __all__ = [
     "UnsupportedEvaluation", "numpy_dtype", "f16_to_f32", "f32_to_f16", "bf16_to_f32", "f32_to_bf16",
@@ -383,12 +383,10 @@ def load_code(buf, base, offset, bits):
 @jit.kernel("void(i64[:], u8[:], i64, i64[:], i64, u8[:])")
 def _gather_codes(work, buf, base, offsets, bits, out):
     """``out[i]`` = code at element ``offsets[i]``, for the units of ``work`` this thread claims."""
-    units = work[WORK_UNITS]
     while True:
-        unit = claim(work)
-        if unit < 0:
+        start, stop = claim_span(work, out.size)
+        if start == stop:
             break
-        start, stop = unit_span(unit, units, out.size)
         for i in range(start, stop):
             out[i] = load_code(buf, base, offsets[i], bits)
 

@@ -54,7 +54,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-__all__ = ["kernel", "helper", "intrinsic", "choose", "bound", "Kernel", "run_parallel", "claim", "slot",
+__all__ = ["kernel", "helper", "intrinsic", "choose", "bound", "Kernel", "run_parallel", "claim", "claim_span", "slot",
            "unit_span", "scratch", "search_left", "search_right", "threads", "set_threads", "thread_limit", "cache_dir",
            "numba_loaded", "compile_count", "timings", "host_has"]
 
@@ -789,6 +789,16 @@ def scratch(count: int, dtype, slots: Optional[int] = None, *, zeros: bool = Fal
     raw = (np.zeros if zeros else np.empty)(slots * stride * dtype.itemsize + CACHE_LINE, np.uint8)
     start = -raw.ctypes.data % CACHE_LINE
     return raw[start:start + slots * stride * dtype.itemsize].view(dtype).reshape(slots, stride)
+
+
+@helper
+def claim_span(work, count):
+    """``[start, stop)`` of the next unit of ``work`` over ``count`` items for the calling thread (units
+    of equal runs, :func:`unit_span`); an empty span when none is left."""
+    unit = claim(work)
+    if unit < 0:
+        return count, count
+    return unit_span(unit, work[WORK_UNITS], count)
 
 
 @helper(inline="always")

@@ -24,7 +24,7 @@ from ..model import (NO_BUFFER_INDEX, CombineOp, ElementType, Mxfp, Nf4, PerBloc
 from ..structs.element_types import element_type_info
 from ..structs.quantization import NF4_LEVELS
 from . import jit
-from .jit import WORK_UNITS, claim, search_left, slot, unit_span
+from .jit import claim_span, search_left, slot
 from .elements import (UnsupportedEvaluation, bf16_add, bf16_to_f32, f16_add, f16_to_f32_fast, f32_to_bf16,
                        f32_to_f16_fast, f32_to_f16_not_nan, load_code, minifloat_table, sign_extend)
 from .simd import LANES, int4x32, vector_f16
@@ -336,10 +336,9 @@ def _decode_rows(work, buf, base, shape, strides, valmode, bits, signed, table, 
     rows = out.size // cols if cols else 0
     sl = strides[r - 1]
     while True:
-        unit = claim(work)
-        if unit < 0:
+        first, stop = claim_span(work, rows)
+        if first == stop:
             break
-        first, stop = unit_span(unit, work[WORK_UNITS], rows)
         for row in range(first, stop):
             off, i_axis, outer_na = _row_origin(row, shape, strides, axis)
             pbase, pstep, bstep = _row_params(row, i_axis, outer_na, cols, pk, axis, r - 1, nb, block)
@@ -362,10 +361,9 @@ def decode_rows(buf, base, shape, strides, valmode, bits, signed, table, scales,
 @jit.kernel(*_signatures(f"i64[:], u8[:], i64, i64[:], i64[:], {_PARAMETERS}, OUT"))
 def _decode_gather(work, buf, base, offsets, pidx, valmode, bits, signed, table, scales, zps, out):
     while True:
-        unit = claim(work)
-        if unit < 0:
+        first, stop = claim_span(work, out.size)
+        if first == stop:
             break
-        first, stop = unit_span(unit, work[WORK_UNITS], out.size)
         for i in range(first, stop):
             _store(out, i, _value(load_code(buf, base, offsets[i], bits), pidx[i], valmode, bits, signed,
                                   table, scales, zps))
@@ -417,10 +415,9 @@ def _decode_rows_lut(work, buf, base, shape, strides, valmode, bits, signed, tab
     mine = slot(work)
     lut = luts[mine]
     while True:
-        unit = claim(work)
-        if unit < 0:
+        first, stop = claim_span(work, rows)
+        if first == stop:
             break
-        first, stop = unit_span(unit, work[WORK_UNITS], rows)
         for row in range(first, stop):
             off, i_axis, outer_na = _row_origin(row, shape, strides, axis)
             o = row * cols
@@ -554,10 +551,9 @@ def _decode_rows_int4(work, buf, base, shape, strides, signed, scales, zps, pk, 
     cols = shape[r - 1]
     rows = out.size // cols if cols else 0
     while True:
-        unit = claim(work)
-        if unit < 0:
+        first, stop = claim_span(work, rows)
+        if first == stop:
             break
-        first, stop = unit_span(unit, work[WORK_UNITS], rows)
         for row in range(first, stop):
             off, i_axis, outer_na = _row_origin(row, shape, strides, axis)
             o = row * cols

@@ -36,7 +36,7 @@ from ..model import ElementType
 from ..structs.element_types import element_type_info, element_type_of
 from ..structs.quantization import NF4_LEVELS
 from . import jit
-from .jit import WORK_UNITS, claim, search_left, slot, unit_span
+from .jit import claim_span, search_left, slot
 from .elements import (_f16_to_f32_hw, _f32_to_f16_hw, bf16_to_f32, f16_to_f32_fast, f32_to_bf16, f32_to_f16_fast,
                        has_f16c, minifloat_table)
 from .quantize_simd import LANES as SIMD_LANES
@@ -367,10 +367,9 @@ def _affine_stats(work, x, rows, cols, block, mask, use_mask, mins, maxs, bad):
     """Min / max of every block of every row (masked elements left out), NaN / infinity flagged."""
     nb = (cols + block - 1) // block if cols else 0
     while True:
-        unit = claim(work)
-        if unit < 0:
+        first, stop = claim_span(work, rows)
+        if first == stop:
             break
-        first, stop = unit_span(unit, work[WORK_UNITS], rows)
         for r in range(first, stop):
             for b in range(nb):
                 j0 = b * block
@@ -399,10 +398,9 @@ def _affine_codes(work, x, rows, cols, block, padded, scales, zps, lo, hi, bits,
     """Codes of every element (row ``r`` holds parameters ``r * nb + j // block``) into ``out``."""
     nb = (cols + block - 1) // block if cols else 0
     while True:
-        unit = claim(work)
-        if unit < 0:
+        first, stop = claim_span(work, rows)
+        if first == stop:
             break
-        first, stop = unit_span(unit, work[WORK_UNITS], rows)
         for r in range(first, stop):
             for b in range(nb):
                 s = scales[r * nb + b]
@@ -564,10 +562,9 @@ def _affine_rows_int4(work, x, rows, cols, block, padded, mask, use_mask, lo, hi
     mine = slot(work)
     own_paths, own_mins, own_maxs, own_codes = paths[mine], mins[mine], maxs[mine], codes[mine]
     while True:
-        unit = claim(work)
-        if unit < 0:
+        r0, r1 = claim_span(work, rows)
+        if r0 == r1:
             break
-        r0, r1 = unit_span(unit, work[WORK_UNITS], rows)
         ok = _int4_rows(x, r0, r1, cols, block, nb, row_bytes, mask, use_mask, lo, hi, vector, f16_vector, scales, zps,
                         out, own_paths, own_mins, own_maxs, own_codes)
         if not ok:
@@ -582,10 +579,9 @@ def _nf4_rows(work, x, rows, cols, block, padded, table, scales, bits, bad, out,
     mine = slot(work)
     cand = candidates[mine]
     while True:
-        unit = claim(work)
-        if unit < 0:
+        first, stop = claim_span(work, rows)
+        if first == stop:
             break
-        first, stop = unit_span(unit, work[WORK_UNITS], rows)
         for r in range(first, stop):
             _nf4_row(x, r, cols, block, nb, padded, table, scales, bits, bad, out, cand)
 
@@ -654,10 +650,9 @@ def _mxfp_rows(work, x, rows, cols, block, padded, emax_value, mags, sign_code, 
     """MXFP shared exponent per block, then each element's code (``quantization/mxfp.md``)."""
     nb = cols // block if cols else 0
     while True:
-        unit = claim(work)
-        if unit < 0:
+        first, stop = claim_span(work, rows)
+        if first == stop:
             break
-        first, stop = unit_span(unit, work[WORK_UNITS], rows)
         for r in range(first, stop):
             _mxfp_row(x, r, cols, block, nb, padded, emax_value, mags, sign_code, is_int, lo, hi, bits,
                       exps, bad, out)
@@ -697,10 +692,9 @@ def _block_reference(work, x, rows, cols, block, rank, ref, tops):
     mine = slot(work)
     top = tops[mine]  # descending
     while True:
-        unit = claim(work)
-        if unit < 0:
+        first, stop = claim_span(work, rows)
+        if first == stop:
             break
-        first, stop = unit_span(unit, work[WORK_UNITS], rows)
         for r in range(first, stop):
             _reference_row(x, r, cols, block, nb, rank, ref, top)
 
@@ -727,10 +721,9 @@ def _pack(work, codes, bits, out):
     per = 4 if bits == 6 else 8 // bits
     groups = (codes.size + per - 1) // per
     while True:
-        unit = claim(work)
-        if unit < 0:
+        first, stop = claim_span(work, groups)
+        if first == stop:
             break
-        first, stop = unit_span(unit, work[WORK_UNITS], groups)
         for g in range(first, stop):
             for k in range(g * per, min(codes.size, (g + 1) * per)):
                 _put(out, k, codes[k], bits)
