@@ -7,6 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("exploring", derandomize=False)
 
 CONFORMANCE = Path(__file__).resolve().parents[1].parent / "shared" / "conformance"
 
@@ -17,8 +21,17 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    if config.getoption("--thorough"):
+    """``--thorough``: full sizes and fresh random examples; otherwise the same examples every run.
+
+    A default run draws each property's examples from a seed fixed by the test's name, so a
+    second run meets the same element types and quantizer variants as the first and finds their
+    kernels compiled; a thorough run explores new examples each time.
+    """
+    thorough = config.getoption("--thorough")
+    if thorough:
         os.environ["HURRAY_THOROUGH"] = "1"  # read by tests/sizes.py when the test modules are imported
+    if config.getoption("hypothesis_profile", None) is None:  # an explicit --hypothesis-profile wins
+        settings.load_profile("exploring" if thorough else "repeatable")
 
 
 @pytest.fixture(scope="session")
