@@ -107,6 +107,15 @@ def _open(driver, page: Path) -> None:
     WebDriverWait(driver, 60).until(lambda d: d.execute_script("return document.body.dataset.ready === '1'"))
 
 
+def _current_row(driver):
+    """The tree row the page marks current, waited for: the page answers a click or a key in its
+    own event handlers, which a loaded machine may run after WebDriver has returned."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, 30).until(
+        lambda d: (d.find_elements("css selector", "#tree .row.current") or [None])[0])
+
+
 def _selected(driver) -> list[int]:
     return driver.execute_script(
         "return Array.from(document.querySelectorAll('#hex .b.sel')).map(b => Number(b.dataset.o));")
@@ -297,7 +306,7 @@ def test_long_tables_are_paged_and_a_finding_on_a_later_page_is_reached(browser,
     assert labels[0] == "tensor 0" and "tensor 119" not in labels
     _check_findings(browser, report)
     assert "tensor 119" in [r["label"] for r in _tree_rows(browser)]
-    current = browser.find_element("css selector", "#tree .row.current")
+    current = _current_row(browser)
     assert current.find_element("css selector", ".label").text == "_reserved"
     browser.find_element("css selector", "#tree-pager .prev").click()
     assert "tensor 119" not in [r["label"] for r in _tree_rows(browser)]
@@ -478,7 +487,7 @@ def test_selecting_a_byte_selects_the_field_holding_it(browser, tmp_path):
     _open(browser, _page(tmp_path, sample, "inspect"))
     declared = _declared(FILE_HEADER, 0)["data_buffer_alignment"]
     browser.find_element("css selector", f'#hex .b[data-o="{declared.start + 1}"]').click()
-    current = browser.find_element("css selector", "#tree .row.current")
+    current = _current_row(browser)
     assert current.find_element("css selector", ".label").text == "data_buffer_alignment"
     assert _selected(browser) == list(declared)
 
@@ -491,6 +500,6 @@ def test_going_to_a_byte_selects_the_field_holding_it(browser, tmp_path):
     declared = _declared(TRAILER, len(sample.read_bytes()) - static_size(TRAILER))["index_offset"]
     box = browser.find_element("css selector", "#goto")
     box.send_keys(str(declared.start + 2), Keys.ENTER)
-    current = browser.find_element("css selector", "#tree .row.current")
+    current = _current_row(browser)
     assert current.find_element("css selector", ".label").text == "index_offset"
     assert _selected(browser) == list(declared)
