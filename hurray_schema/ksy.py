@@ -29,7 +29,10 @@ development tool of the tests, never a dependency of this package.
 
 from __future__ import annotations
 
+import ast
 import enum
+import functools
+import inspect
 import json
 import operator
 import re
@@ -83,20 +86,31 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
-_DECL_NAMES: dict[int, str] = {}
+_DECL_NAMES: dict[int, tuple[str, Any]] = {}
 
 
-def _decl_name(decl: construct.Construct) -> str:
-    """The module-level name of a declared table, lower case (``SHARD_SECTION`` → ``shard_section``)."""
+def _declared(decl: construct.Construct) -> tuple[str, Any]:
+    """``(NAME, module)`` of a declared table of ``hurray_schema.structs``."""
     if not _DECL_NAMES:
         for module in _STRUCT_MODULES:
             for name, value in vars(module).items():
                 if isinstance(value, construct.Struct) and not name.startswith("_"):
-                    _DECL_NAMES.setdefault(id(value), name.lower())
-    name = _DECL_NAMES.get(id(decl))
-    if name is None:
+                    _DECL_NAMES.setdefault(id(value), (name, module))
+    found = _DECL_NAMES.get(id(decl))
+    if found is None:
         raise KeyError(f"{decl!r} is not a module-level declaration of hurray_schema.structs")
-    return name
+    return found
+
+
+def _decl_name(decl: construct.Construct) -> str:
+    """The module-level name of a declared table, lower case (``SHARD_SECTION`` → ``shard_section``)."""
+    return _declared(decl)[0].lower()
+
+
+def _decl_note(decl: construct.Construct) -> str:
+    """The attribute docstring of a declared table (the string right after its assignment)."""
+    name, module = _declared(decl)
+    return _note(module, name)
 
 
 def spec_link(ref: str) -> str:
@@ -140,9 +154,8 @@ class _Scope:
     """How a name of the declarations is written where an expression is evaluated: a
     field of the current type (its id), a parameter, or a path from the root."""
 
-    def __init__(self, names: dict[str, str], tags: dict[str, type]):
+    def __init__(self, names: dict[str, str]):
         self.names = names
-        self.tags = tags
 
     def expr(self, e) -> str:
         name = _path_name(e)
@@ -256,8 +269,9 @@ class _Schema:
             return name
         params = _params(decl)
         own = {f.name: ksy_id(f.name) for f in fields(decl)}
-        scope = _Scope({**{p: ksy_id(p) for p in params}, **own}, {})
+        scope = _Scope({**{p: ksy_id(p) for p in params}, **own})
         spec: dict[str, Any] = {}
+        doc = doc or _decl_note(decl)
         if doc:
             spec["doc"] = doc
         if ref:
@@ -335,9 +349,8 @@ def _descriptor_schema() -> dict:
     schema = _Schema()
     header_part = parts[0]
     header_name = header_part.name
-    root = _Scope({f.name: f"{header_name}.{ksy_id(f.name)}" for f in fields(header_part.decl)}, {})
+    root = _Scope({f.name: f"{header_name}.{ksy_id(f.name)}" for f in fields(header_part.decl)})
     seq: list[dict] = []
-    instances: dict[str, dict] = {}
     for part in parts:
         condition = None
         if part.flag is not None:
@@ -370,7 +383,6 @@ def _descriptor_schema() -> dict:
                 f"the buffer table, then the optional sections its flags select. {GENERATED}"),
         "doc-ref": spec_link(descriptor_structs.OVERALL_REF),
         "seq": seq,
-        **({"instances": instances} if instances else {}),
         "types": schema.types,
         "enums": schema.enum_specs(),
     }
@@ -440,7 +452,7 @@ def _repeated_part(schema: _Schema, part, root: _Scope) -> str:
     count = part.prefix_field
     name = part.name
     if name not in schema.types:
-        scope = _Scope({f.name: ksy_id(f.name) for f in fields(part.prefix)}, {})
+        scope = _Scope({f.name: ksy_id(f.name) for f in fields(part.prefix)})
         schema.types[name] = {
             "doc-ref": spec_link(part.ref),
             "seq": [schema.attribute(f, scope) for f in fields(part.prefix)] + [{
@@ -481,7 +493,7 @@ def _sized_choice_part(schema: _Schema, part, root: _Scope) -> str:
         }},
     }
     name = part.name
-    scope = _Scope({f.name: ksy_id(f.name) for f in fields(part.prefix)}, {})
+    scope = _Scope({f.name: ksy_id(f.name) for f in fields(part.prefix)})
     schema.types[name] = {
         "doc-ref": spec_link(part.ref),
         "seq": [schema.attribute(f, scope) for f in fields(part.prefix)] + [{
@@ -500,11 +512,11 @@ def _sized_choice_part(schema: _Schema, part, root: _Scope) -> str:
 def _file_schema() -> dict:
     s = file_structs
     schema = _Schema()
-    empty = _Scope({}, {})
+    empty = _Scope({})
     header = schema.table(s.FILE_HEADER, doc=_note(s, "FILE_HEADER"), ref=s.HEADER_REF)
     trailer = schema.table(s.TRAILER, doc=_note(s, "TRAILER"), ref=s.TRAILER_REF)
     name_length = _field_of(s.INDEX_NAME_LENGTH, "name_length")
-    entry_scope = _Scope({f.name: ksy_id(f.name) for f in fields(s.INDEX_NAME_LENGTH)}, {})
+    entry_scope = _Scope({f.name: ksy_id(f.name) for f in fields(s.INDEX_NAME_LENGTH)})
     schema.types["index_entry"] = {
         "doc": "One index entry: the tensor's name, then where its descriptor and data are.",
         "doc-ref": spec_link(name_length.ref),
@@ -561,7 +573,7 @@ def _kv_types(schema: _Schema) -> None:
     strings and bytes, an array header then elements for arrays
     (``file-format.md § KV Value Types``)."""
     s = file_structs
-    empty = _Scope({}, {})
+    empty = _Scope({})
     tag_field = _field_of(s.KV_VALUE_TAG, "value_tag")
     tag_enum = schema.use_enum(tag_field.tags)
     cases = {}
@@ -631,7 +643,7 @@ def _peeked_descriptor() -> tuple[dict, dict]:
 def _stream_schema() -> dict:
     s = stream_structs
     schema = _Schema()
-    empty = _Scope({}, {})
+    empty = _Scope({})
     descriptor, peek = _peeked_descriptor()
     buffer_part = descriptor_structs.PARTS["buffer_table"]
     handle_size = _field_of(buffer_part.decl, "byte_size")
@@ -713,15 +725,20 @@ def _module_doc(module, fallback: str) -> str:
 
 def _note(module, name: str) -> str:
     """The attribute docstring of ``name`` in ``module`` (the string right after it)."""
-    import ast
-    import inspect
+    return _notes(module).get(name, "")
 
+
+@functools.lru_cache(maxsize=None)
+def _notes(module) -> dict[str, str]:
     tree = ast.parse(inspect.getsource(module))
+    notes = {}
     for node, nxt in zip(tree.body, tree.body[1:]):
-        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
-                and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)):
-            return " ".join(str(nxt.value.value).split()).replace("``", "`")
-    return ""
+        if isinstance(node, ast.Assign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    notes[target.id] = re.sub(r":\w+:`~?[\w.]*?(\w+)`", r"`\1`",
+                                              " ".join(str(nxt.value.value).split()).replace("``", "`"))
+    return notes
 
 
 def schemas() -> dict[str, dict]:

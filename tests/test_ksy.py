@@ -79,6 +79,14 @@ def test_meta_follows_the_format_gallery_conventions():
     assert "\t" not in text
 
 
+def test_the_yaml_reads_back_as_the_schema():
+    """The emitter's quoting: every scalar reads back as the value it was written from."""
+    yaml = pytest.importorskip("yaml", reason="PyYAML is not installed")
+    texts = ksy.render_ksy()
+    for name, schema in ksy.schemas().items():
+        assert yaml.safe_load(texts[name]) == schema, name
+
+
 def test_magic_reserved_and_rank_are_validated():
     """Expected forms typed from the spec tables (metadata.md § Fixed Header, buffer-protocol.md
     § Buffer Handle), not read back from the generator's inputs."""

@@ -80,6 +80,7 @@ seq:
 
 types:
   fixed_header:
+    doc: The 20 bytes every descriptor starts with.
     doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/metadata.md#fixed-header metadata.md § Fixed Header
     seq:
       - id: magic
@@ -153,6 +154,7 @@ types:
         doc: Stride of each dimension in logical elements; may be negative or zero.
         doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/layouts/strided.md#additional-descriptor-fields layouts/strided.md § Additional Descriptor Fields
   tiled:
+    doc: One tiling level; a nested level follows when `inner_layout == 0x04`.
     doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/metadata.md#layout-specific-fields metadata.md § Layout-Specific Fields
     params:
       - id: rank
@@ -313,6 +315,7 @@ types:
         doc: Must be 0x00.
         doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/layouts/block-paged.md#additional-descriptor-fields layouts/block-paged.md § Additional Descriptor Fields
   composite:
+    doc: Composite head fields (the head itself owns no buffer).
     doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/metadata.md#layout-specific-fields metadata.md § Layout-Specific Fields
     seq:
       - id: composition_rule
@@ -346,6 +349,7 @@ types:
         doc: Curve dimensions; equals rank, >= 2.
         doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/layouts/hilbert.md#additional-descriptor-fields layouts/hilbert.md § Additional Descriptor Fields
   extension:
+    doc: Fields of an implementation-private layout tag `0xF0`–`0xFE`.
     seq:
       - id: extension_layout_id
         type: u8
@@ -360,6 +364,7 @@ types:
         doc: Opaque layout metadata.
         doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/metadata.md#extension-layouts-0xf00xfe metadata.md § Extension Layouts (0xF0–0xFE)
   buffer_handle:
+    doc: One 16-byte entry of the buffer table.
     doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/metadata.md#buffer-table metadata.md § Buffer Table
     seq:
       - id: byte_size
@@ -569,6 +574,7 @@ types:
         doc: Buffer holding one float8_e8m0 scale per block.
         doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/quantization/mxfp.md#binary-encoding quantization/mxfp.md § Binary Encoding
   quantization_header:
+    doc: The 4 bytes every quantization descriptor starts with.
     doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/quantization.md#descriptor-header quantization.md § Descriptor Header
     seq:
       - id: scheme_tag
@@ -648,6 +654,7 @@ types:
         doc: Index of this shard's first element in the parent.
         doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/metadata.md#shard-section metadata.md § Shard Section
   statistics_section:
+    doc: '72 bytes of advisory statistics.'
     doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/metadata.md#field-encoding metadata.md § Statistics Section › Field Encoding
     seq:
       - id: computed_mask
@@ -709,6 +716,7 @@ types:
         doc: Must be 0x00.
         doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/metadata.md#field-encoding metadata.md § Statistics Section › Field Encoding
   extension_type_section:
+    doc: '20-byte inline description of a private element type (ADR-001).'
     doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/metadata.md#extension-type-section metadata.md § Extension Type Section
     seq:
       - id: bit_width
@@ -762,6 +770,7 @@ types:
         doc: Must be 0x00.
         doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/metadata.md#extension-type-section metadata.md § Extension Type Section
   composite_member_section:
+    doc: '16-byte section carried by overlay members.'
     doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/metadata.md#composite-member-section metadata.md § Composite Member Section
     seq:
       - id: member_role
