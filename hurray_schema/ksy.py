@@ -551,7 +551,9 @@ def _file_schema() -> dict:
     trailer_size = s.TRAILER_SIZE
     return {
         "meta": {**_meta("hurray_file", "Hurray tensor file", "hrry"), "imports": ["hurray_descriptor"]},
-        "doc": _module_doc(s, "A Hurray file."),
+        "doc": (f"A Hurray file: the {s.FILE_HEADER_SIZE}-byte header, the tensor region (each tensor's descriptor, "
+                f"then its data buffers), an optional KV metadata section, the index and the {trailer_size}-byte "
+                f"trailer. The trailer gives the index, the index each tensor's descriptor and data. {GENERATED}"),
         "doc-ref": spec_link("file-format.md § Reader Protocol"),
         "seq": [{"id": "file_header", "type": header, "doc-ref": spec_link(s.HEADER_REF)}],
         "instances": {
@@ -714,13 +716,6 @@ def _stream_schema() -> dict:
 def _meta(ident: str, title: str, extension: str) -> dict:
     return {"id": ident, "title": title, "file-extension": extension, "license": LICENSE,
             "ks-version": KS_VERSION, "endian": "le"}
-
-
-def _module_doc(module, fallback: str) -> str:
-    text = (module.__doc__ or "").split("\n\n")[0]
-    text = " ".join(text.split()).replace("``", "`") or fallback
-    text = re.sub(r":\w+:`~?[\w.]*?(\w+)`", r"\1", text)
-    return f"{text} {GENERATED}"
 
 
 def _note(module, name: str) -> str:
