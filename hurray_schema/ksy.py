@@ -279,6 +279,9 @@ class _Schema:
         if params:
             spec["params"] = [_param_spec(p) for p in params]
         spec["seq"] = [self.attribute(f, scope) for f in fields(decl)] + list(extra)
+        ids = [attribute["id"] for attribute in spec["seq"]]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"{name}: two fields share a Kaitai identifier ({ids})")
         self.types[name] = spec
         return name
 
