@@ -396,7 +396,9 @@ def _part_doc(part) -> str:
         return f"Present when flag bit {part.flag.bit_length() - 1} ({part.flag.name}) is set."
     if part.chosen_by is not None:
         return f"Chosen by {part.chosen_by}."
-    return part.name.replace("_", " ").capitalize() + "."
+    if part.prefix is not None:
+        return f"{part.prefix_field}, then that many entries."
+    return _decl_note(part.decl) or part.name.replace("_", " ").capitalize() + "."
 
 
 def _chosen_part(schema: _Schema, part, root: _Scope) -> list[dict]:

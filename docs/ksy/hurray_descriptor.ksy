@@ -13,7 +13,7 @@ doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/metadata.md#overa
 seq:
   - id: fixed_header
     type: fixed_header
-    doc: Fixed header.
+    doc: The 20 bytes every descriptor starts with.
     doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/metadata.md#fixed-header metadata.md § Fixed Header
   - id: shape
     type: shape(fixed_header.rank)
@@ -46,7 +46,7 @@ seq:
     doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/metadata.md#extension-layouts-0xf00xfe metadata.md § Extension Layouts (0xF0–0xFE)
   - id: buffer_table
     type: buffer_table
-    doc: Buffer table.
+    doc: buffer_count, then that many entries.
     doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/metadata.md#buffer-table metadata.md § Buffer Table
   - id: quantization
     type: quantization
