@@ -11,6 +11,9 @@ Commands:
 * ``rules`` -- the rule registry (``--json``).
 * ``docs OUTDIR`` -- write the Markdown format documentation generated from the
   declarations (``--check`` compares instead of writing).
+* ``ksy OUTDIR`` -- write the Kaitai Struct schemas (``hurray_descriptor.ksy``,
+  ``hurray_file.ksy``, ``hurray_stream.ksy``) generated from the declarations
+  (``--check`` compares instead of writing).
 * ``vectors OUTDIR`` -- write the conformance corpus: for every rule a passing and a
   violating input, and ``manifest.json`` (``--check`` compares instead of writing).
 * ``merge PATH NAME -o OUT.npy`` -- materialize a composite (or tensor) of a file; with
@@ -280,6 +283,24 @@ def docs(outdir: str, check: bool) -> None:
         return
     written = write_docs(outdir)
     click.echo(f"wrote {len(written)} pages to {outdir}")
+
+
+@main.command()
+@click.argument("outdir", type=click.Path(file_okay=False))
+@click.option("--check", is_flag=True, help="Do not write; exit 1 if OUTDIR differs from a fresh render.")
+def ksy(outdir: str, check: bool) -> None:
+    """Write the Kaitai Struct schemas (.ksy) generated from the declarations into OUTDIR."""
+    from .ksy import check_ksy, write_ksy
+
+    if check:
+        stale = check_ksy(outdir)
+        if stale:
+            click.echo(f"{outdir}: out of date: {', '.join(stale)} (run `hurray-schema ksy {outdir}`)", err=True)
+            sys.exit(1)
+        click.echo(f"{outdir}: up to date")
+        return
+    written = write_ksy(outdir)
+    click.echo(f"wrote {len(written)} schemas to {outdir}")
 
 
 # ------------------------------------------------------------------------------------

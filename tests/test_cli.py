@@ -55,7 +55,7 @@ def out(done: subprocess.CompletedProcess) -> str:
 def test_help_lists_every_command():
     done = run("--help")
     assert done.returncode == 0
-    for command in ("audit", "inspect", "rules", "docs", "merge"):
+    for command in ("audit", "inspect", "rules", "docs", "ksy", "merge"):
         assert command in out(done)
 
 

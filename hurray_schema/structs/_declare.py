@@ -38,24 +38,31 @@ class Field(construct.Renamed):
     """A named construct field with its description, spec citation and tag table.
 
     ``tags`` is the ``IntEnum`` / ``IntFlag`` (:mod:`hurray_schema.structs.tags`) that gives
-    the meaning of the field's value, or ``None``.  It is metadata only: both ``construct``
-    and :class:`Plan` still decode the field to a plain ``int``.
+    the meaning of the field's value, or ``None``.  ``bounds`` is ``(lowest, highest)`` (either
+    ``None`` when open) where the spec states the range of the field's value on the wire (the
+    rank cap, an alignment range); the Kaitai Struct schema turns it into ``valid:``.  Both are
+    metadata only: ``construct`` and :class:`Plan` still decode the field to a plain ``int``,
+    and the rules check the values.
     """
 
-    def __init__(self, name: str, subcon: construct.Construct, doc: str, ref: str, tags: Optional[type] = None):
+    def __init__(self, name: str, subcon: construct.Construct, doc: str, ref: str, tags: Optional[type] = None,
+                 bounds: Optional[tuple] = None):
         super().__init__(subcon, newname=name, newdocs=doc)
         self.ref = ref
         self.tags = tags
+        self.bounds = bounds
 
     @property
     def doc(self) -> str:
         return self.docs
 
 
-def field(name: str, subcon: construct.Construct, doc: str, ref: str, tags: Optional[type] = None) -> Field:
+def field(name: str, subcon: construct.Construct, doc: str, ref: str, tags: Optional[type] = None,
+          bounds: Optional[tuple] = None) -> Field:
     """Declare one field of a spec table: ``name`` as in the spec, then its wire type;
-    ``tags`` is the tag table its values come from, where it has one."""
-    return Field(name, subcon, doc, ref, tags)
+    ``tags`` is the tag table its values come from, where it has one; ``bounds`` the
+    ``(lowest, highest)`` range the spec states for its value, where it states one."""
+    return Field(name, subcon, doc, ref, tags, bounds)
 
 
 def tags_of(decl: construct.Construct, name: str) -> Optional[type]:

@@ -33,6 +33,7 @@ MIN_BUFFER_ALIGNMENT = 64
 """Least alignment of a non-empty buffer (``buffer-protocol.md § Buffer Handle``; ADR-007 § 4 frees an
 empty one)."""
 
+OVERALL_REF = "metadata.md § Overall Descriptor Structure"
 HEADER = "metadata.md § Fixed Header"
 CORE = "metadata.md § Core Variable Fields"
 BUFFER_TABLE_REF = "metadata.md § Buffer Table"
@@ -48,7 +49,7 @@ FIXED_HEADER = Struct(
     field("type_tag", Int8ul, "Element type tag.", "element-types.md § Type Identifier Encoding",
           tags=ElementType),
     field("layout_tag", Int8ul, "Memory layout tag.", "memory-layout.md § Layout Taxonomy", tags=LayoutTag),
-    field("rank", Int32ul, "Number of dimensions; 0 is a scalar, at most 64.", HEADER),
+    field("rank", Int32ul, "Number of dimensions; 0 is a scalar, at most 64.", HEADER, bounds=(0, MAX_RANK)),
 )
 """The 20 bytes every descriptor starts with."""
 

@@ -122,6 +122,10 @@ LAYOUT_FIELDS = {
 }
 """Layout tag → its layout-specific table (``None``: the layout has no fields)."""
 
+NESTED_BY = {LayoutTag.TILED: "inner_layout"}
+"""Layout tag → the field of its table that, when it holds that same tag, says another level
+of the table follows (``layouts/tiled.md § Recursive Tiling``)."""
+
 MAX_TILED_DEPTH = 8
 """RECOMMENDED tiled recursion limit, which this reader enforces (``layouts/tiled.md``)."""
 
