@@ -32,8 +32,8 @@ from ..rules.descriptor import first_error
 from ..structs.element_types import element_type_info, element_type_of
 from .tensor import DEFAULT_BUFFER_ALIGNMENT, Composite, Tensor
 
-__all__ = ["quantize", "sparse_coo", "sparse_csr", "sparse_csc", "from_scipy", "partition", "overlay", "group",
-           "spqr", "SCHEME_NAMES"]
+__all__ = ["quantize", "per_block_from_codes", "sparse_coo", "sparse_csr", "sparse_csc", "from_scipy", "partition",
+           "overlay", "group", "spqr", "SCHEME_NAMES"]
 
 SCHEME_NAMES = {
     "per_tensor": QuantScheme.PER_TENSOR_AFFINE,
@@ -308,6 +308,63 @@ def _per_block(arr, storage, axis, block_size, symmetric, scale_type, shard, mas
     if not symmetric:
         buffers.append(_le(zps, np.int32))
     return desc, buffers
+
+
+_PACKED_INTEGERS = {ElementType.INT8: 8, ElementType.INT4: 4, ElementType.INT2: 2}
+
+
+def per_block_from_codes(codes, scales, storage="int8", block_size: int = 32, *,
+                         name: Optional[str] = None) -> Tensor:
+    """A symmetric per-block affine tensor (``quantization/per-block-affine.md``) of codes and
+    float32 scales already chosen: ``codes`` an integer array of the tensor's shape (block axis
+    last, its length a multiple of ``block_size``), ``scales`` one float32 per block in block
+    order (``§ Block Layout``).  Each element decodes to ``scales[b] * codes[...]`` in float32.
+
+    ``storage`` is int8, int4 or int2 (``§ Valid Storage Types``); the codes must fit it, every
+    scale must be finite and non-zero (``§ Validity Constraints``) -- the descriptor rules
+    check what the bytes say, this function what they cannot: the codes' range.  Sub-byte
+    codes are packed LSB-first (``element-types.md § Sub-Byte Integer Types``)."""
+    storage = _element_type(storage)
+    if storage not in _PACKED_INTEGERS:
+        raise HurraySchemaError("per_block_from_codes stores int8, int4 or int2 codes")
+    bits = _PACKED_INTEGERS[storage]
+    codes = np.asarray(codes)
+    if codes.ndim < 1 or codes.dtype.kind not in "iu":
+        raise HurraySchemaError("codes must be an integer array of rank >= 1")
+    block = int(block_size)
+    if block < 2 or codes.shape[-1] % block:
+        raise HurraySchemaError(f"the last axis ({codes.shape[-1]}) is not a multiple of block_size {block}")
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    if codes.size and (int(codes.min()) < lo or int(codes.max()) > hi):
+        raise HurraySchemaError(f"codes outside [{lo}, {hi}] do not fit {storage.name.lower()}")
+    scale_values = np.ascontiguousarray(scales, np.float32).reshape(-1)
+    nblocks = codes.size // block
+    if scale_values.size != nblocks:
+        raise HurraySchemaError(f"{scale_values.size} scales given, the codes have {nblocks} blocks")
+    info = element_type_info(storage)
+    q = PerBlockAffine(axis=codes.ndim - 1, block_size=block, scale_buffer_index=1,
+                       zero_point_buffer_index=NO_BUFFER_INDEX, flags=QuantFlag.SYMMETRIC,
+                       scale_type_tag=ElementType.FLOAT32)
+    desc = _descriptor(storage, codes.shape, info.buffer_bytes(codes.size), (nblocks * 4,), q, None)
+    if scale_values.size and not (np.all(np.isfinite(scale_values)) and np.all(scale_values != 0)):
+        raise HurraySchemaError("every per-block scale must be finite and non-zero")
+    return Tensor(desc, [_packed(codes.reshape(-1), bits), _le(scale_values, np.float32)], name=name)
+
+
+def _packed(codes: np.ndarray, bits: int) -> np.ndarray:
+    """Signed codes as bytes, ``8 // bits`` to a byte, the first in the lowest bits."""
+    raw = codes.astype(np.int8, copy=False).view(np.uint8)
+    if bits == 8:
+        return raw
+    per_byte = 8 // bits
+    mask = np.uint8((1 << bits) - 1)
+    padded = np.zeros(-(-raw.size // per_byte) * per_byte, np.uint8)
+    padded[:raw.size] = raw & mask
+    lanes = padded.reshape(-1, per_byte)
+    out = lanes[:, 0].copy()
+    for i in range(1, per_byte):
+        out |= lanes[:, i] << np.uint8(i * bits)
+    return out
 
 
 def _nf4(arr, storage, axis, block_size, symmetric, scale_type, shard):
