@@ -580,3 +580,14 @@ def test_import_leaves_optional_packages_alone():
             "print(sorted(m for m in ('safetensors', 'gguf') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q8_0"])
+def test_short_way_packs_what_the_codes_pack_to(kind):
+    blocks = random_blocks(kind, 4, 3, np.random.default_rng(13)).reshape(12, -1)
+    mapping = BLOCK_MAPPINGS[kind]
+    data, scales = mapping.pack(blocks)
+    codes, unpacked_scales = mapping.unpack(blocks)
+    generic = hs.per_block_from_codes(codes.reshape(4, 96), unpacked_scales.reshape(-1), mapping.storage, 32)
+    assert bytes(generic.buffers[0]) == data.tobytes()
+    assert np.array_equal(bits(scales), bits(unpacked_scales))

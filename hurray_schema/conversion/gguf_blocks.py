@@ -19,7 +19,7 @@ compare against bit for bit.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
@@ -36,17 +36,24 @@ points are integers (``§ Referenced Buffers``: int32), so these have no exact p
 
 
 class BlockMapping(NamedTuple):
-    """How one GGUF block type becomes per-block affine."""
+    """How one GGUF block type becomes per-block affine.
+
+    ``pack``, where given, is the short way for the common case: ``(data, scales)`` with ``data``
+    the Hurray data buffer's bytes of the blocks (``(blocks, bytes)``, codes packed LSB-first)
+    made straight from GGUF's bytes; it is used when every scale is finite and non-zero, and must
+    give the bytes ``unpack``'s codes pack to."""
 
     sub_block: int  # Hurray's block_size: values sharing one scale
     storage: ElementType  # smallest signed storage holding every code
     unpack: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+    pack: Optional[Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]] = None
 
 
 def _f16(blocks: np.ndarray, start: int) -> np.ndarray:
     """The little-endian float16 at byte ``start`` of every block, as float32 ``(blocks, 1)``."""
-    raw = np.ascontiguousarray(blocks[:, start:start + 2])
-    return raw.view("<f2").astype(np.float32)
+    blocks = np.ascontiguousarray(blocks)
+    field = np.ndarray((blocks.shape[0], 1), "<f2", buffer=blocks, offset=start, strides=(blocks.shape[1], 2))
+    return field.astype(np.float32)
 
 
 def _nibbles(qs: np.ndarray) -> np.ndarray:
@@ -63,6 +70,37 @@ def _q4_0(blocks):
     """``block_q4_0``: d (f16), 16 bytes; value j < 16 is the low nibble of byte j, j >= 16 the high
     nibble of byte j - 16; code = nibble - 8."""
     return _nibbles(blocks[:, 2:18]).astype(np.int8) - np.int8(8), _f16(blocks, 0)
+
+
+def _q8_0_packed(blocks):
+    """Q8_0's codes are Hurray's int8 bytes already."""
+    return np.ascontiguousarray(blocks[:, 2:34]), _f16(blocks, 0)
+
+
+def _q4_0_pair_table() -> np.ndarray:
+    """For each little-endian uint16 of two GGUF bytes (2k, 2k + 1): Hurray's byte of their low nibbles
+    (values 2k, 2k + 1) in its low byte, of their high nibbles (values 16 + 2k, 17 + 2k) in its high
+    byte; ``nibble - 8`` in 4-bit two's complement is ``nibble ^ 8``."""
+    pair = np.arange(1 << 16, dtype=np.uint32)
+    first, second = pair & 0xFF, pair >> 8
+    low = ((first & 0x0F) | ((second & 0x0F) << 4)) ^ 0x88
+    high = ((first >> 4) | (second & 0xF0)) ^ 0x88
+    return (low | (high << 8)).astype(np.uint16)
+
+
+_Q4_0_PAIRS = _q4_0_pair_table()
+
+
+def _q4_0_packed(blocks):
+    """Q4_0's nibbles re-paired through :data:`_Q4_0_PAIRS`: Hurray's byte k holds values 2k (low) and
+    2k + 1 (high); values 0-15 are the low nibbles of GGUF's bytes, 16-31 the high ones."""
+    blocks = np.ascontiguousarray(blocks)
+    n = blocks.shape[0]
+    pairs = np.ndarray((n, 8), "<u2", buffer=blocks, offset=2, strides=(blocks.shape[1], 2))
+    both = _Q4_0_PAIRS[pairs].view(np.uint8).reshape(n, 8, 2)
+    out = np.empty((n, 2, 8), np.uint8)
+    out[...] = both.transpose(0, 2, 1)  # the low-nibble bytes, then the high-nibble bytes
+    return out.reshape(n, 16), _f16(blocks, 0)
 
 
 def _q5_0(blocks):
@@ -306,8 +344,8 @@ def _iq1_m(blocks):
 
 
 BLOCK_MAPPINGS: dict[str, BlockMapping] = {
-    "Q8_0": BlockMapping(32, ElementType.INT8, _q8_0),
-    "Q4_0": BlockMapping(32, ElementType.INT4, _q4_0),
+    "Q8_0": BlockMapping(32, ElementType.INT8, _q8_0, _q8_0_packed),
+    "Q4_0": BlockMapping(32, ElementType.INT4, _q4_0, _q4_0_packed),
     "Q5_0": BlockMapping(32, ElementType.INT8, _q5_0),
     "Q6_K": BlockMapping(16, ElementType.INT8, _q6_k),
     "Q3_K": BlockMapping(16, ElementType.INT4, _q3_k),

@@ -118,7 +118,7 @@ def _source_tensor(gguf, tensor) -> SourceTensor:
 
 
 def _per_block(gguf, tensor, kind: str, shape):
-    from ..io.produce import per_block_from_codes
+    from ..io.produce import per_block_from_codes, per_block_from_packed
 
     mapping = BLOCK_MAPPINGS.get(kind)
     if mapping is None:
@@ -127,8 +127,12 @@ def _per_block(gguf, tensor, kind: str, shape):
         raise NoExactForm(f"tensor {tensor.name!r} is {kind}: {why}")
     _, type_size = gguf.constants.GGML_QUANT_SIZES[tensor.tensor_type]
     blocks = np.asarray(tensor.data).reshape(-1, type_size)
-    codes, scales = mapping.unpack(blocks)
     sub = mapping.sub_block
+    if mapping.pack is not None:
+        data, scales = mapping.pack(blocks)
+        if np.all(np.isfinite(scales)) and np.all(scales != 0):
+            return per_block_from_packed(data.reshape(-1), scales, shape, mapping.storage, sub)
+    codes, scales = mapping.unpack(blocks)
     codes = np.ascontiguousarray(codes).reshape(scales.shape[0], scales.shape[1], sub)
     if not codes.flags.writeable:  # a view of the file's map
         codes = codes.copy()

@@ -76,7 +76,9 @@ def read_safetensors(path) -> tuple[dict, list[SourceTensor], "mmap.mmap"]:
         raise _library_error(path, exc) from None
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+        # read ahead: the pages are faulted in at once rather than one by one as the writer copies them
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        mapped = mmap.mmap(f.fileno(), 0, flags=flags, prot=mmap.PROT_READ) if size else None
     if mapped is None:
         raise HurraySchemaError(f"{path}: empty file")
     view = memoryview(mapped)
