@@ -77,30 +77,13 @@ def _q8_0_packed(blocks):
     return np.ascontiguousarray(blocks[:, 2:34]), _f16(blocks, 0)
 
 
-def _q4_0_pair_table() -> np.ndarray:
-    """For each little-endian uint16 of two GGUF bytes (2k, 2k + 1): Hurray's byte of their low nibbles
-    (values 2k, 2k + 1) in its low byte, of their high nibbles (values 16 + 2k, 17 + 2k) in its high
-    byte; ``nibble - 8`` in 4-bit two's complement is ``nibble ^ 8``."""
-    pair = np.arange(1 << 16, dtype=np.uint32)
-    first, second = pair & 0xFF, pair >> 8
-    low = ((first & 0x0F) | ((second & 0x0F) << 4)) ^ 0x88
-    high = ((first >> 4) | (second & 0xF0)) ^ 0x88
-    return (low | (high << 8)).astype(np.uint16)
-
-
-_Q4_0_PAIRS = _q4_0_pair_table()
-
-
 def _q4_0_packed(blocks):
-    """Q4_0's nibbles re-paired through :data:`_Q4_0_PAIRS`: Hurray's byte k holds values 2k (low) and
-    2k + 1 (high); values 0-15 are the low nibbles of GGUF's bytes, 16-31 the high ones."""
-    blocks = np.ascontiguousarray(blocks)
-    n = blocks.shape[0]
-    pairs = np.ndarray((n, 8), "<u2", buffer=blocks, offset=2, strides=(blocks.shape[1], 2))
-    both = _Q4_0_PAIRS[pairs].view(np.uint8).reshape(n, 8, 2)
-    out = np.empty((n, 2, 8), np.uint8)
-    out[...] = both.transpose(0, 2, 1)  # the low-nibble bytes, then the high-nibble bytes
-    return out.reshape(n, 16), _f16(blocks, 0)
+    """Q4_0's nibbles re-paired (a kernel of the evaluator's quantizers): Hurray's byte k holds values 2k
+    (low) and 2k + 1 (high); values 0-15 are the low nibbles of GGUF's 16 bytes, 16-31 the high ones;
+    ``nibble - 8`` in 4-bit two's complement is ``nibble ^ 8``."""
+    from ..evaluate.quantize import halves_to_pairs
+
+    return halves_to_pairs(blocks, 2, 16, 0x88), _f16(blocks, 0)
 
 
 def _q5_0(blocks):
