@@ -591,3 +591,15 @@ def test_short_way_packs_what_the_codes_pack_to(kind):
     generic = hs.per_block_from_codes(codes.reshape(4, 96), unpacked_scales.reshape(-1), mapping.storage, 32)
     assert bytes(generic.buffers[0]) == data.tobytes()
     assert np.array_equal(bits(scales), bits(unpacked_scales))
+
+
+def test_progress_is_reported_tensor_by_tensor(tmp_path):
+    src = tmp_path / "in.safetensors"
+    save_file({f"t{i}": np.full((i + 1, 8), i, np.float32) for i in range(4)}, str(src))
+    calls = []
+    hs.convert(src, tmp_path / "out.hrry", progress=lambda done, total: calls.append((done, total)))
+    assert len(calls) == 4 and calls[-1][0] == calls[-1][1] == sum(32 * (i + 1) for i in range(4))
+    assert [done for done, _ in calls] == sorted(done for done, _ in calls)
+    calls.clear()
+    hs.convert(tmp_path / "out.hrry", tmp_path / "back.safetensors", progress=lambda d, t: calls.append((d, t)))
+    assert len(calls) == 4 and calls[-1][0] == calls[-1][1]
