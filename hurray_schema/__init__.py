@@ -14,7 +14,8 @@ from .io import (
     ClosedFileError, Composite, HurrayFile, IndexEntry, RemoteError, StreamReader, StreamWriter, Tensor,
     TensorSlice, UInt64, load, read_file, read_stream, save, write_file, write_stream,
 )
-from .io.produce import from_scipy, group, overlay, partition, quantize, sparse_coo, sparse_csc, sparse_csr, spqr
+from .io.produce import (from_scipy, group, overlay, partition, per_block_from_codes, per_block_from_packed, quantize,
+                         sparse_coo, sparse_csc, sparse_csr, spqr)
 from .model import (
     DYNAMIC_DIMENSION, BlockPagedLayout, BlockTableIndexType, BufferHandle, ColumnMajorLayout,
     CombineOp, CompositeLayout, CompositeMember, CompositionRule, CooLayout, CscLayout, CsfLayout,
@@ -32,10 +33,16 @@ __version__ = "0.1.0"
 
 _EVALUATOR_NAMES = frozenset({"DecodedTypeMismatch", "UnsupportedEvaluation", "lookup", "materialize",
                               "tensor_to_numpy"})
+_CONVERSION_NAMES = frozenset({"convert", "ConvertReport", "TensorReport", "NoExactForm"})
 
 
 def __getattr__(name):
-    """The evaluator's names, imported on first use: parsing and auditing need no numba."""
+    """The evaluator's names, imported on first use: parsing and auditing need no numba; and
+    :func:`convert` (:mod:`hurray_schema.conversion`)."""
+    if name in _CONVERSION_NAMES:
+        from . import conversion
+
+        return getattr(conversion, name)
     if name in _EVALUATOR_NAMES:
         from . import evaluate
 
@@ -46,7 +53,7 @@ __all__ = [
     "Composite", "HurrayFile", "IndexEntry", "RemoteError", "StreamReader", "Tensor", "UInt64",
     "read_file", "read_stream", "write_file", "write_stream", "load", "save", "StreamWriter", "ClosedFileError",
     "TensorSlice",
-    "quantize", "spqr", "sparse_coo", "sparse_csr", "sparse_csc", "from_scipy", "partition", "overlay", "group",
+    "quantize", "per_block_from_codes", "per_block_from_packed", "spqr", "sparse_coo", "sparse_csr", "sparse_csc", "from_scipy", "partition", "overlay", "group",
     "DEFAULT_LIMITS", "Limits", "DecodedTypeMismatch", "UnsupportedEvaluation", "lookup", "materialize", "tensor_to_numpy",
     "audit", "CompositeValidator", "Finding", "Level", "Mode", "Report", "parse_descriptor",
     "decode_descriptor", "encode_descriptor", "HurraySchemaError", "LimitExceeded", "SpecViolation",
@@ -60,4 +67,5 @@ __all__ = [
     "EncodeError", "FieldRangeError",
     "AdvancedIndexUnsupported", "CopyRequired", "DLPackUnsupported", "IndexRangeError", "IndexTypeError",
     "InvalidDtype", "NotAnArray",
+    "convert", "ConvertReport", "TensorReport", "NoExactForm",
 ]

@@ -46,7 +46,7 @@ from .quantize_simd import (block_codes_bf16, block_codes_f16, block_minmax_bf16
 __all__ = ["IN_F32", "IN_F16", "IN_BF16", "SCALE_KINDS", "input_kind", "block_view", "restore_layout",
            "storage_bytes", "code_range", "affine_block_stats", "affine_block_params", "affine_codes",
            "affine_quantize", "spqr_outliers", "nf4_quantize", "mxfp_quantize", "mxfp_element_max", "pack_codes",
-           "NF4_TABLE"]
+           "NF4_TABLE", "halves_to_pairs"]
 
 IN_F32, IN_F16, IN_BF16 = 0, 1, 2
 SCALE_F32, SCALE_F16, SCALE_BF16 = 0, 1, 2
@@ -727,6 +727,45 @@ def _pack(work, codes, bits, out):
         for g in range(first, stop):
             for k in range(g * per, min(codes.size, (g + 1) * per)):
                 _put(out, k, codes[k], bits)
+
+
+@jit.kernel("void(i64[:], u8[:], i64, i64, i64, i64, u8[:])")
+def _halves_to_pairs(work, records, size, offset, count, flip, out):
+    """Per record of ``size`` bytes: its ``count`` bytes at ``offset`` hold 2 * ``count`` 4-bit codes, the
+    first ``count`` in their low nibbles, the rest in their high nibbles; ``out`` gets them in element
+    order, two to a byte, the first in the low nibble, each XORed with ``flip``."""
+    n = records.size // size
+    half = count // 2
+    while True:
+        first, stop = claim_span(work, n)
+        if first == stop:
+            break
+        for r in range(first, stop):
+            src = r * size + offset
+            dst = r * count
+            for k in range(half):
+                a = records[src + 2 * k]
+                b = records[src + 2 * k + 1]
+                out[dst + k] = ((a & 15) | ((b & 15) << 4)) ^ flip
+                out[dst + half + k] = ((a >> 4) | (b & 240)) ^ flip
+
+
+def halves_to_pairs(records: np.ndarray, offset: int, count: int, flip: int = 0) -> np.ndarray:
+    """The 4-bit codes of fixed-size records (``records``: ``(n, size)`` uint8) re-packed from halves to
+    pairs: in each record, ``count`` bytes at ``offset`` hold 2 * ``count`` codes, the first half in the
+    low nibbles of the bytes, the second half in the high nibbles (GGUF's order); the result
+    (``(n, count)`` uint8) holds them in element order, two to a byte, the first in the low nibble
+    (``element-types.md § Sub-Byte Integer Types``), each nibble XORed with ``flip`` (``0x88``
+    turns ``nibble - 8`` into int4's two's complement)."""
+    records = np.ascontiguousarray(records)
+    n, size = records.shape
+    out = np.empty((n, count), np.uint8)
+    if n and count:
+        parallel = n * count >= PARALLEL_MIN_ELEMENTS
+        jit.run_parallel(_halves_to_pairs, min(n, ROW_UNITS) if parallel else 1, records.reshape(-1),
+                         np.int64(size), np.int64(offset), np.int64(count), np.int64(flip), out.reshape(-1),
+                         count=None if parallel else 1)
+    return out
 
 
 def _rows_own_bytes(padded: int, bits: int) -> bool:

@@ -20,6 +20,7 @@ evaluator's package, a layer above this one, and are imported at call time (as
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence
 
 import numpy as np
@@ -32,8 +33,8 @@ from ..rules.descriptor import first_error
 from ..structs.element_types import element_type_info, element_type_of
 from .tensor import DEFAULT_BUFFER_ALIGNMENT, Composite, Tensor
 
-__all__ = ["quantize", "sparse_coo", "sparse_csr", "sparse_csc", "from_scipy", "partition", "overlay", "group",
-           "spqr", "SCHEME_NAMES"]
+__all__ = ["quantize", "per_block_from_codes", "per_block_from_packed", "sparse_coo", "sparse_csr", "sparse_csc",
+           "from_scipy", "partition", "overlay", "group", "spqr", "SCHEME_NAMES"]
 
 SCHEME_NAMES = {
     "per_tensor": QuantScheme.PER_TENSOR_AFFINE,
@@ -308,6 +309,82 @@ def _per_block(arr, storage, axis, block_size, symmetric, scale_type, shard, mas
     if not symmetric:
         buffers.append(_le(zps, np.int32))
     return desc, buffers
+
+
+_PACKED_INTEGERS = {ElementType.INT8: 8, ElementType.INT4: 4, ElementType.INT2: 2}
+
+
+def per_block_from_codes(codes, scales, storage="int8", block_size: int = 32, *,
+                         name: Optional[str] = None) -> Tensor:
+    """A symmetric per-block affine tensor (``quantization/per-block-affine.md``) of codes and
+    float32 scales already chosen: ``codes`` an integer array of the tensor's shape (block axis
+    last, its length a multiple of ``block_size``), ``scales`` one float32 per block in block
+    order (``§ Block Layout``).  Each element decodes to ``scales[b] * codes[...]`` in float32.
+
+    ``storage`` is int8, int4 or int2 (``§ Valid Storage Types``); the codes must fit it, every
+    scale must be finite and non-zero (``§ Validity Constraints``) -- the descriptor rules
+    check what the bytes say, this function what they cannot: the codes' range.  Sub-byte
+    codes are packed LSB-first (``element-types.md § Sub-Byte Integer Types``)."""
+    storage = _element_type(storage)
+    if storage not in _PACKED_INTEGERS:
+        raise HurraySchemaError("per_block_from_codes stores int8, int4 or int2 codes")
+    bits = _PACKED_INTEGERS[storage]
+    codes = np.asarray(codes)
+    if codes.ndim < 1 or codes.dtype.kind not in "iu":
+        raise HurraySchemaError("codes must be an integer array of rank >= 1")
+    block = int(block_size)
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    if codes.size and (int(codes.min()) < lo or int(codes.max()) > hi):
+        raise HurraySchemaError(f"codes outside [{lo}, {hi}] do not fit {storage.name.lower()}")
+    return per_block_from_packed(_packed(codes.reshape(-1), bits), scales, codes.shape, storage, block, name=name)
+
+
+def per_block_from_packed(data, scales, shape: Sequence[int], storage="int8", block_size: int = 32, *,
+                          name: Optional[str] = None) -> Tensor:
+    """:func:`per_block_from_codes` with the codes already packed: ``data`` the data buffer's bytes
+    (``shape``'s elements in row-major order, the block axis last, ``8 // bits`` to a byte the first
+    in the lowest bits), ``scales`` one finite non-zero float32 per block.  Every code a storage
+    type's bits can hold is in its range, so nothing but the sizes is checked here."""
+    storage = _element_type(storage)
+    if storage not in _PACKED_INTEGERS:
+        raise HurraySchemaError("per-block codes are int8, int4 or int2")
+    shape = tuple(int(n) for n in shape)
+    block = int(block_size)
+    if not shape or block < 2 or shape[-1] % block:
+        raise HurraySchemaError(f"the last axis of {shape} is not a multiple of block_size {block}")
+    info = element_type_info(storage)
+    count = math.prod(shape)
+    raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    if raw.size != info.buffer_bytes(count):
+        raise HurraySchemaError(f"{raw.size} data bytes given, {count} {storage.name.lower()} codes need "
+                                f"{info.buffer_bytes(count)}")
+    scale_values = np.ascontiguousarray(scales, np.float32).reshape(-1)
+    nblocks = count // block
+    if scale_values.size != nblocks:
+        raise HurraySchemaError(f"{scale_values.size} scales given, the codes have {nblocks} blocks")
+    if scale_values.size and not (np.all(np.isfinite(scale_values)) and np.all(scale_values != 0)):
+        raise HurraySchemaError("every per-block scale must be finite and non-zero")
+    q = PerBlockAffine(axis=len(shape) - 1, block_size=block, scale_buffer_index=1,
+                       zero_point_buffer_index=NO_BUFFER_INDEX, flags=QuantFlag.SYMMETRIC,
+                       scale_type_tag=ElementType.FLOAT32)
+    desc = _descriptor(storage, shape, raw.size, (nblocks * 4,), q, None)
+    return Tensor(desc, [raw, _le(scale_values, np.float32)], name=name)
+
+
+def _packed(codes: np.ndarray, bits: int) -> np.ndarray:
+    """Signed codes as bytes, ``8 // bits`` to a byte, the first in the lowest bits."""
+    raw = codes.astype(np.int8, copy=False).view(np.uint8)
+    if bits == 8:
+        return raw
+    per_byte = 8 // bits
+    mask = np.uint8((1 << bits) - 1)
+    if raw.size % per_byte:
+        raw = np.concatenate([raw, np.zeros(per_byte - raw.size % per_byte, np.uint8)])
+    lanes = raw.reshape(-1, per_byte)
+    out = lanes[:, 0] & mask
+    for i in range(1, per_byte):
+        out |= (lanes[:, i] & mask) << np.uint8(i * bits)
+    return out
 
 
 def _nf4(arr, storage, axis, block_size, symmetric, scale_type, shard):
