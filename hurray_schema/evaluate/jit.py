@@ -490,7 +490,8 @@ def _optimized_once(entry: str):
     """While a kernel compiles, only its entry's library (into which numba links every helper the kernel
     calls) is optimized and turned into machine code: the helpers' own libraries are kept as IR to be
     linked in.  numba would run LLVM's full pipeline and code generation on each helper, then again on
-    each caller it is linked into -- once per level of calls -- for machine code that is thrown away."""
+    each caller it is linked into -- once per level of calls -- for machine code that is thrown away.
+    The entry's helpers are made internal to its module first (:func:`_internalize_helpers`)."""
     from numba.core import codegen
 
     library, jit_codegen = codegen.CPUCodeLibrary, codegen.JITCPUCodegen
@@ -498,6 +499,7 @@ def _optimized_once(entry: str):
 
     def optimize_entry_only(self):
         if self.name == entry:
+            _internalize_helpers(self._final_module)
             optimize(self)
 
     def finalize_entry_only(self):
@@ -517,6 +519,24 @@ def _optimized_once(entry: str):
     finally:
         library._optimize_final_module, library._finalize_final_module = optimize, finalize
         jit_codegen.set_env = set_env
+
+
+ENTRY_PREFIX = "cfunc."
+"""numba's name prefix of a C entry point: the one function of a kernel's machine code that others call."""
+
+
+def _internalize_helpers(module) -> None:
+    """Give every function a kernel's module defines, but its C entry point, internal linkage.
+
+    numba names a helper by its qualified name, its argument types and a counter of the compiling
+    process, and emits it as a weak definition; helpers specialized on a kernel's compile-time
+    constants (``OUT=1`` and ``OUT=2`` of one helper) can so get one name, with different code, in
+    two processes.  Loaded into one engine, the second kernel would call the first one's helper
+    (a weak definition already known is not taken again).  Internal helpers are the kernel's own;
+    LLVM may also inline or drop them."""
+    for function in module.functions:
+        if not function.is_declaration and not function.name.startswith(ENTRY_PREFIX):
+            function.linkage = "internal"
 
 
 class _NoLinearAlgebra(importlib.abc.MetaPathFinder):

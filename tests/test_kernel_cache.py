@@ -1,0 +1,69 @@
+"""The kernel cache (evaluate/jit.py): machine code compiled by several processes, loaded by one.
+
+Kernels are compiled in whichever process first needs them -- test workers, a user's programs --
+and a later process loads them all into one engine.  Each kernel's code must stay its own there:
+its helpers are internal to its module, so a helper that two processes compiled under one name
+(numba names helpers by a per-process counter) cannot be swapped for another kernel's.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+import hurray_schema as hs
+from evaluate_reference import block_affine_int4_tensor
+from hurray_schema.model import ElementType as E
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILD = r"""
+import sys
+import numpy as np
+import hurray_schema as hs
+from hurray_schema.evaluate import jit
+
+path, out, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+with hs.read_file(path) as f:
+    for name in names:
+        np.save(f"{out}/{name}.npy", f[name].to_numpy().view(np.uint16))
+print(jit.compile_count())
+"""
+
+
+def _run(cache: Path, path: Path, out: Path, *names: str) -> int:
+    """Decode ``names`` of ``path`` in a new process with the kernel cache ``cache``; how many kernels
+    it compiled."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", CHILD, str(path), str(out), *names], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.split()[-1])
+
+
+def test_kernels_compiled_in_separate_processes_keep_their_own_helpers(tmp_path):
+    """Two variants of one kernel (int4 per-block decoding to float16 and to bfloat16), each compiled in
+    its own process, then loaded side by side by a third: each gives its own type's values."""
+    rng = np.random.default_rng(3)
+    f16, f16_ref = block_affine_int4_tensor(16, 256, 64, rng, scale_tag=E.FLOAT16, out_dtype=np.float16)
+    bf16, bf16_ref = block_affine_int4_tensor(16, 256, 64, rng, scale_tag=E.BFLOAT16,
+                                              out_dtype=ml_dtypes.bfloat16)
+    path = tmp_path / "two.hrry"
+    hs.save(path, {name: hs.Tensor(t.descriptor, [np.frombuffer(b, np.uint8) for b in t.buffers])
+                   for name, t in (("f16", f16), ("bf16", bf16))})
+    cache, out = tmp_path / "kernels", tmp_path / "out"
+    out.mkdir()
+
+    assert _run(cache, path, out, "f16") >= 1
+    assert _run(cache, path, out, "bf16") >= 1
+    assert _run(cache, path, out, "f16", "bf16") == 0  # both loaded from the cache
+    assert np.array_equal(np.load(out / "f16.npy"), f16_ref.view(np.uint16))
+    assert np.array_equal(np.load(out / "bf16.npy"), bf16_ref.view(np.uint16))
+    assert _run(cache, path, out, "bf16", "f16") == 0  # the other order of loading
+    assert np.array_equal(np.load(out / "f16.npy"), f16_ref.view(np.uint16))
+    assert np.array_equal(np.load(out / "bf16.npy"), bf16_ref.view(np.uint16))
