@@ -74,7 +74,7 @@ def check_box_over_url(nginx, item, lo, hi, steps) -> None:
 # ------------------------------------------------------------------------------------
 
 
-@QUIET
+@settings(QUIET, max_examples=15)
 @given(data=st.data(), item=quantized())
 def test_quantized_boxes_over_http(nginx, data, item):
     t, shape = item

@@ -62,7 +62,7 @@ from .common import (OFFSET_BYTES, SPARSE_TAGS, as_bytes, as_evaluated, charge, 
 from .dense import affine_strides
 from .elements import CODE_VIEW_TYPES, UnsupportedEvaluation, gather_codes, numpy_dtype
 from .quant import (OUT_BF16, OUT_F16, OUT_F32, PK_BLOCK, PK_CHANNEL, PK_TENSOR, QuantParams, decode_gather,
-                    decode_rows, decode_rows_lut, int4_vector_ok, quant_params, storage_shape)
+                    decode_rows, decode_rows_lut, int4_vector_ok, param_byte_spans, quant_params, storage_shape)
 from .sparse import _u64, entry_values, linear_indices, sparse_entries
 from .tensor import (_affine_offsets, _check_bounds, _check_quant_axis, _decode_int4, _element_range, _owned,
                      _precheck_dense, decode_cost, tensor_to_numpy)
@@ -602,16 +602,25 @@ def _box_byte_spans(desc, lo, hi, steps) -> list[tuple[int, int, int]]:
     if any(b <= a for a, b in zip(lo, hi)) or 0 in shape:
         return []  # an affine read of an empty box reads no byte
     steps = [1] * len(shape) if steps is None else [int(s) for s in steps]
+    params = None
     if desc.quantization is not None:
         stop = [a + ((b - a - 1) // s) * s + 1 for a, b, s in zip(lo, hi, steps)]
         lo, hi = _block_window(desc, shape, lo, stop)
         axis = _block_axis(desc, shape)
         steps = [1 if d == axis else s for d, s in enumerate(steps)]
         if _byte_shift(sum(a * s for a, s in zip(lo, strides)), info.bit_width) is None:
-            steps = [1] * len(shape)  # the gathered read: the unit-step box
+            steps = [1] * len(shape)  # the gathered read: the unit-step box, every parameter
+        else:  # the window's parameters, as _quantized_box selects them
+            params = param_byte_spans(desc, _window_selector(shape, lo, hi, steps))
     codes = _code_spans(strides, lo, hi, steps, info.bit_width, int(desc.byte_offset),
                         int(desc.buffers[0].byte_size))
-    return [(0, start, stop) for start, stop in codes] + _whole_buffers(desc)[1:]
+    spans = [(0, start, stop) for start, stop in codes]
+    if params is None:
+        return spans + _whole_buffers(desc)[1:]
+    held = {index for index, _, _ in params}
+    sizes = [int(handle.byte_size) for handle in desc.buffers]
+    return spans + [(index, max(0, start), min(sizes[index], stop)) for index, start, stop in params
+                    if 0 < index < len(sizes)] + [span for span in _whole_buffers(desc)[1:] if span[0] not in held]
 
 
 def _code_spans(strides, lo, hi, steps, bits: int, byte_offset: int, size: int) -> list[tuple[int, int]]:
