@@ -375,3 +375,42 @@ def test_the_command_line_takes_urls(nginx, tmp_path):
     assert done.returncode == 0, done.stderr
     same_bits(np.load(target), hs.read_file(path)["s"].materialize())
     assert run("merge", tmp_path / "absent.hrry", "s", "-o", target).returncode == 2
+
+
+# ------------------------------------------------------------------------------------
+# The range reader itself
+# ------------------------------------------------------------------------------------
+
+
+@settings(QUIET, max_examples=60)
+@given(ranges=st.lists(st.tuples(st.integers(0, 20_000), st.integers(0, 3_000)), min_size=1, max_size=30),
+       block=st.sampled_from([1, 7, 512, 4096]), cache=st.sampled_from([0, 100, 5_000, 1 << 20]))
+def test_range_reader_gives_the_bytes_within_its_cache_bound(ranges, block, cache):
+    from hurray_schema.io.source import MemorySource, RangeReader
+
+    data = RNG.integers(0, 256, 20_000, dtype=np.uint8).tobytes()
+    reader = RangeReader(MemorySource(data), block_size=block, cache_bytes=cache)
+    spans = [(min(a, 20_000), min(a + n, 20_000)) for a, n in ranges]
+    reader.prefetch(spans[: len(spans) // 2])
+    for start, stop in spans:
+        assert bytes(reader.read(start, stop)) == data[start:stop]
+        assert reader._held <= max(cache, 0) and sum(map(len, reader._blocks.values())) == reader._held
+    targets = [(start, stop, memoryview(bytearray(stop - start))) for start, stop in spans]
+    reader.fill(targets)
+    assert all(bytes(dest) == data[start:stop] for start, stop, dest in targets)
+    with pytest.raises(HurraySchemaError):
+        reader.read(19_999, 20_001)
+
+
+def test_a_cached_block_is_not_fetched_again():
+    from hurray_schema.io.source import MemorySource, RangeReader
+
+    reader = RangeReader(MemorySource(bytes(range(256)) * 64), block_size=1024, cache_bytes=8192)
+    reader.read(10, 20)
+    reader.read(100, 1000)
+    assert (reader.requests, reader.bytes_fetched) == (1, 1024)
+    reader.prefetch([(0, 10), (5000, 6000), (9000, 9100)])  # blocks 4 and 5 in one request, 8 in another
+    assert (reader.requests, reader.bytes_fetched) == (3, 1024 + 2048 + 1024)
+    for start in range(0, 16384, 1024):  # 16 blocks through an 8-block cache: the oldest go
+        reader.read(start, start + 1)
+    assert reader._held <= 8192 and 0 not in reader._blocks and 15 in reader._blocks

@@ -41,7 +41,7 @@ import attrs
 
 from ..errors import HurraySchemaError, RangeNotSupported, ShortRead, SourceChanged, SourceUnavailable
 
-__all__ = ["SourceRef", "ByteSource", "HttpSource", "FsspecSource", "RangeReader", "SourceView", "SourcedBuffers",
+__all__ = ["SourceRef", "ByteSource", "HttpSource", "FsspecSource", "MemorySource", "RangeReader", "SourceView", "SourcedBuffers",
            "RemoteBuffers", "is_url", "open_source", "reader_for", "register", "fill_all", "DEFAULT_BLOCK_SIZE", "DEFAULT_CACHE_BYTES",
            "MAX_TAIL_BYTES", "DEFAULT_TIMEOUT", "tail_bytes"]
 
@@ -319,6 +319,18 @@ class FsspecSource(ByteSource):
         finally:
             body.close()
         return _check_range(self.ref.url, start, stop, data)
+
+
+class MemorySource(ByteSource):
+    """Bytes in memory as a :class:`ByteSource` (named ``url``): what a reader by range does,
+    without a network."""
+
+    def __init__(self, data, url: str = "memory"):
+        self.data = bytes(data)
+        self.ref = SourceRef(url, len(self.data))
+
+    def fetch(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        return [_check_range(self.ref.url, start, stop, self.data[start:stop]) for start, stop in ranges]
 
 
 def open_source(url, storage_options: Optional[dict] = None, *, timeout: float = DEFAULT_TIMEOUT) -> ByteSource:
