@@ -156,7 +156,8 @@ class FaultServer:
     made to misbehave by ``fault``: ``truncate`` (a 206 cut short, then the connection closed),
     ``error`` (500), ``ignore_range`` (200 and the whole file), ``hang`` (no answer), ``replace``
     (after ``replace_after`` GETs the file is ``replacement``: another ETag, maybe another size;
-    ``If-Match`` is ignored, as by a server that does not know it)."""
+    ``If-Match`` is ignored, as by a server that does not know it).  A request for several ranges is
+    answered with the whole file (no ``multipart/byteranges``), as some servers do."""
 
     def __init__(self):
         self.files: dict[str, bytes] = {}
@@ -210,7 +211,8 @@ class FaultServer:
                     self.close_connection = True
                     return
                 asked = self.headers.get("Range", "")
-                if server.fault == "ignore_range" or not asked.startswith("bytes="):
+                if server.fault == "ignore_range" or not asked.startswith("bytes=") or "," in asked:
+                    # several ranges: the whole file, as a server without multi-range support answers
                     self.send_response(200)
                     self.send_header("Content-Length", str(len(data)))
                     self.send_header("ETag", self._etag(data))

@@ -154,6 +154,32 @@ def test_open_and_one_row_requests_and_bytes(nginx):
                                                  sum(sent for method, _, sent, _ in opened + after if method == "GET"))
 
 
+def spread_tensors(count: int) -> dict:
+    """``count`` tensors of 128 KiB each: their descriptors lie further apart than a block."""
+    return {f"t{i:03d}": hs.Tensor.from_numpy(np.full(32768, i, np.float32)) for i in range(count)}
+
+
+def test_descriptors_far_apart_come_in_one_multi_range_request(nginx):
+    path, url = serve(nginx, spread_tensors(40))
+    with hs.read_file(url) as f, hs.read_file(path) as local:
+        opened = nginx.requests(name_of(url))
+        assert len(opened) == 3 and opened[-1][3].count(",") == 39  # HEAD, the tail, 40 descriptors in one GET
+        assert sum(sent for _, _, sent, _ in opened) <= os.path.getsize(path) // 4
+        picks = [f[name][::1000] for name in ("t000", "t017", "t039")]  # a request each
+        assert len(nginx.requests(name_of(url))) == 6
+        for got, name in zip(picks, ("t000", "t017", "t039")):
+            same_bits(got, local[name][::1000])
+
+
+def test_a_server_without_multi_range_answers_is_asked_one_range_at_a_time(fault_server, tmp_path):
+    path = tmp_path / "s.hrry"
+    hs.write_file(path, spread_tensors(12))
+    fault_server.files["s.hrry"] = path.read_bytes()
+    with hs.read_file(fault_server.url("s.hrry")) as f, hs.read_file(path) as local:
+        assert f.requests == 1 + 1 + 12  # the tail, the refused multi-range request, then each descriptor
+        same_bits(f["t011"][5:9], local["t011"][5:9])
+
+
 def test_stepped_slice_and_get_slice_fetch_only_what_they_decode(nginx):
     path, url = serve(nginx, many_tensors(1024, 2048, 3))
     whole = np.arange(1024 * 2048, dtype=np.float32).reshape(1024, 2048)

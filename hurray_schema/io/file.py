@@ -168,8 +168,8 @@ class HurrayFile(Mapping):
     def _prefetch_sections(self, sources) -> None:
         """The bytes the walk will read, fetched in as few requests as the layout allows: the file's
         tail (the trailer, and the index and KV section when they fit: :func:`~.source.tail_bytes`),
-        then what the trailer and the index locate (no rule checked here: the walk checks them) with
-        the header, in one batch."""
+        then the header and every descriptor the index locates (no rule checked here: the walk checks
+        them), fetched exactly (:meth:`~.source.RangeReader.pin`), in one batch."""
         reader, size = self._reader, self._reader.size
         reader.prefetch([(size - sources.tail_bytes(size, reader.block_size), size)])
         if size < FILE_HEADER_SIZE + TRAILER_SIZE:
@@ -182,6 +182,7 @@ class HurrayFile(Mapping):
         sections = [(start, stop) for start, stop in sections if 0 <= start < stop <= size - TRAILER_SIZE]
         reader.prefetch(sections)
         if not 0 <= index_at < index_at + index_length <= size - TRAILER_SIZE or index_length > self.limits.max_index_bytes:
+            reader.pin(hints)
             return
         index = memoryview(reader.read(index_at, index_at + index_length))
         for part in walk_index(index, 0):
@@ -190,7 +191,7 @@ class HurrayFile(Mapping):
                 start, stop = entry.descriptor_offset, entry.descriptor_offset + entry.descriptor_length
                 if 0 <= start < stop <= size:
                     hints.append((start, stop))
-        reader.prefetch(hints)
+        reader.pin(hints)
 
     @property
     def requests(self) -> int:

@@ -107,6 +107,8 @@ class ByteSource:
     exactly ``stop - start`` bytes or raises a :class:`~hurray_schema.errors.SourceError`."""
 
     ref: SourceRef
+    requests = 0
+    """Requests made for ranges so far (one per range, or fewer where one request asks several)."""
 
     @property
     def size(self) -> int:
@@ -136,7 +138,7 @@ def _run(loop, coroutine, seconds: float):
 
     try:
         return sync(loop, lambda: coroutine)
-    except (HurraySchemaError, FileNotFoundError, PermissionError):
+    except (HurraySchemaError, FileNotFoundError, PermissionError, _NoMultiRange):
         raise
     except (FSTimeoutError, asyncio.TimeoutError, TimeoutError) as exc:
         raise SourceUnavailable(f"no answer within {seconds} s ({type(exc).__name__})") from exc
@@ -156,6 +158,33 @@ async def _bounded(coroutines):
     return await asyncio.gather(*(one(c) for c in coroutines))
 
 
+MAX_RANGES_PER_REQUEST = 200
+"""Ranges one multi-range ``GET`` asks for at most (its ``Range`` header stays short)."""
+
+
+class _NoMultiRange(Exception):
+    """The server answered a multi-range request otherwise than with ``multipart/byteranges``."""
+
+
+def _boundary(parameters: str) -> Optional[bytes]:
+    for parameter in parameters.split(";"):
+        name, _, value = parameter.strip().partition("=")
+        if name.lower() == "boundary" and value:
+            return value.strip('"').encode("latin-1")
+    return None
+
+
+def _content_range(answered: str):
+    """``(first, last, total)`` of a ``Content-Range`` value (total None for ``*``), all None if malformed."""
+    unit, _, rest = answered.partition(" ")
+    span, _, total = rest.partition("/")
+    first, _, last = span.partition("-")
+    try:
+        return int(first), int(last), (int(total) if total != "*" else None)
+    except ValueError:
+        return None, None, None
+
+
 class HttpSource(ByteSource):
     """An ``http://`` or ``https://`` URL through fsspec's HTTP filesystem session: a ``HEAD``
     for the size and ETag, then one ``GET`` with ``Range`` (and ``If-Match`` when the server
@@ -170,6 +199,8 @@ class HttpSource(ByteSource):
         options = dict(storage_options or {})
         self.fs = fsspec.filesystem(url.split("://", 1)[0], **options)
         self.timeout = float(timeout)
+        self.multirange = True
+        self.requests = 0
         if size is None:
             size, etag = _run(self.fs.loop, self._head(), self.timeout)
         self.ref = SourceRef(url, int(size), etag, tuple(sorted(options.items())))
@@ -213,6 +244,7 @@ class HttpSource(ByteSource):
         headers = {"Range": f"bytes={start}-{stop - 1}", "Accept-Encoding": "identity"}
         if self.ref.etag:
             headers["If-Match"] = self.ref.etag
+        self.requests += 1
         async with session.get(self.url, headers=headers, timeout=_timeout(self.timeout)) as response:
             self._raise_for_status(response, f"GET bytes {start}-{stop - 1}")
             if response.status != 206:
@@ -232,25 +264,90 @@ class HttpSource(ByteSource):
         if self.ref.etag and etag and etag != self.ref.etag:
             raise SourceChanged(f"{self.url}: ETag {etag}, {self.ref.etag} when opened")
         answered = headers.get("Content-Range", "")
-        unit, _, rest = answered.partition(" ")
-        span, _, total = rest.partition("/")
-        first, _, last = span.partition("-")
-        try:
-            first, last = int(first), int(last)
-            total = int(total) if total != "*" else None
-        except ValueError:
-            raise RangeNotSupported(f"{self.url}: Content-Range {answered!r} to bytes {start}-{stop - 1}") from None
+        first, last, total = _content_range(answered)
+        if first is None:
+            raise RangeNotSupported(f"{self.url}: Content-Range {answered!r} to bytes {start}-{stop - 1}")
         if total is not None and total != self.ref.size:
             raise SourceChanged(f"{self.url}: {total} bytes, {self.ref.size} when opened")
         if (first, last + 1) != (start, stop):
             raise ShortRead(f"{self.url}: Content-Range {answered!r} answers bytes {start}-{stop - 1}")
 
     def fetch(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Each range by its own ``GET``, or, for several, ``GET`` s of up to :data:`MAX_RANGES_PER_REQUEST`
+        ranges each answered as ``multipart/byteranges`` (RFC 9110 § 14.6) while the server does
+        so; a server that answers such a request otherwise is asked one range at a time from then on."""
+        ranges = list(ranges)
+        if len(ranges) > 1 and self.multirange:
+            try:
+                return _run(self.fs.loop, self._all_multi(ranges), self.timeout)
+            except _NoMultiRange:
+                self.multirange = False
+
         async def all_ranges():
             session = await self._session()
             return await _bounded([self._get(session, start, stop) for start, stop in ranges])
 
         return _run(self.fs.loop, all_ranges(), self.timeout)
+
+    async def _all_multi(self, ranges):
+        session = await self._session()
+        groups = [ranges[at: at + MAX_RANGES_PER_REQUEST] for at in range(0, len(ranges), MAX_RANGES_PER_REQUEST)]
+        answers = await _bounded([self._get_multi(session, group) for group in groups])
+        return [data for answer in answers for data in answer]
+
+    async def _get_multi(self, session, ranges) -> list[bytes]:
+        headers = {"Range": "bytes=" + ",".join(f"{start}-{stop - 1}" for start, stop in ranges),
+                   "Accept-Encoding": "identity"}
+        if self.ref.etag:
+            headers["If-Match"] = self.ref.etag
+        self.requests += 1
+        async with session.get(self.url, headers=headers, timeout=_timeout(self.timeout)) as response:
+            self._raise_for_status(response, "GET of several ranges")
+            kind, _, parameters = response.headers.get("Content-Type", "").partition(";")
+            if response.status != 206 or kind.strip().lower() != "multipart/byteranges":
+                raise _NoMultiRange  # the body is not read
+            etag = response.headers.get("ETag")
+            if self.ref.etag and etag and etag != self.ref.etag:
+                raise SourceChanged(f"{self.url}: ETag {etag}, {self.ref.etag} when opened")
+            boundary = _boundary(parameters)
+            length = response.headers.get("Content-Length")
+            bound = sum(stop - start for start, stop in ranges) + 512 * len(ranges) + 4096
+            if boundary is None or length is None or int(length) > bound:
+                raise RangeNotSupported(f"{self.url}: a multipart answer of {length} bytes to {len(ranges)} ranges")
+            try:
+                body = await response.content.readexactly(int(length))
+            except Exception as exc:
+                raise ShortRead(f"{self.url}: a multipart answer cut off ({type(exc).__name__})") from None
+        parts = self._parts(body, boundary)
+        return [self._covered(parts, start, stop) for start, stop in ranges]
+
+    def _parts(self, body: bytes, boundary: bytes) -> list[tuple[int, bytes]]:
+        """``(first byte, data)`` of each part of a ``multipart/byteranges`` body, its
+        ``Content-Range`` checked against the size opened."""
+        parts = []
+        for chunk in body.split(b"--" + boundary)[1:]:
+            if chunk.startswith(b"--"):
+                break
+            head, separator, data = chunk.partition(b"\r\n\r\n")
+            if not separator:
+                raise ShortRead(f"{self.url}: a multipart part without its headers")
+            answered = next((line.split(b":", 1)[1].strip().decode("latin-1") for line in head.split(b"\r\n")
+                             if line.lower().startswith(b"content-range:")), "")
+            first, last, total = _content_range(answered)
+            if first is None:
+                raise ShortRead(f"{self.url}: a multipart part with Content-Range {answered!r}")
+            if total is not None and total != self.ref.size:
+                raise SourceChanged(f"{self.url}: {total} bytes, {self.ref.size} when opened")
+            if len(data) < last + 1 - first:
+                raise ShortRead(f"{self.url}: bytes {first}-{last} cut off in a multipart answer")
+            parts.append((first, data[: last + 1 - first]))
+        return parts
+
+    def _covered(self, parts, start: int, stop: int) -> bytes:
+        for first, data in parts:
+            if first <= start and stop <= first + len(data):
+                return data[start - first: stop - first]
+        raise ShortRead(f"{self.url}: bytes [{start}, {stop}) missing from a multipart answer")
 
 
 class FsspecSource(ByteSource):
@@ -283,6 +380,7 @@ class FsspecSource(ByteSource):
         self.ref = SourceRef(url, int(size), etag, tuple(sorted(options.items())))
 
     def fetch(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        self.requests += len(ranges)
         if self._s3:
             return _run(self.fs.loop, _bounded([self._s3_range(start, stop) for start, stop in ranges]), self.timeout)
         try:
@@ -330,6 +428,7 @@ class MemorySource(ByteSource):
         self.ref = SourceRef(url, len(self.data))
 
     def fetch(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        self.requests += len(ranges)
         return [_check_range(self.ref.url, start, stop, self.data[start:stop]) for start, stop in ranges]
 
 
@@ -399,6 +498,8 @@ class RangeReader:
         self.merge_gap = self.block_size if merge_gap is None else int(merge_gap)
         self._blocks: OrderedDict[int, bytes] = OrderedDict()
         self._held = 0
+        self._pins_at: list[int] = []
+        self._pins: list[bytes] = []
         self._lock = threading.RLock()
         self.requests = 0
         self.bytes_fetched = 0
@@ -415,12 +516,13 @@ class RangeReader:
         if not 0 <= start <= stop <= self.size:
             raise HurraySchemaError(f"bytes [{start}, {stop}) lie outside the {self.size}-byte file {self.ref.url}")
 
-    def _runs(self, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    def _runs(self, spans: list[tuple[int, int]], gap: Optional[int] = None) -> list[tuple[int, int]]:
         """``spans`` (sorted or not) as the requests that fetch them: overlapping spans and spans at
-        most ``merge_gap`` apart joined."""
+        most ``gap`` (default ``merge_gap``) apart joined."""
+        gap = self.merge_gap if gap is None else gap
         runs: list[list[int]] = []
         for start, stop in sorted(spans):
-            if runs and start - runs[-1][1] <= self.merge_gap:
+            if runs and start - runs[-1][1] <= gap:
                 runs[-1][1] = max(runs[-1][1], stop)
             else:
                 runs.append([start, stop])
@@ -429,8 +531,9 @@ class RangeReader:
     def _fetch(self, runs: list[tuple[int, int]]) -> list[bytes]:
         if not runs:
             return []
+        before = self.source.requests
         answers = self.source.fetch(runs)
-        self.requests += len(runs)
+        self.requests += len(runs) if (asked := self.source.requests - before) <= 0 else asked
         self.bytes_fetched += sum(stop - start for start, stop in runs)
         return answers
 
@@ -453,6 +556,25 @@ class RangeReader:
                     first, last = self._block_span(b)
                     self._keep(b, data[first - start: last - start])
 
+    def pin(self, ranges: Sequence[tuple[int, int]]) -> None:
+        """Fetch ``ranges`` exactly -- not rounded to blocks; ranges at most a block apart joined --
+        and keep them as long as the reader (what opening a file reads: its header and descriptors,
+        with the small tensors between them).  One batch of requests."""
+        with self._lock:
+            wanted = [(start, stop) for start, stop in ranges if stop > start and self._pinned(start, stop) is None]
+            runs = self._runs(wanted, self.block_size)
+            for (start, stop), data in zip(runs, self._fetch(runs)):
+                at = bisect.bisect_left(self._pins_at, start)
+                self._pins_at.insert(at, start)
+                self._pins.insert(at, data)
+
+    def _pinned(self, start: int, stop: int) -> Optional[memoryview]:
+        at = bisect.bisect_right(self._pins_at, start) - 1
+        if at >= 0 and stop <= self._pins_at[at] + len(self._pins[at]):
+            first = self._pins_at[at]
+            return memoryview(self._pins[at])[start - first: stop - first]
+        return None
+
     def _keep(self, block: int, data: bytes) -> None:
         if block in self._blocks:
             self._blocks.move_to_end(block)
@@ -468,6 +590,9 @@ class RangeReader:
         self._check(start, stop)
         if stop == start:
             return memoryview(b"")
+        pinned = self._pinned(start, stop)
+        if pinned is not None:
+            return pinned
         if stop - start > self.cache_bytes // 4:
             out = bytearray(stop - start)
             self.fill([(start, stop, memoryview(out))])
@@ -492,6 +617,12 @@ class RangeReader:
         targets = [(start, stop, dest) for start, stop, dest in targets if stop > start]
         for start, stop, _ in targets:
             self._check(start, stop)
+        if not targets:
+            return
+        held = [(start, stop, dest) for start, stop, dest in targets if self._pinned(start, stop) is not None]
+        for start, stop, dest in held:
+            dest[:] = self._pinned(start, stop)
+        targets = [target for target in targets if self._pinned(target[0], target[1]) is None]
         if not targets:
             return
         total = sum(stop - start for start, stop, _ in targets)
