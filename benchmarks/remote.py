@@ -8,6 +8,7 @@ Cases (issue 25, acceptance):
   (1 GiB), served by nginx on 127.0.0.1.  Opening it with ``read_file(url)``: requests and bytes
   nginx served (its access log), against the targets <= 3 requests and <= 1 % of the file; then
   one row of the large tensor: further requests and bytes, against <= 2 and <= 1 % of the tensor;
+  then one [64, 64] box of it (64 ranges a row apart);
 * ``spqr``        -- a [--n-spqr]^2 SpQR overlay (``hurray_schema.spqr`` of float16 data) in its
   own file: open + one row + one [64, 64] box (not aligned to the blocks) by URL, as requests,
   bytes and wall time, against downloading the whole file first (one GET to a local file), then
@@ -62,6 +63,7 @@ def big_file(nginx: Nginx, n: int, small: int) -> None:
     tensor_bytes = n * n * 4
     row = n // 3
     want = values[row].copy()
+    want_box = values[5000:5064, 7000:7064].copy()
     del values
     print(f"file: {small + 1} tensors, {size / 2 ** 30:.3f} GiB; tensor [{n}, {n}] float32")
     started = time.perf_counter()
@@ -80,6 +82,14 @@ def big_file(nginx: Nginx, n: int, small: int) -> None:
         print(f"one row    {requests:3d} requests  {sent:12,d} bytes  {sent / tensor_bytes * 100:7.4f}% of "
               f"the tensor {took * 1e3:8.1f} ms   target <= 2 requests ({verdict(requests, 2)}), <= 1% "
               f"({verdict(sent / tensor_bytes, 0.01)})")
+        before = served(nginx, name)
+        started = time.perf_counter()
+        box = f["w"][5000:5064, 7000:7064]
+        took = time.perf_counter() - started
+        assert box.tobytes() == np.ascontiguousarray(want_box).tobytes()
+        requests, sent = (after - earlier for after, earlier in zip(served(nginx, name), before))
+        print(f"[64,64]    {requests:3d} requests  {sent:12,d} bytes  {sent / tensor_bytes * 100:7.4f}% of "
+              f"the tensor {took * 1e3:8.1f} ms")
     path.unlink()
 
 
