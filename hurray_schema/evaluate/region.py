@@ -22,6 +22,10 @@ selected elements and reads each member at the selected positions inside it, by 
 rules (:func:`.merge.read`).
 
 A composite is validated by the binder once per call (``layouts/composite.md § Validation``).
+
+:func:`needed_spans` says, from descriptors alone, which byte ranges of which leaves a box read
+may touch: what a reader that fetches buffers by range (a URL) fetches before calling
+:func:`read_box`.
 """
 
 from __future__ import annotations
