@@ -44,6 +44,7 @@ import click
 
 from . import __version__
 from .errors import HurraySchemaError, SpecViolation
+from .io.source import is_url
 
 __all__ = ["main", "AUDIT_JSON_SCHEMA", "AUDIT_JSON_FIELDS"]
 
@@ -101,6 +102,8 @@ class _Input:
         self._map = None
         if path == "-":
             self._file = _stdin_file()
+        elif is_url(path):
+            self._file = _downloaded(path)
         else:
             self._file = open(path, "rb")
         size = os.fstat(self._file.fileno()).st_size
@@ -130,6 +133,26 @@ class _Input:
 
 
 _STDIN_CHUNK = 8 * 1024 * 1024
+
+
+def _downloaded(url: str):
+    """The file at ``url`` (the ``[remote]`` extra) copied by byte range, in bounded chunks, to an
+    unnamed temporary file: audit and inspect look at every byte."""
+    from .io.source import RangeReader, open_source
+
+    reader = RangeReader(open_source(url), cache_bytes=0)
+    spool = tempfile.TemporaryFile()
+    for start in range(0, reader.size, _STDIN_CHUNK):
+        spool.write(reader.read(start, min(reader.size, start + _STDIN_CHUNK)))
+    spool.flush()
+    return spool
+
+
+def _existing_or_url(ctx, param, value: str) -> str:
+    """A merge input: a URL as it is, a path that exists."""
+    if not is_url(value) and not os.path.exists(value):
+        raise click.BadParameter(f"Path {value!r} does not exist.", ctx=ctx, param=param)
+    return value
 
 
 def _stdin_file():
@@ -185,7 +208,7 @@ def inspect(path: str, as_hex: bool, kind: str, no_citations: bool, brief: bool,
     """Annotated view of PATH: every field with byte range, raw bytes, value and citation.
 
     PATH is a single descriptor, a bare stream, a message stream or a .hrry file
-    ("-" reads standard input).  A file is shown as a tree: header, each tensor
+    ("-" reads standard input; a URL, e.g. https://... or s3://..., is fetched first).  A file is shown as a tree: header, each tensor
     (composite members indented under their head), KV metadata, index, trailer.
     With --html, the page is written instead of the text.
     """
@@ -345,7 +368,7 @@ def vectors(outdir: str, check: bool, no_reference: bool) -> None:
 @click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
               help="Also write a self-contained HTML page (structure, hex view, findings marked) to this file.")
 def audit(path: str, permissive: bool, as_json: bool, kind: str, html_out: Optional[str]) -> None:
-    """Check PATH ("-" for standard input) against every applicable rule.
+    """Check PATH ("-" for standard input; a URL is fetched first) against every applicable rule.
 
     Prints each finding (level, rule id, byte offset, message, citation) under the
     tensor or composite it belongs to, then a summary line.  Exit code: 0 clean, 1 at
@@ -436,7 +459,8 @@ def _run_audit(path: str, source: _Input, kind: str, mode: str) -> list:
     if kind not in KINDS:  # unrecognised first bytes: audit() decides how to read them (its magic rule fires)
         kind = "auto"
     with _progress(source.size) as tick:
-        report = run_audit(source.data if path == "-" else path, mode=mode, kind=kind, progress=tick)
+        report = run_audit(source.data if path == "-" or is_url(path) else path, mode=mode, kind=kind,
+                           progress=tick)
     return list(report.findings)
 
 
@@ -640,7 +664,7 @@ of the array; ``zarr.open_array(STORE)[...].view(ml_dtypes.bfloat16)`` gives the
 
 
 @main.command()
-@click.argument("path", type=click.Path(dir_okay=False, exists=True))
+@click.argument("path", type=click.Path(dir_okay=False), callback=_existing_or_url)
 @click.argument("name")
 @click.option("-o", "--output", "output", default=None, type=click.Path(dir_okay=False),
               help="Where to write the .npy file.")
@@ -655,7 +679,10 @@ of the array; ``zarr.open_array(STORE)[...].view(ml_dtypes.bfloat16)`` gives the
                    "chunks' size (default: about 64 MiB).")
 def merge(path: str, name: str, output: Optional[str], zarr_store: Optional[str], permissive: bool,
           memory: Optional[int]) -> None:
-    """Materialize tensor or composite NAME of the file PATH into OUTPUT (.npy) or a Zarr STORE."""
+    """Materialize tensor or composite NAME of the file PATH into OUTPUT (.npy) or a Zarr STORE.
+
+    PATH may be a URL (https://..., s3://...; the [remote] extra): it is read by byte range, only
+    the ranges NAME needs."""
     import numpy as np
 
     from .io import read_file

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 __all__ = ["HurraySchemaError", "SpecViolation", "LimitExceeded", "EncodeError", "FieldRangeError",
            "UnsupportedEvaluation", "IndexRangeError", "IndexTypeError", "AdvancedIndexUnsupported",
-           "InvalidDtype", "CopyRequired", "NotAnArray", "DLPackUnsupported"]
+           "InvalidDtype", "CopyRequired", "NotAnArray", "DLPackUnsupported", "SourceError", "SourceChanged",
+           "ShortRead", "RangeNotSupported", "SourceUnavailable"]
 
 
 class HurraySchemaError(Exception):
@@ -137,3 +138,24 @@ class DLPackUnsupported(HurraySchemaError, BufferError):
     """The array cannot be exported through DLPack: its dtype has no DLPack type code in NumPy's
     exporter (``ml_dtypes`` types, bool sub-byte codes), or the consumer asked for no copy where
     one is needed.  ``BufferError`` is what DLPack consumers expect."""
+
+
+class SourceError(HurraySchemaError, OSError):
+    """A file's bytes could not be had as they were when it was opened (a URL, an object store:
+    :mod:`hurray_schema.io.source`); the reader gives up rather than decode other bytes."""
+
+
+class SourceChanged(SourceError):
+    """The file changed under the reader: its size or its ETag is not what it was when opened."""
+
+
+class ShortRead(SourceError):
+    """The source answered a byte range with fewer (or more) bytes than were asked for."""
+
+
+class RangeNotSupported(SourceError):
+    """The server ignored ``Range`` and would send the whole file where a byte range was asked."""
+
+
+class SourceUnavailable(SourceError):
+    """The source could not be read: a server error, a refused connection or a timeout."""

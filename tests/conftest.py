@@ -45,3 +45,38 @@ def conformance_dir() -> Path:
 @pytest.fixture(scope="session")
 def manifest(conformance_dir) -> dict:
     return json.loads((conformance_dir / "manifest.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def nginx():
+    """nginx (the Debian package .ci/run installs) serving a temporary folder on 127.0.0.1."""
+    import shutil
+
+    from remote_servers import Nginx
+
+    binary = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.path.exists(p)), None)
+    if binary is None:
+        pytest.skip("nginx is not installed (apt-get install nginx-light; .ci/run installs it)")
+    server = Nginx(binary)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_s3():
+    """moto's S3 in server mode on 127.0.0.1, counting the ranged GETs it answers."""
+    from remote_servers import CountingMoto
+
+    server = CountingMoto()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fault_server():
+    """A small HTTP server of ours on 127.0.0.1 that misbehaves as a test asks."""
+    from remote_servers import FaultServer
+
+    server = FaultServer()
+    yield server
+    server.stop()

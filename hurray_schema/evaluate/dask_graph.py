@@ -22,7 +22,9 @@ Every chunk is one task calling :func:`read_chunk` on a *source*: the descriptor
 the chunk needs and where the bytes are.  For a file that is the path and each buffer's
 ``(offset, size)`` (:class:`FileBuffers`): the task maps the file itself, so the graph
 holds no data, a task's size does not grow with the data, and any process that sees the
-path can run it.  An in-memory tensor's buffers travel in the graph
+path can run it.  For a URL it is the file's source reference and the byte ranges
+(``hurray_schema.io.source.RemoteBuffers``): each task fetches the byte ranges its chunk
+decodes (:func:`.region.needed_spans`), any process that reaches the URL can run it.  An in-memory tensor's buffers travel in the graph
 (:class:`MemoryBuffers`, pickled as bytes).
 
 The graph is built with dask's own :class:`~dask.highlevelgraph.HighLevelGraph` and
@@ -49,7 +51,7 @@ from ..rules.composite import validate_preorder
 from .common import check_shape, decoded_type
 from .elements import numpy_dtype
 from .merge import materialize
-from .region import read_box
+from .region import needed_spans, read_box
 
 __all__ = ["to_dask", "read_chunk", "FileBuffers", "MemoryBuffers", "LeafSource", "CompositeSource",
            "source_tree", "slab_chunks", "DEFAULT_CHUNK_BYTES"]
@@ -91,7 +93,9 @@ class LeafSource:
     """A (non-composite) tensor: its descriptor and where its buffers are."""
 
     descriptor: TensorDescriptor
-    buffers: Union[FileBuffers, MemoryBuffers] = attrs.field(eq=False)
+    buffers: object = attrs.field(eq=False)
+    """:class:`FileBuffers`, :class:`MemoryBuffers`, or an object whose ``open()`` gives buffers
+    fetched by range (``views()``, ``ensure(spans)``: :class:`hurray_schema.io.source.RemoteBuffers`)."""
 
 
 @attrs.frozen(slots=True)
@@ -129,6 +133,8 @@ def source_tree(item, locate: Optional[Callable] = None) -> Source:
 class _OpenTensor:
     descriptor: TensorDescriptor
     buffers: tuple
+    fetch: object = None
+    """Buffers fetched by range (``.ensure(spans)``), or None: all bytes are at hand."""
 
 
 @attrs.frozen(slots=True)
@@ -156,7 +162,7 @@ def _mapped(where: FileBuffers, maps: dict) -> memoryview:
     return view
 
 
-def _buffers(where: Union[FileBuffers, MemoryBuffers], maps: dict) -> tuple:
+def _buffers(where, maps: dict) -> tuple:
     if isinstance(where, MemoryBuffers):
         return where.views
     view = _mapped(where, maps)
@@ -171,7 +177,26 @@ def _open(source: Source, maps: dict):
     """The object :func:`.region.read_box` reads, its buffers mapped from the files."""
     if isinstance(source, CompositeSource):
         return _OpenComposite(source.descriptor, tuple(_open(m, maps) for m in source.members))
-    return _OpenTensor(source.descriptor, _buffers(source.buffers, maps))
+    where = source.buffers
+    if isinstance(where, (FileBuffers, MemoryBuffers)):
+        return _OpenTensor(source.descriptor, _buffers(where, maps))
+    fetch = where.open()  # a file read by range: its buffers, fetched as the read needs them
+    return _OpenTensor(source.descriptor, fetch.views(), fetch)
+
+
+def _fetches(item) -> bool:
+    if isinstance(item, _OpenComposite):
+        return any(_fetches(member) for member in item.members)
+    return item.fetch is not None
+
+
+def _fetch(item, lo, hi) -> None:
+    """Fetch the byte ranges the box read of ``item`` decodes, for its leaves read by range."""
+    if not _fetches(item):
+        return
+    for leaf, spans in needed_spans(item, lo, hi):
+        if leaf.fetch is not None and spans:
+            leaf.fetch.ensure(spans)
 
 
 def _kernel_threads(count: Optional[int]):
@@ -195,6 +220,7 @@ def read_chunk(source: Source, lo: Sequence[int], hi: Sequence[int], limits: Opt
     work on a busy machine)."""
     with _kernel_threads(kernel_threads):
         item = _open(source, {})
+        _fetch(item, lo, hi)
         if isinstance(item, _OpenComposite) and not any(lo) and tuple(hi) == tuple(item.descriptor.shape):
             values = materialize(item, limits=limits)  # the whole view: the same values, evaluated in place
         else:
@@ -364,7 +390,7 @@ def _validate(item) -> None:
 def _in_files(source: Source) -> bool:
     if isinstance(source, CompositeSource):
         return all(_in_files(m) for m in source.members)
-    return isinstance(source.buffers, FileBuffers)
+    return not isinstance(source.buffers, MemoryBuffers)
 
 
 def _graph_name(source: Source, chunks: tuple, limits) -> str:

@@ -15,6 +15,7 @@ the axis padded to whole blocks (``§ Padding``); the padding is addressed but n
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from .elements import (UnsupportedEvaluation, bf16_add, bf16_to_f32, f16_add, f1
                        f32_to_f16_fast, f32_to_f16_not_nan, load_code, minifloat_table, sign_extend)
 from .simd import LANES, int4x32, vector_f16
 
-__all__ = ["QuantParams", "quant_params", "decode_rows", "decode_rows_lut", "decode_rows_int4", "decode_gather",
+__all__ = ["QuantParams", "quant_params", "param_byte_spans", "decode_rows", "decode_rows_lut", "decode_rows_int4", "decode_gather",
            "OUT_F32", "OUT_F16", "OUT_BF16", "storage_shape", "param_indices", "param_indices_at", "int4_vector_ok",
            "NO_PATCH", "PATCH_REPLACE", "PATCH_ADD"]
 
@@ -125,6 +126,55 @@ def _selected(raw: np.ndarray, index) -> np.ndarray:
     if index is None or raw.size <= 1:
         return raw
     return np.ascontiguousarray(raw[index])
+
+
+def _index_spans(buffer: int, index: np.ndarray, width: int, skip: int) -> list[tuple[int, int, int]]:
+    """``(buffer, start, stop)`` of the parameters ``index`` (``width`` bytes each, from ``skip``),
+    neighbours joined."""
+    index = np.unique(np.asarray(index, np.int64))
+    if not index.size:
+        return []
+    breaks = np.flatnonzero(np.diff(index) != 1) + 1
+    firsts = index[np.concatenate([[0], breaks])]
+    lasts = index[np.concatenate([breaks - 1, [index.size - 1]])]
+    return [(buffer, skip + int(first) * width, skip + (int(last) + 1) * width)
+            for first, last in zip(firsts.tolist(), lasts.tolist())]
+
+
+def param_byte_spans(desc, select) -> Optional[list[tuple[int, int, int]]]:
+    """``(buffer, start, stop)`` byte spans of the parameters :func:`quant_params` reads with
+    ``select`` (the same selection, the same buffers and offsets: a superset of its reads), or None
+    when it would read them all (no selection, a scheme or type it does not decode here)."""
+    q = desc.quantization
+    shape = tuple(desc.shape)
+    if isinstance(q, PerTensorAffine):
+        return []
+    if select is None or not isinstance(q, (PerChannelAffine, PerBlockAffine, Nf4, Mxfp)) or int(q.axis) >= len(shape):
+        return None
+    axis = int(q.axis)
+    if isinstance(q, PerChannelAffine):
+        n, index = shape[axis], select(PK_CHANNEL, axis, 1, 1)
+        spans = _index_spans(q.scale_buffer_index, index, 4, 0)
+        if not q.flags & QuantFlag.SYMMETRIC:
+            skip = n * 4 if q.zero_point_buffer_index == q.scale_buffer_index else 0
+            spans += _index_spans(q.zero_point_buffer_index, index, 4, skip)
+        return spans
+    block = int(q.block_size)
+    if block < 1 or block & (block - 1):
+        return None
+    nb = -(-shape[axis] // block)
+    count = nb * (math.prod(shape) // shape[axis]) if shape[axis] else 0
+    index = select(PK_BLOCK, axis, block, nb)
+    if isinstance(q, PerBlockAffine):
+        width = {ElementType.FLOAT32: 4, ElementType.FLOAT16: 2, ElementType.BFLOAT16: 2}.get(q.scale_type_tag)
+        if width is None:
+            return None
+        spans = _index_spans(q.scale_buffer_index, index, width, 0)
+        if not (q.flags & QuantFlag.SYMMETRIC or q.zero_point_buffer_index == NO_BUFFER_INDEX):
+            skip = count * width if q.zero_point_buffer_index == q.scale_buffer_index else 0
+            spans += _index_spans(q.zero_point_buffer_index, index, 4, skip)
+        return spans
+    return _index_spans(q.scale_buffer_index, index, 4 if isinstance(q, Nf4) else 1, 0)
 
 
 def quant_params(desc, buffers, param_count=None, select=None) -> QuantParams:

@@ -22,6 +22,10 @@ selected elements and reads each member at the selected positions inside it, by 
 rules (:func:`.merge.read`).
 
 A composite is validated by the binder once per call (``layouts/composite.md § Validation``).
+
+:func:`needed_spans` says, from descriptors alone, which byte ranges of which leaves a box read
+may touch: what a reader that fetches buffers by range (a URL) fetches before calling
+:func:`read_box`.
 """
 
 from __future__ import annotations
@@ -31,10 +35,11 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..limits import Limits
+from ..model import CompositionRule
 from .merge import read
-from .tensor_box import check_box, tensor_box
+from .tensor_box import box_byte_spans, check_box, tensor_box
 
-__all__ = ["read_box"]
+__all__ = ["read_box", "needed_spans"]
 
 
 def _is_composite(item) -> bool:
@@ -63,3 +68,47 @@ def read_box(item, lo: Sequence[int], hi: Sequence[int], *, steps: Optional[Sequ
     if _is_composite(item):
         return read(item, tuple(zip(lo, hi)), steps=steps, limits=limits)
     return tensor_box(item.descriptor, item.buffers, lo, hi, steps=steps, limits=limits)
+
+
+def needed_spans(item, lo: Optional[Sequence[int]] = None, hi: Optional[Sequence[int]] = None,
+                 steps: Optional[Sequence[int]] = None) -> list:
+    """``(leaf, [(buffer index, start, stop), ...])`` for every leaf tensor whose bytes
+    :func:`read_box` may read for the box ``[lo, hi)`` of ``item`` (``None``: the whole view;
+    every buffer of every leaf), from descriptors alone (a leaf's ``.buffers`` are not touched):
+    :func:`.tensor_box.box_byte_spans` of each leaf over its part of the box.  Inside a partition
+    or overlay a member whose box meets the box's bounding box is read over the intersection
+    (at unit step when its first selected position is not the intersection's first); a group's
+    members whole.  A superset of what the read decodes, never less."""
+    out: list = []
+    _needed(item, None if lo is None else [int(x) for x in lo], None if hi is None else [int(x) for x in hi],
+            None if steps is None else [int(s) for s in steps], out)
+    return out
+
+
+def _needed(item, lo, hi, steps, out: list) -> None:
+    desc = item.descriptor
+    members = getattr(item, "members", None)
+    if members is None:
+        if lo is None:
+            out.append((item, [(i, 0, int(h.byte_size)) for i, h in enumerate(desc.buffers)]))
+        else:
+            out.append((item, box_byte_spans(desc, lo, hi, steps)))
+        return
+    rule = getattr(desc.layout, "composition_rule", None)
+    for member in members:
+        shard = member.descriptor.shard
+        if lo is None or shard is None or rule not in (CompositionRule.PARTITION, CompositionRule.OVERLAY):
+            _needed(member, None, None, None, out)
+            continue
+        offset = [int(o) for o in shard.shard_offset]
+        extent = [int(n) for n in member.descriptor.shape]
+        first = [max(a, o) for a, o in zip(lo, offset)]
+        last = [min(b, o + n) for b, o, n in zip(hi, offset, extent)]
+        if any(b <= a for a, b in zip(first, last)):
+            continue
+        local_steps = None
+        if steps is not None:
+            phase = all((a - l) % s == 0 for a, l, s in zip(first, lo, steps))
+            local_steps = steps if phase else None
+        _needed(member, [a - o for a, o in zip(first, offset)], [b - o for b, o in zip(last, offset)],
+                local_steps, out)

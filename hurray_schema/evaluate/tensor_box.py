@@ -62,12 +62,12 @@ from .common import (OFFSET_BYTES, SPARSE_TAGS, as_bytes, as_evaluated, charge, 
 from .dense import affine_strides
 from .elements import CODE_VIEW_TYPES, UnsupportedEvaluation, gather_codes, numpy_dtype
 from .quant import (OUT_BF16, OUT_F16, OUT_F32, PK_BLOCK, PK_CHANNEL, PK_TENSOR, QuantParams, decode_gather,
-                    decode_rows, decode_rows_lut, int4_vector_ok, quant_params, storage_shape)
+                    decode_rows, decode_rows_lut, int4_vector_ok, param_byte_spans, quant_params, storage_shape)
 from .sparse import _u64, entry_values, linear_indices, sparse_entries
 from .tensor import (_affine_offsets, _check_bounds, _check_quant_axis, _decode_int4, _element_range, _owned,
                      _precheck_dense, decode_cost, tensor_to_numpy)
 
-__all__ = ["tensor_box", "sparse_box_entries", "resolved_shape", "check_box", "check_steps", "step_through",
+__all__ = ["tensor_box", "box_byte_spans", "sparse_box_entries", "resolved_shape", "check_box", "check_steps", "step_through",
            "stepped_extent"]
 
 
@@ -561,3 +561,98 @@ def _sparse_box(desc, buffers, lo, hi, box, target, out_dtype, limits) -> np.nda
     if values.size:
         out[tuple(coords.T)] = values
     return out
+
+
+# ------------------------------------------------------------------------------------
+# Which bytes a box read decodes
+# ------------------------------------------------------------------------------------
+
+MAX_SPAN_LINES = 1 << 16
+"""Above this many separate lines of codes, a box's codes are taken as one span (their extent)."""
+
+
+def _whole_buffers(desc) -> list[tuple[int, int, int]]:
+    return [(index, 0, int(handle.byte_size)) for index, handle in enumerate(desc.buffers)]
+
+
+def box_byte_spans(desc, lo: Sequence[int], hi: Sequence[int], steps: Optional[Sequence[int]] = None
+                   ) -> list[tuple[int, int, int]]:
+    """``(buffer index, start, stop)`` byte spans that hold everything :func:`tensor_box` reads for
+    the box ``[lo, hi)`` (stepped by ``steps``) of ``desc``, from the descriptor alone: for an
+    affine tensor the box's codes (a quantized one's over its window of whole blocks along the
+    block axis) and a quantized tensor's parameter buffers whole; every buffer whole for the
+    layouts read whole or through tables (sparse, tiled, block-paged...).  A superset, never less:
+    a reader that fetches buffers by range fetches these before the evaluator reads them."""
+    try:
+        return _box_byte_spans(desc, lo, hi, steps)
+    except Exception:  # a descriptor the evaluator will refuse: all of it, and let the evaluator say why
+        return _whole_buffers(desc)
+
+
+def _box_byte_spans(desc, lo, hi, steps) -> list[tuple[int, int, int]]:
+    if not desc.buffers:
+        return []
+    desc = as_evaluated(desc)
+    shape = resolved_shape(desc.shape)
+    lo, hi = [int(x) for x in lo], [int(x) for x in hi]
+    info = element_type_info(desc.type_tag)
+    strides = affine_strides(desc.layout, storage_shape(desc)) if shape and desc.layout.tag not in SPARSE_TAGS else None
+    if strides is None or info is None:
+        return _whole_buffers(desc)  # even for an empty box: a sparse one still reads its tables
+    if any(b <= a for a, b in zip(lo, hi)) or 0 in shape:
+        return []  # an affine read of an empty box reads no byte
+    steps = [1] * len(shape) if steps is None else [int(s) for s in steps]
+    params = None
+    if desc.quantization is not None:
+        stop = [a + ((b - a - 1) // s) * s + 1 for a, b, s in zip(lo, hi, steps)]
+        lo, hi = _block_window(desc, shape, lo, stop)
+        axis = _block_axis(desc, shape)
+        steps = [1 if d == axis else s for d, s in enumerate(steps)]
+        if _byte_shift(sum(a * s for a, s in zip(lo, strides)), info.bit_width) is None:
+            steps = [1] * len(shape)  # the gathered read: the unit-step box, every parameter
+        else:  # the window's parameters, as _quantized_box selects them
+            params = param_byte_spans(desc, _window_selector(shape, lo, hi, steps))
+    codes = _code_spans(strides, lo, hi, steps, info.bit_width, int(desc.byte_offset),
+                        int(desc.buffers[0].byte_size))
+    spans = [(0, start, stop) for start, stop in codes]
+    if params is None:
+        return spans + _whole_buffers(desc)[1:]
+    held = {index for index, _, _ in params}
+    sizes = [int(handle.byte_size) for handle in desc.buffers]
+    return spans + [(index, max(0, start), min(sizes[index], stop)) for index, start, stop in params
+                    if 0 < index < len(sizes)] + [span for span in _whole_buffers(desc)[1:] if span[0] not in held]
+
+
+def _code_spans(strides, lo, hi, steps, bits: int, byte_offset: int, size: int) -> list[tuple[int, int]]:
+    """Byte spans of buffer 0 holding the codes of the stepped box: one span per line along the
+    dimension of smallest stride (when read at unit step), every selected element else."""
+    counts = [-(-(b - a) // s) for a, b, s in zip(lo, hi, steps)]
+    inner = min(range(len(strides)), key=lambda d: (abs(strides[d]) if counts[d] > 1 else 1 << 62, -d))
+    line = counts[inner] if steps[inner] == 1 else 1
+    outer = [d for d in range(len(strides)) if not (d == inner and line > 1)]
+    if math.prod(counts[d] for d in outer) > MAX_SPAN_LINES:
+        offsets = [sum(x * s for x, s in zip(corner, strides))
+                   for corner in _corners(lo, [a + (n - 1) * s for a, n, s in zip(lo, counts, steps)])]
+        return [_byte_span(min(offsets), max(offsets) + 1, bits, byte_offset, size)]
+    starts = np.zeros(1, np.int64) + sum(a * s for a, s in zip(lo, strides))
+    for d in outer:
+        starts = (starts[:, None] + np.arange(counts[d], dtype=np.int64)[None, :] * (steps[d] * strides[d])).reshape(-1)
+    reach = (line - 1) * strides[inner] if line > 1 else 0
+    firsts, lasts = np.minimum(starts, starts + reach), np.maximum(starts, starts + reach)
+    return [_byte_span(int(f), int(l) + 1, bits, byte_offset, size) for f, l in zip(firsts.tolist(), lasts.tolist())]
+
+
+def _corners(lo, last):
+    import itertools
+
+    return itertools.product(*[(a, b) for a, b in zip(lo, last)])
+
+
+def _byte_span(first: int, stop: int, bits: int, byte_offset: int, size: int) -> tuple[int, int]:
+    """Bytes of buffer 0 holding elements ``[first, stop)`` (a 6-bit code packs four to three bytes),
+    widened by a word either side and kept inside the buffer."""
+    if bits == 6:
+        start, end = (first // 4) * 3, -(-stop // 4) * 3
+    else:
+        start, end = (first * bits) // 8, -(-(stop * bits) // 8)
+    return max(0, byte_offset + start - 8), min(size, byte_offset + end + 8)

@@ -31,14 +31,15 @@ from ..structs._declare import plan
 from ..structs.file import (
     DESCRIPTOR_ALIGNMENT, FILE_HEADER, FILE_HEADER_SIZE, FILE_MAGIC, INDEX_COUNT, INDEX_ENTRY_FIELDS,
     INDEX_NAME_LENGTH, MAX_DATA_BUFFER_ALIGNMENT, MIN_DATA_BUFFER_ALIGNMENT, SECTION_ALIGNMENT,
-    SUPPORTED_CONTAINER_MAJOR, SUPPORTED_CONTAINER_MINOR, TRAILER, TRAILER_MAGIC, FileFlag,
+    SUPPORTED_CONTAINER_MAJOR, SUPPORTED_CONTAINER_MINOR, TRAILER, TRAILER_MAGIC, TRAILER_SIZE, FileFlag,
 )
 from ._write import EncodedNode, Sink, as_item, check_nodes, encode_nodes, replacing
 from .kv import encode_kv
-from .tensor import Composite, Item, Tensor, walk
+from .source import is_url
+from .tensor import Composite, Item, SourcedTensor, Tensor, locate_buffers, walk
 from .walk import (
-    DESCRIPTOR, FILE_HEADER_PART, INDEX_PART, KV_PART, TENSOR_DATA, TRAILER_PART, Faults, IndexEntry,
-    as_view, buffer_spans, strict_describer, walk_file,  # noqa: F401  (buffer_spans: was defined here)
+    DESCRIPTOR, ENTRY, FILE_HEADER_PART, INDEX_PART, KV_PART, TENSOR_DATA, TRAILER_PART, Faults, IndexEntry,
+    as_view, buffer_spans, strict_describer, walk_file, walk_index,  # noqa: F401  (buffer_spans: was defined here)
 )
 
 __all__ = ["ClosedFileError", "HurrayFile", "IndexEntry", "TensorSlice", "read_file", "write_file"]
@@ -113,7 +114,13 @@ class HurrayFile(Mapping):
     (the end of a ``with`` block) every access raises :class:`ClosedFileError`.
     """
 
-    def __init__(self, path, *, mode="strict", limits: Optional[Limits] = None, validate_composites: bool = True):
+    def __init__(self, path, *, mode="strict", limits: Optional[Limits] = None, validate_composites: bool = True,
+                 storage_options: Optional[dict] = None, block_size: Optional[int] = None,
+                 cache_bytes: Optional[int] = None, timeout: Optional[float] = None):
+        if is_url(path) or (hasattr(path, "fs") and hasattr(path, "path")):  # a URL, an open fsspec file
+            self._open_by_range(path, mode, limits, validate_composites, storage_options, block_size, cache_bytes,
+                                timeout)
+            return
         self._setup(os.fspath(path), mode, limits)
         self._file = open(self.path, "rb")
         try:
@@ -137,8 +144,72 @@ class HurrayFile(Mapping):
             raise
         return self
 
+    def _open_by_range(self, url, mode, limits, validate_composites, storage_options, block_size, cache_bytes,
+                       timeout) -> None:
+        """A URL or an open fsspec file, read by byte range (:mod:`.source`): the trailer, index, KV
+        section and every descriptor fetched first in few requests, then the same walk as a local
+        file's over those bytes; buffers are fetched when a read needs them."""
+        from . import source as sources
+
+        opened = sources.open_source(url, storage_options,
+                                     timeout=sources.DEFAULT_TIMEOUT if timeout is None else timeout)
+        self._setup(opened.ref.url, mode, limits)
+        self.source = opened.ref
+        options = {"block_size": block_size, "cache_bytes": cache_bytes}
+        self._reader = sources.RangeReader(opened, **{k: v for k, v in options.items() if v is not None})
+        sources.register(self._reader)
+        try:
+            self._prefetch_sections(sources)
+            self._open(sources.SourceView(self._reader), validate_composites)
+        except BaseException:
+            self.close()
+            raise
+
+    def _prefetch_sections(self, sources) -> None:
+        """The bytes the walk will read, fetched in as few requests as the layout allows: the file's
+        tail (the trailer, and the index and KV section when they fit: :func:`~.source.tail_bytes`),
+        then the header and every descriptor the index locates (no rule checked here: the walk checks
+        them), fetched exactly (:meth:`~.source.RangeReader.pin`), in one batch."""
+        reader, size = self._reader, self._reader.size
+        reader.prefetch([(size - sources.tail_bytes(size, reader.block_size), size)])
+        if size < FILE_HEADER_SIZE + TRAILER_SIZE:
+            return
+        trailer, _ = _TRAILER.unpack(reader.read(size - TRAILER_SIZE, size), 0)
+        hints = [(0, FILE_HEADER_SIZE)]
+        index_at, index_length = trailer["index_offset"], trailer["index_length"]
+        sections = [(trailer[f"{name}_offset"], trailer[f"{name}_offset"] + trailer[f"{name}_length"])
+                    for name in ("kv", "index")]
+        sections = [(start, stop) for start, stop in sections if 0 <= start < stop <= size - TRAILER_SIZE]
+        reader.prefetch(sections)
+        if not 0 <= index_at < index_at + index_length <= size - TRAILER_SIZE or index_length > self.limits.max_index_bytes:
+            reader.pin(hints)
+            return
+        index = memoryview(reader.read(index_at, index_at + index_length))
+        for part in walk_index(index, 0):
+            if part.kind == ENTRY:
+                entry = part.value
+                start, stop = entry.descriptor_offset, entry.descriptor_offset + entry.descriptor_length
+                if 0 <= start < stop <= size:
+                    hints.append((start, stop))
+        reader.pin(hints)
+
+    @property
+    def requests(self) -> int:
+        """Requests made to the source of a file read by range (0 for a local file)."""
+        reader = getattr(self, "_reader", None)
+        return 0 if reader is None else reader.requests
+
+    @property
+    def bytes_fetched(self) -> int:
+        """Bytes fetched from the source of a file read by range (0 for a local file)."""
+        reader = getattr(self, "_reader", None)
+        return 0 if reader is None else reader.bytes_fetched
+
     def _setup(self, path, mode, limits) -> None:
         self.path = path
+        self.source = None
+        self._reader = None
+        self._abspath = os.path.abspath(path) if path is not None and not is_url(path) else None
         self.mode = as_mode(mode)
         self.limits = resolve_limits(limits)
         self.findings: list[Finding] = []
@@ -179,10 +250,7 @@ class HurrayFile(Mapping):
         self._bind(ordered, validate_composites)
 
     def _bind(self, ordered: list[tuple], validate: bool) -> None:
-        view, spans = self._view, self._spans
-
-        def leaf(desc: TensorDescriptor, name: str) -> Tensor:
-            return Tensor(desc, [view[off : off + size] for off, size in spans[name]], name=name)
+        leaf = self.tensor_of
 
         binder = CompositeBinder(mode=self.mode, validate=validate, limits=self.limits, findings=self.findings,
                                  leaf=leaf, assemble=Composite.from_binder)
@@ -195,9 +263,20 @@ class HurrayFile(Mapping):
         order = {e.name: i for i, e in enumerate(self._entries)}
         self._names = sorted(self._items, key=order.__getitem__)
 
-    def _buffers(self, name: str) -> list:
+    def tensor_of(self, desc: TensorDescriptor, name: str) -> Tensor:
+        """The tensor of entry ``name`` with descriptor ``desc``: views of the memory map (knowing
+        its file, path and byte ranges, when there is one), or a :class:`SourcedTensor` whose
+        buffers are fetched by range."""
+        spans = self._spans[name]
+        if self._reader is not None:
+            from .source import SourcedBuffers
+
+            return SourcedTensor.over(desc, SourcedBuffers(self._reader, spans), name=name)
         view = self._view
-        return [view[off : off + size] for off, size in self._spans[name]]
+        tensor = Tensor(desc, [view[off : off + size] for off, size in spans], name=name)
+        if self._abspath is not None:
+            tensor._origin = (self._abspath, self.size, self.buffer_ranges(name))
+        return tensor
 
     # -- mapping -------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -246,7 +325,7 @@ class HurrayFile(Mapping):
     def tensor(self, name: str) -> Tensor:
         """Any non-head entry as a :class:`Tensor` (members included)."""
         self._check_open()
-        return Tensor(self._descriptors[name], self._buffers(name), name=name)
+        return self.tensor_of(self._descriptors[name], name)
 
     @property
     def kv(self) -> dict:
@@ -302,7 +381,7 @@ class HurrayFile(Mapping):
         self._items = {}
         self._by_name = None
         view, self._view = getattr(self, "_view", None), None
-        if view is not None:
+        if isinstance(view, memoryview):
             try:
                 view.release()
             except BufferError:
@@ -336,15 +415,12 @@ class HurrayFile(Mapping):
         """Item ``name`` (or any member entry) as a lazy ``dask.array.Array`` (a tuple for a
         group; the ``[dask]`` extra) whose tasks map this file by path and read their buffers'
         byte ranges: the graph holds descriptors and offsets, no data
-        (:func:`hurray_schema.evaluate.dask_graph.to_dask`)."""
-        from ..evaluate.dask_graph import FileBuffers, to_dask
+        (:func:`hurray_schema.evaluate.dask_graph.to_dask`); for a URL, tasks that fetch their
+        own byte ranges (:class:`~.source.RemoteBuffers`).  ``f[name].to_dask()`` is the same graph."""
+        from ..evaluate.dask_graph import to_dask
 
         item = self._items[name] if name in self._items else self.tensor(name)
-        locate = None
-        if self.path is not None:
-            path = os.path.abspath(self.path)
-            locate = lambda leaf: FileBuffers(path, self.size, self.buffer_ranges(leaf.name))  # noqa: E731
-        return to_dask(item, chunks, chunk_bytes=chunk_bytes, limits=limits, locate=locate)
+        return to_dask(item, chunks, chunk_bytes=chunk_bytes, limits=limits, locate=locate_buffers)
 
 
 def item_array(item: Item, *, limits: Optional[Limits] = None):
@@ -358,14 +434,24 @@ def item_array(item: Item, *, limits: Optional[Limits] = None):
     return item.to_numpy(limits=limits)
 
 
-def read_file(path, *, mode="strict", limits: Optional[Limits] = None,
-              validate_composites: bool = True) -> HurrayFile:
+def read_file(path, *, mode="strict", limits: Optional[Limits] = None, validate_composites: bool = True,
+              storage_options: Optional[dict] = None, block_size: Optional[int] = None,
+              cache_bytes: Optional[int] = None, timeout: Optional[float] = None) -> HurrayFile:
     """Open a ``.hrry`` file: checks the container and every descriptor, reads no data.
+
+    ``path``: a local path, a URL (``https://...``, ``s3://bucket/key``, any fsspec protocol; the
+    ``[remote]`` extra) with fsspec's ``storage_options``, or an open fsspec file.  A URL is read
+    by byte range (:mod:`hurray_schema.io.source`): opening fetches the tail of the file (trailer,
+    index, KV section) and then the header and descriptors; buffers are fetched when a read needs
+    them, only the ranges it decodes.  ``block_size`` and ``cache_bytes`` size the reader's block
+    cache, ``timeout`` bounds each connection and read (seconds).
 
     ``limits`` (:class:`~hurray_schema.limits.Limits`) bounds the index, the KV section,
     descriptors and composite nesting; ``validate_composites=False`` skips the composite
     rules (binding still happens)."""
-    return HurrayFile(path, mode=mode, limits=limits, validate_composites=validate_composites)
+    return HurrayFile(path, mode=mode, limits=limits, validate_composites=validate_composites,
+                      storage_options=storage_options, block_size=block_size, cache_bytes=cache_bytes,
+                      timeout=timeout)
 
 
 # --------------------------------------------------------------------------------------

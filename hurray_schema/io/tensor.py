@@ -21,7 +21,7 @@ from ..model import (
 from ..rules.composite import validate_preorder
 from ..structs.element_types import element_type_info, element_type_of
 
-__all__ = ["Tensor", "Composite", "Item", "walk", "ArrayProtocol", "DEFAULT_BUFFER_ALIGNMENT", "DLPACK_CPU_DEVICE"]
+__all__ = ["Tensor", "SourcedTensor", "Composite", "Item", "fetched", "locate_buffers", "walk", "ArrayProtocol", "DEFAULT_BUFFER_ALIGNMENT", "DLPACK_CPU_DEVICE"]
 
 DEFAULT_BUFFER_ALIGNMENT = 64
 """``alignment`` our constructors declare in buffer handles (``buffer-protocol.md § Buffer Handle``)."""
@@ -85,7 +85,8 @@ class ArrayProtocol:
         from ..evaluate.indexing import basic_index, read_index
 
         self._require_array()
-        return read_index(self, basic_index(index, self.shape))
+        selection = basic_index(index, self.shape)
+        return read_index(fetched(self, selection.lo, selection.hi, selection.steps), selection)
 
     def read(self, region, *, limits=None):
         """``self[region]`` where an entry may also be a ``(start, stop)`` pair (a unit-step slice
@@ -95,7 +96,8 @@ class ArrayProtocol:
         from ..evaluate.indexing import read_index, region_index
 
         self._require_array()
-        return read_index(self, region_index(region, self.shape), limits=limits)
+        selection = region_index(region, self.shape)
+        return read_index(fetched(self, selection.lo, selection.hi, selection.steps), selection, limits=limits)
 
     def __array__(self, dtype=None, copy=None):
         """NumPy 2's array protocol: ``numpy.asarray(self, dtype, copy=copy)``."""
@@ -146,7 +148,7 @@ class Tensor(ArrayProtocol):
     object does not check that the buffers match the descriptor; the readers do.
     """
 
-    __slots__ = ("descriptor", "buffers", "name")
+    __slots__ = ("descriptor", "buffers", "name", "_origin")
 
     def __init__(self, descriptor: TensorDescriptor, buffers: Iterable = (), *, name: Optional[str] = None):
         if descriptor.is_composite_head:
@@ -259,7 +261,11 @@ class Tensor(ArrayProtocol):
         return self.to_numpy(dtype, copy=copy)
 
     def with_name(self, name: Optional[str]) -> "Tensor":
-        return Tensor(self.descriptor, self.buffers, name=name)
+        renamed = Tensor(self.descriptor, self.buffers, name=name)
+        origin = getattr(self, "_origin", None)
+        if origin is not None:
+            renamed._origin = origin
+        return renamed
 
     def same_content(self, other) -> bool:
         """Same descriptor and same buffer bytes (names ignored)."""
@@ -275,12 +281,146 @@ class Tensor(ArrayProtocol):
 
     def to_dask(self, chunks=None, *, chunk_bytes=None, limits=None):
         """The logical array as a lazy ``dask.array.Array`` (the ``[dask]`` extra), cut into
-        slabs of about 64 MiB or as ``chunks`` says; the buffers travel in the graph
-        (:func:`hurray_schema.evaluate.dask_graph.to_dask`; a file's tensor without its data
-        in the graph: :meth:`HurrayFile.to_dask`)."""
+        slabs of about 64 MiB or as ``chunks`` says (:func:`hurray_schema.evaluate.dask_graph.to_dask`).
+        A tensor read from a file (a path or a URL) is in the graph as its source, the file and
+        its byte ranges -- the graph :meth:`HurrayFile.to_dask` builds, with no data; an in-memory
+        tensor's buffers travel in the graph."""
         from ..evaluate.dask_graph import to_dask
 
-        return to_dask(self, chunks, chunk_bytes=chunk_bytes, limits=limits)
+        return to_dask(self, chunks, chunk_bytes=chunk_bytes, limits=limits, locate=locate_buffers)
+
+    def __reduce_ex__(self, protocol):
+        """A tensor read from a file pickles as its source: the file's path, size and byte ranges
+        plus the descriptor (a few hundred bytes whatever the data); unpickled, it maps the same
+        file again (refused if its size changed).  An in-memory tensor's memoryviews do not pickle."""
+        origin = getattr(self, "_origin", None)
+        if origin is None:
+            return object.__reduce_ex__(self, protocol)
+        path, size, ranges = origin
+        return _mapped_tensor, (path, size, ranges, self.descriptor, self.name)
+
+
+class SourcedTensor(Tensor):
+    """A tensor of a file read by range (a URL): its buffers are fetched as reads need them.
+
+    Indexing, :meth:`read` and ``lookup`` fetch the byte ranges the read decodes
+    (:func:`hurray_schema.evaluate.region.needed_spans`); :meth:`to_numpy` and anyone taking
+    :attr:`buffers` fetch whole buffers first.  Pickles as its source (:class:`~.source.SourceRef`,
+    byte ranges, descriptor); dask tasks fetch their own ranges."""
+
+    __slots__ = ("_source",)
+
+    @classmethod
+    def over(cls, descriptor: TensorDescriptor, source, *, name: Optional[str] = None) -> "SourcedTensor":
+        """The tensor ``descriptor`` whose buffers ``source`` (a :class:`~.source.SourcedBuffers`) fetches."""
+        tensor = _new_tensor(cls)
+        tensor.descriptor, tensor._source, tensor.name = descriptor, source, name
+        return tensor
+
+    @property
+    def buffers(self) -> tuple:
+        """The whole buffers, fetched first if they are not all here yet."""
+        self._source.ensure_all()
+        return self._source.views()
+
+    @property
+    def stored_nbytes(self) -> int:
+        return sum(size for _, size in self._source.ranges)
+
+    def with_name(self, name: Optional[str]) -> "SourcedTensor":
+        return SourcedTensor.over(self.descriptor, self._source, name=name)
+
+    def _bare(self) -> Tensor:
+        """A plain tensor over the buffers as fetched so far (for the evaluator, after the fetch)."""
+        tensor = Tensor.bound(self.descriptor, self._source.views())
+        tensor.name = self.name
+        return tensor
+
+    def __reduce_ex__(self, protocol):
+        return _sourced_tensor, (self._source.reader.ref, self._source.ranges, self.descriptor, self.name)
+
+
+def _has_sources(item) -> bool:
+    if isinstance(item, SourcedTensor):
+        return True
+    return isinstance(item, Composite) and any(_has_sources(member) for member in item.members)
+
+
+def fetched(item, lo=None, hi=None, steps=None):
+    """``item`` ready for the evaluator to read the box ``[lo, hi)`` (stepped; ``None``: all of it):
+    itself when no buffer of it is read by range, else, once the byte ranges the read decodes are
+    fetched (one batch of requests), a twin over the fetched buffers."""
+    if not _has_sources(item):
+        return item
+    from ..evaluate.region import needed_spans
+    from .source import fill_all
+
+    fill_all([(leaf._source, spans) for leaf, spans in needed_spans(item, lo, hi, steps)
+              if isinstance(leaf, SourcedTensor) and spans])
+    return _bare(item)
+
+
+def _bare(item):
+    if isinstance(item, SourcedTensor):
+        return item._bare()
+    if isinstance(item, Composite) and _has_sources(item):
+        twin = Composite.from_binder(item.descriptor, item.name, [_bare(m) for m in item.members], False)
+        twin._verdict = item._verdict
+        return twin
+    return item
+
+
+def locate_buffers(leaf):
+    """Where a dask task finds ``leaf``'s buffers: the file's byte ranges
+    (:class:`~hurray_schema.evaluate.dask_graph.FileBuffers`, or :class:`~.source.RemoteBuffers` for a
+    URL); None for an in-memory tensor (its buffers travel in the graph)."""
+    if isinstance(leaf, SourcedTensor):
+        from .source import RemoteBuffers
+
+        return RemoteBuffers(leaf._source.reader.ref, leaf._source.ranges)
+    origin = getattr(leaf, "_origin", None)
+    if origin is None:
+        return None
+    from ..evaluate.dask_graph import FileBuffers
+
+    path, size, ranges = origin
+    return FileBuffers(path, size, ranges)
+
+
+_MAPS: dict = {}
+
+
+def _mapped_file(path: str, size: int) -> memoryview:
+    """``path`` memory-mapped read-only, once per process while its size is ``size``."""
+    import mmap
+    import os
+
+    view = _MAPS.get((path, size))
+    if view is None:
+        with open(path, "rb") as f:
+            have = os.fstat(f.fileno()).st_size
+            if have != size:
+                from ..errors import SourceChanged
+
+                raise SourceChanged(f"{path} holds {have} bytes, {size} when the tensor was read: the file has changed")
+            view = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)) if size else memoryview(b"")
+        _MAPS[(path, size)] = view
+    return view
+
+
+def _mapped_tensor(path: str, size: int, ranges, descriptor: TensorDescriptor, name: Optional[str]) -> Tensor:
+    """The unpickled :class:`Tensor` of a file: its byte ranges of the file mapped again."""
+    view = _mapped_file(path, size)
+    tensor = Tensor.bound(descriptor, [view[offset: offset + length] for offset, length in ranges])
+    tensor.name, tensor._origin = name, (path, size, tuple(ranges))
+    return tensor
+
+
+def _sourced_tensor(ref, ranges, descriptor: TensorDescriptor, name: Optional[str]) -> SourcedTensor:
+    """The unpickled :class:`SourcedTensor`: this process's reader of the same file."""
+    from .source import SourcedBuffers, reader_for
+
+    return SourcedTensor.over(descriptor, SourcedBuffers(reader_for(ref), ranges), name=name)
 
 
 def _numpy_tag(dtype) -> ElementType:
@@ -575,7 +715,7 @@ class Composite(ArrayProtocol):
         provides ``out``."""
         from ..evaluate import materialize
 
-        return materialize(self, out=out, limits=limits)
+        return materialize(fetched(self), out=out, limits=limits)
 
     def lookup(self, index):
         """One element of the logical view (an integer per dimension, negative ones counting from
@@ -586,7 +726,8 @@ class Composite(ArrayProtocol):
         from ..evaluate.indexing import element_index
 
         self._require_array()
-        return lookup(self, element_index(index, self.shape))
+        at = element_index(index, self.shape)
+        return lookup(fetched(self, at, [i + 1 for i in at]), at)
 
     def with_name(self, name: Optional[str]) -> "Composite":
         renamed = Composite(self.descriptor, self.members, name=name)
@@ -607,10 +748,11 @@ class Composite(ArrayProtocol):
         """The merged view as a lazy ``dask.array.Array`` (a tuple of them for a group; the
         ``[dask]`` extra): a partition chunked along its members' boxes, an overlay in slabs
         of about 64 MiB aligned to the base's blocks (:func:`hurray_schema.evaluate.dask_graph.to_dask`;
-        a file's composite without its data in the graph: :meth:`HurrayFile.to_dask`)."""
+        a composite read from a file is in the graph as its members' sources: the graph of
+        :meth:`HurrayFile.to_dask`, with no data)."""
         from ..evaluate.dask_graph import to_dask
 
-        return to_dask(self, chunks, chunk_bytes=chunk_bytes, limits=limits)
+        return to_dask(self, chunks, chunk_bytes=chunk_bytes, limits=limits, locate=locate_buffers)
 
 
 Item = Union[Tensor, Composite]

@@ -946,10 +946,10 @@ def _strict_sections(view: memoryview, mode: Mode, limits: Limits):
     if size < FILE_HEADER_SIZE + TRAILER_SIZE:
         raise container_rules.FILE_TOO_SHORT.violation(
             f"{size} bytes cannot hold the {FILE_HEADER_SIZE}-byte header and {TRAILER_SIZE}-byte trailer", size)
-    h, _ = _HEADER.unpack(view, 0)
+    h, _ = _HEADER.unpack(view[:FILE_HEADER_SIZE], 0)  # slices only: a file read by range is read so too
     _check_header(h, size)
     yield Part(FILE_HEADER_PART, 0, FILE_HEADER_SIZE, FILE_HEADER, h)
-    t, _ = _TRAILER.unpack(view, size - TRAILER_SIZE)
+    t, _ = _TRAILER.unpack(view[size - TRAILER_SIZE:size], 0)
     _check_trailer(view, h, t, limits)
     yield Part(TRAILER_PART, size - TRAILER_SIZE, size, TRAILER, t)
     entries = _strict_index(view, h, t, limits)
@@ -1013,7 +1013,8 @@ def _check_trailer(view: memoryview, h: dict, t: dict, limits: Limits) -> None:
 
 def _strict_index(view: memoryview, h: dict, t: dict, limits: Limits) -> list[IndexEntry]:
     index_at, end = t["index_offset"], t["index_offset"] + t["index_length"]
-    count = _COUNT.unpack(view, index_at)[0]["index_entry_count"]
+    section = view[index_at:end]  # read at pos - index_at: offsets stay the file's
+    count = _COUNT.unpack(section, 0)[0]["index_entry_count"]
     pos = index_at + _COUNT.fixed_size
     if count * _MIN_ENTRY > end - pos:
         raise container_rules.INDEX_TRUNCATED.violation(
@@ -1024,11 +1025,11 @@ def _strict_index(view: memoryview, h: dict, t: dict, limits: Limits) -> list[In
         at = pos
         if pos + _NAME_LEN.fixed_size > end:
             raise container_rules.INDEX_TRUNCATED.violation("an index entry runs past index_length", pos)
-        (n,) = _NAME_LENGTH_CODEC.unpack_from(view, pos)
+        (n,) = _NAME_LENGTH_CODEC.unpack_from(section, pos - index_at)
         pos += _NAME_LEN.fixed_size
         if pos + n + _ENTRY.fixed_size > end:
             raise container_rules.INDEX_TRUNCATED.violation("an index entry runs past index_length", at)
-        raw = bytes(view[pos : pos + n])
+        raw = bytes(section[pos - index_at : pos - index_at + n])
         pos += n
         if not raw:
             raise container_rules.INDEX_NAME.violation("name_length is 0", at)
@@ -1040,7 +1041,8 @@ def _strict_index(view: memoryview, h: dict, t: dict, limits: Limits) -> list[In
         if raw in seen:
             raise container_rules.INDEX_DUPLICATE.violation(f"tensor name {name!r} appears twice in the index", at)
         seen.add(raw)
-        descriptor_offset, descriptor_length, data_offset, data_length, flags = _ENTRY_CODEC.unpack_from(view, pos)
+        descriptor_offset, descriptor_length, data_offset, data_length, flags = _ENTRY_CODEC.unpack_from(
+            section, pos - index_at)
         pos += _ENTRY.fixed_size
         if flags:
             raise container_rules.INDEX_FLAGS.violation(

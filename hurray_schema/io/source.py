@@ -1,0 +1,789 @@
+"""Where a file's bytes come from: a path, or any fsspec URL read by byte range.
+
+A ``.hrry`` file is laid out for reading by range (``file-format.md § Reader Protocol``): the
+trailer points at the index, the index at each descriptor, each descriptor at its buffers.  A
+URL (``https://``, ``s3://``, any fsspec protocol; the ``[remote]`` extra) is read that way:
+
+* a :class:`ByteSource` answers byte ranges exactly or raises a :class:`~hurray_schema.errors.SourceError`:
+  a range answered short or long is :class:`~hurray_schema.errors.ShortRead`, a server that
+  ignores ``Range`` :class:`~hurray_schema.errors.RangeNotSupported` (found from the status and
+  headers, before the body is read), a file whose size or ETag changed since it was opened
+  :class:`~hurray_schema.errors.SourceChanged` (HTTP and S3 ask with ``If-Match``), a server
+  error, a refused connection or a timeout :class:`~hurray_schema.errors.SourceUnavailable`.
+  Every request has bounded timeouts (:data:`DEFAULT_TIMEOUT`);
+* a :class:`RangeReader` puts the ranges the reader asks for into requests: ranges rounded out
+  to blocks of ``block_size``, blocks near each other fetched by one request, the requests of a
+  batch sent concurrently, small reads kept in a least-recently-used block cache bounded by
+  ``cache_bytes``;
+* :class:`SourceView` is the file as the one walk of the file (:func:`.walk.walk_file`) reads
+  it: its length and its slices, each slice fetched through the reader;
+* :class:`SourcedBuffers` are one tensor's buffers: a private anonymous mapping per buffer
+  (pages cost nothing until written) into which the byte ranges a read decodes are fetched
+  before the evaluator runs (:func:`hurray_schema.evaluate.region.needed_spans`); whoever takes
+  ``tensor.buffers`` directly gets the whole buffers fetched first.
+
+A :class:`SourceRef` names a file as a process that shares nothing with the reader finds it
+again: the path or URL, the storage options, the size and ETag when opened.  Items read from a
+file pickle as their :class:`SourceRef`, byte ranges and descriptor, and dask tasks fetch their
+own byte ranges through it.  fsspec, aiohttp and s3fs are imported when a URL is opened.
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import os
+import threading
+from collections import OrderedDict
+from typing import Any, Optional, Sequence
+
+import attrs
+
+from ..errors import HurraySchemaError, RangeNotSupported, ShortRead, SourceChanged, SourceUnavailable
+
+__all__ = ["SourceRef", "ByteSource", "HttpSource", "FsspecSource", "MemorySource", "RangeReader", "SourceView", "SourcedBuffers",
+           "RemoteBuffers", "is_url", "open_source", "reader_for", "register", "fill_all", "DEFAULT_BLOCK_SIZE", "DEFAULT_CACHE_BYTES",
+           "MAX_TAIL_BYTES", "DEFAULT_TIMEOUT", "tail_bytes"]
+
+DEFAULT_BLOCK_SIZE = 64 * 1024
+"""Ranges are fetched in whole blocks of this many bytes (aligned to the file's start)."""
+
+DEFAULT_CACHE_BYTES = 32 * 1024 * 1024
+"""The block cache of a :class:`RangeReader` holds at most this many bytes."""
+
+MAX_TAIL_BYTES = 1024 * 1024
+"""Opening a URL reads the end of the file at once -- the trailer, and the index and KV section
+before it when they fit (``file-format.md § Reader Protocol``): a thousandth of the file, at least
+one block, at most this many bytes (:func:`tail_bytes`)."""
+
+
+def tail_bytes(size: int, block_size: int) -> int:
+    """How many bytes at the end of a ``size``-byte file opening reads first."""
+    return min(size, max(block_size, min(MAX_TAIL_BYTES, size // 1000)))
+
+DEFAULT_TIMEOUT = 30.0
+"""Seconds a connection may take to open, and a read to deliver its next bytes."""
+
+MAX_CONCURRENT_REQUESTS = 16
+"""Requests of one batch in flight at once."""
+
+
+def is_url(path) -> bool:
+    """Whether ``path`` is a URL fsspec reads (``scheme://...``, not ``file://``)."""
+    return isinstance(path, str) and "://" in path and not path.startswith("file://")
+
+
+def _options_key(options) -> str:
+    return repr(sorted((str(key), repr(value)) for key, value in dict(options).items()))
+
+
+@attrs.frozen(slots=True)
+class SourceRef:
+    """A file as another process finds it again: ``url`` (an absolute path or a URL),
+    ``storage_options`` (fsspec's; pickled with the ref, credentials included), and the
+    ``size`` and ``etag`` it had when opened (a source of another size or ETag is refused)."""
+
+    url: str
+    size: int
+    etag: Optional[str] = None
+    storage_options: tuple = ()
+
+    @property
+    def options(self) -> dict:
+        return dict(self.storage_options)
+
+    @property
+    def key(self) -> tuple:
+        return (self.url, self.size, self.etag, _options_key(self.storage_options))
+
+
+# --------------------------------------------------------------------------------------
+# Byte sources
+# --------------------------------------------------------------------------------------
+
+
+class ByteSource:
+    """The bytes of one file by range.  :meth:`fetch` answers each ``(start, stop)`` with
+    exactly ``stop - start`` bytes or raises a :class:`~hurray_schema.errors.SourceError`."""
+
+    ref: SourceRef
+    requests = 0
+    """Requests made for ranges so far (one per range, or fewer where one request asks several)."""
+
+    @property
+    def size(self) -> int:
+        return self.ref.size
+
+    def fetch(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        raise NotImplementedError
+
+
+def _check_range(url: str, start: int, stop: int, data: bytes) -> bytes:
+    if len(data) != stop - start:
+        raise ShortRead(f"{url}: bytes [{start}, {stop}) answered with {len(data)} bytes, not {stop - start}")
+    return data
+
+
+def _timeout(seconds: float):
+    import aiohttp
+
+    return aiohttp.ClientTimeout(total=None, connect=seconds, sock_connect=seconds, sock_read=seconds)
+
+
+def _run(loop, coroutine, seconds: float):
+    """``coroutine`` run on fsspec's loop thread; every failure a typed error."""
+    import asyncio
+
+    from fsspec.asyn import FSTimeoutError, sync
+
+    try:
+        return sync(loop, lambda: coroutine)
+    except (HurraySchemaError, FileNotFoundError, PermissionError, _NoMultiRange):
+        raise
+    except (FSTimeoutError, asyncio.TimeoutError, TimeoutError) as exc:
+        raise SourceUnavailable(f"no answer within {seconds} s ({type(exc).__name__})") from exc
+    except Exception as exc:  # aiohttp's and botocore's many connection errors
+        raise SourceUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+
+async def _bounded(coroutines):
+    import asyncio
+
+    gate = asyncio.Semaphore(MAX_CONCURRENT_REQUESTS)
+
+    async def one(coroutine):
+        async with gate:
+            return await coroutine
+
+    return await asyncio.gather(*(one(c) for c in coroutines))
+
+
+MAX_RANGES_PER_REQUEST = 200
+"""Ranges one multi-range ``GET`` asks for at most (its ``Range`` header stays short)."""
+
+
+class _NoMultiRange(Exception):
+    """The server answered a multi-range request otherwise than with ``multipart/byteranges``."""
+
+
+def _boundary(parameters: str) -> Optional[bytes]:
+    for parameter in parameters.split(";"):
+        name, _, value = parameter.strip().partition("=")
+        if name.lower() == "boundary" and value:
+            return value.strip('"').encode("latin-1")
+    return None
+
+
+def _content_range(answered: str):
+    """``(first, last, total)`` of a ``Content-Range`` value (total None for ``*``), all None if malformed."""
+    unit, _, rest = answered.partition(" ")
+    span, _, total = rest.partition("/")
+    first, _, last = span.partition("-")
+    try:
+        return int(first), int(last), (int(total) if total != "*" else None)
+    except ValueError:
+        return None, None, None
+
+
+class HttpSource(ByteSource):
+    """An ``http://`` or ``https://`` URL through fsspec's HTTP filesystem session: a ``HEAD``
+    for the size and ETag, then one ``GET`` with ``Range`` (and ``If-Match`` when the server
+    gave an ETag) per merged range; a ``206`` whose ``Content-Range`` says the range asked and
+    the size opened is read, anything else is refused before its body is read."""
+
+    def __init__(self, url: str, storage_options: Optional[dict] = None, *, size: Optional[int] = None,
+                 etag: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT):
+        import fsspec
+
+        self.url = url
+        options = dict(storage_options or {})
+        self.fs = fsspec.filesystem(url.split("://", 1)[0], **options)
+        self.timeout = float(timeout)
+        self.multirange = True
+        self.requests = 0
+        if size is None:
+            size, etag = _run(self.fs.loop, self._head(), self.timeout)
+        self.ref = SourceRef(url, int(size), etag, tuple(sorted(options.items())))
+
+    async def _session(self):
+        return await self.fs.set_session()
+
+    async def _head(self) -> tuple[int, Optional[str]]:
+        """The size and ETag: from a ``HEAD``, else (a server that refuses ``HEAD``, as presigned
+        URLs do) from the ``Content-Range`` of a one-byte ``GET``."""
+        session = await self._session()
+        async with session.head(self.url, allow_redirects=True, timeout=_timeout(self.timeout),
+                                headers={"Accept-Encoding": "identity"}) as response:
+            length = response.headers.get("Content-Length")
+            if response.status < 400 and length is not None:
+                return int(length), response.headers.get("ETag")
+            if response.status not in (403, 405, 501) and response.status < 500:
+                self._raise_for_status(response, "HEAD")
+        async with session.get(self.url, allow_redirects=True, timeout=_timeout(self.timeout),
+                               headers={"Range": "bytes=0-0", "Accept-Encoding": "identity"}) as response:
+            self._raise_for_status(response, "GET bytes 0-0")
+            total = response.headers.get("Content-Range", "").rpartition("/")[2]
+            if response.status != 206 or not total.isdigit():
+                raise SourceUnavailable(f"{self.url}: neither HEAD nor a one-byte GET gives the file's size")
+            return int(total), response.headers.get("ETag")
+
+    def _raise_for_status(self, response, what: str) -> None:
+        status = response.status
+        if status == 404:
+            raise FileNotFoundError(self.url)
+        if status in (401, 403):
+            raise PermissionError(f"{self.url}: HTTP {status}")
+        if status == 412:
+            raise SourceChanged(f"{self.url}: its ETag is not the one it had when opened (HTTP 412 to If-Match)")
+        if status >= 400:
+            raise SourceUnavailable(f"{self.url}: HTTP {status} to {what}")
+
+    async def _get(self, session, start: int, stop: int) -> bytes:
+        import asyncio
+
+        headers = {"Range": f"bytes={start}-{stop - 1}", "Accept-Encoding": "identity"}
+        if self.ref.etag:
+            headers["If-Match"] = self.ref.etag
+        self.requests += 1
+        async with session.get(self.url, headers=headers, timeout=_timeout(self.timeout)) as response:
+            self._raise_for_status(response, f"GET bytes {start}-{stop - 1}")
+            if response.status != 206:
+                raise RangeNotSupported(f"{self.url}: HTTP {response.status} to a Range request: the server "
+                                        "sends the whole file, not the bytes asked")
+            self._check_answer(response.headers, start, stop)
+            try:
+                data = await response.content.readexactly(stop - start)
+            except asyncio.IncompleteReadError as exc:
+                raise ShortRead(f"{self.url}: bytes [{start}, {stop}) cut off after {len(exc.partial)} bytes") from None
+            except Exception as exc:  # aiohttp.ClientPayloadError: the connection closed early
+                raise ShortRead(f"{self.url}: bytes [{start}, {stop}) cut off ({type(exc).__name__})") from None
+            return data
+
+    def _check_answer(self, headers, start: int, stop: int) -> None:
+        etag = headers.get("ETag")
+        if self.ref.etag and etag and etag != self.ref.etag:
+            raise SourceChanged(f"{self.url}: ETag {etag}, {self.ref.etag} when opened")
+        answered = headers.get("Content-Range", "")
+        first, last, total = _content_range(answered)
+        if first is None:
+            raise RangeNotSupported(f"{self.url}: Content-Range {answered!r} to bytes {start}-{stop - 1}")
+        if total is not None and total != self.ref.size:
+            raise SourceChanged(f"{self.url}: {total} bytes, {self.ref.size} when opened")
+        if (first, last + 1) != (start, stop):
+            raise ShortRead(f"{self.url}: Content-Range {answered!r} answers bytes {start}-{stop - 1}")
+
+    def fetch(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Each range by its own ``GET``, or, for several, ``GET`` s of up to :data:`MAX_RANGES_PER_REQUEST`
+        ranges each answered as ``multipart/byteranges`` (RFC 9110 § 14.6) while the server does
+        so; a server that answers such a request otherwise is asked one range at a time from then on."""
+        ranges = list(ranges)
+        if len(ranges) > 1 and self.multirange:
+            try:
+                return _run(self.fs.loop, self._all_multi(ranges), self.timeout)
+            except _NoMultiRange:
+                self.multirange = False
+
+        async def all_ranges():
+            session = await self._session()
+            return await _bounded([self._get(session, start, stop) for start, stop in ranges])
+
+        return _run(self.fs.loop, all_ranges(), self.timeout)
+
+    async def _all_multi(self, ranges):
+        session = await self._session()
+        groups = [ranges[at: at + MAX_RANGES_PER_REQUEST] for at in range(0, len(ranges), MAX_RANGES_PER_REQUEST)]
+        answers = await _bounded([self._get_multi(session, group) for group in groups])
+        return [data for answer in answers for data in answer]
+
+    async def _get_multi(self, session, ranges) -> list[bytes]:
+        headers = {"Range": "bytes=" + ",".join(f"{start}-{stop - 1}" for start, stop in ranges),
+                   "Accept-Encoding": "identity"}
+        if self.ref.etag:
+            headers["If-Match"] = self.ref.etag
+        self.requests += 1
+        async with session.get(self.url, headers=headers, timeout=_timeout(self.timeout)) as response:
+            self._raise_for_status(response, "GET of several ranges")
+            kind, _, parameters = response.headers.get("Content-Type", "").partition(";")
+            if response.status != 206 or kind.strip().lower() != "multipart/byteranges":
+                raise _NoMultiRange  # the body is not read
+            etag = response.headers.get("ETag")
+            if self.ref.etag and etag and etag != self.ref.etag:
+                raise SourceChanged(f"{self.url}: ETag {etag}, {self.ref.etag} when opened")
+            boundary = _boundary(parameters)
+            length = response.headers.get("Content-Length")
+            bound = sum(stop - start for start, stop in ranges) + 512 * len(ranges) + 4096
+            if boundary is None or length is None or int(length) > bound:
+                raise RangeNotSupported(f"{self.url}: a multipart answer of {length} bytes to {len(ranges)} ranges")
+            try:
+                body = await response.content.readexactly(int(length))
+            except Exception as exc:
+                raise ShortRead(f"{self.url}: a multipart answer cut off ({type(exc).__name__})") from None
+        parts = self._parts(body, boundary)
+        return [self._covered(parts, start, stop) for start, stop in ranges]
+
+    def _parts(self, body: bytes, boundary: bytes) -> list[tuple[int, bytes]]:
+        """``(first byte, data)`` of each part of a ``multipart/byteranges`` body, its
+        ``Content-Range`` checked against the size opened."""
+        parts = []
+        for chunk in body.split(b"--" + boundary)[1:]:
+            if chunk.startswith(b"--"):
+                break
+            head, separator, data = chunk.partition(b"\r\n\r\n")
+            if not separator:
+                raise ShortRead(f"{self.url}: a multipart part without its headers")
+            answered = next((line.split(b":", 1)[1].strip().decode("latin-1") for line in head.split(b"\r\n")
+                             if line.lower().startswith(b"content-range:")), "")
+            first, last, total = _content_range(answered)
+            if first is None:
+                raise ShortRead(f"{self.url}: a multipart part with Content-Range {answered!r}")
+            if total is not None and total != self.ref.size:
+                raise SourceChanged(f"{self.url}: {total} bytes, {self.ref.size} when opened")
+            if len(data) < last + 1 - first:
+                raise ShortRead(f"{self.url}: bytes {first}-{last} cut off in a multipart answer")
+            parts.append((first, data[: last + 1 - first]))
+        return parts
+
+    def _covered(self, parts, start: int, stop: int) -> bytes:
+        for first, data in parts:
+            if first <= start and stop <= first + len(data):
+                return data[start - first: stop - first]
+        raise ShortRead(f"{self.url}: bytes [{start}, {stop}) missing from a multipart answer")
+
+
+class FsspecSource(ByteSource):
+    """Any other fsspec filesystem (``s3://``, ``gs://``, ``memory://``...): the size and ETag from
+    ``info``, each range by ``cat_file``; on S3 every range is asked with ``IfMatch`` (the object
+    ETag at opening)."""
+
+    def __init__(self, url: str, storage_options: Optional[dict] = None, *, fs=None, size: Optional[int] = None,
+                 etag: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT):
+        import fsspec
+
+        options = dict(storage_options or {})
+        if fs is None:
+            fs, path = fsspec.core.url_to_fs(url, **options)
+        else:
+            path = fs._strip_protocol(url)
+        self.fs, self.path, self.timeout = fs, path, float(timeout)
+        protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+        self._s3 = "s3" in protocols
+        if size is None:
+            try:
+                info = fs.info(path)
+            except (FileNotFoundError, PermissionError):
+                raise
+            except Exception as exc:
+                raise SourceUnavailable(f"{url}: {type(exc).__name__}: {exc}") from exc
+            size, etag = info.get("size"), info.get("ETag", info.get("etag"))
+            if size is None:
+                raise SourceUnavailable(f"{url}: the store gives no size")
+        self.ref = SourceRef(url, int(size), etag, tuple(sorted(options.items())))
+
+    def fetch(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        self.requests += len(ranges)
+        if self._s3:
+            return _run(self.fs.loop, _bounded([self._s3_range(start, stop) for start, stop in ranges]), self.timeout)
+        try:
+            answers = [self.fs.cat_file(self.path, start=start, end=stop) for start, stop in ranges]
+        except (FileNotFoundError, PermissionError):
+            raise
+        except Exception as exc:
+            raise SourceUnavailable(f"{self.ref.url}: {type(exc).__name__}: {exc}") from exc
+        return [_check_range(self.ref.url, start, stop, data) for (start, stop), data in zip(ranges, answers)]
+
+    async def _s3_range(self, start: int, stop: int) -> bytes:
+        import asyncio
+
+        bucket, key, version = self.fs.split_path(self.path)
+        extra = {"IfMatch": self.ref.etag} if self.ref.etag else {}
+        if version:
+            extra["VersionId"] = version
+        try:
+            answer = await asyncio.wait_for(self.fs._call_s3("get_object", Bucket=bucket, Key=key,
+                                                             Range=f"bytes={start}-{stop - 1}", **extra),
+                                            self.timeout)
+        except FileNotFoundError:
+            raise
+        except Exception as exc:
+            if "PreconditionFailed" in str(exc) or "412" in str(exc):
+                raise SourceChanged(f"{self.ref.url}: its ETag is no longer {self.ref.etag}") from None
+            raise
+        total = str(answer.get("ContentRange", "")).rpartition("/")[2]
+        if total.isdigit() and int(total) != self.ref.size:
+            raise SourceChanged(f"{self.ref.url}: {total} bytes, {self.ref.size} when opened")
+        body = answer["Body"]
+        try:
+            data = await asyncio.wait_for(body.read(), self.timeout)
+        finally:
+            body.close()
+        return _check_range(self.ref.url, start, stop, data)
+
+
+class MemorySource(ByteSource):
+    """Bytes in memory as a :class:`ByteSource` (named ``url``): what a reader by range does,
+    without a network."""
+
+    def __init__(self, data, url: str = "memory"):
+        self.data = bytes(data)
+        self.ref = SourceRef(url, len(self.data))
+
+    def fetch(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        self.requests += len(ranges)
+        return [_check_range(self.ref.url, start, stop, self.data[start:stop]) for start, stop in ranges]
+
+
+def open_source(url, storage_options: Optional[dict] = None, *, timeout: float = DEFAULT_TIMEOUT) -> ByteSource:
+    """The :class:`ByteSource` of a URL (the ``[remote]`` extra) or of an open fsspec file."""
+    try:
+        import fsspec  # noqa: F401
+    except ImportError:
+        raise HurraySchemaError("reading a URL needs fsspec: pip install 'hurray_schema[remote]'") from None
+    if not isinstance(url, str):  # an open fsspec file
+        fs, path = url.fs, url.path
+        protocol = fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol
+        if protocol in ("http", "https"):
+            return HttpSource(path, storage_options, timeout=timeout)
+        return FsspecSource(fs.unstrip_protocol(path), storage_options, fs=fs, timeout=timeout)
+    if url.split("://", 1)[0] in ("http", "https"):
+        return HttpSource(url, storage_options, timeout=timeout)
+    return FsspecSource(url, storage_options, timeout=timeout)
+
+
+def _source_of(ref: SourceRef, timeout: float) -> ByteSource:
+    if ref.url.split("://", 1)[0] in ("http", "https"):
+        return HttpSource(ref.url, ref.options, size=ref.size, etag=ref.etag, timeout=timeout)
+    return FsspecSource(ref.url, ref.options, size=ref.size, etag=ref.etag, timeout=timeout)
+
+
+_READERS: dict = {}
+_READERS_LOCK = threading.Lock()
+
+
+def register(reader: "RangeReader") -> None:
+    """Make ``reader`` this process's reader of its file unless one is there already (items
+    unpickled in the process that opened the file share its cache)."""
+    with _READERS_LOCK:
+        _READERS.setdefault(reader.ref.key, reader)
+
+
+def reader_for(ref: SourceRef, *, timeout: float = DEFAULT_TIMEOUT) -> "RangeReader":
+    """This process's :class:`RangeReader` of ``ref`` (one per file: tasks and unpickled items
+    of one file share its connections and its block cache)."""
+    with _READERS_LOCK:
+        reader = _READERS.get(ref.key)
+        if reader is None:
+            reader = _READERS[ref.key] = RangeReader(_source_of(ref, timeout))
+        return reader
+
+
+# --------------------------------------------------------------------------------------
+# Ranges into requests
+# --------------------------------------------------------------------------------------
+
+
+class RangeReader:
+    """Byte ranges of a :class:`ByteSource` as few requests: every range rounded out to whole
+    ``block_size`` blocks, blocks at most ``merge_gap`` bytes apart fetched by one request, the
+    requests of one call sent together -- but for scattered small ranges (a box of a wide tensor),
+    whose blocks would be mostly other bytes, fetched exactly (ranges a sixteenth of a block apart
+    joined), past the cache.  Reads of at most a quarter of ``cache_bytes`` keep their
+    blocks in a least-recently-used cache of at most ``cache_bytes``; larger ones go straight to
+    their destination.  ``requests`` and ``bytes_fetched`` count what was asked of the source."""
+
+    def __init__(self, source: ByteSource, *, block_size: int = DEFAULT_BLOCK_SIZE,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES, merge_gap: Optional[int] = None):
+        if block_size < 1 or cache_bytes < 0:
+            raise HurraySchemaError("block_size must be positive and cache_bytes not negative")
+        self.source = source
+        self.block_size = int(block_size)
+        self.cache_bytes = int(cache_bytes)
+        self.merge_gap = self.block_size if merge_gap is None else int(merge_gap)
+        self._blocks: OrderedDict[int, bytes] = OrderedDict()
+        self._held = 0
+        self._pins_at: list[int] = []
+        self._pins: list[bytes] = []
+        self._lock = threading.RLock()
+        self.requests = 0
+        self.bytes_fetched = 0
+
+    @property
+    def size(self) -> int:
+        return self.source.size
+
+    @property
+    def ref(self) -> SourceRef:
+        return self.source.ref
+
+    def _check(self, start: int, stop: int) -> None:
+        if not 0 <= start <= stop <= self.size:
+            raise HurraySchemaError(f"bytes [{start}, {stop}) lie outside the {self.size}-byte file {self.ref.url}")
+
+    def _runs(self, spans: list[tuple[int, int]], gap: Optional[int] = None) -> list[tuple[int, int]]:
+        """``spans`` (sorted or not) as the requests that fetch them: overlapping spans and spans at
+        most ``gap`` (default ``merge_gap``) apart joined."""
+        gap = self.merge_gap if gap is None else gap
+        runs: list[list[int]] = []
+        for start, stop in sorted(spans):
+            if runs and start - runs[-1][1] <= gap:
+                runs[-1][1] = max(runs[-1][1], stop)
+            else:
+                runs.append([start, stop])
+        return [(start, stop) for start, stop in runs]
+
+    def _fetch(self, runs: list[tuple[int, int]]) -> list[bytes]:
+        if not runs:
+            return []
+        before = self.source.requests
+        answers = self.source.fetch(runs)
+        self.requests += len(runs) if (asked := self.source.requests - before) <= 0 else asked
+        self.bytes_fetched += sum(stop - start for start, stop in runs)
+        return answers
+
+    def _blocks_of(self, start: int, stop: int) -> range:
+        return range(start // self.block_size, -(-stop // self.block_size))
+
+    def _block_span(self, block: int) -> tuple[int, int]:
+        return block * self.block_size, min(self.size, (block + 1) * self.block_size)
+
+    def prefetch(self, ranges: Sequence[tuple[int, int]]) -> None:
+        """Have the blocks of every ``(start, stop)`` in the cache (those missing fetched together)."""
+        with self._lock:
+            wanted = sorted({b for start, stop in ranges if stop > start for b in self._blocks_of(start, stop)})
+            missing = [b for b in wanted if b not in self._blocks]
+            if not missing:
+                return
+            runs = self._runs([self._block_span(b) for b in missing])
+            for (start, stop), data in zip(runs, self._fetch(runs)):
+                for b in self._blocks_of(start, stop):
+                    first, last = self._block_span(b)
+                    self._keep(b, data[first - start: last - start])
+
+    def pin(self, ranges: Sequence[tuple[int, int]]) -> None:
+        """Fetch ``ranges`` exactly -- not rounded to blocks; ranges at most a block apart joined --
+        and keep them as long as the reader (what opening a file reads: its header and descriptors,
+        with the small tensors between them).  One batch of requests."""
+        with self._lock:
+            wanted = [(start, stop) for start, stop in ranges if stop > start and self._pinned(start, stop) is None]
+            runs = self._runs(wanted, self.block_size)
+            for (start, stop), data in zip(runs, self._fetch(runs)):
+                at = bisect.bisect_left(self._pins_at, start)
+                self._pins_at.insert(at, start)
+                self._pins.insert(at, data)
+
+    def _pinned(self, start: int, stop: int) -> Optional[memoryview]:
+        at = bisect.bisect_right(self._pins_at, start) - 1
+        if at >= 0 and stop <= self._pins_at[at] + len(self._pins[at]):
+            first = self._pins_at[at]
+            return memoryview(self._pins[at])[start - first: stop - first]
+        return None
+
+    def _keep(self, block: int, data: bytes) -> None:
+        if block in self._blocks:
+            self._blocks.move_to_end(block)
+            return
+        self._blocks[block] = data
+        self._held += len(data)
+        while self._held > self.cache_bytes and self._blocks:
+            _, dropped = self._blocks.popitem(last=False)
+            self._held -= len(dropped)
+
+    def read(self, start: int, stop: int) -> memoryview:
+        """Bytes ``[start, stop)`` of the file."""
+        self._check(start, stop)
+        if stop == start:
+            return memoryview(b"")
+        pinned = self._pinned(start, stop)
+        if pinned is not None:
+            return pinned
+        if stop - start > self.cache_bytes // 4:
+            out = bytearray(stop - start)
+            self.fill([(start, stop, memoryview(out))])
+            return memoryview(out)
+        with self._lock:
+            self.prefetch([(start, stop)])
+            parts = []
+            for b in self._blocks_of(start, stop):
+                first, _ = self._block_span(b)
+                data = self._blocks.get(b)
+                if data is None:  # evicted by this very read (a cache smaller than the read)
+                    data = self._fetch([self._block_span(b)])[0]
+                else:
+                    self._blocks.move_to_end(b)
+                parts.append(memoryview(data)[max(start, first) - first: min(stop, first + len(data)) - first])
+        return parts[0] if len(parts) == 1 else memoryview(b"".join(parts))
+
+    def fill(self, targets: Sequence[tuple[int, int, Any]]) -> None:
+        """Copy bytes ``[start, stop)`` of the file into ``destination`` (a writable buffer of
+        ``stop - start`` bytes) for each ``(start, stop, destination)``: through the block cache
+        when the whole is small, else fetched in merged runs and copied straight."""
+        targets = [(start, stop, dest) for start, stop, dest in targets if stop > start]
+        for start, stop, _ in targets:
+            self._check(start, stop)
+        if not targets:
+            return
+        held = [(start, stop, dest) for start, stop, dest in targets if self._pinned(start, stop) is not None]
+        for start, stop, dest in held:
+            dest[:] = self._pinned(start, stop)
+        targets = [target for target in targets if self._pinned(target[0], target[1]) is None]
+        if not targets:
+            return
+        total = sum(stop - start for start, stop, _ in targets)
+        blocks = {b for start, stop, _ in targets for b in self._blocks_of(start, stop)}
+        if len(blocks) * self.block_size > 4 * total + self.block_size:  # blocks: mostly bytes not asked for
+            runs = self._runs([(start, stop) for start, stop, _ in targets], self.block_size // 16)
+            with self._lock:
+                answers = self._fetch(runs)
+            self._copy(targets, runs, answers)
+            return
+        with self._lock:
+            if total <= self.cache_bytes // 4:
+                self.prefetch([(start, stop) for start, stop, _ in targets])
+                for start, stop, dest in targets:
+                    dest[:] = self.read(start, stop)
+                return
+            runs = self._runs([self._block_span(b) for b in sorted(blocks)])
+            answers = self._fetch(runs)
+        self._copy(targets, runs, answers)
+
+    @staticmethod
+    def _copy(targets, runs, answers) -> None:
+        """Each target's bytes out of the run holding them."""
+        starts = [start for start, _ in runs]
+        for start, stop, dest in targets:
+            at = bisect.bisect_right(starts, start) - 1
+            run_start, _ = runs[at]
+            dest[:] = memoryview(answers[at])[start - run_start: stop - run_start]
+
+
+class SourceView:
+    """A file read through a :class:`RangeReader`, as the file walk reads a ``memoryview``:
+    ``len(view)`` and ``view[start:stop]`` (a ``memoryview`` of those bytes)."""
+
+    __slots__ = ("reader",)
+
+    def __init__(self, reader: RangeReader):
+        self.reader = reader
+
+    def __len__(self) -> int:
+        return self.reader.size
+
+    def __getitem__(self, index):
+        if not isinstance(index, slice) or index.step not in (None, 1):
+            raise TypeError("a SourceView is read by unit-step slices")
+        start, stop, _ = index.indices(self.reader.size)
+        return self.reader.read(start, max(start, stop))
+
+
+# --------------------------------------------------------------------------------------
+# A tensor's buffers, fetched as they are read
+# --------------------------------------------------------------------------------------
+
+
+def _subtract(have: list[tuple[int, int]], start: int, stop: int) -> list[tuple[int, int]]:
+    """The parts of ``[start, stop)`` not in the sorted disjoint spans ``have``."""
+    missing, at = [], start
+    for first, last in have:
+        if last <= at:
+            continue
+        if first >= stop:
+            break
+        if first > at:
+            missing.append((at, first))
+        at = max(at, last)
+    if at < stop:
+        missing.append((at, stop))
+    return missing
+
+
+def _add(have: list[tuple[int, int]], start: int, stop: int) -> list[tuple[int, int]]:
+    spans = sorted(have + [(start, stop)])
+    merged: list[list[int]] = []
+    for first, last in spans:
+        if merged and first <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], last)
+        else:
+            merged.append([first, last])
+    return [(a, b) for a, b in merged]
+
+
+class SourcedBuffers:
+    """One tensor's buffers in a file read by range: ``ranges`` (file offset, size) per buffer.
+    Each buffer is a private anonymous mapping of its size; :meth:`ensure` fetches the spans a
+    read needs into it (each byte once), :meth:`views` hands the mappings to the evaluator."""
+
+    __slots__ = ("reader", "ranges", "_maps", "_views", "_have", "_lock")
+
+    def __init__(self, reader: RangeReader, ranges: Sequence[tuple[int, int]]):
+        self.reader = reader
+        self.ranges = tuple((int(offset), int(size)) for offset, size in ranges)
+        for offset, size in self.ranges:
+            reader._check(offset, offset + size)
+        self._maps = [mmap.mmap(-1, size) if size else None for _, size in self.ranges]
+        self._views = tuple(memoryview(m) if m is not None else memoryview(b"") for m in self._maps)
+        self._have: list[list[tuple[int, int]]] = [[] for _ in self.ranges]
+        self._lock = threading.Lock()
+
+    def views(self) -> tuple:
+        return self._views
+
+    def missing(self, spans) -> list[tuple[int, int, Any]]:
+        """``(file start, file stop, destination)`` of what ``spans`` (``(buffer, start, stop)``)
+        need and the mappings do not hold yet."""
+        out = []
+        for index, start, stop in spans:
+            offset, size = self.ranges[index]
+            start, stop = max(0, int(start)), min(size, int(stop))
+            if stop <= start:
+                continue
+            for first, last in _subtract(self._have[index], start, stop):
+                out.append((offset + first, offset + last, (self, index, first, last)))
+        return out
+
+    def _filled(self, index: int, first: int, last: int) -> None:
+        self._have[index] = _add(self._have[index], first, last)
+
+    def ensure(self, spans) -> None:
+        """Fetch the spans ``(buffer, start, stop)`` not held yet (one batch of requests)."""
+        fill_all([(self, spans)])
+
+    def ensure_all(self) -> None:
+        self.ensure([(i, 0, size) for i, (_, size) in enumerate(self.ranges)])
+
+    def __reduce__(self):
+        return _reopen_buffers, (self.reader.ref, self.ranges)
+
+
+def fill_all(requests) -> None:
+    """For each ``(buffers, spans)``: the spans not held fetched into ``buffers``, every
+    buffers of one reader in one batch of requests."""
+    by_reader: dict[int, list] = {}
+    for buffers, spans in requests:
+        by_reader.setdefault(id(buffers.reader), []).append((buffers, spans))
+    for group in by_reader.values():
+        reader = group[0][0].reader
+        with reader._lock:
+            wants = [want for buffers, spans in group for want in buffers.missing(spans)]
+            if not wants:
+                continue
+            reader.fill([(start, stop, buffers._views[index][first:last])
+                         for start, stop, (buffers, index, first, last) in wants])
+            for _, _, (buffers, index, first, last) in wants:
+                buffers._filled(index, first, last)
+
+
+def _reopen_buffers(ref: SourceRef, ranges) -> SourcedBuffers:
+    return SourcedBuffers(reader_for(ref), ranges)
+
+
+@attrs.frozen(slots=True)
+class RemoteBuffers:
+    """A tensor's buffers in a file read by range, as a dask task finds them: the file's
+    :class:`SourceRef` and ``(offset, size)`` per buffer (the remote twin of
+    :class:`hurray_schema.evaluate.dask_graph.FileBuffers`)."""
+
+    ref: SourceRef
+    ranges: tuple
+
+    def open(self) -> SourcedBuffers:
+        """The buffers, nothing fetched yet (the task's :func:`read_chunk` ensures what it reads)."""
+        return SourcedBuffers(reader_for(self.ref), self.ranges)
