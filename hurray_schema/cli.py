@@ -292,6 +292,20 @@ def _terminal_width() -> int:
 # ------------------------------------------------------------------------------------
 
 
+def _render_into(outdir: str, check: bool, command: str, write, stale, what: str) -> None:
+    """``command OUTDIR``: write a fresh render into OUTDIR, or (``--check``) exit 1 naming what differs."""
+    if check:
+        differing = stale(outdir)
+        if differing:
+            click.echo(f"{outdir}: out of date: {', '.join(differing)} (run `hurray-schema {command} {outdir}`)",
+                       err=True)
+            sys.exit(1)
+        click.echo(f"{outdir}: up to date")
+        return
+    written = write(outdir)
+    click.echo(f"wrote {len(written)} {what} to {outdir}")
+
+
 @main.command()
 @click.argument("outdir", type=click.Path(file_okay=False))
 @click.option("--check", is_flag=True, help="Do not write; exit 1 if OUTDIR differs from a fresh render.")
@@ -299,15 +313,7 @@ def docs(outdir: str, check: bool) -> None:
     """Write the format documentation generated from the declarations into OUTDIR."""
     from .docs import check_docs, write_docs
 
-    if check:
-        stale = check_docs(outdir)
-        if stale:
-            click.echo(f"{outdir}: out of date: {', '.join(stale)} (run `hurray-schema docs {outdir}`)", err=True)
-            sys.exit(1)
-        click.echo(f"{outdir}: up to date")
-        return
-    written = write_docs(outdir)
-    click.echo(f"wrote {len(written)} pages to {outdir}")
+    _render_into(outdir, check, "docs", write_docs, check_docs, "pages")
 
 
 @main.command()
@@ -317,15 +323,7 @@ def ksy(outdir: str, check: bool) -> None:
     """Write the Kaitai Struct schemas (.ksy) generated from the declarations into OUTDIR."""
     from .ksy import check_ksy, write_ksy
 
-    if check:
-        stale = check_ksy(outdir)
-        if stale:
-            click.echo(f"{outdir}: out of date: {', '.join(stale)} (run `hurray-schema ksy {outdir}`)", err=True)
-            sys.exit(1)
-        click.echo(f"{outdir}: up to date")
-        return
-    written = write_ksy(outdir)
-    click.echo(f"wrote {len(written)} schemas to {outdir}")
+    _render_into(outdir, check, "ksy", write_ksy, check_ksy, "schemas")
 
 
 # ------------------------------------------------------------------------------------

@@ -680,22 +680,33 @@ def render_pages() -> dict[str, str]:
     return dict(sorted(pages.items()))
 
 
-def write_docs(outdir) -> list[Path]:
-    """Write every page into ``outdir`` (created if needed); returns the paths written."""
+def write_rendered(outdir, texts: dict[str, str]) -> list[Path]:
+    """Write each ``name: text`` of a fresh render into ``outdir`` (created if needed); returns the
+    paths written."""
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, text in render_pages().items():
+    for name, text in texts.items():
         path = out / name
         path.write_text(text, encoding="utf-8")
         written.append(path)
     return written
 
 
+def stale_rendered(outdir, texts: dict[str, str], suffix: str) -> list[str]:
+    """Names of files in ``outdir`` that differ from (or are missing against) a fresh render ``texts``,
+    then the files ending in ``suffix`` there that the render does not make."""
+    out = Path(outdir)
+    stale = [n for n, text in texts.items() if not (out / n).is_file() or (out / n).read_text(encoding="utf-8") != text]
+    extra = sorted(p.name for p in out.glob("*" + suffix) if p.name not in texts)
+    return stale + extra
+
+
+def write_docs(outdir) -> list[Path]:
+    """Write every page into ``outdir`` (created if needed); returns the paths written."""
+    return write_rendered(outdir, render_pages())
+
+
 def check_docs(outdir) -> list[str]:
     """Names of pages in ``outdir`` that differ from (or are missing against) a fresh render."""
-    out = Path(outdir)
-    pages = render_pages()
-    stale = [n for n, text in pages.items() if not (out / n).is_file() or (out / n).read_text(encoding="utf-8") != text]
-    extra = sorted(p.name for p in out.glob("*.md") if p.name not in pages)
-    return stale + extra
+    return stale_rendered(outdir, render_pages(), ".md")

@@ -41,6 +41,7 @@ from typing import Any, Optional
 
 import construct
 
+from .docs import stale_rendered, write_rendered
 from .structs import descriptor as descriptor_structs
 from .structs import file as file_structs
 from .structs import layouts as layout_structs
@@ -828,21 +829,10 @@ def render_ksy() -> dict[str, str]:
 
 def write_ksy(outdir) -> list[Path]:
     """Write every schema into ``outdir`` (created if needed); returns the paths written."""
-    out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in render_ksy().items():
-        path = out / name
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
-    return written
+    return write_rendered(outdir, render_ksy())
 
 
 def check_ksy(outdir) -> list[str]:
     """Names of schemas in ``outdir`` that differ from (or are missing against) a fresh render,
     and ``.ksy`` files there that the render does not make."""
-    out = Path(outdir)
-    texts = render_ksy()
-    stale = [n for n, t in texts.items() if not (out / n).is_file() or (out / n).read_text(encoding="utf-8") != t]
-    extra = sorted(p.name for p in out.glob("*.ksy") if p.name not in texts)
-    return stale + extra
+    return stale_rendered(outdir, render_ksy(), ".ksy")
