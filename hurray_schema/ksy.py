@@ -329,6 +329,16 @@ def _param_spec(name: str) -> dict:
 # ------------------------------------------------------------------------------------
 
 
+def _counted(schema, ref: str, count: Field, entry_type: str, doc: str) -> dict:
+    """A section of ``count`` then that many ``entry_type`` entries."""
+    return {
+        "doc-ref": spec_link(ref),
+        "seq": [schema.attribute(count, _Scope({})), {
+            "id": "entries", "type": entry_type, "repeat": "expr", "repeat-expr": ksy_id(count.name),
+            "doc": doc, "doc-ref": spec_link(count.ref)}],
+    }
+
+
 def _field_of(decl: construct.Construct, name: str) -> Field:
     for f in fields(decl):
         if f.name == name:
@@ -539,21 +549,11 @@ def _file_schema() -> dict:
                      "doc-ref": spec_link("file-format.md § Data Buffer Placement")},
         },
     }
-    count = _field_of(s.INDEX_COUNT, "index_entry_count")
-    schema.types["index_section"] = {
-        "doc-ref": spec_link(s.INDEX_REF),
-        "seq": [schema.attribute(count, empty), {
-            "id": "entries", "type": "index_entry", "repeat": "expr", "repeat-expr": ksy_id(count.name),
-            "doc": "One entry per tensor.", "doc-ref": spec_link(count.ref)}],
-    }
+    schema.types["index_section"] = _counted(schema, s.INDEX_REF, _field_of(s.INDEX_COUNT, "index_entry_count"),
+                                             "index_entry", "One entry per tensor.")
     _kv_types(schema)
-    kv_count = _field_of(s.KV_COUNT, "kv_count")
-    schema.types["kv_section"] = {
-        "doc-ref": spec_link(s.KV_REF),
-        "seq": [schema.attribute(kv_count, empty), {
-            "id": "entries", "type": "kv_entry", "repeat": "expr", "repeat-expr": ksy_id(kv_count.name),
-            "doc": "The key-value entries.", "doc-ref": spec_link(kv_count.ref)}],
-    }
+    schema.types["kv_section"] = _counted(schema, s.KV_REF, _field_of(s.KV_COUNT, "kv_count"), "kv_entry",
+                                          "The key-value entries.")
     trailer_size = s.TRAILER_SIZE
     return {
         "meta": {**_meta("hurray_file", "Hurray tensor file", "hrry"), "imports": ["hurray_descriptor"]},
