@@ -225,6 +225,18 @@ def test_items_pickle_as_their_source(nginx):
         pickle.dumps(hs.Tensor.from_numpy(values))
 
 
+def test_a_local_items_pickle_refuses_a_file_of_another_size(tmp_path):
+    values = RNG.standard_normal((64, 32)).astype(np.float32)
+    path = tmp_path / "w.hrry"
+    hs.save(path, {"w": values})
+    with hs.read_file(path) as f:
+        blob = pickle.dumps(f["w"])
+    same_bits(pickle.loads(blob).to_numpy(), values)
+    hs.save(path, {"w": values, "extra": values})  # rewritten, larger
+    with pytest.raises(SourceChanged):
+        pickle.loads(blob)
+
+
 def test_item_to_dask_is_the_file_graph(nginx):
     dask = pytest.importorskip("dask")
     values = RNG.standard_normal((256, 512)).astype(np.float32)

@@ -44,7 +44,7 @@ from typing import Callable, Optional, Sequence, Union
 import attrs
 import numpy as np
 
-from ..errors import HurraySchemaError
+from ..errors import HurraySchemaError, SourceChanged
 from ..limits import Limits
 from ..model import CompositionRule, LayoutTag, TensorDescriptor
 from ..rules.composite import validate_preorder
@@ -54,7 +54,7 @@ from .merge import materialize
 from .region import needed_spans, read_box
 
 __all__ = ["to_dask", "read_chunk", "FileBuffers", "MemoryBuffers", "LeafSource", "CompositeSource",
-           "source_tree", "slab_chunks", "DEFAULT_CHUNK_BYTES"]
+           "source_tree", "mapped_buffers", "slab_chunks", "DEFAULT_CHUNK_BYTES"]
 
 DEFAULT_CHUNK_BYTES = 64 * 1024 * 1024
 """About this many bytes per chunk of an overlay or a plain tensor, unless told otherwise."""
@@ -149,20 +149,24 @@ class _OpenComposite:
 
 
 def _mapped(where: FileBuffers, maps: dict) -> memoryview:
-    """The whole file ``where.path``, memory-mapped read-only (once per task)."""
-    view = maps.get(where.path)
+    """The whole file ``where.path``, memory-mapped read-only, once per ``maps`` (a task's, or a
+    process's) while it has the size it had when ``where`` was made."""
+    key = (where.path, where.file_size)
+    view = maps.get(key)
     if view is None:
         with open(where.path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size != where.file_size:
-                raise HurraySchemaError(f"{where.path} holds {size} bytes, {where.file_size} when the graph was "
-                                        "built: the file has changed")
+                raise SourceChanged(f"{where.path} holds {size} bytes, {where.file_size} when its tensors were "
+                                    "read: the file has changed")
             view = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)) if size else memoryview(b"")
-        maps[where.path] = view
+        maps[key] = view
     return view
 
 
-def _buffers(where, maps: dict) -> tuple:
+def mapped_buffers(where, maps: dict) -> tuple:
+    """The buffers ``where`` (:class:`FileBuffers` or :class:`MemoryBuffers`) names, the file mapped
+    once per ``maps``."""
     if isinstance(where, MemoryBuffers):
         return where.views
     view = _mapped(where, maps)
@@ -179,7 +183,7 @@ def _open(source: Source, maps: dict):
         return _OpenComposite(source.descriptor, tuple(_open(m, maps) for m in source.members))
     where = source.buffers
     if isinstance(where, (FileBuffers, MemoryBuffers)):
-        return _OpenTensor(source.descriptor, _buffers(where, maps))
+        return _OpenTensor(source.descriptor, mapped_buffers(where, maps))
     fetch = where.open()  # a file read by range: its buffers, fetched as the read needs them
     return _OpenTensor(source.descriptor, fetch.views(), fetch)
 

@@ -128,6 +128,15 @@ def _selected(raw: np.ndarray, index) -> np.ndarray:
     return np.ascontiguousarray(raw[index])
 
 
+_CHANNEL_SCALE, _ZERO_POINT = np.dtype("<f4"), np.dtype("<i4")
+_NF4_ABSMAX, _MXFP_SCALE = np.dtype("<f4"), np.dtype(np.uint8)
+"""How each parameter array is stored (``quantization/*.md``): read by :func:`quant_params`, located by
+:func:`param_byte_spans`."""
+_BLOCK_SCALE = {ElementType.FLOAT32: np.dtype("<f4"), ElementType.FLOAT16: np.dtype("<u2"),
+                ElementType.BFLOAT16: np.dtype("<u2")}
+"""Per-block scale_type_tag -> how its scales are read (16-bit floats as their bits, widened after)."""
+
+
 def _index_spans(buffer: int, index: np.ndarray, width: int, skip: int) -> list[tuple[int, int, int]]:
     """``(buffer, start, stop)`` of the parameters ``index`` (``width`` bytes each, from ``skip``),
     neighbours joined."""
@@ -154,10 +163,10 @@ def param_byte_spans(desc, select) -> Optional[list[tuple[int, int, int]]]:
     axis = int(q.axis)
     if isinstance(q, PerChannelAffine):
         n, index = shape[axis], select(PK_CHANNEL, axis, 1, 1)
-        spans = _index_spans(q.scale_buffer_index, index, 4, 0)
+        spans = _index_spans(q.scale_buffer_index, index, _CHANNEL_SCALE.itemsize, 0)
         if not q.flags & QuantFlag.SYMMETRIC:
-            skip = n * 4 if q.zero_point_buffer_index == q.scale_buffer_index else 0
-            spans += _index_spans(q.zero_point_buffer_index, index, 4, skip)
+            skip = n * _CHANNEL_SCALE.itemsize if q.zero_point_buffer_index == q.scale_buffer_index else 0
+            spans += _index_spans(q.zero_point_buffer_index, index, _ZERO_POINT.itemsize, skip)
         return spans
     block = int(q.block_size)
     if block < 1 or block & (block - 1):
@@ -166,15 +175,15 @@ def param_byte_spans(desc, select) -> Optional[list[tuple[int, int, int]]]:
     count = nb * (math.prod(shape) // shape[axis]) if shape[axis] else 0
     index = select(PK_BLOCK, axis, block, nb)
     if isinstance(q, PerBlockAffine):
-        width = {ElementType.FLOAT32: 4, ElementType.FLOAT16: 2, ElementType.BFLOAT16: 2}.get(q.scale_type_tag)
-        if width is None:
+        scale = _BLOCK_SCALE.get(q.scale_type_tag)
+        if scale is None:
             return None
-        spans = _index_spans(q.scale_buffer_index, index, width, 0)
+        spans = _index_spans(q.scale_buffer_index, index, scale.itemsize, 0)
         if not (q.flags & QuantFlag.SYMMETRIC or q.zero_point_buffer_index == NO_BUFFER_INDEX):
-            skip = count * width if q.zero_point_buffer_index == q.scale_buffer_index else 0
-            spans += _index_spans(q.zero_point_buffer_index, index, 4, skip)
+            skip = count * scale.itemsize if q.zero_point_buffer_index == q.scale_buffer_index else 0
+            spans += _index_spans(q.zero_point_buffer_index, index, _ZERO_POINT.itemsize, skip)
         return spans
-    return _index_spans(q.scale_buffer_index, index, 4 if isinstance(q, Nf4) else 1, 0)
+    return _index_spans(q.scale_buffer_index, index, (_NF4_ABSMAX if isinstance(q, Nf4) else _MXFP_SCALE).itemsize, 0)
 
 
 def quant_params(desc, buffers, param_count=None, select=None) -> QuantParams:
@@ -208,10 +217,11 @@ def quant_params(desc, buffers, param_count=None, select=None) -> QuantParams:
             raise HurraySchemaError(f"per-channel affine cannot decode storage type {info.name}")
         n = shape[axis] if param_count is None else param_count
         index = None if select is None else select(PK_CHANNEL, axis, 1, 1)
-        scales = _selected(_array(buffers, q.scale_buffer_index, "<f4", n, "per-channel scales"), index)
-        skip = n * 4 if q.zero_point_buffer_index == q.scale_buffer_index else 0
+        scales = _selected(_array(buffers, q.scale_buffer_index, _CHANNEL_SCALE, n, "per-channel scales"), index)
+        skip = n * _CHANNEL_SCALE.itemsize if q.zero_point_buffer_index == q.scale_buffer_index else 0
         zps = (np.zeros(1, np.int32) if q.flags & QuantFlag.SYMMETRIC
-               else _selected(_array(buffers, q.zero_point_buffer_index, "<i4", n, "per-channel zero points", skip),
+               else _selected(_array(buffers, q.zero_point_buffer_index, _ZERO_POINT, n, "per-channel zero points",
+                                     skip),
                               index))
         return QuantParams(VAL_INT, NF4_TABLE, scales.astype(np.float32), zps.astype(np.int32),
                            PK_CHANNEL, axis, 1, 1, bits, signed)
@@ -227,30 +237,27 @@ def quant_params(desc, buffers, param_count=None, select=None) -> QuantParams:
         if tag not in _BLOCK_STORAGE:
             raise HurraySchemaError(f"per-block affine cannot decode storage type {info.name}")
         stt = q.scale_type_tag
-        if stt == ElementType.FLOAT32:
-            scales = _selected(_array(buffers, q.scale_buffer_index, "<f4", count, "per-block scales"),
-                               index).astype(np.float32)
-            width = 4
-        elif stt in (ElementType.FLOAT16, ElementType.BFLOAT16):
-            raw = _selected(_array(buffers, q.scale_buffer_index, "<u2", count, "per-block scales"), index)
-            scales = widened_scales(raw, stt)
-            width = 2
-        else:
+        scale = _BLOCK_SCALE.get(stt)
+        if scale is None:
             raise HurraySchemaError(f"per-block scale_type_tag 0x{int(stt):02X} is not float16/bfloat16/float32")
-        skip = count * width if q.zero_point_buffer_index == q.scale_buffer_index else 0
+        raw = _selected(_array(buffers, q.scale_buffer_index, scale, count, "per-block scales"), index)
+        scales = raw.astype(np.float32) if stt == ElementType.FLOAT32 else widened_scales(raw, stt)
+        skip = count * scale.itemsize if q.zero_point_buffer_index == q.scale_buffer_index else 0
         zps = (np.zeros(1, np.int32) if q.flags & QuantFlag.SYMMETRIC or q.zero_point_buffer_index == NO_BUFFER_INDEX
-               else _selected(_array(buffers, q.zero_point_buffer_index, "<i4", count, "per-block zero points", skip),
+               else _selected(_array(buffers, q.zero_point_buffer_index, _ZERO_POINT, count, "per-block zero points",
+                                     skip),
                               index))
         return QuantParams(VAL_INT, NF4_TABLE, scales, zps.astype(np.int32), PK_BLOCK, axis, block, nb, bits, signed)
     if isinstance(q, Nf4):
         if tag != ElementType.UINT4:
             raise HurraySchemaError("NF4 storage type must be uint4")
-        scales = _selected(_array(buffers, q.scale_buffer_index, "<f4", count, "NF4 absmax"), index).astype(np.float32)
+        scales = _selected(_array(buffers, q.scale_buffer_index, _NF4_ABSMAX, count, "NF4 absmax"),
+                           index).astype(np.float32)
         return QuantParams(VAL_TABLE, NF4_TABLE, scales, np.zeros(1, np.int32), PK_BLOCK, axis, block, nb, bits, 0)
     if isinstance(q, Mxfp):
         if shape[axis] % block:
             raise HurraySchemaError("MXFP: shape[axis] must be a multiple of block_size (no partial block)")
-        codes = _selected(_array(buffers, q.scale_buffer_index, np.uint8, count, "MXFP scales"), index)
+        codes = _selected(_array(buffers, q.scale_buffer_index, _MXFP_SCALE, count, "MXFP scales"), index)
         if np.any((codes == 0) | (codes == 0xFF)):
             raise HurraySchemaError("MXFP scale buffer holds a reserved float8_e8m0 pattern 0x00/0xFF")
         scales = minifloat_table(ElementType.FLOAT8_E8M0)[codes]

@@ -367,7 +367,7 @@ def per_block_from_packed(data, scales, shape: Sequence[int], storage="int8", bl
     q = PerBlockAffine(axis=len(shape) - 1, block_size=block, scale_buffer_index=1,
                        zero_point_buffer_index=NO_BUFFER_INDEX, flags=QuantFlag.SYMMETRIC,
                        scale_type_tag=ElementType.FLOAT32)
-    desc = _descriptor(storage, shape, raw.size, (nblocks * 4,), q, None)
+    desc = _descriptor(storage, shape, raw.size, (scale_values.nbytes,), q, None)
     return Tensor(desc, [raw, _le(scale_values, np.float32)], name=name)
 
 

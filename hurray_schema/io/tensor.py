@@ -388,31 +388,21 @@ def locate_buffers(leaf):
 
 
 _MAPS: dict = {}
-
-
-def _mapped_file(path: str, size: int) -> memoryview:
-    """``path`` memory-mapped read-only, once per process while its size is ``size``."""
-    import mmap
-    import os
-
-    view = _MAPS.get((path, size))
-    if view is None:
-        with open(path, "rb") as f:
-            have = os.fstat(f.fileno()).st_size
-            if have != size:
-                from ..errors import SourceChanged
-
-                raise SourceChanged(f"{path} holds {have} bytes, {size} when the tensor was read: the file has changed")
-            view = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)) if size else memoryview(b"")
-        _MAPS[(path, size)] = view
-    return view
+"""The files this process mapped for unpickled tensors (the evaluator's dask tasks map the same way)."""
 
 
 def _mapped_tensor(path: str, size: int, ranges, descriptor: TensorDescriptor, name: Optional[str]) -> Tensor:
-    """The unpickled :class:`Tensor` of a file: its byte ranges of the file mapped again."""
-    view = _mapped_file(path, size)
-    tensor = Tensor.bound(descriptor, [view[offset: offset + length] for offset, length in ranges])
-    tensor.name, tensor._origin = name, (path, size, tuple(ranges))
+    """The unpickled :class:`Tensor` of a file: its byte ranges of the file mapped again (refused,
+    :class:`~hurray_schema.errors.SourceChanged`, when the file's size is not what it was)."""
+    import os
+
+    from ..evaluate.dask_graph import FileBuffers, mapped_buffers
+
+    where = FileBuffers(path, size, tuple(tuple(r) for r in ranges))
+    if os.stat(path).st_size != size:  # checked at every unpickling, not only when the file is first mapped
+        _MAPS.pop((path, size), None)
+    tensor = Tensor.bound(descriptor, list(mapped_buffers(where, _MAPS)))
+    tensor.name, tensor._origin = name, (path, size, where.ranges)
     return tensor
 
 
