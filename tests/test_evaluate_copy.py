@@ -12,6 +12,7 @@ from hurray_schema.evaluate.copy import copy_into
 @pytest.fixture(autouse=True)
 def stream_small_copies(monkeypatch):
     monkeypatch.setattr(copy_module, "STREAMING_MIN_BYTES", 1)  # exercise the streaming kernel on small arrays
+    monkeypatch.setattr(copy_module, "STREAMING_COMPILE_BYTES", 0)  # compiled at once when not in the cache
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.float16, np.float64])
@@ -99,3 +100,38 @@ def test_small_copies_keep_copyto(monkeypatch):
     out = np.zeros((8, 8), np.float32)
     copy_into(out[2:4], np.ones((2, 8), np.float32))
     assert calls == [] and out[2:4].all() and not out[:2].any()
+
+
+def test_streaming_waits_for_enough_bytes_while_its_kernel_is_not_compiled(monkeypatch):
+    """Without the kernel's machine code, copies go through np.copyto until those it would have streamed
+    reach STREAMING_COMPILE_BYTES; the copy that reaches it streams (the kernel is compiled then)."""
+    monkeypatch.setattr(copy_module, "STREAMING_COMPILE_BYTES", 3 * 4096 * 4)
+    monkeypatch.setattr(copy_module, "_deferred_bytes", [0])
+    monkeypatch.setattr(copy_module._stream_jobs_kernel, "ready", lambda index=0: False)
+    calls = _record_jobs(monkeypatch)
+    out = np.zeros((4, 4096), np.float32)
+    rows = [np.full((1, 4096), r + 1, np.float32) for r in range(4)]
+    for r in range(2):
+        copy_into(out[r:r + 1], rows[r])
+    assert calls == [] and np.array_equal(out[:2], np.vstack(rows[:2])) and not out[2:].any()
+    copy_into(out[2:3], rows[2])
+    assert calls == [(1, 4096 * 4)]
+    assert np.array_equal(out[:3], np.vstack(rows[:3])) and not out[3].any()
+
+
+def test_a_kernel_in_the_cache_is_ready_without_compiling(tmp_path, monkeypatch):
+    """ready() loads a cached kernel and never compiles one: a fresh cache holds nothing until a call
+    compiles it."""
+    from hurray_schema.evaluate import jit
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(jit, "_the_cache", [])
+    def kernel():  # a new kernel object: nothing loaded in this process yet
+        return jit.Kernel(copy_module._stream_jobs_kernel.py_func, ("void(i64[:], i64[:, :], i64[:])",), {})
+
+    compiled = jit.compile_count()
+    first = kernel()
+    assert not first.ready() and not first.ready() and jit.compile_count() == compiled
+    first.function(0)
+    assert jit.compile_count() == compiled + 1 and first.ready()
+    assert kernel().ready() and jit.compile_count() == compiled + 1  # loaded from the cache

@@ -12,6 +12,10 @@ rows (and pieces of long rows) of every box are shared among numba's threads, be
 one core does not saturate the memory bus, and one parallel region per partition (not per
 member) waits for the slowest thread once.  Small copies keep ``np.copyto`` (their
 destination is better left in the cache).
+
+The kernel saves about a third of a large copy's time, and compiling it costs about a second: a
+process whose kernel cache does not hold it copies with ``np.copyto`` until the copies it would have
+streamed add up to :data:`STREAMING_COMPILE_BYTES`, then compiles it (once for every later process).
 """
 
 from __future__ import annotations
@@ -28,6 +32,12 @@ __all__ = ["STREAMING_MIN_BYTES", "copy_into", "copy_boxes"]
 
 STREAMING_MIN_BYTES = 1 << 20
 """Below this many bytes a copy goes through ``np.copyto``."""
+
+STREAMING_COMPILE_BYTES = 1 << 28
+"""While the streaming kernel is neither loaded nor in the kernel cache, copies that would stream go
+through ``np.copyto`` until they add up to this many bytes in the process (this call's included)."""
+
+_deferred_bytes = [0]
 
 _VECTOR = 64  # bytes per non-temporal store: one cache line
 _PIECE = 1 << 18  # a thread copies at most this many bytes of a row at a time
@@ -202,9 +212,21 @@ def copy_boxes(pairs: Iterable[tuple[np.ndarray, np.ndarray]]) -> None:
         else:
             jobs.append(job)
             keep.append((dst, src))  # the kernel works on raw addresses: the arrays stay alive until it returns
-    if jobs:
+    if jobs and _streaming_pays(sum(dst.nbytes for dst, _ in keep)):
         _stream_jobs(np.array(jobs, np.int64))
+    else:
+        for dst, src in keep:
+            np.copyto(dst, src)
     del keep
+
+
+def _streaming_pays(nbytes: int) -> bool:
+    """Whether to stream ``nbytes`` now: the kernel is at hand (loaded, or in the cache), or the copies
+    deferred so far, these included, reach :data:`STREAMING_COMPILE_BYTES` (then it is compiled)."""
+    if _stream_jobs_kernel.ready():
+        return True
+    _deferred_bytes[0] += nbytes
+    return _deferred_bytes[0] >= STREAMING_COMPILE_BYTES
 
 
 def copy_into(dst: np.ndarray, src: np.ndarray) -> None:

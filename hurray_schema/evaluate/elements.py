@@ -50,6 +50,31 @@ def numpy_dtype(type_tag: int) -> np.dtype:
 # ------------------------------------------------------------------------------------
 
 
+@jit.intrinsic
+def float32_bits(typingctx, x):
+    """The bits of a float32 as uint32 (LLVM ``bitcast``: what ``np.float32(x).view(np.uint32)`` gives,
+    without the function numba compiles for each such view)."""
+    from llvmlite import ir
+    from numba import types
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(context.cast(builder, args[0], signature.args[0], types.float32), ir.IntType(32))
+
+    return types.uint32(x), codegen
+
+
+@jit.intrinsic
+def float32_from_bits(typingctx, bits):
+    """The float32 whose bits are the uint32 ``bits`` (LLVM ``bitcast``)."""
+    from llvmlite import ir
+    from numba import types
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(context.cast(builder, args[0], signature.args[0], types.uint32), ir.FloatType())
+
+    return types.float32(bits), codegen
+
+
 @jit.helper
 def f16_to_f32(h):
     """float16 bits (uint16) -> float32 value; exact, NaN payload kept (``element-types.md § float16``)."""
@@ -71,13 +96,13 @@ def f16_to_f32(h):
         bits = sign | np.uint32(0x7F800000) | (mant << np.uint32(13))
     else:
         bits = sign | (((h & np.uint32(0x7FFF)) + np.uint32(0x1C000)) << np.uint32(13))
-    return np.uint32(bits).view(np.float32)
+    return float32_from_bits(bits)
 
 
 @jit.helper
 def f32_to_f16(x):
     """float32 value -> float16 bits (uint16), round to nearest even; NaN keeps its top payload bits."""
-    f = np.float32(x).view(np.uint32)
+    f = float32_bits(x)
     sign = np.uint32((f >> np.uint32(16)) & np.uint32(0x8000))
     fexp = f & np.uint32(0x7F800000)
     fsig = f & np.uint32(0x007FFFFF)
@@ -139,14 +164,14 @@ def _f16_to_f32_hw(typingctx, h):
 def _f16_nan_to_f32(h):
     """The float32 of a float16 NaN pattern, payload kept (what :func:`f16_to_f32` gives it)."""
     h = np.uint32(h)
-    return np.uint32(((h & np.uint32(0x8000)) << np.uint32(16)) | np.uint32(0x7F800000)
-                     | ((h & np.uint32(0x03FF)) << np.uint32(13))).view(np.float32)
+    return float32_from_bits(((h & np.uint32(0x8000)) << np.uint32(16)) | np.uint32(0x7F800000)
+                             | ((h & np.uint32(0x03FF)) << np.uint32(13)))
 
 
 @jit.helper(inline="always")
 def _f32_nan_to_f16(x):
     """The float16 bits of a float32 NaN: its top payload bits, kept a NaN (what :func:`f32_to_f16` gives it)."""
-    f = np.float32(x).view(np.uint32)
+    f = float32_bits(x)
     ret = np.uint32(0x7C00) + ((f & np.uint32(0x007FFFFF)) >> np.uint32(13))
     if ret == np.uint32(0x7C00):
         ret += np.uint32(1)
@@ -194,13 +219,13 @@ f32_to_f16_not_nan = jit.choose(_with_f16c(_f32_to_f16_hw_not_nan, f32_to_f16), 
 @jit.helper(inline="always")
 def bf16_to_f32(h):
     """bfloat16 bits -> float32 value (exact, payload kept)."""
-    return np.uint32(np.uint32(h) << np.uint32(16)).view(np.float32)
+    return float32_from_bits(np.uint32(h) << np.uint32(16))
 
 
 @jit.helper(inline="always")
 def f32_to_bf16(x):
     """float32 value -> bfloat16 bits, round to nearest even; NaN -> quiet NaN 0x7FC0 with its sign."""
-    f = np.float32(x).view(np.uint32)
+    f = float32_bits(x)
     if (f & np.uint32(0x7F800000)) == np.uint32(0x7F800000) and (f & np.uint32(0x007FFFFF)) != 0:
         return np.uint16(((f >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7FC0))
     lsb = (f >> np.uint32(16)) & np.uint32(1)
@@ -210,7 +235,7 @@ def f32_to_bf16(x):
 
 @jit.helper(inline="always")
 def _quiet_f32(x):
-    return np.uint32(np.float32(x).view(np.uint32) | np.uint32(0x00400000)).view(np.float32)
+    return float32_from_bits(float32_bits(x) | np.uint32(0x00400000))
 
 
 @jit.helper(inline="always")

@@ -447,29 +447,42 @@ class Kernel:
     def function(self, index: int) -> Callable:
         """The callable entry point of signature ``index``: loaded from the cache, or compiled."""
         with _compile_lock:
-            function = self._functions.get(index)
+            function = self._functions.get(index) or self._load(index)
             if function is None:
                 signature = self.signatures[index]
                 start = time.perf_counter()
-                address = _cache().load(self, signature)
-                if address is None:
-                    address = self._compile(signature)
-                    _compiled.append((self.name, signature.text, time.perf_counter() - start))
-                else:
-                    _loaded.append((self.name, signature.text, time.perf_counter() - start))
-                function = _ffi().cast(signature.cdecl, address)
-                self._functions[index] = function
+                address = self._compile(signature)
+                _compiled.append((self.name, signature.text, time.perf_counter() - start))
+                function = self._functions[index] = _ffi().cast(signature.cdecl, address)
+        return function
+
+    def ready(self, index: int = 0) -> bool:
+        """Whether signature ``index`` runs without compiling: its machine code is loaded in this process,
+        or in the cache (then loaded now).  What a caller asks before a kernel that only speeds up what
+        NumPy also does: compiling costs about a second, which a small job never wins back."""
+        with _compile_lock:
+            return index in self._functions or self._load(index) is not None
+
+    def _load(self, index: int) -> Optional[Callable]:
+        """Signature ``index`` loaded from the cache (and kept), or None."""
+        signature = self.signatures[index]
+        start = time.perf_counter()
+        address = _cache().load(self, signature)
+        if address is None:
+            return None
+        _loaded.append((self.name, signature.text, time.perf_counter() - start))
+        function = self._functions[index] = _ffi().cast(signature.cdecl, address)
         return function
 
     def _compile(self, signature: Signature) -> int:
         _initialize_numba()
-        from numba import carray, cfunc, njit
+        from numba import cfunc, njit
 
         inherited = (("fastmath", frozenset(self.options["fastmath"])),) if self.options.get("fastmath") else ()
         implementation = njit(no_cpython_wrapper=True, _nrt=False, **self.options)(
             bound(self.py_func, self.constants, inherited))
         entry_name = "kernel_" + re.sub(r"\W", "_", self.name) + "_" + _digest(signature.text)[:12]
-        namespace = {"carray": carray, "implementation": implementation}
+        namespace = {"carray": _carray(), "implementation": implementation}
         exec(compile(signature.entry_source(entry_name), f"<kernel entry {self.name}>", "exec"), namespace)
         with _optimized_once(entry_name):
             compiled = cfunc(signature.numba_signature(), nopython=True, error_model="numpy")(namespace[entry_name])
@@ -485,17 +498,36 @@ class Kernel:
         return compiled.address
 
 
+@functools.cache
+def _carray():
+    """numba's intrinsic behind ``numba.carray`` (C order, the pointer's dtype), called by the entry points
+    directly: ``carray`` itself is an overload whose implementation numba compiles as a function of its
+    own for every array type of every kernel."""
+    from numba.np.arrayobj import get_cfarray_intrinsic
+
+    return get_cfarray_intrinsic("C", None)
+
+
 @contextlib.contextmanager
 def _optimized_once(entry: str):
     """While a kernel compiles, only its entry's library (into which numba links every helper the kernel
     calls) is optimized and turned into machine code: the helpers' own libraries are kept as IR to be
     linked in.  numba would run LLVM's full pipeline and code generation on each helper, then again on
     each caller it is linked into -- once per level of calls -- for machine code that is thrown away.
-    The entry's helpers are made internal to its module first (:func:`_internalize_helpers`)."""
+    The entry's helpers are made internal to its module first (:func:`_internalize_helpers`).  Nor are
+    a helper's functions given LLVM's function passes as its IR is added (numba builds a pass manager per
+    function for them): the entry's module pipeline runs them on everything linked in."""
     from numba.core import codegen
 
     library, jit_codegen = codegen.CPUCodeLibrary, codegen.JITCPUCodegen
     optimize, finalize, set_env = library._optimize_final_module, library._finalize_final_module, jit_codegen.set_env
+    optimize_functions = library._optimize_functions
+
+    def optimize_entry_functions_only(self, module):
+        if self.name == entry:
+            optimize_functions(self, module)
+        else:
+            module.data_layout = self._codegen._data_layout
 
     def optimize_entry_only(self):
         if self.name == entry:
@@ -513,11 +545,13 @@ def _optimized_once(entry: str):
             set_env(self, env_name, env)
 
     library._optimize_final_module, library._finalize_final_module = optimize_entry_only, finalize_entry_only
+    library._optimize_functions = optimize_entry_functions_only
     jit_codegen.set_env = set_env_if_compiled
     try:
         yield
     finally:
         library._optimize_final_module, library._finalize_final_module = optimize, finalize
+        library._optimize_functions = optimize_functions
         jit_codegen.set_env = set_env
 
 
@@ -942,21 +976,35 @@ _STUB_PREFIXES = ("numba_", "NRT_", "Py", "_Py")
 raise) -- given trap stubs when numba is not loaded to provide them."""
 
 
+_RUNTIME_LIBRARIES = (("m", ("libm.so.6",)), ("c", ("libc.so.6",)), ("gcc_s", ("libgcc_s.so.1",)))
+"""Libraries machine code may call into (memset, libm, compiler-rt helpers), by their usual sonames;
+``ctypes.util.find_library`` (which runs ``ldconfig`` in a subprocess) only where none of these loads."""
+
+
+def _load_permanently(llvm, name: str, sonames) -> None:
+    """Make library ``name``'s symbols visible to the engine."""
+    for soname in sonames:
+        with contextlib.suppress(RuntimeError):
+            llvm.load_library_permanently(soname)
+            return
+    import ctypes.util
+
+    found = ctypes.util.find_library(name)
+    if found:
+        with contextlib.suppress(RuntimeError):
+            llvm.load_library_permanently(found)
+
+
 class _Engine:
     """One llvmlite MCJIT engine holding every kernel loaded from the cache."""
 
     def __init__(self):
-        import ctypes.util
-
         import llvmlite.binding as llvm
 
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        for name in ("m", "c", "gcc_s"):
-            found = ctypes.util.find_library(name)
-            if found:
-                with contextlib.suppress(RuntimeError):
-                    llvm.load_library_permanently(found)
+        for name, sonames in _RUNTIME_LIBRARIES:
+            _load_permanently(llvm, name, sonames)
         target = llvm.Target.from_default_triple()
         cpu = os.environ.get("NUMBA_CPU_NAME") or llvm.get_host_cpu_name()
         features = os.environ.get("NUMBA_CPU_FEATURES") or llvm.get_host_cpu_features().flatten()

@@ -38,7 +38,7 @@ from ..structs.quantization import NF4_LEVELS
 from . import jit
 from .jit import claim_span, search_left, slot
 from .elements import (_f16_to_f32_hw, _f32_to_f16_hw, bf16_to_f32, f16_to_f32_fast, f32_to_bf16, f32_to_f16_fast,
-                       has_f16c, minifloat_table)
+                       float32_bits, float32_from_bits, has_f16c, minifloat_table)
 from .quantize_simd import LANES as SIMD_LANES
 from .quantize_simd import (block_codes_bf16, block_codes_f16, block_minmax_bf16, block_minmax_f16,
                             block_minmax_masked_bf16, block_minmax_masked_f16, vector_f16)
@@ -139,7 +139,7 @@ def _load(x, i):
         return f16_to_f32_fast(np.uint16(x[i]))
     if IN == IN_BF16:
         return bf16_to_f32(np.uint16(x[i]))
-    return np.uint32(x[i]).view(np.float32)
+    return float32_from_bits(x[i])
 
 
 @jit.helper
@@ -149,7 +149,7 @@ def _load_finite_hw(x, i):
         return _f16_to_f32_hw(np.uint16(x[i]))
     if IN == IN_BF16:
         return bf16_to_f32(np.uint16(x[i]))
-    return np.uint32(x[i]).view(np.float32)
+    return float32_from_bits(x[i])
 
 
 _load_finite = jit.choose(lambda: _load_finite_hw if has_f16c() else _load, _load_finite_hw.py_func)
@@ -214,7 +214,7 @@ def _round_up_scale(s64):
         return bf16_to_f32(h)
     v = np.float32(s64)
     if np.float64(v) < s64:
-        v = np.uint32(v.view(np.uint32) + np.uint32(1)).view(np.float32)
+        v = float32_from_bits(float32_bits(v) + np.uint32(1))
     return v
 
 
@@ -265,12 +265,12 @@ def _round_up_scale_lanes(s64):
         h = np.uint16(h + np.uint16(np.float64(_f16_widen_lanes(h)) < s64))
         return _f16_widen_lanes(h)
     if SCALE == SCALE_BF16:
-        f = np.float32(s64).view(np.uint32)  # f32_to_bf16's rounding, its NaN case left out
+        f = float32_bits(np.float32(s64))  # f32_to_bf16's rounding, its NaN case left out
         h = np.uint16((f + np.uint32(0x7FFF) + ((f >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
         h = np.uint16(h + np.uint16(np.float64(bf16_to_f32(h)) < s64))
         return bf16_to_f32(h)
     v = np.float32(s64)
-    return np.uint32(v.view(np.uint32) + np.uint32(np.float64(v) < s64)).view(np.float32)
+    return float32_from_bits(float32_bits(v) + np.uint32(np.float64(v) < s64))
 
 
 @jit.helper
@@ -679,7 +679,7 @@ def _mxfp_row(x, r, cols, block, nb, padded, emax_value, mags, sign_code, is_int
                 code = min(max(np.int64(np.rint(y)), np.int64(lo)), np.int64(hi))
             else:
                 code = _nearest_magnitude(np.abs(y), mags)
-                if y.view(np.uint32) >> np.uint32(31):
+                if float32_bits(y) >> np.uint32(31):
                     code |= sign_code
             _put(out, r * padded + j, code, bits)
 
