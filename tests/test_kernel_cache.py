@@ -8,6 +8,7 @@ its helpers are internal to its module, so a helper that two processes compiled 
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -67,3 +68,44 @@ def test_kernels_compiled_in_separate_processes_keep_their_own_helpers(tmp_path)
     assert _run(cache, path, out, "bf16", "f16") == 0  # the other order of loading
     assert np.array_equal(np.load(out / "f16.npy"), f16_ref.view(np.uint16))
     assert np.array_equal(np.load(out / "bf16.npy"), bf16_ref.view(np.uint16))
+
+
+USER_NUMBA_AFTER_A_KERNEL = r"""
+import sys
+import numpy as np
+import hurray_schema as hs
+from hurray_schema.evaluate import jit
+from numba import njit
+from numba.typed import List
+
+with hs.read_file(sys.argv[1]) as f:
+    f["f16"].to_numpy()
+assert jit.compile_count() == 1, jit.compile_count()
+
+
+@njit
+def user_code(n):
+    np.random.seed(n)
+    words = List()
+    for i in range(n):
+        words.append(str(i) + "!")
+    return len(words), words[n - 1], np.random.randint(0, 1000)
+
+
+print(user_code(3))
+"""
+
+
+def test_numba_code_of_the_user_compiles_after_a_kernel(tmp_path):
+    """A kernel compiles with a trimmed set of numba's implementations (jit._kernel_registries); numba
+    code the process compiles afterwards still has them all: typed lists, strings, NumPy's random."""
+    rng = np.random.default_rng(4)
+    f16, _ = block_affine_int4_tensor(4, 64, 32, rng, scale_tag=E.FLOAT16, out_dtype=np.float16)
+    path = tmp_path / "one.hrry"
+    hs.save(path, {"f16": hs.Tensor(f16.descriptor, [np.frombuffer(b, np.uint8) for b in f16.buffers])})
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "kernels"), PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", USER_NUMBA_AFTER_A_KERNEL, str(path)], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    count, last, drawn = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert (count, last) == (3, "2!") and 0 <= drawn < 1000

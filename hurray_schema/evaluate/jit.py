@@ -475,6 +475,10 @@ class Kernel:
         return function
 
     def _compile(self, signature: Signature) -> int:
+        with _kernel_registries():
+            return self._compile_numba(signature)
+
+    def _compile_numba(self, signature: Signature) -> int:
         _initialize_numba()
         from numba import cfunc, njit
 
@@ -571,6 +575,52 @@ def _internalize_helpers(module) -> None:
     for function in module.functions:
         if not function.is_declaration and not function.name.startswith(ENTRY_PREFIX):
             function.linkage = "internal"
+
+
+@contextlib.contextmanager
+def _kernel_registries():
+    """While a kernel compiles, numba sets up (and refreshes, before every function it compiles) only the
+    implementations kernels use: numbers, tuples, ranges, arrays, NumPy scalars and ufuncs, math.
+    Left out: its random generators, typed containers, unicode operations, polynomials, jitclasses,
+    cffi typing (which imports pycparser) and third-party extensions found through entry points (a
+    scan of every installed package's metadata).  Restored afterwards: other numba code compiled later
+    in the process gets all of them then (numba installs registries as they appear)."""
+    from numba.core import cpu
+    from numba.core.typing import context as typing_context
+
+    implementations = cpu.CPUContext.load_additional_registries
+    declarations = typing_context.Context.load_additional_registries
+    cpu.CPUContext.load_additional_registries = _load_kernel_implementations
+    typing_context.Context.load_additional_registries = _load_kernel_declarations
+    try:
+        yield
+    finally:
+        cpu.CPUContext.load_additional_registries = implementations
+        typing_context.Context.load_additional_registries = declarations
+
+
+def _load_kernel_implementations(context) -> None:
+    """The part of ``numba.core.cpu.CPUContext.load_additional_registries`` kernels need."""
+    from numba.core.runtime import rtsys
+
+    rtsys.initialize(context)
+    from numba.core import inline_closurecall, optional  # noqa: F401  (registering imports)
+    from numba.cpython import (builtins, cmathimpl, enumimpl, hashing, iterators, mathimpl, numbers,  # noqa: F401
+                               printimpl, rangeobj, slicing, tupleobj)
+    from numba.misc import literal  # noqa: F401
+    from numba.np import arraymath, arrayobj, npyimpl  # noqa: F401
+    from numba.np.unsafe import ndarray  # noqa: F401
+
+    for module in (cmathimpl, mathimpl, npyimpl, printimpl):
+        context.install_registry(module.registry)
+
+
+def _load_kernel_declarations(context) -> None:
+    """The part of ``numba.core.typing.context.Context.load_additional_registries`` kernels need."""
+    from numba.core.typing import cmathdecl, enumdecl, mathdecl, npydecl
+
+    for module in (cmathdecl, enumdecl, mathdecl, npydecl):
+        context.install_registry(module.registry)
 
 
 class _NoLinearAlgebra(importlib.abc.MetaPathFinder):
