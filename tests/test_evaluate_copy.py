@@ -106,7 +106,7 @@ def test_streaming_waits_for_enough_bytes_while_its_kernel_is_not_compiled(monke
     """Without the kernel's machine code, copies go through np.copyto until those it would have streamed
     reach STREAMING_COMPILE_BYTES; the copy that reaches it streams (the kernel is compiled then)."""
     monkeypatch.setattr(copy_module, "STREAMING_COMPILE_BYTES", 3 * 4096 * 4)
-    monkeypatch.setattr(copy_module, "_deferred_bytes", [0])
+    monkeypatch.setattr(copy_module._stream_jobs_kernel, "deferred_work", 0)
     monkeypatch.setattr(copy_module._stream_jobs_kernel, "ready", lambda index=0: False)
     calls = _record_jobs(monkeypatch)
     out = np.zeros((4, 4096), np.float32)
@@ -135,3 +135,4 @@ def test_a_kernel_in_the_cache_is_ready_without_compiling(tmp_path, monkeypatch)
     first.function(0)
     assert jit.compile_count() == compiled + 1 and first.ready()
     assert kernel().ready() and jit.compile_count() == compiled + 1  # loaded from the cache
+

@@ -350,3 +350,15 @@ def test_three_dimensional_blocks_and_channels(kernel, axis):
     bshape = [1, 1, 1]
     bshape[axis] = n
     assert bits_equal(got, affine_ref(flat, cs.reshape(bshape), cz.reshape(bshape), np.float32))
+
+
+@pytest.mark.parametrize("values, expected", [([], True), ([5], True), ([1, 2, 9], True), ([1, 1, 2], False),
+                                              ([3, 2], False), ([-4, 0, 7, 6], False)])
+def test_strictly_increasing_numpy_and_kernel_agree(monkeypatch, values, expected):
+    """The check that lets an overlay's patch fuse into the int4 decode: NumPy (kernel not compiled) and
+    the kernel give the same answer."""
+    lin = np.asarray(values, np.int64)
+    kernel = tensor._strictly_increasing_kernel
+    for at_hand in (False, True):
+        monkeypatch.setattr(kernel, "worth_it", lambda work, compile_after, index=0, at_hand=at_hand: at_hand)
+        assert tensor._strictly_increasing(lin) is expected

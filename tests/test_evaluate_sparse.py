@@ -140,3 +140,44 @@ def test_csr_and_coo_random(rows, cols, seed):
     perm = rng.permutation(len(coords))
     t = coo_tensor(coords[perm], dense[tuple(coords[perm].T)], (rows, cols), E.FLOAT32, sorted_=False)
     assert np.array_equal(tensor_to_numpy(t.descriptor, t.buffers), dense)
+
+
+def _linear_or_error(t, offset, head_shape):
+    from hurray_schema.evaluate.sparse import sparse_linear
+
+    try:
+        lin, values = sparse_linear(t.descriptor, t.buffers, None, offset, head_shape)
+    except HurraySchemaError as exc:
+        return str(exc)
+    return lin.tolist(), values.tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(rank=st.integers(1, 3), data=st.data())
+def test_coo_linear_indices_numpy_and_kernel_agree(rank, data):
+    """The COO linearization of an overlay's patch (sparse_linear) gives the same indices, or the same
+    first fault in storage order (out of bounds, not sorted), through NumPy (a process whose kernel
+    cache lacks the kernel) and through the kernels (rank 2 and any rank)."""
+    from hurray_schema.evaluate import sparse
+
+    shape = tuple(data.draw(st.lists(st.integers(1, 5), min_size=rank, max_size=rank)))
+    nnz = data.draw(st.integers(0, 12))
+    coords = data.draw(st.lists(st.tuples(*[st.integers(0, n) for n in shape]), min_size=nnz, max_size=nnz))
+    sorted_flag = data.draw(st.booleans())
+    if sorted_flag and data.draw(st.booleans()):
+        coords = sorted(set(coords))  # mostly valid sorted inputs, some faulty ones
+    offset = tuple(data.draw(st.lists(st.integers(0, 3), min_size=rank, max_size=rank)))
+    head_shape = tuple(n + 3 for n in shape)
+    t = coo_tensor(np.asarray(coords, np.uint64).reshape(-1, rank), np.arange(len(coords), dtype=np.float32),
+                   shape, E.FLOAT32, sorted_=sorted_flag)
+    results = {}
+    for path, kernel_at_hand in (("numpy", False), ("kernel", True)):
+        with pytest.MonkeyPatch.context() as patch:
+            for kernel in (sparse._coo_linear_2d, sparse._coo_linear):
+                patch.setattr(kernel, "worth_it", lambda work, compile_after, index=0, at_hand=kernel_at_hand: at_hand)
+            results[path] = _linear_or_error(t, offset, head_shape)
+    assert results["numpy"] == results["kernel"]
+    if not isinstance(results["kernel"], str):
+        expected = [sum((c + o) * int(np.prod(head_shape[d + 1:])) for d, (c, o) in enumerate(zip(entry, offset)))
+                    for entry in coords]
+        assert results["kernel"][0] == expected

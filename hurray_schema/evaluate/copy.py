@@ -37,7 +37,6 @@ STREAMING_COMPILE_BYTES = 1 << 28
 """While the streaming kernel is neither loaded nor in the kernel cache, copies that would stream go
 through ``np.copyto`` until they add up to this many bytes in the process (this call's included)."""
 
-_deferred_bytes = [0]
 
 _VECTOR = 64  # bytes per non-temporal store: one cache line
 _PIECE = 1 << 18  # a thread copies at most this many bytes of a row at a time
@@ -212,21 +211,12 @@ def copy_boxes(pairs: Iterable[tuple[np.ndarray, np.ndarray]]) -> None:
         else:
             jobs.append(job)
             keep.append((dst, src))  # the kernel works on raw addresses: the arrays stay alive until it returns
-    if jobs and _streaming_pays(sum(dst.nbytes for dst, _ in keep)):
+    if jobs and _stream_jobs_kernel.worth_it(sum(dst.nbytes for dst, _ in keep), STREAMING_COMPILE_BYTES):
         _stream_jobs(np.array(jobs, np.int64))
     else:
         for dst, src in keep:
             np.copyto(dst, src)
     del keep
-
-
-def _streaming_pays(nbytes: int) -> bool:
-    """Whether to stream ``nbytes`` now: the kernel is at hand (loaded, or in the cache), or the copies
-    deferred so far, these included, reach :data:`STREAMING_COMPILE_BYTES` (then it is compiled)."""
-    if _stream_jobs_kernel.ready():
-        return True
-    _deferred_bytes[0] += nbytes
-    return _deferred_bytes[0] >= STREAMING_COMPILE_BYTES
 
 
 def copy_into(dst: np.ndarray, src: np.ndarray) -> None:

@@ -397,6 +397,7 @@ class Kernel:
         positions = [[i for i, _ in sig.arrays] for sig in self.signatures]
         self._array_positions = positions[0] if all(p == positions[0] for p in positions) else None
         self._by_dtypes: dict = {}
+        self.deferred_work = 0  # see worth_it
         self.__name__ = pyfunc.__name__
         self.__qualname__ = pyfunc.__qualname__
         self.__doc__ = pyfunc.__doc__
@@ -462,6 +463,17 @@ class Kernel:
         NumPy also does: compiling costs about a second, which a small job never wins back."""
         with _compile_lock:
             return index in self._functions or self._load(index) is not None
+
+    def worth_it(self, work: int, compile_after: int, index: int = 0) -> bool:
+        """Whether to run this kernel (rather than the NumPy code computing the same) on ``work`` units:
+        yes when its machine code is at hand (:meth:`ready`), or once the work the process gave NumPy
+        instead, this job's included, reaches ``compile_after`` units (then it compiles).  For kernels
+        that only speed up what NumPy also computes exactly: a one-off job is not worth their compiling
+        (about a second), a warm process has them from the cache."""
+        if self.ready(index):
+            return True
+        self.deferred_work += work
+        return self.deferred_work >= compile_after
 
     def _load(self, index: int) -> Optional[Callable]:
         """Signature ``index`` loaded from the cache (and kept), or None."""

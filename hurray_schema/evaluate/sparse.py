@@ -205,6 +205,29 @@ def _coo_linear_2d(idx, mshape, offset, hshape, check_sorted, lin):
     return 0
 
 
+COO_COMPILE_ENTRIES = 1 << 22
+"""COO entries linearized by NumPy (:func:`_coo_linear_numpy`) in a process before the kernels
+(:func:`_coo_linear_2d`, :func:`_coo_linear`) are compiled, while the kernel cache does not hold them
+(:meth:`.jit.Kernel.worth_it`)."""
+
+
+def _coo_linear_numpy(idx, rank, mshape, offset, hshape, check_sorted, lin) -> int:
+    """What :func:`_coo_linear` returns and writes, with NumPy: the first fault in storage order wins (a
+    coordinate out of bounds at entry k, entries before it not sorted)."""
+    coords = idx.reshape(-1, rank)
+    outside = np.flatnonzero((coords >= mshape.astype(np.uint64)).any(axis=1))
+    first_outside = int(outside[0]) if outside.size else coords.shape[0]
+    if check_sorted:
+        within = coords[:first_outside].astype(np.int64)
+        member = linear_indices(within, mshape)
+        if np.any(member[1:] <= member[:-1]):
+            return 2
+    if outside.size:
+        return 1
+    lin[:] = linear_indices(coords.astype(np.int64) + offset, hshape)
+    return 0
+
+
 def sparse_linear(desc, buffers, target, offset, head_shape) -> tuple[np.ndarray, np.ndarray]:
     """(row-major linear index in ``head_shape`` of every stored entry shifted by ``offset``, values)."""
     desc = as_evaluated(desc)
@@ -217,7 +240,13 @@ def sparse_linear(desc, buffers, target, offset, head_shape) -> tuple[np.ndarray
         lin = np.empty(nnz, np.int64)
         args = (np.ascontiguousarray(idx), np.asarray(shape, np.int64), np.asarray(offset, np.int64),
                 np.asarray(head_shape, np.int64), int(sorted_flag), lin)
-        err = _coo_linear_2d(*args) if rank == 2 else _coo_linear(args[0], rank, *args[1:])
+        kernel = _coo_linear_2d if rank == 2 else _coo_linear
+        if not kernel.worth_it(nnz, COO_COMPILE_ENTRIES):
+            err = _coo_linear_numpy(args[0], rank, *args[1:])
+        elif rank == 2:
+            err = _coo_linear_2d(*args)
+        else:
+            err = _coo_linear(args[0], rank, *args[1:])
         if err == 1:
             raise HurraySchemaError("COO indices: coordinate out of bounds")
         if err == 2:

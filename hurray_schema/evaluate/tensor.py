@@ -254,11 +254,23 @@ _NO_ENTRIES = np.zeros(1, np.int64)
 
 
 @jit.kernel("i64(i64[:])")
-def _strictly_increasing(lin):
+def _strictly_increasing_kernel(lin):
     for k in range(1, lin.size):
         if lin[k] <= lin[k - 1]:
             return 0
     return 1
+
+
+INCREASING_COMPILE_ENTRIES = 1 << 24
+"""Entries checked by NumPy in a process before :func:`_strictly_increasing_kernel` is compiled, while
+the kernel cache does not hold it (:meth:`.jit.Kernel.worth_it`)."""
+
+
+def _strictly_increasing(lin: np.ndarray) -> bool:
+    """Whether ``lin`` is strictly increasing."""
+    if _strictly_increasing_kernel.worth_it(lin.size, INCREASING_COMPILE_ENTRIES):
+        return bool(_strictly_increasing_kernel(lin))
+    return bool(np.all(lin[1:] > lin[:-1]))
 
 
 def _decode_int4(buf, base, rshape, rstr, p, axis, kind, kout, patch) -> bool:
