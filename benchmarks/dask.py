@@ -30,6 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
+os.environ.setdefault("HURRAY_SCHEMA_COMPILE", "eager")  # the kernels' speed is measured: each compiles at its
+# first use (NumPy would stand in for one while a process has not given it enough work)
+
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
 # this file is named like the package it benchmarks: its folder must not shadow ``dask``

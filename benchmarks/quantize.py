@@ -30,6 +30,9 @@ import sys
 import time
 from pathlib import Path
 
+os.environ.setdefault("HURRAY_SCHEMA_COMPILE", "eager")  # the kernels' speed is measured: each compiles at its
+# first use (NumPy would stand in for one while a process has not given it enough work)
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402

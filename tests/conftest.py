@@ -14,6 +14,11 @@ settings.register_profile("exploring", derandomize=False)
 
 CONFORMANCE = Path(__file__).resolve().parents[1].parent / "shared" / "conformance"
 
+os.environ["HURRAY_SCHEMA_COMPILE"] = "eager"
+"""The tests test the kernels: each compiles at its first use, also in the processes tests start, rather
+than NumPy standing in for it on small jobs (evaluate/jit.py ``Kernel.worth_it``; the tests that compare
+the two paths choose them explicitly)."""
+
 
 def pytest_addoption(parser):
     parser.addoption("--thorough", action="store_true",

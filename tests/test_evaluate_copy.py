@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from hurray_schema.evaluate import copy as copy_module
+from hurray_schema.evaluate import jit
 from hurray_schema.evaluate.copy import copy_into
 
 
@@ -107,6 +108,7 @@ def test_streaming_waits_for_enough_bytes_while_its_kernel_is_not_compiled(monke
     reach STREAMING_COMPILE_BYTES; the copy that reaches it streams (the kernel is compiled then)."""
     monkeypatch.setattr(copy_module, "STREAMING_COMPILE_BYTES", 3 * 4096 * 4)
     monkeypatch.setattr(copy_module._stream_jobs_kernel, "deferred_work", 0)
+    monkeypatch.setattr(jit, "COMPILE_EAGERLY", False)
     monkeypatch.setattr(copy_module._stream_jobs_kernel, "ready", lambda index=0: False)
     calls = _record_jobs(monkeypatch)
     out = np.zeros((4, 4096), np.float32)
@@ -122,8 +124,6 @@ def test_streaming_waits_for_enough_bytes_while_its_kernel_is_not_compiled(monke
 def test_a_kernel_in_the_cache_is_ready_without_compiling(tmp_path, monkeypatch):
     """ready() loads a cached kernel and never compiles one: a fresh cache holds nothing until a call
     compiles it."""
-    from hurray_schema.evaluate import jit
-
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(jit, "_the_cache", [])
     def kernel():  # a new kernel object: nothing loaded in this process yet

@@ -375,3 +375,30 @@ def test_lookup_in_quantized_members_matches_materialize():
     assert bits_equal(materialize(comp), expected)
     for idx in [(0, 0), (5, 23), (3, 17), (2, 24), (5, 39), (1, 31)]:
         assert bits_equal(np.array(lookup(comp, idx), np.float16), expected[idx])
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32])
+@pytest.mark.parametrize("combine", ["add", "replace"])
+def test_overlays_merge_the_same_bits_with_numpy_standing_in(dtype, combine):
+    """A cold process's one-off merge (NumPy standing in for the decode, the float16 / bfloat16 additions
+    and the patch's COO linearization: jit.Kernel.worth_it) gives the kernels' bits: SpQR (its sparse
+    correction fused into the int4 decode by the kernel) and a dense correction, NaNs and infinities
+    among the values."""
+    import hurray_schema as hs
+    from hurray_schema.evaluate import jit
+
+    rng = np.random.default_rng(5)
+    w = (rng.standard_normal((64, 192)) * 4).astype(dtype)
+    patch = (rng.standard_normal((16, 40)) * 4).astype(dtype)
+    patch[0, :4] = [np.nan, -np.nan, np.inf, -np.inf]
+    base = w.copy()
+    base[3, :3] = [np.nan, np.inf, 0]
+    items = [hs.spqr(w, bits=4, block_size=64, outliers=0.05, combine_op=combine),
+             hs.overlay(base, [(patch, (8, 100))], combine)]
+    for item in items:
+        got = {}
+        for at_hand in (False, True):
+            with pytest.MonkeyPatch.context() as monkeypatch:
+                monkeypatch.setattr(jit.Kernel, "worth_it", lambda self, work, compile_after, index=0, at=at_hand: at)
+                got[at_hand] = materialize(item).tobytes()
+        assert got[False] == got[True]

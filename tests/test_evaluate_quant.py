@@ -238,3 +238,45 @@ def test_quantized_asked_for_an_integer_type_dequantizes_then_casts():
     d, b = make(E.INT8, (1,), PerTensorAffine(1.5, 0), [np.array([3], np.int8)])
     got = tensor_to_numpy(d, b, E.INT32)
     assert got.dtype == np.int32 and got.tolist() == [4]
+
+
+# ------------------------------------------------------------------------------------
+# NumPy standing in for a decode kernel (a cold process's one-off decode) gives the kernel's bits
+# ------------------------------------------------------------------------------------
+
+_STAND_IN_CASES = [
+    ("per_tensor", {"storage": "int8"}), ("per_tensor", {"storage": "uint8"}),
+    ("per_tensor", {"storage": "int16"}), ("per_tensor", {"storage": "uint4"}),
+    ("per_channel", {"storage": "int8", "axis": 0}), ("per_channel", {"storage": "uint8", "axis": 1}),
+    ("per_channel", {"storage": "int4", "axis": 0}),
+    ("per_block", {"storage": "int4"}), ("per_block", {"storage": "int4", "scale_type": "bfloat16"}),
+    ("per_block", {"storage": "int4", "scale_type": "float32"}), ("per_block", {"storage": "int8"}),
+    ("per_block", {"storage": "uint4"}), ("per_block", {"storage": "int2"}), ("per_block", {"storage": "uint2"}),
+    ("per_block", {"storage": "int4", "axis": 0, "block_size": 16}),
+    ("nf4", {"block_size": 64}), ("mxfp", {"storage": "float8_e4m3"}), ("mxfp", {"storage": "float4_e2m1"}),
+    ("mxfp", {"storage": "float6_e3m2"}), ("mxfp", {"storage": "int8"}),
+]
+
+
+def _decoded_bits(tensor, target, kernel_at_hand: bool) -> bytes:
+    from hurray_schema.evaluate import jit
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(jit.Kernel, "worth_it", lambda self, work, compile_after, index=0: kernel_at_hand)
+        return tensor_to_numpy(tensor.descriptor, tensor.buffers, target).tobytes()
+
+
+@pytest.mark.parametrize("target", [E.FLOAT32, E.FLOAT16, E.BFLOAT16])
+@pytest.mark.parametrize("scheme, options", _STAND_IN_CASES)
+def test_numpy_stand_in_decodes_the_kernels_bits(scheme, options, target):
+    """quant.decode_rows_numpy against the affine-layout kernels (any / table lookup / int4 vector),
+    bit for bit, for every scheme and storage family, a padded block axis, blocks across axis 0, and the
+    three decoded types."""
+    import hurray_schema as hs
+
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((24, 96 if scheme == "mxfp" else 100)).astype(np.float32) * 3  # MXFP: whole blocks
+    w[0] = 0
+    w[1, ::3] = 1e-8
+    tensor = hs.quantize(w, scheme, **options)
+    assert _decoded_bits(tensor, target, False) == _decoded_bits(tensor, target, True)

@@ -376,6 +376,12 @@ def host_has(feature: str) -> bool:
 # Kernels
 # ------------------------------------------------------------------------------------
 
+COMPILE_EAGERLY = os.environ.get("HURRAY_SCHEMA_COMPILE", "") == "eager"
+"""``HURRAY_SCHEMA_COMPILE=eager``: every kernel compiles at its first use, NumPy never stands in for one
+(:meth:`Kernel.worth_it`) -- for a long-lived process that will need the kernels anyway, or to fill
+the kernel cache; the test suite runs so, to test the kernels."""
+
+
 class Kernel:
     """A kernel and its declared C signatures; calling it picks the signature whose array
     dtypes match the arguments (one specialization per declared signature, nothing else)."""
@@ -470,7 +476,7 @@ class Kernel:
         instead, this job's included, reaches ``compile_after`` units (then it compiles).  For kernels
         that only speed up what NumPy also computes exactly: a one-off job is not worth their compiling
         (about a second), a warm process has them from the cache."""
-        if self.ready(index):
+        if COMPILE_EAGERLY or self.ready(index):
             return True
         self.deferred_work += work
         return self.deferred_work >= compile_after

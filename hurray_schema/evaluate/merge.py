@@ -93,6 +93,49 @@ def _add_dense_bits(acc, vals, mode):
         acc[i] = _add_bits(acc[i], vals[i], mode)
 
 
+ADD_COMPILE_ELEMENTS = 1 << 24
+"""float16 / bfloat16 additions done by NumPy (:func:`_added_halves`) in a process before the kernels
+(:func:`_add_dense_bits`, :func:`_scatter_add_bits`) are compiled, while the kernel cache does not hold
+them (:meth:`.jit.Kernel.worth_it`)."""
+
+
+def _half_type(mode: int) -> np.dtype:
+    if mode == ADD_F16:
+        return np.dtype(np.float16)
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def _added_halves(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a + b`` on float16 / bfloat16 arrays as the kernels add them (:func:`.elements.f16_add`): NumPy's and
+    ml_dtypes' arithmetic rounds the float32 sum once; where ``b`` is NaN, ``b``'s NaN quieted."""
+    total = a + b
+    nan = b != b
+    if nan.any():
+        total[nan] = b[nan] + b[nan]
+    return total
+
+
+def _add_dense(acc: np.ndarray, vals: np.ndarray, mode: int) -> None:
+    """``acc += vals`` on float16 / bfloat16 bits (uint16, C order)."""
+    if _add_dense_bits.worth_it(acc.size, ADD_COMPILE_ELEMENTS):
+        _add_dense_bits(acc, vals, mode)
+        return
+    half = _half_type(mode)
+    acc.view(half)[...] = _added_halves(acc.view(half), vals.view(half))
+
+
+def _scatter_add(out: np.ndarray, lin: np.ndarray, vals: np.ndarray, mode: int) -> None:
+    """``out[lin[k]] += vals[k]`` on float16 / bfloat16 bits (the indices distinct)."""
+    if _scatter_add_bits.worth_it(lin.size, ADD_COMPILE_ELEMENTS):
+        _scatter_add_bits(out, lin, vals, mode)
+        return
+    half = _half_type(mode)
+    target = out.view(half)
+    target[lin] = _added_halves(target[lin], vals.view(half))
+
+
 def _add_native(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a + b`` in the arrays' own type; where an operand is NaN the right one's NaN (quieted) is
     kept -- made explicit, so that which payload survives does not depend on the hardware."""
@@ -112,7 +155,7 @@ def _scatter(out, lin, vals, combine, mode):
     elif mode == ADD_OR:  # bool: addition is logical or
         out[lin] |= vals
     elif mode in (ADD_F16, ADD_BF16):
-        _scatter_add_bits(out, np.ascontiguousarray(lin, np.int64), np.ascontiguousarray(vals), mode)
+        _scatter_add(out, np.ascontiguousarray(lin, np.int64), np.ascontiguousarray(vals), mode)
     else:
         out[lin] = _add_native(out[lin], vals)
 
@@ -330,8 +373,7 @@ def _materialize_into(composite, out: np.ndarray, depth: int, limits) -> None:
         vals = member_values(m, target, depth, limits)
         if mode in (ADD_F16, ADD_BF16):
             acc = _c_order(box)
-            _add_dense_bits(acc.reshape(-1).view(np.uint16), np.ascontiguousarray(vals).reshape(-1).view(np.uint16),
-                            mode)
+            _add_dense(acc.reshape(-1).view(np.uint16), np.ascontiguousarray(vals).reshape(-1).view(np.uint16), mode)
             np.copyto(box, acc)
         elif mode == ADD_OR:
             np.logical_or(box, vals, out=box)
@@ -672,7 +714,7 @@ def read(composite, region, *, steps: Sequence[int] | None = None, limits=None, 
             acc = _c_order(out[sl])
             v = _c_order(vals, acc.dtype)
             if mode in (ADD_F16, ADD_BF16):
-                _add_dense_bits(acc.reshape(-1).view(np.uint16), v.reshape(-1).view(np.uint16), mode)
+                _add_dense(acc.reshape(-1).view(np.uint16), v.reshape(-1).view(np.uint16), mode)
             elif mode == ADD_OR:
                 np.logical_or(acc, v, out=acc)
             else:

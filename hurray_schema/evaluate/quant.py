@@ -32,7 +32,8 @@ from .simd import LANES, int4x32, vector_f16
 
 __all__ = ["QuantParams", "quant_params", "param_byte_spans", "decode_rows", "decode_rows_lut", "decode_rows_int4", "decode_gather",
            "OUT_F32", "OUT_F16", "OUT_BF16", "storage_shape", "param_indices", "param_indices_at", "int4_vector_ok",
-           "NO_PATCH", "PATCH_REPLACE", "PATCH_ADD"]
+           "NO_PATCH", "PATCH_REPLACE", "PATCH_ADD", "decode_rows_numpy", "rows_kernel", "ROWS_ANY", "ROWS_LUT",
+           "ROWS_INT4", "DECODE_COMPILE_ELEMENTS"]
 
 OUT_F32, OUT_F16, OUT_BF16 = 0, 1, 2
 OUT = OUT_F32
@@ -406,12 +407,85 @@ def _decode_rows(work, buf, base, shape, strides, valmode, bits, signed, table, 
                                           table, scales, zps))
 
 
+DECODE_COMPILE_ELEMENTS = 1 << 22
+"""Elements decoded by NumPy (:func:`decode_rows_numpy`) in a process before the affine-layout decode
+kernel it stands for is compiled, while the kernel cache does not hold it (:meth:`.jit.Kernel.worth_it`)."""
+
+NUMPY_DECODE_STEP = 1 << 16
+"""Elements :func:`decode_rows_numpy` decodes at a time (its temporaries stay a few megabytes)."""
+
+
+def decode_rows_numpy(buf, base, shape, strides, p: QuantParams, axis: int, out_kind: int, out) -> None:
+    """What the affine-layout decode kernels write into ``out`` (:func:`decode_rows`, :func:`decode_rows_lut`,
+    :func:`decode_rows_int4`), computed with NumPy: the same formula in the same types (``q - zero_point``
+    wrapping in int32, its float32 times the float32 scale, or the scale times the table's float32
+    value), then one rounding to float16 / bfloat16 by NumPy's and ml_dtypes' casts (to nearest even,
+    the kernels' rounding).  For a process whose kernel cache does not hold the kernel: a one-off decode."""
+    shape = tuple(int(n) for n in shape)
+    strides = np.asarray(strides, np.int64)
+    flat = out.reshape(-1)
+    for start in range(0, flat.size, NUMPY_DECODE_STEP):
+        stop = min(flat.size, start + NUMPY_DECODE_STEP)
+        coords = np.stack(np.unravel_index(np.arange(start, stop, dtype=np.int64), shape), axis=1)
+        codes = _codes_at(buf, base, coords @ strides, p.bits)
+        values = _dequantized(codes, param_indices_at(_params_on(p, axis), shape, coords), p)
+        flat[start:stop] = _rounded(values, out_kind)
+
+
+def _params_on(p: QuantParams, axis: int) -> QuantParams:
+    """``p`` with its axis as the caller resolved it (a rank-0 tensor decodes as one element on axis 0)."""
+    return QuantParams(p.valmode, p.table, p.scales, p.zps, p.pk, axis, p.block, p.nb, p.bits, p.signed)
+
+
+def _codes_at(buf, base: int, offsets: np.ndarray, bits: int) -> np.ndarray:
+    """The raw codes (uint64) at element ``offsets`` from byte ``base``: :func:`.elements.load_code`'s
+    packing, vectorized."""
+    data = np.asarray(buf).reshape(-1)
+    if bits < 8 and bits != 6:
+        per = 8 // bits
+        byte = data[base + offsets // per].astype(np.uint64)
+        return (byte >> ((offsets % per) * bits).astype(np.uint64)) & np.uint64((1 << bits) - 1)
+    if bits == 6:
+        group = base + (offsets // 4) * 3
+        word = (data[group].astype(np.uint64) | (data[group + 1].astype(np.uint64) << np.uint64(8))
+                | (data[group + 2].astype(np.uint64) << np.uint64(16)))
+        return (word >> (6 * (offsets % 4)).astype(np.uint64)) & np.uint64(63)
+    width = bits // 8
+    start = base + offsets * width
+    code = np.zeros(offsets.shape, np.uint64)
+    for k in range(width):
+        code |= data[start + k].astype(np.uint64) << np.uint64(8 * k)
+    return code
+
+
+def _dequantized(codes: np.ndarray, pi: np.ndarray, p: QuantParams) -> np.ndarray:
+    """float32 values of ``codes`` under parameter sets ``pi`` (:func:`_value`'s formula)."""
+    if p.valmode != VAL_INT:
+        return p.scales[pi] * p.table[codes.astype(np.intp)]
+    value = codes.astype(np.int64)
+    if p.signed and p.bits < 64:
+        value -= ((value >> (p.bits - 1)) & 1) << p.bits
+    zero = p.zps[pi] if p.zps.size > 1 else p.zps[0]
+    return (value - zero).astype(np.int32).astype(np.float32) * p.scales[pi]
+
+
+def _rounded(values: np.ndarray, out_kind: int) -> np.ndarray:
+    """float32 ``values`` as the kernels store them: float32, or float16 / bfloat16 bits."""
+    if out_kind == OUT_F32:
+        return values
+    if out_kind == OUT_F16:
+        return values.astype(np.float16).view(np.uint16)
+    import ml_dtypes
+
+    return values.astype(ml_dtypes.bfloat16).view(np.uint16)
+
+
 def decode_rows(buf, base, shape, strides, valmode, bits, signed, table, scales, zps, pk, axis, block, nb,
                 out_kind, out) -> None:
     """Affine-layout decode: logical C order ``out`` from codes at ``base`` + sum(i_k * strides[k])."""
     rows = out.size // int(shape[-1]) if shape[-1] else 0
     units, count = _units(rows, out.size)
-    jit.run_parallel(_decode_rows.variant(OUT=out_kind), units, buf, np.int64(base), shape, strides, valmode, bits,
+    jit.run_parallel(rows_kernel(ROWS_ANY, out_kind), units, buf, np.int64(base), shape, strides, valmode, bits,
                      signed, table, scales, zps, pk, axis, block, nb, out, count=count)
 
 
@@ -520,7 +594,7 @@ def decode_rows_lut(buf, base, shape, strides, valmode, bits, signed, table, sca
     rows = out.size // int(shape[-1]) if shape[-1] else 0
     units, count = _units(rows, out.size)
     luts = jit.scratch(LUT_SIZE, out.dtype, count)
-    jit.run_parallel(_decode_rows_lut.variant(OUT=out_kind), units, buf, np.int64(base), shape, strides, valmode,
+    jit.run_parallel(rows_kernel(ROWS_LUT, out_kind), units, buf, np.int64(base), shape, strides, valmode,
                      bits, signed, table, scales, zps, pk, axis, block, nb, out, luts, count=count)
 
 
@@ -639,6 +713,17 @@ def decode_rows_int4(buf, base, shape, strides, signed, scales, zps, pk, axis, b
     """
     rows = out.size // int(shape[-1]) if shape[-1] else 0
     units, count = _units(rows, out.size)
-    kernel = _decode_rows_int4.variant(OUT=out_kind, PATCH=int(patch_combine))
+    kernel = rows_kernel(ROWS_INT4, out_kind, patch_combine)
     jit.run_parallel(kernel, units, buf, np.int64(base), shape, strides, signed, scales, zps, pk, axis, block, nb,
                      out, patch_lin, patch_vals, count=count)
+
+
+ROWS_ANY, ROWS_LUT, ROWS_INT4 = "any", "lut", "int4"
+"""The affine-layout decode kernels: :func:`decode_rows`, :func:`decode_rows_lut`, :func:`decode_rows_int4`."""
+
+
+def rows_kernel(which: str, out_kind: int, patch_combine: int = NO_PATCH) -> jit.Kernel:
+    """The kernel variant an affine-layout decode runs (``which``: :data:`ROWS_ANY`, ...)."""
+    if which == ROWS_INT4:
+        return _decode_rows_int4.variant(OUT=out_kind, PATCH=int(patch_combine))
+    return (_decode_rows_lut if which == ROWS_LUT else _decode_rows).variant(OUT=out_kind)
