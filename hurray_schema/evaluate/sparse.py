@@ -213,19 +213,33 @@ COO_COMPILE_ENTRIES = 1 << 22
 
 def _coo_linear_numpy(idx, rank, mshape, offset, hshape, check_sorted, lin) -> int:
     """What :func:`_coo_linear` returns and writes, with NumPy: the first fault in storage order wins (a
-    coordinate out of bounds at entry k, entries before it not sorted)."""
+    coordinate out of bounds at entry k, entries before it not sorted).  Row-major indices are formed
+    in uint64 (wrapping as the kernel's int64 does) and read as int64."""
     coords = idx.reshape(-1, rank)
-    outside = np.flatnonzero((coords >= mshape.astype(np.uint64)).any(axis=1))
-    first_outside = int(outside[0]) if outside.size else coords.shape[0]
-    if check_sorted:
-        within = coords[:first_outside].astype(np.int64)
-        member = linear_indices(within, mshape)
+    columns = [coords[:, d] for d in range(rank)]
+    outside = columns[0] >= np.uint64(mshape[0])
+    for d in range(1, rank):
+        outside |= columns[d] >= np.uint64(mshape[d])
+    first_outside = int(outside.argmax()) if outside.any() else coords.shape[0]
+    if check_sorted and first_outside > 1:
+        member = _row_major(columns, mshape, None, first_outside)
         if np.any(member[1:] <= member[:-1]):
             return 2
-    if outside.size:
+    if first_outside < coords.shape[0]:
         return 1
-    lin[:] = linear_indices(coords.astype(np.int64) + offset, hshape)
+    lin[:] = _row_major(columns, hshape, offset, coords.shape[0]).view(np.int64)
     return 0
+
+
+def _row_major(columns, shape, offset, count: int) -> np.ndarray:
+    """Row-major index (uint64) in ``shape`` of the first ``count`` coordinates, each shifted by ``offset``."""
+    index = np.zeros(count, np.uint64)
+    for d, column in enumerate(columns):
+        index *= np.uint64(shape[d])
+        index += column[:count]
+        if offset is not None:
+            index += np.uint64(offset[d])
+    return index
 
 
 def sparse_linear(desc, buffers, target, offset, head_shape) -> tuple[np.ndarray, np.ndarray]:
