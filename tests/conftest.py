@@ -18,6 +18,9 @@ os.environ["HURRAY_SCHEMA_COMPILE"] = "eager"
 """The tests test the kernels: each compiles at its first use, also in the processes tests start, rather
 than NumPy standing in for it on small jobs (evaluate/jit.py ``Kernel.worth_it``; the tests that compare
 the two paths choose them explicitly)."""
+os.environ.setdefault("HURRAY_SCHEMA_SHARED_KERNELS", "0")
+"""Kernels are not linked as shared libraries as the suite compiles them (a tenth of a second or more
+each); tests/test_kernel_cache.py links and loads one."""
 
 
 def pytest_addoption(parser):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import ml_dtypes
 import numpy as np
+import pytest
 
 import hurray_schema as hs
 from evaluate_reference import block_affine_int4_tensor
@@ -26,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import sys
 import numpy as np
+import pytest
 import hurray_schema as hs
 from hurray_schema.evaluate import jit
 
@@ -73,6 +75,7 @@ def test_kernels_compiled_in_separate_processes_keep_their_own_helpers(tmp_path)
 USER_NUMBA_AFTER_A_KERNEL = r"""
 import sys
 import numpy as np
+import pytest
 import hurray_schema as hs
 from hurray_schema.evaluate import jit
 from numba import njit
@@ -109,3 +112,50 @@ def test_numba_code_of_the_user_compiles_after_a_kernel(tmp_path):
     assert done.returncode == 0, done.stderr
     count, last, drawn = ast.literal_eval(done.stdout.strip().splitlines()[-1])
     assert (count, last) == (3, "2!") and 0 <= drawn < 1000
+
+
+LOAD_AND_REPORT = r"""
+import json, sys
+import numpy as np
+import pytest
+import hurray_schema as hs
+from hurray_schema.evaluate import jit
+
+with hs.read_file(sys.argv[1]) as f:
+    np.save(sys.argv[2], f["f16"].to_numpy().view(np.uint16))
+print(json.dumps({"compiled": jit.compile_count(), "llvm": "llvmlite.binding" in sys.modules}))
+"""
+
+
+def _load_and_report(cache: Path, path: Path, out: Path) -> dict:
+    import json
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT), HURRAY_SCHEMA_SHARED_KERNELS="1")
+    done = subprocess.run([sys.executable, "-c", LOAD_AND_REPORT, str(path), str(out)], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_cached_kernel_loads_as_a_shared_library_without_llvm(tmp_path):
+    """Where the compiling process could link one (Linux, a C compiler driver), the cache holds each kernel
+    as a shared library too: a later process loads it with the dynamic loader, LLVM never loaded, and
+    gets the same bits.  A shared library that changed on disk is not loaded: its object code is (MCJIT)."""
+    import shutil
+
+    if not sys.platform.startswith("linux") or not any(map(shutil.which, ("cc", "gcc", "clang"))):
+        pytest.skip("kernels are linked as shared libraries on Linux with a C compiler driver only")
+    rng = np.random.default_rng(6)
+    f16, f16_ref = block_affine_int4_tensor(16, 256, 64, rng, scale_tag=E.FLOAT16, out_dtype=np.float16)
+    path = tmp_path / "one.hrry"
+    hs.save(path, {"f16": hs.Tensor(f16.descriptor, [np.frombuffer(b, np.uint8) for b in f16.buffers])})
+    cache = tmp_path / "kernels"
+    assert _load_and_report(cache, path, tmp_path / "a.npy") == {"compiled": 1, "llvm": True}
+    shared = sorted(cache.rglob("*.so"))
+    assert len(shared) == 1
+    assert _load_and_report(cache, path, tmp_path / "b.npy") == {"compiled": 0, "llvm": False}
+    data = shared[0].read_bytes()
+    shared[0].write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # no longer the library the cache recorded
+    assert _load_and_report(cache, path, tmp_path / "c.npy") == {"compiled": 0, "llvm": True}
+    for name in "abc":
+        assert np.array_equal(np.load(tmp_path / f"{name}.npy"), f16_ref.view(np.uint16))

@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import Iterable
 
 import numpy as np
-from llvmlite import ir
 
 from . import jit
 from .jit import WORK_UNITS, claim, search_right
@@ -45,6 +44,8 @@ JOB_DST, JOB_DST_STRIDE, JOB_SRC, JOB_ROWS, JOB_WIDTH = range(5)  # columns of a
 
 
 def _pointer(builder, address, width):
+    from llvmlite import ir
+
     return builder.inttoptr(address, ir.VectorType(ir.IntType(8), width).as_pointer())
 
 
@@ -53,6 +54,8 @@ def _stream_line(typingctx, dst, src):
     """Copy the 64 bytes at address ``src`` to address ``dst`` (64-byte aligned) with a non-temporal store."""
 
     def codegen(context, builder, sig, args):
+        from llvmlite import ir
+
         value = builder.load(_pointer(builder, args[1], _VECTOR), align=1)
         store = builder.store(value, _pointer(builder, args[0], _VECTOR), align=_VECTOR)
         store.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
@@ -82,6 +85,8 @@ def _copy_byte(typingctx, dst, src):
     """One byte from address ``src`` to address ``dst``."""
 
     def codegen(context, builder, sig, args):
+        from llvmlite import ir
+
         ptr = ir.IntType(8).as_pointer()
         builder.store(builder.load(builder.inttoptr(args[1], ptr)), builder.inttoptr(args[0], ptr))
         return context.get_dummy_value()

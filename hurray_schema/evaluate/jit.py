@@ -4,12 +4,16 @@ A kernel is a Python function in numba's nopython subset, declared with the C si
 is compiled for (:func:`kernel`).  The first call of a signature looks in the kernel cache
 (:func:`cache_dir`) for its machine code:
 
-* found -- the object code is loaded with llvmlite's MCJIT and called through cffi:
-  numba itself is not imported, so a warm process pays tens of milliseconds for its kernels,
-  not the second numba takes to set up its type system;
+* found -- the kernel's shared library is loaded by the system's dynamic loader (where the
+  compiling process could link one: :func:`_shared_library`), else its object code by llvmlite's
+  MCJIT, and called through cffi: neither numba nor (with a shared library) LLVM is loaded, so a
+  warm process pays about a millisecond per kernel, not the second numba takes to set up;
 * not found -- numba compiles the function (``nopython``, ``error_model="numpy"``: no
   kernel raises) behind a C entry point that takes each array as a pointer and its extents,
-  and the object code is written to the cache for later processes.
+  and the object code (and a shared library of it) is written to the cache for later processes.
+
+A kernel that only speeds up what NumPy computes exactly may let NumPy do a small job while its
+machine code is not at hand (:meth:`Kernel.worth_it`): compiling costs a second or two.
 
 Helpers called by kernels (:func:`helper`) and llvmlite intrinsics (:func:`intrinsic`) are
 declared the same lazy way: nothing of numba is imported until a kernel is compiled.  A kernel
@@ -30,8 +34,8 @@ kernels' calls release the GIL.  :func:`threads` is the number of threads (``NUM
 or the CPUs this process may use), :func:`thread_limit` lowers it for the calling thread.
 
 The cache key covers the sources of this package's evaluator, the numba, llvmlite and Python
-versions and the host CPU (numba compiles for it): a changed kernel, a new numba or another
-CPU compiles anew.
+versions and the host CPU (numba compiles for it; named by ``/proc/cpuinfo`` where there is one):
+a changed kernel, a new numba or another CPU compiles anew.
 """
 
 from __future__ import annotations
@@ -367,9 +371,32 @@ def host_features() -> dict:
     return dict(llvm.get_host_cpu_features())
 
 
+_FLAGS_NAMED_AS_LLVM = frozenset({"f16c", "fma", "avx", "avx2", "avx512f", "avx512bw", "avx512vl", "bmi2"})
+"""x86 features ``/proc/cpuinfo`` lists under LLVM's own names."""
+
+
 def host_has(feature: str) -> bool:
-    """Whether the host CPU has ``feature`` (``"f16c"``, ``"avx2"``, ...)."""
+    """Whether the host CPU has ``feature`` (``"f16c"``, ``"avx2"``, ...): from ``/proc/cpuinfo`` where it
+    names the feature as LLVM does (no LLVM loaded to answer), else from LLVM."""
+    if feature in _FLAGS_NAMED_AS_LLVM and not os.environ.get("NUMBA_CPU_FEATURES"):
+        flags = _cpuinfo_flags()
+        if flags is not None:
+            return feature in flags
     return bool(host_features().get(feature, False))
+
+
+@functools.cache
+def _cpuinfo_flags() -> Optional[frozenset]:
+    """The x86 feature flags of the first processor in ``/proc/cpuinfo``, or None."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    for line in text.split("\n\n", 1)[0].splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == "flags":
+            return frozenset(value.split())
+    return None
 
 
 # ------------------------------------------------------------------------------------
@@ -485,11 +512,11 @@ class Kernel:
         """Signature ``index`` loaded from the cache (and kept), or None."""
         signature = self.signatures[index]
         start = time.perf_counter()
-        address = _cache().load(self, signature)
-        if address is None:
+        function = _cache().load(self, signature)
+        if function is None:
             return None
         _loaded.append((self.name, signature.text, time.perf_counter() - start))
-        function = self._functions[index] = _ffi().cast(signature.cdecl, address)
+        self._functions[index] = function
         return function
 
     def _compile(self, signature: Signature) -> int:
@@ -515,7 +542,8 @@ class Kernel:
         allocating = [name for name in externals if name.startswith(("NRT_MemInfo_alloc", "NRT_Allocate"))]
         if allocating:
             raise RuntimeError(f"kernel {self.name} allocates ({allocating}): pass its scratch arrays in")
-        _cache().save(self, signature, library.serialize_using_object_code()[2][0], compiled.native_name, externals)
+        _cache().save(self, signature, library.serialize_using_object_code()[2][0], compiled.native_name, externals,
+                      _shared_library(module))
         self._keep.append(compiled)  # its code lives as long as the compiled object
         return compiled.address
 
@@ -962,9 +990,8 @@ def _digest(text) -> str:
 
 def _version_key() -> str:
     """What the machine code depends on besides the kernel: this evaluator's sources, the numba,
-    llvmlite and Python builds, and the CPU numba compiles for."""
-    import llvmlite
-    import llvmlite.binding as llvm
+    llvmlite and Python builds, and the CPU numba compiles for (:func:`_host_cpu`)."""
+    import llvmlite  # its version only: the package's top level, not LLVM
 
     digest = hashlib.sha256()
     for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
@@ -973,11 +1000,40 @@ def _version_key() -> str:
     if spec is not None and spec.origin:
         version = Path(spec.origin).with_name("_version.py")
         digest.update(version.read_bytes() if version.exists() else spec.origin.encode())
-    cpu = os.environ.get("NUMBA_CPU_NAME") or llvm.get_host_cpu_name()
-    features = os.environ.get("NUMBA_CPU_FEATURES") or llvm.get_host_cpu_features().flatten()
-    for part in (llvmlite.__version__, sys.version, cpu, features, os.environ.get("NUMBA_OPT", "")):
+    for part in (llvmlite.__version__, sys.version, _host_cpu(), os.environ.get("NUMBA_CPU_NAME", ""),
+                 os.environ.get("NUMBA_CPU_FEATURES", ""), os.environ.get("NUMBA_OPT", "")):
         digest.update(part.encode() + b"\0")
     return digest.hexdigest()[:20]
+
+
+_CPU_FIELDS = ("vendor_id", "cpu family", "model", "model name", "stepping", "flags", "cpu implementer",
+               "cpu architecture", "cpu variant", "cpu part", "cpu revision", "features", "isa", "cpu")
+"""Lines of ``/proc/cpuinfo`` that identify a processor and its instruction set (x86, ARM, POWER, RISC-V)."""
+
+
+def _host_cpu() -> str:
+    """The host CPU, as precisely as the machine code depends on it: its model and feature flags from
+    ``/proc/cpuinfo`` (Linux; read in microseconds, where LLVM would be loaded only to name the CPU),
+    else LLVM's name and features for it."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = ""
+    first = text.split("\n\n", 1)[0]
+    fields = [line for line in first.splitlines() if line.split(":", 1)[0].strip().lower() in _CPU_FIELDS]
+    if fields:
+        return "\n".join(fields)
+    import llvmlite.binding as llvm
+
+    return _host_cpu_name(llvm) + "\n" + _host_cpu_features(llvm)
+
+
+def _host_cpu_name(llvm) -> str:
+    return os.environ.get("NUMBA_CPU_NAME") or llvm.get_host_cpu_name()
+
+
+def _host_cpu_features(llvm) -> str:
+    return os.environ.get("NUMBA_CPU_FEATURES") or llvm.get_host_cpu_features().flatten()
 
 
 class _Cache:
@@ -986,31 +1042,112 @@ class _Cache:
     def __init__(self):
         self.folder = cache_dir() / _version_key()
 
-    def _paths(self, kernel_: Kernel, signature: Signature) -> tuple[Path, Path]:
+    def _paths(self, kernel_: Kernel, signature: Signature) -> tuple[Path, Path, Path]:
         stem = re.sub(r"[^\w.-]", "_", kernel_.name) + "." + _digest(signature.text)[:16]
-        return self.folder / (stem + ".o"), self.folder / (stem + ".json")
+        return self.folder / (stem + ".o"), self.folder / (stem + ".json"), self.folder / (stem + ".so")
 
-    def load(self, kernel_: Kernel, signature: Signature) -> Optional[int]:
-        objpath, metapath = self._paths(kernel_, signature)
+    def load(self, kernel_: Kernel, signature: Signature) -> Optional[Callable]:
+        """The kernel's entry point from the cache: its shared library where there is one (no llvmlite),
+        else its object code through the MCJIT engine; None when the cache does not hold it."""
+        objpath, metapath, sharedpath = self._paths(kernel_, signature)
         try:
             meta = json.loads(metapath.read_text())
-            data = objpath.read_bytes()
         except (OSError, ValueError):
             return None
-        if meta.get("signature") != signature.text or _digest(data) != meta.get("sha256"):
+        if meta.get("signature") != signature.text:
             return None
-        return _engine().load(data, meta["symbol"], meta["externals"])
+        if meta.get("shared_sha256"):
+            function = _load_shared(sharedpath, meta["shared_sha256"], meta["symbol"], signature.cdecl)
+            if function is not None:
+                return function
+        try:
+            data = objpath.read_bytes()
+        except OSError:
+            return None
+        if _digest(data) != meta.get("sha256"):
+            return None
+        address = _engine().load(data, meta["symbol"], meta["externals"])
+        return _ffi().cast(signature.cdecl, address) if address else None
 
-    def save(self, kernel_: Kernel, signature: Signature, data: bytes, symbol: str, externals: list) -> None:
-        objpath, metapath = self._paths(kernel_, signature)
+    def save(self, kernel_: Kernel, signature: Signature, data: bytes, symbol: str, externals: list,
+             shared: Optional[bytes] = None) -> None:
+        objpath, metapath, sharedpath = self._paths(kernel_, signature)
         meta = {"kernel": kernel_.name, "signature": signature.text, "symbol": symbol, "externals": externals,
                 "sha256": _digest(data)}
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             _atomic_write(objpath, data)
+            if shared is not None:
+                _atomic_write(sharedpath, shared)
+                meta["shared_sha256"] = _digest(shared)
             _atomic_write(metapath, json.dumps(meta, indent=1).encode())
         except OSError:  # a read-only cache folder: the kernel is compiled again next time
             pass
+
+
+# ------------------------------------------------------------------------------------
+# Kernels as shared libraries: loaded with the system's dynamic loader, no LLVM in the process
+# ------------------------------------------------------------------------------------
+
+_LINKERS = ("cc", "gcc", "clang")
+"""C compiler drivers that link an object into a shared library (the first found on ``PATH``)."""
+
+SHARED_KERNELS = os.environ.get("HURRAY_SCHEMA_SHARED_KERNELS", "1") != "0"
+"""``HURRAY_SCHEMA_SHARED_KERNELS=0``: compiled kernels are cached as object code only (loaded through
+MCJIT), not linked as shared libraries too (which costs a compilation a tenth of a second or more)."""
+
+
+def _shared_library(module) -> Optional[bytes]:
+    """A shared library of a compiled kernel's optimized LLVM module, or None where none can be made.
+
+    MCJIT's object code is position-dependent (numba's JIT uses the static relocation model); the
+    module is therefore emitted again as position-independent code for the host CPU and linked by the
+    system's C compiler driver.  Its undefined symbols are the ones numba's entry point names on its
+    exception path (never taken: kernels do not raise), bound lazily, and the C library's.  Linux only;
+    without a linker the kernel is loaded through MCJIT, as everywhere else."""
+    import shutil
+    import subprocess
+
+    if not SHARED_KERNELS or not sys.platform.startswith("linux"):
+        return None
+    linker = next((found for found in map(shutil.which, _LINKERS) if found), None)
+    if linker is None:
+        return None
+    try:
+        import llvmlite.binding as llvm
+
+        copy = llvm.parse_bitcode(module.as_bitcode())
+        target = llvm.Target.from_triple(copy.triple)
+        machine = target.create_target_machine(cpu=_host_cpu_name(llvm), features=_host_cpu_features(llvm), opt=3,
+                                               reloc="pic", codemodel="default")
+        with tempfile.TemporaryDirectory(prefix="hurray-kernel-") as folder:
+            objpath, sharedpath = Path(folder, "kernel.o"), Path(folder, "kernel.so")
+            objpath.write_bytes(machine.emit_object(copy))
+            done = subprocess.run([linker, "-shared", "-Wl,-z,lazy", "-o", str(sharedpath), str(objpath)],
+                                  capture_output=True, timeout=120)
+            return sharedpath.read_bytes() if done.returncode == 0 else None
+    except (OSError, RuntimeError, subprocess.SubprocessError):
+        return None
+
+
+_libraries: list = []
+"""Shared libraries of loaded kernels: kept open for the life of the process."""
+
+
+def _load_shared(path: Path, sha256: str, symbol: str, cdecl: str) -> Optional[Callable]:
+    """The entry point ``symbol`` of a kernel's shared library (``dlopen``, lazy binding, local symbols),
+    or None (a changed or unreadable file, a loader that refuses it)."""
+    import _cffi_backend
+
+    try:
+        if _digest(path.read_bytes()) != sha256:
+            return None
+        library = _cffi_backend.load_library(str(path), os.RTLD_LAZY | os.RTLD_LOCAL)
+        function = library.load_function(_ffi().typeof(cdecl), symbol)
+    except (OSError, AttributeError, KeyError, TypeError):
+        return None
+    _libraries.append(library)
+    return function
 
 
 _UMASK = os.umask(0o022)
@@ -1074,10 +1211,9 @@ class _Engine:
         for name, sonames in _RUNTIME_LIBRARIES:
             _load_permanently(llvm, name, sonames)
         target = llvm.Target.from_default_triple()
-        cpu = os.environ.get("NUMBA_CPU_NAME") or llvm.get_host_cpu_name()
-        features = os.environ.get("NUMBA_CPU_FEATURES") or llvm.get_host_cpu_features().flatten()
         self.llvm = llvm
-        self.machine = target.create_target_machine(cpu=cpu, features=features, opt=3, codemodel="jitdefault")
+        self.machine = target.create_target_machine(cpu=_host_cpu_name(llvm), features=_host_cpu_features(llvm),
+                                                    opt=3, codemodel="jitdefault")
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.machine)
         self.stubbed: set = set()
 

@@ -92,7 +92,11 @@ def _widen(bits, out):
 
 
 NUMPY_WIDEN_MAX = 1 << 16
-"""At most this many scales are widened by NumPy (a one-off as fast as a kernel); more by :func:`_widen`."""
+"""At most this many scales are widened by NumPy (a one-off as fast as a kernel); more by :func:`_widen`
+where its machine code is at hand or worth compiling (:data:`WIDEN_COMPILE_SCALES`)."""
+
+WIDEN_COMPILE_SCALES = 1 << 24
+"""Scales widened by NumPy in a process before :func:`_widen` is compiled (:meth:`.jit.Kernel.worth_it`)."""
 
 
 def widened_scales(bits: np.ndarray, scale_type) -> np.ndarray:
@@ -101,9 +105,10 @@ def widened_scales(bits: np.ndarray, scale_type) -> np.ndarray:
     bfloat16 is the high half of a float32.  Few float16 scales go through NumPy's cast, exact for
     every value; a signalling NaN may come out quieted there, which changes no result: a scale is
     only ever multiplied, and the product of a NaN is that NaN quieted either way."""
-    if bits.size > NUMPY_WIDEN_MAX:
+    kernel = _widen.variant(WIDEN_BF16=scale_type == ElementType.BFLOAT16)
+    if bits.size > NUMPY_WIDEN_MAX and kernel.worth_it(bits.size, WIDEN_COMPILE_SCALES):
         out = np.empty(bits.size, np.float32)
-        _widen.variant(WIDEN_BF16=scale_type == ElementType.BFLOAT16)(np.ascontiguousarray(bits), out)
+        kernel(np.ascontiguousarray(bits), out)
         return out
     if scale_type == ElementType.BFLOAT16:
         return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)

@@ -24,7 +24,6 @@ scalar software conversion, since LLVM would lower ``fptrunc`` to a compiler-run
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
 
 from . import jit
 from .elements import f32_to_bf16, f32_to_f16_fast, has_f16c
@@ -45,6 +44,8 @@ _BYTES = LANES // 2
 
 def _splat(builder, value, vty):
     """A vector of type ``vty`` with every lane equal to ``value``."""
+    from llvmlite import ir
+
     i32 = ir.IntType(32)
     v = builder.insert_element(ir.Constant(vty, ir.Undefined), value, ir.Constant(i32, 0))
     return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(i32, vty.count), [0] * vty.count))
@@ -60,6 +61,8 @@ def _element_pointer(context, builder, aty, array, index):
 
 def _affine_lanes(builder, packed, signed, s, z):
     """<16 x i8> packed codes -> <32 x float> ``float32(int32(q - z)) * s``, lanes in element order."""
+    from llvmlite import ir
+
     i32, f32 = ir.IntType(32), ir.FloatType()
     four = ir.Constant(packed.type, [4] * _BYTES)
     if signed:  # two's-complement nibbles: arithmetic shifts sign-extend them
@@ -79,6 +82,8 @@ def _affine_lanes(builder, packed, signed, s, z):
 
 def _round_bf16(builder, x):
     """float32 lanes -> bfloat16 bits, round to nearest even (:func:`elements.f32_to_bf16` without its NaN branch)."""
+    from llvmlite import ir
+
     i32 = ir.IntType(32)
     vi = ir.VectorType(i32, LANES)
     f = builder.bitcast(x, vi)
@@ -101,6 +106,8 @@ def _make_step(signed: bool, kind: int):
             return None
 
         def codegen(context, builder, sig, args):
+            from llvmlite import ir
+
             bty, _, sty, zty, oty, _ = sig.args
             src = _element_pointer(context, builder, bty, args[0], args[1])
             packed = builder.load(builder.bitcast(src, ir.VectorType(ir.IntType(8), _BYTES).as_pointer()), align=1)
