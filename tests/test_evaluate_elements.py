@@ -184,3 +184,25 @@ def test_short_buffer_is_rejected():
         tensor_to_numpy(*raw(E.FLOAT32, (4,), bytes(12)))
     with pytest.raises(HurraySchemaError):
         tensor_to_numpy(*raw(E.INT4, (5,), bytes(2)))
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 6, 8])
+def test_gathered_codes_numpy_and_kernel_agree(monkeypatch, bits):
+    """gather_codes through NumPy (elements.codes_at, a cold process's one-off) and through its kernel:
+    the same codes at any element offsets, the packed types' bit order and a byte base included."""
+    from hurray_schema.evaluate import elements, jit
+
+    rng = np.random.default_rng(bits)
+    buf = rng.integers(0, 256, 4096, dtype=np.uint8)
+    per_byte = 8 / bits
+    offsets = rng.integers(0, int(4000 * per_byte) - 8, 3000).astype(np.int64)
+    got = {}
+    for at_hand in (False, True):
+        monkeypatch.setattr(jit.Kernel, "worth_it", lambda self, work, compile_after, index=0, at=at_hand: at)
+        out = np.zeros(offsets.size, np.uint8)
+        elements.gather_codes(buf, np.int64(7), offsets, np.int64(bits), out)
+        got[at_hand] = out
+    assert np.array_equal(got[False], got[True])
+    if bits == 4:  # the LSB-first nibble order, written out (element-types.md § Sub-Byte Integer Types)
+        byte = buf[7 + offsets // 2]
+        assert np.array_equal(got[True], np.where(offsets % 2, byte >> 4, byte & 15))

@@ -22,7 +22,7 @@ from .jit import claim_span
 
 __all__ = [
     "UnsupportedEvaluation", "numpy_dtype", "f16_to_f32", "f32_to_f16", "bf16_to_f32", "f32_to_bf16",
-    "f16_add", "bf16_add", "f32_to_f16_fast", "has_f16c", "minifloat_table", "load_code", "gather_codes",
+    "f16_add", "bf16_add", "f32_to_f16_fast", "has_f16c", "minifloat_table", "load_code", "gather_codes", "codes_at",
     "sign_extend",
     "f16_bits_to_f32_array", "f32_to_f16_bits_array", "bf16_bits_to_f32_array", "f32_to_bf16_bits_array",
 ]
@@ -423,8 +423,37 @@ GATHER_UNITS = 64
 """Runs of codes a parallel gather is cut into (threads take the next run when free)."""
 
 
+def codes_at(buf, base: int, offsets: np.ndarray, bits: int) -> np.ndarray:
+    """The raw codes (uint64) at element ``offsets`` from byte ``base``: :func:`load_code`'s packing,
+    vectorized (NumPy)."""
+    data = np.asarray(buf).reshape(-1)
+    if bits < 8 and bits != 6:
+        per = 8 // bits
+        byte = data[base + offsets // per].astype(np.uint64)
+        return (byte >> ((offsets % per) * bits).astype(np.uint64)) & np.uint64((1 << bits) - 1)
+    if bits == 6:
+        group = base + (offsets // 4) * 3
+        word = (data[group].astype(np.uint64) | (data[group + 1].astype(np.uint64) << np.uint64(8))
+                | (data[group + 2].astype(np.uint64) << np.uint64(16)))
+        return (word >> (6 * (offsets % 4)).astype(np.uint64)) & np.uint64(63)
+    width = bits // 8
+    start = base + offsets * width
+    code = np.zeros(offsets.shape, np.uint64)
+    for k in range(width):
+        code |= data[start + k].astype(np.uint64) << np.uint64(8 * k)
+    return code
+
+
+GATHER_COMPILE_CODES = 1 << 22
+"""Codes gathered by NumPy (:func:`codes_at`) in a process before :func:`_gather_codes` is compiled, while
+the kernel cache does not hold it (:meth:`.jit.Kernel.worth_it`)."""
+
+
 def gather_codes(buf, base, offsets, bits, out) -> None:
     """``out[i]`` = the code at element offset ``offsets[i]`` (:func:`load_code`)."""
+    if not _gather_codes.worth_it(out.size, GATHER_COMPILE_CODES):
+        out[...] = codes_at(buf, int(base), np.asarray(offsets, np.int64), int(bits)).astype(out.dtype)
+        return
     parallel = out.size >= PARALLEL_GATHER_MIN
     jit.run_parallel(_gather_codes, GATHER_UNITS if parallel else 1, buf, np.int64(base), offsets, np.int64(bits), out,
                      count=None if parallel else 1)

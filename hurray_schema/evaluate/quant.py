@@ -26,8 +26,8 @@ from ..structs.element_types import element_type_info
 from ..structs.quantization import NF4_LEVELS
 from . import jit
 from .jit import claim_span, search_left, slot
-from .elements import (UnsupportedEvaluation, bf16_add, bf16_to_f32, f16_add, f16_to_f32_fast, f32_to_bf16,
-                       f32_to_f16_fast, f32_to_f16_not_nan, load_code, minifloat_table, sign_extend)
+from .elements import (UnsupportedEvaluation, bf16_add, bf16_to_f32, codes_at, f16_add, f16_to_f32_fast,
+                       f32_to_bf16, f32_to_f16_fast, f32_to_f16_not_nan, load_code, minifloat_table, sign_extend)
 from .simd import LANES, int4x32, vector_f16
 
 __all__ = ["QuantParams", "quant_params", "param_byte_spans", "decode_rows", "decode_rows_lut", "decode_rows_int4", "decode_gather",
@@ -432,7 +432,7 @@ def decode_rows_numpy(buf, base, shape, strides, p: QuantParams, axis: int, out_
     for start in range(0, flat.size, NUMPY_DECODE_STEP):
         stop = min(flat.size, start + NUMPY_DECODE_STEP)
         coords = np.stack(np.unravel_index(np.arange(start, stop, dtype=np.int64), shape), axis=1)
-        codes = _codes_at(buf, base, coords @ strides, p.bits)
+        codes = codes_at(buf, base, coords @ strides, p.bits)
         values = _dequantized(codes, param_indices_at(_params_on(p, axis), shape, coords), p)
         flat[start:stop] = _rounded(values, out_kind)
 
@@ -440,27 +440,6 @@ def decode_rows_numpy(buf, base, shape, strides, p: QuantParams, axis: int, out_
 def _params_on(p: QuantParams, axis: int) -> QuantParams:
     """``p`` with its axis as the caller resolved it (a rank-0 tensor decodes as one element on axis 0)."""
     return QuantParams(p.valmode, p.table, p.scales, p.zps, p.pk, axis, p.block, p.nb, p.bits, p.signed)
-
-
-def _codes_at(buf, base: int, offsets: np.ndarray, bits: int) -> np.ndarray:
-    """The raw codes (uint64) at element ``offsets`` from byte ``base``: :func:`.elements.load_code`'s
-    packing, vectorized."""
-    data = np.asarray(buf).reshape(-1)
-    if bits < 8 and bits != 6:
-        per = 8 // bits
-        byte = data[base + offsets // per].astype(np.uint64)
-        return (byte >> ((offsets % per) * bits).astype(np.uint64)) & np.uint64((1 << bits) - 1)
-    if bits == 6:
-        group = base + (offsets // 4) * 3
-        word = (data[group].astype(np.uint64) | (data[group + 1].astype(np.uint64) << np.uint64(8))
-                | (data[group + 2].astype(np.uint64) << np.uint64(16)))
-        return (word >> (6 * (offsets % 4)).astype(np.uint64)) & np.uint64(63)
-    width = bits // 8
-    start = base + offsets * width
-    code = np.zeros(offsets.shape, np.uint64)
-    for k in range(width):
-        code |= data[start + k].astype(np.uint64) << np.uint64(8 * k)
-    return code
 
 
 def _dequantized(codes: np.ndarray, pi: np.ndarray, p: QuantParams) -> np.ndarray:
