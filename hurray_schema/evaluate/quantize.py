@@ -32,12 +32,14 @@ import math
 
 import numpy as np
 
+from ..errors import HurraySchemaError
 from ..model import ElementType
 from ..structs.element_types import element_type_info, element_type_of
 from ..structs.quantization import NF4_LEVELS
 from . import jit
 from .jit import claim_span, search_left, slot
-from .elements import (_f16_to_f32_hw, _f32_to_f16_hw, bf16_to_f32, f16_to_f32_fast, f32_to_bf16, f32_to_f16_fast,
+from .elements import (_f16_to_f32_hw, _f32_to_f16_hw, bf16_to_f32, f16_to_f32_fast, f16_to_f32_not_nan, f32_to_bf16,
+                       f32_to_f16_fast,
                        has_f16c, minifloat_table)
 from .quantize_simd import LANES as SIMD_LANES
 from .quantize_simd import (block_codes_bf16, block_codes_f16, block_minmax_bf16, block_minmax_f16,
@@ -46,7 +48,8 @@ from .quantize_simd import (block_codes_bf16, block_codes_f16, block_minmax_bf16
 __all__ = ["IN_F32", "IN_F16", "IN_BF16", "SCALE_KINDS", "input_kind", "block_view", "restore_layout",
            "storage_bytes", "code_range", "affine_block_stats", "affine_block_params", "affine_codes",
            "affine_quantize", "spqr_outliers", "nf4_quantize", "mxfp_quantize", "mxfp_element_max", "pack_codes",
-           "NF4_TABLE", "halves_to_pairs"]
+           "NF4_TABLE", "nibble_records", "RECORD_EXACT", "RECORD_ZERO_SCALE",
+           "RECORD_ZERO_BOTH_SIGNS", "RECORD_NOT_FINITE"]
 
 IN_F32, IN_F16, IN_BF16 = 0, 1, 2
 SCALE_F32, SCALE_F16, SCALE_BF16 = 0, 1, 2
@@ -729,43 +732,201 @@ def _pack(work, codes, bits, out):
                 _put(out, k, codes[k], bits)
 
 
-@jit.kernel("void(i64[:], u8[:], i64, i64, i64, i64, u8[:])")
-def _halves_to_pairs(work, records, size, offset, count, flip, out):
-    """Per record of ``size`` bytes: its ``count`` bytes at ``offset`` hold 2 * ``count`` 4-bit codes, the
-    first ``count`` in their low nibbles, the rest in their high nibbles; ``out`` gets them in element
-    order, two to a byte, the first in the low nibble, each XORed with ``flip``."""
-    n = records.size // size
-    half = count // 2
+RECORD_EXACT, RECORD_ZERO_SCALE, RECORD_ZERO_BOTH_SIGNS, RECORD_NOT_FINITE = 0, 1, 2, 3
+"""Classes of a scaled nibble record (:func:`nibble_records`), in the order of precedence of a run's worst:
+its float16 scale finite and non-zero; zero over codes of one sign; zero over codes of both signs;
+infinite or NaN.  The first two have an exact per-block form, the others none."""
+
+RECORD_BYTES, SCALE_AT, CODES_AT = 0, 0, 0
+"""The record layout :func:`_nibble_records` is compiled for: compile-time constants of its variant
+(a constant stride lets the compiler keep the loop tight: a stride passed as an argument made it ~3x
+slower)."""
+
+_LOW_NIBBLES = 0x0F0F_0F0F_0F0F_0F0F
+_NIBBLE_TOPS = 0x8888_8888_8888_8888  # bit 3 of every nibble: set where nibble - 8 >= 0
+
+
+def _byte_pointer(context, builder, sig, args, bits):
+    """An ``i{bits}*`` to ``args[0][args[1]]`` (a uint8 array, a byte index; no bounds check)."""
+    from llvmlite import ir
+
+    from .simd import _element_pointer
+
+    pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+    return builder.bitcast(pointer, ir.IntType(bits).as_pointer())
+
+
+@jit.intrinsic
+def _load_u64(typingctx, array, byte):
+    """The little-endian uint64 at ``array[byte:byte + 8]`` of a uint8 array, at any alignment (one load,
+    unchecked: the caller guarantees the range)."""
+    from numba import types
+
+    def codegen(context, builder, sig, args):
+        return builder.load(_byte_pointer(context, builder, sig, args, 64), align=1)
+
+    return types.uint64(array, byte), codegen
+
+
+@jit.intrinsic
+def _load_u16(typingctx, array, byte):
+    """The little-endian uint16 at ``array[byte:byte + 2]`` of a uint8 array, at any alignment (unchecked)."""
+    from numba import types
+
+    def codegen(context, builder, sig, args):
+        return builder.load(_byte_pointer(context, builder, sig, args, 16), align=1)
+
+    return types.uint16(array, byte), codegen
+
+
+@jit.intrinsic
+def _store_u64(typingctx, array, byte, value):
+    """``value`` (uint64) into ``array[byte:byte + 8]`` of a uint8 array, little-endian, at any alignment
+    (unchecked).  Stores through numba's array indexing (whose negative-index select it keeps) made the
+    record loop ~3x slower."""
+    from numba import types
+
+    def codegen(context, builder, sig, args):
+        builder.store(context.cast(builder, args[2], sig.args[2], types.uint64),
+                      _byte_pointer(context, builder, sig, args, 64), align=1)
+        return context.get_dummy_value()
+
+    return types.void(array, byte, types.uint64), codegen
+
+
+@jit.intrinsic
+def _store_u32(typingctx, array, byte, value):
+    """``value`` (uint32) into ``array[byte:byte + 4]`` of a uint8 array, little-endian (unchecked)."""
+    from numba import types
+
+    def codegen(context, builder, sig, args):
+        builder.store(context.cast(builder, args[2], sig.args[2], types.uint32),
+                      _byte_pointer(context, builder, sig, args, 32), align=1)
+        return context.get_dummy_value()
+
+    return types.void(array, byte, types.uint32), codegen
+
+
+@jit.helper
+def _paired_nibbles(x):
+    """The low nibbles of the 8 bytes of ``x`` (nibble ``k`` in byte ``k``) two to a byte, nibble ``2k`` in
+    the low half of byte ``k``: 4 bytes.  ``x | x >> 4`` puts the pair ``(2k, 2k + 1)`` in byte ``2k``,
+    then the even bytes are gathered by halves."""
+    x &= np.uint64(_LOW_NIBBLES)
+    x = (x | (x >> np.uint64(4))) & np.uint64(0x00FF_00FF_00FF_00FF)
+    x = (x | (x >> np.uint64(8))) & np.uint64(0x0000_FFFF_0000_FFFF)
+    return (x | (x >> np.uint64(16))) & np.uint64(0x0000_0000_FFFF_FFFF)
+
+
+@jit.helper
+def _record_class(h, low, high):
+    """The class (``RECORD_*``) of a record with float16 scale bits ``h`` and nibble bytes ``low``, ``high``."""
+    if (h & np.uint16(0x7C00)) == np.uint16(0x7C00):
+        return RECORD_NOT_FINITE
+    if (h & np.uint16(0x7FFF)) != 0:
+        return RECORD_EXACT
+    tops = np.uint64(_NIBBLE_TOPS)
+    if (low & high & tops) == tops or ((low | high) & tops) == 0:
+        return RECORD_ZERO_SCALE
+    return RECORD_ZERO_BOTH_SIGNS
+
+
+@jit.helper
+def _record_codes(records, first, stop, codes):
+    """:func:`_nibble_records`' codes of records ``[first, stop)``.  Branch-free (a zero scale masks its
+    codes to 0), so that the compiler vectorizes the loop: a branch around the re-pairing kept it scalar
+    and ~3x slower."""
+    tops, four, half = np.uint64(_NIBBLE_TOPS), np.uint64(4), np.uint64(32)
+    for r in range(first, stop):
+        at = r * RECORD_BYTES
+        scaled = np.uint64((_load_u16(records, at + SCALE_AT) & np.uint16(0x7FFF)) != 0)
+        keep = np.uint64(0) - scaled  # all ones, or zero for a zero scale
+        low = _load_u64(records, at + CODES_AT)
+        high = _load_u64(records, at + CODES_AT + 8)
+        firsts = _paired_nibbles(low) | (_paired_nibbles(high) << half)  # codes 0-15
+        seconds = _paired_nibbles(low >> four) | (_paired_nibbles(high >> four) << half)  # codes 16-31
+        _store_u64(codes, 16 * r, (firsts ^ tops) & keep)  # nibble ^ 8: int4 two's complement
+        _store_u64(codes, 16 * r + 8, (seconds ^ tops) & keep)
+
+
+@jit.helper
+def _record_scales(records, first, stop, scales):
+    """:func:`_nibble_records`' scales of records ``[first, stop)``, branch-free (vectorized) as the codes.
+    A zero scale's replacement is 1.0 with the sign of its values: ``d``'s, flipped where the codes are
+    negative (nibbles' top bits clear)."""
+    tops, one = np.uint64(_NIBBLE_TOPS), np.uint32(0x3F80_0000)
+    for r in range(first, stop):
+        at = r * RECORD_BYTES
+        h = _load_u16(records, at + SCALE_AT)
+        bits = np.float32(f16_to_f32_not_nan(h)).view(np.uint32)
+        negative_codes = ((_load_u64(records, at + CODES_AT) | _load_u64(records, at + CODES_AT + 8)) & tops) == 0
+        sign = (np.uint32(h >> np.uint16(15)) ^ np.uint32(negative_codes)) << np.uint32(31)
+        zero = np.uint32(0) - np.uint32((h & np.uint16(0x7FFF)) == 0)  # all ones for a zero scale
+        _store_u32(scales, 4 * r, (bits & ~zero) | ((one | sign) & zero))
+
+
+@jit.helper
+def _records_worst(records, first, stop):
+    """The worst ``RECORD_*`` class of records ``[first, stop)``."""
+    worst = RECORD_EXACT
+    for r in range(first, stop):
+        at = r * RECORD_BYTES
+        kind = _record_class(_load_u16(records, at + SCALE_AT), _load_u64(records, at + CODES_AT),
+                             _load_u64(records, at + CODES_AT + 8))
+        worst = max(worst, kind)
+    return worst
+
+
+@jit.kernel("void(i64[:], u8[:], u8[:], u8[:], i64[:])")
+def _nibble_records(work, records, codes, scales, found):
+    """Records of ``RECORD_BYTES`` bytes, each a float16 scale ``d`` at ``SCALE_AT`` and 32 4-bit codes
+    stored as ``nibble = code + 8`` in the 16 bytes at ``CODES_AT`` (codes 0-15 in the low nibbles, 16-31 in
+    the high ones).  Record ``r`` gives ``codes[16 r:16 r + 16]`` (unless ``codes`` is empty): its codes in
+    int4 two's complement (``nibble ^ 8``), element order, two to a byte, the first in the low nibble; and
+    ``scales[4 r:4 r + 4]`` (unless empty): ``d`` as little-endian float32.  A zero ``d`` over codes of one
+    sign gives the codes 0 and the scale 1 or -1 of the sign of its values ``d * code``
+    (``RECORD_ZERO_SCALE``); the classes without an exact form give codes and scales of no meaning.
+    ``found[slot]`` (unless empty) gets the worst class among the records the calling thread saw."""
+    n = records.size // RECORD_BYTES
+    worst = RECORD_EXACT
     while True:
         first, stop = claim_span(work, n)
         if first == stop:
             break
-        for r in range(first, stop):
-            src = r * size + offset
-            dst = r * count
-            for k in range(half):
-                a = records[src + 2 * k]
-                b = records[src + 2 * k + 1]
-                out[dst + k] = ((a & 15) | ((b & 15) << 4)) ^ flip
-                out[dst + half + k] = ((a >> 4) | (b & 240)) ^ flip
+        if codes.size:
+            _record_codes(records, first, stop, codes)
+        if scales.size:
+            _record_scales(records, first, stop, scales)
+        if found.size:
+            worst = max(worst, _records_worst(records, first, stop))
+    if found.size:
+        found[slot(work)] = worst
 
 
-def halves_to_pairs(records: np.ndarray, offset: int, count: int, flip: int = 0) -> np.ndarray:
-    """The 4-bit codes of fixed-size records (``records``: ``(n, size)`` uint8) re-packed from halves to
-    pairs: in each record, ``count`` bytes at ``offset`` hold 2 * ``count`` codes, the first half in the
-    low nibbles of the bytes, the second half in the high nibbles (GGUF's order); the result
-    (``(n, count)`` uint8) holds them in element order, two to a byte, the first in the low nibble
-    (``element-types.md § Sub-Byte Integer Types``), each nibble XORed with ``flip`` (``0x88``
-    turns ``nibble - 8`` into int4's two's complement)."""
-    records = np.ascontiguousarray(records)
+def nibble_records(records: np.ndarray, scale_at: int, codes_at: int, codes: np.ndarray = None,
+                   scales: np.ndarray = None, *, parallel: bool = True) -> int:
+    """Run :func:`_nibble_records` over ``records`` (``(n, size)`` uint8, C-contiguous; its variant for
+    this layout): the packed int4 codes into ``codes`` (at least ``16 n`` bytes) and the little-endian
+    float32 scales into ``scales`` (at least ``4 n`` bytes), each skipped when None; returns the worst
+    ``RECORD_*`` class found.  Without outputs it only classifies.  ``parallel=False`` keeps the work on
+    the calling thread (a piece of a larger run)."""
     n, size = records.shape
-    out = np.empty((n, count), np.uint8)
-    if n and count:
-        parallel = n * count >= PARALLEL_MIN_ELEMENTS
-        jit.run_parallel(_halves_to_pairs, min(n, ROW_UNITS) if parallel else 1, records.reshape(-1),
-                         np.int64(size), np.int64(offset), np.int64(count), np.int64(flip), out.reshape(-1),
-                         count=None if parallel else 1)
-    return out
+    if not 0 <= scale_at <= size - 2 or not 0 <= codes_at <= size - 16:
+        raise HurraySchemaError(f"fields at {scale_at} and {codes_at} do not fit records of {size} bytes")
+    arrays = [records] + [a for a in (codes, scales) if a is not None]
+    if not all(a.flags.c_contiguous for a in arrays):
+        raise HurraySchemaError("nibble_records reads and writes C-contiguous arrays only")
+    codes = np.empty(0, np.uint8) if codes is None else codes.reshape(-1).view(np.uint8)
+    scales = np.empty(0, np.uint8) if scales is None else scales.reshape(-1).view(np.uint8)
+    if (codes.size and codes.size < 16 * n) or (scales.size and scales.size < 4 * n):
+        raise HurraySchemaError(f"outputs of {codes.size} code bytes and {scales.size} scale bytes for {n} records")
+    if n == 0:
+        return RECORD_EXACT
+    kernel = _nibble_records.variant(RECORD_BYTES=int(size), SCALE_AT=int(scale_at), CODES_AT=int(codes_at))
+    units = min(n, ROW_UNITS) if parallel and n * 32 >= PARALLEL_MIN_ELEMENTS else 1
+    found = np.zeros(max(1, jit.threads()) if units > 1 else 1, np.int64)
+    jit.run_parallel(kernel, units, records.reshape(-1), codes, scales, found, count=None if units > 1 else 1)
+    return int(found.max())
 
 
 def _rows_own_bytes(padded: int, bits: int) -> bool:
