@@ -481,9 +481,12 @@ Q4_SCALE_CLASSES = {
 """Q4_0 blocks covering every class of scale with an exact form (the two zero forms of each sign)."""
 
 
-def test_q4_0_every_scale_class_decodes_bit_exact(tmp_path):
+def test_q4_0_every_scale_class_decodes_bit_exact(tmp_path, monkeypatch):
     """The kernel of Q4_0's short way against gguf-py: every kind of scale, scattered among random
-    blocks over many rows of several blocks (enough blocks for the parallel classifying pass)."""
+    blocks over many rows of several blocks (the classifying pass made parallel at this size)."""
+    from hurray_schema.evaluate import quantize as kernels
+
+    monkeypatch.setattr(kernels, "RECORDS_PARALLEL_MIN", 256)
     rng = np.random.default_rng(14)
     blocks = random_blocks("Q4_0", 128, 16, rng).reshape(-1, 18)
     special = np.stack([q4_block(d, codes) for d, codes in Q4_SCALE_CLASSES.values()])
@@ -527,10 +530,12 @@ def test_q4_0_scale_without_exact_form_needs_dequantize(tmp_path, d_bits, nibble
     assert_bits_equal(hs.load(dst)["w"], reference)
 
 
-def test_nibble_records_kernel_against_numpy():
+def test_nibble_records_kernel_against_numpy(monkeypatch):
     """The kernel alone, by pieces and in parallel, against NumPy's own float16 widening and nibble
     arithmetic; its classification of every record kind."""
     from hurray_schema.evaluate import quantize as kernels
+
+    monkeypatch.setattr(kernels, "RECORDS_PARALLEL_MIN", 256)  # parallel at this size
 
     rng = np.random.default_rng(16)
     records = rng.integers(0, 256, (5000, 20), dtype=np.uint8)  # nibbles at 1, d at 18: another layout

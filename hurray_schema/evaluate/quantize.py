@@ -742,6 +742,10 @@ RECORD_BYTES, SCALE_AT, CODES_AT = 0, 0, 0
 (a constant stride lets the compiler keep the loop tight: a stride passed as an argument made it ~3x
 slower)."""
 
+RECORDS_PARALLEL_MIN = 1 << 18
+"""Fewer records than this are gone through on the calling thread alone: the loop is bound by memory
+(a few GB/s), so waking other threads costs more than it saves on smaller runs."""
+
 _LOW_NIBBLES = 0x0F0F_0F0F_0F0F_0F0F
 _NIBBLE_TOPS = 0x8888_8888_8888_8888  # bit 3 of every nibble: set where nibble - 8 >= 0
 
@@ -909,7 +913,7 @@ def nibble_records(records: np.ndarray, scale_at: int, codes_at: int, codes: np.
     this layout): the packed int4 codes into ``codes`` (at least ``16 n`` bytes) and the little-endian
     float32 scales into ``scales`` (at least ``4 n`` bytes), each skipped when None; returns the worst
     ``RECORD_*`` class found.  Without outputs it only classifies.  ``parallel=False`` keeps the work on
-    the calling thread (a piece of a larger run)."""
+    the calling thread (a piece of a larger run), as do runs under :data:`RECORDS_PARALLEL_MIN`."""
     n, size = records.shape
     if not 0 <= scale_at <= size - 2 or not 0 <= codes_at <= size - 16:
         raise HurraySchemaError(f"fields at {scale_at} and {codes_at} do not fit records of {size} bytes")
@@ -923,7 +927,7 @@ def nibble_records(records: np.ndarray, scale_at: int, codes_at: int, codes: np.
     if n == 0:
         return RECORD_EXACT
     kernel = _nibble_records.variant(RECORD_BYTES=int(size), SCALE_AT=int(scale_at), CODES_AT=int(codes_at))
-    units = min(n, ROW_UNITS) if parallel and n * 32 >= PARALLEL_MIN_ELEMENTS else 1
+    units = min(n, ROW_UNITS) if parallel and n >= RECORDS_PARALLEL_MIN else 1
     found = np.zeros(max(1, jit.threads()) if units > 1 else 1, np.int64)
     jit.run_parallel(kernel, units, records.reshape(-1), codes, scales, found, count=None if units > 1 else 1)
     return int(found.max())
