@@ -823,19 +823,6 @@ def _paired_nibbles(x):
 
 
 @jit.helper
-def _record_class(h, low, high):
-    """The class (``RECORD_*``) of a record with float16 scale bits ``h`` and nibble bytes ``low``, ``high``."""
-    if (h & np.uint16(0x7C00)) == np.uint16(0x7C00):
-        return RECORD_NOT_FINITE
-    if (h & np.uint16(0x7FFF)) != 0:
-        return RECORD_EXACT
-    tops = np.uint64(_NIBBLE_TOPS)
-    if (low & high & tops) == tops or ((low | high) & tops) == 0:
-        return RECORD_ZERO_SCALE
-    return RECORD_ZERO_BOTH_SIGNS
-
-
-@jit.helper
 def _record_codes(records, first, stop, codes):
     """:func:`_nibble_records`' codes of records ``[first, stop)``.  Branch-free (a zero scale masks its
     codes to 0), so that the compiler vectorizes the loop: a branch around the re-pairing kept it scalar
@@ -871,13 +858,19 @@ def _record_scales(records, first, stop, scales):
 
 @jit.helper
 def _records_worst(records, first, stop):
-    """The worst ``RECORD_*`` class of records ``[first, stop)``."""
+    """The worst ``RECORD_*`` class of records ``[first, stop)``: a scale not finite; zero over codes of
+    both signs (nibbles' top bits neither all set nor all clear); zero over codes of one sign."""
     worst = RECORD_EXACT
+    tops = np.uint64(_NIBBLE_TOPS)
     for r in range(first, stop):
         at = r * RECORD_BYTES
-        kind = _record_class(_load_u16(records, at + SCALE_AT), _load_u64(records, at + CODES_AT),
-                             _load_u64(records, at + CODES_AT + 8))
-        worst = max(worst, kind)
+        h = _load_u16(records, at + SCALE_AT)
+        if (h & np.uint16(0x7C00)) == np.uint16(0x7C00):
+            return RECORD_NOT_FINITE
+        if (h & np.uint16(0x7FFF)) == 0:
+            low, high = _load_u64(records, at + CODES_AT), _load_u64(records, at + CODES_AT + 8)
+            one_sign = (low & high & tops) == tops or ((low | high) & tops) == 0
+            worst = max(worst, RECORD_ZERO_SCALE if one_sign else RECORD_ZERO_BOTH_SIGNS)
     return worst
 
 
