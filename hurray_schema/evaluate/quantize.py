@@ -746,7 +746,6 @@ RECORDS_PARALLEL_MIN = 1 << 18
 """Fewer records than this are gone through on the calling thread alone: the loop is bound by memory
 (a few GB/s), so waking other threads costs more than it saves on smaller runs."""
 
-_LOW_NIBBLES = 0x0F0F_0F0F_0F0F_0F0F
 _NIBBLE_TOPS = 0x8888_8888_8888_8888  # bit 3 of every nibble: set where nibble - 8 >= 0
 
 
@@ -784,23 +783,10 @@ def _load_u16(typingctx, array, byte):
 
 
 @jit.intrinsic
-def _store_u64(typingctx, array, byte, value):
-    """``value`` (uint64) into ``array[byte:byte + 8]`` of a uint8 array, little-endian, at any alignment
+def _store_u32(typingctx, array, byte, value):
+    """``value`` (uint32) into ``array[byte:byte + 4]`` of a uint8 array, little-endian, at any alignment
     (unchecked).  Stores through numba's array indexing (whose negative-index select it keeps) made the
     record loop ~3x slower."""
-    from numba import types
-
-    def codegen(context, builder, sig, args):
-        builder.store(context.cast(builder, args[2], sig.args[2], types.uint64),
-                      _byte_pointer(context, builder, sig, args, 64), align=1)
-        return context.get_dummy_value()
-
-    return types.void(array, byte, types.uint64), codegen
-
-
-@jit.intrinsic
-def _store_u32(typingctx, array, byte, value):
-    """``value`` (uint32) into ``array[byte:byte + 4]`` of a uint8 array, little-endian (unchecked)."""
     from numba import types
 
     def codegen(context, builder, sig, args):
@@ -811,33 +797,49 @@ def _store_u32(typingctx, array, byte, value):
     return types.void(array, byte, types.uint32), codegen
 
 
-@jit.helper
-def _paired_nibbles(x):
-    """The low nibbles of the 8 bytes of ``x`` (nibble ``k`` in byte ``k``) two to a byte, nibble ``2k`` in
-    the low half of byte ``k``: 4 bytes.  ``x | x >> 4`` puts the pair ``(2k, 2k + 1)`` in byte ``2k``,
-    then the even bytes are gathered by halves."""
-    x &= np.uint64(_LOW_NIBBLES)
-    x = (x | (x >> np.uint64(4))) & np.uint64(0x00FF_00FF_00FF_00FF)
-    x = (x | (x >> np.uint64(8))) & np.uint64(0x0000_FFFF_0000_FFFF)
-    return (x | (x >> np.uint64(16))) & np.uint64(0x0000_0000_FFFF_FFFF)
+@jit.intrinsic
+def _halves_to_pairs16(typingctx, records, at, codes, to, keep):
+    """The 32 4-bit codes of the 16 bytes at ``records[at:]`` (codes 0-15 in the low nibbles, 16-31 in the
+    high ones, each ``code + 8``) into ``codes[to:to + 16]`` in int4 two's complement, two to a byte, the
+    first in the low nibble, each byte ANDed with ``keep`` (0 writes the codes 0).  One 16-byte vector:
+    nibbles split, even and odd ones gathered by two shuffles, joined, ``^ 0x88``.  Unchecked ranges."""
+    from llvmlite import ir
+    from numba import types
+
+    def codegen(context, builder, sig, args):
+        from .simd import _element_pointer
+
+        i8, vector = ir.IntType(8), ir.VectorType(ir.IntType(8), 16)
+
+        def splat(value):
+            return ir.Constant(vector, [value] * 16)
+
+        src = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+        packed = builder.load(builder.bitcast(src, vector.as_pointer()), align=1)
+        low = builder.and_(packed, splat(0x0F))  # codes 0-15 (+ 8)
+        high = builder.lshr(packed, splat(4))  # codes 16-31 (+ 8)
+        i32 = ir.IntType(32)
+        even = builder.shuffle_vector(low, high, ir.Constant(ir.VectorType(i32, 16), list(range(0, 32, 2))))
+        odd = builder.shuffle_vector(low, high, ir.Constant(ir.VectorType(i32, 16), list(range(1, 32, 2))))
+        pairs = builder.xor(builder.or_(even, builder.shl(odd, splat(4))), splat(0x88))
+        keep = context.cast(builder, args[4], sig.args[4], types.uint8)
+        mask = builder.insert_element(ir.Constant(vector, ir.Undefined), keep, ir.Constant(i32, 0))
+        mask = builder.shuffle_vector(mask, mask, ir.Constant(ir.VectorType(i32, 16), [0] * 16))
+        dst = _element_pointer(context, builder, sig.args[2], args[2], args[3])
+        builder.store(builder.and_(pairs, mask), builder.bitcast(dst, vector.as_pointer()), align=1)
+        return context.get_dummy_value()
+
+    return types.void(records, at, codes, to, types.uint8), codegen
 
 
 @jit.helper
 def _record_codes(records, first, stop, codes):
-    """:func:`_nibble_records`' codes of records ``[first, stop)``.  Branch-free (a zero scale masks its
-    codes to 0), so that the compiler vectorizes the loop: a branch around the re-pairing kept it scalar
-    and ~3x slower."""
-    tops, four, half = np.uint64(_NIBBLE_TOPS), np.uint64(4), np.uint64(32)
+    """:func:`_nibble_records`' codes of records ``[first, stop)`` (:func:`_halves_to_pairs16`; a zero
+    scale's codes masked to 0, branch-free)."""
     for r in range(first, stop):
         at = r * RECORD_BYTES
-        scaled = np.uint64((_load_u16(records, at + SCALE_AT) & np.uint16(0x7FFF)) != 0)
-        keep = np.uint64(0) - scaled  # all ones, or zero for a zero scale
-        low = _load_u64(records, at + CODES_AT)
-        high = _load_u64(records, at + CODES_AT + 8)
-        firsts = _paired_nibbles(low) | (_paired_nibbles(high) << half)  # codes 0-15
-        seconds = _paired_nibbles(low >> four) | (_paired_nibbles(high >> four) << half)  # codes 16-31
-        _store_u64(codes, 16 * r, (firsts ^ tops) & keep)  # nibble ^ 8: int4 two's complement
-        _store_u64(codes, 16 * r + 8, (seconds ^ tops) & keep)
+        scaled = (_load_u16(records, at + SCALE_AT) & np.uint16(0x7FFF)) != 0
+        _halves_to_pairs16(records, at + CODES_AT, codes, 16 * r, np.uint8(0) - np.uint8(scaled))
 
 
 @jit.helper
