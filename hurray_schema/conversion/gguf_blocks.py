@@ -19,6 +19,7 @@ compare against bit for bit.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from typing import Callable, NamedTuple, Optional
@@ -135,6 +136,9 @@ def _give_back(memory: np.ndarray) -> None:
 
 _HELPER: list = []
 """The thread that makes a produced buffer's next piece while the writer writes the current one."""
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_HELPER.clear)  # a forked child has not the parent's thread
 
 
 def _made_ahead(count: int, make: Callable[[int], np.ndarray]):
