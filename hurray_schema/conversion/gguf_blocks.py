@@ -19,7 +19,6 @@ compare against bit for bit.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from typing import Callable, NamedTuple, Optional
@@ -134,44 +133,15 @@ def _give_back(memory: np.ndarray) -> None:
             _SPARE.pop(min(range(len(_SPARE)), key=lambda i: _SPARE[i].size))
 
 
-_HELPER: list = []
-"""The thread that makes a produced buffer's next piece while the writer writes the current one."""
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_HELPER.clear)  # a forked child has not the parent's thread
-
-
-def _made_ahead(count: int, make: Callable[[int], np.ndarray]):
-    """``make(k)`` for ``k`` in ``range(count)``, yielded in order; ``make(k + 1)`` runs on a helper thread
-    while the consumer takes ``make(k)`` (the kernel and the file's write both release the GIL, so on two
-    free cores making costs no time of its own)."""
-    if not _HELPER:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with _SPARE_LOCK:
-            if not _HELPER:
-                _HELPER.append(ThreadPoolExecutor(1, thread_name_prefix="hurray-convert"))
-    helper = _HELPER[0]
-    pending = helper.submit(make, 0) if count else None
-    try:
-        for k in range(count):
-            made = pending.result()
-            pending = helper.submit(make, k + 1) if k + 1 < count else None
-            yield made
-    finally:
-        if pending is not None:  # abandoned: let the piece under way finish before its memory is reused
-            from concurrent.futures import wait
-
-            wait([pending])
-
-
 def _q4_0_produced(blocks):
     """Q4_0 the short way, made while the file is written (:class:`BlockMapping`'s ``produce``).
 
     One pass over the blocks first classifies their scales (any with no exact form: None).  The data
-    buffer is then made :data:`PIECE_BLOCKS` blocks at a time by :func:`_q4_0_packed`'s kernel, one
-    piece ahead of the writer (:func:`_made_ahead`), filling the tensor's scales in the same pass; the
-    scales buffer, written next, hands those over (or, taken first or alone, makes them itself).  The kernel reads the records in the
+    buffer is then made :data:`PIECE_BLOCKS` blocks at a time by :func:`_q4_0_packed`'s kernel, each
+    piece written before the next is made, filling the tensor's scales in the same pass; the scales
+    buffer, written next, hands those over (or, taken first or alone, makes them itself).  (Making the
+    next piece on a helper thread while the current one was written measured slower on the shared
+    two-core machine: the threads wait on each other for the GIL.)  The kernel reads the records in the
     host's byte order: on a big-endian host, None."""
     from ..evaluate.quantize import RECORD_ZERO_SCALE, nibble_records
 
@@ -182,22 +152,18 @@ def _q4_0_produced(blocks):
     made_scales: list = []  # the scales the last pass over the data made, until the scales buffer takes them
 
     def data_pieces():
-        pieces, scales = [_borrow(16 * PIECE_BLOCKS), _borrow(16 * PIECE_BLOCKS)], _borrow(4 * count)
-
-        def make(k):
-            first, stop = k * PIECE_BLOCKS, min(count, (k + 1) * PIECE_BLOCKS)
-            out = pieces[k % 2][:16 * (stop - first)]
-            nibble_records(blocks[first:stop], Q4_0_D, Q4_0_QS, out, scales[4 * first:4 * stop], parallel=False)
-            return out
-
+        piece, scales = _borrow(16 * PIECE_BLOCKS), _borrow(4 * count)
         try:
-            yield from _made_ahead(-(-count // PIECE_BLOCKS), make)
+            for first in range(0, count, PIECE_BLOCKS):
+                stop = min(count, first + PIECE_BLOCKS)
+                out = piece[:16 * (stop - first)]
+                nibble_records(blocks[first:stop], Q4_0_D, Q4_0_QS, out, scales[4 * first:4 * stop], parallel=False)
+                yield out
         except BaseException:
             _give_back(scales)
             raise
         finally:
-            for piece in pieces:
-                _give_back(piece)
+            _give_back(piece)
         made_scales[:] = [scales]
 
     def scale_pieces():

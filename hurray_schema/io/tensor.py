@@ -340,6 +340,12 @@ class SourcedTensor(Tensor):
         return _sourced_tensor, (self._source.reader.ref, self._source.ranges, self.descriptor, self.name)
 
 
+WRITE_BYTES = 1 << 18
+"""The largest ``write`` a :class:`ProducedBuffer` makes.  On the Linux 6.18 / ext4 machine this was
+measured on, writing 1.1 GiB from memory to a new file took 0.35 s in writes of 256 or 512 KiB and
+1.7-2.6 s in writes of 1 MiB (and often 4 MiB), right after a copy of the same size."""
+
+
 class ProducedBuffer:
     """A buffer whose bytes are made as they are written: ``size`` bytes, which ``pieces()`` yields in order
     as byte buffers (each valid only until the next one is asked for: a producer may reuse its memory).
@@ -358,12 +364,14 @@ class ProducedBuffer:
         return self.size
 
     def write_to(self, write) -> None:
-        """Every piece through ``write`` (a file's ``write``); a producer that does not give ``size``
-        bytes is a bug, raised before anything follows it."""
+        """Every piece through ``write`` (a file's ``write``), in writes of at most :data:`WRITE_BYTES`;
+        a producer that does not give ``size`` bytes is a bug, raised before anything follows it."""
         made = 0
         for piece in self.pieces():
-            write(piece)
-            made += len(memoryview(piece).cast("B"))
+            piece = memoryview(piece).cast("B")
+            for start in range(0, len(piece), WRITE_BYTES):
+                write(piece[start:start + WRITE_BYTES])
+            made += len(piece)
         if made != self.size:
             raise HurraySchemaError(f"a produced buffer gave {made} bytes, it declared {self.size}")
 
