@@ -557,12 +557,14 @@ def test_nibble_records_kernel_against_numpy(monkeypatch):
                                piece_scales[first:first + 777], parallel=False)
     assert np.array_equal(piece_codes, expected_codes) and np.array_equal(bits(piece_scales), bits(expected_scales))
     for d_bits, low, worst in [(0x0000, 0x88, kernels.RECORD_ZERO_SCALE), (0x8000, 0x00, kernels.RECORD_ZERO_SCALE),
-                               (0x0000, 0x80, kernels.RECORD_ZERO_BOTH_SIGNS), (0xFC00, 0x88, kernels.RECORD_NOT_FINITE)]:
+                               (0x0000, 0x80, kernels.RECORD_ZERO_BOTH_SIGNS),
+                               (0xFC00, 0x88, kernels.RECORD_NOT_FINITE)]:
         odd = records.copy()
         odd[4321, 18:20] = np.array([d_bits], "<u2").view(np.uint8)
         odd[4321, 1:17] = low
         assert kernels.nibble_records(odd, 18, 1) == worst
         assert kernels.nibble_records(odd[:4000], 18, 1, parallel=False) == kernels.RECORD_EXACT
+        assert kernels.nibble_records(odd, 18, 1, piece_codes, classify=False) == kernels.RECORD_EXACT  # not looked at
 
 
 def test_produced_tensor_writes_the_bytes_it_materializes(tmp_path):
@@ -578,15 +580,15 @@ def test_produced_tensor_writes_the_bytes_it_materializes(tmp_path):
     def pieces_of(array, size):
         return lambda: (array[i:i + size] for i in range(0, len(array), size))
 
-    made = per_block_produced(ProducedBuffer(len(data), pieces_of(data, 7)), ProducedBuffer(len(scales), pieces_of(scales, 8)),
-                              (4, 64), "int4", 32)
+    made = per_block_produced(ProducedBuffer(len(data), pieces_of(data, 7)),
+                              ProducedBuffer(len(scales), pieces_of(scales, 8)), (4, 64), "int4", 32)
     plain = hs.per_block_from_packed(data, scales.view("<f4"), (4, 64), "int4", 32)
     assert made.stored_nbytes == plain.stored_nbytes and made.same_content(plain)
     hs.write_file(tmp_path / "made.hrry", {"t": made})
     hs.write_file(tmp_path / "plain.hrry", {"t": plain})
     assert (tmp_path / "made.hrry").read_bytes() == (tmp_path / "plain.hrry").read_bytes()
-    short = per_block_produced(ProducedBuffer(len(data), pieces_of(data[:-1], 7)), ProducedBuffer(len(scales), pieces_of(scales, 8)),
-                               (4, 64), "int4", 32)
+    short = per_block_produced(ProducedBuffer(len(data), pieces_of(data[:-1], 7)),
+                               ProducedBuffer(len(scales), pieces_of(scales, 8)), (4, 64), "int4", 32)
     with pytest.raises(HurraySchemaError, match="declared"):
         hs.write_file(tmp_path / "short.hrry", {"t": short})
     assert not (tmp_path / "short.hrry").exists()

@@ -157,7 +157,8 @@ def _q4_0_produced(blocks):
             for first in range(0, count, PIECE_BLOCKS):
                 stop = min(count, first + PIECE_BLOCKS)
                 out = piece[:16 * (stop - first)]
-                nibble_records(blocks[first:stop], Q4_0_D, Q4_0_QS, out, scales[4 * first:4 * stop], parallel=False)
+                nibble_records(blocks[first:stop], Q4_0_D, Q4_0_QS, out, scales[4 * first:4 * stop],
+                               parallel=False, classify=False)
                 yield out
         except BaseException:
             _give_back(scales)
@@ -179,7 +180,8 @@ def _q4_0_produced(blocks):
             for first in range(0, count, PIECE_BLOCKS):
                 stop = min(count, first + PIECE_BLOCKS)
                 out = piece[:4 * (stop - first)]
-                nibble_records(blocks[first:stop], Q4_0_D, Q4_0_QS, scales=out, parallel=False)
+                nibble_records(blocks[first:stop], Q4_0_D, Q4_0_QS, scales=out, parallel=False,
+                               classify=False)
                 yield out
         finally:
             _give_back(piece)

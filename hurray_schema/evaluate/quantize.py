@@ -903,11 +903,12 @@ def _nibble_records(work, records, codes, scales, found):
 
 
 def nibble_records(records: np.ndarray, scale_at: int, codes_at: int, codes: np.ndarray = None,
-                   scales: np.ndarray = None, *, parallel: bool = True) -> int:
+                   scales: np.ndarray = None, *, parallel: bool = True, classify: bool = True) -> int:
     """Run :func:`_nibble_records` over ``records`` (``(n, size)`` uint8, C-contiguous; its variant for
     this layout): the packed int4 codes into ``codes`` (at least ``16 n`` bytes) and the little-endian
     float32 scales into ``scales`` (at least ``4 n`` bytes), each skipped when None; returns the worst
-    ``RECORD_*`` class found.  Without outputs it only classifies.  ``parallel=False`` keeps the work on
+    ``RECORD_*`` class found (``RECORD_EXACT`` with ``classify=False``, which spares that loop).  Without
+    outputs it only classifies.  ``parallel=False`` keeps the work on
     the calling thread (a piece of a larger run), as do runs under :data:`RECORDS_PARALLEL_MIN`."""
     n, size = records.shape
     if not 0 <= scale_at <= size - 2 or not 0 <= codes_at <= size - 16:
@@ -923,9 +924,9 @@ def nibble_records(records: np.ndarray, scale_at: int, codes_at: int, codes: np.
         return RECORD_EXACT
     kernel = _nibble_records.variant(RECORD_BYTES=int(size), SCALE_AT=int(scale_at), CODES_AT=int(codes_at))
     units = min(n, ROW_UNITS) if parallel and n >= RECORDS_PARALLEL_MIN else 1
-    found = np.zeros(max(1, jit.threads()) if units > 1 else 1, np.int64)
+    found = np.zeros((max(1, jit.threads()) if units > 1 else 1) if classify else 0, np.int64)
     jit.run_parallel(kernel, units, records.reshape(-1), codes, scales, found, count=None if units > 1 else 1)
-    return int(found.max())
+    return int(found.max()) if classify else RECORD_EXACT
 
 
 def _rows_own_bytes(padded: int, bits: int) -> bool:

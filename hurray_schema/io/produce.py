@@ -33,8 +33,8 @@ from ..rules.descriptor import first_error
 from ..structs.element_types import element_type_info, element_type_of
 from .tensor import DEFAULT_BUFFER_ALIGNMENT, Composite, ProducedBuffer, ProducedTensor, Tensor
 
-__all__ = ["quantize", "per_block_from_codes", "per_block_from_packed", "per_block_produced", "sparse_coo", "sparse_csr", "sparse_csc",
-           "from_scipy", "partition", "overlay", "group", "spqr", "SCHEME_NAMES"]
+__all__ = ["quantize", "per_block_from_codes", "per_block_from_packed", "per_block_produced", "sparse_coo",
+           "sparse_csr", "sparse_csc", "from_scipy", "partition", "overlay", "group", "spqr", "SCHEME_NAMES"]
 
 SCHEME_NAMES = {
     "per_tensor": QuantScheme.PER_TENSOR_AFFINE,
