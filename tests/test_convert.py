@@ -460,6 +460,140 @@ def test_zero_scale_over_zeros_of_both_signs_needs_dequantize(tmp_path):
     assert_bits_equal(hs.load(dst)["mixed"], gguf_reference(src)["mixed"])
 
 
+def q4_block(d_bits: int, nibbles) -> np.ndarray:
+    """A ``block_q4_0`` of float16 bits ``d_bits`` and 32 nibbles in value order (GGUF's halves)."""
+    nibbles = np.asarray(nibbles, np.uint8)
+    return np.concatenate([np.array([d_bits], "<u2").view(np.uint8), nibbles[:16] | (nibbles[16:] << 4)])
+
+
+Q4_SCALE_CLASSES = {
+    "+0 over codes >= 0": (0x0000, [8] * 31 + [15]),  # all +0
+    "+0 over codes < 0": (0x0000, list(range(8)) * 4),  # all -0
+    "-0 over codes >= 0": (0x8000, [8] * 32),  # all -0 (gguf's all-zero block)
+    "-0 over codes < 0": (0x8000, [0] * 32),  # all +0
+    "smallest subnormal": (0x0001, range(32)),
+    "negative subnormal": (0x8003, range(32)),
+    "largest subnormal": (0x03FF, range(32)),
+    "smallest normal": (0x0400, range(32)),
+    "largest normal": (0x7BFF, range(32)),
+    "negative normal": (0xBC00, range(32)),
+}
+"""Q4_0 blocks covering every class of scale with an exact form (the two zero forms of each sign)."""
+
+
+def test_q4_0_every_scale_class_decodes_bit_exact(tmp_path, monkeypatch):
+    """The kernel of Q4_0's short way against gguf-py: every kind of scale, scattered among random
+    blocks over many rows of several blocks (the classifying pass made parallel at this size)."""
+    from hurray_schema.evaluate import quantize as kernels
+
+    monkeypatch.setattr(kernels, "RECORDS_PARALLEL_MIN", 256)
+    rng = np.random.default_rng(14)
+    blocks = random_blocks("Q4_0", 128, 16, rng).reshape(-1, 18)
+    special = np.stack([q4_block(d, codes) for d, codes in Q4_SCALE_CLASSES.values()])
+    where = rng.choice(len(blocks), (5, len(special)), replace=False)
+    for row in where:
+        blocks[row] = special
+    src, dst = tmp_path / "in.gguf", tmp_path / "out.hrry"
+    write_gguf(src, [("w", blocks.reshape(128, 16 * 18), T.Q4_0), ("one", special[2], T.Q4_0)])
+    report = hs.convert(src, dst)
+    reference = gguf_reference(src)
+    got = hs.load(dst)
+    for name in ("w", "one"):
+        assert_bits_equal(got[name], reference[name], name)
+    signs = np.signbit(reference["w"].reshape(-1, 32)[where[0, :4]])
+    assert signs.tolist() == [[False] * 32, [True] * 32, [True] * 32, [False] * 32]
+    with hs.read_file(dst) as f:
+        scales = np.frombuffer(f.tensor("w").buffers[1], "<f4")
+    assert scales[where[0, :4]].tolist() == [1.0, -1.0, -1.0, 1.0]  # zero scales made +-1 of the values' sign
+    assert {row.type_out for row in report.tensors} == {"int4 per_block_affine"}
+    assert_clean_audit(dst)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # gguf-py's inf * 0
+@pytest.mark.parametrize("d_bits, nibbles, problem", [
+    (0x0000, range(32), "both signs"),  # +0 over codes -8..7: -0 and +0
+    (0x8000, [7] + [8] * 31, "both signs"),
+    (0x7C00, range(32), "infinite or NaN"),
+    (0xFE01, range(32), "infinite or NaN"),
+])
+def test_q4_0_scale_without_exact_form_needs_dequantize(tmp_path, d_bits, nibbles, problem):
+    rng = np.random.default_rng(15)
+    blocks = random_blocks("Q4_0", 64, 32, rng).reshape(-1, 18)
+    blocks[1000] = q4_block(d_bits, nibbles)
+    src, dst = tmp_path / "in.gguf", tmp_path / "out.hrry"
+    write_gguf(src, [("w", blocks.reshape(64, 32 * 18), T.Q4_0)])
+    with pytest.raises(hs.NoExactForm, match=f"'w' is Q4_0: .*{problem}"):
+        hs.convert(src, dst)
+    assert not dst.exists()
+    reference = gguf_reference(src)["w"]
+    hs.convert(src, dst, dequantize=True)
+    assert_bits_equal(hs.load(dst)["w"], reference)
+
+
+def test_nibble_records_kernel_against_numpy(monkeypatch):
+    """The kernel alone, by pieces and in parallel, against NumPy's own float16 widening and nibble
+    arithmetic; its classification of every record kind."""
+    from hurray_schema.evaluate import quantize as kernels
+
+    monkeypatch.setattr(kernels, "RECORDS_PARALLEL_MIN", 256)  # parallel at this size
+
+    rng = np.random.default_rng(16)
+    records = rng.integers(0, 256, (5000, 20), dtype=np.uint8)  # nibbles at 1, d at 18: another layout
+    d = rng.integers(0, 1 << 16, 5000, dtype=np.uint16)
+    d[(d & 0x7C00) == 0x7C00] &= np.uint16(0xBFFF)  # finite ...
+    d[(d & 0x7FFF) == 0] = 1  # ... and non-zero
+    records[:, 18:20] = d.view(np.uint8).reshape(-1, 2)
+    nibbles = np.concatenate([records[:, 1:17] & 15, records[:, 1:17] >> 4], axis=1)
+    codes = (nibbles.astype(np.int8) - 8).view(np.uint8) & 15
+    expected_codes = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    expected_scales = d.view(np.float16).astype(np.float32)
+    assert kernels.nibble_records(records, 18, 1) == kernels.RECORD_EXACT
+    whole_codes, whole_scales = np.empty((5000, 16), np.uint8), np.empty(5000, np.float32)
+    assert kernels.nibble_records(records, 18, 1, whole_codes, whole_scales) == kernels.RECORD_EXACT
+    assert np.array_equal(whole_codes, expected_codes) and np.array_equal(bits(whole_scales), bits(expected_scales))
+    piece_codes, piece_scales = np.empty((5000, 16), np.uint8), np.empty(5000, np.float32)
+    for first in range(0, 5000, 777):
+        kernels.nibble_records(records[first:first + 777], 18, 1, piece_codes[first:first + 777],
+                               piece_scales[first:first + 777], parallel=False)
+    assert np.array_equal(piece_codes, expected_codes) and np.array_equal(bits(piece_scales), bits(expected_scales))
+    for d_bits, low, worst in [(0x0000, 0x88, kernels.RECORD_ZERO_SCALE), (0x8000, 0x00, kernels.RECORD_ZERO_SCALE),
+                               (0x0000, 0x80, kernels.RECORD_ZERO_BOTH_SIGNS),
+                               (0xFC00, 0x88, kernels.RECORD_NOT_FINITE)]:
+        odd = records.copy()
+        odd[4321, 18:20] = np.array([d_bits], "<u2").view(np.uint8)
+        odd[4321, 1:17] = low
+        assert kernels.nibble_records(odd, 18, 1) == worst
+        assert kernels.nibble_records(odd[:4000], 18, 1, parallel=False) == kernels.RECORD_EXACT
+        assert kernels.nibble_records(odd, 18, 1, piece_codes, classify=False) == kernels.RECORD_EXACT  # not looked at
+
+
+def test_produced_tensor_writes_the_bytes_it_materializes(tmp_path):
+    """A produced tensor is written piece by piece; taken whole it gives the same bytes; a producer that
+    gives fewer bytes than it declared fails the write, which then leaves nothing."""
+    from hurray_schema.io.produce import per_block_produced
+    from hurray_schema.io.tensor import ProducedBuffer
+
+    rng = np.random.default_rng(17)
+    data = rng.integers(0, 256, 4 * 64 // 2, dtype=np.uint8)
+    scales = rng.uniform(0.5, 2, 4 * 2).astype("<f4").view(np.uint8)
+
+    def pieces_of(array, size):
+        return lambda: (array[i:i + size] for i in range(0, len(array), size))
+
+    made = per_block_produced(ProducedBuffer(len(data), pieces_of(data, 7)),
+                              ProducedBuffer(len(scales), pieces_of(scales, 8)), (4, 64), "int4", 32)
+    plain = hs.per_block_from_packed(data, scales.view("<f4"), (4, 64), "int4", 32)
+    assert made.stored_nbytes == plain.stored_nbytes and made.same_content(plain)
+    hs.write_file(tmp_path / "made.hrry", {"t": made})
+    hs.write_file(tmp_path / "plain.hrry", {"t": plain})
+    assert (tmp_path / "made.hrry").read_bytes() == (tmp_path / "plain.hrry").read_bytes()
+    short = per_block_produced(ProducedBuffer(len(data), pieces_of(data[:-1], 7)),
+                               ProducedBuffer(len(scales), pieces_of(scales, 8)), (4, 64), "int4", 32)
+    with pytest.raises(HurraySchemaError, match="declared"):
+        hs.write_file(tmp_path / "short.hrry", {"t": short})
+    assert not (tmp_path / "short.hrry").exists()
+
+
 @pytest.mark.parametrize("kind", ["Q4_1", "Q5_1"])
 def test_offset_types_are_refused_unless_dequantized(tmp_path, kind):
     values = np.random.default_rng(8).standard_normal((2, 64)).astype(np.float32)

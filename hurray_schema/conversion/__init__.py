@@ -13,8 +13,9 @@ writes safetensors; it returns a :class:`ConvertReport` with a row per tensor.
   their members' names (as :func:`hurray_schema.load` names them).
 
 Each tensor is converted on its own; converted buffers beyond ``memory`` bytes wait in a
-temporary file beside the output rather than in memory, and input bytes stored as they are
-stay in the input's memory map.  The output replaces ``dst`` only once complete (a Hurray
+temporary file beside the output rather than in memory, input bytes stored as they are
+stay in the input's memory map, and GGUF Q4_0 tensors are re-packed from that map while
+the output is written (:class:`~hurray_schema.io.tensor.ProducedTensor`).  The output replaces ``dst`` only once complete (a Hurray
 file after every descriptor passed the strict rules, :func:`hurray_schema.write_file`).
 
 The ``safetensors`` and ``gguf`` packages are imported only when a file of theirs is read

@@ -19,10 +19,13 @@ compare against bit for bit.
 
 from __future__ import annotations
 
+import sys
+import threading
 from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
+from ..io.tensor import ProducedBuffer
 from ..model import ElementType
 
 __all__ = ["BlockMapping", "BLOCK_MAPPINGS", "OFFSET_TYPES", "SUPER_BLOCK"]
@@ -41,12 +44,18 @@ class BlockMapping(NamedTuple):
     ``pack``, where given, is the short way for the common case: ``(data, scales)`` with ``data``
     the Hurray data buffer's bytes of the blocks (``(blocks, bytes)``, codes packed LSB-first)
     made straight from GGUF's bytes; it is used when every scale is finite and non-zero, and must
-    give the bytes ``unpack``'s codes pack to."""
+    give the bytes ``unpack``'s codes pack to.
+
+    ``produce``, where given, is the short way made while the output is written: ``(data, scales)``
+    as :class:`~hurray_schema.io.tensor.ProducedBuffer` s (the same bytes as ``pack``'s, zero scales
+    settled as :func:`.gguf_format.settle_zero_scales` does), or None when some block has no exact
+    form (``unpack``'s way then says which)."""
 
     sub_block: int  # Hurray's block_size: values sharing one scale
     storage: ElementType  # smallest signed storage holding every code
     unpack: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
     pack: Optional[Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]] = None
+    produce: Optional[Callable[[np.ndarray], Optional[tuple[ProducedBuffer, ProducedBuffer]]]] = None
 
 
 def _f16(blocks: np.ndarray, start: int) -> np.ndarray:
@@ -66,10 +75,14 @@ def _q8_0(blocks):
     return blocks[:, 2:34].view(np.int8), _f16(blocks, 0)
 
 
+Q4_0_D, Q4_0_QS = 0, 2
+"""``block_q4_0``: byte offsets of d (f16) and of its 16 bytes of nibbles."""
+
+
 def _q4_0(blocks):
     """``block_q4_0``: d (f16), 16 bytes; value j < 16 is the low nibble of byte j, j >= 16 the high
     nibble of byte j - 16; code = nibble - 8."""
-    return _nibbles(blocks[:, 2:18]).astype(np.int8) - np.int8(8), _f16(blocks, 0)
+    return _nibbles(blocks[:, Q4_0_QS:Q4_0_QS + 16]).astype(np.int8) - np.int8(8), _f16(blocks, Q4_0_D)
 
 
 def _q8_0_packed(blocks):
@@ -78,12 +91,102 @@ def _q8_0_packed(blocks):
 
 
 def _q4_0_packed(blocks):
-    """Q4_0's nibbles re-paired (a kernel of the evaluator's quantizers): Hurray's byte k holds values 2k
-    (low) and 2k + 1 (high); values 0-15 are the low nibbles of GGUF's 16 bytes, 16-31 the high ones;
-    ``nibble - 8`` in 4-bit two's complement is ``nibble ^ 8``."""
-    from ..evaluate.quantize import halves_to_pairs
+    """Q4_0's nibbles re-paired and its scales widened by one kernel of the evaluator's quantizers
+    (:func:`~hurray_schema.evaluate.quantize.nibble_records`): Hurray's byte k holds values 2k (low) and
+    2k + 1 (high); values 0-15 are the low nibbles of GGUF's 16 bytes, 16-31 the high ones; ``nibble - 8``
+    in 4-bit two's complement is ``nibble ^ 8``."""
+    from ..evaluate.quantize import nibble_records
 
-    return halves_to_pairs(blocks, 2, 16, 0x88), _f16(blocks, 0)
+    blocks = np.ascontiguousarray(blocks)
+    data = np.empty((blocks.shape[0], 16), np.uint8)
+    scales = np.empty((blocks.shape[0], 1), np.float32)
+    nibble_records(blocks, Q4_0_D, Q4_0_QS, data, scales)
+    return data, scales
+
+
+PIECE_BLOCKS = 1 << 16
+"""Blocks per piece of a produced buffer: 1 MiB of Q4_0 codes, made into memory that stays in the cache
+until the file's write takes it."""
+
+_SPARE: list = []
+"""Memory of finished productions (pieces, a tensor's scales), for the next ones: re-used memory costs no
+page faults, which fresh memory does on every page."""
+
+
+_SPARE_LOCK = threading.Lock()
+
+
+def _borrow(nbytes: int) -> np.ndarray:
+    """``nbytes`` of spare memory (uint8), or new memory."""
+    with _SPARE_LOCK:
+        for i, spare in enumerate(_SPARE):
+            if spare.size >= nbytes:
+                return _SPARE.pop(i)[:nbytes]
+    return np.empty(nbytes, np.uint8)
+
+
+def _give_back(memory: np.ndarray) -> None:
+    base = memory.base if isinstance(memory.base, np.ndarray) else memory
+    with _SPARE_LOCK:
+        _SPARE.append(base)
+        if len(_SPARE) > 4:  # keep the largest few
+            _SPARE.pop(min(range(len(_SPARE)), key=lambda i: _SPARE[i].size))
+
+
+def _q4_0_produced(blocks):
+    """Q4_0 the short way, made while the file is written (:class:`BlockMapping`'s ``produce``).
+
+    One pass over the blocks first classifies their scales (any with no exact form: None).  The data
+    buffer is then made :data:`PIECE_BLOCKS` blocks at a time by :func:`_q4_0_packed`'s kernel, each
+    piece written before the next is made, filling the tensor's scales in the same pass; the scales
+    buffer, written next, hands those over (or, taken first or alone, makes them itself).  (Making the
+    next piece on a helper thread while the current one was written measured slower on the shared
+    two-core machine: the threads wait on each other for the GIL.)  The kernel reads the records in the
+    host's byte order: on a big-endian host, None."""
+    from ..evaluate.quantize import RECORD_ZERO_SCALE, nibble_records
+
+    blocks = np.ascontiguousarray(blocks)
+    if sys.byteorder != "little" or nibble_records(blocks, Q4_0_D, Q4_0_QS) > RECORD_ZERO_SCALE:
+        return None
+    count = blocks.shape[0]
+    made_scales: list = []  # the scales the last pass over the data made, until the scales buffer takes them
+
+    def data_pieces():
+        piece, scales = _borrow(16 * PIECE_BLOCKS), _borrow(4 * count)
+        try:
+            for first in range(0, count, PIECE_BLOCKS):
+                stop = min(count, first + PIECE_BLOCKS)
+                out = piece[:16 * (stop - first)]
+                nibble_records(blocks[first:stop], Q4_0_D, Q4_0_QS, out, scales[4 * first:4 * stop],
+                               parallel=False, classify=False)
+                yield out
+        except BaseException:
+            _give_back(scales)
+            raise
+        finally:
+            _give_back(piece)
+        made_scales[:] = [scales]
+
+    def scale_pieces():
+        if made_scales:
+            scales = made_scales.pop()
+            try:
+                yield scales
+            finally:
+                _give_back(scales)
+            return
+        piece = _borrow(4 * PIECE_BLOCKS)
+        try:
+            for first in range(0, count, PIECE_BLOCKS):
+                stop = min(count, first + PIECE_BLOCKS)
+                out = piece[:4 * (stop - first)]
+                nibble_records(blocks[first:stop], Q4_0_D, Q4_0_QS, scales=out, parallel=False,
+                               classify=False)
+                yield out
+        finally:
+            _give_back(piece)
+
+    return ProducedBuffer(16 * count, data_pieces), ProducedBuffer(4 * count, scale_pieces)
 
 
 def _q5_0(blocks):
@@ -328,7 +431,7 @@ def _iq1_m(blocks):
 
 BLOCK_MAPPINGS: dict[str, BlockMapping] = {
     "Q8_0": BlockMapping(32, ElementType.INT8, _q8_0, _q8_0_packed),
-    "Q4_0": BlockMapping(32, ElementType.INT4, _q4_0, _q4_0_packed),
+    "Q4_0": BlockMapping(32, ElementType.INT4, _q4_0, _q4_0_packed, _q4_0_produced),
     "Q5_0": BlockMapping(32, ElementType.INT8, _q5_0),
     "Q6_K": BlockMapping(16, ElementType.INT8, _q6_k),
     "Q3_K": BlockMapping(16, ElementType.INT4, _q3_k),

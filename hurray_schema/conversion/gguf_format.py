@@ -111,14 +111,16 @@ def _source_tensor(gguf, tensor) -> SourceTensor:
 
         if kind in DENSE_TYPES:
             return Tensor.dense(DENSE_TYPES[kind], shape, memoryview(np.ascontiguousarray(data)).cast("B")), True
-        return _per_block(gguf, tensor, kind, shape), False
+        return _per_block(gguf, tensor, kind, shape)
 
     is_float = kind in ("F32", "F16", "BF16")
     return SourceTensor(tensor.name, kind, int(tensor.n_bytes), shape, build, values, is_float)
 
 
 def _per_block(gguf, tensor, kind: str, shape):
-    from ..io.produce import per_block_from_codes, per_block_from_packed
+    """(the per-block affine tensor of a GGUF block type, whether its buffers are made from the input's
+    map as the file is written)."""
+    from ..io.produce import per_block_from_codes, per_block_from_packed, per_block_produced
 
     mapping = BLOCK_MAPPINGS.get(kind)
     if mapping is None:
@@ -128,10 +130,14 @@ def _per_block(gguf, tensor, kind: str, shape):
     _, type_size = gguf.constants.GGML_QUANT_SIZES[tensor.tensor_type]
     blocks = np.asarray(tensor.data).reshape(-1, type_size)
     sub = mapping.sub_block
-    if mapping.pack is not None:
+    if mapping.produce is not None:
+        made = mapping.produce(blocks)
+        if made is not None:
+            return per_block_produced(*made, shape, mapping.storage, sub), True
+    elif mapping.pack is not None:
         data, scales = mapping.pack(blocks)
         if np.all(np.isfinite(scales)) and np.all(scales != 0):
-            return per_block_from_packed(data.reshape(-1), scales, shape, mapping.storage, sub)
+            return per_block_from_packed(data.reshape(-1), scales, shape, mapping.storage, sub), False
     codes, scales = mapping.unpack(blocks)
     codes = np.ascontiguousarray(codes).reshape(scales.shape[0], scales.shape[1], sub)
     if not codes.flags.writeable:  # a view of the file's map
@@ -140,7 +146,7 @@ def _per_block(gguf, tensor, kind: str, shape):
     problem = settle_zero_scales(codes, scales)
     if problem is not None:
         raise NoExactForm(f"tensor {tensor.name!r} is {kind}: {problem}")
-    return per_block_from_codes(codes.reshape(shape), scales, mapping.storage, sub)
+    return per_block_from_codes(codes.reshape(shape), scales, mapping.storage, sub), False
 
 
 def settle_zero_scales(codes: np.ndarray, scales: np.ndarray) -> Optional[str]:

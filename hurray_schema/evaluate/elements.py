@@ -204,6 +204,12 @@ def _f32_to_f16_hw_not_nan(x):
     return _f32_to_f16_hw(np.float32(x))
 
 
+@jit.helper(inline="always")
+def _f16_to_f32_hw_not_nan(h):
+    """Hardware conversion of float16 bits known not to be NaN (branch-free, vectorizable)."""
+    return _f16_to_f32_hw(np.uint16(h))
+
+
 def _with_f16c(hardware, software):
     return lambda: hardware if has_f16c() else software
 
@@ -212,6 +218,8 @@ f16_to_f32_fast = jit.choose(_with_f16c(_f16_to_f32_hw_path, f16_to_f32), _f16_t
 """float16 bits -> float32 value: in hardware where the host has F16C, else :func:`f16_to_f32`."""
 f32_to_f16_fast = jit.choose(_with_f16c(_f32_to_f16_hw_path, f32_to_f16), _f32_to_f16_hw_path.py_func)
 """float32 value -> float16 bits: in hardware where the host has F16C, else :func:`f32_to_f16`."""
+f16_to_f32_not_nan = jit.choose(_with_f16c(_f16_to_f32_hw_not_nan, f16_to_f32), _f16_to_f32_hw_not_nan.py_func)
+"""float16 bits known not to be NaN -> float32 value, branch-free where the host has F16C."""
 f32_to_f16_not_nan = jit.choose(_with_f16c(_f32_to_f16_hw_not_nan, f32_to_f16), _f32_to_f16_hw_not_nan.py_func)
 """float32 value known not to be NaN -> float16 bits, branch-free where the host has F16C."""
 

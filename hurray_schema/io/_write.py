@@ -42,7 +42,7 @@ from ..limits import DEFAULT_LIMITS, HARD_MAXIMUM
 from ..model import TensorDescriptor
 from ..rules.composite import validate_preorder
 from ..rules.descriptor import first_error
-from .tensor import Composite, Item, Tensor
+from .tensor import Composite, Item, ProducedBuffer, ProducedTensor, Tensor
 
 __all__ = ["EncodedNode", "Sink", "as_item", "checked_buffers", "encode_nodes", "check_nodes", "decoded",
            "replacing", "WRITER_LIMITS"]
@@ -77,7 +77,10 @@ class Sink:
 
     def write(self, data) -> None:
         if self.f is not None:
-            self.f.write(data)
+            if isinstance(data, ProducedBuffer):
+                data.write_to(self.f.write)  # piece by piece, each written while in the cache
+            else:
+                self.f.write(data)
         self.pos += len(data)
 
     def pad(self, alignment: int) -> None:
@@ -99,26 +102,39 @@ def as_item(value) -> Item:
     return Tensor.from_numpy(np.asarray(value))
 
 
-def checked_buffers(node: Item) -> tuple:
+def checked_buffers(node: Item, produced: bool = False) -> tuple:
     """The buffers of ``node`` once each matches its buffer handle's ``byte_size`` (a
-    composite head has none); :class:`EncodeError` otherwise."""
+    composite head has none); :class:`EncodeError` otherwise.  With ``produced``, a
+    :class:`~.tensor.ProducedTensor` gives its :class:`~.tensor.ProducedBuffer` s (for a
+    :class:`Sink` to write piece by piece), not its buffers made whole."""
+    buffers = _buffers(node, produced)
     if isinstance(node, Composite):
         return ()
     handles = node.descriptor.buffers
-    if len(handles) != len(node.buffers):
+    if len(handles) != len(buffers):
         raise EncodeError(
-            f"{node!r}: the descriptor lists {len(handles)} buffers, {len(node.buffers)} were given")
-    for i, (handle, data) in enumerate(zip(handles, node.buffers)):
+            f"{node!r}: the descriptor lists {len(handles)} buffers, {len(buffers)} were given")
+    for i, (handle, data) in enumerate(zip(handles, buffers)):
         if len(data) != handle.byte_size:
             raise EncodeError(f"{node!r}: buffer {i} holds {len(data)} bytes, its handle says {handle.byte_size}")
+    return buffers
+
+
+def _buffers(node: Item, produced: bool) -> tuple:
+    if isinstance(node, Composite):
+        return ()
+    if produced and isinstance(node, ProducedTensor):
+        return node.produced
     return node.buffers
 
 
-def encode_nodes(nodes: Iterable[tuple[Optional[str], Item]], validate: bool = True) -> Iterator[EncodedNode]:
-    """Each ``(name, node)`` encoded; ``validate=False`` takes the buffers as given."""
+def encode_nodes(nodes: Iterable[tuple[Optional[str], Item]], validate: bool = True, *,
+                 produced: bool = False) -> Iterator[EncodedNode]:
+    """Each ``(name, node)`` encoded; ``validate=False`` takes the buffers as given; ``produced``:
+    see :func:`checked_buffers`."""
     for name, node in nodes:
         descriptor = encode_descriptor(node.descriptor)
-        buffers = checked_buffers(node) if validate else (() if isinstance(node, Composite) else node.buffers)
+        buffers = checked_buffers(node, produced) if validate else _buffers(node, produced)
         yield EncodedNode(name, node, descriptor, buffers)
 
 

@@ -548,7 +548,8 @@ def write_file(path, items: Union[Mapping[str, Item], Iterable[Item]], *, kv: Op
     Nothing is lost: the file is written to a temporary file beside ``path``, flushed,
     fsynced and renamed over ``path``; on any error the previous file is untouched and
     the temporary file is removed.  Tensors read from ``path`` itself (memory-mapped) may
-    be written back to it.
+    be written back to it.  A :class:`~hurray_schema.io.tensor.ProducedTensor`'s buffers are
+    made as they are written, piece by piece.
 
     Nothing invalid is written: before the first byte, every descriptor must decode and
     pass the strict reader's rules and every composite ``layouts/composite.md
@@ -573,7 +574,7 @@ def write_file(path, items: Union[Mapping[str, Item], Iterable[Item]], *, kv: Op
         flags |= FileFlag.HAS_KV_METADATA
     if sorted_index:
         flags |= FileFlag.SORTED_INDEX
-    encoded = list(encode_nodes(nodes, validate))
+    encoded = list(encode_nodes(nodes, validate, produced=True))
     layout = (encoded, flags, a, pad_after_composite_head, kv_bytes, sorted_index)
     if validate:
         placed = {e.name: e.descriptor_offset for e in _write_body(Sink(), *layout)}

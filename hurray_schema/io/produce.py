@@ -31,10 +31,10 @@ from ..model import (NO_BUFFER_INDEX, BufferHandle, CombineOp, CooLayout, CscLay
                      Shard, TensorDescriptor)
 from ..rules.descriptor import first_error
 from ..structs.element_types import element_type_info, element_type_of
-from .tensor import DEFAULT_BUFFER_ALIGNMENT, Composite, Tensor
+from .tensor import DEFAULT_BUFFER_ALIGNMENT, Composite, ProducedBuffer, ProducedTensor, Tensor
 
-__all__ = ["quantize", "per_block_from_codes", "per_block_from_packed", "sparse_coo", "sparse_csr", "sparse_csc",
-           "from_scipy", "partition", "overlay", "group", "spqr", "SCHEME_NAMES"]
+__all__ = ["quantize", "per_block_from_codes", "per_block_from_packed", "per_block_produced", "sparse_coo",
+           "sparse_csr", "sparse_csc", "from_scipy", "partition", "overlay", "group", "spqr", "SCHEME_NAMES"]
 
 SCHEME_NAMES = {
     "per_tensor": QuantScheme.PER_TENSOR_AFFINE,
@@ -345,6 +345,31 @@ def per_block_from_packed(data, scales, shape: Sequence[int], storage="int8", bl
     (``shape``'s elements in row-major order, the block axis last, ``8 // bits`` to a byte the first
     in the lowest bits), ``scales`` one finite non-zero float32 per block.  Every code a storage
     type's bits can hold is in its range, so nothing but the sizes is checked here."""
+    raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    scale_values = np.ascontiguousarray(scales, np.float32).reshape(-1)
+    desc = _per_block_packed(storage, shape, block_size, raw.size, scale_values.size)
+    if scale_values.size and not (np.all(np.isfinite(scale_values)) and np.all(scale_values != 0)):
+        raise HurraySchemaError("every per-block scale must be finite and non-zero")
+    return Tensor(desc, [raw, _le(scale_values, np.float32)], name=name)
+
+
+def per_block_produced(data, scales, shape: Sequence[int], storage="int8", block_size: int = 32, *,
+                       name: Optional[str] = None) -> ProducedTensor:
+    """:func:`per_block_from_packed` whose buffers are made while the file is written
+    (:class:`~.tensor.ProducedBuffer` s: ``data`` the packed codes, ``scales`` the little-endian float32
+    scales).  Their bytes are not seen here: the producer answers for every scale being finite and
+    non-zero (``quantization/per-block-affine.md § Validity Constraints``); only the sizes are checked."""
+    if not (isinstance(data, ProducedBuffer) and isinstance(scales, ProducedBuffer)):
+        raise HurraySchemaError("per_block_produced takes ProducedBuffers; arrays go to per_block_from_packed")
+    if scales.size % 4:
+        raise HurraySchemaError(f"{scales.size} scale bytes are not whole float32 scales")
+    desc = _per_block_packed(storage, shape, block_size, data.size, scales.size // 4)
+    return ProducedTensor.over(desc, (data, scales), name=name)
+
+
+def _per_block_packed(storage, shape: Sequence[int], block_size: int, data_bytes: int, scale_count: int):
+    """The descriptor of symmetric per-block affine codes packed in ``data_bytes`` with ``scale_count``
+    float32 scales, once the sizes agree with ``shape`` and ``block_size``."""
     storage = _element_type(storage)
     if storage not in _PACKED_INTEGERS:
         raise HurraySchemaError("per-block codes are int8, int4 or int2")
@@ -354,21 +379,16 @@ def per_block_from_packed(data, scales, shape: Sequence[int], storage="int8", bl
         raise HurraySchemaError(f"the last axis of {shape} is not a multiple of block_size {block}")
     info = element_type_info(storage)
     count = math.prod(shape)
-    raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-    if raw.size != info.buffer_bytes(count):
-        raise HurraySchemaError(f"{raw.size} data bytes given, {count} {storage.name.lower()} codes need "
+    if data_bytes != info.buffer_bytes(count):
+        raise HurraySchemaError(f"{data_bytes} data bytes given, {count} {storage.name.lower()} codes need "
                                 f"{info.buffer_bytes(count)}")
-    scale_values = np.ascontiguousarray(scales, np.float32).reshape(-1)
     nblocks = count // block
-    if scale_values.size != nblocks:
-        raise HurraySchemaError(f"{scale_values.size} scales given, the codes have {nblocks} blocks")
-    if scale_values.size and not (np.all(np.isfinite(scale_values)) and np.all(scale_values != 0)):
-        raise HurraySchemaError("every per-block scale must be finite and non-zero")
+    if scale_count != nblocks:
+        raise HurraySchemaError(f"{scale_count} scales given, the codes have {nblocks} blocks")
     q = PerBlockAffine(axis=len(shape) - 1, block_size=block, scale_buffer_index=1,
                        zero_point_buffer_index=NO_BUFFER_INDEX, flags=QuantFlag.SYMMETRIC,
                        scale_type_tag=ElementType.FLOAT32)
-    desc = _descriptor(storage, shape, raw.size, (scale_values.nbytes,), q, None)
-    return Tensor(desc, [raw, _le(scale_values, np.float32)], name=name)
+    return _descriptor(storage, shape, data_bytes, (scale_count * 4,), q, None)
 
 
 def _packed(codes: np.ndarray, bits: int) -> np.ndarray:
