@@ -564,20 +564,13 @@ def _optimized_once(entry: str):
     calls) is optimized and turned into machine code: the helpers' own libraries are kept as IR to be
     linked in.  numba would run LLVM's full pipeline and code generation on each helper, then again on
     each caller it is linked into -- once per level of calls -- for machine code that is thrown away.
-    The entry's helpers are made internal to its module first (:func:`_internalize_helpers`).  Nor are
-    a helper's functions given LLVM's function passes as its IR is added (numba builds a pass manager per
-    function for them): the entry's module pipeline runs them on everything linked in."""
+    The entry's helpers are made internal to its module first (:func:`_internalize_helpers`).  (A helper's
+    IR still gets LLVM's function passes as it is added: without them the entry's module pipeline makes
+    other machine code, about a tenth fewer instructions in a quantize kernel, of no known speed.)"""
     from numba.core import codegen
 
     library, jit_codegen = codegen.CPUCodeLibrary, codegen.JITCPUCodegen
     optimize, finalize, set_env = library._optimize_final_module, library._finalize_final_module, jit_codegen.set_env
-    optimize_functions = library._optimize_functions
-
-    def optimize_entry_functions_only(self, module):
-        if self.name == entry:
-            optimize_functions(self, module)
-        else:
-            module.data_layout = self._codegen._data_layout
 
     def optimize_entry_only(self):
         if self.name == entry:
@@ -595,13 +588,11 @@ def _optimized_once(entry: str):
             set_env(self, env_name, env)
 
     library._optimize_final_module, library._finalize_final_module = optimize_entry_only, finalize_entry_only
-    library._optimize_functions = optimize_entry_functions_only
     jit_codegen.set_env = set_env_if_compiled
     try:
         yield
     finally:
         library._optimize_final_module, library._finalize_final_module = optimize, finalize
-        library._optimize_functions = optimize_functions
         jit_codegen.set_env = set_env
 
 
