@@ -280,3 +280,22 @@ def test_numpy_stand_in_decodes_the_kernels_bits(scheme, options, target):
     w[1, ::3] = 1e-8
     tensor = hs.quantize(w, scheme, **options)
     assert _decoded_bits(tensor, target, False) == _decoded_bits(tensor, target, True)
+
+
+@pytest.mark.parametrize("shape, scheme, options", [
+    ((100,), "per_tensor", {"storage": "int8"}), ((100,), "per_block", {"storage": "int4", "block_size": 16}),
+    ((3, 5, 40), "per_channel", {"storage": "int8", "axis": 1}),
+    ((3, 5, 40), "per_block", {"storage": "int4", "axis": 1, "block_size": 4}),
+    ((3, 5, 40), "per_block", {"storage": "uint2", "axis": 2, "block_size": 16}),
+    ((3, 5, 40), "nf4", {"axis": 2, "block_size": 8}), ((2, 3, 64), "mxfp", {"storage": "float4_e2m1"}),
+    ((16, 3, 8), "per_block", {"storage": "int8", "axis": 0, "block_size": 8}),
+])
+def test_numpy_stand_in_decodes_the_kernels_bits_at_other_ranks(shape, scheme, options):
+    """The NumPy stand-in against the kernels on 1-D and 3-D tensors: blocks and channels along a middle
+    axis, the first axis, the last."""
+    import hurray_schema as hs
+
+    w = np.random.default_rng(12).standard_normal(shape).astype(np.float32) * 2
+    tensor = hs.quantize(w, scheme, **options)
+    for target in (E.FLOAT32, E.FLOAT16):
+        assert _decoded_bits(tensor, target, False) == _decoded_bits(tensor, target, True)

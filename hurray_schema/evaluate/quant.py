@@ -425,21 +425,39 @@ def decode_rows_numpy(buf, base, shape, strides, p: QuantParams, axis: int, out_
     :func:`decode_rows_int4`), computed with NumPy: the same formula in the same types (``q - zero_point``
     wrapping in int32, its float32 times the float32 scale, or the scale times the table's float32
     value), then one rounding to float16 / bfloat16 by NumPy's and ml_dtypes' casts (to nearest even,
-    the kernels' rounding).  For a process whose kernel cache does not hold the kernel: a one-off decode."""
+    the kernels' rounding).  For a process whose kernel cache does not hold the kernel: a one-off decode.
+    Whole rows (last-axis runs) at a time, about :data:`NUMPY_DECODE_STEP` elements."""
     shape = tuple(int(n) for n in shape)
-    strides = np.asarray(strides, np.int64)
+    strides = [int(n) for n in strides]
+    cols = shape[-1]
+    rows = out.size // cols if cols else 0
     flat = out.reshape(-1)
-    for start in range(0, flat.size, NUMPY_DECODE_STEP):
-        stop = min(flat.size, start + NUMPY_DECODE_STEP)
-        coords = np.stack(np.unravel_index(np.arange(start, stop, dtype=np.int64), shape), axis=1)
-        codes = codes_at(buf, base, coords @ strides, p.bits)
-        values = _dequantized(codes, param_indices_at(_params_on(p, axis), shape, coords), p)
-        flat[start:stop] = _rounded(values, out_kind)
+    step = max(1, NUMPY_DECODE_STEP // max(cols, 1))
+    columns = np.arange(cols, dtype=np.int64)
+    for first in range(0, rows, step):
+        row = np.arange(first, min(rows, first + step), dtype=np.int64)
+        lead = np.unravel_index(row, shape[:-1]) if len(shape) > 1 else ()
+        start = sum((c * s for c, s in zip(lead, strides)), np.zeros(row.size, np.int64))
+        codes = codes_at(buf, base, start[:, None] + columns[None, :] * strides[-1], p.bits)
+        values = _dequantized(codes, _row_param_indices(p, axis, shape, row, lead, columns), p)
+        flat[first * cols:(first + row.size) * cols] = _rounded(values, out_kind).reshape(-1)
 
 
-def _params_on(p: QuantParams, axis: int) -> QuantParams:
-    """``p`` with its axis as the caller resolved it (a rank-0 tensor decodes as one element on axis 0)."""
-    return QuantParams(p.valmode, p.table, p.scales, p.zps, p.pk, axis, p.block, p.nb, p.bits, p.signed)
+def _row_param_indices(p: QuantParams, axis: int, shape, row, lead, columns) -> np.ndarray:
+    """Parameter index of each element of rows ``row`` (their leading coordinates ``lead``), broadcastable
+    to (rows, columns): ``quantization/per-block-affine.md § Block Layout``'s ``outer * nb + i // K``."""
+    last = len(shape) - 1
+    if p.pk == PK_TENSOR:
+        return np.zeros((1, 1), np.int64)
+    if p.pk == PK_CHANNEL:
+        return columns[None, :] if axis == last else lead[axis][:, None]
+    if axis == last:
+        return row[:, None] * p.nb + (columns // p.block)[None, :]
+    outer = np.zeros(row.size, np.int64)
+    for d in range(last):
+        if d != axis:
+            outer = outer * shape[d] + lead[d]
+    return (outer[:, None] * shape[last] + columns[None, :]) * p.nb + (lead[axis] // p.block)[:, None]
 
 
 def _dequantized(codes: np.ndarray, pi: np.ndarray, p: QuantParams) -> np.ndarray:
