@@ -33,6 +33,7 @@ from typing import Any, Iterable, Optional
 from .docs import presence, spec_type
 from .hexview import Node, annotate_descriptor, descriptor_extent, render_value
 from .io.kv import walk_kv
+from .io.source import merged_spans
 from .io.walk import (
     BUFFER, DATA, DATA_HEADER, DESCRIPTOR, ENTRY, ENTRY_START, FAULT, FILE_HEADER_PART, INDEX_PART, KV_PART,
     MESSAGE, MESSAGE_HEADER_PART, NAME, PAYLOAD, TABLE, TENSOR_DATA, TRAILER_PART, TRANSPORT, VALUE, Faults, Part,
@@ -387,14 +388,7 @@ _ROWS = {"file": _file_rows, "stream": _stream_rows, "messages": _message_rows, 
 
 def _merged(ranges: Iterable[tuple[int, int]], size: int) -> list[tuple[int, int]]:
     """``ranges`` clipped to ``[0, size)``, sorted and merged (touching ones joined)."""
-    clipped = sorted((max(0, s), min(size, e)) for s, e in ranges if min(size, e) > max(0, s))
-    merged: list[list[int]] = []
-    for start, end in clipped:
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return [(s, e) for s, e in merged]
+    return merged_spans((max(0, s), min(size, e)) for s, e in ranges if min(size, e) > max(0, s))
 
 
 def _finding_rows(findings: Iterable) -> list[dict]:

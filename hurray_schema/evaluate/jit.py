@@ -386,13 +386,18 @@ def host_has(feature: str) -> bool:
 
 
 @functools.cache
-def _cpuinfo_flags() -> Optional[frozenset]:
-    """The x86 feature flags of the first processor in ``/proc/cpuinfo``, or None."""
+def _first_cpu() -> tuple[str, ...]:
+    """The lines of ``/proc/cpuinfo`` that describe its first processor (none where there is no such file)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return None
-    for line in text.split("\n\n", 1)[0].splitlines():
+        return ()
+    return tuple(text.split("\n\n", 1)[0].splitlines())
+
+
+def _cpuinfo_flags() -> Optional[frozenset]:
+    """The x86 feature flags of the first processor in ``/proc/cpuinfo``, or None."""
+    for line in _first_cpu():
         name, _, value = line.partition(":")
         if name.strip() == "flags":
             return frozenset(value.split())
@@ -1006,12 +1011,7 @@ def _host_cpu() -> str:
     """The host CPU, as precisely as the machine code depends on it: its model and feature flags from
     ``/proc/cpuinfo`` (Linux; read in microseconds, where LLVM would be loaded only to name the CPU),
     else LLVM's name and features for it."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        text = ""
-    first = text.split("\n\n", 1)[0]
-    fields = [line for line in first.splitlines() if line.split(":", 1)[0].strip().lower() in _CPU_FIELDS]
+    fields = [line for line in _first_cpu() if line.split(":", 1)[0].strip().lower() in _CPU_FIELDS]
     if fields:
         return "\n".join(fields)
     import llvmlite.binding as llvm

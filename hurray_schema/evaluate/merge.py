@@ -94,7 +94,7 @@ def _add_dense_bits(acc, vals, mode):
 
 
 ADD_COMPILE_ELEMENTS = 1 << 24
-"""float16 / bfloat16 additions done by NumPy (:func:`_added_halves`) in a process before the kernels
+"""float16 / bfloat16 additions done by NumPy (:func:`_add_native`) in a process before the kernels
 (:func:`_add_dense_bits`, :func:`_scatter_add_bits`) are compiled, while the kernel cache does not hold
 them (:meth:`.jit.Kernel.worth_it`)."""
 
@@ -107,23 +107,13 @@ def _half_type(mode: int) -> np.dtype:
     return np.dtype(ml_dtypes.bfloat16)
 
 
-def _added_halves(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a + b`` on float16 / bfloat16 arrays as the kernels add them (:func:`.elements.f16_add`): NumPy's and
-    ml_dtypes' arithmetic rounds the float32 sum once; where ``b`` is NaN, ``b``'s NaN quieted."""
-    total = a + b
-    nan = b != b
-    if nan.any():
-        total[nan] = b[nan] + b[nan]
-    return total
-
-
 def _add_dense(acc: np.ndarray, vals: np.ndarray, mode: int) -> None:
     """``acc += vals`` on float16 / bfloat16 bits (uint16, C order)."""
     if _add_dense_bits.worth_it(acc.size, ADD_COMPILE_ELEMENTS):
         _add_dense_bits(acc, vals, mode)
         return
     half = _half_type(mode)
-    acc.view(half)[...] = _added_halves(acc.view(half), vals.view(half))
+    acc.view(half)[...] = _add_native(acc.view(half), vals.view(half))
 
 
 def _scatter_add(out: np.ndarray, lin: np.ndarray, vals: np.ndarray, mode: int) -> None:
@@ -133,14 +123,15 @@ def _scatter_add(out: np.ndarray, lin: np.ndarray, vals: np.ndarray, mode: int) 
         return
     half = _half_type(mode)
     target = out.view(half)
-    target[lin] = _added_halves(target[lin], vals.view(half))
+    target[lin] = _add_native(target[lin], vals.view(half))
 
 
 def _add_native(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a + b`` in the arrays' own type; where an operand is NaN the right one's NaN (quieted) is
-    kept -- made explicit, so that which payload survives does not depend on the hardware."""
+    kept -- made explicit, so that which payload survives does not depend on the hardware.  float16 and
+    ml_dtypes' bfloat16 round the float32 sum once, as the kernels' :func:`.elements.f16_add` does."""
     total = a + b
-    if total.dtype.kind in "fc":
+    if total.dtype.kind not in "biu":  # NumPy's floats and complexes, ml_dtypes' floats (kind "V")
         nan = b != b
         if nan.any():
             total[nan] = b[nan] + b[nan]

@@ -213,33 +213,21 @@ COO_COMPILE_ENTRIES = 1 << 22
 
 def _coo_linear_numpy(idx, rank, mshape, offset, hshape, check_sorted, lin) -> int:
     """What :func:`_coo_linear` returns and writes, with NumPy: the first fault in storage order wins (a
-    coordinate out of bounds at entry k, entries before it not sorted).  Row-major indices are formed
-    in uint64 (wrapping as the kernel's int64 does) and read as int64."""
+    coordinate out of bounds at entry k, entries before it not sorted).  Coordinates within the bounds
+    are read as int64 in place."""
     coords = idx.reshape(-1, rank)
-    columns = [coords[:, d] for d in range(rank)]
-    outside = columns[0] >= np.uint64(mshape[0])
+    outside = coords[:, 0] >= np.uint64(mshape[0])
     for d in range(1, rank):
-        outside |= columns[d] >= np.uint64(mshape[d])
+        outside |= coords[:, d] >= np.uint64(mshape[d])
     first_outside = int(outside.argmax()) if outside.any() else coords.shape[0]
     if check_sorted and first_outside > 1:
-        member = _row_major(columns, mshape, None, first_outside)
+        member = linear_indices(coords[:first_outside].view(np.int64), mshape)
         if np.any(member[1:] <= member[:-1]):
             return 2
     if first_outside < coords.shape[0]:
         return 1
-    lin[:] = _row_major(columns, hshape, offset, coords.shape[0]).view(np.int64)
+    lin[:] = linear_indices(coords.view(np.int64) + offset, hshape)
     return 0
-
-
-def _row_major(columns, shape, offset, count: int) -> np.ndarray:
-    """Row-major index (uint64) in ``shape`` of the first ``count`` coordinates, each shifted by ``offset``."""
-    index = np.zeros(count, np.uint64)
-    for d, column in enumerate(columns):
-        index *= np.uint64(shape[d])
-        index += column[:count]
-        if offset is not None:
-            index += np.uint64(offset[d])
-    return index
 
 
 def sparse_linear(desc, buffers, target, offset, head_shape) -> tuple[np.ndarray, np.ndarray]:

@@ -695,15 +695,19 @@ def _subtract(have: list[tuple[int, int]], start: int, stop: int) -> list[tuple[
     return missing
 
 
-def _add(have: list[tuple[int, int]], start: int, stop: int) -> list[tuple[int, int]]:
-    spans = sorted(have + [(start, stop)])
+def merged_spans(spans) -> list[tuple[int, int]]:
+    """``(start, stop)`` spans sorted, overlapping and touching ones joined."""
     merged: list[list[int]] = []
-    for first, last in spans:
+    for first, last in sorted(spans):
         if merged and first <= merged[-1][1]:
             merged[-1][1] = max(merged[-1][1], last)
         else:
             merged.append([first, last])
     return [(a, b) for a, b in merged]
+
+
+def _add(have: list[tuple[int, int]], start: int, stop: int) -> list[tuple[int, int]]:
+    return merged_spans(have + [(start, stop)])
 
 
 class SourcedBuffers:
