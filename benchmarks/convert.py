@@ -11,9 +11,10 @@ Workloads (inputs written once into a temporary folder under ``--dir``, default 
   same size, converted to per-block affine int4 with float32 scales (codes re-packed).
 
 The baseline is copying the same input file (``shutil.copyfile``) and fsyncing the copy, as the
-converter fsyncs its output.  Each round times a copy, then a conversion, each into a path that
+converter fsyncs its output.  Each round times a copy and a conversion (in turn first), each into a path that
 does not exist (the previous round's outputs are removed untimed: replacing a 1 GiB file costs
-its unlink); the disk is shared with other work, so the ratio is taken within each round.
+its unlink), each after ``sync`` and a second's pause (the disk's write-back of the step before
+is not timed in the next); the disk is shared with other work, so the ratio is taken within each round.
 Prints the median wall times of ``--repeat`` rounds and the median of the rounds' ratios copy /
 convert (1.0: as fast as a copy; the target for safetensors is at least 0.5).  Page cache: each
 input is read once before timing, so both sides read it from memory.  Nothing is asserted.
@@ -38,6 +39,9 @@ from hurray_schema.conversion import convert  # noqa: E402
 
 MATRIX = (4096, 1024)
 """Each tensor: 4M elements."""
+
+SETTLE_SECONDS = 1.0
+"""Pause after ``sync`` before each timed step."""
 
 
 def write_safetensors(path: Path, size: int) -> None:
@@ -87,6 +91,13 @@ def copy_with_fsync(src: Path, dst: Path) -> None:
         os.fsync(f.fileno())
 
 
+def settle() -> None:
+    """Let the disk take what is still in flight (the previous step's unlinked or written blocks) before
+    the next step is timed, so that neither side pays for the other's write-back."""
+    os.sync()
+    time.sleep(SETTLE_SECONDS)
+
+
 def timed(fn) -> float:
     start = time.perf_counter()
     fn()
@@ -97,12 +108,14 @@ def rounds(path: Path, folder: Path, repeat: int) -> tuple[float, float, float]:
     """(median copy seconds, median convert seconds, median of the rounds' copy / convert)."""
     copies, converts = [], []
     copy_to, convert_to = folder / "copy.bin", folder / "out.hrry"
-    for _ in range(repeat):
+    for round_number in range(repeat):
         for leftover in (copy_to, convert_to):
             if leftover.exists():
                 os.unlink(leftover)
-        copies.append(timed(lambda: copy_with_fsync(path, copy_to)))
-        converts.append(timed(lambda: convert(path, convert_to)))
+        steps = [(copies, lambda: copy_with_fsync(path, copy_to)), (converts, lambda: convert(path, convert_to))]
+        for times, step in steps[::-1] if round_number % 2 else steps:
+            settle()
+            times.append(timed(step))
     for leftover in (copy_to, convert_to):
         os.unlink(leftover)
     ratios = [c / v for c, v in zip(copies, converts)]
