@@ -48,7 +48,7 @@ from .structs._declare import Field, Plan, fields, plan, select, static_offset, 
 from .structs.descriptor import (
     DESCRIPTOR_PARTS, FIXED_HEADER, FIXED_HEADER_SIZE, HANDLE_REF, MAGIC, MAX_RANK, PARTS, DescriptorPart,
 )
-from .structs.layouts import MAX_TILED_DEPTH, TILED_REF
+from .structs.layouts import MAX_TILED_DEPTH, NESTED_BY
 from .structs.quantization import HEADER_REF as QUANTIZATION_HEADER_REF
 from .structs.quantization import QUANTIZATION_HEADER
 from .structs.tags import is_private_tag
@@ -430,8 +430,9 @@ def _walk_choice(w: _Walker, part: DescriptorPart, tag: int, pos: int, depth: in
         if decl is None:
             return pos
         label = f"{part.name} ({_tag_name(FIXED_HEADER, part.chosen_by, tag)})"
-        if tag == LayoutTag.TILED:
-            return _walk_tiled(w, label, decl, pos, depth, context)
+        nested_by = NESTED_BY.get(tag)
+        if nested_by is not None:
+            return _walk_nested(w, label, decl, tag, nested_by, pos, depth, context)
         _, end = _table_part(w, label, decl, pos, depth, context)
         return end
     if is_private_tag(tag) and part.private is not None:
@@ -442,10 +443,13 @@ def _walk_choice(w: _Walker, part: DescriptorPart, tag: int, pos: int, depth: in
     return None
 
 
-def _walk_tiled(w: _Walker, label: str, decl, pos: int, depth: int, context: dict) -> int:
-    """Tiled layout fields, one level per table, as deep as the levels nest
-    (``layouts/tiled.md``; at most :data:`MAX_TILED_DEPTH` levels are shown)."""
-    index = w.section(label, pos, pos, depth, ref=TILED_REF)
+def _walk_nested(w: _Walker, label: str, decl, tag: int, nested_by: str, pos: int, depth: int,
+                 context: dict) -> int:
+    """A layout table that repeats while its field ``nested_by`` holds the layout's own ``tag``
+    (:data:`NESTED_BY`: a tiled level tiled again, ``layouts/tiled.md § Recursive Tiling``), one
+    section per level; at most :data:`MAX_TILED_DEPTH` levels are shown."""
+    ref = next(f.ref for f in fields(decl) if f.name == nested_by)
+    index = w.section(label, pos, pos, depth, ref=ref)
     level = 1
     with w.opened(index):
         while True:
@@ -453,7 +457,7 @@ def _walk_tiled(w: _Walker, label: str, decl, pos: int, depth: int, context: dic
             with w.opened(sub):
                 values, pos = w.table(decl, pos, depth + 2, context)
             w.close(sub, pos)
-            if values["inner_layout"] != LayoutTag.TILED or level >= MAX_TILED_DEPTH:
+            if values[nested_by] != tag or level >= MAX_TILED_DEPTH:
                 break
             level += 1
     w.close(index, pos)

@@ -20,9 +20,8 @@ import attrs
 
 from ._declare import plan, select, static_offset
 from .descriptor import CORE_PARTS, FIXED_HEADER, MAGIC, PARTS
-from .layouts import is_extension_layout
+from .layouts import NESTED_BY, is_extension_layout
 from .quantization import QUANTIZATION_HEADER
-from .tags import LayoutTag
 
 __all__ = ["encode_parts", "descriptor_spans", "encoded_length", "values_of", "encode_descriptor_bytes"]
 
@@ -50,9 +49,9 @@ def _layout_bytes(layout, rank: int) -> Optional[bytes]:
     """The layout-specific fields of ``layout``; ``None`` for a layout tag this encoder
     does not know, whose value object keeps the rest of the descriptor as ``payload``."""
     tag = layout.tag
-    if tag == LayoutTag.TILED:
-        return _tiled_bytes(layout, rank)
     tables = _LAYOUT.tables
+    if tag in NESTED_BY:
+        return _nested_bytes(layout, tables[tag], rank)
     if tag in tables:  # IntEnum keys: a plain int finds them
         decl = tables[tag]
         return b"" if decl is None else plan(decl).pack(**values_of(layout))
@@ -64,12 +63,14 @@ def _layout_bytes(layout, rank: int) -> Optional[bytes]:
     return None
 
 
-def _tiled_bytes(layout, rank: int) -> bytes:
+def _nested_bytes(layout, decl, rank: int) -> bytes:
+    """A layout whose table repeats (:data:`~.layouts.NESTED_BY`): one table per level, the value
+    object's ``inner`` holding the next (``layouts/tiled.md § Recursive Tiling``)."""
     parts = []
     level = layout
-    tiled = plan(_LAYOUT.tables[LayoutTag.TILED])
+    table = plan(decl)
     while level is not None:
-        parts.append(tiled.pack(rank=rank, **values_of(level)))
+        parts.append(table.pack(rank=rank, **values_of(level)))
         level = level.inner
     return b"".join(parts)
 
