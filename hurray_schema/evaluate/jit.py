@@ -375,9 +375,11 @@ _FLAGS_NAMED_AS_LLVM = frozenset({"f16c", "fma", "avx", "avx2", "avx512f", "avx5
 """x86 features ``/proc/cpuinfo`` lists under LLVM's own names."""
 
 
+@functools.cache
 def host_has(feature: str) -> bool:
     """Whether the host CPU has ``feature`` (``"f16c"``, ``"avx2"``, ...): from ``/proc/cpuinfo`` where it
-    names the feature as LLVM does (no LLVM loaded to answer), else from LLVM."""
+    names the feature as LLVM does (no LLVM loaded to answer), else from LLVM; asked once per feature
+    (the evaluator asks on every region read)."""
     if feature in _FLAGS_NAMED_AS_LLVM and not os.environ.get("NUMBA_CPU_FEATURES"):
         flags = _cpuinfo_flags()
         if flags is not None:
@@ -395,8 +397,10 @@ def _first_cpu() -> tuple[str, ...]:
     return tuple(text.split("\n\n", 1)[0].splitlines())
 
 
+@functools.cache
 def _cpuinfo_flags() -> Optional[frozenset]:
-    """The x86 feature flags of the first processor in ``/proc/cpuinfo``, or None."""
+    """The x86 feature flags of the first processor in ``/proc/cpuinfo``, or None (read once: the
+    evaluator asks on every region read)."""
     for line in _first_cpu():
         name, _, value = line.partition(":")
         if name.strip() == "flags":

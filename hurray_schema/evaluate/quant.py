@@ -14,6 +14,7 @@ the axis padded to whole blocks (``§ Padding``); the padding is addressed but n
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
@@ -724,8 +725,10 @@ ROWS_ANY, ROWS_LUT, ROWS_INT4 = "any", "lut", "int4"
 """The affine-layout decode kernels: :func:`decode_rows`, :func:`decode_rows_lut`, :func:`decode_rows_int4`."""
 
 
+@functools.cache
 def rows_kernel(which: str, out_kind: int, patch_combine: int = NO_PATCH) -> jit.Kernel:
-    """The kernel variant an affine-layout decode runs (``which``: :data:`ROWS_ANY`, ...)."""
+    """The kernel variant an affine-layout decode runs (``which``: :data:`ROWS_ANY`, ...); kept, as a
+    region read asks for it on every call."""
     if which == ROWS_INT4:
         return _decode_rows_int4.variant(OUT=out_kind, PATCH=int(patch_combine))
     return (_decode_rows_lut if which == ROWS_LUT else _decode_rows).variant(OUT=out_kind)
