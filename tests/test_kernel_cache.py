@@ -27,7 +27,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import sys
 import numpy as np
-import pytest
 import hurray_schema as hs
 from hurray_schema.evaluate import jit
 
@@ -75,7 +74,6 @@ def test_kernels_compiled_in_separate_processes_keep_their_own_helpers(tmp_path)
 USER_NUMBA_AFTER_A_KERNEL = r"""
 import sys
 import numpy as np
-import pytest
 import hurray_schema as hs
 from hurray_schema.evaluate import jit
 from numba import njit
@@ -117,7 +115,6 @@ def test_numba_code_of_the_user_compiles_after_a_kernel(tmp_path):
 LOAD_AND_REPORT = r"""
 import json, sys
 import numpy as np
-import pytest
 import hurray_schema as hs
 from hurray_schema.evaluate import jit
 

@@ -47,7 +47,7 @@ class BlockMapping(NamedTuple):
     give the bytes ``unpack``'s codes pack to.
 
     ``produce``, where given, is the short way made while the output is written: ``(data, scales)``
-    as :class:`~hurray_schema.io.tensor.ProducedBuffer` s (the same bytes as ``pack``'s, zero scales
+    as :class:`~hurray_schema.io.tensor.ProducedBuffer` s (the bytes ``unpack``'s codes pack to, zero scales
     settled as :func:`.gguf_format.settle_zero_scales` does), or None when some block has no exact
     form (``unpack``'s way then says which)."""
 
@@ -90,20 +90,6 @@ def _q8_0_packed(blocks):
     return np.ascontiguousarray(blocks[:, 2:34]), _f16(blocks, 0)
 
 
-def _q4_0_packed(blocks):
-    """Q4_0's nibbles re-paired and its scales widened by one kernel of the evaluator's quantizers
-    (:func:`~hurray_schema.evaluate.quantize.nibble_records`): Hurray's byte k holds values 2k (low) and
-    2k + 1 (high); values 0-15 are the low nibbles of GGUF's 16 bytes, 16-31 the high ones; ``nibble - 8``
-    in 4-bit two's complement is ``nibble ^ 8``."""
-    from ..evaluate.quantize import nibble_records
-
-    blocks = np.ascontiguousarray(blocks)
-    data = np.empty((blocks.shape[0], 16), np.uint8)
-    scales = np.empty((blocks.shape[0], 1), np.float32)
-    nibble_records(blocks, Q4_0_D, Q4_0_QS, data, scales)
-    return data, scales
-
-
 PIECE_BLOCKS = 1 << 16
 """Blocks per piece of a produced buffer: 1 MiB of Q4_0 codes, made into memory that stays in the cache
 until the file's write takes it."""
@@ -137,8 +123,10 @@ def _q4_0_produced(blocks):
     """Q4_0 the short way, made while the file is written (:class:`BlockMapping`'s ``produce``).
 
     One pass over the blocks first classifies their scales (any with no exact form: None).  The data
-    buffer is then made :data:`PIECE_BLOCKS` blocks at a time by :func:`_q4_0_packed`'s kernel, each
-    piece written before the next is made, filling the tensor's scales in the same pass; the scales
+    buffer is then made :data:`PIECE_BLOCKS` blocks at a time by one kernel of the evaluator's quantizers
+    (:func:`~hurray_schema.evaluate.quantize.nibble_records`: Hurray's byte k holds values 2k (low) and
+    2k + 1 (high); values 0-15 are the low nibbles of GGUF's 16 bytes, 16-31 the high ones;
+    ``nibble - 8`` in 4-bit two's complement is ``nibble ^ 8``), each piece written before the next is made, filling the tensor's scales in the same pass; the scales
     buffer, written next, hands those over (or, taken first or alone, makes them itself).  (Making the
     next piece on a helper thread while the current one was written measured slower on the shared
     two-core machine: the threads wait on each other for the GIL.)  The kernel reads the records in the
@@ -431,7 +419,7 @@ def _iq1_m(blocks):
 
 BLOCK_MAPPINGS: dict[str, BlockMapping] = {
     "Q8_0": BlockMapping(32, ElementType.INT8, _q8_0, _q8_0_packed),
-    "Q4_0": BlockMapping(32, ElementType.INT4, _q4_0, _q4_0_packed, _q4_0_produced),
+    "Q4_0": BlockMapping(32, ElementType.INT4, _q4_0, produce=_q4_0_produced),
     "Q5_0": BlockMapping(32, ElementType.INT8, _q5_0),
     "Q6_K": BlockMapping(16, ElementType.INT8, _q6_k),
     "Q3_K": BlockMapping(16, ElementType.INT4, _q3_k),

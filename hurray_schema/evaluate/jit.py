@@ -397,10 +397,8 @@ def _first_cpu() -> tuple[str, ...]:
     return tuple(text.split("\n\n", 1)[0].splitlines())
 
 
-@functools.cache
 def _cpuinfo_flags() -> Optional[frozenset]:
-    """The x86 feature flags of the first processor in ``/proc/cpuinfo``, or None (read once: the
-    evaluator asks on every region read)."""
+    """The x86 feature flags of the first processor in ``/proc/cpuinfo``, or None."""
     for line in _first_cpu():
         name, _, value = line.partition(":")
         if name.strip() == "flags":

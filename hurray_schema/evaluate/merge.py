@@ -100,11 +100,7 @@ them (:meth:`.jit.Kernel.worth_it`)."""
 
 
 def _half_type(mode: int) -> np.dtype:
-    if mode == ADD_F16:
-        return np.dtype(np.float16)
-    import ml_dtypes
-
-    return np.dtype(ml_dtypes.bfloat16)
+    return numpy_dtype(ElementType.FLOAT16 if mode == ADD_F16 else ElementType.BFLOAT16)
 
 
 def _add_dense(acc: np.ndarray, vals: np.ndarray, mode: int) -> None:

@@ -28,7 +28,8 @@ from ..structs.quantization import NF4_LEVELS
 from . import jit
 from .jit import claim_span, search_left, slot
 from .elements import (UnsupportedEvaluation, bf16_add, bf16_to_f32, codes_at, f16_add, f16_to_f32_fast,
-                       f32_to_bf16, f32_to_f16_fast, f32_to_f16_not_nan, load_code, minifloat_table, sign_extend)
+                       f32_to_bf16, f32_to_f16_fast, f32_to_f16_not_nan, load_code, minifloat_table, numpy_dtype,
+                       sign_extend)
 from .simd import LANES, int4x32, vector_f16
 
 __all__ = ["QuantParams", "quant_params", "param_byte_spans", "decode_rows", "decode_rows_lut", "decode_rows_int4", "decode_gather",
@@ -476,11 +477,8 @@ def _rounded(values: np.ndarray, out_kind: int) -> np.ndarray:
     """float32 ``values`` as the kernels store them: float32, or float16 / bfloat16 bits."""
     if out_kind == OUT_F32:
         return values
-    if out_kind == OUT_F16:
-        return values.astype(np.float16).view(np.uint16)
-    import ml_dtypes
-
-    return values.astype(ml_dtypes.bfloat16).view(np.uint16)
+    half = numpy_dtype(ElementType.FLOAT16 if out_kind == OUT_F16 else ElementType.BFLOAT16)
+    return values.astype(half).view(np.uint16)
 
 
 def decode_rows(buf, base, shape, strides, valmode, bits, signed, table, scales, zps, pk, axis, block, nb,

@@ -806,9 +806,9 @@ def _halves_to_pairs16(typingctx, records, at, codes, to, keep):
     from numba import types
 
     def codegen(context, builder, sig, args):
-        from .simd import _element_pointer
+        from .simd import _element_pointer, _splat
 
-        i8, vector = ir.IntType(8), ir.VectorType(ir.IntType(8), 16)
+        vector = ir.VectorType(ir.IntType(8), 16)
 
         def splat(value):
             return ir.Constant(vector, [value] * 16)
@@ -821,9 +821,7 @@ def _halves_to_pairs16(typingctx, records, at, codes, to, keep):
         even = builder.shuffle_vector(low, high, ir.Constant(ir.VectorType(i32, 16), list(range(0, 32, 2))))
         odd = builder.shuffle_vector(low, high, ir.Constant(ir.VectorType(i32, 16), list(range(1, 32, 2))))
         pairs = builder.xor(builder.or_(even, builder.shl(odd, splat(4))), splat(0x88))
-        keep = context.cast(builder, args[4], sig.args[4], types.uint8)
-        mask = builder.insert_element(ir.Constant(vector, ir.Undefined), keep, ir.Constant(i32, 0))
-        mask = builder.shuffle_vector(mask, mask, ir.Constant(ir.VectorType(i32, 16), [0] * 16))
+        mask = _splat(builder, context.cast(builder, args[4], sig.args[4], types.uint8), vector)
         dst = _element_pointer(context, builder, sig.args[2], args[2], args[3])
         builder.store(builder.and_(pairs, mask), builder.bitcast(dst, vector.as_pointer()), align=1)
         return context.get_dummy_value()

@@ -49,10 +49,9 @@ from .common import (NOT_CHARGED, OFFSET_BYTES, QUANTIZED_DECODE_TYPES, SPARSE_T
 from . import jit
 from .dense import element_offsets
 from .elements import CODE_VIEW_TYPES, UnsupportedEvaluation, gather_codes, numpy_dtype
-from . import quant
-from .quant import (NO_PATCH, OUT_BF16, OUT_F16, OUT_F32, PK_BLOCK, PK_CHANNEL, ROWS_ANY, ROWS_INT4, ROWS_LUT,
-                    decode_gather, decode_rows, decode_rows_int4, decode_rows_lut, decode_rows_numpy, int4_vector_ok,
-                    param_indices, quant_params, rows_kernel, storage_shape)
+from .quant import (DECODE_COMPILE_ELEMENTS, NO_PATCH, OUT_BF16, OUT_F16, OUT_F32, PK_BLOCK, PK_CHANNEL, ROWS_ANY,
+                    ROWS_INT4, ROWS_LUT, decode_gather, decode_rows, decode_rows_int4, decode_rows_lut,
+                    decode_rows_numpy, int4_vector_ok, param_indices, quant_params, rows_kernel, storage_shape)
 from .sparse import densify
 
 __all__ = ["tensor_to_numpy", "dense_view", "zero_copy_view", "requested_dtype", "raw_code_descriptor",
@@ -213,8 +212,7 @@ def decode_into(desc, buffers, out: np.ndarray, seq_lens=None, patch=None) -> bo
                 return _decode_int4(buf, base, rshape, rstr, p, axis, kind, kout, patch)
             lut_ok = p.bits in (1, 2, 4) and (p.pk != PK_BLOCK or axis == len(rshape) - 1) \
                 and (p.pk != PK_CHANNEL or axis != len(rshape) - 1) and (p.pk != PK_BLOCK or p.block >= 16)
-            if not rows_kernel(ROWS_LUT if lut_ok else ROWS_ANY, kind).worth_it(kout.size,
-                                                                                   quant.DECODE_COMPILE_ELEMENTS):
+            if not rows_kernel(ROWS_LUT if lut_ok else ROWS_ANY, kind).worth_it(kout.size, DECODE_COMPILE_ELEMENTS):
                 decode_rows_numpy(buf, base, rshape, rstr, p, axis, kind, kout)
                 return False
             kernel = decode_rows_lut if lut_ok else decode_rows
@@ -286,7 +284,7 @@ def _decode_int4(buf, base, rshape, rstr, p, axis, kind, kout, patch) -> bool:
     lin, vals, combine = _NO_ENTRIES, kout[:1], NO_PATCH
     if patch is not None and _strictly_increasing(patch[0]):
         lin, vals, combine = patch[0], patch[1], int(patch[2])
-    if not rows_kernel(ROWS_INT4, kind, combine).worth_it(kout.size, quant.DECODE_COMPILE_ELEMENTS):
+    if not rows_kernel(ROWS_INT4, kind, combine).worth_it(kout.size, DECODE_COMPILE_ELEMENTS):
         decode_rows_numpy(buf, base, rshape, rstr, p, axis, kind, kout)
         return False  # the patch is applied afterwards
     decode_rows_int4(buf, base, rshape, rstr, p.signed, p.scales, p.zps, p.pk, axis, p.block, p.nb, kind, kout,
