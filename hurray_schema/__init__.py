@@ -7,6 +7,8 @@ from .audit import audit
 from .codec import decode_descriptor, encode_descriptor, parse_descriptor
 from .errors import HurraySchemaError, LimitExceeded, SpecViolation
 from .errors import EncodeError, FieldRangeError
+from .errors import (DeviceUnavailable, InvalidMessage, LayoutUnavailable, MessageTooLarge, ProtocolVersionMismatch,
+                     SessionError, SessionTimeout, ShardMismatch, TranscodeLimitExceeded, UnknownTensor)
 from .errors import (AdvancedIndexUnsupported, CopyRequired, DLPackUnsupported, IndexRangeError, IndexTypeError,
                      InvalidDtype, NotAnArray)
 from .limits import DEFAULT_LIMITS, Limits
@@ -34,11 +36,17 @@ __version__ = "0.1.0"
 _EVALUATOR_NAMES = frozenset({"DecodedTypeMismatch", "UnsupportedEvaluation", "lookup", "materialize",
                               "tensor_to_numpy"})
 _CONVERSION_NAMES = frozenset({"convert", "ConvertReport", "TensorReport", "NoExactForm"})
+_NET_NAMES = frozenset({"serve", "connect", "Server", "Session"})
 
 
 def __getattr__(name):
     """The evaluator's names, imported on first use: parsing and auditing need no numba; and
-    :func:`convert` (:mod:`hurray_schema.conversion`)."""
+    :func:`convert` (:mod:`hurray_schema.conversion`); :func:`serve` and :func:`connect`
+    (:mod:`hurray_schema.net`)."""
+    if name in _NET_NAMES:
+        from . import net
+
+        return getattr(net, name)
     if name in _CONVERSION_NAMES:
         from . import conversion
 
@@ -68,4 +76,7 @@ __all__ = [
     "AdvancedIndexUnsupported", "CopyRequired", "DLPackUnsupported", "IndexRangeError", "IndexTypeError",
     "InvalidDtype", "NotAnArray",
     "convert", "ConvertReport", "TensorReport", "NoExactForm",
+    "serve", "connect", "Server", "Session", "SessionError", "SessionTimeout", "ProtocolVersionMismatch",
+    "UnknownTensor", "LayoutUnavailable", "TranscodeLimitExceeded", "DeviceUnavailable", "InvalidMessage",
+    "MessageTooLarge", "ShardMismatch",
 ]

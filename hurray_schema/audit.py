@@ -43,10 +43,11 @@ from .errors import HurraySchemaError, LimitExceeded, SpecViolation
 from .rules.composite import validate_preorder  # first: the rule registry lists rules in import order
 from .rules.engine import Finding, Level, Mode, Report, as_mode
 from .io.file import HurrayFile
+from .net.checker import check_recorded, other_direction, recorded_side_of
 from .io.stream import read_stream
 from .io.walk import (
-    DESCRIPTOR, FAULT, Faults, Part, Window, choose_kind, collect_descriptor, memory_input, violation_finding,
-    walk_bare, walk_descriptor, walk_file, walk_messages,
+    DESCRIPTOR, FAULT, Faults, Part, Window, choose_kind, collect_descriptor, memory_input, strict_describer,
+    violation_finding, walk_bare, walk_descriptor, walk_file, walk_messages,
 )
 from .rules import interop
 from .codec import peek_descriptor_length
@@ -89,7 +90,7 @@ def audit(source, *, mode="strict", kind: str = "auto", progress=None) -> Report
         if kind == "file":
             return _audit_file(data, mode)
         if kind == "messages":
-            return _audit_messages(data, mode)
+            return _audit_messages(data, mode, input_name(source))
         return _audit_stream(data, mode, progress, lone=kind == "descriptor")
 
 
@@ -172,15 +173,8 @@ def _audit_file(data, mode: Mode) -> Report:
     return Report(tuple(findings))
 
 
-def _audit_messages(data, mode: Mode) -> Report:
-    """A message stream: every descriptor of its TENSOR_DESCRIPTOR messages and the composites
-    they bind, and the framing as the stream reader sees it (up to its first fault), in
-    byte order."""
-    found: list[Finding] = []
-    parts = walk_messages(Window(data), _collect(mode), faults=Faults.COLLECT, mode=mode)
-    descs, bases = _descriptors((p for p in parts if p.kind == DESCRIPTOR), found)
-    if descs:
-        found += validate_preorder(descs, mode=mode, collect=True, bases=bases, check_heads=False)
+def _stream_framing(data, mode: Mode) -> list[Finding]:
+    """The framing as the stream reader sees it, up to its first fault."""
     framing: list[Finding] = []
     reader = read_stream(data, framing="messages", mode=mode)
     try:
@@ -192,9 +186,39 @@ def _audit_messages(data, mode: Mode) -> Report:
         framing.append(_limit_finding(exc))
     except HurraySchemaError:
         pass
-    framing = list(getattr(reader, "findings", [])) + framing
+    return list(getattr(reader, "findings", [])) + framing
+
+
+def _session_framing(data, side, mode: Mode, name=None) -> list[Finding]:
+    """A recorded session direction (it starts with a hello): the checks the receiving side ran
+    live (:func:`hurray_schema.net.checker.check_recorded`), up to the first fault; the
+    receiver's own hello comes from the other direction's recording beside it, when there is one
+    (``NAME.client.msgs`` / ``NAME.server.msgs``, as ``serve --record`` writes them)."""
+    findings: list[Finding] = []
+    try:
+        check_recorded(data, side, strict_describer(mode=mode, findings=findings), peer=other_direction(name))
+    except SpecViolation as exc:
+        findings.append(violation_finding(exc))
+    except LimitExceeded as exc:
+        findings.append(_limit_finding(exc))
+    except HurraySchemaError:
+        pass
+    return findings
+
+
+def _audit_messages(data, mode: Mode, name=None) -> Report:
+    """A message stream: every descriptor of its TENSOR_DESCRIPTOR messages and the composites
+    they bind, and the framing as the stream reader sees it (up to its first fault), in
+    byte order."""
+    found: list[Finding] = []
+    parts = walk_messages(Window(data), _collect(mode), faults=Faults.COLLECT, mode=mode)
+    descs, bases = _descriptors((p for p in parts if p.kind == DESCRIPTOR), found)
+    if descs:
+        found += validate_preorder(descs, mode=mode, collect=True, bases=bases, check_heads=False)
+    side = recorded_side_of(data, name)
+    framing = _session_framing(data, side, mode, name) if side is not None else _stream_framing(data, mode)
     # descriptor and composite rules are reported above; keep the stream's own framing rules
-    framing = [f for f in framing if f.rule_id.startswith(("stream.", "limit.max_message_bytes"))
+    framing = [f for f in framing if f.rule_id.startswith(("stream.", "session.", "limit.max_message_bytes"))
                and "composite" not in f.rule_id]
     return Report(tuple(_merged(found, _dedup(found, framing))))
 

@@ -44,6 +44,7 @@ import click
 
 from . import __version__
 from .errors import HurraySchemaError, SpecViolation
+from .structs.tags import LayoutTag
 from .io.source import is_url
 
 __all__ = ["main", "AUDIT_JSON_SCHEMA", "AUDIT_JSON_FIELDS"]
@@ -969,6 +970,145 @@ def _convert_progress(source: str):
             state["done"] = done
 
         yield advance
+
+
+# --------------------------------------------------------------------------------------
+# The transport: serve, get, put (hurray_schema.net)
+# --------------------------------------------------------------------------------------
+
+
+def _tls_options(f):
+    f = click.option("--tls-key", type=click.Path(dir_okay=False, exists=True), default=None,
+                     help="This side's private key (PEM), unless the certificate file holds it.")(f)
+    f = click.option("--tls-cert", type=click.Path(dir_okay=False, exists=True), default=None,
+                     help="This side's certificate chain (PEM).")(f)
+    return f
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, exists=True))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=0, show_default=True, type=click.IntRange(0, 65535), help="Port; 0 picks a free one.")
+@click.option("--writable", type=click.Path(file_okay=False), default=None,
+              help="Accept TENSOR_PUT: validated strictly, stored atomically in this folder, then served.")
+@click.option("--max-message-bytes", type=_Bytes(), default=None, help="Largest payload accepted (default 64M).")
+@click.option("--transcode-limit", type=_Bytes(), default=None,
+              help="Largest buffer transcoding may produce (default 256M); past it the stored layout is served.")
+@click.option("--idle-timeout", type=float, default=None, help="Seconds a connection may stay silent (default 60).")
+@click.option("--max-connections", type=click.IntRange(1), default=None, help="Connections at once (default 64).")
+@click.option("--max-put-bytes", type=_Bytes(), default=None, help="Largest tensor a PUT may push (default 4G).")
+@click.option("--record", type=click.Path(file_okay=False), default=None,
+              help="Write each connection's two directions as message streams into this folder (audit reads them).")
+@click.option("--device", "devices", multiple=True, default=("cpu",), show_default=True,
+              help="Advertised device (repeat); only CPU is ever available here.")
+@_tls_options
+@click.option("--tls-client-ca", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Mutual TLS: refuse clients without a certificate signed by this CA.")
+def serve(files, host, port, writable, max_message_bytes, transcode_limit, idle_timeout, max_connections,
+          max_put_bytes, record, devices, tls_cert, tls_key, tls_client_ca) -> None:
+    """Serve the top-level items of FILES by name (interchange.md, over TCP or TLS).
+
+    The first line printed is `serving hurray://HOST:PORT` (hurrays:// with TLS); SIGTERM or
+    SIGINT stops the server cleanly."""
+    import signal
+
+    from .net import serve as start
+
+    try:
+        server = start(list(files), host=host, port=port, writable=writable, max_message_bytes=max_message_bytes,
+                       transcode_limit=transcode_limit, idle_timeout=idle_timeout, max_connections=max_connections,
+                       max_put_bytes=max_put_bytes, record=record, devices=devices, tls_cert=tls_cert,
+                       tls_key=tls_key, tls_client_ca=tls_client_ca)
+    except (HurraySchemaError, OSError) as exc:
+        _fail(str(exc))
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: server.request_stop())
+    click.echo(f"serving {server.url}")
+    sys.stdout.flush()
+    try:
+        while not server.wait(0.5):
+            pass
+    finally:
+        server.close()
+    click.echo("stopped", err=True)
+
+
+def _session_options(f):
+    f = click.option("--tls-ca", type=click.Path(dir_okay=False, exists=True), default=None,
+                     help="CA certificate (PEM) that signs the server's certificate (hurrays://).")(f)
+    f = click.option("--timeout", type=float, default=30.0, show_default=True,
+                     help="Seconds the server may stay silent.")(f)
+    return _tls_options(f)
+
+
+def _connect(url: str, timeout: float, tls_ca, tls_cert, tls_key):
+    from .net import connect
+
+    return connect(url, timeout=timeout, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key)
+
+
+@main.command()
+@click.argument("url")
+@click.argument("key")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the .npy file.")
+@click.option("--parallel", is_flag=True, help="Let the server send shards on several streams.")
+@click.option("--layout", "layouts", multiple=True, type=click.Choice([t.name.lower() for t in LayoutTag]),
+              help="Preferred layout (repeat, most preferred first); the server may transcode to it.")
+@_session_options
+def get(url, key, output, parallel, layouts, timeout, tls_ca, tls_cert, tls_key) -> None:
+    """Request KEY from the server at URL and write its array to OUTPUT (.npy); a composite is merged."""
+    import numpy as np
+
+    tags = [LayoutTag[name.upper()] for name in layouts]
+    try:
+        with _connect(url, timeout, tls_ca, tls_cert, tls_key) as session:
+            item = session.get(key, layouts=tags, parallel=parallel)
+        array = _materialize(item)
+    except SpecViolation as exc:
+        _fail(f"{url}: {exc}", EXIT_FINDINGS)
+    except (HurraySchemaError, OSError) as exc:
+        _fail(f"{url}: {exc}")
+    np.save(output, array)
+    click.echo(f"wrote {output}: {array.dtype} {list(array.shape)}")
+
+
+@main.command()
+@click.argument("url")
+@click.argument("key")
+@click.argument("file", type=click.Path(dir_okay=False, exists=True))
+@click.option("--name", default=None, help="The item of a .hrry FILE to push (default: its only top-level item).")
+@_session_options
+def put(url, key, file, name, timeout, tls_ca, tls_cert, tls_key) -> None:
+    """Push FILE (a .npy array, or an item of a .hrry file) to the server at URL under KEY."""
+    try:
+        item, description = _put_item(file, name)
+        with _connect(url, timeout, tls_ca, tls_cert, tls_key) as session:
+            session.put(key, item)
+    except SpecViolation as exc:
+        _fail(f"{url}: {exc}", EXIT_FINDINGS)
+    except (HurraySchemaError, OSError, ValueError) as exc:
+        _fail(f"{url}: {exc}")
+    click.echo(f"put {key}: {description}")
+
+
+def _put_item(path: str, name: Optional[str]):
+    """The item a ``put`` pushes, and how to describe it."""
+    from .io import read_file
+
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if head.startswith(b"\x93NUMPY"):
+        import numpy as np
+
+        array = np.load(path, allow_pickle=False)
+        return array, f"{array.dtype} {list(array.shape)}"
+    container = read_file(path)
+    if name is None:
+        if len(container) != 1:
+            raise HurraySchemaError(f"{path} holds {len(container)} items; choose one with --name")
+        (name,) = container.keys()
+    item = _lookup(container, name)
+    return item, f"{name!r} of {path}"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -14,7 +14,9 @@ from __future__ import annotations
 __all__ = ["HurraySchemaError", "SpecViolation", "LimitExceeded", "EncodeError", "FieldRangeError",
            "UnsupportedEvaluation", "IndexRangeError", "IndexTypeError", "AdvancedIndexUnsupported",
            "InvalidDtype", "CopyRequired", "NotAnArray", "DLPackUnsupported", "SourceError", "SourceChanged",
-           "ShortRead", "RangeNotSupported", "SourceUnavailable"]
+           "ShortRead", "RangeNotSupported", "SourceUnavailable", "RemoteError", "ProtocolVersionMismatch",
+           "UnknownTensor", "LayoutUnavailable", "TranscodeLimitExceeded", "DeviceUnavailable", "InvalidMessage",
+           "MessageTooLarge", "ShardMismatch", "remote_error", "SessionError", "SessionTimeout"]
 
 
 class HurraySchemaError(Exception):
@@ -159,3 +161,97 @@ class RangeNotSupported(SourceError):
 
 class SourceUnavailable(SourceError):
     """The source could not be read: a server error, a refused connection or a timeout."""
+
+
+class RemoteError(HurraySchemaError):
+    """The peer sent an ``ERROR`` message (``interchange.md § Error Handling``); the subclass
+    names its ``error_code`` (:func:`remote_error`).
+
+    Attributes:
+        error_code: the code the peer sent.
+        remote_message: the peer's description.
+        offset: byte offset of the ERROR message in what was received.
+    """
+
+    code: int | None = None
+
+    def __init__(self, error_code: int, message: str, offset: int | None):
+        self.error_code = error_code
+        self.remote_message = message
+        self.offset = offset
+        where = "" if offset is None else f" at byte {offset}"
+        super().__init__(f"peer sent ERROR 0x{error_code:08X}{where}: {message}")
+
+    def __reduce__(self):
+        return (type(self), (self.error_code, self.remote_message, self.offset))
+
+
+class ProtocolVersionMismatch(RemoteError):
+    """ERROR 0x01: the peers share no protocol version."""
+
+    code = 0x01
+
+
+class UnknownTensor(RemoteError, KeyError):
+    """ERROR 0x02: the server holds no tensor by that key."""
+
+    code = 0x02
+
+    def __str__(self) -> str:  # KeyError would print the repr of the arguments
+        return HurraySchemaError.__str__(self)
+
+
+class LayoutUnavailable(RemoteError):
+    """ERROR 0x03: no acceptable layout could be served."""
+
+    code = 0x03
+
+
+class TranscodeLimitExceeded(RemoteError):
+    """ERROR 0x04: the server refused to transcode a buffer that large."""
+
+    code = 0x04
+
+
+class DeviceUnavailable(RemoteError):
+    """ERROR 0x05: the requested device is not available."""
+
+    code = 0x05
+
+
+class InvalidMessage(RemoteError):
+    """ERROR 0x06: the peer found a message malformed (its text names the rule)."""
+
+    code = 0x06
+
+
+class MessageTooLarge(RemoteError):
+    """ERROR 0x07: a payload_length exceeded the peer's maximum."""
+
+    code = 0x07
+
+
+class ShardMismatch(RemoteError):
+    """ERROR 0x08: the shards of a parallel transfer are inconsistent."""
+
+    code = 0x08
+
+
+_REMOTE_ERRORS = {cls.code: cls for cls in (ProtocolVersionMismatch, UnknownTensor, LayoutUnavailable,
+                                            TranscodeLimitExceeded, DeviceUnavailable, InvalidMessage,
+                                            MessageTooLarge, ShardMismatch)}
+
+
+def remote_error(error_code: int, message: str, offset: int | None) -> RemoteError:
+    """The :class:`RemoteError` subclass for ``error_code`` (the base class for an
+    implementation-defined or unknown code)."""
+    return _REMOTE_ERRORS.get(error_code, RemoteError)(error_code, message, offset)
+
+
+class SessionError(HurraySchemaError, ConnectionError):
+    """A transport session could not go on: the connection was refused, reset or closed by the
+    peer outside a message, or the session was closed by this side."""
+
+
+class SessionTimeout(SessionError, TimeoutError):
+    """The peer sent nothing within the session's timeout."""

@@ -530,8 +530,14 @@ def test_clean_message_stream_passes():
 
 
 def test_message_type():
-    for kind in (0x0E, 0x20, 0xF0, 0xFF):
+    for kind in (0x0E, 0x20, 0xEF, 0xFF, 0x100):
         msg_fires(msg(kind) + tensor_msgs(), "stream.message.type")
+
+
+def test_private_message_type_without_agreement():
+    """``interchange.md § Message Types``: 0xF0-0xFE are private, never sent unagreed."""
+    for kind in (0xF0, 0xF7, 0xFE):
+        assert msg_fires(msg(kind) + tensor_msgs(), "session.message.private").offset == 0
 
 
 def test_message_stream_id():

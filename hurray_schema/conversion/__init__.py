@@ -278,7 +278,10 @@ def _scheme_name(scheme) -> str:
 
 class _Spill:
     """Converted tensors kept for the writer: in memory up to ``budget`` bytes, then in a temporary
-    file beside the output, memory-mapped (the writer reads them back once)."""
+    file beside the output, memory-mapped (the writer reads them back once).
+
+    The file has no name, so a killed conversion leaves nothing behind: ``tempfile.TemporaryFile``
+    opens it with ``O_TMPFILE`` on Linux, elsewhere unlinks it as soon as it is created."""
 
     def __init__(self, folder: str, budget: int):
         self.folder, self.budget, self.used = folder, budget, 0

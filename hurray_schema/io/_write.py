@@ -15,10 +15,22 @@ to a temporary file that replaces the target only once it is complete.
   first fault raises the reader's :class:`~hurray_schema.errors.SpecViolation` -- same
   rule id -- located at the byte offset it would have in the output.
 * :func:`replacing` writes a path through a temporary file in the same folder, flushed,
-  fsynced and renamed over the target (``os.replace``).  On any error the previous file
-  is untouched and the temporary file is removed.  A reader that still maps the previous
-  file keeps its (now unlinked) bytes, so tensors read from a file can be written back to
-  the same path.
+  fsynced and renamed over the target (``os.replace``), then fsyncs the folder.  On a Python
+  exception the previous file is untouched and the temporary file is removed.  A reader that
+  still maps the previous file keeps its (now unlinked) bytes, so tensors read from a file
+  can be written back to the same path.
+
+  A process killed outright (``kill -9``, the OOM killer) runs no clean-up, so the
+  temporary file is made to need none.  On Linux it is opened unnamed (``O_TMPFILE``): the
+  kernel frees it with the writer's last descriptor, and it is linked under a name only
+  once complete, just before the rename -- a kill in that short gap is the only one that
+  leaves a file behind.  Where the file system or the platform has no unnamed files, the
+  temporary file is named from the start.  Its name is ``.{target}.{pid}.{hex}.hrry-tmp``
+  either way, and its writer holds an exclusive ``flock`` on it from creation to rename.
+  Before writing, :func:`remove_orphans` removes from the folder every file of that pattern
+  whose lock it can take: the kernel releases a lock when its holder dies, so an unlocked
+  temporary file has no writer left (a pid in a name can be reused, a lock cannot outlive
+  its holder).  Files of any other name are never removed.
 
 Sizes the readers bound only by a configurable safety limit (descriptor length, member
 count, buffer size) are not refused here: the limits protect readers from hostile input,
@@ -29,7 +41,9 @@ which a reader enforces as a rule.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
 import secrets
 import stat
 from typing import BinaryIO, Iterable, Iterator, Optional, Sequence
@@ -44,8 +58,13 @@ from ..rules.composite import validate_preorder
 from ..rules.descriptor import first_error
 from .tensor import Composite, Item, ProducedBuffer, ProducedTensor, Tensor
 
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, no sweeping of orphans
+    fcntl = None
+
 __all__ = ["EncodedNode", "Sink", "as_item", "checked_buffers", "encode_nodes", "check_nodes", "decoded",
-           "replacing", "WRITER_LIMITS"]
+           "remove_orphans", "replacing", "WRITER_LIMITS"]
 
 WRITER_LIMITS = DEFAULT_LIMITS.evolve(
     max_descriptor_bytes=HARD_MAXIMUM["max_descriptor_bytes"],
@@ -178,16 +197,177 @@ def check_nodes(encoded: Sequence[EncodedNode], bases: Sequence[int], *, descrip
 # Atomic replacement of a path
 # --------------------------------------------------------------------------------------
 
+USE_O_TMPFILE = hasattr(os, "O_TMPFILE")
+"""Write into an unnamed temporary file where the platform has ``O_TMPFILE`` (Linux); the
+tests turn it off to exercise the named temporary files other platforms use."""
 
-def _create_temporary(folder: str, name: str) -> tuple[int, str]:
-    """A new file beside the target (same file system, so the rename is atomic), created
-    with the mode a plain ``open(path, "wb")`` would give it."""
+_TEMP_SUFFIX = ".hrry-tmp"
+_TEMP_NAME = re.compile(r"\..+\.[0-9]+\.[0-9a-f]{12}" + re.escape(_TEMP_SUFFIX), re.DOTALL)
+"""The names :func:`replacing` gives its temporary files, ``.{name}.{pid}.{hex}.hrry-tmp``;
+:func:`remove_orphans` never touches any other name."""
+
+_NO_TMPFILE = {errno.EOPNOTSUPP, errno.ENOTSUP, errno.EISDIR, errno.EINVAL}
+"""What ``open(folder, O_TMPFILE)`` fails with where the file system or the kernel has none."""
+
+_MAX_NAME_PART = 100
+"""The most characters of the target's name a temporary file's name repeats (file names are
+bounded, usually at 255 bytes)."""
+
+
+def _temporary_name(name: str) -> str:
+    """A fresh name for a temporary file beside the target ``name``: its owner's pid and a
+    random part, in the pattern :func:`remove_orphans` recognises."""
+    return f".{name[:_MAX_NAME_PART]}.{os.getpid()}.{secrets.token_hex(6)}{_TEMP_SUFFIX}"
+
+
+def _lock(fd: int) -> None:
+    """Hold ``fd``'s file under an exclusive ``flock`` until ``fd`` is closed (or the process
+    dies): what tells :func:`remove_orphans` its writer is alive.  Where the file system has
+    no ``flock`` the file goes unlocked, and no sweeper can lock it either."""
+    if fcntl is not None:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def _open_unnamed(folder: str) -> Optional[int]:
+    """A locked, unnamed file in ``folder`` (``O_TMPFILE``), or None where there is none."""
+    if not USE_O_TMPFILE or not os.path.isdir("/proc/self/fd"):
+        return None
+    try:
+        fd = os.open(folder, os.O_TMPFILE | os.O_WRONLY, 0o666)
+    except OSError as e:
+        if e.errno in _NO_TMPFILE:
+            return None
+        raise
+    _lock(fd)
+    return fd
+
+
+def _open_named(folder: str, name: str) -> tuple[int, str]:
+    """A new, locked file beside the target, created with the mode a plain
+    ``open(path, "wb")`` would give it, and its path.
+
+    A sweeper may remove the file between its creation and its lock; the writer then finds
+    it unlinked once it holds the lock, and makes another."""
     while True:
-        temp = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
+        temp = os.path.join(folder, _temporary_name(name))
         try:
-            return os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), temp
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
         except FileExistsError:
             continue
+        _lock(fd)
+        if os.fstat(fd).st_nlink > 0:
+            return fd, temp
+        os.close(fd)
+
+
+def _link_unnamed(fd: int, folder: str, name: str) -> str:
+    """Give the unnamed file ``fd`` a temporary name in ``folder`` and return its path.
+
+    ``linkat(AT_FDCWD, "/proc/self/fd/N", dirfd, new, AT_SYMLINK_FOLLOW)``: ``os.link`` calls
+    ``linkat`` (rather than ``link``, which would not follow the magic link) once it is given a
+    folder descriptor."""
+    dirfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        while True:
+            temp = _temporary_name(name)
+            try:
+                os.link(f"/proc/self/fd/{fd}", temp, dst_dir_fd=dirfd, follow_symlinks=True)
+            except FileExistsError:
+                continue
+            return os.path.join(folder, temp)
+    finally:
+        os.close(dirfd)
+
+
+class _Temporary:
+    """The file a replacement is written into, locked for as long as it is open: unnamed
+    until it is committed where the platform allows it, named from the start otherwise."""
+
+    __slots__ = ("folder", "name", "fd", "path")
+
+    def __init__(self, folder: str, name: str):
+        self.folder, self.name = folder, name
+        self.fd = _open_unnamed(folder)
+        self.path: Optional[str] = None
+        if self.fd is None:
+            self.fd, self.path = _open_named(folder, name)
+
+    def keep_mode_of(self, target: str) -> None:
+        """Give the file the permission bits of an existing ``target``."""
+        try:
+            mode = stat.S_IMODE(os.stat(target).st_mode)
+        except FileNotFoundError:
+            return
+        if os.chmod in os.supports_fd:
+            os.chmod(self.fd, mode)
+        else:
+            os.chmod(self.path, mode)
+
+    def commit(self, target: str) -> None:
+        """Rename the file over ``target`` (naming it first if it has no name yet)."""
+        if self.path is None:
+            self.path = _link_unnamed(self.fd, self.folder, self.name)
+        os.replace(self.path, target)
+        self.path = None
+
+    def discard(self) -> None:
+        """Remove the file's name, if it has one."""
+        if self.path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+            self.path = None
+
+    def close(self) -> None:
+        """Close the file, which releases its lock (an unnamed file is gone with it)."""
+        os.close(self.fd)
+
+
+def _open_for_lock(path: str) -> Optional[int]:
+    """``path`` opened without following a link or blocking on a FIFO, or None."""
+    flags = os.O_NOFOLLOW | os.O_NONBLOCK
+    for access in (os.O_RDONLY, os.O_WRONLY):  # a kept mode may allow only one of them
+        try:
+            return os.open(path, access | flags)
+        except OSError:
+            continue
+    return None
+
+
+def _remove_if_orphan(path: str) -> bool:
+    """Remove the regular file ``path`` if no process holds its lock; whether it did."""
+    fd = _open_for_lock(path)
+    if fd is None:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held = os.fstat(fd)
+        now = os.stat(path, follow_symlinks=False)
+        if not stat.S_ISREG(held.st_mode) or (held.st_dev, held.st_ino) != (now.st_dev, now.st_ino):
+            return False
+        os.unlink(path)
+        return True
+    except OSError:  # locked by a live writer (BlockingIOError), gone, or not ours to remove
+        return False
+    finally:
+        os.close(fd)
+
+
+def remove_orphans(folder) -> list[str]:
+    """Remove the temporary files of dead writers from ``folder`` and return their names.
+
+    A file is removed only if its name is one :func:`replacing` gives and no process holds
+    its ``flock``: a writer holds it from creation to rename, and the kernel releases it when
+    the writer dies, however it dies.  (A pid in the name could have been reused; a lock
+    cannot outlive its holder.)  Nothing is removed where there is no ``flock``."""
+    if fcntl is None:
+        return []
+    folder = os.fspath(folder)
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return [n for n in names if _TEMP_NAME.fullmatch(n) and _remove_if_orphan(os.path.join(folder, n))]
 
 
 def _sync_folder(folder: str) -> None:
@@ -209,22 +389,24 @@ def replacing(path) -> Iterator[BinaryIO]:
     """A binary file to write ``path``'s new content into; it replaces ``path`` when the
     block ends without an error (flushed, fsynced, renamed), and is removed otherwise.
 
+    The temporaries of dead writers in the folder are removed first (:func:`remove_orphans`).
     A symbolic link is followed (its target is replaced); an existing file's permission
     bits are kept.  On Windows the rename fails while the previous file is open or mapped.
     """
     target = os.path.realpath(os.fspath(path))
     folder, name = os.path.split(target)
-    fd, temp = _create_temporary(folder, name)
+    remove_orphans(folder)
+    temp = _Temporary(folder, name)
     try:
-        with open(fd, "wb") as f:
-            with contextlib.suppress(FileNotFoundError):
-                os.chmod(temp, stat.S_IMODE(os.stat(target).st_mode))
+        with open(temp.fd, "wb", closefd=False) as f:
+            temp.keep_mode_of(target)
             yield f
             f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp, target)
+            os.fsync(temp.fd)
+        temp.commit(target)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
+        temp.discard()
         raise
+    finally:
+        temp.close()
     _sync_folder(folder)

@@ -35,10 +35,11 @@ import attrs
 
 from .crc import crc32c
 from ..codec import checked_descriptor, known_length, parse_descriptor, peek_descriptor_length
-from ..errors import HurraySchemaError, SpecViolation
+from ..errors import HurraySchemaError, RemoteError, SpecViolation, remote_error
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import OPEN_COMPOSITE, SyncMode, TensorDescriptor
 from ..rules import container as container_rules
+from ..rules import session as session_rules
 from ..rules import structure as structure_rules
 from ..rules.descriptor import check_descriptor, first_error
 from ..rules.engine import Finding, Level, Mode, get_rule
@@ -52,8 +53,9 @@ from ..structs.file import (
     INDEX_NAME_LENGTH, KNOWN_FILE_FLAGS, KV_COUNT, MAX_DATA_BUFFER_ALIGNMENT, MIN_DATA_BUFFER_ALIGNMENT,
     SECTION_ALIGNMENT, SUPPORTED_CONTAINER_MAJOR, TRAILER, TRAILER_MAGIC, TRAILER_SIZE, FileFlag,
 )
+from ..structs.session import ERROR_HEADER, PRIVATE_MESSAGE_FIRST, PRIVATE_MESSAGE_LAST
 from ..structs.stream import (
-    ERROR_HEADER, MESSAGE_HEADER, RESERVED_STREAM_ID, TENSOR_DATA_HEADER, TENSOR_DESCRIPTOR_FIELDS, MessageType,
+    MESSAGE_HEADER, RESERVED_STREAM_ID, TENSOR_DATA_HEADER, TENSOR_DESCRIPTOR_FIELDS, MessageType,
 )
 from .kv import decode_kv
 from .parts import (  # noqa: F401  (the kinds of part are part of this module's interface)
@@ -64,7 +66,7 @@ from .parts import (  # noqa: F401  (the kinds of part are part of this module's
 __all__ = [
     "Faults", "Part", "Window", "memory_input", "as_view", "violation_finding", "strict_descriptor", "strict_describer",
     "collect_descriptor", "walk_descriptor", "walk_bare", "walk_messages", "walk_file", "detect_kind", "IndexEntry", "buffer_spans",
-    "Nesting", "RemoteError", "walk_index", "choose_kind", "KindChoice", "KIND_EXTENSIONS",
+    "Nesting", "RemoteError", "TensorFrames", "check_message_header", "walk_index", "choose_kind", "KindChoice", "KIND_EXTENSIONS",
 ]
 
 _CHUNK = 8 * 1024 * 1024
@@ -88,16 +90,6 @@ _LENGTH_FIELD = plan(select(FIXED_HEADER, "descriptor_length")).steps[0].codec
 _new_part = tuple.__new__
 """``_new_part(Part, fields)``: :func:`~hurray_schema.io.parts.part_from_fields` without the
 partial's call, on the per-tensor path of a stream read (a part per descriptor and buffer)."""
-
-
-class RemoteError(HurraySchemaError):
-    """The peer sent an ``ERROR`` message (``interchange.md § Error Handling``)."""
-
-    def __init__(self, error_code: int, message: str, offset: int):
-        self.error_code = error_code
-        self.remote_message = message
-        self.offset = offset
-        super().__init__(f"peer sent ERROR 0x{error_code:08X} at byte {offset}: {message}")
 
 
 # --------------------------------------------------------------------------------------
@@ -548,16 +540,6 @@ def _located_buffers(window: Window, desc: TensorDescriptor, faults: Faults, mod
 # --------------------------------------------------------------------------------------
 
 
-@attrs.define
-class _Open:
-    """The tensor whose data frames are arriving (message framing)."""
-
-    desc: TensorDescriptor
-    start: int
-    total: int
-    received: int = 0
-
-
 def walk_messages(window: Window, describe: Describe, *, faults: Faults, mode: Mode,
                   limits: Limits = DEFAULT_LIMITS) -> Iterator[Part]:
     """Parts of a message stream (``interchange.md § Message Framing``): per message a
@@ -665,6 +647,36 @@ def _located_descriptor_payload(payload, at: int):
         return Part(FAULT, exc.offset, exc.offset, fault=violation_finding(exc))
 
 
+def check_message_header(h: dict, at: int, limits: Limits, *, max_payload: Optional[int] = None,
+                         private: frozenset = frozenset()) -> MessageType | int:
+    """The checks every received message header passes (``interchange.md § Message Framing``,
+    ``§ Message Types``), whatever reads it: the stream reader, the session client and
+    server.  ``max_payload`` is what this receiver advertised in its hello (a session), else
+    the reader's ``max_message_bytes`` limit applies; ``private`` are the private message types
+    agreed with the peer (returned as plain ints).  Returns the message type."""
+    if h["stream_id"] == RESERVED_STREAM_ID:
+        raise container_rules.MESSAGE_STREAM_ID.violation("stream_id 0 is reserved", at + _MSG_AT["stream_id"])
+    n = h["payload_length"]
+    if max_payload is not None:
+        if n > max_payload:
+            raise session_rules.MESSAGE_SIZE.violation(
+                f"payload_length {n} exceeds the {max_payload} bytes this receiver accepts",
+                at + _MSG_AT["payload_length"])
+    elif n > limits.max_message_bytes:
+        limits.check("max_message_bytes", n, at + _MSG_AT["payload_length"])
+    raw = h["message_type"]
+    kind = _MESSAGE_TYPES.get(raw)
+    if kind is not None:
+        return kind
+    if PRIVATE_MESSAGE_FIRST <= raw <= PRIVATE_MESSAGE_LAST:
+        if raw in private:
+            return raw
+        raise session_rules.MESSAGE_PRIVATE.violation(
+            f"private message type 0x{raw:08X} was not agreed with this receiver", at)
+    raise container_rules.MESSAGE_TYPE.violation(f"message_type 0x{raw:08X} is not a message type this reader knows",
+                                                 at)
+
+
 def _message_header(window: Window, limits: Limits):
     at = window.pos
     raw = window.read(_MSG_SIZE)
@@ -672,15 +684,7 @@ def _message_header(window: Window, limits: Limits):
         raise container_rules.MESSAGE_TRUNCATED.violation(
             f"the stream ends {len(raw)} bytes into a {_MSG_SIZE}-byte message header", window.pos)
     h, _ = _MSG.unpack(raw)
-    if h["stream_id"] == RESERVED_STREAM_ID:
-        raise container_rules.MESSAGE_STREAM_ID.violation("stream_id 0 is reserved", at + _MSG_AT["stream_id"])
-    if h["payload_length"] > limits.max_message_bytes:
-        limits.check("max_message_bytes", h["payload_length"], at + _MSG_AT["payload_length"])
-    kind = _MESSAGE_TYPES.get(h["message_type"])
-    if kind is None:
-        raise container_rules.MESSAGE_TYPE.violation(
-            f"message_type 0x{h['message_type']:08X} is not a message type this reader knows", at)
-    h["message_type"] = kind
+    h["message_type"] = check_message_header(h, at, limits)
     return at, h
 
 
@@ -692,8 +696,72 @@ def _payload(window: Window, n: int, at: int):
     return data
 
 
+class TensorFrames:
+    """One tensor's messages on one stream, as every receiver checks them
+    (``interchange.md § Ordering Invariant``, ``§ TENSOR_DESCRIPTOR Payload``,
+    ``§ TENSOR_DATA Payload``): :meth:`open` on its TENSOR_DESCRIPTOR, :meth:`frame` per
+    TENSOR_DATA header, :meth:`end` on TENSOR_DATA_END.  Offsets are those of the input."""
+
+    __slots__ = ("desc", "start", "total", "received", "transport")
+
+    def __init__(self, desc: TensorDescriptor, start: int, total: int, transport: dict):
+        self.desc = desc
+        self.start = start
+        self.total = total
+        self.received = 0
+        self.transport = transport
+
+    @classmethod
+    def open(cls, payload, at: int, describe: "Describe", limits: Limits) -> tuple[Part, "TensorFrames"]:
+        """The descriptor part of the TENSOR_DESCRIPTOR message at ``at`` and the checker of
+        its frames; the transport fields are checked against the descriptor."""
+        pstart = at + _MSG_SIZE
+        length = _descriptor_length_in_payload(payload, at)
+        part = describe(payload[:length], pstart, 0)
+        desc = part.value
+        t, _ = _TRANSPORT.unpack(payload, length)
+        if t["total_shards"] < 1 or t["shard_index"] >= t["total_shards"]:
+            raise container_rules.TRANSPORT_SHARDS.violation(
+                f"shard_index {t['shard_index']} / total_shards {t['total_shards']}", pstart + length + _SHARD_INDEX_AT)
+        expected = sum(b.byte_size for b in desc.buffers)
+        if t["total_data_bytes"] != expected:
+            raise container_rules.TOTAL_DATA_BYTES.violation(
+                f"total_data_bytes {t['total_data_bytes']} but the buffers hold {expected} bytes", pstart + length)
+        for b in desc.buffers:
+            if b.byte_size > limits.max_buffer_bytes:
+                limits.check("max_buffer_bytes", b.byte_size, pstart)
+        return part, cls(desc, at, expected, t)
+
+    def frame(self, plen: int, offset_in_buffer: Optional[int], at: int) -> int:
+        """Check the TENSOR_DATA message at ``at`` (``offset_in_buffer`` None: its payload cannot
+        hold the field) and count its bytes; returns the frame's data length."""
+        pstart = at + _MSG_SIZE
+        if offset_in_buffer is None:
+            raise container_rules.DATA_FRAME.violation(
+                f"a TENSOR_DATA payload of {plen} bytes cannot hold byte_offset_in_buffer", at + _MSG_AT["payload_length"])
+        n = plen - _DATA_SIZE
+        if offset_in_buffer != self.received:
+            raise container_rules.DATA_FRAME.violation(
+                f"byte_offset_in_buffer {offset_in_buffer}, expected {self.received} (frames are contiguous "
+                "and ascending)", pstart)
+        if self.received + n > self.total:
+            raise container_rules.DATA_FRAME.violation(
+                f"frame ends at {self.received + n}, past total_data_bytes {self.total}", pstart)
+        self.received += n
+        return n
+
+    def end(self, plen: int, at: int) -> None:
+        """Check the TENSOR_DATA_END message at ``at``: empty, and every byte arrived."""
+        if plen:
+            raise container_rules.DATA_END_PAYLOAD.violation(f"TENSOR_DATA_END carries {plen} payload bytes",
+                                                             at + _MSG_AT["payload_length"])
+        if self.received != self.total:
+            raise container_rules.DATA_SUM.violation(
+                f"frames carried {self.received} bytes, total_data_bytes is {self.total}", at)
+
+
 def _messages_strict(window: Window, describe: Describe, mode: Mode, limits: Limits) -> Iterator[Part]:
-    current: Optional[_Open] = None
+    current: Optional[TensorFrames] = None
     index = 0  # the kinds are tested most frequent first (they exclude one another)
     while not window.at_eof():
         at, h = _message_header(window, limits)
@@ -706,21 +774,10 @@ def _messages_strict(window: Window, describe: Describe, mode: Mode, limits: Lim
                 raise container_rules.MESSAGE_ORDER.violation(
                     "TENSOR_DATA outside a tensor (no TENSOR_DESCRIPTOR before it)", at)
             if plen < _DATA_SIZE:
-                raise container_rules.DATA_FRAME.violation(
-                    f"a TENSOR_DATA payload of {plen} bytes cannot hold byte_offset_in_buffer",
-                    at + _MSG_AT["payload_length"])
+                current.frame(plen, None, at)
             payload = _payload(window, plen, at)
             (offset_in_buffer,) = _DATA_OFFSET_CODEC.unpack_from(payload)
-            n = plen - _DATA_SIZE
-            if offset_in_buffer != current.received:
-                raise container_rules.DATA_FRAME.violation(
-                    f"byte_offset_in_buffer {offset_in_buffer}, expected {current.received} (frames are contiguous "
-                    "and ascending)", pstart)
-            if current.received + n > current.total:
-                raise container_rules.DATA_FRAME.violation(
-                    f"frame ends at {current.received + n}, past total_data_bytes {current.total}", pstart)
-            current.received += n
-            if n:
+            if current.frame(plen, offset_in_buffer, at):
                 yield part_from_fields((DATA, pstart + _DATA_SIZE, pstart + plen, None, payload[_DATA_SIZE:], None, "",
                                         (), 0, 0))
             continue
@@ -728,36 +785,15 @@ def _messages_strict(window: Window, describe: Describe, mode: Mode, limits: Lim
             if current is not None:
                 raise container_rules.MESSAGE_ORDER.violation(
                     f"TENSOR_DESCRIPTOR before the TENSOR_DATA_END of the tensor at byte {current.start}", at)
-            payload = _payload(window, plen, at)
-            length = _descriptor_length_in_payload(payload, at)
-            part = describe(payload[:length], pstart, 0)
+            part, current = TensorFrames.open(_payload(window, plen, at), at, describe, limits)
             yield part
-            desc = part.value
-            t, _ = _TRANSPORT.unpack(payload, length)
-            if t["total_shards"] < 1 or t["shard_index"] >= t["total_shards"]:
-                raise container_rules.TRANSPORT_SHARDS.violation(
-                    f"shard_index {t['shard_index']} / total_shards {t['total_shards']}",
-                    pstart + length + _SHARD_INDEX_AT)
-            expected = sum(b.byte_size for b in desc.buffers)
-            if t["total_data_bytes"] != expected:
-                raise container_rules.TOTAL_DATA_BYTES.violation(
-                    f"total_data_bytes {t['total_data_bytes']} but the buffers hold {expected} bytes", pstart + length)
-            for b in desc.buffers:
-                if b.byte_size > limits.max_buffer_bytes:
-                    limits.check("max_buffer_bytes", b.byte_size, pstart)
-            yield part_from_fields((TRANSPORT, pstart + length, pstart + plen, TENSOR_DESCRIPTOR_FIELDS, t, None, "",
-                                    (), 0, 0))
-            current = _Open(desc, at, expected)
+            yield part_from_fields((TRANSPORT, part.end, pstart + plen, TENSOR_DESCRIPTOR_FIELDS, current.transport,
+                                    None, "", (), 0, 0))
             continue
         if kind == MessageType.TENSOR_DATA_END:
             if current is None:
                 raise container_rules.MESSAGE_ORDER.violation("TENSOR_DATA_END outside a tensor", at)
-            if plen:
-                raise container_rules.DATA_END_PAYLOAD.violation(f"TENSOR_DATA_END carries {plen} payload bytes",
-                                                   at + _MSG_AT["payload_length"])
-            if current.received != current.total:
-                raise container_rules.DATA_SUM.violation(
-                    f"frames carried {current.received} bytes, total_data_bytes is {current.total}", at)
+            current.end(plen, at)
             yield part_from_fields((TENSOR_END, at, pstart, MESSAGE_HEADER, current.desc, None, "", (), current.start,
                                     0))
             current = None
@@ -779,7 +815,7 @@ def _remote_error(payload: bytes, at: int) -> RemoteError:
         e, _ = _ERROR.unpack(payload)
         code = e["error_code"]
         message = payload[_ERROR.fixed_size : _ERROR.fixed_size + e["message_length"]].decode("utf-8", "replace")
-    return RemoteError(code, message, at)
+    return remote_error(code, message, at)
 
 
 # --------------------------------------------------------------------------------------

@@ -5,4 +5,4 @@ registry's order: one descriptor, composite, descriptor structure, then containe
 """
 
 from . import descriptor  # noqa: F401  (first: its rules come first in the registry)
-from . import composite, structure, container, interop  # noqa: F401,I001
+from . import composite, structure, container, interop, session  # noqa: F401,I001

@@ -118,6 +118,8 @@ def _format_char(sub: construct.Construct) -> str | None:
     """struct-module format character of a little-endian fixed field, if it has one."""
     if isinstance(sub, construct.Const):  # the value is checked by a named rule, not here
         return _format_char(sub.subcon)
+    if isinstance(sub, construct.Rebuild):  # a length or count: the fast codec packs the value it is given
+        return _format_char(sub.subcon)
     if isinstance(sub, construct.FormatField):
         return sub.fmtstr[1:]
     if isinstance(sub, construct.Bytes) and isinstance(sub.length, int):

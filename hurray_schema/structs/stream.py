@@ -19,7 +19,7 @@ from ._declare import field, plan
 __all__ = [
     "MessageType", "MESSAGE_HEADER", "MESSAGE_HEADER_SIZE", "TENSOR_DESCRIPTOR_FIELDS",
     "TENSOR_DESCRIPTOR_FIELDS_SIZE", "TENSOR_DATA_HEADER", "TENSOR_DATA_HEADER_SIZE", "TENSOR_DATA_END",
-    "RESERVED_STREAM_ID", "ERROR_HEADER",
+    "RESERVED_STREAM_ID",
 ]
 
 FRAMING_REF = "interchange.md § Message Framing"
@@ -69,10 +69,6 @@ TENSOR_DATA_HEADER = Struct(
 TENSOR_DATA_END = Struct()
 """The TENSOR_DATA_END payload is empty (``interchange.md § TENSOR_DATA_END Payload``)."""
 
-ERROR_HEADER = Struct(
-    field("error_code", Int32ul, "Error code.", "interchange.md § ERROR Payload"),
-    field("message_length", Int32ul, "Byte length of the UTF-8 message that follows.", "interchange.md § ERROR Payload"),
-)
 
 MESSAGE_HEADER_SIZE = plan(MESSAGE_HEADER).fixed_size
 TENSOR_DESCRIPTOR_FIELDS_SIZE = plan(TENSOR_DESCRIPTOR_FIELDS).fixed_size

@@ -1,0 +1,497 @@
+"""The one checker of what a session peer receives (``interchange.md`` § Network Transport
+Protocol through § Error Handling).
+
+:class:`SessionChecker` follows one direction of one connection, message by message: the
+server runs one on what its client sends, the client on what its server sends, and ``audit``
+on a recorded direction.  Each fault raises the rule's :class:`~hurray_schema.errors.SpecViolation`
+at the byte offset the message has in that direction (the connection's first byte is 0), so
+the three entry points name the same rule at the same byte.
+
+What a tensor's messages must be (descriptor, contiguous frames, end) is
+:class:`~hurray_schema.io.walk.TensorFrames`, the check the stream reader runs on a recorded
+message stream.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+
+import attrs
+from typing import Callable, Optional
+
+from ..errors import HurraySchemaError, SpecViolation, remote_error
+from ..io.walk import TensorFrames, check_message_header
+from ..limits import DEFAULT_LIMITS, Limits
+from ..rules import container as container_rules
+from ..model import CompositeLayout, TensorDescriptor
+from ..rules import session as rules
+from ..rules.composite import validate_preorder
+from ..structs.session import (
+    KNOWN_CAPABILITY_FLAGS, KNOWN_REQUEST_FLAGS, PROTOCOL_VERSION, CapabilityFlag, RequestFlag,
+)
+from ..structs.tags import CompositionRule
+from ..structs.stream import MessageType
+from . import messages as m
+from .devices import check_placement
+
+__all__ = ["Side", "SessionChecker", "Transfer", "CLIENT_SENDS", "SERVER_SENDS", "recorded_side", "recorded_side_of", "check_recorded", "other_direction",
+           "PeerRecording"]
+
+
+class Side(str, enum.Enum):
+    """Which peer receives what a checker follows."""
+
+    SERVER = "server"
+    CLIENT = "client"
+
+
+CLIENT_SENDS = frozenset({MessageType.CLIENT_HELLO, MessageType.TENSOR_REQUEST, MessageType.TENSOR_PUT})
+SERVER_SENDS = frozenset({MessageType.SERVER_HELLO, MessageType.TENSOR_DESCRIPTOR, MessageType.TENSOR_PUT_ACK})
+"""The message types whose direction the table fixes (``interchange.md § Message Types``); the
+others travel either way (TENSOR_DATA and TENSOR_DATA_END too: a PUT's data goes to the server)."""
+
+_RDMA = frozenset({MessageType.RDMA_REGISTER, MessageType.RDMA_READY})
+
+
+def check_capabilities(flags: int, at: int) -> None:
+    """``interchange.md § Capability Flags``: bits 4-63 zero; GPUDirect only with the RDMA data plane."""
+    if flags & ~KNOWN_CAPABILITY_FLAGS:
+        raise rules.CAPABILITY_RESERVED.violation(
+            f"capability_flags 0x{flags:016X} sets reserved bits 0x{flags & ~KNOWN_CAPABILITY_FLAGS:016X}", at)
+    if flags & CapabilityFlag.RDMA_GPUDIRECT and not flags & CapabilityFlag.RDMA_DATA_PLANE:
+        raise rules.CAPABILITY_GPUDIRECT.violation("RDMA_GPUDIRECT is set without RDMA_DATA_PLANE", at)
+
+
+_CAPS_AT = m.HEADER_SIZE + 8  # protocol_version, max_message_size, then capability_flags
+
+
+class SessionChecker:
+    """One received direction of a session.
+
+    ``side`` is the receiver; ``max_payload`` the ``max_message_size`` it advertised (None
+    until its hello is sent: the reader's limit applies); ``describe`` decodes a descriptor as
+    the readers do (:func:`~hurray_schema.io.walk.strict_describer`)."""
+
+    def __init__(self, side: Side, *, describe: Callable, limits: Limits = DEFAULT_LIMITS,
+                 max_payload: Optional[int] = None):
+        self.side = Side(side)
+        self.describe = describe
+        self.limits = limits
+        self.max_payload = max_payload
+        self.hello: Optional[m.Hello] = None
+        """The peer's hello, once it arrived."""
+        self.sent_hello: Optional[m.Hello] = None
+        """This side's own hello (the client's, for the version rule)."""
+        self.tensors: dict[int, TensorFrames] = {}
+        """Per stream, the tensor whose frames are arriving."""
+        self.puts: dict[int, m.Put] = {}
+        """Per stream, the PUT whose data is arriving (server side)."""
+        self.closed: set[int] = set()
+        """Streams an ERROR ended."""
+        self.count = 0
+        self.requests: dict[int, m.Request] = {}
+        """Client side: the requests sent, by stream."""
+        self.last_request: Optional[int] = None
+        self.acks_due: dict[int, int] = {}
+        """Client side: per stream, the whole PUTs awaiting their ACK."""
+        self.transfers: dict[int, Transfer] = {}
+        """Client side: the open parallel transfer of each shard stream."""
+        self.recording_without_requests = False
+        """A recorded direction audited without its requests: what needs them is not checked."""
+
+    # --- every message ------------------------------------------------------------------
+    def header(self, raw, at: int) -> tuple[int, int, int]:
+        """``(kind, stream_id, payload_length)`` of the header at ``at``, once it passes the
+        framing rules, the hello-first rule, the direction and a closed stream."""
+        kind, stream_id, plen = m.unpack_header(raw)
+        kind = check_message_header({"message_type": kind, "stream_id": stream_id, "payload_length": plen}, at,
+                                    self.limits, max_payload=self.max_payload)
+        first = self.count == 0
+        self.count += 1
+        if self.side is Side.SERVER:
+            if (kind == MessageType.CLIENT_HELLO) != first:
+                raise rules.HELLO_FIRST.violation(
+                    "CLIENT_HELLO again" if not first else f"the connection starts with {_name(kind)}, not "
+                    "CLIENT_HELLO", at)
+            if kind in SERVER_SENDS:
+                raise rules.MESSAGE_DIRECTION.violation(f"{_name(kind)} travels from server to client", at)
+        else:
+            if first and kind not in (MessageType.SERVER_HELLO, MessageType.ERROR):
+                raise rules.SERVER_HELLO_FIRST.violation(
+                    f"the server's first message is {_name(kind)}, not SERVER_HELLO", at)
+            if not first and kind == MessageType.SERVER_HELLO:
+                raise rules.SERVER_HELLO_FIRST.violation("SERVER_HELLO again", at)
+            if kind in CLIENT_SENDS:
+                raise rules.MESSAGE_DIRECTION.violation(f"{_name(kind)} travels from client to server", at)
+        if kind in _RDMA:
+            raise rules.RDMA_AGREED.violation(
+                f"{_name(kind)} without RDMA_DATA_PLANE advertised by both peers", at)
+        if stream_id in self.closed:
+            raise rules.ERROR_CLOSES.violation(f"{_name(kind)} on stream {stream_id}, which an ERROR closed", at)
+        if stream_id in self.puts and kind not in (MessageType.TENSOR_DATA, MessageType.TENSOR_DATA_END):
+            raise rules.PUT_FLOW.violation(
+                f"{_name(kind)} on stream {stream_id} before the TENSOR_DATA_END of its TENSOR_PUT", at)
+        return kind, stream_id, plen
+
+    # --- session messages ---------------------------------------------------------------
+    def client_hello(self, payload, at: int) -> m.Hello:
+        """A CLIENT_HELLO (server side); a version of 0 has no version the server can use."""
+        hello = m.decode_hello(payload, at, server=False)
+        check_capabilities(hello.capability_flags, at + _CAPS_AT)
+        if hello.protocol_version < 1:
+            raise rules.HELLO_VERSION.violation(
+                f"the client speaks protocol_version {hello.protocol_version}; this server needs 1 to "
+                f"{PROTOCOL_VERSION}", at + m.HEADER_SIZE)
+        self.hello = hello
+        return hello
+
+    def server_hello(self, payload, at: int) -> m.Hello:
+        """A SERVER_HELLO (client side): a version no newer than the client's."""
+        hello = m.decode_hello(payload, at, server=True)
+        check_capabilities(hello.capability_flags, at + _CAPS_AT)
+        mine = self.sent_hello.protocol_version if self.sent_hello is not None else PROTOCOL_VERSION
+        if not 1 <= hello.protocol_version <= mine:
+            raise rules.HELLO_VERSION.violation(
+                f"SERVER_HELLO protocol_version {hello.protocol_version}, the client's is {mine}", at + m.HEADER_SIZE)
+        self.hello = hello
+        return hello
+
+    def request(self, stream_id: int, payload, at: int) -> m.Request:
+        """A TENSOR_REQUEST: its table, reserved bits and alignment."""
+        req = m.decode_request(payload, at)
+        end = at + m.HEADER_SIZE + len(payload)
+        if req.flags & ~KNOWN_REQUEST_FLAGS:
+            raise rules.REQUEST_FLAGS_RESERVED.violation(
+                f"request_flags 0x{req.flags:08X} sets reserved bits", end - 4)
+        if req.min_alignment < 1 or req.min_alignment & (req.min_alignment - 1):
+            raise rules.REQUEST_ALIGNMENT.violation(f"min_alignment {req.min_alignment} is not a power of two", end - 8)
+        return req
+
+    def put(self, stream_id: int, payload, at: int) -> tuple[m.Put, object]:
+        """A TENSOR_PUT: its table and descriptor; its frames are expected next on the stream.
+        Returns the PUT and the descriptor's part."""
+        put = m.decode_put(payload, at)
+        part = self.describe(put.descriptor, put.descriptor_at, 0)
+        total = sum(b.byte_size for b in part.value.buffers)
+        if put.total_data_bytes != total:
+            raise container_rules.TOTAL_DATA_BYTES.violation(
+                f"total_data_bytes {put.total_data_bytes} but the buffers hold {total} bytes",
+                put.descriptor_at + len(put.descriptor))
+        self.puts[stream_id] = put
+        self.tensors[stream_id] = TensorFrames(part.value, at, total, {"total_data_bytes": total})
+        return put, part
+
+    def error(self, stream_id: int, payload, at: int):
+        """An ERROR: the stream is closed; returns the typed exception to raise or report."""
+        code, text = m.decode_error(payload, at)
+        self.closed.add(stream_id)
+        self.tensors.pop(stream_id, None)
+        self.puts.pop(stream_id, None)
+        return remote_error(code, text, at)
+
+    # --- what the client sent (client side) ---------------------------------------------
+    def sent_request(self, stream_id: int, request: m.Request) -> None:
+        """The client sent ``request`` on ``stream_id``: its response may now arrive."""
+        self.requests[stream_id] = request
+        self.last_request = stream_id
+
+    def sent_put(self, stream_id: int) -> None:
+        """The client sent a whole TENSOR_PUT on ``stream_id``: an ACK or ERROR may now arrive."""
+        self.acks_due[stream_id] = self.acks_due.get(stream_id, 0) + 1
+
+    def ack(self, stream_id: int, plen: int, at: int) -> None:
+        """A TENSOR_PUT_ACK: empty, and for a PUT the client sent whole (``§ TENSOR_PUT Flow``)."""
+        if not self.acks_due.get(stream_id) and not self.recording_without_requests:
+            raise rules.PUT_FLOW.violation(f"TENSOR_PUT_ACK on stream {stream_id}, where no TENSOR_PUT is awaiting "
+                                           "one", at)
+        if plen:
+            raise rules.PAYLOAD_LENGTH.violation(f"TENSOR_PUT_ACK carries {plen} payload bytes",
+                                                 at + m.PAYLOAD_LENGTH_AT)
+        if self.acks_due.get(stream_id):
+            self.acks_due[stream_id] -= 1
+
+    # --- a tensor's messages ------------------------------------------------------------
+    def descriptor(self, stream_id: int, payload, at: int):
+        """A TENSOR_DESCRIPTOR on ``stream_id``: ``(part, frames, transfer)``; ``transfer`` is the
+        parallel transfer the tensor is a shard of (client side), else None."""
+        if stream_id in self.tensors:
+            raise container_rules.MESSAGE_ORDER.violation(
+                f"TENSOR_DESCRIPTOR before the TENSOR_DATA_END of the tensor at byte {self.tensors[stream_id].start}",
+                at)
+        part, frames = TensorFrames.open(payload, at, self.describe, self.limits)
+        transfer = None
+        if self.side is Side.CLIENT:
+            request, transfer = self._response_of(stream_id, frames.transport["total_shards"], at)
+            if request is not None:
+                self._check_placement(part.value, request, at + m.HEADER_SIZE)
+            if transfer is not None:
+                transfer.add(stream_id, part.value, at)
+        self.tensors[stream_id] = frames
+        return part, frames, transfer
+
+    def frame(self, stream_id: int, plen: int, offset_in_buffer: Optional[int], at: int) -> tuple[TensorFrames, int]:
+        """A TENSOR_DATA header on ``stream_id``: ``(frames, data length)``."""
+        frames = self._open(stream_id, "TENSOR_DATA", at)
+        return frames, frames.frame(plen, offset_in_buffer, at)
+
+    def end(self, stream_id: int, plen: int, at: int) -> tuple[TensorFrames, Optional[m.Put]]:
+        """A TENSOR_DATA_END on ``stream_id``: the finished tensor, and its PUT if it was one.  The
+        last shard of a parallel transfer closes it: the shards' consistency is checked then."""
+        frames = self._open(stream_id, "TENSOR_DATA_END", at)
+        frames.end(plen, at)
+        del self.tensors[stream_id]
+        transfer = self.transfers.get(stream_id)
+        if transfer is not None:
+            transfer.ended.add(stream_id)
+            if transfer.complete:
+                transfer.check(at)
+                for s in transfer.descs:
+                    self.transfers.pop(s, None)
+        return frames, self.puts.pop(stream_id, None)
+
+    def _open(self, stream_id: int, what: str, at: int) -> TensorFrames:
+        frames = self.tensors.get(stream_id)
+        if frames is None:
+            raise container_rules.MESSAGE_ORDER.violation(
+                f"{what} on stream {stream_id} outside a tensor (no TENSOR_DESCRIPTOR before it)", at)
+        return frames
+
+    # --- responses (client side) --------------------------------------------------------
+    def _response_of(self, stream_id: int, shards: int, at: int):
+        """The request a descriptor on ``stream_id`` answers, and its parallel transfer: a shard may
+        arrive on a stream of its own (``§ Parallel Transfer Flow``)."""
+        transfer = self.transfers.get(stream_id)
+        if transfer is None and shards > 1:
+            transfer = self._open_transfer(stream_id, shards, at)
+        if transfer is not None:
+            if shards != transfer.count:
+                raise rules.SHARD_CONSISTENCY.violation(
+                    f"total_shards {shards}, the transfer's first shard said {transfer.count}", at)
+            self.transfers[stream_id] = transfer
+            return self.requests.get(transfer.request), transfer
+        if self.recording_without_requests:
+            return None, None
+        if stream_id not in self.requests:
+            raise container_rules.MESSAGE_ORDER.violation(f"a tensor on stream {stream_id}, which carries no request",
+                                                          at)
+        return self.requests[stream_id], None
+
+    def _open_transfer(self, stream_id: int, shards: int, at: int) -> "Transfer":
+        """The parallel transfer a first shard opens, or the open one it joins."""
+        for transfer in set(self.transfers.values()):
+            if not transfer.complete and len(transfer.descs) < transfer.count:
+                return transfer
+        owner = stream_id if stream_id in self.requests else self.last_request
+        request = self.requests.get(owner)
+        if not self.recording_without_requests:
+            asked = request is not None and request.flags & RequestFlag.PARALLEL_OK
+            offered = self.hello is not None and self.hello.capability_flags & CapabilityFlag.PARALLEL_STREAMS
+            if not (asked and offered):
+                raise rules.SHARD_REQUESTED.violation(
+                    f"total_shards {shards}, but the request did not set PARALLEL_OK or the server did not advertise "
+                    "PARALLEL_STREAMS", at)
+        return Transfer(owner, shards)
+
+    def _check_placement(self, desc, request: m.Request, at: int) -> None:
+        """``§ Server Device Selection`` rules 1-6 and the memory classes, as far as the client
+        sees them: the buffers' device and memory class."""
+        mine = self.sent_hello
+        if mine is None or self.hello is None:
+            return
+        for h in desc.buffers:
+            check_placement(int(h.device_tag), request.device, mine.devices, self.hello.devices, at)
+            if int(h.memory_class) not in mine.accepted_memory_classes:
+                raise rules.MEMORY_CLASS.violation(
+                    f"a buffer of memory_class 0x{int(h.memory_class):02X}, which the client did not advertise", at)
+
+
+class Transfer:
+    """One parallel transfer (``interchange.md § Parallel Transfers``): its shards' descriptors by
+    stream, checked for consistency once every shard ended (``§ Shard Consistency``)."""
+
+    def __init__(self, request: Optional[int], count: int):
+        self.request = request
+        self.count = count
+        self.descs: dict[int, object] = {}
+        self.ended: set[int] = set()
+
+    @property
+    def complete(self) -> bool:
+        return len(self.ended) == self.count
+
+    def add(self, stream_id: int, desc, at: int) -> None:
+        if stream_id in self.descs or len(self.descs) >= self.count:
+            raise rules.SHARD_CONSISTENCY.violation(
+                f"a shard on stream {stream_id} beyond the transfer's {self.count} shards", at)
+        self.descs[stream_id] = desc
+
+    def ordered(self) -> list:
+        """``(stream, descriptor)`` of every shard, by shard offset."""
+        return sorted(self.descs.items(), key=lambda kv: kv[1].shard.shard_offset)
+
+    def check(self, at: int) -> None:
+        """Shared parent_shape, element type and layout, then the partition checker's verdict on
+        the shard boxes under a head of the parent shape (exact cover, no overlap)."""
+        descs = list(self.descs.values())
+        first = descs[0]
+        for d in descs:
+            if d.shard is None:
+                raise rules.SHARD_CONSISTENCY.violation("a shard without a shard section", at)
+            if (d.shard.parent_shape, int(d.type_tag), int(d.layout_tag)) != (
+                    first.shard.parent_shape, int(first.type_tag), int(first.layout_tag)):
+                raise rules.SHARD_CONSISTENCY.violation(
+                    "the shards do not share parent_shape, element type and layout", at)
+        try:
+            validate_preorder([self.head()] + [d for _, d in self.ordered()], mode="strict", check_heads=False)
+        except SpecViolation as fault:
+            raise rules.SHARD_CONSISTENCY.violation(f"{fault.message} ({fault.rule_id})", at) from None
+
+    def head(self) -> TensorDescriptor:
+        """A partition head of the parent shape over the shards: what the partition checker binds."""
+        first = next(iter(self.descs.values()))
+        return TensorDescriptor(type_tag=first.type_tag, shape=first.shard.parent_shape,
+                                layout=CompositeLayout(composition_rule=CompositionRule.PARTITION,
+                                                       member_count=len(self.descs)))
+
+
+def _name(kind) -> str:
+    return kind.name if isinstance(kind, MessageType) else f"message type 0x{int(kind):08X}"
+
+
+# --------------------------------------------------------------------------------------
+# A recorded direction (``audit``)
+# --------------------------------------------------------------------------------------
+
+
+SESSION_OPENERS = {int(MessageType.CLIENT_HELLO): Side.SERVER, int(MessageType.SERVER_HELLO): Side.CLIENT}
+"""The first message of a recorded session's direction, and which side received it."""
+
+
+def recorded_side(data) -> Optional[Side]:
+    """The receiving side of a recorded session direction (its first message is a hello), or
+    None when ``data`` is not one."""
+    if len(data) < m.HEADER_SIZE:
+        return None
+    kind, _, _ = m.unpack_header(bytes(data[: m.HEADER_SIZE]))
+    return SESSION_OPENERS.get(kind)
+
+
+@attrs.frozen
+class PeerRecording:
+    """What the receiver of a recorded direction sent, read from the other direction's recording:
+    its hello, and on the client's side its requests and whole PUTs (by stream)."""
+
+    hello: Optional[m.Hello]
+    requests: dict
+    puts: dict
+    last_request: Optional[int]
+
+
+def other_direction(path) -> Optional[PeerRecording]:
+    """The recording of the other direction beside ``path`` (``NAME.client.msgs`` /
+    ``NAME.server.msgs``, as ``serve --record`` and ``connect(record=...)`` write them), read
+    leniently, or None."""
+    if path is None:
+        return None
+    name = os.fspath(path)
+    for mine, theirs in ((".client.msgs", ".server.msgs"), (".server.msgs", ".client.msgs")):
+        if name.endswith(mine):
+            try:
+                with open(name[: -len(mine)] + theirs, "rb") as f:
+                    return _peer_recording(f.read())
+            except OSError:
+                return None
+    return None
+
+
+def _peer_recording(data: bytes) -> PeerRecording:
+    hello, requests, puts, last, putting = None, {}, {}, None, set()
+    pos = 0
+    while pos + m.HEADER_SIZE <= len(data):
+        kind, sid, plen = m.unpack_header(data[pos : pos + m.HEADER_SIZE])
+        payload = data[pos + m.HEADER_SIZE : pos + m.HEADER_SIZE + plen]
+        try:
+            if pos == 0 and kind in SESSION_OPENERS:
+                hello = m.decode_hello(payload, pos, server=kind == MessageType.SERVER_HELLO)
+            elif kind == MessageType.TENSOR_REQUEST:
+                requests[sid], last = m.decode_request(payload, pos), sid
+            elif kind == MessageType.TENSOR_PUT:
+                putting.add(sid)
+            elif kind == MessageType.TENSOR_DATA_END and sid in putting:
+                putting.discard(sid)
+                puts[sid] = puts.get(sid, 0) + 1
+        except HurraySchemaError:
+            pass
+        pos += m.HEADER_SIZE + plen
+    return PeerRecording(hello, requests, puts, last)
+
+
+def recorded_side_of(data, name=None) -> Optional[Side]:
+    """The receiving side of a recorded direction: from its file name (``*.client.msgs`` is what
+    the server received), else from its first message (a hello), else None."""
+    if name is not None:
+        name = os.fspath(name)
+        if name.endswith(".client.msgs"):
+            return Side.SERVER
+        if name.endswith(".server.msgs"):
+            return Side.CLIENT
+    return recorded_side(data)
+
+
+def check_recorded(data, side: Side, describe: Callable, limits: Limits = DEFAULT_LIMITS,
+                   peer: Optional[PeerRecording] = None) -> None:
+    """Run the checker ``side`` runs live over a recorded direction (bytes-like), message by
+    message; the first fault raises, at the offset it has in ``data``, as it did live.
+    ``peer`` is what the receiver sent (:func:`other_direction`): its hello gives the largest
+    payload it accepted and the version it spoke, its requests what the responses answer.
+    Without it the checks that need them are left out."""
+    view = memoryview(data)
+    checker = SessionChecker(side, describe=describe, limits=limits)
+    if peer is not None and peer.hello is not None:
+        checker.sent_hello = peer.hello
+        checker.max_payload = peer.hello.max_message_size
+    if side is Side.CLIENT:
+        if peer is None:
+            checker.recording_without_requests = True
+        else:
+            checker.requests = dict(peer.requests)
+            checker.last_request = peer.last_request
+            checker.acks_due = dict(peer.puts)
+    pos = 0
+    while pos < len(view):
+        if len(view) - pos < m.HEADER_SIZE:
+            raise container_rules.MESSAGE_TRUNCATED.violation(
+                f"the recording ends {len(view) - pos} bytes into a {m.HEADER_SIZE}-byte message header", len(view))
+        kind, sid, plen = checker.header(view[pos : pos + m.HEADER_SIZE], pos)
+        start, end = pos + m.HEADER_SIZE, pos + m.HEADER_SIZE + plen
+        if end > len(view):
+            raise container_rules.MESSAGE_TRUNCATED.violation(
+                f"the message at byte {pos} announces {plen} payload bytes, the recording has {len(view) - start}",
+                len(view))
+        _replay(checker, kind, sid, view[start:end], pos)
+        pos = end
+
+
+def _replay(checker: SessionChecker, kind, sid: int, payload, at: int) -> None:
+    """One recorded message through the checker's entry for its kind."""
+    if kind == MessageType.TENSOR_DATA:
+        offset = int.from_bytes(payload[: m.DATA_HEADER_SIZE], "little") if len(payload) >= m.DATA_HEADER_SIZE \
+            else None
+        checker.frame(sid, len(payload), offset, at)
+    elif kind == MessageType.TENSOR_DATA_END:
+        checker.end(sid, len(payload), at)
+    elif kind == MessageType.TENSOR_DESCRIPTOR:
+        checker.descriptor(sid, payload, at)
+    elif kind == MessageType.CLIENT_HELLO:
+        checker.client_hello(payload, at)
+    elif kind == MessageType.SERVER_HELLO:
+        checker.server_hello(payload, at)
+    elif kind == MessageType.TENSOR_REQUEST:
+        checker.request(sid, payload, at)
+    elif kind == MessageType.TENSOR_PUT:
+        checker.put(sid, payload, at)
+    elif kind == MessageType.ERROR:
+        checker.error(sid, payload, at)
+    elif kind == MessageType.TENSOR_PUT_ACK:
+        checker.ack(sid, len(payload), at)

@@ -1,0 +1,526 @@
+"""The transport client: :func:`connect` opens a session (``interchange.md`` § Session
+Establishment), :meth:`Session.get` requests a tensor and :meth:`Session.put` pushes one.
+
+What arrives is checked as it arrives, by the rules every reader of this project runs: the
+session's (:class:`~.checker.SessionChecker`), each tensor's messages
+(:class:`~hurray_schema.io.walk.TensorFrames`), each descriptor (the readers' strict decode)
+and each composite (the one binder, :class:`~hurray_schema.rules.composite.CompositeBinder`).
+A data frame is read from the socket straight into the buffer it fills, each buffer aligned to
+``min_alignment``; nothing is copied after the kernel's copy into user space.
+
+Violations raise :class:`~hurray_schema.errors.SpecViolation` with the offset of the fault
+in what this client received (its first byte is offset 0), after which the session is closed:
+nothing it receives afterwards could be trusted.  An ERROR from the server raises its typed
+:class:`~hurray_schema.errors.RemoteError` and leaves the session open.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import socket
+import ssl
+import urllib.parse
+from typing import Optional, Sequence
+
+import attrs
+
+from ..errors import HurraySchemaError, LimitExceeded, RemoteError, SessionError, SpecViolation
+from ..io.tensor import Composite, Item, Tensor, walk
+from ..io.walk import strict_describer
+from ..limits import Limits, resolve_limits
+from ..model import TensorDescriptor
+from ..rules import container as container_rules
+from ..rules import session as rules
+from ..rules.composite import CompositeBinder
+from ..rules.engine import Mode
+from ..structs.session import PROTOCOL_VERSION, CapabilityFlag, ErrorCode, RequestFlag
+from ..structs.stream import MessageType
+from ..structs.tags import LayoutTag
+from . import messages as m
+from .checker import SessionChecker, Side
+from .devices import parse_devices
+from .wire import Closed, Recorder, Wire
+
+__all__ = ["Session", "connect", "parse_url"]
+
+MiB = 1 << 20
+DEFAULT_MAX_MESSAGE_BYTES = 256 * MiB
+"""The largest payload this client accepts by default: a data frame of up to 256 MiB."""
+DEFAULT_MAX_RESPONSE_BYTES = 1 << 40
+"""The most data bytes one response may announce before the client allocates for it."""
+_SCHEMES = {"hurray": False, "hurrays": True}
+
+
+def parse_url(url: str) -> tuple[str, int, bool]:
+    """``(host, port, tls)`` of ``hurray://host:port`` or ``hurrays://host:port``."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in _SCHEMES:
+        raise HurraySchemaError(f"{url!r}: the scheme must be hurray:// or hurrays://")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.hostname or port is None:
+        raise HurraySchemaError(f"{url!r}: a URL names a host and a port (hurray://127.0.0.1:7431)")
+    return parts.hostname, port, _SCHEMES[parts.scheme]
+
+
+def connect(url: str, **options) -> "Session":
+    """A session with the server at ``url`` (``hurray://host:port``, or ``hurrays://`` for
+    TLS); see :class:`Session` for the options."""
+    return Session(url, **options)
+
+
+class Session:
+    """One connection to a server, after the hellos; a context manager.
+
+    Options: ``timeout`` (seconds the server may stay silent, None: forever),
+    ``max_message_bytes`` (the client's max_message_size), ``max_response_bytes`` (the most
+    data one response may announce), ``devices`` (advertised; ``("cpu",)``), ``limits`` (the
+    readers' :class:`~hurray_schema.limits.Limits`), ``mode`` ("strict"; "permissive" keeps what
+    the spec lets a permissive reader keep), and for TLS ``tls_ca`` (the CA file that signs the
+    server's certificate; the system's by default), ``tls_cert`` / ``tls_key`` (this client's,
+    for mutual TLS) and ``server_hostname``; ``record`` (a folder) writes both directions as message
+    streams that ``audit`` checks (``NAME.server.msgs``: what the server sent)."""
+
+    def __init__(self, url: str, *, timeout: Optional[float] = 30.0, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES, devices: Sequence = ("cpu",),
+                 limits: Optional[Limits] = None, mode="strict", tls_ca=None, tls_cert=None, tls_key=None,
+                 server_hostname: Optional[str] = None, layouts: Sequence = (), record=None):
+        host, port, tls = parse_url(url)
+        if not m.DATA_HEADER_SIZE < max_message_bytes <= 0xFFFF_FFFF:
+            raise HurraySchemaError("max_message_bytes must be between 9 and 4 GiB - 1")
+        self.url = url
+        self.limits = resolve_limits(limits)
+        self.mode = Mode(mode)
+        self.max_response_bytes = max_response_bytes
+        self._streams = itertools.count(1)
+        self._broken: Optional[BaseException] = None
+        sock = _open(host, port, timeout)
+        try:
+            if tls:
+                sock = _tls_handshake(sock, _client_context(tls_ca, tls_cert, tls_key), server_hostname or host)
+            recorder = None if record is None else Recorder(os.fspath(record), f"client-{os.getpid()}-{id(self):x}")
+            self.wire = Wire(sock, timeout=timeout, recorder=recorder, incoming="server", outgoing="client")
+            describe = strict_describer(mode=self.mode, limits=self.limits, cross_machine=True)
+            self.checker = SessionChecker(Side.CLIENT, describe=describe, limits=self.limits,
+                                          max_payload=max_message_bytes)
+            self.hello = m.Hello(PROTOCOL_VERSION, max_message_bytes, 0, m.layout_entries(layouts),
+                                 parse_devices(devices), ())
+            self.server_hello = self._handshake()
+        except BaseException:
+            sock.close()
+            raise
+
+    # --- lifecycle ----------------------------------------------------------------------
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._broken is None:
+            self._broken = SessionError("the session is closed")
+        self.wire.close()
+
+    def __repr__(self) -> str:
+        return f"Session({self.url})"
+
+    @property
+    def capabilities(self) -> CapabilityFlag:
+        """What the server advertised (``interchange.md § Capability Flags``)."""
+        return CapabilityFlag(self.server_hello.capability_flags)
+
+    @property
+    def server_layouts(self) -> tuple[int, ...]:
+        """Layout tags the server can produce, as it advertised them."""
+        return tuple(e.tag for e in self.server_hello.layouts)
+
+    def _handshake(self) -> m.Hello:
+        self.checker.sent_hello = self.hello
+        self.wire.send(MessageType.CLIENT_HELLO, 1, m.encode_hello(self.hello, server=False))
+        try:
+            at, raw = self.wire.read_header()
+        except Closed:
+            raise SessionError("the server closed the connection before SERVER_HELLO") from None
+        kind, sid, plen = self.checker.header(raw, at)
+        payload = self._control_payload(plen)
+        if kind == MessageType.ERROR:
+            raise self.checker.error(sid, payload, at)
+        return self.checker.server_hello(payload, at)
+
+    def _control_payload(self, plen: int):
+        return self.wire.read(plen)
+
+    def _guard(self):
+        if self._broken is not None:
+            raise SessionError(f"the session cannot be used: {self._broken}")
+
+    def _call(self, run, *args):
+        """Run one exchange; a violation or a broken connection ends the session (after an
+        ERROR to the server naming the fault, ``interchange.md § Error Handling``)."""
+        self._guard()
+        try:
+            return run(*args)
+        except RemoteError:
+            raise
+        except SpecViolation as fault:
+            self._fail(fault)
+            raise
+        except (SessionError, LimitExceeded, HurraySchemaError) as exc:
+            self._fail(exc)
+            raise
+
+    def _fail(self, exc: BaseException) -> None:
+        self._broken = exc
+        if isinstance(exc, SpecViolation):
+            code = ErrorCode.SHARD_MISMATCH if exc.rule_id == rules.SHARD_CONSISTENCY.id else ErrorCode.INVALID_MESSAGE
+            try:
+                self.wire.send(MessageType.ERROR, getattr(self, "_stream", 1),
+                               m.encode_error(code, f"[{exc.rule_id}] {exc.message} at byte {exc.offset}"))
+            except (SessionError, OSError):
+                pass
+        self.wire.close()
+
+    # --- PING ---------------------------------------------------------------------------
+    def ping(self, payload: bytes = b"") -> bytes:
+        """PING the server; returns the PONG's payload."""
+        return self._call(self._ping, bytes(payload))
+
+    def _ping(self, payload: bytes) -> bytes:
+        sid = self._stream = next(self._streams)
+        self.wire.send(MessageType.PING, sid, payload)
+        while True:
+            at, kind, s, plen = self._next()
+            body = self._control_payload(plen)
+            if kind == MessageType.ERROR:
+                raise self.checker.error(s, body, at)
+            if kind == MessageType.PONG and s == sid:
+                return bytes(body)
+            if kind == MessageType.PING:
+                self.wire.send(MessageType.PONG, s, bytes(body))
+                continue
+            raise container_rules.MESSAGE_ORDER.violation(f"{_name(kind)} while a PONG was awaited", at)
+
+    def _next(self) -> tuple[int, int, int, int]:
+        try:
+            at, raw = self.wire.read_header()
+        except Closed:
+            raise SessionError("the server closed the connection") from None
+        kind, sid, plen = self.checker.header(raw, at)
+        return at, kind, sid, plen
+
+    # --- GET ----------------------------------------------------------------------------
+    def get(self, key: str, *, layouts: Sequence = (), transcode: bool = True, parallel: bool = False,
+            device="cpu", min_alignment: int = 64) -> Item:
+        """The tensor or composite served by ``key``: the same kind of item
+        ``hs.read_file(path)[key]`` gives, validated as it arrived.  ``layouts`` are the layout
+        tags preferred, most preferred first (``LayoutTag.ROW_MAJOR``, ...); ``transcode`` lets
+        the server transcode to one of them; ``parallel`` lets it send shards on several streams
+        (reassembled here); ``device`` the device preferred."""
+        (dev,) = parse_devices((device,))
+        if min_alignment < 1 or min_alignment & (min_alignment - 1):
+            raise HurraySchemaError(f"min_alignment {min_alignment} is not a power of two")
+        flags = (RequestFlag.ALLOW_TRANSCODE if transcode else 0) | (RequestFlag.PARALLEL_OK if parallel else 0)
+        request = m.Request(key, m.layout_entries(layouts), dev, min_alignment, int(flags))
+        return self._call(self._get, request)
+
+    def _get(self, request: m.Request) -> Item:
+        sid = self._stream = next(self._streams)
+        self.checker.sent_request(sid, request)
+        self.wire.send(MessageType.TENSOR_REQUEST, sid, m.encode_request(request))
+        return _Response(self, sid, request).receive()
+
+    # --- PUT ----------------------------------------------------------------------------
+    def put(self, key: str, item, *, validate: bool = True) -> None:
+        """Push ``item`` (a :class:`Tensor`, a :class:`Composite` or a NumPy array) to the
+        server under ``key`` (``interchange.md § TENSOR_PUT Flow``): a composite as its head's
+        PUT, then each member's, on one stream.  Returns once the server acknowledged the whole
+        item; its ERROR raises.  ``validate=False`` sends what a strict reader might reject."""
+        from ..io._write import as_item, check_nodes, encode_nodes
+
+        item = as_item(item)
+        encoded = list(encode_nodes(walk(item, key), validate))
+        if validate:
+            check_nodes(encoded, [0] * len(encoded), descriptors_first=False)
+        return self._call(self._put, key, encoded)
+
+    def _put(self, key: str, encoded) -> None:
+        sid = self._stream = next(self._streams)
+        limit = self.server_hello.max_message_size - m.DATA_HEADER_SIZE
+        for node in encoded:
+            total = sum(len(b) for b in node.buffers)
+            payload = m.encode_put(key, node.descriptor, total)
+            if len(payload) > self.server_hello.max_message_size:
+                raise HurraySchemaError(f"the TENSOR_PUT of {len(payload)} bytes exceeds the server's "
+                                        f"max_message_size {self.server_hello.max_message_size}")
+            self.wire.send(MessageType.TENSOR_PUT, sid, payload)
+            pos = 0
+            for buf in node.buffers:
+                view = memoryview(buf).cast("B") if len(buf) else memoryview(b"")
+                for start in range(0, len(view), limit):
+                    piece = view[start : start + limit]
+                    self.wire.send_frame(sid, pos, [piece])
+                    pos += len(piece)
+            self.wire.send(MessageType.TENSOR_DATA_END, sid)
+            self.checker.sent_put(sid)
+            self._await_ack(sid)
+
+    def _await_ack(self, sid: int) -> None:
+        while True:
+            at, kind, s, plen = self._next()
+            body = self._control_payload(plen)
+            if kind == MessageType.ERROR:
+                raise self.checker.error(s, body, at)
+            if kind == MessageType.PING:
+                self.wire.send(MessageType.PONG, s, bytes(body))
+                continue
+            if kind == MessageType.PONG:
+                continue
+            if kind == MessageType.TENSOR_PUT_ACK:
+                self.checker.ack(s, plen, at)
+                if s == sid:
+                    return
+                continue
+            raise rules.PUT_FLOW.violation(f"{_name(kind)} on stream {s} while the ACK of stream {sid} was awaited",
+                                           at)
+
+
+class _Plane:
+    """A tensor's buffers as they arrive: one aligned array per buffer handle (or the views
+    given, for a shard placed straight into its parent)."""
+
+    def __init__(self, desc: TensorDescriptor, alignment: int, buffers: Optional[list] = None):
+        self.buffers = buffers if buffers is not None else [_aligned(h.byte_size, max(alignment, 1))
+                                                            for h in desc.buffers]
+
+    def segments(self, start: int, n: int):
+        pos = 0
+        for buf in self.buffers:
+            size = len(buf)
+            lo, hi = max(start, pos), min(start + n, pos + size)
+            if lo < hi:
+                yield buf[lo - pos : hi - pos]
+            pos += size
+
+
+class _Shards:
+    """The shards of a parallel transfer (``interchange.md § Parallel Transfers``).  A shard that
+    is a block of whole rows of a row-major parent is received straight into the parent's
+    buffer; any other shard into its own, merged by the evaluator at the end."""
+
+    def __init__(self, transfer):
+        self.transfer = transfer
+        self.parent: Optional[memoryview] = None
+        self.all_rows = True
+
+    def place(self, desc: TensorDescriptor, alignment: int, limit: int, at: int) -> Optional[list]:
+        """The parent's bytes this shard fills when it is a block of rows, else None."""
+        span = _row_block(desc)
+        if span is None:
+            self.all_rows = False
+            return None
+        start, size, total = span
+        if self.parent is None:
+            if total > limit:
+                raise LimitExceeded("max_response_bytes", total, limit, at)
+            try:
+                self.parent = _aligned(total, alignment)
+            except MemoryError:
+                raise LimitExceeded("memory", total, 0, at) from None
+        if len(self.parent) != total or start + size > total:
+            self.all_rows = False
+            return None
+        return [self.parent[start : start + size]]
+
+
+class _Response:
+    """The messages answering one TENSOR_REQUEST, until its item is whole."""
+
+    def __init__(self, session: Session, sid: int, request: m.Request):
+        self.s = session
+        self.sid = sid
+        self.request = request
+        self.binder = CompositeBinder(mode=session.mode, validate=True, limits=session.limits,
+                                      leaf=Tensor.bound, assemble=Composite.from_binder)
+        self.planes: dict[int, _Plane] = {}
+        self.shards: Optional[_Shards] = None
+        self.announced = 0
+
+    def receive(self) -> Item:
+        s = self.s
+        while True:
+            try:
+                at, raw = s.wire.read_header()
+            except Closed:
+                self._torn()
+            kind, stream, plen = s.checker.header(raw, at)
+            if kind == MessageType.TENSOR_DATA:
+                self._frame(stream, plen, at)
+                continue
+            if kind == MessageType.TENSOR_DESCRIPTOR:
+                self._descriptor(stream, s.wire.read(plen), at)
+                continue
+            if kind == MessageType.TENSOR_DATA_END:
+                item = self._end(stream, plen, at)
+                if item is not None:
+                    return item
+                continue
+            payload = s.wire.read(plen)
+            if kind == MessageType.ERROR:
+                raise s.checker.error(stream, payload, at)
+            if kind == MessageType.PING:
+                s.wire.send(MessageType.PONG, stream, bytes(payload))
+                continue
+            if kind == MessageType.PONG:
+                continue
+            if kind == MessageType.TENSOR_PUT_ACK:
+                s.checker.ack(stream, plen, at)
+                continue
+            raise container_rules.MESSAGE_ORDER.violation(f"{_name(kind)} in the response to a TENSOR_REQUEST", at)
+
+    def _torn(self):
+        """The connection ended between messages: inside a tensor, inside a parallel transfer or a
+        composite, or before any answer (``layouts/composite.md § Validation``: a torn composite)."""
+        s = self.s
+        if s.checker.tensors:
+            start = min(f.start for f in s.checker.tensors.values())
+            raise container_rules.STREAM_TRUNCATED.violation(
+                f"the connection ends before the TENSOR_DATA_END of the tensor at byte {start}", s.wire.received)
+        if self.shards is not None:
+            raise rules.SHARD_CONSISTENCY.violation(
+                f"the connection ends after {len(self.shards.transfer.ended)} of {self.shards.transfer.count} shards",
+                s.wire.received)
+        for _ in self.binder.finish():
+            pass
+        raise SessionError("the server closed the connection before answering")
+
+    def _descriptor(self, stream: int, payload, at: int) -> None:
+        s = self.s
+        part, frames, transfer = s.checker.descriptor(stream, payload, at)
+        desc = part.value
+        self.announced += frames.total
+        if self.announced > s.max_response_bytes:
+            raise LimitExceeded("max_response_bytes", self.announced, s.max_response_bytes, at)
+        placed = None
+        if transfer is not None:
+            if self.shards is None:
+                if self.planes or self.binder.depth:
+                    raise rules.SHARD_CONSISTENCY.violation("shards inside a composite's response", at)
+                self.shards = _Shards(transfer)
+            placed = self.shards.place(desc, self.request.min_alignment, s.max_response_bytes, at)
+        try:
+            self.planes[stream] = _Plane(desc, self.request.min_alignment, placed)
+        except MemoryError:
+            raise LimitExceeded("memory", frames.total, 0, at) from None
+
+    def _frame(self, stream: int, plen: int, at: int) -> None:
+        s = self.s
+        offset = None
+        if plen >= m.DATA_HEADER_SIZE:
+            offset = int.from_bytes(s.wire.read(m.DATA_HEADER_SIZE), "little")
+        frames, n = s.checker.frame(stream, plen, offset, at)
+        for view in self.planes[stream].segments(frames.received - n, n):
+            s.wire.read_into(view)
+
+    def _end(self, stream: int, plen: int, at: int) -> Optional[Item]:
+        s = self.s
+        frames, _ = s.checker.end(stream, plen, at)  # the last shard: their consistency checked there
+        if self.shards is not None:
+            return self._assemble_shards() if self.shards.transfer.complete else None
+        plane = self.planes.pop(stream)
+        items = self.binder.add(frames.desc, frames.start + m.HEADER_SIZE, plane.buffers)
+        return items[0] if items else None
+
+    def _assemble_shards(self) -> Item:
+        """The logical tensor of a parallel transfer the checker found consistent: the parent
+        buffer the row blocks filled, or the evaluator's merge of the shards as a partition."""
+        transfer = self.shards.transfer
+        ordered = transfer.ordered()
+        first = ordered[0][1]
+        if self.shards.all_rows:
+            whole = attrs.evolve(first, shape=first.shard.parent_shape, shard=None, statistics=None,
+                                 buffers=(attrs.evolve(first.buffers[0], byte_size=len(self.shards.parent)),))
+            return Tensor.bound(whole, [self.shards.parent])
+        members = [Tensor.bound(d, self.planes[st].buffers) for st, d in ordered]
+        array = Composite(transfer.head(), members).materialize(limits=self.s.limits)
+        return Tensor.from_numpy(array)
+
+
+def _row_block(desc: TensorDescriptor) -> Optional[tuple[int, int, int]]:
+    """``(start, size, parent size)`` in bytes when ``desc`` is a row-major shard of whole rows
+    of a row-major parent (offset only along dimension 0), else None."""
+    from ..structs.element_types import element_type_info
+
+    shard = desc.shard
+    info = element_type_info(desc.type_tag)
+    if (shard is None or info is None or desc.layout_tag != LayoutTag.ROW_MAJOR or desc.quantization is not None
+            or len(desc.buffers) != 1 or desc.rank < 1 or len(shard.parent_shape) != desc.rank
+            or any(shard.shard_offset[1:]) or tuple(desc.shape[1:]) != tuple(shard.parent_shape[1:])):
+        return None
+    row_bits = info.bit_width * math.prod(desc.shape[1:])
+    if row_bits % 8:
+        return None
+    row = row_bits // 8
+    size = desc.buffers[0].byte_size
+    if size != row * desc.shape[0]:
+        return None
+    return shard.shard_offset[0] * row, size, row * shard.parent_shape[0]
+
+
+def _total_shards(payload) -> int:
+    """``total_shards`` of a TENSOR_DESCRIPTOR payload (its last 4 bytes), 1 if it has none."""
+    if len(payload) < 4:
+        return 1
+    return int.from_bytes(bytes(payload[-4:]), "little")
+
+
+def _aligned(n: int, alignment: int) -> memoryview:
+    """``n`` writable bytes starting on a multiple of ``alignment``."""
+    import numpy as np
+
+    raw = np.empty(n + alignment, dtype=np.uint8)
+    skip = -raw.ctypes.data % alignment
+    return memoryview(raw[skip : skip + n])
+
+
+def _open(host: str, port: int, timeout: Optional[float]) -> socket.socket:
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except socket.timeout:
+        from ..errors import SessionTimeout
+
+        raise SessionTimeout(f"no connection to {host}:{port} within {timeout} s") from None
+    except OSError as exc:
+        raise SessionError(f"cannot connect to {host}:{port}: {exc}") from None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _tls_handshake(sock: socket.socket, context: ssl.SSLContext, hostname: str) -> ssl.SSLSocket:
+    """The TLS session over ``sock``; a refused certificate (either side's) is a :class:`SessionError`."""
+    try:
+        return context.wrap_socket(sock, server_hostname=hostname)
+    except (ssl.SSLError, ssl.CertificateError) as exc:
+        raise SessionError(f"the TLS handshake with {hostname} failed: {exc}") from None
+    except socket.timeout:
+        from ..errors import SessionTimeout
+
+        raise SessionTimeout(f"the TLS handshake with {hostname} timed out") from None
+    except OSError as exc:
+        raise SessionError(f"the TLS handshake with {hostname} failed: {exc}") from None
+
+
+def _client_context(ca, cert, key) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=None if ca is None else os.fspath(ca))
+    if cert is not None:
+        context.load_cert_chain(os.fspath(cert), None if key is None else os.fspath(key))
+    return context
+
+
+def _name(kind) -> str:
+    return kind.name if isinstance(kind, MessageType) else f"message type 0x{int(kind):08X}"
+

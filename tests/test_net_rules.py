@@ -1,0 +1,378 @@
+"""Every session rule (``hurray_schema.rules.session``) with a passing session and a firing one.
+
+The server's rules are driven by the independent ``struct`` client (``tests/peers``), the
+client's by the independent scripted server; in both cases the session is recorded and
+``audit`` of the recording must name the same rule at the same byte offset as the live peer
+(one fault, one rule id, one offset, whichever entry point found it)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import struct
+
+import numpy as np
+import pytest
+
+import hurray_schema as hs
+from hurray_schema.rules import registry
+from hurray_schema.rules.session import SESSION_RULES
+from peers import spec_server as ss
+from peers import spec_wire as w
+from peers.spec_client import SpecClient
+
+DATA = np.arange(12, dtype=np.float32).reshape(3, 4)
+HELLO = w.encode_message(w.CLIENT_HELLO, 1, w.encode_hello())
+
+
+# --------------------------------------------------------------------------------------
+# The server's rules, through the independent client
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def server(tmp_path):
+    path = tmp_path / "x.hrry"
+    hs.save(path, {"x": DATA, "ünïcødé ✓": DATA})
+    with hs.serve([path], record=tmp_path / "rec", writable=tmp_path / "store", max_message_bytes=1 << 16) as srv:
+        srv.folder = tmp_path
+        yield srv
+
+
+def _exchange(server, data: bytes) -> list[tuple[int, int, bytes]]:
+    """Send ``data`` and collect every reply until the server has answered (or closed)."""
+    with SpecClient((server.host, server.port)) as client:
+        client.send_raw(data)
+        client.send(w.PING, 0x7777, b"end")  # a marker: its PONG says everything before was answered
+        replies = []
+        while True:
+            msg = client.recv(eof_ok=True)
+            if msg is None or (msg[0] == w.PONG and msg[1] == 0x7777):
+                return replies
+            replies.append(msg)
+
+
+_FAULT = re.compile(r"^\[(?P<rule>[a-z0-9_.]+)\] .* at byte (?P<offset>\d+) \(")
+
+
+def _server_fault(server, data: bytes) -> tuple[int, str, int]:
+    """The first ERROR the server answers ``data`` with: (code, rule id, byte offset) from its text."""
+    errors = [w.decode_error(p) for t, _, p in _exchange(server, data) if t == w.ERROR]
+    assert errors, "the server answered no ERROR"
+    code, text = errors[0]
+    found = _FAULT.match(text)
+    assert found, text
+    return code, found["rule"], int(found["offset"])
+
+
+def _recording(server, suffix: str) -> str:
+    (path,) = glob.glob(os.path.join(server.folder, "rec", f"*{suffix}"))
+    return path
+
+
+def _audited(path: str) -> set[tuple[str, int]]:
+    return {(f.rule_id, f.offset) for f in hs.audit(path).findings}
+
+
+def _server_fires(server, data: bytes, rule_id: str, offset: int, code: int = w.ERR_INVALID_MESSAGE) -> None:
+    got = _server_fault(server, data)
+    assert got == (code, rule_id, offset)
+    server.close()  # the recording is complete once the connection's thread ended
+    assert (rule_id, offset) in _audited(_recording(server, ".client.msgs"))
+
+
+def _server_passes(server, data: bytes) -> list:
+    replies = _exchange(server, data)
+    assert all(t != w.ERROR for t, _, _ in replies), [w.decode_error(p) for t, _, p in replies if t == w.ERROR]
+    server.close()
+    assert hs.audit(_recording(server, ".client.msgs")).findings == ()
+    return replies
+
+
+def _request(key="x", **kw) -> bytes:
+    return w.encode_message(w.TENSOR_REQUEST, 3, w.encode_tensor_request(key, **kw))
+
+
+def test_hello_first(server):
+    _server_fires(server, _request() + HELLO, "session.hello.first", 0)
+
+
+def test_hello_first_passes(server):
+    _server_passes(server, HELLO + _request())
+
+
+def test_hello_version(server):
+    _server_fires(server, w.encode_message(w.CLIENT_HELLO, 1, w.encode_hello(protocol_version=0)),
+                  "session.hello.version", 12, code=w.ERR_PROTOCOL_VERSION_MISMATCH)
+
+
+def test_hello_version_passes(server):
+    replies = _server_passes(server, w.encode_message(w.CLIENT_HELLO, 1, w.encode_hello(protocol_version=7)))
+    assert w.decode_hello(replies[0][2])["protocol_version"] == 1  # at most the client's
+
+
+@pytest.mark.parametrize("caps, rule", [(1 << 4, "session.capabilities.reserved"), (1 << 63, "session.capabilities.reserved"),
+                                        (1 << 3, "session.capabilities.gpudirect")])
+def test_capabilities(server, caps, rule):
+    _server_fires(server, w.encode_message(w.CLIENT_HELLO, 1, w.encode_hello(capability_flags=caps)), rule, 20)
+
+
+def test_capabilities_pass(server):
+    _server_passes(server, w.encode_message(w.CLIENT_HELLO, 1, w.encode_hello(capability_flags=0b1111)))
+
+
+def test_extension_layout_entries_are_skipped(server):
+    """``session.layouts.extension_skip``: unknown extension entries in a hello and a request are
+    skipped, and the first entry this server can satisfy is served."""
+    ext = [w.LayoutEntry(0xF3, b"\x01\x02\x03"), w.LayoutEntry(0xFE, b"")]
+    replies = _server_passes(server, w.encode_message(w.CLIENT_HELLO, 1, w.encode_hello(layouts=ext))
+                             + _request(layouts=ext + [w.LAYOUT_COLUMN_MAJOR], request_flags=w.REQ_ALLOW_TRANSCODE))
+    desc = w.decode_descriptor_message(replies[1][2])
+    assert w.parse_descriptor(desc["descriptor"]).layout_tag == w.LAYOUT_COLUMN_MAJOR
+    assert "session.layouts.extension_skip" in {r.id for r in registry()}
+
+
+def test_payload_length(server):
+    bad = w.encode_message(w.TENSOR_REQUEST, 3, w.encode_tensor_request("x") + b"\x00")
+    _server_fires(server, HELLO + bad, "session.payload.length", len(HELLO) + 8)
+
+
+def test_message_size(server):
+    big = w.encode_header(w.TENSOR_REQUEST, 3, (1 << 16) + 1)
+    _server_fires(server, HELLO + big, "session.message.size", len(HELLO) + 8, code=w.ERR_MESSAGE_TOO_LARGE)
+
+
+def test_message_size_passes_at_the_limit(server):
+    padded = w.encode_message(w.PING, 3, bytes(1 << 16))
+    _server_passes(server, HELLO + padded)
+
+
+def test_message_direction(server):
+    _server_fires(server, HELLO + w.encode_message(w.SERVER_HELLO, 3, w.encode_hello()),
+                  "session.message.direction", len(HELLO))
+
+
+@pytest.mark.parametrize("kind, rule", [(0xF0, "session.message.private"), (0xFE, "session.message.private"),
+                                        (0x0E, "stream.message.type"), (0xFF, "stream.message.type")])
+def test_unrecognised_message_types(server, kind, rule):
+    _server_fires(server, HELLO + w.encode_message(kind, 3, b"abc"), rule, len(HELLO))
+
+
+def test_key_utf8(server):
+    payload = struct.pack("<I", 2) + b"\xff\xfe" + w.encode_tensor_request("x")[5:]
+    _server_fires(server, HELLO + w.encode_message(w.TENSOR_REQUEST, 3, payload), "session.key.utf8",
+                  len(HELLO) + 12 + 4)
+
+
+def test_key_utf8_passes(server):
+    _server_passes(server, HELLO + _request("ünïcødé ✓"))
+
+
+def test_error_closes_the_stream(server):
+    error = w.encode_message(w.ERROR, 3, w.encode_error(w.ERR_INVALID_MESSAGE, "client gives up"))
+    _server_fires(server, HELLO + error + _request(), "session.error.closes", len(HELLO) + len(error))
+
+
+def test_error_closes_only_that_stream(server):
+    error = w.encode_message(w.ERROR, 5, w.encode_error(w.ERR_INVALID_MESSAGE, "client gives up"))
+    _server_passes(server, HELLO + error + _request())
+
+
+@pytest.mark.parametrize("flags", [1 << 2, 1 << 31])
+def test_request_flags_reserved(server, flags):
+    req = _request(request_flags=flags)
+    _server_fires(server, HELLO + req, "session.request.flags.reserved", len(HELLO) + len(req) - 4)
+
+
+@pytest.mark.parametrize("alignment", [0, 3, 48, 0xFFFFFFFF])
+def test_request_alignment(server, alignment):
+    req = _request(min_alignment=alignment)
+    _server_fires(server, HELLO + req, "session.request.alignment", len(HELLO) + len(req) - 8)
+
+
+def test_request_passes(server):
+    _server_passes(server, HELLO + _request(min_alignment=1 << 20, request_flags=w.REQ_ALLOW_TRANSCODE | w.REQ_PARALLEL_OK))
+
+
+def _put_messages(sid=9, data=None, frames=None) -> list[bytes]:
+    data = DATA.tobytes() if data is None else data
+    desc = w.dense_descriptor("float32", (3, 4))
+    out = [w.encode_message(w.TENSOR_PUT, sid, w.encode_tensor_put("mine", desc, len(data)))]
+    for off, chunk in (frames if frames is not None else [(0, data)]):
+        out.append(w.encode_message(w.TENSOR_DATA, sid, w.encode_tensor_data(off, chunk)))
+    return out + [w.encode_message(w.TENSOR_DATA_END, sid)]
+
+
+def test_put_flow(server):
+    put = _put_messages()
+    interleaved = HELLO + put[0] + w.encode_message(w.TENSOR_REQUEST, 9, w.encode_tensor_request("x"))
+    _server_fires(server, interleaved, "session.put.flow", len(HELLO) + len(put[0]))
+
+
+def test_put_flow_passes_and_is_acknowledged(server):
+    replies = _server_passes(server, HELLO + b"".join(_put_messages()))
+    assert [t for t, _, _ in replies] == [w.SERVER_HELLO, w.TENSOR_PUT_ACK]
+
+
+def test_put_accepted_only_when_it_can_be_stored(tmp_path):
+    """``session.put.accepted``: a PUT the server cannot accept gets ERROR, never an ACK."""
+    path = tmp_path / "x.hrry"
+    hs.save(path, {"x": DATA})
+    with hs.serve([path]) as read_only:
+        replies = _exchange(read_only, HELLO + b"".join(_put_messages()))
+    kinds = [t for t, _, _ in replies]
+    assert w.TENSOR_PUT_ACK not in kinds and kinds.count(w.ERROR) == 1
+    assert w.decode_error(replies[kinds.index(w.ERROR)][2])[0] == 0xF1
+    assert "session.put.accepted" in {r.id for r in SESSION_RULES}
+
+
+def test_put_frames_follow_the_container_rules(server):
+    gap = _put_messages(frames=[(0, DATA.tobytes()[:8]), (16, DATA.tobytes()[16:])])
+    _server_fires(server, HELLO + b"".join(gap), "stream.data.frame", len(HELLO) + len(gap[0]) + len(gap[1]) + 12)
+
+
+def test_rdma_agreed(server):
+    reg = w.encode_message(w.RDMA_REGISTER, 3, w.encode_rdma_register(0x1000, 48, b"key"))
+    _server_fires(server, HELLO + reg, "session.rdma.agreed", len(HELLO))
+
+
+# --------------------------------------------------------------------------------------
+# The client's rules, through the independent server
+# --------------------------------------------------------------------------------------
+
+
+def _respond(items_for_request, hello_fields=None):
+    """A scripted server answering the first TENSOR_REQUEST with ``items_for_request(stream)``."""
+
+    def script(message_type, stream_id, payload, conn):
+        if message_type == w.TENSOR_REQUEST:
+            conn.play(items_for_request(stream_id))
+        elif message_type == w.PING:
+            conn.send(w.PONG, stream_id, payload)
+
+    return ss.SpecServer(script, hello_fields=hello_fields)
+
+
+def _client_fires(tmp_path, peer, rule_id: str, *, get=lambda s: s.get("x"), **options) -> hs.SpecViolation:
+    with peer:
+        with pytest.raises(hs.SpecViolation) as info:
+            with hs.connect(f"hurray://127.0.0.1:{peer.port}", timeout=5, record=tmp_path / "rec", **options) as s:
+                get(s)
+    fault = info.value
+    assert fault.rule_id == rule_id, fault
+    (recorded,) = glob.glob(str(tmp_path / "rec" / "*.server.msgs"))
+    assert (rule_id, fault.offset) in _audited(recorded)
+    return fault
+
+
+def _client_passes(tmp_path, peer, *, get=lambda s: s.get("x"), **options):
+    with peer, hs.connect(f"hurray://127.0.0.1:{peer.port}", timeout=5, record=tmp_path / "rec", **options) as s:
+        value = get(s)
+    (recorded,) = glob.glob(str(tmp_path / "rec" / "*.server.msgs"))
+    assert hs.audit(recorded).findings == ()
+    return value
+
+
+def _dense(sid, **kw):
+    return ss.tensor_messages(sid, w.dense_descriptor("float32", (3, 4), **kw), DATA.tobytes())
+
+
+def test_server_hello_first(tmp_path):
+    peer = _respond(_dense)
+    peer.hello_reply = w.encode_message(w.PONG, 1) + w.encode_message(w.SERVER_HELLO, 1, w.encode_hello())
+    with peer, pytest.raises(hs.SpecViolation) as info:
+        hs.connect(f"hurray://127.0.0.1:{peer.port}", timeout=5)
+    assert info.value.rule_id == "session.hello.server_first" and info.value.offset == 0
+
+
+def test_server_hello_version_and_capabilities(tmp_path):
+    for fields, rule in (({"protocol_version": 2}, "session.hello.version"),
+                         ({"protocol_version": 0}, "session.hello.version"),
+                         ({"capability_flags": 1 << 9}, "session.capabilities.reserved")):
+        peer = _respond(_dense, hello_fields=fields)
+        with peer, pytest.raises(hs.SpecViolation) as info:
+            hs.connect(f"hurray://127.0.0.1:{peer.port}", timeout=5)
+        assert info.value.rule_id == rule
+
+
+def test_client_passes_a_conforming_server(tmp_path):
+    got = _client_passes(tmp_path, _respond(_dense))
+    np.testing.assert_array_equal(np.asarray(got), DATA)
+
+
+def test_device_accept(tmp_path):
+    fault = _client_fires(tmp_path, _respond(lambda sid: _dense(sid, device_tag=w.DEVICE_CUDA)), "session.device.accept")
+    assert fault.offset > 0
+
+
+def test_device_selection(tmp_path):
+    """A server that advertised only CPU places a CPU request on CUDA: not the preferred device, and
+    not the CPU fallback of rule 4."""
+    _client_fires(tmp_path, _respond(lambda sid: _dense(sid, device_tag=w.DEVICE_CUDA)),
+                  "session.device.selection", devices=("cpu", "cuda"))
+
+
+def test_device_fallback_to_cpu_passes(tmp_path):
+    peer = _respond(_dense, hello_fields={"devices": [w.DEVICE_CPU, w.DEVICE_CUDA]})
+    got = _client_passes(tmp_path, peer, get=lambda s: s.get("x", device="cuda"))  # rule 4
+    np.testing.assert_array_equal(np.asarray(got), DATA)
+
+
+def test_memory_class(tmp_path):
+    _client_fires(tmp_path, _respond(lambda sid: _dense(sid, memory_class=w.MEM_UNIFIED)), "session.memory_class")
+
+
+def test_shards_requested(tmp_path):
+    peer = _respond(lambda sid: ss.shard_descriptor_messages([sid, sid + 1], "float32", (4, 3),
+                                                              np.ones((4, 3), np.float32).tobytes(), [(0, 2), (2, 4)]),
+                    hello_fields={"capability_flags": w.CAP_PARALLEL_STREAMS})
+    _client_fires(tmp_path, peer, "session.shards.requested")
+
+
+def test_shards_consistency(tmp_path):
+    peer = _respond(lambda sid: ss.overlapping_shards([sid, sid + 1], "float32", (4, 3),
+                                                      np.ones((4, 3), np.float32).tobytes()),
+                    hello_fields={"capability_flags": w.CAP_PARALLEL_STREAMS})
+    _client_fires(tmp_path, peer, "session.shards.consistency", get=lambda s: s.get("x", parallel=True))
+
+
+def test_shards_pass(tmp_path):
+    whole = np.arange(12, dtype=np.float32).reshape(4, 3)
+    peer = _respond(lambda sid: ss.shard_descriptor_messages([sid, sid + 1], "float32", (4, 3), whole.tobytes(),
+                                                              [(0, 3), (3, 4)]),
+                    hello_fields={"capability_flags": w.CAP_PARALLEL_STREAMS})
+    got = _client_passes(tmp_path, peer, get=lambda s: s.get("x", parallel=True))
+    np.testing.assert_array_equal(np.asarray(got), whole)
+
+
+def test_client_message_size(tmp_path):
+    peer = _respond(lambda sid: [w.encode_header(w.TENSOR_DATA, sid, 1 << 20)])
+    _client_fires(tmp_path, peer, "session.message.size", max_message_bytes=1 << 16)
+
+
+def test_client_rejects_a_put_ack_in_a_response(tmp_path):
+    peer = _respond(lambda sid: [w.encode_message(w.TENSOR_PUT_ACK, sid)] + _dense(sid))
+    _client_fires(tmp_path, peer, "session.put.flow")
+
+
+# --------------------------------------------------------------------------------------
+# Coverage: every session rule is exercised above, and listed in spec-map.md
+# --------------------------------------------------------------------------------------
+
+
+_BEHAVIOUR_TESTS = {
+    "session.layout.selection": "test_net_session.py::test_first_satisfiable_preference_wins",
+    "session.transcode.limit": "test_net_session.py::test_transcode_limit_falls_through",
+    "session.transcode.elements": "test_net_session.py::test_transcode_sparse_to_row_major",
+}
+"""Rules that bind the server's own choices: shown by what it serves, not by a fault it reports."""
+
+
+def test_every_session_rule_is_exercised():
+    source = open(__file__, encoding="utf-8").read()
+    untested = [r.id for r in SESSION_RULES if f'"{r.id}"' not in source.replace(
+        "_BEHAVIOUR_TESTS = {", "")]
+    assert not untested
+    for rule_id in _BEHAVIOUR_TESTS:
+        assert rule_id in {r.id for r in SESSION_RULES}
