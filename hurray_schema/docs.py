@@ -12,9 +12,13 @@ them with the committed ones.
   depends on it), offset inside the descriptor where that is fixed, field, wire type in
   the spec's vocabulary (``uint32``, ``uint8[2]``, ``uint64[rank]``), our one-line
   description and the spec citation;
+* ``session.md`` also lists each session message's payload table (an empty one where it
+  has none); a table other tables repeat (the layout entry) says where, a field a payload may
+  end before (a hello's memory class list) says so;
 * ``element-types.md``: the element type table;
 * ``tags.md``: every tag table (``IntEnum`` / ``IntFlag`` of ``structs/tags.py`` and of
-  the container modules);
+  the container modules), with this implementation's values of a table's
+  implementation-defined range (``PrivateErrorCode`` beside ``ErrorCode``);
 * ``index.md``: the pages, the parts of a descriptor, and every rule linked to the
   struct(s) it constrains and to its conformance vectors;
 * ``vectors.md``: every rule with its conformance vectors (:mod:`hurray_schema.vectors`):
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import ast
 import enum
+import functools
 import importlib
 import inspect
 import pkgutil
@@ -37,12 +42,16 @@ from typing import Iterable, Optional
 import construct
 
 from .structs import descriptor as descriptor_structs
+from .structs import session as session_structs
 from .structs import tags as tag_tables
+from .structs.stream import MessageType
 from .structs._declare import Field, fields, static_size
 from .vectors import NO_VECTOR, build_corpus, hex_around
 
 __all__ = [
-    "spec_type", "tag_table", "StructDoc", "struct_docs", "render_pages", "write_docs", "check_docs",
+    "spec_type", "presence", "entry_table", "table_name", "optional_fields", "private_values", "session_payloads",
+    "attribute_notes", "member_notes", "tag_table", "StructDoc", "struct_docs", "render_pages", "write_docs",
+    "check_docs",
 ]
 
 # ------------------------------------------------------------------------------------
@@ -58,12 +67,19 @@ _FORMAT_NAMES = {
 _THIS = re.compile(r"this\[['\"](\w+)['\"]\]")
 
 
+_COMPARED = re.compile(r"(==|!=|>=|<=|<|>) (\d+)\b")
+_RANGE = re.compile(r"\((\w+) >= (\w+)\) & \(\1 <= (\w+)\)")
+
+
 def _expr(e) -> str:
-    """A construct context expression (``this.rank``) as ``rank``."""
+    """A construct context expression (``this.rank``) as ``rank``; a number compared with a
+    field in hexadecimal (``layout_tag == 0x03``), a range test as ``0xF0 <= layout_tag <= 0xFE``."""
     text = _THIS.sub(r"\1", str(e))
     if text.startswith("(") and text.endswith(")"):
         text = text[1:-1]
-    return re.sub(r"== (\d+)\b", lambda m: f"== 0x{int(m.group(1)):02X}", text)
+    text = _COMPARED.sub(lambda m: f"{m.group(1)} 0x{int(m.group(2)):02X}", text)
+    text = _RANGE.sub(r"\2 <= \1 <= \3", text)
+    return text.replace(" & ", " and ").replace(" | ", " or ")
 
 
 def spec_type(sub: construct.Construct) -> str:
@@ -86,7 +102,19 @@ def spec_type(sub: construct.Construct) -> str:
         return f"{spec_type(sub.subcon)}[{count}]"
     if isinstance(sub, construct.IfThenElse):
         return spec_type(sub.thensubcon)
+    if isinstance(sub, construct.Rebuild):  # a count or length an encoder derives: its wire type
+        return spec_type(sub.subcon)
+    if isinstance(sub, construct.Struct) and table_name(sub) is not None:
+        return table_name(sub).lower()  # the spec's tables write ``layout_entry[layout_count]``
     return type(sub).__name__
+
+
+def entry_table(sub: construct.Construct) -> Optional[construct.Struct]:
+    """The declared table a field repeats (``Array(this.layout_count, LAYOUT_ENTRY)``), else ``None``."""
+    inner = sub.subcon if isinstance(sub, construct.Renamed) else sub
+    if isinstance(inner, construct.Array) and _is_table(inner.subcon):
+        return inner.subcon
+    return None
 
 
 def presence(sub: construct.Construct) -> Optional[str]:
@@ -95,6 +123,34 @@ def presence(sub: construct.Construct) -> Optional[str]:
     if isinstance(inner, construct.IfThenElse):
         return _expr(inner.condfunc)
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def optional_fields(decl: construct.Construct) -> frozenset:
+    """Names of the fields a payload of ``decl`` may end before: a hello's memory class list may
+    be absent (``interchange.md § CLIENT_HELLO Payload``), the payload ending where
+    :data:`~hurray_schema.structs.session.HELLO_WITHOUT_CLASSES` ends."""
+    short = [f.name for f in fields(session_structs.HELLO_WITHOUT_CLASSES)]
+    names = [f.name for f in fields(decl)]
+    if decl is session_structs.HELLO_WITHOUT_CLASSES or names[: len(short)] != short:
+        return frozenset()
+    return frozenset(names[len(short):])
+
+
+def private_values(table: type) -> Optional[type]:
+    """This implementation's values of a tag table in the range the spec leaves to
+    implementations: the table ``Private<Name>`` declared beside ``<Name>``
+    (:class:`~hurray_schema.structs.session.PrivateErrorCode` for ``ErrorCode``), else ``None``."""
+    found = getattr(importlib.import_module(table.__module__), "Private" + table.__name__, None)
+    return found if isinstance(found, type) and issubclass(found, enum.IntEnum) else None
+
+
+def session_payloads() -> dict:
+    """Message type → the declared table of its payload, for the session's messages
+    (:data:`~hurray_schema.structs.session.SESSION_TABLES`, named as the message types); the
+    tensor frames (TENSOR_DESCRIPTOR, TENSOR_DATA, TENSOR_DATA_END) are the stream's."""
+    names = MessageType.__members__
+    return {MessageType[name]: decl for name, decl in session_structs.SESSION_TABLES.items() if name in names}
 
 
 # ------------------------------------------------------------------------------------
@@ -161,6 +217,14 @@ def declarations() -> dict[str, construct.Construct]:
     return _DECLARATIONS
 
 
+def table_name(decl: construct.Construct) -> Optional[str]:
+    """The module-level name of a declared table (``LAYOUT_ENTRY``), else ``None``."""
+    for name, value in declarations().items():
+        if value is decl:
+            return name
+    return None
+
+
 def tag_table(decl_name: str, field_name: str) -> Optional[type[enum.IntEnum]]:
     """The tag table attached to field ``field_name`` of the table named ``decl_name``
     (``None``: an unknown table or field, or a field without a tag table)."""
@@ -207,28 +271,46 @@ class StructDoc:
         return seen
 
 
-def _attribute_notes(module) -> dict[str, str]:
+def attribute_notes(module) -> dict[str, str]:
     """Attribute docstrings (a string right after ``NAME = ...``) of a module."""
     try:
         tree = ast.parse(inspect.getsource(module))
     except (OSError, TypeError):
         return {}
+    return _body_notes(tree.body)
+
+
+def _body_notes(body: list) -> dict[str, str]:
+    """Attribute docstrings of the statements ``body`` (a module's or a class's)."""
     notes = {}
-    body = tree.body
-    for node, nxt in zip(body, body[1:]):
-        if (
-            isinstance(node, ast.Assign) and isinstance(nxt, ast.Expr)
-            and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)
-        ):
-            for target in node.targets:
-                if isinstance(target, ast.Name):
-                    notes[target.id] = " ".join(nxt.value.value.split())
+    group: list[str] = []  # one-line assignments on consecutive lines: a docstring after them documents them all
+    last_line = 0  # the line of the last one-line assignment, 0 after anything else
+    for node in body:
+        if isinstance(node, ast.Assign):
+            names = [target.id for target in node.targets if isinstance(target, ast.Name)]
+            one_line = node.lineno == node.end_lineno
+            group = group + names if one_line and node.lineno == last_line + 1 else names
+            last_line = node.lineno if one_line else 0
+            continue
+        last_line = 0
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            for name in group:
+                notes[name] = _plain(" ".join(node.value.value.split()))
+        group = []
     return notes
+
+
+_ROLE = re.compile(r":\w+:`~?[\w.]*?(\w+)`")
+
+
+def _plain(text: str) -> str:
+    """A docstring's text for Markdown: a Sphinx cross-reference (``:mod:`.stream```) as code."""
+    return _ROLE.sub(r"`\1`", text)
 
 
 def _module_summary(module) -> str:
     doc = inspect.getdoc(module) or ""
-    return doc.split("\n\n")[0].replace("\n", " ").strip()
+    return _plain(doc.split("\n\n")[0].replace("\n", " ").strip())
 
 
 def struct_modules() -> list:
@@ -258,7 +340,7 @@ def struct_docs() -> list[StructDoc]:
     docs: list[StructDoc] = []
     shown: set[int] = set()
     for module in struct_modules():
-        notes = _attribute_notes(module)
+        notes = attribute_notes(module)
         short = module.__name__.rsplit(".", 1)[1]
         for name, value in vars(module).items():
             if not _is_table(value) or name.startswith("_"):
@@ -269,7 +351,23 @@ def struct_docs() -> list[StructDoc]:
             shown |= ids
             docs.append(StructDoc(short, name, value, notes.get(name, "")))
     _place(docs)
+    _place_entries(docs)
     return docs
+
+
+def _place_entries(docs: list[StructDoc]) -> None:
+    """The context of a table other tables repeat (the layout entry): where its entries are."""
+    by_decl = {id(d.decl): d for d in docs}
+    users: dict[int, dict[str, list[str]]] = {}
+    for d in docs:
+        for f in d.fields:
+            entry = entry_table(f)
+            if entry is not None and id(entry) in by_decl:
+                place = f"[`{d.name}.{f.name}`]({d.page}#{d.anchor})"
+                users.setdefault(id(entry), {}).setdefault(_expr(f.subcon.count), []).append(place)
+    for key, by_count in users.items():
+        by_decl[key].context = " ".join(f"The entries of {', '.join(places)}: `{count}` of them, after `{count}`."
+                                        for count, places in by_count.items())
 
 
 def _private_range() -> str:
@@ -346,6 +444,28 @@ def _enum_link(e: type[enum.IntEnum]) -> str:
     return f"[{e.__name__}](tags.md#{e.__name__.lower()})"
 
 
+def _field_notes(doc: StructDoc, f: Field) -> str:
+    """What a field's description adds from its declaration: when it is present, the table
+    of its entries, the tag table(s) of its values."""
+    notes = ""
+    cond = presence(f)
+    if cond:
+        notes += f" Present when `{cond}`."
+    if f.name in optional_fields(doc.decl):
+        notes += " May be absent: the payload can end before it."
+    entry = entry_table(f)
+    if entry is not None:
+        name = table_name(entry)
+        notes += f" Entries: [`{name}`](#{name.lower()})."
+    if f.tags is not None:
+        notes += f" Values: {_enum_link(f.tags)}"
+        private = private_values(f.tags)
+        if private is not None:
+            notes += f"; this implementation's, in the implementation-defined range: {_enum_link(private)}"
+        notes += "."
+    return notes
+
+
 def _struct_rows(doc: StructDoc) -> list[list[str]]:
     rows = []
     offset: Optional[_Size] = _Size()
@@ -353,12 +473,7 @@ def _struct_rows(doc: StructDoc) -> list[list[str]]:
         at = str(offset) if offset is not None else "—"
         absolute = str(doc.start + offset) if (doc.start is not None and offset is not None) else "—"
         typ = f"`{spec_type(f)}`"
-        desc = f.doc
-        cond = presence(f)
-        if cond:
-            desc += f" Present when `{cond}`."
-        if f.tags is not None:
-            desc += f" Values: {_enum_link(f.tags)}."
+        desc = f.doc + _field_notes(doc, f)
         row = [at]
         if doc.start is not None:
             row.append(absolute)
@@ -406,7 +521,34 @@ def _page_title(module: str) -> str:
         "element_types": "Element types",
         "file": "File container: header, KV metadata, index, trailer",
         "stream": "Message stream framing",
+        "session": "Transport session: hellos, requests, PUT, errors, keepalives, RDMA",
     }.get(module, module.replace("_", " ").capitalize())
+
+
+def _payloads_section(docs: list[StructDoc]) -> list[str]:
+    """The session page's table of message types: each session message's payload table (or
+    an empty payload), the private and the invalid message types."""
+    by_decl = {id(d.decl): d for d in docs}
+    notes = attribute_notes(session_structs)
+    rows = []
+    for kind, decl in session_payloads().items():
+        doc = by_decl.get(id(decl))
+        if doc is not None:
+            payload, note = f"[`{doc.name}`](#{doc.anchor})", doc.note
+        else:
+            payload, note = "empty", notes.get(kind.name, "")
+        rows.append([f"0x{int(kind):08X}", f"`{kind.name}`", payload, note])
+    first, last = session_structs.PRIVATE_MESSAGE_FIRST, session_structs.PRIVATE_MESSAGE_LAST
+    rows.append([f"0x{first:08X}–0x{last:08X}", "(private extension)", "agreed between the peers",
+                 "Sent only to a peer that agreed to it."])
+    rows.append([f"0x{session_structs.INVALID_MESSAGE_TYPE:08X}", "(invalid)", "—", "Never used."])
+    framing = [f"`{k.name}`" for k in MessageType if k not in session_payloads()]
+    out = ['<a id="payloads"></a>', "", "## Payloads by message type", ""]
+    out += [f"The payload of each session message (`message_type` of "
+            f"[`MESSAGE_HEADER`](stream.md#message_header)); the tensor frames ({', '.join(framing)}) are on the "
+            f"[{_page_title('stream')}](stream.md) page.", ""]
+    out += _table(["Type", "Name", "Payload", "Note"], rows)
+    return out + [""]
 
 
 def _struct_page(module, docs: list[StructDoc], rules_of: dict) -> str:
@@ -420,6 +562,8 @@ def _struct_page(module, docs: list[StructDoc], rules_of: dict) -> str:
         note += (". \"In descriptor\" is the offset from the first byte of the descriptor, where it "
                  "does not depend on earlier variable fields")
     out += [note + ". All multi-byte fields are little-endian.", ""]
+    if module is session_structs:
+        out += _payloads_section(docs)
     for doc in docs:
         out += _struct_section(doc, rules_of.get(id(doc), []))
     return "\n".join(out).rstrip() + "\n"
@@ -471,12 +615,26 @@ def model_enums() -> list[type[enum.IntEnum]]:
     return found
 
 
+def member_notes(table: type) -> dict[str, str]:
+    """The docstrings of a tag table's members (a string right after ``NAME = value``)."""
+    try:
+        tree = ast.parse(inspect.getsource(table))
+    except (OSError, TypeError):
+        return {}
+    return _body_notes(tree.body[0].body)
+
+
 def _tags_page(docs: list[StructDoc]) -> str:
     users: dict[type, list[str]] = {}
     for doc in docs:
         for f in doc.fields:
             if f.tags is not None:
-                users.setdefault(f.tags, []).append(f"[`{doc.name}.{f.name}`]({doc.page}#{doc.anchor})")
+                link = f"[`{doc.name}.{f.name}`]({doc.page}#{doc.anchor})"
+                users.setdefault(f.tags, []).append(link)
+                private = private_values(f.tags)
+                if private is not None:
+                    users.setdefault(private, []).append(f"{link} (this implementation's values, in the range "
+                                                         f"{_enum_link(f.tags)} leaves implementation-defined)")
     out = [GENERATED, "", "# Tag tables", ""]
     out += ["Declared as `IntEnum` / `IntFlag` classes in `hurray_schema/structs/tags.py` and the "
             "`hurray_schema/structs/` container modules, and attached to the fields that carry them.", ""]
@@ -487,15 +645,21 @@ def _tags_page(docs: list[StructDoc]) -> str:
             out += [doc, ""]
         if users.get(e):
             out += ["Used by: " + ", ".join(users[e]) + ".", ""]
+        private = private_values(e)
+        if private is not None:
+            out += [f"This implementation's values in the implementation-defined range: {_enum_link(private)}.", ""]
         is_flag = issubclass(e, enum.IntFlag)
+        meanings = member_notes(e)
         rows = []
         for member in e:
             v = int(member)
             if is_flag:
-                rows.append([str(v.bit_length() - 1), f"0x{v:08X}", f"`{member.name}`"])
+                row = [str(v.bit_length() - 1), f"0x{v:08X}", f"`{member.name}`"]
             else:
-                rows.append([f"0x{v:02X}", f"`{member.name}`"])
-        out += _table(["Bit", "Mask", "Name"] if is_flag else ["Value", "Name"], rows)
+                row = [f"0x{v:02X}", f"`{member.name}`"]
+            rows.append(row + ([meanings.get(member.name, "")] if meanings else []))
+        header = ["Bit", "Mask", "Name"] if is_flag else ["Value", "Name"]
+        out += _table(header + (["Meaning"] if meanings else []), rows)
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
@@ -513,7 +677,8 @@ def _section_of(ref: str) -> str:
 def rule_structs(rule, docs: list[StructDoc]) -> list[StructDoc]:
     """The struct(s) a rule constrains, best first: a field citing the rule's section
     weighs most, then a field or struct named by a word of the rule id (after its area
-    prefix), then a field citing the same spec page."""
+    prefix), then a field citing the same spec page; among equals, those of the module the
+    rule's area names (``stream.*``: ``structs/stream.py``) when there are any."""
     words = set(rule.id.split(".")[1:])
     section = _section_of(rule.citation)
     page = rule.citation.split(" § ")[0]
@@ -533,7 +698,9 @@ def rule_structs(rule, docs: list[StructDoc]) -> list[StructDoc]:
     if not scored:
         return []
     best = max(score for score, _ in scored)
-    return [d for score, d in scored if score == best]
+    found = [d for score, d in scored if score == best]
+    area = [d for d in found if d.module == rule.id.split(".")[0]]
+    return area or found
 
 
 def _part_presence(part) -> str:

@@ -14,10 +14,11 @@ which order, gated by which flag, read with which table), and a tag is named fro
 table of the field that carries it (:attr:`~hurray_schema.structs._declare.Field.tags`).
 Where each part of a stream or file sits comes from the located walks of
 :mod:`hurray_schema.io.walk` and :mod:`hurray_schema.io.kv` (fault policy ``ANNOTATE``);
-this module turns each located part into nodes, field by field.  Every count and length
-is checked against the bytes that remain before it is used, and a field that does not
-fit ends the walk of its section with an ``error`` node instead of an exception.  It shows what the bytes say; judging them is
-the job of ``hurray-schema audit``.
+this module turns each located part into nodes, field by field; the payload of a session
+message is decoded with its table (:data:`~hurray_schema.structs.session.SESSION_TABLES`).
+Every count and length is checked against the bytes that remain before it is used, and a
+field that does not fit ends the walk of its section with an ``error`` node instead of an
+exception.  It shows what the bytes say; judging them is the job of ``hurray-schema audit``.
 """
 
 from __future__ import annotations
@@ -32,13 +33,13 @@ from typing import Any, Iterable, Optional
 import attrs
 import construct
 
-from .docs import presence, spec_type
+from .docs import entry_table, optional_fields, presence, private_values, session_payloads, spec_type
 from .errors import HurraySchemaError
 from .io.kv import walk_kv
 from .io.walk import (
     BUFFER, DATA, DATA_HEADER, DESCRIPTOR, ENTRY, ENTRY_START, FAULT, FILE_HEADER_PART, INDEX_PART, KV_PART,
     MESSAGE, MESSAGE_HEADER_PART, NAME, PAYLOAD, TABLE, TENSOR_DATA, TRAILER_PART, TRANSPORT, VALUE, Faults, Part,
-    Window, detect_kind, walk_bare, walk_descriptor, walk_file, walk_index, walk_messages,
+    Window, as_view, detect_kind, walk_bare, walk_descriptor, walk_file, walk_index, walk_messages,
 )
 from .model import DYNAMIC_DIMENSION, CompositionRule, ElementType, LayoutTag
 from .rules.engine import Mode
@@ -54,7 +55,7 @@ from .structs.quantization import QUANTIZATION_HEADER
 from .structs.tags import is_private_tag
 
 __all__ = ["Node", "annotate", "annotate_descriptor", "detect_kind", "in_brief", "render_tree", "render_hex",
-           "render_value",
+           "render_value", "session_payload_nodes",
            "descriptor_extent", "descriptor_text", "peek_descriptor"]
 
 
@@ -94,13 +95,21 @@ def _field_plan(f: Field) -> Plan:
     return entry[1]
 
 
-def _render(name: str, value, size: int = 4, tags: Optional[type] = None) -> str:
+_TEXT_FIELDS = ("magic", "trailer_magic", "key", "name", "tensor_key", "message")
+"""Byte fields shown as UTF-8 text when they decode as such."""
+
+
+def _render(name: str, value, size: int = 4, tags: Optional[type] = None, full_width: bool = False) -> str:
     """A decoded value of field ``name`` as text, with the name of its tag where the field
-    carries a tag table (``tags``, the field's :attr:`Field.tags`)."""
+    carries a tag table (``tags``, the field's :attr:`Field.tags`).  ``full_width`` writes a
+    tag with every hex digit of its ``size`` bytes (``0x00000002``), as the session tables
+    of the spec write their codes."""
     if value is None:
         return ""
     if isinstance(value, (bytes, bytearray)):
-        if name in ("magic", "trailer_magic") or name in ("key", "name"):
+        if not value:
+            return "empty"
+        if name in _TEXT_FIELDS:
             try:
                 return '"' + bytes(value).decode("utf-8") + '"'
             except UnicodeDecodeError:
@@ -111,7 +120,7 @@ def _render(name: str, value, size: int = 4, tags: Optional[type] = None) -> str
     if isinstance(value, tuple):
         if name in ("shape", "parent_shape"):
             return "[" + ", ".join("dynamic" if v == DYNAMIC_DIMENSION else str(v) for v in value) + "]"
-        return "[" + ", ".join(_render("", v) for v in value) + "]"
+        return "[" + ", ".join(_render("", v, 1, tags) for v in value) + "]"
     if isinstance(value, float):
         return repr(value)
     if "crc" in name and isinstance(value, int):
@@ -123,11 +132,19 @@ def _render(name: str, value, size: int = 4, tags: Optional[type] = None) -> str
             if rest:
                 names.append(f"reserved 0x{rest:X}")
             return f"0x{value:0{2 * size}X} ({'|'.join(names) or 'none'})"
-        try:
-            return f"0x{value:02X} ({tags(value).name})"
-        except ValueError:
-            return f"0x{value:02X} (unassigned)"
+        return f"0x{value:0{2 * size if full_width else 2}X} ({_tag_text(tags, value)})"
     return str(value)
+
+
+def _tag_text(tags: type, value: int) -> str:
+    """The name of ``value`` in tag table ``tags``, or in this implementation's values of its
+    implementation-defined range (:func:`~hurray_schema.docs.private_values`); else ``unassigned``."""
+    for table, note in ((tags, ""), (private_values(tags), ", implementation-defined")):
+        try:
+            return table(value).name + note if table is not None else "unassigned"
+        except ValueError:
+            continue
+    return "unassigned"
 
 
 render_value = _render
@@ -140,15 +157,21 @@ class _Walker:
     A ``quiet`` walker decodes and bounds-checks the same way but keeps no field nodes
     (the brief view: sections, opaque runs and errors only)."""
 
-    def __init__(self, view: memoryview, base: int, nodes: list[Node], quiet: bool = False):
+    def __init__(self, view: memoryview, base: int, nodes: list[Node], quiet: bool = False,
+                 full_width: bool = False):
         self.view = view
         self.base = base
         self.nodes = nodes
         self.quiet = quiet
+        self.full_width = full_width  # tags written with all their hex digits (session payloads)
 
     def sub(self, end: int, base: Optional[int] = None) -> "_Walker":
         """A walker over the first ``end`` bytes of this one's view, into the same nodes."""
-        return _Walker(self.view[:end], self.base if base is None else base, self.nodes, self.quiet)
+        return _Walker(self.view[:end], self.base if base is None else base, self.nodes, self.quiet, self.full_width)
+
+    def trial(self, full_width: bool = False) -> "_Walker":
+        """A walker over the same bytes into nodes of its own, to keep only if its walk succeeds."""
+        return _Walker(self.view, self.base, [], self.quiet, full_width)
 
     def section(self, label: str, start: int, end: int, depth: int, text: str = "", ref: str = "") -> int:
         self.nodes.append(Node("section", depth, label, self.base + start, self.base + end, text=text, ref=ref))
@@ -187,11 +210,16 @@ class _Walker:
               prefix: str = "") -> tuple[dict, int]:
         """Decode every field of ``decl`` at ``pos``; raises :class:`_Stop` on a field that does not fit."""
         ctx = dict(ctx or {})
+        optional = optional_fields(decl)
         for f in fields(decl):
             cond = presence(f)
             inner = f.subcon
-            if cond is not None and not inner.condfunc(ctx):
+            if cond is not None and not inner.condfunc(ctx) or f.name in optional and pos >= len(self.view):
                 ctx[f.name] = None
+                continue
+            entry = entry_table(f)
+            if entry is not None:
+                ctx[f.name], pos = self.entries(f, entry, ctx, pos, depth, prefix)
                 continue
             start = pos
             if isinstance(inner, construct.Bytes) and not isinstance(inner.length, int):
@@ -218,10 +246,34 @@ class _Walker:
             self.nodes.append(Node(
                 "field", depth, prefix + f.name, self.base + start, self.base + pos,
                 raw=bytes(self.view[start:pos]), value=value,
-                text=_render(f.name, value, pos - start, f.tags),
+                text=_render(f.name, value, pos - start, f.tags, self.full_width),
                 type=spec_type(f), doc=f.doc, ref=f.ref,
             ))
         return ctx, pos
+
+    def entries(self, f: Field, entry: construct.Construct, ctx: dict, pos: int, depth: int,
+                prefix: str = "") -> tuple[list, int]:
+        """A field repeating the declared table ``entry`` (``Array(this.layout_count, LAYOUT_ENTRY)``):
+        a section for the field, holding a section per entry with the entry's fields; no entry,
+        a field line ``= []``."""
+        count = int(f.subcon.count(ctx))
+        if count == 0:
+            if not self.quiet:
+                self.nodes.append(Node("field", depth, prefix + f.name, self.base + pos, self.base + pos, value=(),
+                                       text="[]", type=spec_type(f), doc=f.doc, ref=f.ref))
+            return [], pos
+        index = self.section(prefix + f.name, pos, pos, depth, text=f"{count} entr{'y' if count == 1 else 'ies'}",
+                             ref=f.ref)
+        values = []
+        with self.opened(index):
+            for i in range(count):
+                sub = self.section(f"{f.name}[{i}]", pos, pos, depth + 1)
+                with self.opened(sub):
+                    value, pos = self.table(entry, pos, depth + 2)
+                self.close(sub, pos)
+                values.append(value)
+        self.close(index, pos)
+        return values, pos
 
     @staticmethod
     def _need(f: Field, ctx: dict) -> Optional[int]:
@@ -569,6 +621,7 @@ def _annotate_messages(view: memoryview, brief: bool = False) -> list[Node]:
     w = _Walker(view, 0, nodes, brief)
     inner, section, complete = w, None, None
     describe = _describer(nodes, lambda: "descriptor", brief)
+    payload_table = None  # the session table of the current message's payload, if it has one
     for part in walk_messages(Window(view), describe, faults=Faults.ANNOTATE, mode=Mode.PERMISSIVE):
         kind = part.kind
         if kind == MESSAGE:
@@ -577,6 +630,7 @@ def _annotate_messages(view: memoryview, brief: bool = False) -> list[Node]:
             section = w.section(f"message {part.index}", part.start, part.start, 0, ref=stream_structs.FRAMING_REF)
             complete = part.end if part.end > part.start else None
             inner = w.sub(part.end)
+            payload_table = _SESSION_PAYLOADS.get(part.value["message_type"]) if part.value else None
         elif kind == MESSAGE_HEADER_PART:
             w.table(stream_structs.MESSAGE_HEADER, part.start, 1)
         elif kind == FAULT and part.decl is not None:
@@ -592,11 +646,48 @@ def _annotate_messages(view: memoryview, brief: bool = False) -> list[Node]:
                 inner.table(stream_structs.TENSOR_DATA_HEADER, part.start, 1)
         elif kind == DATA:
             inner.opaque("data", part.start, part.end - part.start, 1, ref=stream_structs.DATA_REF)
+        elif kind == PAYLOAD and payload_table is not None:
+            _session_payload(inner, payload_table, part.start, part.end, 1)
         elif kind == PAYLOAD:
             inner.opaque("payload", part.start, part.end - part.start, 1, ref=stream_structs.FRAMING_REF)
     if complete is not None:
         w.close(section, complete)
     return nodes
+
+
+_SESSION_PAYLOADS = {int(kind): (kind.name, decl) for kind, decl in session_payloads().items()}
+"""``message_type`` → ``(name, table)`` of the session messages' payloads."""
+
+_TRAILING_DOC = "Payload bytes after the table's fields (none in a valid message, but for a PING's and its PONG's)."
+
+
+def session_payload_nodes(view, message_type: int, start: int, end: int, depth: int = 1) -> Optional[list[Node]]:
+    """The nodes of the payload ``[start, end)`` of a message of ``message_type`` in ``view``
+    (offsets of ``view``), as ``inspect`` shows it; ``None`` when it is no session message."""
+    payload_table = _SESSION_PAYLOADS.get(message_type)
+    if payload_table is None:
+        return None
+    nodes: list[Node] = []
+    _session_payload(_Walker(as_view(view)[:end], 0, nodes), payload_table, start, end, depth)
+    return nodes
+
+
+def _session_payload(w: _Walker, payload_table: tuple, start: int, end: int, depth: int) -> None:
+    """The payload ``[start, end)`` of a session message, field by field as its table
+    (``(name, decl)``) declares it, then any bytes after the table; a payload the table does
+    not fit stays opaque, with the reason."""
+    name, decl = payload_table
+    trial = w.trial(full_width=True)
+    try:
+        _, pos = trial.table(decl, start, depth)
+    except _Stop:
+        w.opaque("payload", start, end - start, depth, ref=stream_structs.FRAMING_REF)
+        failed = next(n for n in reversed(trial.nodes) if n.kind == "error")
+        w.error(f"the payload is not a {name} table: {failed.text}", failed.start - w.base, depth)
+        return
+    w.nodes.extend(trial.nodes)
+    if pos < end:
+        w.opaque("trailing", pos, end - pos, depth, doc=_TRAILING_DOC, ref=stream_structs.FRAMING_REF)
 
 
 def _annotate_file(view: memoryview, brief: bool = False) -> list[Node]:

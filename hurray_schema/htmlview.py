@@ -31,7 +31,7 @@ import tempfile
 from typing import Any, Iterable, Optional
 
 from .docs import presence, spec_type
-from .hexview import Node, annotate_descriptor, descriptor_extent, render_value
+from .hexview import Node, annotate_descriptor, descriptor_extent, render_value, session_payload_nodes
 from .io.kv import walk_kv
 from .io.source import merged_spans
 from .io.walk import (
@@ -165,6 +165,13 @@ class _Model:
                          n.text, meta])
         return rows
 
+    def nodes_in_place(self, nodes: list[Node]) -> None:
+        """Rows of annotated-view nodes where they sit, their bytes kept as a row's would be."""
+        self.node_rows(nodes, into=self.rows)
+        self.keep.extend((n.start, n.end) for n in nodes if n.kind == "field")
+        self.keep.extend((n.start, min(n.end, n.start + ELIDED_KEEP)) for n in nodes if n.kind == "opaque")
+        self.keep.extend((n.start, n.start + 1) for n in nodes if n.kind == "error")
+
     def table(self, part: Part, depth: int, limit: Optional[int] = None) -> None:
         """The fields of a table the walk located at ``part.start``, as one row: the table's
         layout (its fields' names, offsets, sizes, wire types, citations; kept once per
@@ -238,10 +245,7 @@ class _Model:
             nodes, desc, end = annotate_descriptor(view, base=0, depth=0, label=label)
             if any(n.kind == "error" for n in nodes):  # error texts may depend on where it sits
                 nodes, desc, end = annotate_descriptor(view, base=base, depth=depth, label=label)
-                self.node_rows(nodes, into=self.rows)
-                self.keep.extend((n.start, n.end) for n in nodes if n.kind == "field")
-                self.keep.extend((n.start, min(n.end, n.start + ELIDED_KEEP)) for n in nodes if n.kind == "opaque")
-                self.keep.extend((n.start, n.start + 1) for n in nodes if n.kind == "error")
+                self.nodes_in_place(nodes)
                 return Part(DESCRIPTOR, base, base + end, value=desc, depth=depth)
             template = {"rows": self.node_rows(nodes[1:]), "hex": key[:end].hex()}
             self.templates.append(template)
@@ -345,8 +349,9 @@ def _stream_rows(model: _Model) -> None:
 
 def _message_rows(model: _Model) -> None:
     """A message stream: each message, its header and its payload's parts
-    (``stream_structs.FRAMING_REF``)."""
-    section, message_end = None, 0
+    (``stream_structs.FRAMING_REF``); a session message's payload field by field as
+    ``inspect`` shows it (:func:`~hurray_schema.hexview.session_payload_nodes`)."""
+    section, message_end, message_type = None, 0, None
 
     def describe(buf, base: int, depth: int) -> Part:
         return model.descriptor(buf, base, depth, "descriptor")
@@ -357,6 +362,10 @@ def _message_rows(model: _Model) -> None:
             section = model.row(SECTION, 0, f"message {part.index}", part.start, part.end,
                                 meta=model.meta("", stream_structs.FRAMING_REF, ""))
             message_end = part.end
+            message_type = part.value["message_type"] if part.value else None
+        elif kind == PAYLOAD and (nodes := session_payload_nodes(model.view, message_type, part.start,
+                                                                 part.end)) is not None:
+            model.nodes_in_place(nodes)
         elif kind == MESSAGE_HEADER_PART or kind == FAULT and part.decl is not None:
             model.table(part, 1)
         elif kind in (TRANSPORT, DATA_HEADER):

@@ -4,6 +4,7 @@ bytes never make it crash."""
 
 from __future__ import annotations
 
+import re
 import struct
 
 import pytest
@@ -248,3 +249,158 @@ def test_buffer_table_has_one_section_per_buffer_count():
     entries = [n for n in nodes if n.kind == "section" and n.label.startswith("buffers[")]
     assert [n.label for n in entries] == ["buffers[0]", "buffers[1]"]
     assert [n.end - n.start for n in entries] == [BUFFER_HANDLE_SIZE] * 2
+
+
+# --------------------------------------------------------------------------------------
+# Session messages (interchange.md § Session Establishment through § Error Handling)
+# --------------------------------------------------------------------------------------
+
+EXTENSION_METADATA = b"\x10\x20\x30"
+
+
+def session_stream() -> bytes:
+    """A recorded session, made by the project's own encoders (``hurray_schema.net.messages``):
+    CLIENT_HELLO with a plain and an extension layout entry, TENSOR_REQUEST, ERROR UNKNOWN_TENSOR,
+    PING then a PONG echoing three bytes, ERROR with one of our private codes, a SERVER_HELLO
+    without its memory class list, TENSOR_PUT_ACK."""
+    from hurray_schema.net import messages as m
+    from hurray_schema.structs.session import HELLO_WITHOUT_CLASSES
+    from hurray_schema.structs.stream import MessageType as T
+
+    hello = m.Hello(1, 1 << 20, 0b11, layouts=(m.LayoutEntry(0x01), m.LayoutEntry(0xF3, EXTENSION_METADATA)),
+                    devices=(0, 1), memory_classes=(0,))
+    request = m.Request("weights/layer0", layouts=(m.LayoutEntry(0xF0, b""), m.LayoutEntry(0x03)), device=0,
+                        min_alignment=64, flags=0b01)
+    short_hello = HELLO_WITHOUT_CLASSES.build({"protocol_version": 1, "max_message_size": 4096,
+                                               "capability_flags": 0, "supported_layouts": [],
+                                               "supported_devices": [0]})
+    return b"".join([
+        m.message(T.CLIENT_HELLO, 1, m.encode_hello(hello, server=False)),
+        m.message(T.TENSOR_REQUEST, 3, m.encode_request(request)),
+        m.message(T.ERROR, 3, m.encode_error(0x02, "no tensor 'weights/layer0'")),
+        m.message(T.PING, 5),
+        m.message(T.PONG, 5, b"abc"),
+        m.message(T.ERROR, 7, m.encode_error(0xF1, "refused")),
+        m.message(T.SERVER_HELLO, 1, short_hello),
+        m.message(T.TENSOR_PUT_ACK, 9),
+    ])
+
+
+def _by_label(nodes, label):
+    return [n for n in nodes if n.kind == "field" and n.label == label]
+
+
+def test_session_payloads_are_shown_field_by_field():
+    data = session_stream()
+    nodes = annotate(data)
+    assert detect_kind(data) == "messages"
+    assert not [n for n in nodes if n.kind == "error"]
+    assert not [n for n in nodes if n.kind == "opaque" and n.label == "payload"]  # nothing left opaque
+    # CLIENT_HELLO payload: protocol_version at payload offset 0 (interchange.md § CLIENT_HELLO Payload)
+    (version, _) = _by_label(nodes, "protocol_version")
+    assert (version.start, version.end, version.value, version.type) == (12, 16, 1, "uint32")
+    assert version.ref == "interchange.md § CLIENT_HELLO Payload"
+    flags = _by_label(nodes, "capability_flags")[0]
+    assert flags.text == "0x0000000000000003 (TRANSCODING|PARALLEL_STREAMS)" and flags.type == "uint64"
+    # the extension entry (§ Layout Entry Encoding): tag, uint16 length, then the metadata
+    tags = _by_label(nodes, "layout_tag")
+    assert [n.value for n in tags] == [0x01, 0xF3, 0xF0, 0x03]
+    length, empty_length = _by_label(nodes, "ext_metadata_length")
+    assert (length.start, length.value) == (tags[1].end, 3)
+    metadata, empty = _by_label(nodes, "ext_metadata")
+    assert (metadata.raw, metadata.start, metadata.end) == (EXTENSION_METADATA, length.end, length.end + 3)
+    assert empty_length.value == 0 and empty.start == empty.end and empty.text == "empty"
+    entries = [n.label for n in nodes if n.kind == "section" and "layouts" in n.label]
+    assert entries == ["supported_layouts", "supported_layouts[0]", "supported_layouts[1]", "preferred_layouts",
+                       "preferred_layouts[0]", "preferred_layouts[1]"]
+    assert _by_label(nodes, "supported_layouts")[0].text == "[]"  # the short SERVER_HELLO lists no layout
+    assert _by_label(nodes, "supported_devices")[0].text == "[0x00 (CPU), 0x01 (CUDA)]"
+    (key,) = _by_label(nodes, "tensor_key")
+    assert key.value == b"weights/layer0" and key.text == '"weights/layer0"' and key.type == "bytes[key_length]"
+    assert _by_label(nodes, "request_flags")[0].text == "0x00000001 (ALLOW_TRANSCODE)"
+    codes = _by_label(nodes, "error_code")
+    assert [n.text for n in codes] == ["0x00000002 (UNKNOWN_TENSOR)",
+                                       "0x000000F1 (PUT_REFUSED, implementation-defined)"]
+    assert _by_label(nodes, "message")[0].text == "\"no tensor 'weights/layer0'\""
+    # the PONG's echoed bytes: no table covers them
+    (echo,) = [n for n in nodes if n.kind == "opaque" and n.label == "trailing"]
+    assert echo.raw == b"abc" and echo.end == data.index(b"abc") + 3
+    # a hello without its memory class list (§ SERVER_HELLO Payload: "If absent")
+    assert len(_by_label(nodes, "class_count")) == 1 and len(_by_label(nodes, "protocol_version")) == 2
+
+
+def test_session_payload_fields_cover_every_payload_byte():
+    data = session_stream()
+    nodes = annotate(data)
+    covered = sorted((n.start, n.end) for n in _fields(nodes) if n.end > n.start)
+    pos = 0
+    for start, end in covered:
+        assert start == pos, (start, pos)
+        pos = end
+    assert pos == len(data)
+
+
+def test_a_payload_its_table_does_not_fit_stays_opaque_with_the_reason():
+    from hurray_schema.net import messages as m
+    from hurray_schema.structs.stream import MessageType as T
+
+    cut = m.encode_request(m.Request("abc"))[:6]  # key_length 3, two of its bytes
+    data = m.message(T.TENSOR_REQUEST, 3, cut) + m.message(T.PING, 5)
+    nodes = annotate(data)
+    (payload,) = [n for n in nodes if n.kind == "opaque"]
+    assert (payload.label, payload.start, payload.end, payload.raw) == ("payload", 12, 18, cut)
+    (error,) = [n for n in nodes if n.kind == "error"]
+    assert error.text == "the payload is not a TENSOR_REQUEST table: tensor_key needs 3 bytes, 2 remain"
+    assert not _by_label(nodes, "key_length")  # the fields of the failed walk are not kept
+    assert [n.label for n in nodes if n.kind == "section"] == ["message 0", "message 1"]
+
+
+def test_inspect_shows_session_fields(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "session.msgs"
+    path.write_bytes(session_stream())
+    done = subprocess.run([sys.executable, "-m", "hurray_schema", "inspect", str(path)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert "message stream" in text.splitlines()[0]
+    line = next(line for line in text.splitlines() if "protocol_version" in line)
+    assert line.split()[:2] == ["12-15", "01"] and "= 1  uint32" in line
+    assert "interchange.md § CLIENT_HELLO Payload" in text
+    assert re.search(r'tensor_key +=  ?"weights/layer0"  bytes\[key_length\]', text)
+    assert "error_code               = 0x00000002 (UNKNOWN_TENSOR)  uint32" in text
+    assert "ext_metadata" in text and "10 20 30" in text
+    assert "supported_layouts[1]" in text
+    assert "payload  " not in text  # no session payload left opaque
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(edits=st.lists(st.tuples(st.integers(0, 300), st.integers(0, 255)), max_size=6), cut=st.integers(1, 300),
+       brief=st.booleans())
+def test_hostile_session_bytes_never_crash(edits, cut, brief):
+    data = bytearray(session_stream())
+    for at, value in edits:
+        if at < len(data):
+            data[at] = value
+    data = bytes(data[:cut])
+    nodes = annotate(data, "messages", brief=brief)
+    for n in nodes:
+        assert 0 <= n.start <= n.end <= len(data)
+    render_tree(nodes)
+    render_hex(nodes)
+
+
+def test_the_html_page_shows_the_same_session_fields():
+    """``inspect --html`` draws the rows of the same annotated nodes."""
+    from hurray_schema.htmlview import page_model
+
+    data = session_stream()
+    model = page_model(data, "messages")
+    fields = {(model["labels"][row[2]], row[3], row[4], row[5]) for row in model["rows"] if row[0] == "f"}
+    shown = {(n.label, n.start, n.end, n.text) for n in _fields(annotate(data)) if n.kind == "field"}
+    payload = {f for f in shown if f[0] not in ("message_type", "stream_id", "payload_length")}
+    assert payload and payload <= fields
+    assert ("error_code", 101, 105, "0x00000002 (UNKNOWN_TENSOR)") in fields
+    assert not [row for row in model["rows"] if model["labels"][row[2]] == "payload"]

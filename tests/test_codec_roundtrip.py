@@ -314,11 +314,19 @@ def _is_declaration(obj) -> bool:
     return isinstance(obj, c.Struct) and bool(obj.subcons) and all(isinstance(s, Field) for s in obj.subcons)
 
 
+PARSED_BY_CONSTRUCT = {"session"}
+"""Modules whose tables are decoded by construct itself, never by the fast plan: the session's
+(``hurray_schema/net/messages.py``; round-tripped against the independent peers' encoders in
+``tests/test_net_messages.py``)."""
+
+
 def _declarations():
     """Every table declared in a module of ``hurray_schema.structs`` (also inside
-    module-level dicts such as tag -> table maps)."""
+    module-level dicts such as tag -> table maps) that the fast plan decodes."""
     seen = {}
     for info in pkgutil.iter_modules(structs_pkg.__path__):
+        if info.name in PARSED_BY_CONSTRUCT:
+            continue
         module = importlib.import_module(f"{structs_pkg.__name__}.{info.name}")
         short = info.name
         for name, obj in vars(module).items():

@@ -147,3 +147,74 @@ def test_links_point_at_existing_anchors(page):
         assert target in pages, target
         if anchor:
             assert f'<a id="{anchor}"></a>' in pages[target], f"{target}#{anchor}"
+
+
+# interchange.md § CLIENT_HELLO Payload: every list "preceded by a uint16 count field"
+CLIENT_HELLO = [
+    ("0", "protocol_version", "uint32"), ("4", "max_message_size", "uint32"), ("8", "capability_flags", "uint64"),
+    ("16", "layout_count", "uint16"), ("18", "supported_layouts", "layout_entry[layout_count]"),
+    ("—", "device_count", "uint16"), ("—", "supported_devices", "uint8[device_count]"),
+    ("—", "class_count", "uint16"), ("—", "supported_memory_classes", "uint8[class_count]"),
+]
+
+
+def test_session_tables_have_every_field_with_type_offset_and_citation():
+    rows = _table("session.md", "CLIENT_HELLO")
+    assert [(r["Offset"], r["Field"].strip("`"), r["Type"].strip("`")) for r in rows] == CLIENT_HELLO
+    assert rows[0]["Citation"] == "interchange.md § CLIENT_HELLO Payload"
+    assert rows[2]["Citation"] == "interchange.md § Capability Flags"
+    assert "[CapabilityFlag](tags.md#capabilityflag)" in rows[2]["Description"]
+    assert "Entries: [`LAYOUT_ENTRY`](#layout_entry)" in rows[4]["Description"]
+    assert "May be absent" in rows[-1]["Description"] and "May be absent" in rows[-2]["Description"]
+    # interchange.md § TENSOR_REQUEST Payload: tensor_key is a uint32 byte length, then UTF-8 bytes
+    request = _table("session.md", "TENSOR_REQUEST")
+    assert [(r["Field"].strip("`"), r["Type"].strip("`")) for r in request] == [
+        ("key_length", "uint32"), ("tensor_key", "bytes[key_length]"), ("layout_count", "uint16"),
+        ("preferred_layouts", "layout_entry[layout_count]"), ("preferred_device", "uint8"),
+        ("min_alignment", "uint32"), ("request_flags", "uint32"),
+    ]
+    error = _table("session.md", "ERROR")
+    assert [(r["Offset"], r["Field"].strip("`"), r["Type"].strip("`")) for r in error] == [
+        ("0", "error_code", "uint32"), ("4", "message_length", "uint32"), ("8", "message", "bytes[message_length]"),
+    ]
+    assert "[PrivateErrorCode](tags.md#privateerrorcode)" in error[0]["Description"]
+
+
+def test_layout_entry_conditional_fields():
+    # interchange.md § Layout Entry Encoding: length and metadata only for the extension range 0xF0-0xFE
+    rows = _table("session.md", "LAYOUT_ENTRY")
+    assert [(r["Offset"], r["Field"].strip("`"), r["Type"].strip("`")) for r in rows] == [
+        ("0", "layout_tag", "uint8"), ("1", "ext_metadata_length", "uint16"),
+        ("—", "ext_metadata", "bytes[ext_metadata_length]"),
+    ]
+    assert all("Present when `0xF0 <= layout_tag <= 0xFE`." in r["Description"] for r in rows[1:])
+    page = render_pages()["session.md"]
+    assert "[`TENSOR_REQUEST.preferred_layouts`](session.md#tensor_request)" in page
+
+
+def test_session_page_lists_the_payload_of_every_session_message():
+    page = render_pages()["session.md"]
+    # interchange.md § Message Types
+    assert "| 0x00000001 | `CLIENT_HELLO` | [`CLIENT_HELLO`](#client_hello) |" in page
+    assert "| 0x00000008 | `TENSOR_PUT_ACK` | empty |" in page
+    assert "| 0x0000000A | `PING` | empty | Keepalives." in page
+    assert "| 0x0000000C | `RDMA_REGISTER` | [`RDMA_REGISTER`](#rdma_register) |" in page
+    assert "| 0x000000F0–0x000000FE | (private extension) |" in page and "| 0x000000FF | (invalid) |" in page
+    assert "`TENSOR_DESCRIPTOR`, `TENSOR_DATA`, `TENSOR_DATA_END`" in page
+    for anchor in re.findall(r"\]\(#([\w-]+)\)", page):
+        assert f'<a id="{anchor}"></a>' in page, anchor
+    assert "[Transport session" in render_pages()["index.md"]
+
+
+def test_session_flag_and_code_tables():
+    tags = render_pages()["tags.md"]
+    # interchange.md § Capability Flags, § TENSOR_REQUEST Payload (request flags), § ERROR Payload
+    assert "| 3 | 0x00000008 | `RDMA_GPUDIRECT` |" in tags and "| 1 | 0x00000002 | `PARALLEL_OK` |" in tags
+    assert "| 0x02 | `UNKNOWN_TENSOR` |" in tags and "| 0x08 | `SHARD_MISMATCH` |" in tags
+    private = tags[tags.index("## `PrivateErrorCode`"):]
+    private = private[: private.index("<a id=", 1)]
+    assert "range the spec leaves to implementations" in private
+    assert "[`ERROR.error_code`](session.md#error) (this implementation's values" in private
+    assert "| 0xF0 | `SERVER_BUSY` | The server holds as many connections" in private
+    errors = tags[tags.index("## `ErrorCode`"):]
+    assert "implementation-defined range: [PrivateErrorCode](tags.md#privateerrorcode)" in errors[:1500]

@@ -287,3 +287,108 @@ def test_generated_descriptors_with_every_section_agree(data):
 def test_edge_case_descriptors_agree(name):
     kaitai.python_parsers()
     kaitai.compare(encode_descriptor(EDGE_CASES[name]), "descriptor")
+
+
+# --------------------------------------------------------------------------------------
+# The session messages of hurray_stream.ksy (interchange.md § Session Establishment
+# through § Error Handling)
+# --------------------------------------------------------------------------------------
+
+
+def _stream_types() -> dict:
+    return ksy.schemas()["hurray_stream.ksy"]["types"]
+
+
+def test_every_session_message_has_a_payload_type():
+    """Expected forms typed from the spec (interchange.md § Message Types, § Layout Entry Encoding,
+    § ERROR Payload), not read back from the generator's inputs."""
+    types = _stream_types()
+    payload = types["message"]["seq"][-1]
+    cases = payload["type"]["cases"]
+    assert cases == {
+        "message_type::client_hello": "client_hello", "message_type::server_hello": "server_hello",
+        "message_type::tensor_request": "tensor_request",
+        "message_type::tensor_descriptor": "tensor_descriptor_payload",
+        "message_type::tensor_data": "tensor_data_payload", "message_type::tensor_put": "tensor_put",
+        "message_type::tensor_put_ack": "tensor_put_ack", "message_type::error": "error", "message_type::ping": "ping",
+        "message_type::pong": "pong", "message_type::rdma_register": "rdma_register",
+        "message_type::rdma_ready": "rdma_ready",
+    }
+    entry = {a["id"]: a for a in types["layout_entry"]["seq"]}
+    assert entry["layout_tag"] == {**entry["layout_tag"], "type": "u1", "enum": "layout_tag"}
+    extension = "(layout_tag.to_i >= 0xf0) and (layout_tag.to_i <= 0xfe)"
+    assert entry["ext_metadata_length"]["type"] == "u2" and entry["ext_metadata_length"]["if"] == extension
+    assert entry["ext_metadata"]["size"] == "ext_metadata_length" and entry["ext_metadata"]["if"] == extension
+    hello = {a["id"]: a for a in types["client_hello"]["seq"]}
+    assert [hello[n]["type"] for n in ("protocol_version", "max_message_size", "capability_flags", "layout_count")] == [
+        "u4", "u4", "u8", "u2"]
+    layouts = hello["supported_layouts"]
+    assert layouts["type"] == "layout_entry" and layouts["repeat-expr"] == "layout_count"
+    assert hello["class_count"]["if"] == "not _io.eof"  # the memory class list may be absent
+    assert "capability_flag" in hello["capability_flags"]["doc"]
+    error = {a["id"]: a for a in types["error"]["seq"]}
+    assert error["error_code"]["enum"] == "error_code" and error["message"]["size"] == "message_length"
+    request = {a["id"]: a for a in types["tensor_request"]["seq"]}
+    assert list(request) == ["key_length", "tensor_key", "layout_count", "preferred_layouts", "preferred_device",
+                             "min_alignment", "request_flags", "trailing"]
+    assert [a["id"] for a in types["ping"]["seq"]] == ["trailing"]
+    enums = ksy.schemas()["hurray_stream.ksy"]["enums"]
+    assert enums["error_code"][0x02] == "unknown_tensor" and enums["error_code"][0xF0]["id"] == "server_busy"
+    assert "Implementation-defined" in enums["error_code"][0xF0]["doc"]
+    assert enums["capability_flag"] == {1: "transcoding", 2: "parallel_streams", 4: "rdma_data_plane",
+                                        8: "rdma_gpudirect"}
+    assert enums["request_flag"] == {1: "allow_transcode", 2: "parallel_ok"}
+
+
+def test_every_stream_attribute_has_doc_and_doc_ref():
+    for name, spec in _stream_types().items():
+        for attribute in spec["seq"]:
+            assert attribute.get("doc") and attribute.get("doc-ref"), (name, attribute["id"])
+
+
+def _session_stream() -> bytes:
+    from test_cli_hexview import session_stream
+
+    return session_stream()
+
+
+def test_a_recorded_session_parses_field_by_field():
+    """The compiled Python parser reads each session message as its table says (values typed
+    from the encoders' inputs in ``session_stream`` and the spec's tables)."""
+    from test_cli_hexview import EXTENSION_METADATA
+
+    parsed = kaitai.parse("messages", _session_stream())
+    messages = parsed.messages
+    assert [int(msg.message_type) for msg in messages] == [0x01, 0x03, 0x09, 0x0A, 0x0B, 0x09, 0x02, 0x08]
+    assert [msg.stream_id for msg in messages] == [1, 3, 3, 5, 5, 7, 1, 9]
+    hello = messages[0].payload
+    assert (hello.protocol_version, hello.max_message_size, hello.capability_flags) == (1, 1 << 20, 0b11)
+    assert hello.layout_count == 2 and [int(e.layout_tag) for e in hello.supported_layouts] == [0x01, 0xF3]
+    plain, extension = hello.supported_layouts
+    assert getattr(plain, "ext_metadata_length", None) is None and getattr(plain, "ext_metadata", None) is None
+    assert extension.ext_metadata_length == 3 and extension.ext_metadata == EXTENSION_METADATA
+    assert hello.device_count == 2 and [int(d) for d in hello.supported_devices] == [0, 1]
+    assert hello.class_count == 1 and [int(c) for c in hello.supported_memory_classes] == [0]
+    assert hello.trailing == b""
+    request = messages[1].payload
+    assert request.key_length == 14 and request.tensor_key == b"weights/layer0"
+    assert [int(e.layout_tag) for e in request.preferred_layouts] == [0xF0, 0x03]
+    assert request.preferred_layouts[0].ext_metadata_length == 0 and request.preferred_layouts[0].ext_metadata == b""
+    assert int(request.preferred_device) == 0 and request.min_alignment == 64 and request.request_flags == 1
+    error = messages[2].payload
+    assert int(error.error_code) == 0x02 and error.error_code.name == "unknown_tensor"
+    assert error.message_length == 26 and error.message == b"no tensor 'weights/layer0'"
+    assert messages[3].payload.trailing == b"" and messages[4].payload.trailing == b"abc"  # the PONG's echo
+    private = messages[5].payload
+    assert int(private.error_code) == 0xF1 and private.error_code.name == "put_refused"
+    short = messages[6].payload
+    assert short.max_message_size == 4096 and [int(d) for d in short.supported_devices] == [0]
+    assert getattr(short, "class_count", None) is None and getattr(short, "supported_memory_classes", None) is None
+    assert type(messages[7].payload).__name__ == "TensorPutAck" and messages[7].payload_length == 0
+
+
+def test_a_recorded_session_agrees_with_inspect_field_by_field():
+    """Kaitai's positions and values against the annotated walk ``inspect`` prints."""
+    kaitai.python_parsers()
+    header_fields = 3 * 8  # eight messages
+    assert kaitai.compare(_session_stream(), "messages") > 2 * header_fields

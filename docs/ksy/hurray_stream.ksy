@@ -95,6 +95,276 @@ types:
         size-eos: true
         doc: This frame's bytes.
         doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#tensor_data-payload interchange.md § TENSOR_DATA Payload
+  layout_entry:
+    doc: 'One entry of a layout list: a tag byte, and for an extension tag its length-prefixed metadata.'
+    seq:
+      - id: layout_tag
+        type: u1
+        enum: layout_tag
+        doc: A layout the sender can consume or produce.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#layout-entry-encoding interchange.md § Layout Entry Encoding
+      - id: ext_metadata_length
+        type: u2
+        if: (layout_tag.to_i >= 0xf0) and (layout_tag.to_i <= 0xfe)
+        doc: 'Extension tags only: byte length of the metadata that follows (may be 0).'
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#layout-entry-encoding interchange.md § Layout Entry Encoding
+      - id: ext_metadata
+        size: ext_metadata_length
+        if: (layout_tag.to_i >= 0xf0) and (layout_tag.to_i <= 0xfe)
+        doc: 'Extension tags only: opaque hardware or implementation parameters.'
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#layout-entry-encoding interchange.md § Layout Entry Encoding
+  client_hello:
+    doc: The first message of every connection, client to server.
+    doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#client_hello-payload interchange.md § CLIENT_HELLO Payload
+    seq:
+      - id: protocol_version
+        type: u4
+        doc: The protocol version the client speaks (1).
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#client_hello-payload interchange.md § CLIENT_HELLO Payload
+      - id: max_message_size
+        type: u4
+        doc: Largest payload_length the client accepts.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#client_hello-payload interchange.md § CLIENT_HELLO Payload
+      - id: capability_flags
+        type: u8
+        doc: 'What the client can do (bits 4-63 are zero). Bits: enum capability_flag (masks).'
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#capability-flags interchange.md § Capability Flags
+      - id: layout_count
+        type: u2
+        doc: Entries in supported_layouts.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#client_hello-payload interchange.md § CLIENT_HELLO Payload
+      - id: supported_layouts
+        type: layout_entry
+        repeat: expr
+        repeat-expr: layout_count
+        doc: Layouts the client handles, most preferred first.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#client_hello-payload interchange.md § CLIENT_HELLO Payload
+      - id: device_count
+        type: u2
+        doc: Entries in supported_devices.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#client_hello-payload interchange.md § CLIENT_HELLO Payload
+      - id: supported_devices
+        type: u1
+        repeat: expr
+        repeat-expr: device_count
+        enum: device_tag
+        doc: Device tags the client handles.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#client_hello-payload interchange.md § CLIENT_HELLO Payload
+      - id: class_count
+        type: u2
+        if: not _io.eof
+        doc: Entries in supported_memory_classes; the list may be absent (STANDARD only). Absent when the payload ends before it.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#client_hello-payload interchange.md § CLIENT_HELLO Payload
+      - id: supported_memory_classes
+        type: u1
+        repeat: expr
+        repeat-expr: class_count
+        enum: memory_class
+        if: not _io.eof
+        doc: Memory classes the client handles. Absent when the payload ends before it.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#client_hello-payload interchange.md § CLIENT_HELLO Payload
+      - id: trailing
+        size-eos: true
+        doc: 'Payload bytes after the table''s fields: none in a valid message (the session.payload.length rule), but for a PING''s and its PONG''s (the PONG echoes them).'
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#message-framing interchange.md § Message Framing
+  server_hello:
+    doc: The server's answer to CLIENT_HELLO, before anything else it sends.
+    doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#server_hello-payload interchange.md § SERVER_HELLO Payload
+    seq:
+      - id: protocol_version
+        type: u4
+        doc: The version the server will use, at most the client's.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#server_hello-payload interchange.md § SERVER_HELLO Payload
+      - id: max_message_size
+        type: u4
+        doc: Largest payload_length the server accepts.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#server_hello-payload interchange.md § SERVER_HELLO Payload
+      - id: capability_flags
+        type: u8
+        doc: 'What the server can do (bits 4-63 are zero). Bits: enum capability_flag (masks).'
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#capability-flags interchange.md § Capability Flags
+      - id: layout_count
+        type: u2
+        doc: Entries in supported_layouts.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#server_hello-payload interchange.md § SERVER_HELLO Payload
+      - id: supported_layouts
+        type: layout_entry
+        repeat: expr
+        repeat-expr: layout_count
+        doc: Layouts the server handles, most preferred first.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#server_hello-payload interchange.md § SERVER_HELLO Payload
+      - id: device_count
+        type: u2
+        doc: Entries in supported_devices.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#server_hello-payload interchange.md § SERVER_HELLO Payload
+      - id: supported_devices
+        type: u1
+        repeat: expr
+        repeat-expr: device_count
+        enum: device_tag
+        doc: Device tags the server handles.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#server_hello-payload interchange.md § SERVER_HELLO Payload
+      - id: class_count
+        type: u2
+        if: not _io.eof
+        doc: Entries in supported_memory_classes; the list may be absent (STANDARD only). Absent when the payload ends before it.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#server_hello-payload interchange.md § SERVER_HELLO Payload
+      - id: supported_memory_classes
+        type: u1
+        repeat: expr
+        repeat-expr: class_count
+        enum: memory_class
+        if: not _io.eof
+        doc: Memory classes the server handles. Absent when the payload ends before it.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#server_hello-payload interchange.md § SERVER_HELLO Payload
+      - id: trailing
+        size-eos: true
+        doc: 'Payload bytes after the table''s fields: none in a valid message (the session.payload.length rule), but for a PING''s and its PONG''s (the PONG echoes them).'
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#message-framing interchange.md § Message Framing
+  tensor_request:
+    doc: 'Client to server: one tensor, by key, with layout and device preferences.'
+    doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#tensor_request-payload interchange.md § TENSOR_REQUEST Payload
+    seq:
+      - id: key_length
+        type: u4
+        doc: Byte length of tensor_key.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#tensor_request-payload interchange.md § TENSOR_REQUEST Payload
+      - id: tensor_key
+        size: key_length
+        doc: The requested tensor's identifier, UTF-8.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#tensor_request-payload interchange.md § TENSOR_REQUEST Payload
+      - id: layout_count
+        type: u2
+        doc: 'Entries in preferred_layouts; 0: no preference.'
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#tensor_request-payload interchange.md § TENSOR_REQUEST Payload
+      - id: preferred_layouts
+        type: layout_entry
+        repeat: expr
+        repeat-expr: layout_count
+        doc: Layouts the client wants, most preferred first.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#tensor_request-payload interchange.md § TENSOR_REQUEST Payload
+      - id: preferred_device
+        type: u1
+        enum: device_tag
+        doc: Where the client wants the response buffer.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#tensor_request-payload interchange.md § TENSOR_REQUEST Payload
+      - id: min_alignment
+        type: u4
+        doc: Smallest buffer alignment the client needs; a power of two.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#tensor_request-payload interchange.md § TENSOR_REQUEST Payload
+      - id: request_flags
+        type: u4
+        doc: 'What the client allows (bits 2-31 are zero). Bits: enum request_flag (masks).'
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#tensor_request-payload interchange.md § TENSOR_REQUEST Payload
+      - id: trailing
+        size-eos: true
+        doc: 'Payload bytes after the table''s fields: none in a valid message (the session.payload.length rule), but for a PING''s and its PONG''s (the PONG echoes them).'
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#message-framing interchange.md § Message Framing
+  tensor_put:
+    doc: 'Client to server: a tensor pushed by key; its data frames follow on the same stream.'
+    doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#tensor_put-payload interchange.md § TENSOR_PUT Payload
+    seq:
+      - id: key_length
+        type: u4
+        doc: Byte length of tensor_key.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#tensor_put-payload interchange.md § TENSOR_PUT Payload
+      - id: tensor_key
+        size: key_length
+        doc: The pushed tensor's identifier, UTF-8.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#tensor_put-payload interchange.md § TENSOR_PUT Payload
+      - id: descriptor_length
+        type: u4
+        doc: Byte length of descriptor.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#tensor_put-payload interchange.md § TENSOR_PUT Payload
+      - id: descriptor
+        size: descriptor_length
+        doc: The tensor descriptor (metadata.md).
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#tensor_put-payload interchange.md § TENSOR_PUT Payload
+      - id: total_data_bytes
+        type: u8
+        doc: Bytes the TENSOR_DATA frames that follow carry in total.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#tensor_put-payload interchange.md § TENSOR_PUT Payload
+      - id: trailing
+        size-eos: true
+        doc: 'Payload bytes after the table''s fields: none in a valid message (the session.payload.length rule), but for a PING''s and its PONG''s (the PONG echoes them).'
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#message-framing interchange.md § Message Framing
+  tensor_put_ack:
+    doc: The server accepted the whole pushed tensor; the payload is empty.
+    doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#message-types interchange.md § Message Types
+    seq:
+      - id: trailing
+        size-eos: true
+        doc: 'Payload bytes after the table''s fields: none in a valid message (the session.payload.length rule), but for a PING''s and its PONG''s (the PONG echoes them).'
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#message-framing interchange.md § Message Framing
+  error:
+    doc: 'Either direction: the stream it travels on is over.'
+    doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#error-payload interchange.md § ERROR Payload
+    seq:
+      - id: error_code
+        type: u4
+        enum: error_code
+        doc: What went wrong (ErrorCode; 0xF0-0xFE implementation-defined).
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#error-payload interchange.md § ERROR Payload
+      - id: message_length
+        type: u4
+        doc: Byte length of message.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#error-payload interchange.md § ERROR Payload
+      - id: message
+        size: message_length
+        doc: A description for people, UTF-8.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#error-payload interchange.md § ERROR Payload
+      - id: trailing
+        size-eos: true
+        doc: 'Payload bytes after the table''s fields: none in a valid message (the session.payload.length rule), but for a PING''s and its PONG''s (the PONG echoes them).'
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#message-framing interchange.md § Message Framing
+  ping:
+    doc: 'Keepalives. The spec gives them no payload table: we send them empty and answer a PING with a PONG that echoes its payload (`spec-map.md § Interpretations`).'
+    doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#message-types interchange.md § Message Types
+    seq:
+      - id: trailing
+        size-eos: true
+        doc: 'Payload bytes after the table''s fields: none in a valid message (the session.payload.length rule), but for a PING''s and its PONG''s (the PONG echoes them).'
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#message-framing interchange.md § Message Framing
+  pong:
+    doc: 'Keepalives. The spec gives them no payload table: we send them empty and answer a PING with a PONG that echoes its payload (`spec-map.md § Interpretations`).'
+    doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#message-types interchange.md § Message Types
+    seq:
+      - id: trailing
+        size-eos: true
+        doc: 'Payload bytes after the table''s fields: none in a valid message (the session.payload.length rule), but for a PING''s and its PONG''s (the PONG echoes them).'
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#message-framing interchange.md § Message Framing
+  rdma_register:
+    doc: An RDMA memory registration. This implementation advertises no RDMA capability, so it parses the message and answers ERROR (`session.rdma.agreed`).
+    doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#rdma_register-payload interchange.md § RDMA_REGISTER Payload
+    seq:
+      - id: remote_addr
+        type: u8
+        doc: Address of the registered region on the sender's side.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#rdma_register-payload interchange.md § RDMA_REGISTER Payload
+      - id: length
+        type: u8
+        doc: Region size; equals the preceding descriptor's total_data_bytes.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#rdma_register-payload interchange.md § RDMA_REGISTER Payload
+      - id: rkey_length
+        type: u4
+        doc: Byte length of rkey.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#rdma_register-payload interchange.md § RDMA_REGISTER Payload
+      - id: rkey
+        size: rkey_length
+        doc: Opaque RDMA memory key of the RDMA library.
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#rdma_register-payload interchange.md § RDMA_REGISTER Payload
+      - id: trailing
+        size-eos: true
+        doc: 'Payload bytes after the table''s fields: none in a valid message (the session.payload.length rule), but for a PING''s and its PONG''s (the PONG echoes them).'
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#message-framing interchange.md § Message Framing
+  rdma_ready:
+    doc: The peer is ready for the RDMA transfer; the payload is empty.
+    doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#message-types interchange.md § Message Types
+    seq:
+      - id: trailing
+        size-eos: true
+        doc: 'Payload bytes after the table''s fields: none in a valid message (the session.payload.length rule), but for a PING''s and its PONG''s (the PONG echoes them).'
+        doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#message-framing interchange.md § Message Framing
   message:
     doc: 'One message: its header, then payload_length bytes of payload.'
     doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#message-framing interchange.md § Message Framing
@@ -119,10 +389,74 @@ types:
           cases:
             message_type::tensor_descriptor: tensor_descriptor_payload
             message_type::tensor_data: tensor_data_payload
+            message_type::client_hello: client_hello
+            message_type::server_hello: server_hello
+            message_type::tensor_request: tensor_request
+            message_type::tensor_put: tensor_put
+            message_type::tensor_put_ack: tensor_put_ack
+            message_type::error: error
+            message_type::ping: ping
+            message_type::pong: pong
+            message_type::rdma_register: rdma_register
+            message_type::rdma_ready: rdma_ready
         doc: The payload; raw bytes for the message types without a table here.
         doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/interchange.md#message-framing interchange.md § Message Framing
 
 enums:
+  capability_flag:
+    0x01: transcoding
+    0x02: parallel_streams
+    0x04: rdma_data_plane
+    0x08: rdma_gpudirect
+  layout_tag:
+    0x01: row_major
+    0x02: column_major
+    0x03: strided
+    0x04: tiled
+    0x05: morton
+    0x06: coo
+    0x07: csr
+    0x08: csc
+    0x09: csf
+    0x0a: block_paged
+    0x0b: composite
+    0x40: hilbert
+  device_tag:
+    0x00: cpu
+    0x01: cuda
+    0x02: rocm
+    0x03: metal
+    0x04: vulkan
+    0x05: webgpu
+    0x06: hexagon
+    0x07: level_zero
+    0x08: opencl
+  memory_class:
+    0x00: standard
+    0x01: host_pinned
+    0x02: unified
+    0x03: peer
+  request_flag:
+    0x01: allow_transcode
+    0x02: parallel_ok
+  error_code:
+    0x01: protocol_version_mismatch
+    0x02: unknown_tensor
+    0x03: layout_unavailable
+    0x04: transcode_limit_exceeded
+    0x05: device_unavailable
+    0x06: invalid_message
+    0x07: message_too_large
+    0x08: shard_mismatch
+    0xf0:
+      id: server_busy
+      doc: 'Implementation-defined: this implementation''s value (PrivateErrorCode). The server holds as many connections as it accepts; sent instead of SERVER_HELLO.'
+    0xf1:
+      id: put_refused
+      doc: 'Implementation-defined: this implementation''s value (PrivateErrorCode). The server does not accept this TENSOR_PUT: no writable store, a read-only key, too large, or the store could not be written.'
+    0xf2:
+      id: internal
+      doc: 'Implementation-defined: this implementation''s value (PrivateErrorCode). The server failed on its side; the connection ends.'
   message_type:
     0x01: client_hello
     0x02: server_hello

@@ -227,6 +227,8 @@ class SessionChecker:
                 self._check_placement(part.value, request, at + m.HEADER_SIZE)
             if transfer is not None:
                 transfer.add(stream_id, part.value, at)
+                if len(transfer.descs) == transfer.count:  # § Shard Consistency: once every descriptor arrived
+                    transfer.check(at)
         self.tensors[stream_id] = frames
         return part, frames, transfer
 
@@ -236,8 +238,8 @@ class SessionChecker:
         return frames, frames.frame(plen, offset_in_buffer, at)
 
     def end(self, stream_id: int, plen: int, at: int) -> tuple[TensorFrames, Optional[m.Put]]:
-        """A TENSOR_DATA_END on ``stream_id``: the finished tensor, and its PUT if it was one.  The
-        last shard of a parallel transfer closes it: the shards' consistency is checked then."""
+        """A TENSOR_DATA_END on ``stream_id``: the finished tensor, and its PUT if it was one; the
+        last shard's ends its parallel transfer."""
         frames = self._open(stream_id, "TENSOR_DATA_END", at)
         frames.end(plen, at)
         del self.tensors[stream_id]
@@ -245,7 +247,6 @@ class SessionChecker:
         if transfer is not None:
             transfer.ended.add(stream_id)
             if transfer.complete:
-                transfer.check(at)
                 for s in transfer.descs:
                     self.transfers.pop(s, None)
         return frames, self.puts.pop(stream_id, None)

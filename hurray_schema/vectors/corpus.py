@@ -23,6 +23,7 @@ import attrs
 
 from ..rules import interop
 from ..rules.engine import get_rule, registry
+from ..rules.session import SESSION_RULES
 from .case import EXTENSIONS, Case
 from .reference import ABORT, divergence_of, reference_verdicts
 from .verdicts import Verdict, read_verdict
@@ -47,6 +48,11 @@ NO_VECTOR: dict[str, str] = {
         "Depends on how the stream travels, not on its bytes: it fires only when the reader is told the stream "
         "crosses machines (read_stream(..., cross_machine=True)).",
 }
+NO_VECTOR.update({
+    rule.id: "A transport session rule: what breaks it is a session between two peers, judged with what the "
+             "receiver sent (its hello, its requests), so its vector is a pair of recorded directions, not one "
+             "file; tests/test_net_rules.py records a firing and a passing session for each and audits them."
+    for rule in SESSION_RULES})
 """Rules no input can have as its first finding, with the reason (left out of the coverage base)."""
 
 
