@@ -105,6 +105,8 @@ class Catalog:
     def __init__(self, paths: Sequence[str], store: Optional[str] = None):
         self._lock = threading.Lock()
         self._items: dict[str, tuple[Item, Optional[_Served]]] = {}
+        self._writers: dict[str, threading.Lock] = {}
+        """Per store file, the lock of its writes (one PUT of a key stored at a time)."""
         self.read_only: set[str] = set()
         self.store = None if store is None else os.fspath(store)
         for path in paths:
@@ -154,15 +156,23 @@ class Catalog:
         from ..io.file import write_file
 
         path = os.path.join(self.store, store_file_name(key))
-        write_file(path, {key: item})
-        served = _Served(path)
+        with self._writer(path):  # write, open and serve as one step: what is served is what is stored
+            write_file(path, {key: item})
+            served = _Served(path)
+            with self._lock:
+                old = self._items.get(key)
+                self._items[key] = (served.file[key], served)
+                if old is not None and old[1] is not None and old[1] is not served:
+                    old[1].retired = True
+                    if not old[1].users:
+                        old[1].file.close()
+
+    def _writer(self, path: str) -> threading.Lock:
+        """The lock of ``path``'s writes: of two PUTs of one key at once, the one that renamed
+        its file first could otherwise register it last, serving a tensor the store no longer
+        holds."""
         with self._lock:
-            old = self._items.get(key)
-            self._items[key] = (served.file[key], served)
-            if old is not None and old[1] is not None and old[1] is not served:
-                old[1].retired = True
-                if not old[1].users:
-                    old[1].file.close()
+            return self._writers.setdefault(path, threading.Lock())
 
     def close(self) -> None:
         with self._lock:

@@ -93,6 +93,9 @@ class SessionChecker:
         self.requests: dict[int, m.Request] = {}
         """Client side: the requests sent, by stream."""
         self.last_request: Optional[int] = None
+        self.awaited: dict[int, int] = {}
+        """Client side: per request stream, the tensors its answer still owes (a composite head
+        adds its member_count); the request is answered when it owes none."""
         self.acks_due: dict[int, int] = {}
         """Client side: per stream, the whole PUTs awaiting their ACK."""
         self.transfers: dict[int, Transfer] = {}
@@ -188,12 +191,14 @@ class SessionChecker:
         self.closed.add(stream_id)
         self.tensors.pop(stream_id, None)
         self.puts.pop(stream_id, None)
+        self._answered(stream_id)
         return remote_error(code, text, at)
 
     # --- what the client sent (client side) ---------------------------------------------
     def sent_request(self, stream_id: int, request: m.Request) -> None:
         """The client sent ``request`` on ``stream_id``: its response may now arrive."""
         self.requests[stream_id] = request
+        self.awaited[stream_id] = 1
         self.last_request = stream_id
 
     def sent_put(self, stream_id: int) -> None:
@@ -225,8 +230,12 @@ class SessionChecker:
             request, transfer = self._response_of(stream_id, frames.transport["total_shards"], at)
             if request is not None:
                 self._check_placement(part.value, request, at + m.HEADER_SIZE)
+            if transfer is None and stream_id in self.awaited:
+                owed = self.awaited[stream_id] - 1
+                self.awaited[stream_id] = owed + (part.value.layout.member_count if part.value.is_composite_head
+                                                  else 0)
             if transfer is not None:
-                transfer.add(stream_id, part.value, at)
+                transfer.add(stream_id, part.value, frames.transport["shard_index"], at)
                 if len(transfer.descs) == transfer.count:  # § Shard Consistency: once every descriptor arrived
                     transfer.check(at)
         self.tensors[stream_id] = frames
@@ -249,6 +258,9 @@ class SessionChecker:
             if transfer.complete:
                 for s in transfer.descs:
                     self.transfers.pop(s, None)
+                self._answered(transfer.request)
+        elif self.awaited.get(stream_id) == 0:
+            self._answered(stream_id)
         return frames, self.puts.pop(stream_id, None)
 
     def _open(self, stream_id: int, what: str, at: int) -> TensorFrames:
@@ -259,6 +271,11 @@ class SessionChecker:
         return frames
 
     # --- responses (client side) --------------------------------------------------------
+    def _answered(self, stream_id: Optional[int]) -> None:
+        """The request on ``stream_id`` has its whole answer: nothing more may arrive for it."""
+        self.requests.pop(stream_id, None)
+        self.awaited.pop(stream_id, None)
+
     def _response_of(self, stream_id: int, shards: int, at: int):
         """The request a descriptor on ``stream_id`` answers, and its parallel transfer: a shard may
         arrive on a stream of its own (``§ Parallel Transfer Flow``)."""
@@ -274,8 +291,8 @@ class SessionChecker:
         if self.recording_without_requests:
             return None, None
         if stream_id not in self.requests:
-            raise container_rules.MESSAGE_ORDER.violation(f"a tensor on stream {stream_id}, which carries no request",
-                                                          at)
+            raise container_rules.MESSAGE_ORDER.violation(
+                f"a tensor on stream {stream_id}, which carries no request awaiting an answer", at)
         return self.requests[stream_id], None
 
     def _open_transfer(self, stream_id: int, shards: int, at: int) -> "Transfer":
@@ -315,16 +332,21 @@ class Transfer:
         self.request = request
         self.count = count
         self.descs: dict[int, object] = {}
+        self.indices: set[int] = set()
         self.ended: set[int] = set()
 
     @property
     def complete(self) -> bool:
         return len(self.ended) == self.count
 
-    def add(self, stream_id: int, desc, at: int) -> None:
+    def add(self, stream_id: int, desc, shard_index: int, at: int) -> None:
+        """A shard's descriptor: a stream and a shard_index of its own, within total_shards."""
         if stream_id in self.descs or len(self.descs) >= self.count:
             raise rules.SHARD_CONSISTENCY.violation(
                 f"a shard on stream {stream_id} beyond the transfer's {self.count} shards", at)
+        if shard_index in self.indices:
+            raise rules.SHARD_CONSISTENCY.violation(f"shard_index {shard_index} twice in one parallel transfer", at)
+        self.indices.add(shard_index)
         self.descs[stream_id] = desc
 
     def ordered(self) -> list:

@@ -185,13 +185,21 @@ class Session:
                 pass
         self.wire.close()
 
+    def _new_stream(self) -> int:
+        """The stream of a new exchange: the next id past those an ERROR closed (``interchange.md
+        § Error Handling``: nothing more travels on a closed stream, a shard's included)."""
+        sid = next(self._streams)
+        while sid in self.checker.closed:
+            sid = next(self._streams)
+        return sid
+
     # --- PING ---------------------------------------------------------------------------
     def ping(self, payload: bytes = b"") -> bytes:
         """PING the server; returns the PONG's payload."""
         return self._call(self._ping, bytes(payload))
 
     def _ping(self, payload: bytes) -> bytes:
-        sid = self._stream = next(self._streams)
+        sid = self._stream = self._new_stream()
         self.wire.send(MessageType.PING, sid, payload)
         while True:
             at, kind, s, plen = self._next()
@@ -229,7 +237,7 @@ class Session:
         return self._call(self._get, request)
 
     def _get(self, request: m.Request) -> Item:
-        sid = self._stream = next(self._streams)
+        sid = self._stream = self._new_stream()
         self.checker.sent_request(sid, request)
         self.wire.send(MessageType.TENSOR_REQUEST, sid, m.encode_request(request))
         return _Response(self, sid, request).receive()
@@ -249,7 +257,7 @@ class Session:
         return self._call(self._put, key, encoded)
 
     def _put(self, key: str, encoded) -> None:
-        sid = self._stream = next(self._streams)
+        sid = self._stream = self._new_stream()
         limit = self.server_hello.max_message_size - m.DATA_HEADER_SIZE
         for node in encoded:
             total = sum(len(b) for b in node.buffers)
@@ -371,7 +379,10 @@ class _Response:
                 continue
             payload = s.wire.read(plen)
             if kind == MessageType.ERROR:
-                raise s.checker.error(stream, payload, at)
+                if self._ours(stream):
+                    raise self._remote_error(stream, payload, at)
+                s.checker.error(stream, payload, at)  # another stream's end: this answer goes on
+                continue
             if kind == MessageType.PING:
                 s.wire.send(MessageType.PONG, stream, bytes(payload))
                 continue
@@ -381,6 +392,21 @@ class _Response:
                 s.checker.ack(stream, plen, at)
                 continue
             raise container_rules.MESSAGE_ORDER.violation(f"{_name(kind)} in the response to a TENSOR_REQUEST", at)
+
+    def _ours(self, stream: int) -> bool:
+        """``stream`` carries (part of) this answer: the request's own, or a shard's."""
+        return stream == self.sid or stream in self.planes or stream in self.s.checker.transfers
+
+    def _remote_error(self, stream: int, payload, at: int) -> RemoteError:
+        """The server's ERROR, which ends this request (``interchange.md § Error Handling``).  When
+        another stream of the response is still open (a parallel transfer's other shards, or the
+        request's own tensor under an ERROR on another stream), what the server sends on it next
+        cannot be told from a later answer: the session ends with this error."""
+        s = self.s
+        error = s.checker.error(stream, payload, at)
+        if s.checker.tensors or self.shards is not None:
+            s._fail(SessionError(f"the ERROR on stream {stream} at byte {at} left other streams of a response open"))
+        return error
 
     def _torn(self):
         """The connection ended between messages: inside a tensor, inside a parallel transfer or a
@@ -400,7 +426,7 @@ class _Response:
 
     def _descriptor(self, stream: int, payload, at: int) -> None:
         s = self.s
-        part, frames, transfer = s.checker.descriptor(stream, payload, at)
+        part, frames, transfer = s.checker.descriptor(stream, payload, at)  # a stream no request awaits: refused
         desc = part.value
         self.announced += frames.total
         if self.announced > s.max_response_bytes:

@@ -54,6 +54,9 @@ DEFAULTS = {
 }
 """Every limit's default; each is an option of :func:`serve` and of ``hurray-schema serve``."""
 
+SMALL_RESPONSE_BYTES = 64 * 1024
+"""A tensor with at most this many data bytes is sent in one write (descriptor, frames and end)."""
+
 _CODE_OF_RULE = {
     rules.MESSAGE_SIZE.id: ErrorCode.MESSAGE_TOO_LARGE,
     rules.HELLO_VERSION.id: ErrorCode.PROTOCOL_VERSION_MISMATCH,
@@ -108,6 +111,7 @@ class Server:
         self._connections: set = set()
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
+        self._listener.settimeout(0.2)  # here, not in the thread: a close() may come before it runs
         self._acceptor = threading.Thread(target=self._accept_loop, name=f"hurray-accept-{self.port}", daemon=True)
         self._acceptor.start()
 
@@ -150,7 +154,6 @@ class Server:
 
     # --- accepting ----------------------------------------------------------------------
     def _accept_loop(self) -> None:
-        self._listener.settimeout(0.2)
         while not self._stopping.is_set():
             try:
                 sock, _ = self._listener.accept()
@@ -164,6 +167,8 @@ class Server:
             if not self._slots.acquire(blocking=False):
                 _refuse(sock, "the server holds max_connections connections")
                 continue
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # a reply's last segment leaves at once
             conn = _Connection(self, sock, next(self._numbers))
             with self._lock:
                 self._connections.add(conn)
@@ -242,6 +247,9 @@ class _Connection:
         self.checker: Optional[SessionChecker] = None
         self.last_stream = 1
         self.put_keys: dict[int, str] = {}
+        self.held: dict[int, int] = {}
+        """Per stream, the data bytes of the item a PUT is pushing (its members so far, and the
+        tensor arriving): what ``max_put_bytes`` bounds, over all the streams of the connection."""
 
     def abort(self) -> None:
         try:
@@ -285,10 +293,9 @@ class _Connection:
             try:
                 kind, sid, plen = self.checker.header(raw, at)
             except SpecViolation as fault:
-                if fault.rule_id in _CONNECTION_FAULTS:
+                if self._ends_connection(fault):
                     raise
-                self.wire.discard(plen)  # a well-framed message of a kind this server refuses
-                self._send_error(sid, fault)
+                self._refuse_message(sid, fault, plen)
                 continue
             if sid in self.refused and kind in (MessageType.TENSOR_DATA, MessageType.TENSOR_DATA_END):
                 self.wire.discard(plen)  # in flight when this server ended the stream
@@ -318,11 +325,27 @@ class _Connection:
                 self._drop_put(sid)
                 return None
         except SpecViolation as fault:
-            if fault.rule_id in _CONNECTION_FAULTS:
+            if self._ends_connection(fault):
                 raise
             self._send_error(sid, fault)
             return None
         return None  # PONG: nothing to answer
+
+    def _refuse_message(self, sid: int, fault: SpecViolation, n: int) -> None:
+        """A well-framed message of a kind this server refuses: ERROR names its header's fault,
+        then its ``n`` payload bytes are skipped.  A payload cut short ends the connection without
+        a second ERROR on the stream (``interchange.md § Error Handling``)."""
+        self._send_error(sid, fault)
+        try:
+            self.wire.discard(n)
+        except SpecViolation:
+            raise Closed("the connection ended inside a refused message") from None
+
+    def _ends_connection(self, fault: SpecViolation) -> bool:
+        """A fault of the framing, or any fault before the session started: a CLIENT_HELLO this
+        server cannot take is answered with ERROR and the connection closed (``interchange.md
+        § Session Establishment``); nothing after it has a session to belong to."""
+        return fault.rule_id in _CONNECTION_FAULTS or self.client is None
 
     def _hello(self, payload, at: int) -> None:
         self.client = self.checker.client_hello(payload, at)
@@ -365,13 +388,23 @@ class _Connection:
         return None
 
     def _send_node(self, sid: int, node: Node, frame: int) -> None:
-        """``interchange.md § Ordering Invariant``: descriptor, frames, end."""
+        """``interchange.md § Ordering Invariant``: descriptor, frames, end; a small tensor's
+        messages in one write."""
         wire = self.wire
-        wire.send(MessageType.TENSOR_DESCRIPTOR, sid,
-                  node.descriptor + m.transport_fields(node.total, node.shard_index, node.total_shards))
+        head = m.message(MessageType.TENSOR_DESCRIPTOR, sid,
+                         node.descriptor + m.transport_fields(node.total, node.shard_index, node.total_shards))
+        end = m.message(MessageType.TENSOR_DATA_END, sid)
+        if node.total <= SMALL_RESPONSE_BYTES:
+            parts = [head]
+            for offset, pieces in node.frames(frame):
+                parts.append(m.data_header(sid, offset, sum(_size(p) for p in pieces)))
+                parts.extend(pieces)
+            return wire.send_together(parts + [end])
+        wire.send_together([head])
         for offset, pieces in node.frames(frame):
             wire.send_frame(sid, offset, pieces)
-        wire.send(MessageType.TENSOR_DATA_END, sid)
+        wire.send_together([end])
+        return None
 
     def _send_shards(self, sid: int, nodes, frame: int) -> None:
         """Each shard on a stream of its own (``sid``, ``sid + 1``, ...), their frames
@@ -396,8 +429,14 @@ class _Connection:
 
     # --- PUT ----------------------------------------------------------------------------
     def _put(self, sid: int, payload, at: int) -> None:
-        put, part = self.checker.put(sid, payload, at)
+        try:
+            put, part = self.checker.put(sid, payload, at)
+        except SpecViolation:
+            self._forget_item(sid)
+            self.refused.add(sid)  # its frames and TENSOR_DATA_END are in flight: dropped, not answered again
+            raise
         store = self.server.catalog.store
+        held = sum(self.held.values())
         refusal = None
         if store is None:
             refusal = (PrivateErrorCode.PUT_REFUSED, "this server was not started with a writable store")
@@ -408,14 +447,19 @@ class _Connection:
         elif put.total_data_bytes > self.options.max_put_bytes:
             refusal = (PrivateErrorCode.PUT_REFUSED,
                        f"total_data_bytes {put.total_data_bytes} exceeds max_put_bytes {self.options.max_put_bytes}")
+        elif held + put.total_data_bytes > self.options.max_put_bytes:
+            refusal = (PrivateErrorCode.PUT_REFUSED,
+                       f"total_data_bytes {put.total_data_bytes} and the {held} bytes this connection's unfinished "
+                       f"PUTs hold exceed max_put_bytes {self.options.max_put_bytes}")
         if refusal is not None:
             self.checker.tensors.pop(sid, None)
             self.checker.puts.pop(sid, None)
-            self.binders.pop(sid, None)
+            self._forget_item(sid)
             self.refused.add(sid)
             return self._error(sid, *refusal)
         buffers = [bytearray(b.byte_size) for b in part.value.buffers]
         self.puts[sid] = _Put(put, part.value, buffers)
+        self.held[sid] = self.held.get(sid, 0) + put.total_data_bytes
         return None
 
     def _put_frame(self, sid: int, plen: int, at: int) -> None:
@@ -450,12 +494,12 @@ class _Connection:
         try:
             done = binder.add(pending.desc, put.descriptor_at, [memoryview(b) for b in pending.buffers])
         except SpecViolation as fault:
-            self.binders.pop(sid, None)
+            self._forget_item(sid)
             return self._send_error(sid, fault)
         if not done:
             return self.wire.send(MessageType.TENSOR_PUT_ACK, sid)  # a head or a member: more to come
-        self.binders.pop(sid, None)
-        key = self.put_keys.pop(sid)
+        key = self.put_keys[sid]
+        self._forget_item(sid)
         try:
             self.server.catalog.store_item(key, done[0])
         except HurraySchemaError as exc:
@@ -472,9 +516,15 @@ class _Connection:
 
     def _drop_put(self, sid: int) -> None:
         self.puts.pop(sid, None)
-        self.binders.pop(sid, None)
+        self._forget_item(sid)
         self.checker.tensors.pop(sid, None)
         self.checker.puts.pop(sid, None)
+
+    def _forget_item(self, sid: int) -> None:
+        """The item a PUT on ``sid`` was pushing is over (stored, refused or abandoned)."""
+        self.binders.pop(sid, None)
+        self.put_keys.pop(sid, None)
+        self.held.pop(sid, None)
 
     # --- errors -------------------------------------------------------------------------
     def _send_error(self, sid: int, fault: SpecViolation) -> None:
@@ -492,6 +542,10 @@ class _Connection:
             self.wire.send(kind, sid, payload)
         except (SessionError, OSError):
             pass
+
+
+def _size(piece) -> int:
+    return piece[2] if isinstance(piece, tuple) else len(piece)
 
 
 def shard_stream(sid: int, i: int) -> int:

@@ -88,17 +88,19 @@ class Wire:
         ``stream.message.truncated`` (or :class:`Closed` when not one byte of a message arrived
         and ``at_boundary``)."""
         got, n = 0, len(view)
-        while got < n:
-            k = self._recv_into(view[got:])
-            if not k:
-                if at_boundary and got == 0:
-                    raise Closed("the peer closed the connection")
-                raise container_rules.MESSAGE_TRUNCATED.violation(
-                    f"the connection ends {got} bytes into {n} expected bytes", self.received + got)
-            got += k
-        if self._in is not None:
-            self._in.write(view)
-        self.received += n
+        try:
+            while got < n:
+                k = self._recv_into(view[got:])
+                if not k:
+                    if at_boundary and got == 0:
+                        raise Closed("the peer closed the connection")
+                    raise container_rules.MESSAGE_TRUNCATED.violation(
+                        f"the connection ends {got} bytes into {n} expected bytes", self.received + got)
+                got += k
+        finally:  # what arrived counts and is recorded, a message cut short too: audit finds where it ends
+            if self._in is not None and got:
+                self._in.write(view[:got])
+            self.received += got
 
     def read(self, n: int, *, at_boundary: bool = False) -> bytearray:
         buf = bytearray(n)
@@ -134,6 +136,13 @@ class Wire:
     def send(self, message_type: int, stream_id: int, payload: bytes = b"") -> None:
         with self._send_lock:
             self._sendall(m.message(message_type, stream_id, payload))
+
+    def send_together(self, parts: list) -> None:
+        """Several whole messages (bytes-like parts, or ``(fd, offset, length)`` file ranges read
+        here) in one write: a small response leaves in one segment, not four."""
+        data = b"".join(os.pread(p[0], p[2], p[1]) if isinstance(p, tuple) else bytes(p) for p in parts)
+        with self._send_lock:
+            self._sendall(data)
 
     def send_frame(self, stream_id: int, offset_in_buffer: int, pieces) -> None:
         """One TENSOR_DATA message whose data is ``pieces``: memory (bytes-like) or
