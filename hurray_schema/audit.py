@@ -43,7 +43,7 @@ from .errors import HurraySchemaError, LimitExceeded, SpecViolation
 from .rules.composite import validate_preorder  # first: the rule registry lists rules in import order
 from .rules.engine import Finding, Level, Mode, Report, as_mode
 from .io.file import HurrayFile
-from .net.checker import check_recorded, other_direction, recorded_side_of
+from .net.checker import check_recorded, other_direction, recorded_locally, recorded_side_of
 from .io.stream import read_stream
 from .io.walk import (
     DESCRIPTOR, FAULT, Faults, Part, Window, choose_kind, collect_descriptor, memory_input, strict_describer,
@@ -196,7 +196,8 @@ def _session_framing(data, side, mode: Mode, name=None) -> list[Finding]:
     (``NAME.client.msgs`` / ``NAME.server.msgs``, as ``serve --record`` writes them)."""
     findings: list[Finding] = []
     try:
-        check_recorded(data, side, strict_describer(mode=mode, findings=findings), peer=other_direction(name))
+        check_recorded(data, side, strict_describer(mode=mode, findings=findings), peer=other_direction(name),
+                       local=recorded_locally(name))
     except SpecViolation as exc:
         findings.append(violation_finding(exc))
     except LimitExceeded as exc:

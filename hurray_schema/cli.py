@@ -988,7 +988,15 @@ def _tls_options(f):
 @main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, exists=True))
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=0, show_default=True, type=click.IntRange(0, 65535), help="Port; 0 picks a free one.")
+@click.option("--port", default=None, type=click.IntRange(0, 65535),
+              help="TCP port; 0 picks a free one (the default, unless --unix is given alone).")
+@click.option("--unix", "unix", type=click.Path(dir_okay=False), default=None,
+              help="Also (or, without --port, only) listen on a Unix socket at this path: same machine, tensors "
+                   "handed over as shared memory; removed on exit.")
+@click.option("--unix-mode", default="600", show_default=True,
+              help="Permission bits of the Unix socket file, in octal (600: this user only).")
+@click.option("--memory-store", is_flag=True,
+              help="Accept TENSOR_PUT into memory: each tensor in one sealed memory file that every client maps.")
 @click.option("--writable", type=click.Path(file_okay=False), default=None,
               help="Accept TENSOR_PUT: validated strictly, stored atomically in this folder, then served.")
 @click.option("--max-message-bytes", type=_Bytes(), default=None, help="Largest payload accepted (default 64M).")
@@ -1004,18 +1012,23 @@ def _tls_options(f):
 @_tls_options
 @click.option("--tls-client-ca", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Mutual TLS: refuse clients without a certificate signed by this CA.")
-def serve(files, host, port, writable, max_message_bytes, transcode_limit, idle_timeout, max_connections,
-          max_put_bytes, record, devices, tls_cert, tls_key, tls_client_ca) -> None:
-    """Serve the top-level items of FILES by name (interchange.md, over TCP or TLS).
+def serve(files, host, port, unix, unix_mode, memory_store, writable, max_message_bytes, transcode_limit, idle_timeout,
+          max_connections, max_put_bytes, record, devices, tls_cert, tls_key, tls_client_ca) -> None:
+    """Serve the top-level items of FILES by name (interchange.md, over TCP, TLS or a Unix socket).
 
-    The first line printed is `serving hurray://HOST:PORT` (hurrays:// with TLS); SIGTERM or
-    SIGINT stops the server cleanly."""
+    The first line printed is `serving hurray://HOST:PORT` (hurrays:// with TLS), then
+    `serving hurray+unix://PATH` for --unix; SIGTERM or SIGINT stops the server cleanly."""
     import signal
 
     from .net import serve as start
 
     try:
-        server = start(list(files), host=host, port=port, writable=writable, max_message_bytes=max_message_bytes,
+        mode = int(unix_mode, 8)
+    except ValueError:
+        raise click.BadParameter(f"{unix_mode!r} is not an octal permission", param_hint="--unix-mode") from None
+    try:
+        server = start(list(files), host=host, port=port, unix=unix, unix_mode=mode, memory_store=memory_store,
+                       writable=writable, max_message_bytes=max_message_bytes,
                        transcode_limit=transcode_limit, idle_timeout=idle_timeout, max_connections=max_connections,
                        max_put_bytes=max_put_bytes, record=record, devices=devices, tls_cert=tls_cert,
                        tls_key=tls_key, tls_client_ca=tls_client_ca)
@@ -1023,7 +1036,8 @@ def serve(files, host, port, writable, max_message_bytes, transcode_limit, idle_
         _fail(str(exc))
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: server.request_stop())
-    click.echo(f"serving {server.url}")
+    for url in server.urls:
+        click.echo(f"serving {url}")
     sys.stdout.flush()
     try:
         while not server.wait(0.5):

@@ -370,7 +370,9 @@ _BEHAVIOUR_TESTS = {
 
 
 def test_every_session_rule_is_exercised():
-    source = open(__file__, encoding="utf-8").read()
+    here = os.path.dirname(__file__)
+    source = "".join(open(os.path.join(here, name), encoding="utf-8").read()
+                     for name in ("test_net_rules.py", "test_net_ipc.py"))
     untested = [r.id for r in SESSION_RULES if f'"{r.id}"' not in source.replace(
         "_BEHAVIOUR_TESTS = {", "")]
     assert not untested

@@ -49,6 +49,9 @@ class Node:
     total: int
     shard_index: int = 0
     total_shards: int = 1
+    segments: Optional[tuple] = None
+    """``(fd, ((offset, size), ...))``: where each buffer lies in a file or memfd another process
+    can map (``interchange.md § IPC``), when it lies in one."""
 
     def frames(self, limit: int) -> Iterator[tuple[int, list]]:
         """``(byte_offset_in_buffer, pieces)`` of each TENSOR_DATA frame of at most ``limit``
@@ -97,13 +100,79 @@ class _Served:
         if self.retired and not self.users:
             self.file.close()
 
+    def close(self) -> None:
+        self.file.close()
+
+    def buffer_ranges(self, tensor: Tensor) -> Optional[tuple]:
+        """``(offset, size)`` of each of ``tensor``'s buffers in this file, if it is this file's."""
+        origin = getattr(tensor, "_origin", None)
+        if origin is None or origin[0] != os.path.abspath(self.path):
+            return None
+        return tuple((int(o), int(n)) for o, n in origin[2])
+
+
+class _Held:
+    """An item the server holds in memory: every buffer in one sealed memfd
+    (:class:`~.shm.Segment`) that clients over a Unix socket map as it is."""
+
+    path = None
+    entries: dict = {}
+
+    def __init__(self, segment, ranges: dict):
+        self.segment = segment
+        self.fd = segment.fd
+        self.ranges = ranges  # id(leaf tensor) -> ((offset, size), ...)
+        self.users = 0
+        self.retired = False
+
+    def release(self) -> None:
+        self.users -= 1
+        if self.retired and not self.users:
+            self.close()
+
+    def close(self) -> None:
+        self.segment.close()
+
+    def buffer_ranges(self, tensor: Tensor) -> Optional[tuple]:
+        return self.ranges.get(id(tensor))
+
+
+def held(item: Item, segment=None, ranges: Optional[list] = None) -> tuple[Item, _Held]:
+    """``item`` held in a sealed memfd: ``segment`` as given with each leaf's buffer ``ranges``
+    (a client's, pushed by SHM_PUT: the leaves already view it), or a new segment holding a copy
+    of every leaf's buffers, the item rebuilt over it."""
+    from .shm import new_segment
+
+    leaves = [node for _, node in walk(item) if isinstance(node, Tensor)]
+    if segment is None:
+        segment, offsets = new_segment([b for leaf in leaves for b in leaf.buffers], name="hurray-store")
+        flat = iter(zip(offsets, (len(b) for leaf in leaves for b in leaf.buffers)))
+        ranges = [tuple(next(flat) for _ in leaf.buffers) for leaf in leaves]
+        views = iter([tuple(segment.view(o, n) for o, n in r) for r in ranges])
+        item = _rebuilt(item, views)
+        leaves = [node for _, node in walk(item) if isinstance(node, Tensor)]
+    return item, _Held(segment, {id(leaf): tuple(r) for leaf, r in zip(leaves, ranges)})
+
+
+def _rebuilt(item: Item, views) -> Item:
+    """``item`` with each leaf's buffers replaced by the next of ``views`` (pre-order)."""
+    if isinstance(item, Composite):
+        members = [_rebuilt(member, views) for member in item.members]
+        out = Composite.from_binder(item.descriptor, item.name, members, True)
+        return out
+    tensor = Tensor.bound(item.descriptor, list(next(views)))
+    tensor.name = item.name
+    return tensor
+
 
 class Catalog:
     """The items served by name: every top-level item of ``paths`` (a later file's name wins),
     then the writable store's (``store``: a folder of one ``.hrry`` file per key)."""
 
-    def __init__(self, paths: Sequence[str], store: Optional[str] = None):
+    def __init__(self, paths: Sequence[str], store: Optional[str] = None, memory: bool = False):
         self._lock = threading.Lock()
+        self.memory = memory
+        """PUTs are held in memory (a sealed memfd each), not written to ``store``."""
         self._items: dict[str, tuple[Item, Optional[_Served]]] = {}
         self._writers: dict[str, threading.Lock] = {}
         """Per store file, the lock of its writes (one PUT of a key stored at a time)."""
@@ -148,9 +217,18 @@ class Catalog:
             with self._lock:
                 served.release()
 
-    def store_item(self, key: str, item: Item) -> None:
-        """Write ``item`` to the store's file for ``key`` (atomically: the old file, if any, stays
-        whole until the new one replaces it), then serve it from that file."""
+    @property
+    def writable(self) -> bool:
+        return self.store is not None or self.memory
+
+    def store_item(self, key: str, item: Item, segment=None, ranges: Optional[list] = None) -> None:
+        """Serve ``item`` by ``key`` from now on: held in a sealed memfd (``memory``; ``segment``
+        and ``ranges``: the client's, see :func:`held`), or written to the store's file for
+        ``key`` (atomically: the old file, if any, stays whole until the new one replaces it) and
+        served from that file."""
+        if self.memory:
+            item, holder = held(item, segment, ranges)
+            return self._register(key, item, holder)
         if self.store is None:
             raise HurraySchemaError("this server has no writable store")
         from ..io.file import write_file
@@ -159,13 +237,19 @@ class Catalog:
         with self._writer(path):  # write, open and serve as one step: what is served is what is stored
             write_file(path, {key: item})
             served = _Served(path)
-            with self._lock:
-                old = self._items.get(key)
-                self._items[key] = (served.file[key], served)
-                if old is not None and old[1] is not None and old[1] is not served:
-                    old[1].retired = True
-                    if not old[1].users:
-                        old[1].file.close()
+            self._register(key, served.file[key], served)
+        return None
+
+    def _register(self, key: str, item: Item, holder) -> None:
+        """``key`` names ``item`` (held by ``holder``) from now on; what it named before is released
+        once no response reads it."""
+        with self._lock:
+            old = self._items.get(key)
+            self._items[key] = (item, holder)
+            if old is not None and old[1] is not None and old[1] is not holder:
+                old[1].retired = True
+                if not old[1].users:
+                    old[1].close()
 
     def _writer(self, path: str) -> threading.Lock:
         """The lock of ``path``'s writes: of two PUTs of one key at once, the one that renamed
@@ -179,7 +263,7 @@ class Catalog:
             files = {id(s): s for _, s in self._items.values() if s is not None}
             self._items.clear()
         for served in files.values():
-            served.file.close()
+            served.close()
 
 
 def store_file_name(key: str) -> str:
@@ -228,7 +312,12 @@ def stored_nodes(item: Item, served: Optional[_Served]) -> Iterator[Node]:
         if raw is None:
             raw = encode_descriptor(desc)
         total = sum(b.byte_size for b in desc.buffers)
-        yield Node(raw, desc, tuple(_pieces(node, served)) if isinstance(node, Tensor) else (), total)
+        if not isinstance(node, Tensor):
+            yield Node(raw, desc, (), total)
+            continue
+        ranges = served.buffer_ranges(node) if served is not None else None
+        segments = (served.fd, ranges) if ranges is not None else None
+        yield Node(raw, desc, tuple(_pieces(node, served)), total, segments=segments)
 
 
 def _stored_descriptor(served: _Served, name: Optional[str]) -> Optional[bytes]:
@@ -239,10 +328,12 @@ def _stored_descriptor(served: _Served, name: Optional[str]) -> Optional[bytes]:
     return bytes(view[entry.descriptor_offset : entry.descriptor_offset + entry.descriptor_length])
 
 
-def _pieces(tensor: Tensor, served: Optional[_Served]) -> Iterator:
-    origin = getattr(tensor, "_origin", None)
-    if served is not None and origin is not None and origin[0] == os.path.abspath(served.path):
-        for offset, size in origin[2]:
+def _pieces(tensor: Tensor, served) -> Iterator:
+    """A tensor's data plane: ranges of the file or memfd it lies in (for ``sendfile``), else its
+    buffers in memory."""
+    ranges = served.buffer_ranges(tensor) if served is not None else None
+    if ranges is not None:
+        for offset, size in ranges:
             if size:
                 yield (served.fd, offset, size)
         return

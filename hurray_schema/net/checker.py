@@ -28,14 +28,14 @@ from ..model import CompositeLayout, TensorDescriptor
 from ..rules import session as rules
 from ..rules.composite import validate_preorder
 from ..structs.session import (
-    KNOWN_CAPABILITY_FLAGS, KNOWN_REQUEST_FLAGS, PROTOCOL_VERSION, CapabilityFlag, RequestFlag,
+    KNOWN_CAPABILITY_FLAGS, KNOWN_REQUEST_FLAGS, PROTOCOL_VERSION, CapabilityFlag, RequestFlag, ShmMessageType,
 )
 from ..structs.tags import CompositionRule
 from ..structs.stream import MessageType
 from . import messages as m
 from .devices import check_placement
 
-__all__ = ["Side", "SessionChecker", "Transfer", "CLIENT_SENDS", "SERVER_SENDS", "recorded_side", "recorded_side_of", "check_recorded", "other_direction",
+__all__ = ["Side", "SessionChecker", "Transfer", "CLIENT_SENDS", "SERVER_SENDS", "recorded_side", "recorded_side_of", "recorded_locally", "check_recorded", "other_direction",
            "PeerRecording"]
 
 
@@ -46,8 +46,17 @@ class Side(str, enum.Enum):
     CLIENT = "client"
 
 
-CLIENT_SENDS = frozenset({MessageType.CLIENT_HELLO, MessageType.TENSOR_REQUEST, MessageType.TENSOR_PUT})
-SERVER_SENDS = frozenset({MessageType.SERVER_HELLO, MessageType.TENSOR_DESCRIPTOR, MessageType.TENSOR_PUT_ACK})
+CLIENT_SENDS = frozenset({MessageType.CLIENT_HELLO, MessageType.TENSOR_REQUEST, MessageType.TENSOR_PUT,
+                          ShmMessageType.SHM_REQUEST, ShmMessageType.SHM_PUT})
+SERVER_SENDS = frozenset({MessageType.SERVER_HELLO, MessageType.TENSOR_DESCRIPTOR, MessageType.TENSOR_PUT_ACK,
+                          ShmMessageType.SHM_DATA})
+_SHM_TYPES = frozenset(int(t) for t in ShmMessageType)
+SHM_CLIENT_TYPES = frozenset({int(ShmMessageType.SHM_REQUEST), int(ShmMessageType.SHM_PUT)})
+"""The private types a server agrees to over a Unix socket."""
+SHM_SERVER_TYPES = frozenset({int(ShmMessageType.SHM_DATA)})
+"""The private type a client agrees to when it asks for shared memory."""
+LOCAL_MARK = "-unix"
+"""Ends the name of a recording made over a Unix socket, where the shared-memory extension is agreed."""
 """The message types whose direction the table fixes (``interchange.md § Message Types``); the
 others travel either way (TENSOR_DATA and TENSOR_DATA_END too: a PUT's data goes to the server)."""
 
@@ -100,6 +109,10 @@ class SessionChecker:
         """Client side: per stream, the whole PUTs awaiting their ACK."""
         self.transfers: dict[int, Transfer] = {}
         """Client side: the open parallel transfer of each shard stream."""
+        self.private: frozenset = frozenset()
+        """The private message types this receiver agreed to (``session.message.private``)."""
+        self.fds_seen = True
+        """Live: descriptors can be seen beside the bytes (not in a recording)."""
         self.recording_without_requests = False
         """A recorded direction audited without its requests: what needs them is not checked."""
 
@@ -109,7 +122,9 @@ class SessionChecker:
         framing rules, the hello-first rule, the direction and a closed stream."""
         kind, stream_id, plen = m.unpack_header(raw)
         kind = check_message_header({"message_type": kind, "stream_id": stream_id, "payload_length": plen}, at,
-                                    self.limits, max_payload=self.max_payload)
+                                    self.limits, max_payload=self.max_payload, private=self.private)
+        if kind in _SHM_TYPES:
+            kind = ShmMessageType(kind)
         first = self.count == 0
         self.count += 1
         if self.side is Side.SERVER:
@@ -171,9 +186,10 @@ class SessionChecker:
             raise rules.REQUEST_ALIGNMENT.violation(f"min_alignment {req.min_alignment} is not a power of two", end - 8)
         return req
 
-    def put(self, stream_id: int, payload, at: int) -> tuple[m.Put, object]:
-        """A TENSOR_PUT: its table and descriptor; its frames are expected next on the stream.
-        Returns the PUT and the descriptor's part."""
+    def put(self, stream_id: int, payload, at: int, *, shared: bool = False) -> tuple[m.Put, object]:
+        """A TENSOR_PUT: its table and descriptor; its frames are expected next on the stream
+        (an SHM_PUT, ``shared``: its data came with it, nothing follows).  Returns the PUT and the
+        descriptor's part."""
         put = m.decode_put(payload, at)
         part = self.describe(put.descriptor, put.descriptor_at, 0)
         total = sum(b.byte_size for b in part.value.buffers)
@@ -181,9 +197,33 @@ class SessionChecker:
             raise container_rules.TOTAL_DATA_BYTES.violation(
                 f"total_data_bytes {put.total_data_bytes} but the buffers hold {total} bytes",
                 put.descriptor_at + len(put.descriptor))
-        self.puts[stream_id] = put
-        self.tensors[stream_id] = TensorFrames(part.value, at, total, {"total_data_bytes": total})
+        if not shared:
+            self.puts[stream_id] = put
+            self.tensors[stream_id] = TensorFrames(part.value, at, total, {"total_data_bytes": total})
         return put, part
+
+    def shm_data(self, stream_id: int, payload, at: int, file_size: Optional[int]) -> tuple[TensorFrames, list]:
+        """An SHM_DATA (client side; agreed: ``session.message.private`` otherwise): inside a tensor, with a
+        descriptor (``file_size`` its size; None: none came) and one segment per buffer of its
+        handle's size inside it.  Returns the tensor and ``(offset, size)`` per buffer; the
+        tensor's data has then arrived whole."""
+        frames = self._open(stream_id, "SHM_DATA", at)
+        segments = m.decode_shm_data(payload, at)
+        if file_size is None and not self.recording_without_requests and self.fds_seen:
+            raise rules.SHM_SEGMENTS.violation("SHM_DATA without a file descriptor passed beside it", at)
+        sizes = [int(h.byte_size) for h in frames.desc.buffers]
+        if [size for _, size in segments] != sizes:
+            raise rules.SHM_SEGMENTS.violation(
+                f"segments of {[size for _, size in segments]} bytes for buffers of {sizes}", at + m.HEADER_SIZE)
+        if file_size is not None:
+            for offset, size in segments:
+                if offset + size > file_size:
+                    raise rules.SHM_SEGMENTS.violation(
+                        f"a segment [{offset}, {offset + size}) outside the {file_size}-byte file passed", at)
+        if frames.received:
+            raise container_rules.DATA_FRAME.violation("SHM_DATA after TENSOR_DATA frames of the same tensor", at)
+        frames.received = frames.total
+        return frames, segments
 
     def error(self, stream_id: int, payload, at: int):
         """An ERROR: the stream is closed; returns the typed exception to raise or report."""
@@ -196,7 +236,8 @@ class SessionChecker:
 
     # --- what the client sent (client side) ---------------------------------------------
     def sent_request(self, stream_id: int, request: m.Request) -> None:
-        """The client sent ``request`` on ``stream_id``: its response may now arrive."""
+        """The client sent ``request`` (a TENSOR_REQUEST or an SHM_REQUEST) on ``stream_id``: its
+        response may now arrive."""
         self.requests[stream_id] = request
         self.awaited[stream_id] = 1
         self.last_request = stream_id
@@ -379,7 +420,7 @@ class Transfer:
 
 
 def _name(kind) -> str:
-    return kind.name if isinstance(kind, MessageType) else f"message type 0x{int(kind):08X}"
+    return kind.name if isinstance(kind, (MessageType, ShmMessageType)) else f"message type 0x{int(kind):08X}"
 
 
 # --------------------------------------------------------------------------------------
@@ -437,8 +478,10 @@ def _peer_recording(data: bytes) -> PeerRecording:
         try:
             if pos == 0 and kind in SESSION_OPENERS:
                 hello = m.decode_hello(payload, pos, server=kind == MessageType.SERVER_HELLO)
-            elif kind == MessageType.TENSOR_REQUEST:
+            elif kind in (MessageType.TENSOR_REQUEST, ShmMessageType.SHM_REQUEST):
                 requests[sid], last = m.decode_request(payload, pos), sid
+            elif kind == ShmMessageType.SHM_PUT:
+                puts[sid] = puts.get(sid, 0) + 1
             elif kind == MessageType.TENSOR_PUT:
                 putting.add(sid)
             elif kind == MessageType.TENSOR_DATA_END and sid in putting:
@@ -448,6 +491,14 @@ def _peer_recording(data: bytes) -> PeerRecording:
             pass
         pos += m.HEADER_SIZE + plen
     return PeerRecording(hello, requests, puts, last)
+
+
+def recorded_locally(name) -> bool:
+    """The recording named ``name`` was made over a Unix socket (its name ends so)."""
+    if name is None:
+        return False
+    base = os.path.basename(os.fspath(name))
+    return base.endswith((LOCAL_MARK + ".client.msgs", LOCAL_MARK + ".server.msgs"))
 
 
 def recorded_side_of(data, name=None) -> Optional[Side]:
@@ -463,14 +514,18 @@ def recorded_side_of(data, name=None) -> Optional[Side]:
 
 
 def check_recorded(data, side: Side, describe: Callable, limits: Limits = DEFAULT_LIMITS,
-                   peer: Optional[PeerRecording] = None) -> None:
+                   peer: Optional[PeerRecording] = None, local: bool = False) -> None:
     """Run the checker ``side`` runs live over a recorded direction (bytes-like), message by
     message; the first fault raises, at the offset it has in ``data``, as it did live.
     ``peer`` is what the receiver sent (:func:`other_direction`): its hello gives the largest
     payload it accepted and the version it spoke, its requests what the responses answer.
-    Without it the checks that need them are left out."""
+    Without it the checks that need them are left out.  ``local``: recorded over a Unix socket,
+    where the shared-memory extension was agreed (:func:`recorded_locally`)."""
     view = memoryview(data)
     checker = SessionChecker(side, describe=describe, limits=limits)
+    if local:
+        checker.private = SHM_SERVER_TYPES if side is Side.CLIENT else SHM_CLIENT_TYPES
+    checker.fds_seen = False
     if peer is not None and peer.hello is not None:
         checker.sent_hello = peer.hello
         checker.max_payload = peer.hello.max_message_size
@@ -518,3 +573,9 @@ def _replay(checker: SessionChecker, kind, sid: int, payload, at: int) -> None:
         checker.error(sid, payload, at)
     elif kind == MessageType.TENSOR_PUT_ACK:
         checker.ack(sid, len(payload), at)
+    elif kind == ShmMessageType.SHM_REQUEST:
+        checker.request(sid, payload, at)
+    elif kind == ShmMessageType.SHM_PUT:
+        checker.put(sid, payload, at, shared=True)
+    elif kind == ShmMessageType.SHM_DATA:
+        checker.shm_data(sid, payload, at, None)

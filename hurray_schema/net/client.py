@@ -35,12 +35,13 @@ from ..rules import container as container_rules
 from ..rules import session as rules
 from ..rules.composite import CompositeBinder
 from ..rules.engine import Mode
-from ..structs.session import PROTOCOL_VERSION, CapabilityFlag, ErrorCode, RequestFlag
+from ..structs.session import PROTOCOL_VERSION, CapabilityFlag, ErrorCode, RequestFlag, ShmMessageType
 from ..structs.stream import MessageType
 from ..structs.tags import LayoutTag
 from . import messages as m
-from .checker import SessionChecker, Side
+from .checker import LOCAL_MARK, SHM_SERVER_TYPES, SessionChecker, Side
 from .devices import parse_devices
+from .shm import Mappings, new_segment
 from .wire import Closed, Recorder, Wire
 
 __all__ = ["Session", "connect", "parse_url"]
@@ -53,11 +54,20 @@ DEFAULT_MAX_RESPONSE_BYTES = 1 << 40
 _SCHEMES = {"hurray": False, "hurrays": True}
 
 
-def parse_url(url: str) -> tuple[str, int, bool]:
-    """``(host, port, tls)`` of ``hurray://host:port`` or ``hurrays://host:port``."""
+UNIX_SCHEME = "hurray+unix://"
+
+
+def parse_url(url: str) -> tuple[str, Optional[int], bool]:
+    """``(host, port, tls)`` of ``hurray://host:port`` or ``hurrays://host:port``; ``(path, None,
+    False)`` of ``hurray+unix://PATH`` (the rest of the URL is the socket's path)."""
+    if url.startswith(UNIX_SCHEME):
+        path = urllib.parse.unquote(url[len(UNIX_SCHEME):])
+        if not path:
+            raise HurraySchemaError(f"{url!r}: a hurray+unix URL names the socket's path (hurray+unix:///run/x.sock)")
+        return path, None, False
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in _SCHEMES:
-        raise HurraySchemaError(f"{url!r}: the scheme must be hurray:// or hurrays://")
+        raise HurraySchemaError(f"{url!r}: the scheme must be hurray://, hurrays:// or hurray+unix://")
     try:
         port = parts.port
     except ValueError:
@@ -68,8 +78,8 @@ def parse_url(url: str) -> tuple[str, int, bool]:
 
 
 def connect(url: str, **options) -> "Session":
-    """A session with the server at ``url`` (``hurray://host:port``, or ``hurrays://`` for
-    TLS); see :class:`Session` for the options."""
+    """A session with the server at ``url`` (``hurray://host:port``, ``hurrays://`` for TLS, or
+    ``hurray+unix://PATH``); see :class:`Session` for the options."""
     return Session(url, **options)
 
 
@@ -83,12 +93,14 @@ class Session:
     the spec lets a permissive reader keep), and for TLS ``tls_ca`` (the CA file that signs the
     server's certificate; the system's by default), ``tls_cert`` / ``tls_key`` (this client's,
     for mutual TLS) and ``server_hostname``; ``record`` (a folder) writes both directions as message
-    streams that ``audit`` checks (``NAME.server.msgs``: what the server sent)."""
+    streams that ``audit`` checks (``NAME.server.msgs``: what the server sent); ``shm`` (True): over a
+    Unix socket, tensors arrive as read-only mappings of the server's bytes and PUTs go as one
+    sealed memory file (our private extension; False: the plain frames)."""
 
     def __init__(self, url: str, *, timeout: Optional[float] = 30.0, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                  max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES, devices: Sequence = ("cpu",),
                  limits: Optional[Limits] = None, mode="strict", tls_ca=None, tls_cert=None, tls_key=None,
-                 server_hostname: Optional[str] = None, layouts: Sequence = (), record=None):
+                 server_hostname: Optional[str] = None, layouts: Sequence = (), record=None, shm: bool = True):
         host, port, tls = parse_url(url)
         if not m.DATA_HEADER_SIZE < max_message_bytes <= 0xFFFF_FFFF:
             raise HurraySchemaError("max_message_bytes must be between 9 and 4 GiB - 1")
@@ -98,15 +110,22 @@ class Session:
         self.max_response_bytes = max_response_bytes
         self._streams = itertools.count(1)
         self._broken: Optional[BaseException] = None
-        sock = _open(host, port, timeout)
+        sock = _open(host, port, timeout) if port is not None else _open_unix(host, timeout)
         try:
             if tls:
                 sock = _tls_handshake(sock, _client_context(tls_ca, tls_cert, tls_key), server_hostname or host)
-            recorder = None if record is None else Recorder(os.fspath(record), f"client-{os.getpid()}-{id(self):x}")
+            local = LOCAL_MARK if sock.family == socket.AF_UNIX else ""
+            recorder = None if record is None else Recorder(os.fspath(record),
+                                                            f"client-{os.getpid()}-{id(self):x}{local}")
             self.wire = Wire(sock, timeout=timeout, recorder=recorder, incoming="server", outgoing="client")
-            describe = strict_describer(mode=self.mode, limits=self.limits, cross_machine=True)
+            describe = strict_describer(mode=self.mode, limits=self.limits, cross_machine=not self.wire.local)
             self.checker = SessionChecker(Side.CLIENT, describe=describe, limits=self.limits,
                                           max_payload=max_message_bytes)
+            self.shared = bool(shm) and self.wire.local
+            """Shared memory agreed: over a Unix socket with ``shm`` (spec-map § Interpretations)."""
+            if self.shared:
+                self.checker.private = SHM_SERVER_TYPES
+            self.mappings = Mappings()
             self.hello = m.Hello(PROTOCOL_VERSION, max_message_bytes, 0, m.layout_entries(layouts),
                                  parse_devices(devices), ())
             self.server_hello = self._handshake()
@@ -238,8 +257,9 @@ class Session:
 
     def _get(self, request: m.Request) -> Item:
         sid = self._stream = self._new_stream()
+        kind = ShmMessageType.SHM_REQUEST if self.shared else MessageType.TENSOR_REQUEST
         self.checker.sent_request(sid, request)
-        self.wire.send(MessageType.TENSOR_REQUEST, sid, m.encode_request(request))
+        self.wire.send(kind, sid, m.encode_request(request))
         return _Response(self, sid, request).receive()
 
     # --- PUT ----------------------------------------------------------------------------
@@ -265,6 +285,9 @@ class Session:
             if len(payload) > self.server_hello.max_message_size:
                 raise HurraySchemaError(f"the TENSOR_PUT of {len(payload)} bytes exceeds the server's "
                                         f"max_message_size {self.server_hello.max_message_size}")
+            if self.shared:
+                self._put_shared(sid, payload, node.buffers)
+                continue
             self.wire.send(MessageType.TENSOR_PUT, sid, payload)
             pos = 0
             for buf in node.buffers:
@@ -276,6 +299,17 @@ class Session:
             self.wire.send(MessageType.TENSOR_DATA_END, sid)
             self.checker.sent_put(sid)
             self._await_ack(sid)
+
+    def _put_shared(self, sid: int, payload: bytes, buffers) -> None:
+        """SHM_PUT (our extension): one copy of the buffers into a sealed memfd passed beside the
+        message; the server maps it and answers once it holds the tensor."""
+        segment, _ = new_segment(buffers, name="hurray-put")
+        try:
+            self.wire.send_with_fd(ShmMessageType.SHM_PUT, sid, payload, segment.fd)
+        finally:
+            segment.close()
+        self.checker.sent_put(sid)
+        self._await_ack(sid)
 
     def _await_ack(self, sid: int) -> None:
         while True:
@@ -302,8 +336,20 @@ class _Plane:
     given, for a shard placed straight into its parent)."""
 
     def __init__(self, desc: TensorDescriptor, alignment: int, buffers: Optional[list] = None):
-        self.buffers = buffers if buffers is not None else [_aligned(h.byte_size, max(alignment, 1))
-                                                            for h in desc.buffers]
+        self.desc = desc
+        self.alignment = max(alignment, 1)
+        self._buffers = buffers
+
+    @property
+    def buffers(self) -> list:
+        """Allocated when the first frame arrives (shared memory brings its own)."""
+        if self._buffers is None:
+            self._buffers = [_aligned(h.byte_size, self.alignment) for h in self.desc.buffers]
+        return self._buffers
+
+    @buffers.setter
+    def buffers(self, views: list) -> None:
+        self._buffers = views
 
     def segments(self, start: int, n: int):
         pos = 0
@@ -378,6 +424,9 @@ class _Response:
                     return item
                 continue
             payload = s.wire.read(plen)
+            if kind == ShmMessageType.SHM_DATA:
+                self._mapped(stream, payload, at)
+                continue
             if kind == MessageType.ERROR:
                 if self._ours(stream):
                     raise self._remote_error(stream, payload, at)
@@ -442,6 +491,19 @@ class _Response:
             self.planes[stream] = _Plane(desc, self.request.min_alignment, placed)
         except MemoryError:
             raise LimitExceeded("memory", frames.total, 0, at) from None
+
+    def _mapped(self, stream: int, payload, at: int) -> None:
+        """SHM_DATA (our extension): the tensor's buffers are ranges of the file passed beside
+        it, mapped read-only here; not one byte is copied."""
+        s = self.s
+        fd = s.wire.take_fd()
+        try:
+            size = os.fstat(fd).st_size if fd is not None else None
+            _, segments = s.checker.shm_data(stream, payload, at, size)
+            self.planes[stream].buffers = [s.mappings.view(fd, o, n, at) for o, n in segments]
+        finally:
+            if fd is not None:
+                os.close(fd)
 
     def _frame(self, stream: int, plen: int, at: int) -> None:
         s = self.s
@@ -523,6 +585,22 @@ def _open(host: str, port: int, timeout: Optional[float]) -> socket.socket:
     except OSError as exc:
         raise SessionError(f"cannot connect to {host}:{port}: {exc}") from None
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _open_unix(path: str, timeout: Optional[float]) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(path)
+    except socket.timeout:
+        from ..errors import SessionTimeout
+
+        sock.close()
+        raise SessionTimeout(f"no connection to {path} within {timeout} s") from None
+    except OSError as exc:
+        sock.close()
+        raise SessionError(f"cannot connect to {path}: {exc}") from None
     return sock
 
 

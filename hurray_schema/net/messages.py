@@ -19,7 +19,7 @@ from ..errors import SpecViolation
 from ..rules import session as rules
 from ..structs._declare import plan, static_offset
 from ..structs.session import (
-    CLIENT_HELLO, ERROR, HELLO_WITHOUT_CLASSES, RDMA_REGISTER, SERVER_HELLO, TENSOR_PUT,
+    CLIENT_HELLO, ERROR, HELLO_WITHOUT_CLASSES, RDMA_REGISTER, SHM_DATA, SERVER_HELLO, TENSOR_PUT,
     TENSOR_REQUEST, ErrorCode, is_extension_layout,
 )
 from ..structs.stream import (
@@ -220,6 +220,16 @@ def decode_error(payload, at: int) -> tuple[int, str]:
 def encode_error(code: ErrorCode | int, text: str) -> bytes:
     raw = text.encode("utf-8")[:4096]
     return ERROR.build({"error_code": int(code), "message": raw.decode("utf-8", "ignore").encode("utf-8")})
+
+
+def decode_shm_data(payload, at: int) -> list[tuple[int, int]]:
+    """``(segment_offset, byte_size)`` per buffer of an SHM_DATA payload."""
+    v = _parse(SHM_DATA, payload, at, "SHM_DATA")
+    return [(seg.segment_offset, seg.byte_size) for seg in v.segments]
+
+
+def encode_shm_data(segments) -> bytes:
+    return SHM_DATA.build({"segments": [{"segment_offset": o, "byte_size": n} for o, n in segments]})
 
 
 def decode_rdma_register(payload, at: int) -> dict:

@@ -30,12 +30,14 @@ from ..limits import DEFAULT_LIMITS, Limits
 from ..rules import session as rules
 from ..rules.composite import CompositeBinder
 from ..rules.engine import Mode
-from ..structs.session import PROTOCOL_VERSION, CapabilityFlag, ErrorCode, PrivateErrorCode
+from ..structs.session import PROTOCOL_VERSION, CapabilityFlag, ErrorCode, PrivateErrorCode, ShmMessageType
 from ..structs.stream import MessageType
 from ..structs.tags import DeviceTag
 from . import messages as m
 from .catalog import Catalog, Node, plan_response
-from .checker import SessionChecker, Side
+from .checker import LOCAL_MARK, SHM_CLIENT_TYPES, SessionChecker, Side
+from .shm import Segment, check_sealed, new_segment
+from .shm import layout as shm_layout
 from .devices import DeviceRefused, parse_devices, select_device
 from .wire import Closed, Recorder, Wire
 
@@ -73,7 +75,7 @@ class ServerOptions:
     """The limits and switches of one server (see :data:`DEFAULTS`)."""
 
     def __init__(self, **options):
-        unknown = set(options) - set(DEFAULTS) - {"writable", "record", "devices", "limits"}
+        unknown = set(options) - set(DEFAULTS) - {"writable", "record", "devices", "limits", "memory_store"}
         if unknown:
             raise TypeError(f"unknown server option(s): {', '.join(sorted(unknown))}")
         for name, default in DEFAULTS.items():
@@ -94,26 +96,79 @@ class Server:
     """A running server: ``url``, ``host``, ``port``; :meth:`close` (or the end of a ``with``
     block) stops it, closing every connection."""
 
-    def __init__(self, paths: Sequence, *, host: str = "127.0.0.1", port: int = 0,
-                 tls_cert=None, tls_key=None, tls_client_ca=None, **options):
+    def __init__(self, paths: Sequence, *, host: str = "127.0.0.1", port: Optional[int] = None,
+                 unix=None, unix_mode: int = 0o600, tls_cert=None, tls_key=None, tls_client_ca=None, **options):
         self.options = ServerOptions(**options)
-        self.catalog = Catalog([os.fspath(p) for p in paths], options.get("writable"))
+        self.catalog = Catalog([os.fspath(p) for p in paths], options.get("writable"),
+                               memory=bool(options.get("memory_store")))
         self.record = options.get("record")
         self._tls = _server_context(tls_cert, tls_key, tls_client_ca)
-        self._listener = socket.create_server((host, port), family=_family(host), backlog=128)
-        self.host, self.port = self._listener.getsockname()[:2]
-        scheme = "hurrays" if self._tls is not None else "hurray"
-        shown = f"[{self.host}]" if ":" in self.host else self.host
-        self.url = f"{scheme}://{shown}:{self.port}"
         self._stopping = threading.Event()
         self._stop_requested = threading.Event()
         self._slots = threading.BoundedSemaphore(self.options.max_connections)
         self._connections: set = set()
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
-        self._listener.settimeout(0.2)  # here, not in the thread: a close() may come before it runs
-        self._acceptor = threading.Thread(target=self._accept_loop, name=f"hurray-accept-{self.port}", daemon=True)
-        self._acceptor.start()
+        self._listeners: list[socket.socket] = []
+        self.host = self.port = self.unix = self.unix_url = None
+        try:
+            if port is not None or unix is None:
+                self._listen_tcp(host, port or 0)
+            if unix is not None:
+                self._listen_unix(os.fspath(unix), unix_mode)
+        except BaseException:
+            self._close_listeners()
+            self.catalog.close()
+            raise
+        self.urls = tuple(u for u in (self.tcp_url, self.unix_url) if u is not None)
+        self.url = self.urls[0]
+        self._acceptors = [threading.Thread(target=self._accept_loop, args=(listener,), daemon=True,
+                                            name=f"hurray-accept-{i}") for i, listener in enumerate(self._listeners)]
+        for acceptor in self._acceptors:
+            acceptor.start()
+
+    @property
+    def tcp_url(self) -> Optional[str]:
+        if self.port is None:
+            return None
+        scheme = "hurrays" if self._tls is not None else "hurray"
+        shown = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{scheme}://{shown}:{self.port}"
+
+    def _listen_tcp(self, host: str, port: int) -> None:
+        listener = socket.create_server((host, port), family=_family(host), backlog=128)
+        listener.settimeout(0.2)  # here, not in the thread: a close() may come before it runs
+        self._listeners.append(listener)
+        self.host, self.port = listener.getsockname()[:2]
+
+    def _listen_unix(self, path: str, mode: int) -> None:
+        """A Unix socket at ``path``, created with ``mode`` (0600: this user only) and removed on
+        close; a stale socket file nobody listens on is replaced, anything else is refused."""
+        _clear_stale_socket(path)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)  # the file exists with 0600 from its first instant
+        try:
+            listener.bind(path)
+        finally:
+            os.umask(old)
+        os.chmod(path, mode)
+        listener.listen(128)
+        listener.settimeout(0.2)
+        self._listeners.append(listener)
+        self.unix = path
+        self.unix_url = f"hurray+unix://{path}"
+
+    def _close_listeners(self) -> None:
+        for listener in self._listeners:
+            try:
+                listener.close()
+            except OSError:
+                pass
+        if self.unix is not None:
+            try:
+                os.unlink(self.unix)
+            except FileNotFoundError:
+                pass
 
     # --- lifecycle ----------------------------------------------------------------------
     def __enter__(self) -> "Server":
@@ -139,24 +194,22 @@ class Server:
             return
         self._stopping.set()
         self._stop_requested.set()
-        try:
-            self._listener.close()
-        except OSError:
-            pass
+        self._close_listeners()
         with self._lock:
             connections = list(self._connections)
         for conn in connections:
             conn.abort()
-        self._acceptor.join(timeout=5)
+        for acceptor in self._acceptors:
+            acceptor.join(timeout=5)
         for conn in connections:
             conn.thread.join(timeout=5)
         self.catalog.close()
 
     # --- accepting ----------------------------------------------------------------------
-    def _accept_loop(self) -> None:
+    def _accept_loop(self, listener: socket.socket) -> None:
         while not self._stopping.is_set():
             try:
-                sock, _ = self._listener.accept()
+                sock, _ = listener.accept()
             except socket.timeout:
                 continue
             except OSError:
@@ -182,11 +235,36 @@ class Server:
 
 def serve(paths: Sequence, **options) -> Server:
     """Serve the top-level items of the ``.hrry`` files ``paths`` by name; returns the running
-    :class:`Server` (a context manager).  Options: ``host`` (127.0.0.1), ``port`` (0: a free
-    one), ``writable`` (a folder: TENSOR_PUT accepted and stored there), ``record`` (a folder:
+    :class:`Server` (a context manager).  Options: ``host`` (127.0.0.1), ``port`` (0 or None: a
+    free one), ``unix`` (a Unix socket path, alone or with ``port``; ``unix_mode`` 0o600),
+    ``writable`` (a folder: TENSOR_PUT accepted and stored there), ``memory_store`` (PUTs held in
+    memory, each in a sealed memfd that Unix-socket clients map), ``record`` (a folder:
     each connection's two directions as message streams), ``tls_cert`` / ``tls_key`` (TLS),
     ``tls_client_ca`` (mutual TLS), ``devices``, and the limits of :data:`DEFAULTS`."""
     return Server(paths, **options)
+
+
+def _clear_stale_socket(path: str) -> None:
+    """Remove a socket file at ``path`` that no server listens on any more (a killed one's)."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise HurraySchemaError(f"{path} exists and is not a socket")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except ConnectionRefusedError:
+        os.unlink(path)
+        return
+    except OSError:
+        return
+    finally:
+        probe.close()
+    raise HurraySchemaError(f"{path}: another server listens there")
 
 
 def _family(host: str) -> int:
@@ -280,12 +358,16 @@ class _Connection:
             sock = self.sock = self.server._tls.wrap_socket(sock, server_side=True)  # refused before any message
         recorder = None
         if self.server.record is not None:
-            recorder = Recorder(self.server.record, f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{self.number}")
+            local = LOCAL_MARK if sock.family == socket.AF_UNIX else ""
+            recorder = Recorder(self.server.record,
+                                f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{self.number}{local}")
         self.wire = Wire(sock, timeout=self.options.idle_timeout, recorder=recorder, incoming="client",
                          outgoing="server")
-        describe = strict_describer(mode=Mode.STRICT, limits=self.options.limits, cross_machine=True)
+        describe = strict_describer(mode=Mode.STRICT, limits=self.options.limits, cross_machine=not self.wire.local)
         self.checker = SessionChecker(Side.SERVER, describe=describe, limits=self.options.limits,
                                       max_payload=self.options.max_message_bytes)
+        if self.wire.local:  # the shared-memory extension, over a Unix socket only (spec-map § Interpretations)
+            self.checker.private = SHM_CLIENT_TYPES
         while not self.server._stopping.is_set():
             at, raw = self.wire.read_header()
             kind, sid, plen = m.unpack_header(raw)
@@ -318,6 +400,10 @@ class _Connection:
                 return self._get(sid, self.checker.request(sid, payload, at))
             if kind == MessageType.TENSOR_PUT:
                 return self._put(sid, payload, at)
+            if kind == ShmMessageType.SHM_REQUEST:
+                return self._get(sid, self.checker.request(sid, payload, at), shared=True)
+            if kind == ShmMessageType.SHM_PUT:
+                return self._shm_put(sid, payload, at)
             if kind == MessageType.PING:
                 return self.wire.send(MessageType.PONG, sid, bytes(payload))
             if kind == MessageType.ERROR:
@@ -357,7 +443,7 @@ class _Connection:
                        m.encode_hello(hello, server=True))
 
     # --- GET ----------------------------------------------------------------------------
-    def _get(self, sid: int, request: m.Request) -> None:
+    def _get(self, sid: int, request: m.Request, *, shared: bool = False) -> None:
         found = self.server.catalog.acquire(request.key)
         if found is None:
             return self._error(sid, ErrorCode.UNKNOWN_TENSOR, f"no tensor is served by the key {request.key!r}")
@@ -369,7 +455,7 @@ class _Connection:
                 return self._error(sid, ErrorCode.DEVICE_UNAVAILABLE, str(refused))
             answer = plan_response(
                 item, served, request, transcoding=True, transcode_limit=self.options.transcode_limit,
-                parallel=True, parallel_shards=self.options.parallel_shards,
+                parallel=not shared, parallel_shards=self.options.parallel_shards,
                 parallel_min_bytes=self.options.parallel_min_bytes)
             limit = min(self.client.max_message_size, self.options.frame_bytes + m.DATA_HEADER_SIZE)
             too_big = max(len(n.descriptor) for n in answer.nodes) + 16
@@ -378,7 +464,10 @@ class _Connection:
                                    f"a {too_big}-byte TENSOR_DESCRIPTOR exceeds the client's max_message_size "
                                    f"{self.client.max_message_size}")
             assert placed == DeviceTag.CPU  # this server places every buffer in host memory
-            if answer.parallel:
+            if shared:
+                for node in answer.nodes:
+                    self._send_shared(sid, node)
+            elif answer.parallel:
                 self._send_shards(sid, answer.nodes, limit - m.DATA_HEADER_SIZE)
             else:
                 for node in answer.nodes:
@@ -405,6 +494,22 @@ class _Connection:
             wire.send_frame(sid, offset, pieces)
         wire.send_together([end])
         return None
+
+    def _send_shared(self, sid: int, node: Node) -> None:
+        """A tensor as shared memory (our extension, ``interchange.md § IPC``): its descriptor,
+        SHM_DATA with the file or memfd its buffers lie in passed beside it, TENSOR_DATA_END.  A
+        tensor in no such file (a transcoded one) is copied into a sealed memfd first."""
+        wire = self.wire
+        wire.send_together([m.message(MessageType.TENSOR_DESCRIPTOR, sid,
+                                      node.descriptor + m.transport_fields(node.total))])
+        if node.total:
+            fd, ranges, segment = _segment_of(node)
+            try:
+                wire.send_with_fd(ShmMessageType.SHM_DATA, sid, m.encode_shm_data(ranges), fd)
+            finally:
+                if segment is not None:
+                    segment.close()  # the client holds its own descriptor now
+        wire.send_together([m.message(MessageType.TENSOR_DATA_END, sid)])
 
     def _send_shards(self, sid: int, nodes, frame: int) -> None:
         """Each shard on a stream of its own (``sid``, ``sid + 1``, ...), their frames
@@ -435,10 +540,23 @@ class _Connection:
             self._forget_item(sid)
             self.refused.add(sid)  # its frames and TENSOR_DATA_END are in flight: dropped, not answered again
             raise
-        store = self.server.catalog.store
+        refusal = self._put_refusal(sid, put, part)
+        if refusal is not None:
+            self.checker.tensors.pop(sid, None)
+            self.checker.puts.pop(sid, None)
+            self._forget_item(sid)
+            self.refused.add(sid)
+            return self._error(sid, *refusal)
+        buffers = [bytearray(b.byte_size) for b in part.value.buffers]
+        self.puts[sid] = _Put(put, part.value, buffers)
+        self.held[sid] = self.held.get(sid, 0) + put.total_data_bytes
+        return None
+
+    def _put_refusal(self, sid: int, put: m.Put, part) -> Optional[tuple]:
+        """Why this server does not accept the PUT (``session.put.accepted``), or None."""
         held = sum(self.held.values())
         refusal = None
-        if store is None:
+        if not self.server.catalog.writable:
             refusal = (PrivateErrorCode.PUT_REFUSED, "this server was not started with a writable store")
         elif put.key in self.server.catalog.read_only and sid not in self.binders:
             refusal = (PrivateErrorCode.PUT_REFUSED, f"{put.key!r} names a served file's item, which is read-only")
@@ -451,16 +569,32 @@ class _Connection:
             refusal = (PrivateErrorCode.PUT_REFUSED,
                        f"total_data_bytes {put.total_data_bytes} and the {held} bytes this connection's unfinished "
                        f"PUTs hold exceed max_put_bytes {self.options.max_put_bytes}")
-        if refusal is not None:
-            self.checker.tensors.pop(sid, None)
-            self.checker.puts.pop(sid, None)
-            self._forget_item(sid)
-            self.refused.add(sid)
-            return self._error(sid, *refusal)
-        buffers = [bytearray(b.byte_size) for b in part.value.buffers]
-        self.puts[sid] = _Put(put, part.value, buffers)
+        return refusal
+
+    def _shm_put(self, sid: int, payload, at: int) -> None:
+        """An SHM_PUT (our extension): the tensor's buffers lie in the sealed memfd passed beside it
+        (laid out as :func:`~.shm.layout` lays them), mapped here without a copy."""
+        fd = self.wire.take_fd()
+        try:
+            if fd is None:
+                raise rules.SHM_SEALED.violation("an SHM_PUT without a memory file passed beside it", at)
+            put, part = self.checker.put(sid, payload, at, shared=True)
+            refusal = self._put_refusal(sid, put, part)
+            if refusal is not None:
+                self._forget_item(sid)
+                return self._error(sid, *refusal)
+            size = check_sealed(fd, put.total_data_bytes, at)
+            segment, fd = Segment(fd, size), None
+        finally:
+            if fd is not None:
+                os.close(fd)
+        offsets, _ = shm_layout(b.byte_size for b in part.value.buffers)
+        if offsets and offsets[-1] + part.value.buffers[-1].byte_size > size:
+            raise rules.SHM_SEALED.violation(f"the memory file holds {size} bytes, its buffers need more", at)
+        views = [segment.view(o, b.byte_size) for o, b in zip(offsets, part.value.buffers)]
         self.held[sid] = self.held.get(sid, 0) + put.total_data_bytes
-        return None
+        ranges = tuple((o, b.byte_size) for o, b in zip(offsets, part.value.buffers))
+        return self._put_arrived(sid, put, part.value, views, (segment, ranges))
 
     def _put_frame(self, sid: int, plen: int, at: int) -> None:
         offset = None
@@ -486,13 +620,19 @@ class _Connection:
             self._abandon_put(sid, fault)
             return
         pending = self.puts.pop(sid)
+        return self._put_arrived(sid, put, pending.desc, [memoryview(b) for b in pending.buffers], None)
+
+    def _put_arrived(self, sid: int, put: m.Put, desc, buffers: list, shared) -> None:
+        """A whole pushed tensor: bound (a composite's head and members on one stream), and once
+        its item is whole, stored; each PUT is acknowledged (``interchange.md § TENSOR_PUT Flow``).
+        ``shared``: the client's segment and the buffers' ranges in it (an SHM_PUT)."""
         binder = self.binders.get(sid)
         if binder is None:  # the stream's first PUT: its key names the item (a composite's head)
             binder = self.binders[sid] = CompositeBinder(mode=Mode.STRICT, validate=True, leaf=Tensor.bound,
                                                          assemble=Composite.from_binder)
             self.put_keys[sid] = put.key
         try:
-            done = binder.add(pending.desc, put.descriptor_at, [memoryview(b) for b in pending.buffers])
+            done = binder.add(desc, put.descriptor_at, buffers)
         except SpecViolation as fault:
             self._forget_item(sid)
             return self._send_error(sid, fault)
@@ -500,8 +640,9 @@ class _Connection:
             return self.wire.send(MessageType.TENSOR_PUT_ACK, sid)  # a head or a member: more to come
         key = self.put_keys[sid]
         self._forget_item(sid)
+        single = shared is not None and isinstance(done[0], Tensor)  # the client's segment is served as it is
         try:
-            self.server.catalog.store_item(key, done[0])
+            self.server.catalog.store_item(key, done[0], *((shared[0], [shared[1]]) if single else ()))
         except HurraySchemaError as exc:
             return self._error(sid, PrivateErrorCode.PUT_REFUSED, f"the tensor could not be stored: {exc}")
         except OSError as exc:
@@ -542,6 +683,19 @@ class _Connection:
             self.wire.send(kind, sid, payload)
         except (SessionError, OSError):
             pass
+
+
+def _segment_of(node: Node):
+    """``(fd, ranges, segment)``: the file or memfd ``node``'s buffers lie in, with each
+    buffer's ``(offset, size)``; a tensor in none is copied into a new sealed memfd (``segment``,
+    closed by the caller once passed)."""
+    if node.segments is not None:
+        fd, ranges = node.segments
+        return fd, ranges, None
+    pieces = iter(node.pieces)
+    buffers = [next(pieces) if h.byte_size else b"" for h in node.desc.buffers]
+    segment, offsets = new_segment(buffers, name="hurray-answer")
+    return segment.fd, tuple((o, h.byte_size) for o, h in zip(offsets, node.desc.buffers)), segment
 
 
 def _size(piece) -> int:

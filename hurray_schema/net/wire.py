@@ -9,6 +9,7 @@ both directions are also written to two message-stream files that ``audit`` read
 
 from __future__ import annotations
 
+import collections
 import os
 import select
 import socket
@@ -18,6 +19,9 @@ from typing import Optional
 from ..errors import SessionError, SessionTimeout
 from ..rules import container as container_rules
 from . import messages as m
+from .shm import MAX_FDS, receive_fds, send_with_fd
+
+_FD_SPACE = socket.CMSG_SPACE(MAX_FDS * 4)
 
 __all__ = ["Wire", "Recorder", "Closed"]
 
@@ -71,10 +75,16 @@ class Wire:
         self._out = getattr(recorder, outgoing) if recorder is not None else None
         self.recorder = recorder
         self.plain = not hasattr(sock, "getpeercert")  # sendfile goes through the kernel only without TLS
+        self.local = sock.family == socket.AF_UNIX
+        """A Unix socket: descriptors may travel with the bytes (``SCM_RIGHTS``)."""
+        self.fds: collections.deque = collections.deque()
+        """Descriptors received and not yet taken (:meth:`take_fd`), oldest first."""
 
     # --- receiving ----------------------------------------------------------------------
     def _recv_into(self, view: memoryview) -> int:
         try:
+            if self.local:
+                return self._recv_with_fds(view)
             return self.sock.recv_into(view)
         except socket.timeout:
             raise SessionTimeout(f"the peer sent nothing for {self.timeout} s") from None
@@ -82,6 +92,26 @@ class Wire:
             raise SessionError(f"the connection was reset: {exc}") from None
         except OSError as exc:
             raise SessionError(f"the connection failed: {exc}") from None
+
+    def _recv_with_fds(self, view: memoryview) -> int:
+        """``recv_into`` that also keeps the descriptors passed with the bytes (a plain receive
+        would drop them); past :data:`~.shm.MAX_FDS` pending ones, the extra are closed."""
+        n, ancillary, _flags, _ = self.sock.recvmsg_into([view], _FD_SPACE, socket.MSG_CMSG_CLOEXEC)
+        for fd in receive_fds(ancillary):
+            if len(self.fds) < MAX_FDS:
+                self.fds.append(fd)
+            else:
+                os.close(fd)
+        return n
+
+    def take_fd(self) -> Optional[int]:
+        """The oldest descriptor received and not yet taken (the caller closes it), or None."""
+        return self.fds.popleft() if self.fds else None
+
+    def drop_fds(self) -> None:
+        """Close every descriptor received and not taken."""
+        while self.fds:
+            os.close(self.fds.popleft())
 
     def read_into(self, view: memoryview, *, at_boundary: bool = False) -> None:
         """Fill ``view`` from the socket; the connection ending first is
@@ -132,6 +162,20 @@ class Wire:
         if self._out is not None:
             self._out.write(data)
         self.sent += len(data)
+
+    def send_with_fd(self, message_type: int, stream_id: int, payload: bytes, fd: int) -> None:
+        """One message with ``fd`` passed beside it (Unix sockets only)."""
+        data = m.message(message_type, stream_id, payload)
+        with self._send_lock:
+            try:
+                send_with_fd(self.sock, data, fd)
+            except socket.timeout:
+                raise SessionTimeout(f"the peer accepted nothing for {self.timeout} s") from None
+            except OSError as exc:
+                raise SessionError(f"the connection failed: {exc}") from None
+            if self._out is not None:
+                self._out.write(data)
+            self.sent += len(data)
 
     def send(self, message_type: int, stream_id: int, payload: bytes = b"") -> None:
         with self._send_lock:
@@ -195,6 +239,7 @@ class Wire:
             offset += sent
 
     def close(self) -> None:
+        self.drop_fds()
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:

@@ -131,6 +131,16 @@ RDMA_AGREED = _session(
     "session.rdma.agreed", MUST, RDMA,
     "RDMA_REGISTER and RDMA_READY are sent only when both hellos advertised RDMA_DATA_PLANE.")
 
+# --- shared memory (our private extension, interchange.md § IPC) ----------------------
+SHM = "interchange.md § IPC"
+SHM_SEGMENTS = _session(
+    "session.shm.segments", MUST, SHM,
+    "SHM_DATA comes with exactly one file descriptor and lists one segment per buffer, each of its handle's "
+    "byte_size and inside the file.")
+SHM_SEALED = _session(
+    "session.shm.sealed", MUST, SHM,
+    "The memory file of an SHM_PUT is sealed against writing, growing and shrinking, and holds total_data_bytes.")
+
 SESSION_RULES = tuple(
     rule for name, rule in dict(globals()).items() if name.isupper() and hasattr(rule, "violation")
 )

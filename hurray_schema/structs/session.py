@@ -24,7 +24,7 @@ __all__ = [
     "ErrorCode", "PrivateErrorCode", "EXTENSION_LAYOUT_FIRST", "EXTENSION_LAYOUT_LAST", "is_extension_layout", "LAYOUT_ENTRY",
     "CLIENT_HELLO", "SERVER_HELLO", "HELLO_WITHOUT_CLASSES", "TENSOR_REQUEST", "TENSOR_PUT", "TENSOR_PUT_ACK",
     "ERROR", "ERROR_HEADER", "PING", "PONG", "RDMA_REGISTER", "RDMA_READY", "PRIVATE_MESSAGE_FIRST",
-    "PRIVATE_MESSAGE_LAST", "INVALID_MESSAGE_TYPE", "SESSION_TABLES",
+    "PRIVATE_MESSAGE_LAST", "INVALID_MESSAGE_TYPE", "SESSION_TABLES", "ShmMessageType", "SHM_SEGMENT", "SHM_DATA",
 ]
 
 SESSION_REF = "interchange.md § Session Establishment"
@@ -205,6 +205,44 @@ parses the message and answers ERROR (``session.rdma.agreed``)."""
 RDMA_READY = Struct()
 """The peer is ready for the RDMA transfer; the payload is empty."""
 
+# --------------------------------------------------------------------------------------
+# Our private extension: shared memory over a Unix socket (``interchange.md § IPC``)
+# --------------------------------------------------------------------------------------
+
+SHM_REF = "interchange.md § IPC (this implementation's private extension; spec-map.md § Interpretations)"
+
+
+class ShmMessageType(enum.IntEnum):
+    """This implementation's private message types (``interchange.md § Message Types``: 0xF0-0xFE),
+    used only over a Unix socket and only after agreement: a client that sends SHM_REQUEST or
+    SHM_PUT has agreed (it was told so by its options), and the server answers SHM_DATA only to it."""
+
+    SHM_REQUEST = 0xF0
+    """Client to server: a TENSOR_REQUEST (same table) whose data is to come as shared memory."""
+    SHM_DATA = 0xF1
+    """Server to client, between a TENSOR_DESCRIPTOR and its TENSOR_DATA_END, in place of the
+    TENSOR_DATA frames: one file descriptor passed with the message (``SCM_RIGHTS``) and where each
+    buffer lies in it."""
+    SHM_PUT = 0xF2
+    """Client to server: a TENSOR_PUT (same table) whose data is the sealed memory file passed with
+    the message; no frames follow."""
+
+
+SHM_SEGMENT = Struct(
+    field("segment_offset", Int64ul, "Where the buffer starts in the passed file (its byte_offset there).",
+          SHM_REF),
+    field("byte_size", Int64ul, "The buffer's bytes; equals its handle's byte_size.", SHM_REF),
+)
+"""One buffer's place in the passed file."""
+
+SHM_DATA = Struct(
+    field("buffer_count", Rebuild(Int32ul, len_(this.segments)), "Entries that follow; the descriptor's buffer_count.",
+          SHM_REF),
+    field("segments", Array(this.buffer_count, SHM_SEGMENT), "Each buffer's place, in buffer-table order.",
+          SHM_REF),
+)
+"""The payload of SHM_DATA; the file itself travels as ancillary data."""
+
 SESSION_TABLES = {
     "CLIENT_HELLO": CLIENT_HELLO,
     "SERVER_HELLO": SERVER_HELLO,
@@ -217,5 +255,7 @@ SESSION_TABLES = {
     "PONG": PONG,
     "RDMA_REGISTER": RDMA_REGISTER,
     "RDMA_READY": RDMA_READY,
+    "SHM_DATA": SHM_DATA,
+    "SHM_SEGMENT": SHM_SEGMENT,
 }
 """The session's tables by name, for the generated documentation and schemas."""

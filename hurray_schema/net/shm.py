@@ -1,0 +1,180 @@
+"""Shared memory between processes on one machine (``interchange.md § IPC``: the buffer in a
+shared segment, the descriptor over a Unix socket).
+
+A *segment* is a file descriptor whose bytes hold buffers: a served ``.hrry`` file (opened
+read-only), or a sealed ``memfd`` (a tensor the server holds in memory, or one a client pushes).
+It travels beside a message as ``SCM_RIGHTS`` ancillary data; the receiver maps the range it
+needs read-only and closes the descriptor.  The kernel keeps the bytes while any mapping or
+descriptor holds them (``ADR-009``: each holder releases once, by dropping it): replacing or
+deleting a served file leaves a client's mapping as it was, and a process that dies releases
+what it held.  A memfd is sealed before it is shared (no write, grow or shrink: ``F_SEAL_*``),
+so no holder can change the bytes another validated.
+"""
+
+from __future__ import annotations
+
+import array
+import fcntl
+import mmap
+import os
+import socket
+import weakref
+from typing import Iterable, Optional
+
+from ..errors import HurraySchemaError
+from ..rules import session as rules
+
+__all__ = ["Segment", "new_segment", "check_sealed", "Mappings", "send_with_fd", "receive_fds", "MAX_FDS",
+           "SEALS", "ALIGNMENT"]
+
+SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK
+"""What a shared memfd is sealed against (``F_SEAL_SEAL`` too, so nobody can unseal it)."""
+ALIGNMENT = 64
+"""Where each buffer starts inside a segment this side writes."""
+MAX_FDS = 4
+"""Most descriptors one receive takes from the socket; more is a hostile peer's (closed)."""
+
+
+class Segment:
+    """A sealed memfd and its read-only mapping: bytes every client maps without a copy."""
+
+    __slots__ = ("fd", "size", "map", "__weakref__")
+
+    def __init__(self, fd: int, size: int):
+        self.fd = fd
+        self.size = size
+        self.map = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else None
+
+    def view(self, offset: int, size: int) -> memoryview:
+        if not size:
+            return memoryview(b"")
+        return memoryview(self.map)[offset : offset + size]
+
+    def close(self) -> None:
+        """Drop this process's descriptor (the mapping goes with the last view of it)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __del__(self):
+        try:
+            self.close()
+        except OSError:
+            pass
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGNMENT) * ALIGNMENT
+
+
+def layout(sizes: Iterable[int]) -> tuple[list[int], int]:
+    """Offsets of buffers of ``sizes`` laid out one after another, each on :data:`ALIGNMENT`, and
+    the total size."""
+    offsets, pos = [], 0
+    for size in sizes:
+        offsets.append(pos)
+        pos = _aligned(pos + size)
+    return offsets, pos
+
+
+def new_segment(buffers: Iterable, name: str = "hurray") -> tuple[Segment, list[int]]:
+    """A sealed memfd holding ``buffers`` (one copy of each), and each buffer's offset in it."""
+    buffers = [memoryview(b).cast("B") if len(b) else memoryview(b"") for b in buffers]
+    offsets, total = layout(len(b) for b in buffers)
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, total)
+        for offset, buf in zip(offsets, buffers):
+            _write_all(fd, buf, offset)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS | fcntl.F_SEAL_SEAL)
+        return Segment(fd, total), offsets
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def writable_segment(size: int, name: str = "hurray") -> tuple[int, mmap.mmap]:
+    """A memfd of ``size`` bytes mapped writable, for a receiver to fill in place; seal it with
+    :func:`seal` once filled (after releasing every view of the mapping)."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, size)
+        return fd, (mmap.mmap(fd, size) if size else None)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def seal(fd: int, size: int, mapping: Optional[mmap.mmap]) -> Segment:
+    """The filled memfd of :func:`writable_segment`, sealed and mapped read-only."""
+    if mapping is not None:
+        mapping.close()  # a writable shared mapping would refuse the write seal
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS | fcntl.F_SEAL_SEAL)
+    return Segment(fd, size)
+
+
+def _write_all(fd: int, buf: memoryview, offset: int) -> None:
+    while len(buf):
+        n = os.pwrite(fd, buf[: 1 << 30], offset)
+        buf, offset = buf[n:], offset + n
+
+
+def check_sealed(fd: int, total: int, at: int) -> int:
+    """The size of the memfd ``fd`` a client pushed: sealed against writing, growing and
+    shrinking, and at least ``total`` bytes (``session.shm.sealed``)."""
+    try:
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        size = os.fstat(fd).st_size
+    except OSError:
+        raise rules.SHM_SEALED.violation("the descriptor passed is not a sealable memory file", at) from None
+    if seals & SEALS != SEALS:
+        raise rules.SHM_SEALED.violation(f"the memory file's seals are 0x{seals:X}: write, grow and shrink must be "
+                                         "sealed", at)
+    if size < total:
+        raise rules.SHM_SEALED.violation(f"the memory file holds {size} bytes, total_data_bytes is {total}", at)
+    return size
+
+
+class Mappings:
+    """The files a client has mapped, one read-only mapping per file (by device, inode and size),
+    held weakly: each buffer is a view of its file's mapping, so a client holding the buffers of
+    10,000 tensors of one file holds one mapping (and one descriptor), not 10,000."""
+
+    def __init__(self):
+        self._maps: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+    def view(self, fd: int, offset: int, size: int, at: int) -> memoryview:
+        """``size`` bytes at ``offset`` of the segment ``fd`` (which the caller closes); a range
+        outside the file is ``session.shm.segments``."""
+        st = os.fstat(fd)
+        if offset < 0 or size < 0 or offset + size > st.st_size:
+            raise rules.SHM_SEGMENTS.violation(
+                f"a segment [{offset}, {offset + size}) outside the {st.st_size}-byte file passed", at)
+        if not size:
+            return memoryview(b"")
+        key = (st.st_dev, st.st_ino, st.st_size)
+        mapped = self._maps.get(key)
+        if mapped is None:
+            try:
+                mapped = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ)
+            except (OSError, ValueError) as exc:
+                raise HurraySchemaError(f"the segment passed cannot be mapped: {exc}") from None
+            self._maps[key] = mapped
+        return memoryview(mapped)[offset : offset + size]
+
+
+def send_with_fd(sock: socket.socket, data: bytes, fd: int) -> None:
+    """``data`` with ``fd`` as ``SCM_RIGHTS`` (the descriptor arrives with ``data``'s first byte)."""
+    sent = sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+    if sent < len(data):
+        sock.sendall(memoryview(data)[sent:])
+
+
+def receive_fds(ancillary) -> list[int]:
+    """The descriptors of a ``recvmsg`` control buffer (a truncated one's whole ones)."""
+    fds: list[int] = []
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(data) - len(data) % 4
+            fds.extend(array.array("i", data[:usable]))
+    return fds
