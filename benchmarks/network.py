@@ -48,7 +48,6 @@ The load average at the start and the end is printed: on a shared machine, a noi
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import multiprocessing
 import os
@@ -63,15 +62,13 @@ import tempfile
 import textwrap
 import threading
 import time
-import zlib
 from pathlib import Path
+
+from transport_support import GiB, HEAVY, PROBE, await_stop, heavy_modules, prefault, probe, settle, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-GiB = 1 << 30
-PROBE = 1 << 16
-HEAVY = ("numba", "llvmlite", "scipy", "pyarrow", "pandas", "ml_dtypes", "dask")
 _REQUEST = struct.Struct("<QQ")
 
 
@@ -80,30 +77,10 @@ _REQUEST = struct.Struct("<QQ")
 # ------------------------------------------------------------------------------------
 
 
-def probe(buf) -> tuple:
-    """``(length, CRC-32 of 64 KiB at seven places)`` of a bytes-like (or NumPy) object."""
-    view = memoryview(buf).cast("B")
-    n = len(view)
-    places = sorted({min(max(0, int(n * f)), max(0, n - PROBE)) for f in (0, 1 / 7, 2 / 7, 0.5, 5 / 7, 6 / 7, 1)})
-    return (n, *(zlib.crc32(view[p : p + PROBE]) for p in places))
-
-
 # ------------------------------------------------------------------------------------
 # Servers, each in a process of its own: send ("ready", address), answer until "stop" comes on
 # the pipe, then send ("modules", heavy modules imported) and exit
 # ------------------------------------------------------------------------------------
-
-
-def _heavy_modules() -> list[str]:
-    return sorted(name for name in HEAVY if name in sys.modules)
-
-
-def _await_stop(pipe) -> None:
-    try:
-        while pipe.recv() != "stop":
-            pass
-    except (EOFError, KeyboardInterrupt):
-        pass
 
 
 def _raw_answer(conn: socket.socket, fd: int) -> None:
@@ -142,9 +119,9 @@ def raw_server(path: str, pipe) -> None:
                 threading.Thread(target=_raw_answer, args=(conn, fd), daemon=True).start()
 
         threading.Thread(target=accept, daemon=True).start()
-        _await_stop(pipe)
+        await_stop(pipe)
         listener.close()
-        pipe.send(("modules", _heavy_modules()))
+        pipe.send(("modules", heavy_modules()))
     except KeyboardInterrupt:
         pass
 
@@ -155,8 +132,8 @@ def our_server(path: str, shards: int, pipe) -> None:
 
         with hs.serve([path], host="127.0.0.1", port=0, parallel_shards=shards) as server:
             pipe.send(("ready", server.url))
-            _await_stop(pipe)
-        pipe.send(("modules", _heavy_modules()))
+            await_stop(pipe)
+        pipe.send(("modules", heavy_modules()))
     except KeyboardInterrupt:
         pass
 
@@ -181,9 +158,9 @@ def flight_server(path: str, ranges: dict, batch_bytes: int, pipe) -> None:
 
         server = Server("grpc://127.0.0.1:0")
         pipe.send(("ready", server.port))
-        _await_stop(pipe)
+        await_stop(pipe)
         server.shutdown()
-        pipe.send(("modules", _heavy_modules()))
+        pipe.send(("modules", heavy_modules()))
     except KeyboardInterrupt:
         pass
 
@@ -365,31 +342,9 @@ def cold_run(name: str, settings: dict, scratch: Path) -> dict:
 # ------------------------------------------------------------------------------------
 
 
-def settle(pause: float) -> None:
-    gc.collect()
-    os.sync()
-    time.sleep(pause)
-
-
-def prefault(gib: float) -> float:
-    """Touch ``gib`` GiB once and free it; returns the seconds it took.  On a VM whose memory
-    the host backs at first touch, never-touched memory costs far more to fault in (here up to
-    2.6 s/GiB against 0.2) and would land on whichever transfer first needs it."""
-    import numpy as np
-
-    started = time.perf_counter()
-    for _ in range(round(gib)):
-        np.ones(GiB, np.uint8)
-    return time.perf_counter() - started
-
-
 def pct(values, q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def verdict(ok: bool) -> str:
-    return "meets" if ok else "misses"
 
 
 def main() -> None:

@@ -227,10 +227,16 @@ class Session:
                 raise self.checker.error(s, body, at)
             if kind == MessageType.PONG and s == sid:
                 return bytes(body)
-            if kind == MessageType.PING:
-                self.wire.send(MessageType.PONG, s, bytes(body))
+            if self._keepalive(kind, s, body):
                 continue
             raise container_rules.MESSAGE_ORDER.violation(f"{_name(kind)} while a PONG was awaited", at)
+
+    def _keepalive(self, kind, stream: int, body) -> bool:
+        """A PING (answered with a PONG echoing it) or a PONG (nothing to do), wherever it comes."""
+        if kind == MessageType.PING:
+            self.wire.send(MessageType.PONG, stream, bytes(body))
+            return True
+        return kind == MessageType.PONG
 
     def _next(self) -> tuple[int, int, int, int]:
         try:
@@ -317,10 +323,7 @@ class Session:
             body = self._control_payload(plen)
             if kind == MessageType.ERROR:
                 raise self.checker.error(s, body, at)
-            if kind == MessageType.PING:
-                self.wire.send(MessageType.PONG, s, bytes(body))
-                continue
-            if kind == MessageType.PONG:
+            if self._keepalive(kind, s, body):
                 continue
             if kind == MessageType.TENSOR_PUT_ACK:
                 self.checker.ack(s, plen, at)
@@ -432,10 +435,7 @@ class _Response:
                     raise self._remote_error(stream, payload, at)
                 s.checker.error(stream, payload, at)  # another stream's end: this answer goes on
                 continue
-            if kind == MessageType.PING:
-                s.wire.send(MessageType.PONG, stream, bytes(payload))
-                continue
-            if kind == MessageType.PONG:
+            if s._keepalive(kind, stream, payload):
                 continue
             if kind == MessageType.TENSOR_PUT_ACK:
                 s.checker.ack(stream, plen, at)

@@ -152,9 +152,13 @@ class Wire:
             n -= k
 
     # --- sending ------------------------------------------------------------------------
-    def _sendall(self, data) -> None:
+    def _sendall(self, data, fd: Optional[int] = None) -> None:
+        """``data`` (with ``fd`` passed beside it, on a Unix socket), counted and recorded."""
         try:
-            self.sock.sendall(data)
+            if fd is None:
+                self.sock.sendall(data)
+            else:
+                send_with_fd(self.sock, data, fd)
         except socket.timeout:
             raise SessionTimeout(f"the peer accepted nothing for {self.timeout} s") from None
         except OSError as exc:
@@ -165,17 +169,8 @@ class Wire:
 
     def send_with_fd(self, message_type: int, stream_id: int, payload: bytes, fd: int) -> None:
         """One message with ``fd`` passed beside it (Unix sockets only)."""
-        data = m.message(message_type, stream_id, payload)
         with self._send_lock:
-            try:
-                send_with_fd(self.sock, data, fd)
-            except socket.timeout:
-                raise SessionTimeout(f"the peer accepted nothing for {self.timeout} s") from None
-            except OSError as exc:
-                raise SessionError(f"the connection failed: {exc}") from None
-            if self._out is not None:
-                self._out.write(data)
-            self.sent += len(data)
+            self._sendall(m.message(message_type, stream_id, payload), fd)
 
     def send(self, message_type: int, stream_id: int, payload: bytes = b"") -> None:
         with self._send_lock:
