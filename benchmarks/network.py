@@ -13,7 +13,8 @@ its own (``multiprocessing``, spawn):
   a buffer allocated and touched once, before timing (``raw, fresh buffer`` allocates a new
   one per GET, as our client does, and pays its page faults);
 * ``ours``   -- ``hs.serve([file], parallel_shards=--shards)``; the client is one
-  ``hs.connect`` session, ``numpy.asarray(session.get(key))`` (and ``parallel=True``);
+  ``hs.connect`` session, ``numpy.asarray(session.get(key))`` (and ``parallel=True``; and
+  ``out=`` a buffer allocated and touched once, before timing, as raw's);
 * ``flight`` -- a ``pyarrow.flight.FlightServerBase`` whose ``do_get`` answers a table of one
   float32 column built zero-copy (``pa.py_buffer``) over a ``numpy.memmap`` of the same file
   range (one record batch, or batches of ``--flight-batch-mib``); the client is one
@@ -425,10 +426,13 @@ def main() -> None:
         clients.append(flight)
         tickets = {key: fl.Ticket(key.encode()) for key in ("big", "small")}
 
+        into = np.ones_like(source)  # allocated and touched once, as raw's buffer is
+
         competitors = {
             "raw": lambda key: raw.get(key),
             "raw, fresh buffer": lambda key: raw.get(key, fresh=True),
             "ours": lambda key: np.asarray(session.get(key)),
+            "ours, into a buffer": lambda key: np.asarray(session.get(key, out=into)),
             "ours, parallel": lambda key: np.asarray(session.get(key, parallel=True)),
             "flight": lambda key: flight.do_get(tickets[key]).read_all(),
         }
@@ -501,6 +505,7 @@ def main() -> None:
 
     print("\nthroughput ratios")
     ratio_line("ours / raw", "ours", "raw", 0.8)
+    ratio_line("ours, into a buffer / raw", "ours, into a buffer", "raw", 0.8)
     ratio_line("ours / raw, fresh buffer", "ours", "raw, fresh buffer", 0.8)
     ratio_line("ours / flight", "ours", "flight", 1.0)
     ratio_line("ours, parallel / ours", "ours, parallel", "ours", 1.0)

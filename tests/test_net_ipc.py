@@ -409,3 +409,12 @@ def test_recorded_shared_memory_sessions_audit_clean(tmp_path):
     renamed.write_bytes(next(p for p in recordings if p.name.endswith(".client.msgs")).read_bytes())
     (tmp_path / "tcp.server.msgs").write_bytes(next(p for p in recordings if p.name.endswith(".server.msgs")).read_bytes())
     assert {f.rule_id for f in hs.audit(renamed).findings} == {"session.message.private"}
+
+
+def test_get_into_a_callers_buffer_over_shared_memory(served):
+    """``out=`` over the Unix socket: one copy, from the mapping into the caller's array."""
+    out = np.zeros_like(A)
+    with hs.connect(served.unix_url) as session:
+        got = session.get("w", out=out)
+    np.testing.assert_array_equal(out, A)
+    assert np.shares_memory(np.asarray(got), out)

@@ -378,3 +378,26 @@ def test_tls_command_line(pki, tmp_path):
         proc.terminate()
         proc.wait(timeout=15)
     _ = time
+
+
+def test_get_into_a_callers_buffer(served, tmp_path):
+    """``out=``: the answer's data lands in the caller's array, straight from the socket."""
+    server, _ = served
+    big = RNG.standard_normal((40, 33)).astype(np.float32)
+    path = tmp_path / "b.hrry"
+    hs.save(path, {"big": big})
+    out = np.empty_like(big)
+    with hs.serve([path], parallel_min_bytes=1) as srv, hs.connect(srv.url) as session:
+        for parallel in (False, True):
+            out[:] = 0
+            got = session.get("big", out=out, parallel=parallel)
+            np.testing.assert_array_equal(out, big)
+            assert np.shares_memory(np.asarray(got), out)
+        with pytest.raises(hs.HurraySchemaError, match="out="):
+            session.get("big", out=np.empty(3, np.float32))  # not its size: left as it was
+        np.testing.assert_array_equal(np.asarray(session.get("big")), big)  # the session goes on
+    with hs.connect(server.url) as session:
+        with pytest.raises(hs.HurraySchemaError):
+            session.get("partition", out=np.empty(A.shape, np.float32))  # a composite is no one buffer
+        with pytest.raises(hs.HurraySchemaError):
+            session.get("dense", out=np.empty((12, 5), np.int16).T)  # not C-contiguous

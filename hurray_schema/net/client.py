@@ -248,25 +248,35 @@ class Session:
 
     # --- GET ----------------------------------------------------------------------------
     def get(self, key: str, *, layouts: Sequence = (), transcode: bool = True, parallel: bool = False,
-            device="cpu", min_alignment: int = 64) -> Item:
+            device="cpu", min_alignment: int = 64, out=None) -> Item:
         """The tensor or composite served by ``key``: the same kind of item
         ``hs.read_file(path)[key]`` gives, validated as it arrived.  ``layouts`` are the layout
         tags preferred, most preferred first (``LayoutTag.ROW_MAJOR``, ...); ``transcode`` lets
         the server transcode to one of them; ``parallel`` lets it send shards on several streams
-        (reassembled here); ``device`` the device preferred."""
+        (reassembled here); ``device`` the device preferred.
+
+        ``out`` (a writable C-contiguous array or buffer) receives the data of an answer that is
+        one tensor of one buffer of exactly its size, straight from the socket, and the tensor
+        returned views it: repeated GETs into one buffer pay no allocation.  Any other answer
+        raises :class:`HurraySchemaError` once it has arrived (the session goes on)."""
+        target = _out_view(out) if out is not None else None
         (dev,) = parse_devices((device,))
         if min_alignment < 1 or min_alignment & (min_alignment - 1):
             raise HurraySchemaError(f"min_alignment {min_alignment} is not a power of two")
         flags = (RequestFlag.ALLOW_TRANSCODE if transcode else 0) | (RequestFlag.PARALLEL_OK if parallel else 0)
         request = m.Request(key, m.layout_entries(layouts), dev, min_alignment, int(flags))
-        return self._call(self._get, request)
+        item = self._call(self._get, request, target)
+        if target is not None and not _filled(item, target):
+            raise HurraySchemaError(f"the answer for {key!r} is not one tensor of one {len(target)}-byte buffer: out= "
+                                    "was left as it was")
+        return item
 
-    def _get(self, request: m.Request) -> Item:
+    def _get(self, request: m.Request, target: Optional[memoryview] = None) -> Item:
         sid = self._stream = self._new_stream()
         kind = ShmMessageType.SHM_REQUEST if self.shared else MessageType.TENSOR_REQUEST
         self.checker.sent_request(sid, request)
         self.wire.send(kind, sid, m.encode_request(request))
-        return _Response(self, sid, request).receive()
+        return _Response(self, sid, request, target).receive()
 
     # --- PUT ----------------------------------------------------------------------------
     def put(self, key: str, item, *, validate: bool = True) -> None:
@@ -342,6 +352,8 @@ class _Plane:
         self.desc = desc
         self.alignment = max(alignment, 1)
         self._buffers = buffers
+        self.given = buffers is not None
+        """The buffers were given (the caller's ``out=``, a shard's place in its parent)."""
 
     @property
     def buffers(self) -> list:
@@ -374,13 +386,17 @@ class _Shards:
         self.parent: Optional[memoryview] = None
         self.all_rows = True
 
-    def place(self, desc: TensorDescriptor, alignment: int, limit: int, at: int) -> Optional[list]:
-        """The parent's bytes this shard fills when it is a block of rows, else None."""
+    def place(self, desc: TensorDescriptor, alignment: int, limit: int, at: int,
+              target: Optional[memoryview] = None) -> Optional[list]:
+        """The parent's bytes this shard fills when it is a block of rows, else None; the parent
+        is ``target`` (``out=``) when it is the parent's size."""
         span = _row_block(desc)
         if span is None:
             self.all_rows = False
             return None
         start, size, total = span
+        if self.parent is None and target is not None and len(target) == total:
+            self.parent = target
         if self.parent is None:
             if total > limit:
                 raise LimitExceeded("max_response_bytes", total, limit, at)
@@ -397,10 +413,12 @@ class _Shards:
 class _Response:
     """The messages answering one TENSOR_REQUEST, until its item is whole."""
 
-    def __init__(self, session: Session, sid: int, request: m.Request):
+    def __init__(self, session: Session, sid: int, request: m.Request, target: Optional[memoryview] = None):
         self.s = session
         self.sid = sid
         self.request = request
+        self.target = target
+        """The caller's buffer (``out=``), filled by an answer that is one tensor of its size."""
         self.binder = CompositeBinder(mode=session.mode, validate=True, limits=session.limits,
                                       leaf=Tensor.bound, assemble=Composite.from_binder)
         self.planes: dict[int, _Plane] = {}
@@ -441,6 +459,11 @@ class _Response:
                 s.checker.ack(stream, plen, at)
                 continue
             raise container_rules.MESSAGE_ORDER.violation(f"{_name(kind)} in the response to a TENSOR_REQUEST", at)
+
+    def _fits_target(self, stream: int, desc: TensorDescriptor, total: int) -> bool:
+        """The answer is one tensor of one buffer of exactly ``out``'s size: it goes straight there."""
+        return (self.target is not None and stream == self.sid and not desc.is_composite_head and not self.binder.depth
+                and len(desc.buffers) == 1 and total == len(self.target))
 
     def _ours(self, stream: int) -> bool:
         """``stream`` carries (part of) this answer: the request's own, or a shard's."""
@@ -486,7 +509,9 @@ class _Response:
                 if self.planes or self.binder.depth:
                     raise rules.SHARD_CONSISTENCY.violation("shards inside a composite's response", at)
                 self.shards = _Shards(transfer)
-            placed = self.shards.place(desc, self.request.min_alignment, s.max_response_bytes, at)
+            placed = self.shards.place(desc, self.request.min_alignment, s.max_response_bytes, at, self.target)
+        elif self._fits_target(stream, desc, frames.total):
+            placed = [self.target]
         try:
             self.planes[stream] = _Plane(desc, self.request.min_alignment, placed)
         except MemoryError:
@@ -500,7 +525,13 @@ class _Response:
         try:
             size = os.fstat(fd).st_size if fd is not None else None
             _, segments = s.checker.shm_data(stream, payload, at, size)
-            self.planes[stream].buffers = [s.mappings.view(fd, o, n, at) for o, n in segments]
+            mapped = [s.mappings.view(fd, o, n, at) for o, n in segments]
+            plane = self.planes[stream]
+            if plane.given:  # out=: one copy, from the mapping into the caller's buffer
+                for into, view in zip(plane.buffers, mapped):
+                    into[:] = view
+            else:
+                plane.buffers = mapped
         finally:
             if fd is not None:
                 os.close(fd)
@@ -559,11 +590,25 @@ def _row_block(desc: TensorDescriptor) -> Optional[tuple[int, int, int]]:
     return shard.shard_offset[0] * row, size, row * shard.parent_shape[0]
 
 
-def _total_shards(payload) -> int:
-    """``total_shards`` of a TENSOR_DESCRIPTOR payload (its last 4 bytes), 1 if it has none."""
-    if len(payload) < 4:
-        return 1
-    return int.from_bytes(bytes(payload[-4:]), "little")
+def _out_view(out) -> memoryview:
+    """``out`` as writable contiguous bytes, or :class:`HurraySchemaError`."""
+    try:
+        view = memoryview(out)
+    except TypeError:
+        raise HurraySchemaError(f"out= takes an array or a buffer, not {type(out).__name__}") from None
+    if view.readonly or not view.c_contiguous:
+        raise HurraySchemaError("out= must be writable and C-contiguous")
+    return view.cast("B") if view.ndim != 1 or view.format != "B" else view
+
+
+def _filled(item: Item, target: memoryview) -> bool:
+    """``item`` is one tensor whose one buffer is ``target``'s memory."""
+    if not isinstance(item, Tensor) or len(item.buffers) != 1:
+        return False
+    import numpy as np
+
+    got = np.frombuffer(item.buffers[0], np.uint8)
+    return got.size == len(target) and got.ctypes.data == np.frombuffer(target, np.uint8).ctypes.data
 
 
 def _aligned(n: int, alignment: int) -> memoryview:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import collections
 import os
-import select
 import socket
+import struct
 import threading
 from typing import Optional
 
@@ -22,6 +22,24 @@ from . import messages as m
 from .shm import MAX_FDS, receive_fds, send_with_fd
 
 _FD_SPACE = socket.CMSG_SPACE(MAX_FDS * 4)
+_WAITALL = socket.MSG_WAITALL
+"""A read returns once the whole view is filled (or the timeout, the peer's close, a signal):
+a 64 MiB frame is one system call, not one per socket buffer."""
+
+
+def _set_timeouts(sock: socket.socket, timeout: Optional[float], *, in_kernel: bool) -> None:
+    """``timeout`` on every send and receive.  A plain socket stays blocking and the kernel keeps
+    the timeout (``SO_RCVTIMEO`` / ``SO_SNDTIMEO``): a whole frame is one ``recv`` or ``sendfile``
+    call, where Python's own timeout polls before every call; a timeout is then ``EAGAIN``.  A TLS
+    socket keeps Python's timeout (its reads must be told a timeout from a partial record)."""
+    if not in_kernel or timeout is None:
+        sock.settimeout(timeout)
+        return
+    sock.settimeout(None)
+    seconds = int(timeout)
+    value = struct.pack("ll", seconds, int((timeout - seconds) * 1_000_000))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
 
 __all__ = ["Wire", "Recorder", "Closed"]
 
@@ -69,12 +87,12 @@ class Wire:
         self.received = 0
         self.sent = 0
         self.timeout = timeout
-        sock.settimeout(timeout)
+        self.plain = not hasattr(sock, "getpeercert")  # sendfile goes through the kernel only without TLS
+        _set_timeouts(sock, timeout, in_kernel=self.plain)
         self._send_lock = threading.Lock()
         self._in = getattr(recorder, incoming) if recorder is not None else None
         self._out = getattr(recorder, outgoing) if recorder is not None else None
         self.recorder = recorder
-        self.plain = not hasattr(sock, "getpeercert")  # sendfile goes through the kernel only without TLS
         self.local = sock.family == socket.AF_UNIX
         """A Unix socket: descriptors may travel with the bytes (``SCM_RIGHTS``)."""
         self.fds: collections.deque = collections.deque()
@@ -85,8 +103,8 @@ class Wire:
         try:
             if self.local:
                 return self._recv_with_fds(view)
-            return self.sock.recv_into(view)
-        except socket.timeout:
+            return self.sock.recv_into(view, 0, _WAITALL if self.plain else 0)
+        except (socket.timeout, BlockingIOError):
             raise SessionTimeout(f"the peer sent nothing for {self.timeout} s") from None
         except (ConnectionResetError, BrokenPipeError) as exc:
             raise SessionError(f"the connection was reset: {exc}") from None
@@ -96,7 +114,7 @@ class Wire:
     def _recv_with_fds(self, view: memoryview) -> int:
         """``recv_into`` that also keeps the descriptors passed with the bytes (a plain receive
         would drop them); past :data:`~.shm.MAX_FDS` pending ones, the extra are closed."""
-        n, ancillary, _flags, _ = self.sock.recvmsg_into([view], _FD_SPACE, socket.MSG_CMSG_CLOEXEC)
+        n, ancillary, _flags, _ = self.sock.recvmsg_into([view], _FD_SPACE, socket.MSG_CMSG_CLOEXEC | _WAITALL)
         for fd in receive_fds(ancillary):
             if len(self.fds) < MAX_FDS:
                 self.fds.append(fd)
@@ -159,7 +177,7 @@ class Wire:
                 self.sock.sendall(data)
             else:
                 send_with_fd(self.sock, data, fd)
-        except socket.timeout:
+        except (socket.timeout, BlockingIOError):
             raise SessionTimeout(f"the peer accepted nothing for {self.timeout} s") from None
         except OSError as exc:
             raise SessionError(f"the connection failed: {exc}") from None
@@ -212,21 +230,15 @@ class Wire:
         self.sent += n
 
     def _kernel_sendfile(self, fd: int, offset: int, n: int) -> None:
-        """``os.sendfile`` until ``n`` bytes went, waiting (up to the timeout) for the socket to
-        take more whenever its buffer is full."""
+        """``os.sendfile`` until ``n`` bytes went: the socket is blocking, so the kernel sends as
+        the peer takes; ``EAGAIN`` is the send timeout expiring with nothing taken."""
         out = self.sock.fileno()
         end = offset + n
-        poller = None
         while offset < end:
             try:
                 sent = os.sendfile(out, fd, offset, min(end - offset, 1 << 30))
             except BlockingIOError:
-                if poller is None:
-                    poller = select.poll()
-                    poller.register(out, select.POLLOUT)
-                if not poller.poll(None if self.timeout is None else int(self.timeout * 1000)):
-                    raise SessionTimeout(f"the peer accepted nothing for {self.timeout} s") from None
-                continue
+                raise SessionTimeout(f"the peer accepted nothing for {self.timeout} s") from None
             except OSError as exc:
                 raise SessionError(f"the connection failed: {exc}") from None
             if not sent:
