@@ -22,15 +22,13 @@ from . import messages as m
 from .shm import MAX_FDS, receive_fds, send_with_fd
 
 _FD_SPACE = socket.CMSG_SPACE(MAX_FDS * 4)
-_WAITALL = socket.MSG_WAITALL
-"""A read returns once the whole view is filled (or the timeout, the peer's close, a signal):
-a 64 MiB frame is one system call, not one per socket buffer."""
 
 
 def _set_timeouts(sock: socket.socket, timeout: Optional[float], *, in_kernel: bool) -> None:
     """``timeout`` on every send and receive.  A plain socket stays blocking and the kernel keeps
-    the timeout (``SO_RCVTIMEO`` / ``SO_SNDTIMEO``): a whole frame is one ``recv`` or ``sendfile``
-    call, where Python's own timeout polls before every call; a timeout is then ``EAGAIN``.  A TLS
+    the timeout (``SO_RCVTIMEO`` / ``SO_SNDTIMEO``): a whole frame is one ``sendfile`` call and a
+    ``recv`` takes what has arrived, where Python's own timeout polls before every call; a
+    timeout is then ``EAGAIN``.  A TLS
     socket keeps Python's timeout (its reads must be told a timeout from a partial record)."""
     if not in_kernel or timeout is None:
         sock.settimeout(timeout)
@@ -103,7 +101,7 @@ class Wire:
         try:
             if self.local:
                 return self._recv_with_fds(view)
-            return self.sock.recv_into(view, 0, _WAITALL if self.plain else 0)
+            return self.sock.recv_into(view)
         except (socket.timeout, BlockingIOError):
             raise SessionTimeout(f"the peer sent nothing for {self.timeout} s") from None
         except (ConnectionResetError, BrokenPipeError) as exc:
@@ -114,7 +112,7 @@ class Wire:
     def _recv_with_fds(self, view: memoryview) -> int:
         """``recv_into`` that also keeps the descriptors passed with the bytes (a plain receive
         would drop them); past :data:`~.shm.MAX_FDS` pending ones, the extra are closed."""
-        n, ancillary, _flags, _ = self.sock.recvmsg_into([view], _FD_SPACE, socket.MSG_CMSG_CLOEXEC | _WAITALL)
+        n, ancillary, _flags, _ = self.sock.recvmsg_into([view], _FD_SPACE, socket.MSG_CMSG_CLOEXEC)
         for fd in receive_fds(ancillary):
             if len(self.fds) < MAX_FDS:
                 self.fds.append(fd)
