@@ -401,3 +401,32 @@ def test_get_into_a_callers_buffer(served, tmp_path):
             session.get("partition", out=np.empty(A.shape, np.float32))  # a composite is no one buffer
         with pytest.raises(hs.HurraySchemaError):
             session.get("dense", out=np.empty((12, 5), np.int16).T)  # not C-contiguous
+
+
+@pytest.mark.parametrize("kind", ["csr", "csc", "column_major"])
+def test_transcode_csr_csc_and_column_major_to_row_major(tmp_path, kind):
+    """``interchange.md § On-the-Fly Transcoding``: element for element, the layout alone changes."""
+    import scipy.sparse as sp
+
+    dense = np.zeros((7, 5), np.float32)
+    dense[0, 1], dense[3, 4], dense[6, 0], dense[2, 2] = 1.5, -2.0, 3.25, 7.0
+    if kind == "csr":
+        m = sp.csr_matrix(dense)
+        item = hs.sparse_csr(m.data, m.indices, m.indptr, dense.shape)
+    elif kind == "csc":
+        m = sp.csc_matrix(dense)
+        item = hs.sparse_csc(m.data, m.indices, m.indptr, dense.shape)
+    else:
+        import attrs
+
+        desc = attrs.evolve(hs.Tensor.from_numpy(dense).descriptor, layout=hs.ColumnMajorLayout())
+        item = hs.Tensor(desc, [np.asfortranarray(dense).ravel(order="F").view(np.uint8)])
+    path = tmp_path / "t.hrry"
+    hs.save(path, {"t": item})
+    with hs.serve([path]) as server, hs.connect(server.url) as session:
+        got = session.get("t", layouts=[LayoutTag.ROW_MAJOR])
+        native = session.get("t")
+    assert got.descriptor.layout_tag == LayoutTag.ROW_MAJOR and got.descriptor.shape == (7, 5)
+    assert np.asarray(got).tobytes() == dense.tobytes()
+    assert native.descriptor.layout_tag != LayoutTag.ROW_MAJOR
+    np.testing.assert_array_equal(native.to_numpy(), dense)
