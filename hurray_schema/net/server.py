@@ -286,10 +286,16 @@ def _server_context(cert, key, client_ca) -> Optional[ssl.SSLContext]:
 
 
 def _refuse(sock: socket.socket, why: str) -> None:
-    """An ERROR before any hello (``interchange.md § Session Establishment``), then close."""
+    """An ERROR before any hello (``interchange.md § Session Establishment``), then close: our
+    side first (the ERROR is followed by the end of the stream), and what the client already sent
+    (its hello) read and dropped, so the close does not reset the connection under the ERROR."""
     try:
         sock.settimeout(1.0)
         sock.sendall(m.message(MessageType.ERROR, 1, m.encode_error(PrivateErrorCode.SERVER_BUSY, why)))
+        sock.shutdown(socket.SHUT_WR)
+        sock.setblocking(False)  # drop only what has arrived: the accept loop waits for nobody
+        while sock.recv(1 << 16):
+            pass
     except OSError:
         pass
     finally:
