@@ -189,14 +189,15 @@ def _stream_framing(data, mode: Mode) -> list[Finding]:
     return list(getattr(reader, "findings", [])) + framing
 
 
-def _session_framing(data, side, mode: Mode, name=None) -> list[Finding]:
+def _session_framing(parts: list, data, side, mode: Mode, name=None) -> list[Finding]:
     """A recorded session direction (it starts with a hello): the checks the receiving side ran
-    live (:func:`hurray_schema.net.checker.check_recorded`), up to the first fault; the
+    live (:func:`hurray_schema.net.checker.check_recorded`, over the walk's ``parts``), up to the
+    first fault; the
     receiver's own hello comes from the other direction's recording beside it, when there is one
     (``NAME.client.msgs`` / ``NAME.server.msgs``, as ``serve --record`` writes them)."""
     findings: list[Finding] = []
     try:
-        check_recorded(data, side, strict_describer(mode=mode, findings=findings), peer=other_direction(name),
+        check_recorded(parts, data, side, strict_describer(mode=mode, findings=findings), peer=other_direction(name),
                        local=recorded_locally(name))
     except SpecViolation as exc:
         findings.append(violation_finding(exc))
@@ -212,12 +213,12 @@ def _audit_messages(data, mode: Mode, name=None) -> Report:
     they bind, and the framing as the stream reader sees it (up to its first fault), in
     byte order."""
     found: list[Finding] = []
-    parts = walk_messages(Window(data), _collect(mode), faults=Faults.COLLECT, mode=mode)
+    parts = list(walk_messages(Window(data), _collect(mode), faults=Faults.COLLECT, mode=mode))
     descs, bases = _descriptors((p for p in parts if p.kind == DESCRIPTOR), found)
     if descs:
         found += validate_preorder(descs, mode=mode, collect=True, bases=bases, check_heads=False)
     side = recorded_side_of(data, name)
-    framing = _session_framing(data, side, mode, name) if side is not None else _stream_framing(data, mode)
+    framing = _session_framing(parts, data, side, mode, name) if side is not None else _stream_framing(data, mode)
     # descriptor and composite rules are reported above; keep the stream's own framing rules
     framing = [f for f in framing if f.rule_id.startswith(("stream.", "session.", "limit.max_message_bytes"))
                and "composite" not in f.rule_id]

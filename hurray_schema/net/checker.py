@@ -16,22 +16,26 @@ from __future__ import annotations
 
 import enum
 import os
+from typing import Callable, Iterable, Iterator, Optional
 
 import attrs
-from typing import Callable, Optional
 
 from ..errors import HurraySchemaError, SpecViolation, remote_error
-from ..io.walk import TensorFrames, check_message_header
+from ..io.parts import FAULT, MESSAGE, MESSAGE_HEADER_PART, Faults
+from ..io.walk import TensorFrames, Window, check_message_header, collect_descriptor, walk_messages
 from ..limits import DEFAULT_LIMITS, Limits
-from ..rules import container as container_rules
 from ..model import CompositeLayout, TensorDescriptor
+from ..rules import container as container_rules
 from ..rules import session as rules
 from ..rules.composite import validate_preorder
+from ..rules.engine import Mode
+from ..structs._declare import static_offset
 from ..structs.session import (
-    KNOWN_CAPABILITY_FLAGS, KNOWN_REQUEST_FLAGS, PROTOCOL_VERSION, CapabilityFlag, RequestFlag, ShmMessageType,
+    CLIENT_HELLO, KNOWN_CAPABILITY_FLAGS, KNOWN_REQUEST_FLAGS, PROTOCOL_VERSION, TENSOR_REQUEST, CapabilityFlag,
+    RequestFlag, ShmMessageType,
 )
-from ..structs.tags import CompositionRule
 from ..structs.stream import MessageType
+from ..structs.tags import CompositionRule
 from . import messages as m
 from .devices import check_placement
 
@@ -72,7 +76,9 @@ def check_capabilities(flags: int, at: int) -> None:
         raise rules.CAPABILITY_GPUDIRECT.violation("RDMA_GPUDIRECT is set without RDMA_DATA_PLANE", at)
 
 
-_CAPS_AT = m.HEADER_SIZE + 8  # protocol_version, max_message_size, then capability_flags
+_CAPS_AT = m.HEADER_SIZE + static_offset(CLIENT_HELLO, "capability_flags")
+_FLAGS_BACK = m.tail_offset(TENSOR_REQUEST, "request_flags")
+_ALIGNMENT_BACK = m.tail_offset(TENSOR_REQUEST, "min_alignment")
 
 
 class SessionChecker:
@@ -181,9 +187,10 @@ class SessionChecker:
         end = at + m.HEADER_SIZE + len(payload)
         if req.flags & ~KNOWN_REQUEST_FLAGS:
             raise rules.REQUEST_FLAGS_RESERVED.violation(
-                f"request_flags 0x{req.flags:08X} sets reserved bits", end - 4)
+                f"request_flags 0x{req.flags:08X} sets reserved bits", end - _FLAGS_BACK)
         if req.min_alignment < 1 or req.min_alignment & (req.min_alignment - 1):
-            raise rules.REQUEST_ALIGNMENT.violation(f"min_alignment {req.min_alignment} is not a power of two", end - 8)
+            raise rules.REQUEST_ALIGNMENT.violation(f"min_alignment {req.min_alignment} is not a power of two",
+                                                    end - _ALIGNMENT_BACK)
         return req
 
     def put(self, stream_id: int, payload, at: int, *, shared: bool = False) -> tuple[m.Put, object]:
@@ -471,15 +478,16 @@ def other_direction(path) -> Optional[PeerRecording]:
 
 def _peer_recording(data: bytes) -> PeerRecording:
     hello, requests, puts, last, putting = None, {}, {}, None, set()
-    pos = 0
-    while pos + m.HEADER_SIZE <= len(data):
-        kind, sid, plen = m.unpack_header(data[pos : pos + m.HEADER_SIZE])
-        payload = data[pos + m.HEADER_SIZE : pos + m.HEADER_SIZE + plen]
+    parts = walk_messages(Window(data), _lenient, faults=Faults.COLLECT, mode=Mode.PERMISSIVE)
+    for at, raw, payload, cut in recorded_messages(parts, data):
+        if cut is not None:
+            break
+        kind, sid, _ = m.unpack_header(raw)
         try:
-            if pos == 0 and kind in SESSION_OPENERS:
-                hello = m.decode_hello(payload, pos, server=kind == MessageType.SERVER_HELLO)
+            if at == 0 and kind in SESSION_OPENERS:
+                hello = m.decode_hello(payload, at, server=kind == MessageType.SERVER_HELLO)
             elif kind in (MessageType.TENSOR_REQUEST, ShmMessageType.SHM_REQUEST):
-                requests[sid], last = m.decode_request(payload, pos), sid
+                requests[sid], last = m.decode_request(payload, at), sid
             elif kind == ShmMessageType.SHM_PUT:
                 puts[sid] = puts.get(sid, 0) + 1
             elif kind == MessageType.TENSOR_PUT:
@@ -489,8 +497,29 @@ def _peer_recording(data: bytes) -> PeerRecording:
                 puts[sid] = puts.get(sid, 0) + 1
         except HurraySchemaError:
             pass
-        pos += m.HEADER_SIZE + plen
     return PeerRecording(hello, requests, puts, last)
+
+
+def _lenient(buf, base: int, depth: int):
+    return collect_descriptor(buf, base, depth, Mode.PERMISSIVE)
+
+
+def recorded_messages(parts: Iterable, data) -> Iterator[tuple]:
+    """The messages of a recorded direction, from its located walk's ``parts``
+    (:func:`~hurray_schema.io.walk.walk_messages`): ``(offset, header bytes, payload, None)`` per
+    message whose header fits (payload None: it does not), and ``(offset, None, None, fault)``
+    where the walk found the recording cut (``stream.message.truncated``)."""
+    view = memoryview(data)
+    message = None
+    for part in parts:
+        if part.kind == MESSAGE:
+            message = part
+        elif part.kind == MESSAGE_HEADER_PART:
+            payload = view[part.end : message.end] if message.value is not None else None
+            yield part.start, view[part.start : part.end], payload, None
+        elif part.kind == FAULT and part.fault is not None \
+                and part.fault.rule_id == container_rules.MESSAGE_TRUNCATED.id:
+            yield part.start, None, None, part.fault
 
 
 def recorded_locally(name) -> bool:
@@ -513,15 +542,15 @@ def recorded_side_of(data, name=None) -> Optional[Side]:
     return recorded_side(data)
 
 
-def check_recorded(data, side: Side, describe: Callable, limits: Limits = DEFAULT_LIMITS,
+def check_recorded(parts: Iterable, data, side: Side, describe: Callable, limits: Limits = DEFAULT_LIMITS,
                    peer: Optional[PeerRecording] = None, local: bool = False) -> None:
-    """Run the checker ``side`` runs live over a recorded direction (bytes-like), message by
-    message; the first fault raises, at the offset it has in ``data``, as it did live.
+    """Run the checker ``side`` runs live over a recorded direction (``data``, walked into
+    ``parts`` by :func:`~hurray_schema.io.walk.walk_messages`), message by message; the first
+    fault raises, at the offset it has in ``data``, as it did live.
     ``peer`` is what the receiver sent (:func:`other_direction`): its hello gives the largest
     payload it accepted and the version it spoke, its requests what the responses answer.
     Without it the checks that need them are left out.  ``local``: recorded over a Unix socket,
     where the shared-memory extension was agreed (:func:`recorded_locally`)."""
-    view = memoryview(data)
     checker = SessionChecker(side, describe=describe, limits=limits)
     if local:
         checker.private = SHM_SERVER_TYPES if side is Side.CLIENT else SHM_CLIENT_TYPES
@@ -536,26 +565,18 @@ def check_recorded(data, side: Side, describe: Callable, limits: Limits = DEFAUL
             checker.requests = dict(peer.requests)
             checker.last_request = peer.last_request
             checker.acks_due = dict(peer.puts)
-    pos = 0
-    while pos < len(view):
-        if len(view) - pos < m.HEADER_SIZE:
-            raise container_rules.MESSAGE_TRUNCATED.violation(
-                f"the recording ends {len(view) - pos} bytes into a {m.HEADER_SIZE}-byte message header", len(view))
-        kind, sid, plen = checker.header(view[pos : pos + m.HEADER_SIZE], pos)
-        start, end = pos + m.HEADER_SIZE, pos + m.HEADER_SIZE + plen
-        if end > len(view):
-            raise container_rules.MESSAGE_TRUNCATED.violation(
-                f"the message at byte {pos} announces {plen} payload bytes, the recording has {len(view) - start}",
-                len(view))
-        _replay(checker, kind, sid, view[start:end], pos)
-        pos = end
+    for at, raw, payload, cut in recorded_messages(parts, data):
+        if cut is not None:
+            raise cut.to_violation()
+        kind, sid, _ = checker.header(raw, at)
+        if payload is not None:  # else the walk's cut follows: the header was checked first, as live
+            _replay(checker, kind, sid, payload, at)
 
 
 def _replay(checker: SessionChecker, kind, sid: int, payload, at: int) -> None:
     """One recorded message through the checker's entry for its kind."""
     if kind == MessageType.TENSOR_DATA:
-        offset = int.from_bytes(payload[: m.DATA_HEADER_SIZE], "little") if len(payload) >= m.DATA_HEADER_SIZE \
-            else None
+        offset = m.unpack_offset_in_buffer(payload) if len(payload) >= m.DATA_HEADER_SIZE else None
         checker.frame(sid, len(payload), offset, at)
     elif kind == MessageType.TENSOR_DATA_END:
         checker.end(sid, len(payload), at)

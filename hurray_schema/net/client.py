@@ -540,7 +540,7 @@ class _Response:
         s = self.s
         offset = None
         if plen >= m.DATA_HEADER_SIZE:
-            offset = int.from_bytes(s.wire.read(m.DATA_HEADER_SIZE), "little")
+            offset = m.unpack_offset_in_buffer(s.wire.read(m.DATA_HEADER_SIZE))
         frames, n = s.checker.frame(stream, plen, offset, at)
         for view in self.planes[stream].segments(frames.received - n, n):
             s.wire.read_into(view)

@@ -9,7 +9,6 @@ the received direction: ``at`` is the offset of the message's first header byte.
 from __future__ import annotations
 
 import io
-import struct
 from typing import Optional
 
 import attrs
@@ -17,7 +16,7 @@ import construct
 
 from ..errors import SpecViolation
 from ..rules import session as rules
-from ..structs._declare import plan, static_offset
+from ..structs._declare import plan, static_offset, static_size
 from ..structs.session import (
     CLIENT_HELLO, ERROR, HELLO_WITHOUT_CLASSES, RDMA_REGISTER, SHM_DATA, SERVER_HELLO, TENSOR_PUT,
     TENSOR_REQUEST, ErrorCode, is_extension_layout,
@@ -31,17 +30,19 @@ from ..structs.tags import MemoryClass
 __all__ = [
     "LayoutEntry", "Hello", "Request", "Put", "decode_hello", "encode_hello", "decode_request", "encode_request",
     "decode_put", "encode_put", "decode_error", "encode_error", "decode_rdma_register", "message", "header",
-    "data_header", "transport_fields", "HEADER", "HEADER_SIZE", "DATA_HEADER_SIZE", "PAYLOAD_LENGTH_AT",
+    "data_header", "unpack_offset_in_buffer", "tail_offset", "transport_fields", "HEADER", "HEADER_SIZE", "DATA_HEADER_SIZE", "PAYLOAD_LENGTH_AT",
 ]
 
 HEADER = plan(MESSAGE_HEADER)
 HEADER_SIZE = MESSAGE_HEADER_SIZE
 DATA_HEADER_SIZE = TENSOR_DATA_HEADER_SIZE
 PAYLOAD_LENGTH_AT = static_offset(MESSAGE_HEADER, "payload_length")
-_HEADER_CODEC = struct.Struct("<" + "I" * 3)
-assert _HEADER_CODEC.size == HEADER_SIZE and PAYLOAD_LENGTH_AT == 8  # message_type, stream_id, payload_length
-_DATA_CODEC = struct.Struct("<Q")
-assert plan(TENSOR_DATA_HEADER).fixed_size == _DATA_CODEC.size
+_HEADER_CODEC = HEADER.steps[0].codec
+assert HEADER.steps[0].names == ("message_type", "stream_id", "payload_length")  # the header in one (un)pack
+_DATA_CODEC = plan(TENSOR_DATA_HEADER).steps[0].codec
+assert plan(TENSOR_DATA_HEADER).steps[0].names == ("byte_offset_in_buffer",)
+_DESCRIPTOR_LENGTH_SIZE = static_size(TENSOR_PUT.subcons[2])
+assert TENSOR_PUT.subcons[2].name == "descriptor_length"
 _TRANSPORT = plan(TENSOR_DESCRIPTOR_FIELDS)
 _KEY_AT = static_offset(TENSOR_REQUEST, "tensor_key")
 
@@ -111,6 +112,22 @@ def unpack_header(raw) -> tuple[int, int, int]:
 def message(message_type: int, stream_id: int, payload: bytes = b"") -> bytes:
     """A whole message: header and payload."""
     return header(message_type, stream_id, len(payload)) + payload
+
+
+def unpack_offset_in_buffer(raw) -> int:
+    """``byte_offset_in_buffer`` of a TENSOR_DATA payload's first bytes."""
+    return _DATA_CODEC.unpack_from(raw)[0]
+
+
+def tail_offset(decl: construct.Struct, name: str) -> int:
+    """How many bytes before the end of a ``decl`` payload field ``name`` starts, when it and every
+    field after it have a fixed size (the tail of a TENSOR_REQUEST)."""
+    back = 0
+    for sub in reversed(decl.subcons):
+        back += static_size(sub)
+        if sub.name == name:
+            return back
+    raise KeyError(name)
 
 
 def data_header(stream_id: int, offset_in_buffer: int, n: int) -> bytes:
@@ -201,7 +218,7 @@ def encode_request(request: Request) -> bytes:
 def decode_put(payload, at: int) -> Put:
     v = _parse(TENSOR_PUT, payload, at, "TENSOR_PUT")
     key = _text(v.tensor_key, at + HEADER_SIZE + _KEY_AT, "tensor_key")
-    descriptor_at = at + HEADER_SIZE + _KEY_AT + len(v.tensor_key) + 4
+    descriptor_at = at + HEADER_SIZE + _KEY_AT + len(v.tensor_key) + _DESCRIPTOR_LENGTH_SIZE
     return Put(key, bytes(v.descriptor), v.total_data_bytes, descriptor_at)
 
 

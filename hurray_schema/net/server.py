@@ -605,7 +605,7 @@ class _Connection:
     def _put_frame(self, sid: int, plen: int, at: int) -> None:
         offset = None
         if plen >= m.DATA_HEADER_SIZE:
-            offset = int.from_bytes(self.wire.read(m.DATA_HEADER_SIZE), "little")
+            offset = m.unpack_offset_in_buffer(self.wire.read(m.DATA_HEADER_SIZE))
         try:
             frames, n = self.checker.frame(sid, plen, offset, at)
         except SpecViolation as fault:
