@@ -39,7 +39,7 @@ from ..structs.tags import CompositionRule
 from . import messages as m
 from .devices import check_placement
 
-__all__ = ["Side", "SessionChecker", "Transfer", "CLIENT_SENDS", "SERVER_SENDS", "recorded_side", "recorded_side_of", "recorded_locally", "check_recorded", "other_direction",
+__all__ = ["Side", "SessionChecker", "Transfer", "CLIENT_SENDS", "SERVER_SENDS", "message_name", "recorded_side", "recorded_side_of", "recorded_locally", "check_recorded", "other_direction",
            "PeerRecording"]
 
 
@@ -136,26 +136,26 @@ class SessionChecker:
         if self.side is Side.SERVER:
             if (kind == MessageType.CLIENT_HELLO) != first:
                 raise rules.HELLO_FIRST.violation(
-                    "CLIENT_HELLO again" if not first else f"the connection starts with {_name(kind)}, not "
+                    "CLIENT_HELLO again" if not first else f"the connection starts with {message_name(kind)}, not "
                     "CLIENT_HELLO", at)
             if kind in SERVER_SENDS:
-                raise rules.MESSAGE_DIRECTION.violation(f"{_name(kind)} travels from server to client", at)
+                raise rules.MESSAGE_DIRECTION.violation(f"{message_name(kind)} travels from server to client", at)
         else:
             if first and kind not in (MessageType.SERVER_HELLO, MessageType.ERROR):
                 raise rules.SERVER_HELLO_FIRST.violation(
-                    f"the server's first message is {_name(kind)}, not SERVER_HELLO", at)
+                    f"the server's first message is {message_name(kind)}, not SERVER_HELLO", at)
             if not first and kind == MessageType.SERVER_HELLO:
                 raise rules.SERVER_HELLO_FIRST.violation("SERVER_HELLO again", at)
             if kind in CLIENT_SENDS:
-                raise rules.MESSAGE_DIRECTION.violation(f"{_name(kind)} travels from client to server", at)
+                raise rules.MESSAGE_DIRECTION.violation(f"{message_name(kind)} travels from client to server", at)
         if kind in _RDMA:
             raise rules.RDMA_AGREED.violation(
-                f"{_name(kind)} without RDMA_DATA_PLANE advertised by both peers", at)
+                f"{message_name(kind)} without RDMA_DATA_PLANE advertised by both peers", at)
         if stream_id in self.closed:
-            raise rules.ERROR_CLOSES.violation(f"{_name(kind)} on stream {stream_id}, which an ERROR closed", at)
+            raise rules.ERROR_CLOSES.violation(f"{message_name(kind)} on stream {stream_id}, which an ERROR closed", at)
         if stream_id in self.puts and kind not in (MessageType.TENSOR_DATA, MessageType.TENSOR_DATA_END):
             raise rules.PUT_FLOW.violation(
-                f"{_name(kind)} on stream {stream_id} before the TENSOR_DATA_END of its TENSOR_PUT", at)
+                f"{message_name(kind)} on stream {stream_id} before the TENSOR_DATA_END of its TENSOR_PUT", at)
         return kind, stream_id, plen
 
     # --- session messages ---------------------------------------------------------------
@@ -426,7 +426,8 @@ class Transfer:
                                                        member_count=len(self.descs)))
 
 
-def _name(kind) -> str:
+def message_name(kind) -> str:
+    """A message type's name, or its number when it has none."""
     return kind.name if isinstance(kind, (MessageType, ShmMessageType)) else f"message type 0x{int(kind):08X}"
 
 

@@ -39,10 +39,10 @@ from ..structs.session import PROTOCOL_VERSION, CapabilityFlag, ErrorCode, Reque
 from ..structs.stream import MessageType
 from ..structs.tags import LayoutTag
 from . import messages as m
-from .checker import LOCAL_MARK, SHM_SERVER_TYPES, SessionChecker, Side
+from .checker import LOCAL_MARK, SHM_SERVER_TYPES, SessionChecker, Side, message_name
 from .devices import parse_devices
 from .shm import Mappings, new_segment
-from .wire import Closed, Recorder, Wire
+from .wire import Closed, Recorder, Wire, plane_views
 
 __all__ = ["Session", "connect", "parse_url"]
 
@@ -229,7 +229,7 @@ class Session:
                 return bytes(body)
             if self._keepalive(kind, s, body):
                 continue
-            raise container_rules.MESSAGE_ORDER.violation(f"{_name(kind)} while a PONG was awaited", at)
+            raise container_rules.MESSAGE_ORDER.violation(f"{message_name(kind)} while a PONG was awaited", at)
 
     def _keepalive(self, kind, stream: int, body) -> bool:
         """A PING (answered with a PONG echoing it) or a PONG (nothing to do), wherever it comes."""
@@ -340,7 +340,7 @@ class Session:
                 if s == sid:
                     return
                 continue
-            raise rules.PUT_FLOW.violation(f"{_name(kind)} on stream {s} while the ACK of stream {sid} was awaited",
+            raise rules.PUT_FLOW.violation(f"{message_name(kind)} on stream {s} while the ACK of stream {sid} was awaited",
                                            at)
 
 
@@ -367,13 +367,7 @@ class _Plane:
         self._buffers = views
 
     def segments(self, start: int, n: int):
-        pos = 0
-        for buf in self.buffers:
-            size = len(buf)
-            lo, hi = max(start, pos), min(start + n, pos + size)
-            if lo < hi:
-                yield buf[lo - pos : hi - pos]
-            pos += size
+        return plane_views(self.buffers, start, n)
 
 
 class _Shards:
@@ -458,7 +452,7 @@ class _Response:
             if kind == MessageType.TENSOR_PUT_ACK:
                 s.checker.ack(stream, plen, at)
                 continue
-            raise container_rules.MESSAGE_ORDER.violation(f"{_name(kind)} in the response to a TENSOR_REQUEST", at)
+            raise container_rules.MESSAGE_ORDER.violation(f"{message_name(kind)} in the response to a TENSOR_REQUEST", at)
 
     def _fits_target(self, stream: int, desc: TensorDescriptor, total: int) -> bool:
         """The answer is one tensor of one buffer of exactly ``out``'s size: it goes straight there."""
@@ -668,8 +662,3 @@ def _client_context(ca, cert, key) -> ssl.SSLContext:
     if cert is not None:
         context.load_cert_chain(os.fspath(cert), None if key is None else os.fspath(key))
     return context
-
-
-def _name(kind) -> str:
-    return kind.name if isinstance(kind, MessageType) else f"message type 0x{int(kind):08X}"
-

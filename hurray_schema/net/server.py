@@ -39,7 +39,7 @@ from .checker import LOCAL_MARK, SHM_CLIENT_TYPES, SessionChecker, Side
 from .shm import Segment, check_sealed, new_segment
 from .shm import layout as shm_layout
 from .devices import DeviceRefused, parse_devices, select_device
-from .wire import Closed, Recorder, Wire
+from .wire import Closed, Recorder, Wire, plane_views
 
 __all__ = ["Server", "serve", "ServerOptions", "DEFAULTS", "shard_stream"]
 
@@ -614,7 +614,7 @@ class _Connection:
             return
         pending = self.puts[sid]
         start = frames.received - n
-        for view in _segments(pending.buffers, start, n):
+        for view in plane_views(pending.buffers, start, n):
             self.wire.read_into(view)
 
     def _put_end(self, sid: int, plen: int, at: int) -> None:
@@ -712,14 +712,3 @@ def shard_stream(sid: int, i: int) -> int:
     """The stream of shard ``i`` of a request on ``sid``: ``sid`` itself, then the ids after it,
     wrapping past the reserved 0 (``spec-map.md § Interpretations``)."""
     return (sid - 1 + i) % 0xFFFF_FFFF + 1
-
-
-def _segments(buffers: list, start: int, n: int):
-    """Views of ``buffers`` (concatenated, the data plane) covering ``[start, start + n)``."""
-    pos = 0
-    for buf in buffers:
-        size = len(buf)
-        lo, hi = max(start, pos), min(start + n, pos + size)
-        if lo < hi:
-            yield memoryview(buf)[lo - pos : hi - pos]
-        pos += size

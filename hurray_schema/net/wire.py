@@ -39,7 +39,7 @@ def _set_timeouts(sock: socket.socket, timeout: Optional[float], *, in_kernel: b
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
 
-__all__ = ["Wire", "Recorder", "Closed"]
+__all__ = ["Wire", "Recorder", "Closed", "plane_views"]
 
 
 class Closed(SessionError):
@@ -252,3 +252,15 @@ class Wire:
         self.sock.close()
         if self.recorder is not None:
             self.recorder.close()
+
+
+def plane_views(buffers: list, start: int, n: int):
+    """Views of ``buffers`` (concatenated: a tensor's data plane, ``interchange.md § TENSOR_DATA
+    Payload``) covering ``[start, start + n)``: where a frame's bytes go."""
+    pos = 0
+    for buf in buffers:
+        size = len(buf)
+        lo, hi = max(start, pos), min(start + n, pos + size)
+        if lo < hi:
+            yield memoryview(buf)[lo - pos : hi - pos]
+        pos += size
