@@ -27,6 +27,7 @@ from ..errors import HurraySchemaError, SessionError, SpecViolation
 from ..io.tensor import Composite, Tensor
 from ..io.walk import strict_describer
 from ..limits import DEFAULT_LIMITS, Limits
+from ..rules import container as container_rules
 from ..rules import session as rules
 from ..rules.composite import CompositeBinder
 from ..rules.engine import Mode
@@ -65,7 +66,7 @@ _CODE_OF_RULE = {
     rules.SHARD_CONSISTENCY.id: ErrorCode.SHARD_MISMATCH,
 }
 _CONNECTION_FAULTS = frozenset({
-    "stream.message.truncated", "stream.message.stream_id", rules.MESSAGE_SIZE.id, rules.HELLO_FIRST.id,
+    container_rules.MESSAGE_TRUNCATED.id, container_rules.MESSAGE_STREAM_ID.id, rules.MESSAGE_SIZE.id, rules.HELLO_FIRST.id,
     rules.HELLO_VERSION.id, rules.CAPABILITY_RESERVED.id, rules.CAPABILITY_GPUDIRECT.id,
 })
 """Faults after which the connection is closed: the framing, or a session that never started."""
