@@ -152,17 +152,18 @@ def _audit_file(data, mode: Mode) -> Report:
     reader = None
     try:
         reader = HurrayFile.over(data, mode=mode)
-    except SpecViolation as exc:
-        findings.append(violation_finding(exc))
-    except LimitExceeded as exc:
-        findings.append(_limit_finding(exc))
-    except HurraySchemaError as exc:
-        findings.append(Finding("file.unreadable", Level.MUST, "file-format.md", str(exc)))
-    if reader is not None:
-        findings[:0] = list(reader.findings)
+        findings += reader.findings  # every tensor checked, as each one's first read checks it
         findings += interop.file_findings(reader.entries(), reader.descriptor,
                                           lambda name: reader.tensor(name).buffers)
-        reader.close()
+    except SpecViolation as exc:
+        findings = [violation_finding(exc)]
+    except LimitExceeded as exc:
+        findings = [_limit_finding(exc)]
+    except HurraySchemaError as exc:
+        findings = [Finding("file.unreadable", Level.MUST, "file-format.md", str(exc))]
+    finally:
+        if reader is not None:
+            reader.close()
     if any(f.is_error for f in findings):  # the reader stopped at its first fault: audit every tensor
         located: list[Finding] = []
         parts = walk_file(data, _collect(mode), faults=Faults.COLLECT, mode=mode)

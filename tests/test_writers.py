@@ -185,16 +185,35 @@ def test_a_stream_to_a_file_object_is_refused_before_the_first_byte():
     assert sink.getvalue().startswith(encode_descriptor(dense((6,)).descriptor))
 
 
-def test_a_file_reports_a_descriptor_fault_before_a_composite_fault(tmp_path):
-    """The file reader decodes every descriptor before binding, the stream reader binds as
-    tensors arrive: the writers look for the first fault in the same order."""
-    items = {"g": INVALID["partition gap"](), "r": INVALID["rank 65"]()}
+def test_a_file_reports_a_composite_fault_at_open_before_a_later_read_fault(tmp_path):
+    """The file reader checks composites (and data-less tensors) at open and every other tensor
+    on its first read; the stream reader checks each tensor as it arrives: the writers look for
+    the first fault in the same order."""
+    items = {"r": INVALID["rank 65"](), "g": INVALID["partition gap"]()}  # a tensor with data, then a composite
     with pytest.raises(SpecViolation) as file_refusal:
         write_file(tmp_path / "f.hrry", items)
     with pytest.raises(SpecViolation) as stream_refusal:
         write_stream(None, list(items.values()))
+    assert file_refusal.value.rule_id == "composite.close.partition_gap"
+    assert stream_refusal.value.rule_id == "descriptor.rank.cap"
+    data = _written("file", tmp_path / "w.hrry", items, validate=False)
+    (tmp_path / "r.hrry").write_bytes(data)
+    with pytest.raises(SpecViolation) as at_open:
+        read_file(tmp_path / "r.hrry")
+    assert at_open.value.rule_id == "composite.close.partition_gap"
+    with read_file(tmp_path / "r.hrry", validate_composites=False) as f:  # the composite unchecked: r's fault on read
+        with pytest.raises(SpecViolation) as on_read:
+            f["r"]
+    assert on_read.value.rule_id == "descriptor.rank.cap"
+
+
+def test_a_data_less_tensor_is_checked_at_open(tmp_path):
+    """A tensor with no data bytes is decoded at open (it may be a composite head), so its
+    descriptor fault comes before a composite's that follows it, as the writer reports."""
+    items = {"r": dense((0,) * 65), "g": INVALID["partition gap"]()}
+    with pytest.raises(SpecViolation) as file_refusal:
+        write_file(tmp_path / "f.hrry", items)
     assert file_refusal.value.rule_id == "descriptor.rank.cap"
-    assert stream_refusal.value.rule_id == "composite.close.partition_gap"
     assert _reader_violation("file", tmp_path / "r.hrry", _written(
         "file", tmp_path / "w.hrry", items, validate=False)).rule_id == "descriptor.rank.cap"
 

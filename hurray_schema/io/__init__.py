@@ -4,18 +4,50 @@
   and the writers take;
 * :mod:`.stream` -- :func:`read_stream` / :func:`write_stream` (bare and message framing);
 * :mod:`.stream` also has :class:`StreamWriter`, one item (or composite member) at a time;
-* :mod:`.file` -- :func:`read_file` / :func:`write_file` and :class:`HurrayFile`;
+* :mod:`.file` -- :func:`read_file` / :func:`write_file` and :class:`HurrayFile`
+  (:mod:`.file_index`: the index as arrays, what is checked at open and on first read);
 * :mod:`.simple` -- :func:`save` / :func:`load`: a dict of arrays in, a dict of arrays out;
 * :mod:`.kv` -- the file's KV metadata section (:class:`UInt64` forces value tag 0x03);
 * :mod:`.walk` -- the located walk of each container kind (:mod:`.parts`: what it yields),
   which the readers, ``audit``, ``inspect`` and the command line all consume.
+
+The names below are imported on first use (PEP 562): reading a file loads no stream code.
 """
 
-from .file import ClosedFileError, HurrayFile, IndexEntry, TensorSlice, read_file, write_file
-from .kv import UInt64
-from .simple import load, save
-from .stream import RemoteError, StreamReader, StreamWriter, read_stream, write_stream
-from .tensor import Composite, Tensor
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    ".file": ("ClosedFileError", "HurrayFile", "IndexEntry", "TensorSlice", "read_file", "write_file"),
+    ".kv": ("UInt64",),
+    ".simple": ("load", "save"),
+    ".stream": ("RemoteError", "StreamReader", "StreamWriter", "read_stream", "write_stream"),
+    ".tensor": ("Composite", "Tensor"),
+}
+_HOME = {name: module for module, names in _EXPORTS.items() for name in names}
+
+
+def __getattr__(name: str):
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:
+    from .file import ClosedFileError, HurrayFile, IndexEntry, TensorSlice, read_file, write_file
+    from .kv import UInt64
+    from .simple import load, save
+    from .stream import RemoteError, StreamReader, StreamWriter, read_stream, write_stream
+    from .tensor import Composite, Tensor
 
 __all__ = [
     "Tensor", "Composite", "HurrayFile", "IndexEntry", "read_file", "write_file", "read_stream",

@@ -178,19 +178,45 @@ def decoded(data: bytes, base: int) -> TensorDescriptor:
     return desc
 
 
-def check_nodes(encoded: Sequence[EncodedNode], bases: Sequence[int], *, descriptors_first: bool) -> None:
+def check_nodes(encoded: Sequence[EncodedNode], bases: Sequence[int], *, file_order: bool) -> None:
     """Raise the strict reader's first :class:`~hurray_schema.errors.SpecViolation` for the
     output made of ``encoded``, whose descriptors start at the offsets ``bases``.
 
-    The faults are looked for in the reader's order: a file reader decodes every
-    descriptor before it binds composites (``descriptors_first=True``); a stream reader
-    binds each tensor as it arrives."""
-    descriptors = (decoded(item.descriptor, base) for item, base in zip(encoded, bases))
-    if descriptors_first:
-        descriptors = list(descriptors)
-    # every descriptor already passed first_error, the composite-head rules included, as the
-    # readers' descriptors do before they are bound
-    validate_preorder(descriptors, mode="strict", bases=list(bases), check_heads=False)
+    The faults are looked for in the reader's order.  A stream reader binds each tensor as it
+    arrives.  A file reader (``file_order=True``) checks at open the tensors it must decode to
+    bind composites -- heads, members, and tensors with no data bytes -- binding them as they come
+    in descriptor order, and every other tensor when it is first read
+    (:mod:`hurray_schema.io.file_index`): those come after, in descriptor order."""
+    if not file_order:
+        validate_preorder((decoded(item.descriptor, base) for item, base in zip(encoded, bases)), mode="strict",
+                          bases=list(bases), check_heads=False)
+        return
+    at_open = opened_at_open(encoded)
+    # every descriptor passes first_error, the composite-head rules included, before it is bound,
+    # as the readers' descriptors do
+    validate_preorder((decoded(item.descriptor, base) for item, base, now in zip(encoded, bases, at_open) if now),
+                      mode="strict", bases=[base for base, now in zip(bases, at_open) if now], check_heads=False)
+    for item, base, now in zip(encoded, bases, at_open):
+        if not now:
+            decoded(item.descriptor, base)
+
+
+def opened_at_open(encoded: Sequence[EncodedNode]) -> list[bool]:
+    """For each node in pre-order, whether a file reader decodes it at open: a composite head, a
+    member at any depth, or a tensor with no data bytes."""
+    flags, open_members = [], []  # members still to come of each composite open around the node
+    for item in encoded:
+        inside = bool(open_members)
+        if inside:
+            open_members[-1] -= 1
+        if isinstance(item.node, Composite):
+            flags.append(True)
+            open_members.append(len(item.node.members))
+        else:
+            flags.append(inside or not any(handle.byte_size for handle in item.node.descriptor.buffers))
+        while open_members and open_members[-1] == 0:
+            open_members.pop()
+    return flags
 
 
 # --------------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ import os
 from collections.abc import Mapping
 from typing import Any, Iterable, Iterator, Optional, Union
 
+import numpy as np
+
 
 from ..errors import HurraySchemaError
 from .crc import crc32c
@@ -37,9 +39,10 @@ from ._write import EncodedNode, Sink, as_item, check_nodes, encode_nodes, repla
 from .kv import encode_kv
 from .source import is_url
 from .tensor import Composite, Item, SourcedTensor, Tensor, locate_buffers, walk
+from .file_index import FileIndex, front_sections, place_tensors
 from .walk import (
     DESCRIPTOR, ENTRY, FILE_HEADER_PART, INDEX_PART, KV_PART, TENSOR_DATA, TRAILER_PART, Faults, IndexEntry,
-    as_view, buffer_spans, strict_describer, walk_file, walk_index,  # noqa: F401  (buffer_spans: was defined here)
+    as_view, buffer_spans, check_tensor, strict_describer, walk_file, walk_index,  # noqa: F401  (buffer_spans: was defined here)
 )
 
 __all__ = ["ClosedFileError", "HurrayFile", "IndexEntry", "TensorSlice", "read_file", "write_file"]
@@ -212,62 +215,163 @@ class HurrayFile(Mapping):
         self._abspath = os.path.abspath(path) if path is not None and not is_url(path) else None
         self.mode = as_mode(mode)
         self.limits = resolve_limits(limits)
-        self.findings: list[Finding] = []
         self._file = None
+        self._index = None
+        self._placement = None
+        self._checked = {}
+        self._findings_at_close: list[Finding] = []
         self._map: Optional[mmap.mmap] = None
         self._closed = False
         self._by_name: Optional[dict[str, Item]] = None
 
     # -- opening -------------------------------------------------------------------
-    def _open(self, view: memoryview, validate_composites: bool) -> None:
-        """Walk the file (:func:`~hurray_schema.io.walk.walk_file`, fault policy ``RAISE``)
-        and bind its composites in descriptor order."""
+    def _open(self, view, validate_composites: bool) -> None:
+        """The sections, the index and every tensor's placement checked, and the composites bound
+        (:mod:`.file_index`); the other tensors' descriptors are decoded and checked on first read.
+        A file read by range, or one whose placement the arrays cannot vouch for, is walked tensor by
+        tensor (:func:`~hurray_schema.io.walk.walk_file`), which raises the first fault."""
         self._view = view
         self.size = len(view)
-        self._descriptors: dict[str, TensorDescriptor] = {}
-        self._spans: dict[str, list] = {}
-        self._kv: dict = {}
+        self._describe = strict_describer(mode=self.mode, limits=self.limits)
+        self._checked: dict[str, tuple] = {}  # name -> (descriptor, buffer spans, findings)
+        self._bind_findings: list[Finding] = []
+        self._members: dict[str, Item] = {}
+        self._items: dict[str, Item] = {}
+        self._placement = None
+        self._index = None
+        if isinstance(view, memoryview):
+            self._open_indexed(view, validate_composites)
+        if self._placement is None:
+            self._open_walked(view, validate_composites)
+        members = self._members
+        self._names = (self._index.names if not members
+                       else [name for name in self._index.names if name not in members])
+
+    def _open_indexed(self, view: memoryview, validate_composites: bool) -> None:
+        """The index as arrays, the placement checked on them; only composites (heads and members)
+        and data-less entries decoded now.  Leaves ``_placement`` None when the arrays found
+        something wrong: the walk then names it."""
+        self.header, self.trailer, self._index, self._kv_part, region = front_sections(view, self.mode, self.limits)
+        self._region = region
+        placement = place_tensors(view, self._index, region)
+        if placement is None:
+            return
+        self._placement = placement
+        binder = self._binder(validate_composites)
+        order, names, count = placement.order, self._index.names, len(placement.order)
+        bound_to = -1  # descriptor rank up to which tensors were bound already (a composite run)
+        bound: list[str] = []
+        for rank in np.flatnonzero(placement.at_open).tolist():
+            if rank <= bound_to:
+                continue
+            while True:
+                name = names[order[rank]]
+                desc = self._check(name)[0]
+                for item in binder.add(desc, int(self._index.fields["descriptor_offset"][order[rank]]), name):
+                    self._items[item.name] = item
+                bound.append(name)
+                bound_to = rank
+                rank += 1
+                if binder.depth == 0 or rank >= count:
+                    break
+        self._finish_binding(binder, bound)
+
+    def _open_walked(self, view, validate_composites: bool) -> None:
+        """Every tensor walked and checked in descriptor order (the reader protocol as written),
+        then the composites bound."""
+        self._checked.clear()
+        self._items.clear()
+        self._members.clear()
+        self._bind_findings.clear()
         ordered: list[tuple] = []  # (name, descriptor offset, descriptor) in descriptor order
-        describe = strict_describer(mode=self.mode, limits=self.limits, findings=self.findings)
-        for part in walk_file(self._view, describe, faults=Faults.RAISE, mode=self.mode, limits=self.limits):
+        entries: list = []
+        for part in walk_file(view, self._describe, faults=Faults.RAISE, mode=self.mode, limits=self.limits):
             kind = part.kind
             if kind == DESCRIPTOR:
                 described = part
             elif kind == TENSOR_DATA:
                 name, desc = part.note, described.value
-                self._descriptors[name] = desc
-                self._spans[name] = part.value
+                self._checked[name] = (desc, part.value, described.findings)
                 ordered.append((name, described.start, desc))
             elif kind == FILE_HEADER_PART:
                 self.header = part.value
             elif kind == TRAILER_PART:
                 self.trailer = part.value
             elif kind == INDEX_PART:
-                self._entries = list(part.value)
+                entries = list(part.value)
             elif kind == KV_PART:
-                self.findings.extend(part.findings)
-                self._kv = part.value
-        self._bind(ordered, validate_composites)
-
-    def _bind(self, ordered: list[tuple], validate: bool) -> None:
-        leaf = self.tensor_of
-
-        binder = CompositeBinder(mode=self.mode, validate=validate, limits=self.limits, findings=self.findings,
-                                 leaf=leaf, assemble=Composite.from_binder)
-        self._items: dict[str, Item] = {}
+                self._kv_part = part
+        self._index = FileIndex.of(entries)
+        binder = self._binder(validate_composites)
         for name, offset, desc in ordered:
             for item in binder.add(desc, offset, name):
                 self._items[item.name] = item
+        self._finish_binding(binder, [name for name, _, _ in ordered])
+
+    def _finish_binding(self, binder: CompositeBinder, bound: list) -> None:
+        """The binder closed (a composite still open is torn), and which of the ``bound`` entries
+        are not top-level items: members of composites, and a torn composite's head."""
         for item in binder.finish():
             self._items[item.name] = item
-        order = {e.name: i for i, e in enumerate(self._entries)}
-        self._names = sorted(self._items, key=order.__getitem__)
+        items = self._items
+        self._members = {name: None for name in bound if name not in items}
+
+    def _binder(self, validate: bool) -> CompositeBinder:
+        return CompositeBinder(mode=self.mode, validate=validate, limits=self.limits, findings=self._bind_findings,
+                               leaf=self.tensor_of, assemble=Composite.from_binder)
+
+    def _check(self, name: str) -> tuple:
+        """``(descriptor, buffer spans, findings)`` of entry ``name``, its descriptor decoded and
+        checked with its placement on first use (:func:`~hurray_schema.io.walk.check_tensor`:
+        the rule and offset the walk at open, and ``audit``, report)."""
+        checked = self._checked.get(name)
+        if checked is None:
+            index, placement = self._index, self._placement
+            i = index.position[name]
+            rank = int(placement.rank[i])
+            previous = index.names[placement.order[rank - 1]] if rank else None
+            part, spans, _ = check_tensor(self._view, index.entry(i), self._describe, self._region,
+                                          int(placement.previous_end[rank]), previous)
+            checked = self._checked[name] = (part.value, spans, part.findings)
+        return checked
+
+    def _check_all(self) -> None:
+        """Every tensor checked, in descriptor order (what ``findings`` reports on)."""
+        if self._placement is not None and len(self._checked) < len(self._index):
+            names = self._index.names
+            for i in self._placement.order.tolist():
+                self._check(names[i])
+
+    @property
+    def findings(self) -> list[Finding]:
+        """What the mode tolerated and the SHOULD-level notes, of the container, descriptor and
+        composite rules alike, in ``audit``'s order.  Reading it checks every tensor not read yet
+        (raising the first fault, as opening would had every tensor been checked at open); after
+        :meth:`close`, what was known then."""
+        if self._closed:
+            return list(self._findings_at_close)
+        self._check_all()
+        return self._known_findings()
+
+    def _known_findings(self) -> list[Finding]:
+        """The findings of the sections, of every tensor checked so far (descriptor order) and of
+        the composites."""
+        found = list(self._kv_part.findings)
+        checked = self._checked
+        if self._placement is not None:
+            names = self._index.names
+            sequence = (names[i] for i in self._placement.order.tolist() if names[i] in checked)
+        else:
+            sequence = iter(checked)
+        for name in sequence:
+            found.extend(checked[name][2])
+        return found + self._bind_findings
 
     def tensor_of(self, desc: TensorDescriptor, name: str) -> Tensor:
         """The tensor of entry ``name`` with descriptor ``desc``: views of the memory map (knowing
         its file, path and byte ranges, when there is one), or a :class:`SourcedTensor` whose
         buffers are fetched by range."""
-        spans = self._spans[name]
+        spans = self._check(name)[1]
         if self._reader is not None:
             from .source import SourcedBuffers
 
@@ -285,7 +389,12 @@ class HurrayFile(Mapping):
 
     def __getitem__(self, name: str) -> Item:
         self._check_open()
-        return self._items[name]
+        item = self._items.get(name)
+        if item is None:
+            if name not in self._index.position or name in self._members:
+                raise KeyError(name)
+            item = self._items[name] = self.tensor_of(self._check(name)[0], name)
+        return item
 
     def __iter__(self) -> Iterator[str]:
         self._check_open()
@@ -297,7 +406,7 @@ class HurrayFile(Mapping):
 
     def __contains__(self, name) -> bool:
         self._check_open()
-        return name in self._items
+        return name in self._index.position and name not in self._members
 
     def keys(self):
         """The top-level names (tensors and composites, not members), in index order."""
@@ -315,23 +424,23 @@ class HurrayFile(Mapping):
     def entries(self) -> tuple[IndexEntry, ...]:
         """Every index entry, in index order (composite heads and members included)."""
         self._check_open()
-        return tuple(self._entries)
+        return tuple(self._index.entries())
 
     def descriptor(self, name: str) -> TensorDescriptor:
         """The descriptor of any index entry (members included)."""
         self._check_open()
-        return self._descriptors[name]
+        return self._check(name)[0]
 
     def tensor(self, name: str) -> Tensor:
         """Any non-head entry as a :class:`Tensor` (members included)."""
         self._check_open()
-        return self.tensor_of(self._descriptors[name], name)
+        return self.tensor_of(self._check(name)[0], name)
 
     @property
     def kv(self) -> dict:
         """The decoded KV section (``file-format.md § KV Metadata Section``); empty when there is none."""
         self._check_open()
-        return self._kv
+        return self._kv_part.value
 
     def metadata(self) -> dict:
         """A copy of the KV section as a dict (what ``save(..., metadata=)`` wrote)."""
@@ -340,8 +449,10 @@ class HurrayFile(Mapping):
     def get_item(self, name: str) -> Item:
         """The tensor or composite called ``name``: a top-level one or a member at any depth."""
         self._check_open()
-        if self._by_name is None:
-            self._by_name = {node_name: node for top, item in self._items.items()
+        if name in self:
+            return self[name]
+        if self._by_name is None:  # members, reached through their composites
+            self._by_name = {node_name: node for top, item in self._items.items() if isinstance(item, Composite)
                              for node_name, node in walk(item, top) if node_name is not None}
         try:
             return self._by_name[name]
@@ -377,6 +488,8 @@ class HurrayFile(Mapping):
     def close(self) -> None:
         """Release the file.  The map itself is released once no tensor view is alive.
         Later accesses raise :class:`ClosedFileError`; closing again does nothing."""
+        if not self._closed and self._index is not None:
+            self._findings_at_close = self._known_findings()
         self._closed = True
         self._items = {}
         self._by_name = None
@@ -405,11 +518,11 @@ class HurrayFile(Mapping):
     def __repr__(self) -> str:
         if self._closed:
             return f"HurrayFile({self.path!r}, closed)"
-        return f"HurrayFile({self.path!r}, {len(self._names)} items, {len(self._entries)} index entries)"
+        return f"HurrayFile({self.path!r}, {len(self._names)} items, {len(self._index)} index entries)"
 
     def buffer_ranges(self, name: str) -> tuple[tuple[int, int], ...]:
         """``(file offset, byte size)`` of each buffer of the non-head entry ``name``."""
-        return tuple((int(offset), int(size)) for offset, size in self._spans[name])
+        return tuple((int(offset), int(size)) for offset, size in self._check(name)[1])
 
     def to_dask(self, name: str, chunks=None, *, chunk_bytes=None, limits=None):
         """Item ``name`` (or any member entry) as a lazy ``dask.array.Array`` (a tuple for a
@@ -419,7 +532,7 @@ class HurrayFile(Mapping):
         own byte ranges (:class:`~.source.RemoteBuffers`).  ``f[name].to_dask()`` is the same graph."""
         from ..evaluate.dask_graph import to_dask
 
-        item = self._items[name] if name in self._items else self.tensor(name)
+        item = self[name] if name in self else self.tensor(name)
         return to_dask(item, chunks, chunk_bytes=chunk_bytes, limits=limits, locate=locate_buffers)
 
 
@@ -578,6 +691,6 @@ def write_file(path, items: Union[Mapping[str, Item], Iterable[Item]], *, kv: Op
     layout = (encoded, flags, a, pad_after_composite_head, kv_bytes, sorted_index)
     if validate:
         placed = {e.name: e.descriptor_offset for e in _write_body(Sink(), *layout)}
-        check_nodes(encoded, [placed[item.name] for item in encoded], descriptors_first=True)
+        check_nodes(encoded, [placed[item.name] for item in encoded], file_order=True)
     with replacing(path) as f:
         return _write_body(Sink(f), *layout)

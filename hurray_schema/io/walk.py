@@ -974,6 +974,21 @@ def walk_file(view: memoryview, describe: Describe, *, faults: Faults, mode: Mod
 def _strict_sections(view: memoryview, mode: Mode, limits: Limits):
     """The parts before the tensors (header, trailer, index, kv), checked; returns the
     header fields, the index entries in descriptor order and where the tensor region ends."""
+    h, t = check_ends(view, limits)
+    size = len(view)
+    yield Part(FILE_HEADER_PART, 0, FILE_HEADER_SIZE, FILE_HEADER, h)
+    yield Part(TRAILER_PART, size - TRAILER_SIZE, size, TRAILER, t)
+    entries = _strict_index(view, h, t, limits)
+    yield Part(INDEX_PART, t["index_offset"], t["index_offset"] + t["index_length"], INDEX_ENTRY_FIELDS,
+               tuple(entries))
+    yield _strict_kv(view, h, t, mode, limits)
+    region_end = min(t["index_offset"], t["kv_offset"] if t["kv_length"] else t["index_offset"])
+    return h, sorted(entries, key=lambda e: e.descriptor_offset), region_end
+
+
+def check_ends(view, limits: Limits) -> tuple[dict, dict]:
+    """The file header and the trailer (with the index CRC) checked, the first fault raised
+    (``file-format.md § File Header``, ``§ Trailer``); their fields."""
     size = len(view)
     head = bytes(view[:FILE_HEADER_SIZE])
     if len(head) >= len(FILE_MAGIC) and head[: len(FILE_MAGIC)] != FILE_MAGIC:
@@ -984,16 +999,9 @@ def _strict_sections(view: memoryview, mode: Mode, limits: Limits):
             f"{size} bytes cannot hold the {FILE_HEADER_SIZE}-byte header and {TRAILER_SIZE}-byte trailer", size)
     h, _ = _HEADER.unpack(view[:FILE_HEADER_SIZE], 0)  # slices only: a file read by range is read so too
     _check_header(h, size)
-    yield Part(FILE_HEADER_PART, 0, FILE_HEADER_SIZE, FILE_HEADER, h)
     t, _ = _TRAILER.unpack(view[size - TRAILER_SIZE:size], 0)
     _check_trailer(view, h, t, limits)
-    yield Part(TRAILER_PART, size - TRAILER_SIZE, size, TRAILER, t)
-    entries = _strict_index(view, h, t, limits)
-    yield Part(INDEX_PART, t["index_offset"], t["index_offset"] + t["index_length"], INDEX_ENTRY_FIELDS,
-               tuple(entries))
-    yield _strict_kv(view, h, t, mode, limits)
-    region_end = min(t["index_offset"], t["kv_offset"] if t["kv_length"] else t["index_offset"])
-    return h, sorted(entries, key=lambda e: e.descriptor_offset), region_end
+    return h, t
 
 
 def _check_header(h: dict, size: int) -> None:
@@ -1118,66 +1126,88 @@ def _file_strict(view: memoryview, describe: Describe, mode: Mode, limits: Limit
     """The reader's walk: the sections, then each tensor in descriptor order (this loop is
     the generator the reader iterates, so a tensor's parts pass through no other)."""
     h, ordered, region_end = yield from _strict_sections(view, mode, limits)
-    a = h["data_buffer_alignment"]
-    previous_end, previous = h["first_descriptor_offset"], None
-    first = previous_end
+    region = TensorRegion(h["first_descriptor_offset"], region_end, h["data_buffer_alignment"])
+    previous_end, previous = region.first, None
     for e in ordered:
-        off = e.descriptor_offset
-        if off % DESCRIPTOR_ALIGNMENT:
-            raise container_rules.DESCRIPTOR_ALIGNMENT.violation(
-                f"descriptor of {e.name!r} at {off} is not 8-aligned", _entry_field(e, "descriptor_offset"))
-        if off < first or off + FIXED_HEADER_SIZE > region_end:
-            raise container_rules.INDEX_DESCRIPTOR_BOUNDS.violation(
-                f"descriptor of {e.name!r} at {off} is outside the tensor region [{first}, {region_end})",
-                _entry_field(e, "descriptor_offset"))
-        if off < previous_end:
-            raise container_rules.INDEX_OVERLAP.violation(
-                f"descriptor of {e.name!r} at {off} lies inside the tensor {previous!r} (which ends at "
-                f"{previous_end})", _entry_field(e, "descriptor_offset"))
-        length = peek_descriptor_length(view[off : off + FIXED_HEADER_SIZE].tobytes(), off)
-        if length != e.descriptor_length:
-            raise container_rules.INDEX_DESCRIPTOR_LENGTH.violation(
-                f"index says descriptor_length {e.descriptor_length} for {e.name!r}, the descriptor says {length}",
-                _entry_field(e, "descriptor_length"))
-        if off + length > region_end:
-            raise container_rules.INDEX_DESCRIPTOR_BOUNDS.violation(
-                f"descriptor of {e.name!r} ({length} bytes at {off}) runs past the tensor region end {region_end}",
-                _entry_field(e, "descriptor_offset"))
-        part = describe(view[off : off + length], off, 0)
+        part, spans, previous_end = check_tensor(view, e, describe, region, previous_end, previous)
         yield part
-        end = off + length
-        data_offset, data_length = e.data_offset, e.data_length
-        if part.value.buffers:
-            if data_offset % a:
-                raise container_rules.DATA_ALIGNMENT.violation(
-                    f"data of {e.name!r} at {data_offset} is not a multiple of data_buffer_alignment {a}",
-                    _entry_field(e, "data_offset"))
-            if data_offset < end:
-                raise container_rules.INDEX_OVERLAP.violation(
-                    f"data of {e.name!r} at {data_offset} starts inside its descriptor (ends at {end})",
-                    _entry_field(e, "data_offset"))
-            spans = buffer_spans(part.value, data_offset, a)
-            last, size = spans[-1]
-            if data_length != last + size - data_offset:
-                raise container_rules.DATA_LENGTH.violation(
-                    f"data_length of {e.name!r} is {data_length}, its buffers span {last + size - data_offset}",
-                    _entry_field(e, "data_length"))
-            if last + size > region_end:
-                raise container_rules.DATA_BOUNDS.violation(
-                    f"buffers of {e.name!r} end at {last + size}, past the tensor region end {region_end} "
-                    "(truncated data)", _entry_field(e, "data_length"))
-            if last + size > end:
-                end = last + size
-        else:
-            spans = []
-            if data_length:
-                raise container_rules.DATA_LENGTH.violation(
-                    f"{e.name!r} has no buffers but data_length {data_length}", _entry_field(e, "data_length"))
-            if end <= data_offset <= region_end:
-                end = data_offset  # a writer that padded after the head (the reference)
-        yield part_from_fields((TENSOR_DATA, data_offset, data_offset + data_length, None, spans, None, e.name,
+        yield part_from_fields((TENSOR_DATA, e.data_offset, e.data_offset + e.data_length, None, spans, None, e.name,
                                 (), 0, 0))
-        previous_end, previous = end, e.name
+        previous = e.name
+
+
+@attrs.frozen(slots=True)
+class TensorRegion:
+    """Where a file's tensors may lie (``file-format.md § Descriptor Placement``): from
+    ``first_descriptor_offset`` to the first of the KV section and the index, buffers on
+    ``data_buffer_alignment`` boundaries."""
+
+    first: int
+    end: int
+    alignment: int
+
+
+def check_tensor(view, e: IndexEntry, describe: Describe, region: TensorRegion, previous_end: int,
+                 previous: Optional[str]) -> tuple[Part, list, int]:
+    """One tensor of a file as the reader takes it, after the tensor before it in descriptor
+    order (``previous``, which ends at ``previous_end``): its descriptor's placement and length
+    against its index entry, the descriptor itself (``describe``), then its data's placement;
+    the first fault raises.  Returns the descriptor part, the ``(offset, size)`` of each buffer
+    and where the tensor ends.  The file reader runs it on every tensor at open, or on a tensor's
+    first read (:mod:`.file_index`), with the same rule and offset either way."""
+    off, first, region_end, a = e.descriptor_offset, region.first, region.end, region.alignment
+    if off % DESCRIPTOR_ALIGNMENT:
+        raise container_rules.DESCRIPTOR_ALIGNMENT.violation(
+            f"descriptor of {e.name!r} at {off} is not 8-aligned", _entry_field(e, "descriptor_offset"))
+    if off < first or off + FIXED_HEADER_SIZE > region_end:
+        raise container_rules.INDEX_DESCRIPTOR_BOUNDS.violation(
+            f"descriptor of {e.name!r} at {off} is outside the tensor region [{first}, {region_end})",
+            _entry_field(e, "descriptor_offset"))
+    if off < previous_end:
+        raise container_rules.INDEX_OVERLAP.violation(
+            f"descriptor of {e.name!r} at {off} lies inside the tensor {previous!r} (which ends at "
+            f"{previous_end})", _entry_field(e, "descriptor_offset"))
+    length = peek_descriptor_length(view[off : off + FIXED_HEADER_SIZE].tobytes(), off)
+    if length != e.descriptor_length:
+        raise container_rules.INDEX_DESCRIPTOR_LENGTH.violation(
+            f"index says descriptor_length {e.descriptor_length} for {e.name!r}, the descriptor says {length}",
+            _entry_field(e, "descriptor_length"))
+    if off + length > region_end:
+        raise container_rules.INDEX_DESCRIPTOR_BOUNDS.violation(
+            f"descriptor of {e.name!r} ({length} bytes at {off}) runs past the tensor region end {region_end}",
+            _entry_field(e, "descriptor_offset"))
+    part = describe(view[off : off + length], off, 0)
+    end = off + length
+    data_offset, data_length = e.data_offset, e.data_length
+    if part.value.buffers:
+        if data_offset % a:
+            raise container_rules.DATA_ALIGNMENT.violation(
+                f"data of {e.name!r} at {data_offset} is not a multiple of data_buffer_alignment {a}",
+                _entry_field(e, "data_offset"))
+        if data_offset < end:
+            raise container_rules.INDEX_OVERLAP.violation(
+                f"data of {e.name!r} at {data_offset} starts inside its descriptor (ends at {end})",
+                _entry_field(e, "data_offset"))
+        spans = buffer_spans(part.value, data_offset, a)
+        last, size = spans[-1]
+        if data_length != last + size - data_offset:
+            raise container_rules.DATA_LENGTH.violation(
+                f"data_length of {e.name!r} is {data_length}, its buffers span {last + size - data_offset}",
+                _entry_field(e, "data_length"))
+        if last + size > region_end:
+            raise container_rules.DATA_BOUNDS.violation(
+                f"buffers of {e.name!r} end at {last + size}, past the tensor region end {region_end} "
+                "(truncated data)", _entry_field(e, "data_length"))
+        if last + size > end:
+            end = last + size
+    else:
+        spans = []
+        if data_length:
+            raise container_rules.DATA_LENGTH.violation(
+                f"{e.name!r} has no buffers but data_length {data_length}", _entry_field(e, "data_length"))
+        if end <= data_offset <= region_end:
+            end = data_offset  # a writer that padded after the head (the reference)
+    return part, spans, end
 
 
 def _entry_field(e: IndexEntry, field: str) -> int:

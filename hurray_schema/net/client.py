@@ -289,7 +289,7 @@ class Session:
         item = as_item(item)
         encoded = list(encode_nodes(walk(item, key), validate))
         if validate:
-            check_nodes(encoded, [0] * len(encoded), descriptors_first=False)
+            check_nodes(encoded, [0] * len(encoded), file_order=False)
         return self._call(self._put, key, encoded)
 
     def _put(self, key: str, encoded) -> None:

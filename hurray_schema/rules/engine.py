@@ -19,6 +19,7 @@ the package :mod:`hurray_schema.rules` declares every rule (``rules/all_rules.py
 from __future__ import annotations
 
 import enum
+import sys
 from typing import Callable, Iterable, Iterator, Optional
 
 import attrs
@@ -123,6 +124,12 @@ class Rule:
 
 
 _REGISTRY: dict[str, Rule] = {}
+_AREA: dict[str, int] = {}
+
+AREA_ORDER = ("descriptor", "composite", "structure", "container", "interop", "session")
+"""The spec areas (modules under ``hurray_schema.rules``) in the registry's order: one descriptor,
+composite, descriptor structure, then containers and the transport.  Within an area, rules keep
+their declaration order; the areas are ordered so whatever order they were imported in."""
 
 
 def declare(
@@ -136,17 +143,40 @@ def declare(
         raise ValueError(f"rule {id!r} declared twice")
     rule = Rule(id, level, citation, summary, scope, permissive, check, when)
     _REGISTRY[id] = rule
+    _AREA[id] = _area_of(sys._getframe(1).f_globals.get("__name__", ""))
     return rule
 
 
+def _area_of(module: str) -> int:
+    """The place of the spec area that ``module`` (a module under ``hurray_schema.rules``) belongs
+    to in the registry's order (:data:`AREA_ORDER`); unknown areas last."""
+    area = module.split(".")[2] if module.count(".") >= 2 else module
+    return AREA_ORDER.index(area) if area in AREA_ORDER else len(AREA_ORDER)
+
+
+def _declare_every_rule() -> None:
+    """Every spec area's rules declared: set by the package (``hurray_schema.rules``, which imports
+    :mod:`.all_rules` in it) before this module can be used.  Called on the first question about
+    the whole registry, not at import: a reader loads only the areas whose rules it checks."""
+
+
+_REGISTRY_COMPLETION = [_declare_every_rule]
+"""What declares every area's rules (one slot, which the package fills)."""
+
+
 def registry() -> tuple[Rule, ...]:
-    """Every declared rule, in declaration order (all of them once :mod:`hurray_schema.rules`
-    is imported, which any import of a module under it does first)."""
-    return tuple(_REGISTRY.values())
+    """Every rule of every spec area, in declaration order."""
+    _REGISTRY_COMPLETION[0]()
+    return tuple(sorted(_REGISTRY.values(), key=lambda rule: _AREA[rule.id]))  # stable: declaration order kept
 
 
 def get_rule(rule_id: str) -> Rule:
-    return _REGISTRY[rule_id]
+    """The rule ``rule_id`` (``KeyError`` when no spec area declares it)."""
+    rule = _REGISTRY.get(rule_id)
+    if rule is None:
+        _REGISTRY_COMPLETION[0]()
+        rule = _REGISTRY[rule_id]
+    return rule
 
 
 @attrs.frozen(slots=True)

@@ -410,6 +410,27 @@ class Plan:
                 self._flat[counts[0] if self._single is not None else counts] = entry
         return entry
 
+    def numpy_dtype(self):
+        """The table as a packed NumPy structured dtype (little-endian, one field per declared
+        field, ``S<n>`` for fixed bytes), for reading many copies of it at once; only for a
+        table of fixed size."""
+        import numpy as np
+
+        if self._fixed is None:
+            raise TypeError("only a fixed-size table has a NumPy dtype")
+        fields = []
+        for name, char in zip(self._fixed.names, self._fixed.chars):
+            size = _struct.calcsize("<" + char)
+            if char.endswith("s"):
+                fields.append((name, f"S{size}"))
+            elif char in "efd":
+                fields.append((name, f"<f{size}"))
+            else:
+                fields.append((name, f"<{'i' if char.islower() else 'u'}{size}"))
+        dtype = np.dtype(fields)
+        assert dtype.itemsize == self.fixed_size, (dtype, self.fixed_size)
+        return dtype
+
     def flat_layout(self, **context: Any):
         """``(format, slots)`` of the whole table as one run once ``context`` fixes every
         count: ``format`` is a :mod:`struct` format without its byte-order prefix, each slot
