@@ -109,6 +109,7 @@ path, row = sys.argv[1], int(sys.argv[2])
 print("@@ import hurray_schema", file=sys.stderr, flush=True)
 start = time.perf_counter()
 import hurray_schema as hs
+hs.read_file  # the package imports a name's module on first use: this loads the read path
 imported = time.perf_counter() - start
 print("@@ first open", file=sys.stderr, flush=True)
 calls = []
@@ -356,6 +357,7 @@ def main() -> None:
             print(f"{count:7d} {_mb(ours.stat().st_size):>9} {_mb(theirs.stat().st_size):>10} {ours_w:13.2f} "
                   f"{theirs_w:15.2f}  {'yes' if same and same_key else 'NO'} ({a.dtype}, {a.shape})", flush=True)
 
+        verdicts: list = []  # (what, ratio, goal) for the summary at the end
         print(f"\n1. in process: open + one row, median of {args.repeat} (ms); ratio ours/theirs, "
               "target <= 2x, moonshot 1x")
         print(f"{'N':>7} {'ours get_slice':>15} {'ours f[name]':>13} {'safetensors':>12} {'ratio':>7} "
@@ -366,6 +368,7 @@ def main() -> None:
                                   partial(their_row, theirs, args.row)], args.repeat)
             print(f"{count:7d} {a * 1e3:15.2f} {k * 1e3:13.2f} {b * 1e3:12.2f} {a / b:6.1f}x {k / b:13.1f}x",
                   flush=True)
+            verdicts.append((f"in process, N = {count}: open + row <= 2x safetensors", a / b, 2.0))
 
         print(f"\n2. whole process: python -c 'import; open; row' (s), warm median of {args.runs} (min-max); "
               "cold = ours with an empty NUMBA_CACHE_DIR")
@@ -378,6 +381,8 @@ def main() -> None:
             print(f"{count:7d} {w['ours']:8.3f} ({w['ours_range'][0]:.3f}-{w['ours_range'][1]:.3f}) "
                   f"{w['theirs']:8.3f} ({w['theirs_range'][0]:.3f}-{w['theirs_range'][1]:.3f}) "
                   f"{w['ours'] / w['theirs']:6.1f}x {w['cold']:10.3f} {w['cold'] / w['theirs']:10.1f}x", flush=True)
+            verdicts.append((f"whole process, N = {count}, warm: <= 2x safetensors", w["ours"] / w["theirs"], 2.0))
+            verdicts.append((f"whole process, N = {count}, cold: <= 2x safetensors", w["cold"] / w["theirs"], 2.0))
 
         largest = max(counts)
         print(f"\n3. N = {largest}, one open in a fresh process (median of {args.mem_runs}): time and memory growth "
@@ -391,12 +396,13 @@ def main() -> None:
                   f"{_mb(p['file'])} {_mb(p['hwm']):>11} "
                   f"{_mb(p['rss_after']):>10} {_mb(t['heap'])} {_mb(t['heap_peak'])}")
         o, t = m["ours"]["plain"], m["theirs"]["plain"]
+        verdicts.append((f"N = {largest}: open in a fresh process <= 2x safetensors", o["open_s"] / t["open_s"], 2.0))
         print(f"ratio ours/theirs: open {o['open_s'] / t['open_s']:.1f}x, RSS growth "
               f"{o['rss'] / max(t['rss'], 1):.1f}x ({(o['rss'] - t['rss']) / largest:.0f} bytes more per tensor; "
               f"anonymous {o['anon'] / max(t['anon'], 1):.1f}x, file-backed (pages of the map touched) "
               f"{o['file'] / max(t['file'], 1):.1f}x)")
 
-        print("\n4. import hurray_schema (-X importtime, fresh process, empty NUMBA_CACHE_DIR); "
+        print("\n4. import hurray_schema + hs.read_file (-X importtime, fresh process, empty NUMBA_CACHE_DIR); "
               f"then open + row of the N = {min(counts)} and N = {largest} files")
         for count in sorted({min(counts), largest}):
             r = imports(files[count][0], args.row, caches)
@@ -430,6 +436,9 @@ def main() -> None:
             print(f"  N = {count}: numba loaded by the end: {'yes' if r['numba_loaded'] else 'no'}, llvmlite: "
                   f"{'yes' if r['llvmlite_loaded'] else 'no'}, kernels compiled {len(kernels.get('compiled', []))}, "
                   f"loaded {len(kernels.get('loaded', []))}")
+        print("\nacceptance (the issue's ratios, this run):")
+        for what, ratio, goal in verdicts:
+            print(f"  {'met ' if ratio <= goal else 'MISSED'} {ratio:5.2f}  {what}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import mmap
 import os
 from collections.abc import Mapping
-from typing import Any, Iterable, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Union
 
 import numpy as np
 
@@ -35,8 +35,8 @@ from ..structs.file import (
     INDEX_NAME_LENGTH, MAX_DATA_BUFFER_ALIGNMENT, MIN_DATA_BUFFER_ALIGNMENT, SECTION_ALIGNMENT,
     SUPPORTED_CONTAINER_MAJOR, SUPPORTED_CONTAINER_MINOR, TRAILER, TRAILER_MAGIC, TRAILER_SIZE, FileFlag,
 )
-from ._write import EncodedNode, Sink, as_item, check_nodes, encode_nodes, replacing
-from .kv import encode_kv
+if TYPE_CHECKING:  # the writer's modules are imported by write_file: reading needs none of them
+    from ._write import EncodedNode, Sink
 from .source import is_url
 from .tensor import Composite, Item, SourcedTensor, Tensor, locate_buffers, walk
 from .file_index import FileIndex, front_sections, place_tensors
@@ -579,6 +579,8 @@ def _named_items(items) -> list[tuple[str, Item]]:
         if isinstance(items, (Tensor, Composite)):
             items = (items,)
         pairs = [(item.name, item) for item in items]
+    from ._write import as_item
+
     named = []
     for name, item in pairs:
         try:
@@ -675,6 +677,9 @@ def write_file(path, items: Union[Mapping[str, Item], Iterable[Item]], *, kv: Op
     test inputs.  ``pad_after_composite_head=True`` reproduces the reference writer's
     padding after a head, which the spec forbids -- only for interop experiments.
     """
+    from ._write import Sink, check_nodes, encode_nodes, replacing
+    from .kv import encode_kv
+
     a = data_buffer_alignment
     if a & (a - 1) or not MIN_DATA_BUFFER_ALIGNMENT <= a <= MAX_DATA_BUFFER_ALIGNMENT:
         raise HurraySchemaError(f"data_buffer_alignment {a} is not a power of two in [4096, 2 MiB]")

@@ -21,6 +21,7 @@ offset ``audit`` reports (or, in permissive mode, records what the mode tolerate
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import numpy as np
@@ -98,12 +99,8 @@ def _fast_index(view, header: dict, trailer: dict, limits: Limits) -> Optional[F
     (count,) = _COUNT_CODEC.unpack_from(section, 0)
     if count * _MIN_ENTRY > len(section) - _COUNT.fixed_size or count > limits.max_index_entries:
         return None
-    starts, fields_at = _entry_positions(section, count)
+    starts, fields_at, names = _entries_and_names(section, count)
     if starts is None:
-        return None
-    try:
-        names = [section[at + _NAME_LENGTH_SIZE : end].decode("utf-8") for at, end in zip(starts, fields_at)]
-    except UnicodeDecodeError:
         return None
     position = dict(zip(names, range(count)))
     if len(position) != count or "" in position:
@@ -116,22 +113,35 @@ def _fast_index(view, header: dict, trailer: dict, limits: Limits) -> Optional[F
     return FileIndex(names, position, fields, np.asarray(starts, np.int64) + index_at)
 
 
-def _entry_positions(section: bytes, count: int):
-    """Where each entry starts and where its fixed fields start, or ``(None, None)`` when the
-    entries do not exactly fill the section."""
-    starts, fields_at = [0] * count, [0] * count
+def _entries_and_names(section: bytes, count: int):
+    """Where each entry starts, where its fixed fields start, and its name; ``(None, None, None)``
+    when the entries do not exactly fill the section or a name is not UTF-8."""
+    starts, fields_at, raw = [0] * count, [0] * count, [b""] * count
     unpack, pos = _NAME_LENGTH.unpack_from, _COUNT.fixed_size
     try:
         for i in range(count):
             starts[i] = pos
-            pos += _NAME_LENGTH_SIZE + unpack(section, pos)[0]
-            fields_at[i] = pos
-            pos += _ENTRY_SIZE
+            pos += _NAME_LENGTH_SIZE
+            end = pos + unpack(section, pos - _NAME_LENGTH_SIZE)[0]
+            raw[i] = section[pos:end]
+            fields_at[i] = end
+            pos = end + _ENTRY_SIZE
     except Exception:  # noqa: BLE001 - a name length past the end: the exact parse names the fault
-        return None, None
+        return None, None, None
     if pos != len(section):
-        return None, None
-    return starts, fields_at
+        return None, None, None
+    # one decode of every name: 0xFF never occurs in UTF-8, so it separates them, and any byte that
+    # is not UTF-8 (0xFF in a name included) leaves a lone surrogate behind
+    text = _SEPARATOR.join(raw).decode("utf-8", "surrogateescape")
+    names = text.split(_SEPARATOR_DECODED)
+    if len(names) != count or _NOT_UTF8.search(text.replace(_SEPARATOR_DECODED, "")):
+        return None, None, None
+    return starts, fields_at, names
+
+
+_SEPARATOR = b"\xff"
+_SEPARATOR_DECODED = _SEPARATOR.decode("utf-8", "surrogateescape")
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
 
 
 def _gather(data, positions, dtype: np.dtype) -> np.ndarray:
@@ -159,35 +169,37 @@ class Placement:
         self.at_open = at_open
 
 
+_OFFSETS_AND_LENGTHS = ("descriptor_offset", "data_offset", "data_length")
+
+
 def place_tensors(view, index: FileIndex, region: TensorRegion) -> Optional[Placement]:
     """Every tensor's placement checked from the index and each descriptor's fixed header,
     read as arrays (``file-format.md § Descriptor Placement``, ``§ Data Buffer Placement``);
     None when any check fails (the caller walks the file entry by entry, which raises the fault)."""
     fields, size = index.fields, len(view)
-    for name in ("descriptor_offset", "data_offset", "data_length"):
-        if len(fields) and int(fields[name].max()) > size:
-            return None
-    offset = fields["descriptor_offset"].astype(np.int64)
-    order = np.argsort(offset, kind="stable")  # the exact walk's sorted(): ties keep index order
-    offset = offset[order]
-    length = fields["descriptor_length"].astype(np.int64)[order]
-    data_at = fields["data_offset"].astype(np.int64)[order]
-    data_length = fields["data_length"].astype(np.int64)[order]
+    if len(fields) and max(int(fields[name].max()) for name in _OFFSETS_AND_LENGTHS) > size:
+        return None  # (which also keeps every sum below inside int64)
+    order = np.argsort(fields["descriptor_offset"], kind="stable")  # the exact walk's sorted(): ties keep index order
+    placed = fields[order]
+    offset = placed["descriptor_offset"].astype(np.int64)
+    length = placed["descriptor_length"].astype(np.int64)
+    data_at = placed["data_offset"].astype(np.int64)
+    data_length = placed["data_length"].astype(np.int64)
     descriptor_end = offset + length
-    if ((offset % DESCRIPTOR_ALIGNMENT).any() or (offset < region.first).any()
-            or (length < FIXED_HEADER_SIZE).any() or (descriptor_end > region.end).any()):
+    if (((offset % DESCRIPTOR_ALIGNMENT) != 0) | (offset < region.first) | (length < FIXED_HEADER_SIZE)
+            | (descriptor_end > region.end)).any():
         return None
     headers = _gather(view, offset, _HEADER_DTYPE)
-    if (headers["magic"] != DESCRIPTOR_MAGIC).any() or (headers["descriptor_length"] != length).any():
-        return None
     has_data = data_length > 0
     data_end = data_at + data_length
-    if (has_data & ((data_at % region.alignment != 0) | (data_at < descriptor_end) | (data_end > region.end))).any():
-        return None
     padded = (descriptor_end <= data_at) & (data_at <= region.end)  # a data-less tensor may end where its data would
     end = np.where(has_data, data_end, np.where(padded, np.maximum(descriptor_end, data_at), descriptor_end))
-    previous_end = np.concatenate(([region.first], end[:-1])) if len(end) else end
-    if (offset < previous_end).any():
+    previous_end = np.empty_like(end)
+    previous_end[:1] = region.first
+    previous_end[1:] = end[:-1]
+    if ((headers["magic"] != DESCRIPTOR_MAGIC) | (headers["descriptor_length"] != length) | (offset < previous_end)
+            | (has_data & ((data_at % region.alignment != 0) | (data_at < descriptor_end) | (data_end > region.end)))
+            ).any():
         return None
     at_open = ~has_data | (headers["layout_tag"] == LayoutTag.COMPOSITE)
     return Placement(order, previous_end, at_open)
