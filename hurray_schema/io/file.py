@@ -219,7 +219,6 @@ class HurrayFile(Mapping):
         self._index = None
         self._placement = None
         self._checked = {}
-        self._findings_at_close: list[Finding] = []
         self._map: Optional[mmap.mmap] = None
         self._closed = False
         self._by_name: Optional[dict[str, Item]] = None
@@ -349,7 +348,7 @@ class HurrayFile(Mapping):
         (raising the first fault, as opening would had every tensor been checked at open); after
         :meth:`close`, what was known then."""
         if self._closed:
-            return list(self._findings_at_close)
+            return self._known_findings() if self._index is not None else []
         self._check_all()
         return self._known_findings()
 
@@ -488,8 +487,6 @@ class HurrayFile(Mapping):
     def close(self) -> None:
         """Release the file.  The map itself is released once no tensor view is alive.
         Later accesses raise :class:`ClosedFileError`; closing again does nothing."""
-        if not self._closed and self._index is not None:
-            self._findings_at_close = self._known_findings()
         self._closed = True
         self._items = {}
         self._by_name = None
