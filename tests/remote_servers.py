@@ -99,6 +99,18 @@ class Nginx:
                 out.append((method, int(status), int(sent), asked.strip('"')))
         return out
 
+    def requests_since(self, name: str, before: int, at_least: int = 1,
+                       seconds: float = 5.0) -> list[tuple[str, int, int, str]]:
+        """The requests for ``/name`` after the first ``before`` ones, once at least ``at_least`` of
+        them are logged: nginx writes a request's log line after it sent the response, so a client
+        can look before the line is there (bounded by ``seconds``)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            served = self.requests(name)[before:]
+            if len(served) >= at_least or time.monotonic() > deadline:
+                return served
+            time.sleep(0.01)
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
