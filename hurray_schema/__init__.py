@@ -8,6 +8,7 @@ it touches: reading a file loads neither the evaluator (numba) nor the transport
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import types
 from typing import TYPE_CHECKING
@@ -51,9 +52,6 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
 
 _HOME = {name: module for module, names in _EXPORTS.items() for name in names}
 
-_SUBPACKAGES = frozenset({"audit", "cli", "codec", "conversion", "docs", "errors", "evaluate", "hexview", "htmlview",
-                          "io", "ksy", "limits", "model", "net", "rules", "signature", "structs", "vectors"})
-
 
 def __getattr__(name: str):
     """A public name, imported from its module on first use (then kept here); a subpackage by its name."""
@@ -62,8 +60,8 @@ def __getattr__(name: str):
         value = getattr(importlib.import_module(module, __name__), name)
         globals()[name] = value
         return value
-    if name in _SUBPACKAGES:
-        return importlib.import_module(f".{name}", __name__)
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f".{name}", __name__)  # a submodule (``hs.rules``), imported on first use
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -77,12 +75,11 @@ class _Package(types.ModuleType):
     submodule stays ``sys.modules["hurray_schema.audit"]``, as ``from .audit import ...`` finds it."""
 
     def __setattr__(self, name: str, value) -> None:
-        if name in _FUNCTIONS_NAMED_AS_MODULES and isinstance(value, types.ModuleType):
+        if name in _HOME and isinstance(value, types.ModuleType):
             value = getattr(value, name)
         super().__setattr__(name, value)
 
 
-_FUNCTIONS_NAMED_AS_MODULES = frozenset(_HOME) & _SUBPACKAGES
 sys.modules[__name__].__class__ = _Package
 
 

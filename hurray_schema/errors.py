@@ -16,7 +16,7 @@ __all__ = ["HurraySchemaError", "SpecViolation", "LimitExceeded", "EncodeError",
            "InvalidDtype", "CopyRequired", "NotAnArray", "DLPackUnsupported", "SourceError", "SourceChanged",
            "ShortRead", "RangeNotSupported", "SourceUnavailable", "RemoteError", "ProtocolVersionMismatch",
            "UnknownTensor", "LayoutUnavailable", "TranscodeLimitExceeded", "DeviceUnavailable", "InvalidMessage",
-           "MessageTooLarge", "ShardMismatch", "remote_error", "SessionError", "SessionTimeout"]
+           "MessageTooLarge", "ShardMismatch", "SessionError", "SessionTimeout"]
 
 
 class HurraySchemaError(Exception):
@@ -165,15 +165,14 @@ class SourceUnavailable(SourceError):
 
 class RemoteError(HurraySchemaError):
     """The peer sent an ``ERROR`` message (``interchange.md § Error Handling``); the subclass
-    names its ``error_code`` (:func:`remote_error`).
+    names its ``error_code`` (``hurray_schema.io.walk.remote_error``, by
+    :class:`~hurray_schema.structs.session.ErrorCode`).
 
     Attributes:
         error_code: the code the peer sent.
         remote_message: the peer's description.
         offset: byte offset of the ERROR message in what was received.
     """
-
-    code: int | None = None
 
     def __init__(self, error_code: int, message: str, offset: int | None):
         self.error_code = error_code
@@ -187,65 +186,38 @@ class RemoteError(HurraySchemaError):
 
 
 class ProtocolVersionMismatch(RemoteError):
-    """ERROR 0x01: the peers share no protocol version."""
-
-    code = 0x01
+    """ERROR PROTOCOL_VERSION_MISMATCH: the peers share no protocol version."""
 
 
 class UnknownTensor(RemoteError, KeyError):
-    """ERROR 0x02: the server holds no tensor by that key."""
-
-    code = 0x02
+    """ERROR UNKNOWN_TENSOR: the server holds no tensor by that key."""
 
     def __str__(self) -> str:  # KeyError would print the repr of the arguments
         return HurraySchemaError.__str__(self)
 
 
 class LayoutUnavailable(RemoteError):
-    """ERROR 0x03: no acceptable layout could be served."""
-
-    code = 0x03
+    """ERROR LAYOUT_UNAVAILABLE: no acceptable layout could be served."""
 
 
 class TranscodeLimitExceeded(RemoteError):
-    """ERROR 0x04: the server refused to transcode a buffer that large."""
-
-    code = 0x04
+    """ERROR TRANSCODE_LIMIT_EXCEEDED: the server refused to transcode a buffer that large."""
 
 
 class DeviceUnavailable(RemoteError):
-    """ERROR 0x05: the requested device is not available."""
-
-    code = 0x05
+    """ERROR DEVICE_UNAVAILABLE: the requested device is not available."""
 
 
 class InvalidMessage(RemoteError):
-    """ERROR 0x06: the peer found a message malformed (its text names the rule)."""
-
-    code = 0x06
+    """ERROR INVALID_MESSAGE: the peer found a message malformed (its text names the rule)."""
 
 
 class MessageTooLarge(RemoteError):
-    """ERROR 0x07: a payload_length exceeded the peer's maximum."""
-
-    code = 0x07
+    """ERROR MESSAGE_TOO_LARGE: a payload_length exceeded the peer's maximum."""
 
 
 class ShardMismatch(RemoteError):
-    """ERROR 0x08: the shards of a parallel transfer are inconsistent."""
-
-    code = 0x08
-
-
-_REMOTE_ERRORS = {cls.code: cls for cls in (ProtocolVersionMismatch, UnknownTensor, LayoutUnavailable,
-                                            TranscodeLimitExceeded, DeviceUnavailable, InvalidMessage,
-                                            MessageTooLarge, ShardMismatch)}
-
-
-def remote_error(error_code: int, message: str, offset: int | None) -> RemoteError:
-    """The :class:`RemoteError` subclass for ``error_code`` (the base class for an
-    implementation-defined or unknown code)."""
-    return _REMOTE_ERRORS.get(error_code, RemoteError)(error_code, message, offset)
+    """ERROR SHARD_MISMATCH: the shards of a parallel transfer are inconsistent."""
 
 
 class SessionError(HurraySchemaError, ConnectionError):

@@ -54,7 +54,7 @@ from ..codec import encode_descriptor, parse_descriptor
 from ..errors import EncodeError, HurraySchemaError
 from ..limits import DEFAULT_LIMITS, HARD_MAXIMUM
 from ..model import TensorDescriptor
-from ..rules.composite import validate_preorder
+from ..rules.composite import CompositeBinder, validate_preorder
 from ..rules.descriptor import first_error
 from .tensor import Composite, Item, ProducedBuffer, ProducedTensor, Tensor
 
@@ -191,32 +191,23 @@ def check_nodes(encoded: Sequence[EncodedNode], bases: Sequence[int], *, file_or
         validate_preorder((decoded(item.descriptor, base) for item, base in zip(encoded, bases)), mode="strict",
                           bases=list(bases), check_heads=False)
         return
-    at_open = opened_at_open(encoded)
     # every descriptor passes first_error, the composite-head rules included, before it is bound,
     # as the readers' descriptors do
-    validate_preorder((decoded(item.descriptor, base) for item, base, now in zip(encoded, bases, at_open) if now),
-                      mode="strict", bases=[base for base, now in zip(bases, at_open) if now], check_heads=False)
-    for item, base, now in zip(encoded, bases, at_open):
-        if not now:
-            decoded(item.descriptor, base)
-
-
-def opened_at_open(encoded: Sequence[EncodedNode]) -> list[bool]:
-    """For each node in pre-order, whether a file reader decodes it at open: a composite head, a
-    member at any depth, or a tensor with no data bytes."""
-    flags, open_members = [], []  # members still to come of each composite open around the node
-    for item in encoded:
-        inside = bool(open_members)
-        if inside:
-            open_members[-1] -= 1
-        if isinstance(item.node, Composite):
-            flags.append(True)
-            open_members.append(len(item.node.members))
+    binder, later = CompositeBinder(mode="strict", check_heads=False), []
+    for item, base in zip(encoded, bases):
+        if binder.depth == 0 and not _decoded_at_open(item):
+            later.append((item, base))
         else:
-            flags.append(inside or not any(handle.byte_size for handle in item.node.descriptor.buffers))
-        while open_members and open_members[-1] == 0:
-            open_members.pop()
-    return flags
+            binder.add(decoded(item.descriptor, base), base)
+    binder.finish()
+    for item, base in later:
+        decoded(item.descriptor, base)
+
+
+def _decoded_at_open(item: EncodedNode) -> bool:
+    """Whether a file reader decodes this top-level node at open: a composite head, or a tensor with
+    no data bytes (``hurray_schema.io.file_index``); a composite's members follow their head."""
+    return isinstance(item.node, Composite) or not any(handle.byte_size for handle in item.node.descriptor.buffers)
 
 
 # --------------------------------------------------------------------------------------

@@ -216,9 +216,10 @@ class HurrayFile(Mapping):
         self.mode = as_mode(mode)
         self.limits = resolve_limits(limits)
         self._file = None
-        self._index = None
-        self._placement = None
-        self._checked = {}
+        self._index: Optional[FileIndex] = None
+        self._placement = None  # the index's Placement, when the open checked it as arrays
+        self._checked: dict[str, tuple] = {}  # name -> (descriptor, buffer spans, findings), once checked
+        self._members: set[str] = set()  # entries that are not top-level items
         self._map: Optional[mmap.mmap] = None
         self._closed = False
         self._by_name: Optional[dict[str, Item]] = None
@@ -232,12 +233,8 @@ class HurrayFile(Mapping):
         self._view = view
         self.size = len(view)
         self._describe = strict_describer(mode=self.mode, limits=self.limits)
-        self._checked: dict[str, tuple] = {}  # name -> (descriptor, buffer spans, findings)
         self._bind_findings: list[Finding] = []
-        self._members: dict[str, Item] = {}
         self._items: dict[str, Item] = {}
-        self._placement = None
-        self._index = None
         if isinstance(view, memoryview):
             self._open_indexed(view, validate_composites)
         if self._placement is None:
@@ -278,10 +275,6 @@ class HurrayFile(Mapping):
     def _open_walked(self, view, validate_composites: bool) -> None:
         """Every tensor walked and checked in descriptor order (the reader protocol as written),
         then the composites bound."""
-        self._checked.clear()
-        self._items.clear()
-        self._members.clear()
-        self._bind_findings.clear()
         ordered: list[tuple] = []  # (name, descriptor offset, descriptor) in descriptor order
         entries: list = []
         for part in walk_file(view, self._describe, faults=Faults.RAISE, mode=self.mode, limits=self.limits):
@@ -313,7 +306,7 @@ class HurrayFile(Mapping):
         for item in binder.finish():
             self._items[item.name] = item
         items = self._items
-        self._members = {name: None for name in bound if name not in items}
+        self._members = {name for name in bound if name not in items}
 
     def _binder(self, validate: bool) -> CompositeBinder:
         return CompositeBinder(mode=self.mode, validate=validate, limits=self.limits, findings=self._bind_findings,
@@ -570,14 +563,14 @@ def read_file(path, *, mode="strict", limits: Optional[Limits] = None, validate_
 
 
 def _named_items(items) -> list[tuple[str, Item]]:
+    from ._write import as_item
+
     if isinstance(items, Mapping):
         pairs = [(name, item) for name, item in items.items()]
     else:
         if isinstance(items, (Tensor, Composite)):
             items = (items,)
         pairs = [(item.name, item) for item in items]
-    from ._write import as_item
-
     named = []
     for name, item in pairs:
         try:

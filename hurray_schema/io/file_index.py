@@ -9,7 +9,7 @@ What a file reader checks when it opens a file (``file-format.md § Reader Proto
   data aligned, after its descriptor and inside the region (``§ Data Buffer Placement``);
   composites are bound (``layouts/composite.md § Binding``), so every head and member
   descriptor is decoded and checked now, as is every tensor whose entry declares no data;
-* **on a tensor's first read** (:meth:`FileIndex.check`), the rest of that tensor: its
+* **on a tensor's first read** (``HurrayFile._check``), the rest of that tensor: its
   descriptor decoded and every descriptor rule run, and its buffers against the entry's
   ``data_length``.
 
@@ -33,17 +33,16 @@ from ..structs.descriptor import MAGIC as DESCRIPTOR_MAGIC
 from ..structs.file import DESCRIPTOR_ALIGNMENT, FileFlag
 from ..structs.tags import LayoutTag
 from .walk import (
-    _COUNT, _ENTRY, _MIN_ENTRY, _NAME_LEN, IndexEntry, TensorRegion, _strict_index, _strict_kv, check_ends,
+    _COUNT, _ENTRY, _MIN_ENTRY, _NAME_LEN, _NAME_LENGTH_CODEC, IndexEntry, TensorRegion, _strict_index, _strict_kv,
+    check_ends,
 )
 
 __all__ = ["FileIndex", "Placement", "front_sections", "place_tensors", "read_index"]
 
 _ENTRY_DTYPE = _ENTRY.numpy_dtype()
 _HEADER_DTYPE = plan(FIXED_HEADER).numpy_dtype()
-_NAME_LENGTH = _NAME_LEN.steps[0].codec
 _NAME_LENGTH_SIZE = _NAME_LEN.fixed_size
 _ENTRY_SIZE = _ENTRY.fixed_size
-_COUNT_CODEC = _COUNT.steps[0].codec
 
 
 class FileIndex:
@@ -96,7 +95,7 @@ def _fast_index(view, header: dict, trailer: dict, limits: Limits) -> Optional[F
     """The index when every entry is plainly well formed, else None (the exact parse decides)."""
     index_at = trailer["index_offset"]
     section = bytes(view[index_at : index_at + trailer["index_length"]])
-    (count,) = _COUNT_CODEC.unpack_from(section, 0)
+    count = _COUNT.unpack(section, 0)[0]["index_entry_count"]
     if count * _MIN_ENTRY > len(section) - _COUNT.fixed_size or count > limits.max_index_entries:
         return None
     starts, fields_at, names = _entries_and_names(section, count)
@@ -117,7 +116,7 @@ def _entries_and_names(section: bytes, count: int):
     """Where each entry starts, where its fixed fields start, and its name; ``(None, None, None)``
     when the entries do not exactly fill the section or a name is not UTF-8."""
     starts, fields_at, raw = [0] * count, [0] * count, [b""] * count
-    unpack, pos = _NAME_LENGTH.unpack_from, _COUNT.fixed_size
+    unpack, pos = _NAME_LENGTH_CODEC.unpack_from, _COUNT.fixed_size
     try:
         for i in range(count):
             starts[i] = pos
@@ -210,11 +209,7 @@ def front_sections(view, mode, limits: Limits):
     header, the trailer (with the index CRC), the index and the KV section, each raising its
     first fault as :func:`~.walk.walk_file` does.  Returns the header and trailer fields, the
     :class:`FileIndex`, the KV part and the :class:`~.walk.TensorRegion`."""
-    size = len(view)
     header, trailer = check_ends(view, limits)
     index = read_index(view, header, trailer, limits)
     kv_part = _strict_kv(view, header, trailer, mode, limits)
-    region_end = min(trailer["index_offset"], trailer["kv_offset"] if trailer["kv_length"] else trailer["index_offset"])
-    assert region_end <= size
-    return header, trailer, index, kv_part, TensorRegion(header["first_descriptor_offset"], region_end,
-                                                         header["data_buffer_alignment"])
+    return header, trailer, index, kv_part, TensorRegion.of(header, trailer)

@@ -35,7 +35,8 @@ import attrs
 
 from .crc import crc32c
 from ..codec import checked_descriptor, known_length, parse_descriptor, peek_descriptor_length
-from ..errors import HurraySchemaError, RemoteError, SpecViolation, remote_error
+from .. import errors
+from ..errors import HurraySchemaError, RemoteError, SpecViolation
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import OPEN_COMPOSITE, SyncMode, TensorDescriptor
 from ..rules import container as container_rules
@@ -53,7 +54,7 @@ from ..structs.file import (
     INDEX_NAME_LENGTH, KNOWN_FILE_FLAGS, KV_COUNT, MAX_DATA_BUFFER_ALIGNMENT, MIN_DATA_BUFFER_ALIGNMENT,
     SECTION_ALIGNMENT, SUPPORTED_CONTAINER_MAJOR, TRAILER, TRAILER_MAGIC, TRAILER_SIZE, FileFlag,
 )
-from ..structs.session import ERROR_HEADER, PRIVATE_MESSAGE_FIRST, PRIVATE_MESSAGE_LAST
+from ..structs.session import ERROR_HEADER, PRIVATE_MESSAGE_FIRST, PRIVATE_MESSAGE_LAST, ErrorCode
 from ..structs.stream import (
     MESSAGE_HEADER, RESERVED_STREAM_ID, TENSOR_DATA_HEADER, TENSOR_DESCRIPTOR_FIELDS, MessageType,
 )
@@ -809,6 +810,25 @@ def _messages_strict(window: Window, describe: Describe, mode: Mode, limits: Lim
             f"the stream ends before the TENSOR_DATA_END of the tensor at byte {current.start}", window.pos)
 
 
+REMOTE_ERRORS: dict[int, type] = {
+    ErrorCode.PROTOCOL_VERSION_MISMATCH: errors.ProtocolVersionMismatch,
+    ErrorCode.UNKNOWN_TENSOR: errors.UnknownTensor,
+    ErrorCode.LAYOUT_UNAVAILABLE: errors.LayoutUnavailable,
+    ErrorCode.TRANSCODE_LIMIT_EXCEEDED: errors.TranscodeLimitExceeded,
+    ErrorCode.DEVICE_UNAVAILABLE: errors.DeviceUnavailable,
+    ErrorCode.INVALID_MESSAGE: errors.InvalidMessage,
+    ErrorCode.MESSAGE_TOO_LARGE: errors.MessageTooLarge,
+    ErrorCode.SHARD_MISMATCH: errors.ShardMismatch,
+}
+"""The :class:`RemoteError` subclass of each ``error_code`` (``interchange.md § ERROR Payload``)."""
+
+
+def remote_error(error_code: int, message: str, offset: Optional[int]) -> RemoteError:
+    """The :class:`RemoteError` subclass for ``error_code`` (the base class for an
+    implementation-defined or unknown code)."""
+    return REMOTE_ERRORS.get(error_code, RemoteError)(error_code, message, offset)
+
+
 def _remote_error(payload: bytes, at: int) -> RemoteError:
     code, message = 0, payload.decode("utf-8", "replace")
     if len(payload) >= _ERROR.fixed_size:
@@ -973,7 +993,7 @@ def walk_file(view: memoryview, describe: Describe, *, faults: Faults, mode: Mod
 
 def _strict_sections(view: memoryview, mode: Mode, limits: Limits):
     """The parts before the tensors (header, trailer, index, kv), checked; returns the
-    header fields, the index entries in descriptor order and where the tensor region ends."""
+    header fields, the index entries in descriptor order and the :class:`TensorRegion`."""
     h, t = check_ends(view, limits)
     size = len(view)
     yield Part(FILE_HEADER_PART, 0, FILE_HEADER_SIZE, FILE_HEADER, h)
@@ -982,8 +1002,7 @@ def _strict_sections(view: memoryview, mode: Mode, limits: Limits):
     yield Part(INDEX_PART, t["index_offset"], t["index_offset"] + t["index_length"], INDEX_ENTRY_FIELDS,
                tuple(entries))
     yield _strict_kv(view, h, t, mode, limits)
-    region_end = min(t["index_offset"], t["kv_offset"] if t["kv_length"] else t["index_offset"])
-    return h, sorted(entries, key=lambda e: e.descriptor_offset), region_end
+    return h, sorted(entries, key=lambda e: e.descriptor_offset), TensorRegion.of(h, t)
 
 
 def check_ends(view, limits: Limits) -> tuple[dict, dict]:
@@ -1125,8 +1144,7 @@ def _strict_kv(view: memoryview, h: dict, t: dict, mode: Mode, limits: Limits) -
 def _file_strict(view: memoryview, describe: Describe, mode: Mode, limits: Limits) -> Iterator[Part]:
     """The reader's walk: the sections, then each tensor in descriptor order (this loop is
     the generator the reader iterates, so a tensor's parts pass through no other)."""
-    h, ordered, region_end = yield from _strict_sections(view, mode, limits)
-    region = TensorRegion(h["first_descriptor_offset"], region_end, h["data_buffer_alignment"])
+    h, ordered, region = yield from _strict_sections(view, mode, limits)
     previous_end, previous = region.first, None
     for e in ordered:
         part, spans, previous_end = check_tensor(view, e, describe, region, previous_end, previous)
@@ -1145,6 +1163,13 @@ class TensorRegion:
     first: int
     end: int
     alignment: int
+
+    @classmethod
+    def of(cls, header: dict, trailer: dict) -> "TensorRegion":
+        """The region of the file with this header and trailer (fields checked already)."""
+        index_at = trailer["index_offset"]
+        end = min(index_at, trailer["kv_offset"]) if trailer["kv_length"] else index_at
+        return cls(header["first_descriptor_offset"], end, header["data_buffer_alignment"])
 
 
 def check_tensor(view, e: IndexEntry, describe: Describe, region: TensorRegion, previous_end: int,

@@ -13,6 +13,6 @@ def _declare_every_rule() -> None:
     from . import all_rules  # noqa: F401  (declares the rules of every spec area)
 
 
-engine._REGISTRY_COMPLETION[0] = _declare_every_rule
+engine.declare_every_rule = _declare_every_rule
 
 __all__ = ["Finding", "Level", "Mode", "Report", "Rule", "get_rule", "registry"]

@@ -154,19 +154,19 @@ def _area_of(module: str) -> int:
     return AREA_ORDER.index(area) if area in AREA_ORDER else len(AREA_ORDER)
 
 
-def _declare_every_rule() -> None:
-    """Every spec area's rules declared: set by the package (``hurray_schema.rules``, which imports
-    :mod:`.all_rules` in it) before this module can be used.  Called on the first question about
-    the whole registry, not at import: a reader loads only the areas whose rules it checks."""
+def _nothing_to_declare() -> None:
+    pass
 
 
-_REGISTRY_COMPLETION = [_declare_every_rule]
-"""What declares every area's rules (one slot, which the package fills)."""
+declare_every_rule: Callable[[], None] = _nothing_to_declare
+"""Declares every spec area's rules (:mod:`.all_rules`).  The package (``hurray_schema.rules``, which
+runs before this module can be used) sets it; called on the first question about the whole
+registry, not at import, so that a reader loads only the areas whose rules it checks."""
 
 
 def registry() -> tuple[Rule, ...]:
     """Every rule of every spec area, in declaration order."""
-    _REGISTRY_COMPLETION[0]()
+    declare_every_rule()
     return tuple(sorted(_REGISTRY.values(), key=lambda rule: _AREA[rule.id]))  # stable: declaration order kept
 
 
@@ -174,7 +174,7 @@ def get_rule(rule_id: str) -> Rule:
     """The rule ``rule_id`` (``KeyError`` when no spec area declares it)."""
     rule = _REGISTRY.get(rule_id)
     if rule is None:
-        _REGISTRY_COMPLETION[0]()
+        declare_every_rule()
         rule = _REGISTRY[rule_id]
     return rule
 
