@@ -62,21 +62,19 @@ load average at the start and the end is printed: on a shared machine, a noisy r
 from __future__ import annotations
 
 import argparse
-import json
 import mmap
-import multiprocessing
 import os
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
-from transport_support import GiB, MiB, HEAVY, PROBE, await_stop, heavy_modules, prefault, probe, settle, verdict
+from transport_support import (
+    GiB, MiB, HEAVY, Processes, await_stop, cold_run, heavy_modules, prefault, probe, settle, verdict,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -213,74 +211,11 @@ def reader(url: str, put_rows: int, pipe) -> None:
         pass
 
 
-class Processes:
-    """The server and reader processes; :meth:`stop` ends every one (asked first, then terminated)."""
-
-    def __init__(self):
-        self.ctx = multiprocessing.get_context("spawn")
-        self.procs: dict[str, tuple] = {}
-        self.modules: dict[str, list] = {}
-
-    def start(self, name: str, target, *args):
-        mine, theirs = self.ctx.Pipe()
-        proc = self.ctx.Process(target=target, args=(*args, theirs), name=f"ipc-{name}", daemon=True)
-        proc.start()
-        self.procs[name] = (proc, mine)
-        if not mine.poll(120):
-            raise RuntimeError(f"the {name} process did not start")
-        kind, address = mine.recv()
-        if kind != "ready":
-            raise RuntimeError(f"the {name} process answered {kind!r}")
-        return address
-
-    def ask(self, name: str, message, timeout: float = 300):
-        _, pipe = self.procs[name]
-        pipe.send(message)
-        if not pipe.poll(timeout):
-            raise RuntimeError(f"the {name} process did not answer within {timeout} s")
-        return pipe.recv()[1]
-
-    def stop(self) -> None:
-        for name, (proc, pipe) in self.procs.items():
-            try:
-                pipe.send("stop")
-                if pipe.poll(10):
-                    self.modules[name] = pipe.recv()[1]
-            except (OSError, EOFError):
-                pass
-        for proc, _ in self.procs.values():
-            proc.join(5)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(5)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-        self.procs.clear()
-
-
 # ------------------------------------------------------------------------------------
 # Cold: each client in a fresh process
 # ------------------------------------------------------------------------------------
 
 CHILD = r'''
-import json, sys, time, zlib
-started = time.perf_counter()
-HEAVY = %(heavy)r
-PROBE = %(probe)d
-URL = %(url)r
-OPTIONS = %(options)r
-def probe(buf):
-    view = memoryview(buf).cast("B")
-    n = len(view)
-    places = sorted({min(max(0, int(n * f)), max(0, n - PROBE)) for f in (0, 1 / 7, 2 / 7, 0.5, 5 / 7, 6 / 7, 1)})
-    return [n] + [zlib.crc32(view[p : p + PROBE]) for p in places]
-report = {"probes": {}}
-def timed(name, fn):
-    t = time.perf_counter()
-    value = fn()
-    report[name] = time.perf_counter() - t
-    return value
 timed("import", lambda: __import__("hurray_schema"))
 import hurray_schema as hs, numpy as np
 session = timed("connect", lambda: hs.connect(URL, **OPTIONS))
@@ -290,27 +225,8 @@ for name, key in (("big1", "big"), ("big2", "big"), ("mid1", "mid"), ("mid2", "m
     report["probes"][name] = probe(arr)
     del arr
 session.close()
-report["heavy"] = sorted(m for m in HEAVY if m in sys.modules)
-report["total_in_process"] = time.perf_counter() - started
-print(json.dumps(report))
 '''
-
-
-def cold_run(name: str, url: str, options: dict, scratch: Path) -> dict:
-    """One fresh client process; its report plus ``process`` (its wall time from spawn to exit)."""
-    numba_cache = tempfile.mkdtemp(prefix="numba-cold-", dir=scratch)
-    code = CHILD % {"heavy": HEAVY, "probe": PROBE, "url": url, "options": options}
-    env = dict(os.environ, NUMBA_CACHE_DIR=numba_cache, PYTHONPATH=os.pathsep.join(
-        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
-                          timeout=600, check=False)  # on Ctrl-C, run() kills the child before re-raising
-    took = time.perf_counter() - started
-    if done.returncode:
-        raise RuntimeError(f"the cold {name} client failed:\n{done.stderr}")
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    report["process"] = took
-    return report
+"""A cold client's body (:func:`transport_support.cold_run`), given ``URL`` and ``OPTIONS``."""
 
 
 # ------------------------------------------------------------------------------------
@@ -339,7 +255,7 @@ def main() -> None:
 
     scratch = Path(tempfile.mkdtemp(prefix="hurray-ipc-"))
     os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="numba-", dir=scratch)  # every process starts empty
-    procs = Processes()
+    procs = Processes("ipc")
     sessions = []
     run_started = time.perf_counter()
     try:
@@ -376,7 +292,8 @@ def main() -> None:
         if not args.no_cold:
             for name in COMPETITORS:
                 settle(args.settle)
-                cold[name] = report = cold_run(name, *urls[name], scratch)
+                url, options = urls[name]
+                cold[name] = report = cold_run(name, CHILD, {"URL": url, "OPTIONS": options}, scratch)
                 for step, got in report["probes"].items():
                     if tuple(got) != want[step[:3]]:
                         raise AssertionError(f"cold {name} {step}: the bytes received differ from the source")

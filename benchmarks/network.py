@@ -49,15 +49,12 @@ The load average at the start and the end is printed: on a shared machine, a noi
 from __future__ import annotations
 
 import argparse
-import json
-import multiprocessing
 import os
 import shutil
 import signal
 import socket
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -65,7 +62,9 @@ import threading
 import time
 from pathlib import Path
 
-from transport_support import GiB, HEAVY, PROBE, await_stop, heavy_modules, prefault, probe, settle, verdict
+from transport_support import (
+    GiB, HEAVY, Processes, await_stop, cold_run, heavy_modules, prefault, probe, settle, verdict,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -166,44 +165,6 @@ def flight_server(path: str, ranges: dict, batch_bytes: int, pipe) -> None:
         pass
 
 
-class Servers:
-    """The server processes; :meth:`stop` ends every one (asked first, then terminated)."""
-
-    def __init__(self):
-        self.ctx = multiprocessing.get_context("spawn")
-        self.procs: dict[str, tuple] = {}
-        self.modules: dict[str, list] = {}
-
-    def start(self, name: str, target, *args):
-        mine, theirs = self.ctx.Pipe()
-        proc = self.ctx.Process(target=target, args=(*args, theirs), name=f"{name}-server", daemon=True)
-        proc.start()
-        self.procs[name] = (proc, mine)
-        if not mine.poll(120):
-            raise RuntimeError(f"the {name} server did not start")
-        kind, address = mine.recv()
-        assert kind == "ready"
-        return address
-
-    def stop(self) -> None:
-        for name, (proc, pipe) in self.procs.items():
-            try:
-                pipe.send("stop")
-                if pipe.poll(10):
-                    self.modules[name] = pipe.recv()[1]
-            except (OSError, EOFError, BrokenPipeError):
-                pass
-        for proc, _ in self.procs.values():
-            proc.join(5)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(5)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-        self.procs.clear()
-
-
 # ------------------------------------------------------------------------------------
 # Clients in this process
 # ------------------------------------------------------------------------------------
@@ -247,30 +208,6 @@ def flight_arrays(table):
 # ------------------------------------------------------------------------------------
 # Cold: each client in a fresh process
 # ------------------------------------------------------------------------------------
-
-CHILD_PREFIX = r'''
-import json, sys, time, zlib
-started = time.perf_counter()
-HEAVY = %(heavy)r
-PROBE = %(probe)d
-def probe(buf):
-    view = memoryview(buf).cast("B")
-    n = len(view)
-    places = sorted({min(max(0, int(n * f)), max(0, n - PROBE)) for f in (0, 1 / 7, 2 / 7, 0.5, 5 / 7, 6 / 7, 1)})
-    return [n] + [zlib.crc32(view[p : p + PROBE]) for p in places]
-report = {"probes": {}}
-def timed(name, fn):
-    t = time.perf_counter()
-    value = fn()
-    report[name] = time.perf_counter() - t
-    return value
-'''
-
-CHILD_SUFFIX = r'''
-report["heavy"] = sorted(m for m in HEAVY if m in sys.modules)
-report["total_in_process"] = time.perf_counter() - started
-print(json.dumps(report))
-'''
 
 CHILD = {
     "raw": r'''
@@ -318,26 +255,6 @@ client.close()
 }
 
 
-def cold_run(name: str, settings: dict, scratch: Path) -> dict:
-    """One fresh process of client ``name``; its report plus ``process`` (its wall time from
-    spawn to exit)."""
-    numba_cache = tempfile.mkdtemp(prefix="numba-cold-", dir=scratch)
-    code = (CHILD_PREFIX % {"heavy": HEAVY, "probe": PROBE}
-            + "".join(f"{key} = {value!r}\n" for key, value in settings.items())
-            + textwrap.dedent(CHILD[name]) + CHILD_SUFFIX)
-    env = dict(os.environ, NUMBA_CACHE_DIR=numba_cache, PYTHONPATH=os.pathsep.join(
-        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600,
-                          check=False)
-    took = time.perf_counter() - started
-    if done.returncode:
-        raise RuntimeError(f"the cold {name} client failed:\n{done.stderr}")
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    report["process"] = took
-    return report
-
-
 # ------------------------------------------------------------------------------------
 # The run
 # ------------------------------------------------------------------------------------
@@ -367,7 +284,7 @@ def main() -> None:
 
     scratch = Path(tempfile.mkdtemp(prefix="hurray-network-"))
     os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="numba-", dir=scratch)  # every process starts empty
-    servers = Servers()
+    servers = Processes("network")
     clients = []
     run_started = time.perf_counter()
     try:
@@ -408,7 +325,7 @@ def main() -> None:
                         "flight": {"PORT": flight_port}}
             for name in ("raw", "ours", "flight"):
                 settle(args.settle)
-                cold[name] = report = cold_run(name, settings[name], scratch)
+                cold[name] = report = cold_run(name, textwrap.dedent(CHILD[name]), settings[name], scratch)
                 for step, got in report["probes"].items():
                     key = "small" if step.startswith("small") else "big"
                     if tuple(got) != want[key]:

@@ -179,16 +179,9 @@ def test_torn_inside_a_member():
     check(info, "stream.truncated", sent(items))
 
 
-def test_frame_gap():
-    items = ss.frame_gap(1, DENSE_DESC, DENSE.tobytes(), 32)
-    with hostile(lambda sid: items) as (session, _):
-        with pytest.raises(hs.SpecViolation) as info:
-            session.get("d")
-    check(info, "stream.data.frame", at(items, 2) + w.HEADER_SIZE)
-
-
-def test_frame_overlap():
-    items = ss.frame_overlap(1, DENSE_DESC, DENSE.tobytes(), 32)
+@pytest.mark.parametrize("frames", [ss.frame_gap, ss.frame_overlap], ids=["gap", "overlap"])
+def test_frames_that_do_not_tile_the_data(frames):
+    items = frames(1, DENSE_DESC, DENSE.tobytes(), 32)
     with hostile(lambda sid: items) as (session, _):
         with pytest.raises(hs.SpecViolation) as info:
             session.get("d")
