@@ -146,6 +146,8 @@ def decode_target(desc, requested) -> ElementType:
     own type.  Anything else is a :class:`DecodedTypeMismatch` (an argument check: a composite
     member's type was checked by the binder)."""
     if requested is None:
+        if desc.quantization is None and desc.type_tag.__class__ is ElementType:
+            return desc.type_tag  # what decoded_type gives an unquantized built-in type, without its lookups
         return decoded_type(desc)
     requested = element_type(requested, "requested type")
     if desc.quantization is not None:
@@ -167,11 +169,12 @@ _INTP_MAX = np.iinfo(np.intp).max
 def check_shape(shape) -> tuple[int, ...]:
     """``shape`` as ints, refused if a dimension is dynamic or the element count is beyond
     ``dense.MAX_ELEMENTS``."""
-    shape = tuple(int(n) for n in shape)
+    shape = tuple(map(int, shape))
     if DYNAMIC_DIMENSION in shape:
         raise HurraySchemaError("a dynamic dimension must be resolved before the tensor is evaluated")
-    if math.prod(shape) > dense_module.MAX_ELEMENTS:
-        raise LimitExceeded("element count", math.prod(shape), dense_module.MAX_ELEMENTS)
+    count = math.prod(shape)
+    if count > dense_module.MAX_ELEMENTS:
+        raise LimitExceeded("element count", count, dense_module.MAX_ELEMENTS)
     return shape
 
 
@@ -179,8 +182,12 @@ def check_representable(shape, dtype) -> np.dtype:
     """``dtype`` if NumPy can hold an array of ``shape`` and ``dtype``, else :class:`UnsupportedEvaluation`
     (see :func:`new_array`)."""
     dtype = np.dtype(dtype)
-    nonzero = math.prod(n for n in shape if n)
-    if any(n > _INTP_MAX for n in shape) or nonzero * dtype.itemsize > _INTP_MAX:
+    nonzero, widest = 1, 0
+    for n in shape:
+        if n:
+            nonzero *= n
+            widest = max(widest, n)
+    if widest > _INTP_MAX or nonzero * dtype.itemsize > _INTP_MAX:
         raise UnsupportedEvaluation(f"NumPy cannot hold a {dtype} array of shape {list(shape)}, even an empty one")
     return dtype
 

@@ -99,9 +99,10 @@ def decode_cost(desc, shape, out_dtype, target, *, output: bool = True) -> int:
 _INJECTIVE = (LayoutTag.ROW_MAJOR, LayoutTag.COLUMN_MAJOR, LayoutTag.TILED, LayoutTag.MORTON, LayoutTag.HILBERT)
 
 
-def _precheck_dense(desc, buffers, shape) -> None:
+def _precheck_dense(desc, buffers, shape, have: Optional[int] = None) -> None:
     """Before allocating per element: an injective dense layout needs buffer 0 to hold every element
-    (strided and block-paged may alias elements; they are bounded from their offsets)."""
+    (strided and block-paged may alias elements; they are bounded from their offsets).  ``have``:
+    the size of buffer 0 in bytes, when the caller has measured it."""
     info = element_type_info(desc.type_tag)
     if info is None or desc.layout.tag not in _INJECTIVE or 0 in shape:
         return
@@ -113,7 +114,8 @@ def _precheck_dense(desc, buffers, shape) -> None:
             return  # strided tile orders may alias or run backwards: bounded from the offsets
         lay = lay.inner
     need = info.buffer_bytes(math.prod(shape))
-    have = len(as_bytes(buffers[0]))
+    if have is None:
+        have = len(as_bytes(buffers[0]))
     if have < need:
         raise HurraySchemaError(f"buffer 0 holds {have} bytes, the tensor's elements need {need}")
 
@@ -122,8 +124,13 @@ def _element_range(strides, offsets, shape):
     """(min, max) linear element offset touched."""
     if offsets is not None:
         return (int(offsets.min()), int(offsets.max())) if offsets.size else (0, 0)
-    lo = sum(min(0, s * (n - 1)) for s, n in zip(strides, shape))
-    hi = sum(max(0, s * (n - 1)) for s, n in zip(strides, shape))
+    lo = hi = 0
+    for s, n in zip(strides, shape):
+        reach = s * (n - 1)
+        if reach < 0:
+            lo += reach
+        else:
+            hi += reach
     return lo, hi
 
 

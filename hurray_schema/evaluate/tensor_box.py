@@ -78,7 +78,7 @@ __all__ = ["tensor_box", "box_byte_spans", "sparse_box_entries", "resolved_shape
 
 def resolved_shape(shape) -> tuple[int, ...]:
     """``shape`` as ints, refused if a dimension is dynamic (the element count is not bounded here)."""
-    shape = tuple(int(n) for n in shape)
+    shape = tuple(map(int, shape))
     if DYNAMIC_DIMENSION in shape:
         raise HurraySchemaError("a dynamic dimension must be resolved before the tensor is evaluated")
     return shape
@@ -108,12 +108,12 @@ def check_steps(steps, rank: int) -> Optional[tuple[int, ...]]:
     box).  Anything else is refused (:class:`HurraySchemaError`)."""
     if steps is None:
         return None
-    steps = tuple(int(step) for step in steps)
+    steps = tuple(map(int, steps))
     if len(steps) != rank:
         raise HurraySchemaError(f"a box of a rank-{rank} array needs {rank} steps, {len(steps)} given")
-    if any(step < 1 for step in steps):
+    if rank and min(steps) < 1:
         raise HurraySchemaError(f"box steps {steps} must be positive")
-    return None if all(step == 1 for step in steps) else steps
+    return None if steps.count(1) == rank else steps
 
 
 def step_through(box: np.ndarray, steps: Optional[tuple[int, ...]]) -> np.ndarray:
@@ -161,7 +161,7 @@ def tensor_box(desc, buffers: Sequence, lo: Sequence[int], hi: Sequence[int], ta
     limits = resolve_limits(limits)
     desc = as_evaluated(desc)
     shape = resolved_shape(desc.shape)
-    lo, hi = tuple(int(x) for x in lo), tuple(int(x) for x in hi)
+    lo, hi = tuple(map(int, lo)), tuple(map(int, hi))
     check_box(lo, hi, shape)
     steps = check_steps(steps, len(shape))
     if steps is not None and not _reads_steps_alone(desc):
@@ -216,12 +216,12 @@ def _affine_box(desc, buffers, shape, strides, lo, hi, box, target, out_dtype, l
     elif desc.quantization is None:
         charge(decode_cost(desc, box, out_dtype, target), limits, stored=stored)
     check_representable(box, out_dtype)
-    _precheck_dense(desc, buffers, shape)
+    buf = as_bytes(buffers[0]) if buffers else None
+    _precheck_dense(desc, buffers, shape, None if buf is None else buf.size)
     if 0 in box or 0 in shape:
         return new_array(box, out_dtype, zeros=True)
-    if not buffers:
+    if buf is None:
         raise HurraySchemaError("a dense tensor needs buffer 0")
-    buf = as_bytes(buffers[0])
     _check_bounds(desc.byte_offset, bits, *_element_range(strides, None, shape), buf.size)
     origin = sum(a * s for a, s in zip(lo, strides))
     apart = strides if steps is None else tuple(s * step for s, step in zip(strides, steps))

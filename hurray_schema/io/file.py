@@ -15,8 +15,11 @@ the target once complete, after every tensor passed the strict reader's rules
 
 from __future__ import annotations
 
+import errno
+import io
 import mmap
 import os
+import stat
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Union
 
@@ -125,10 +128,8 @@ class HurrayFile(Mapping):
                                 timeout)
             return
         self._setup(os.fspath(path), mode, limits)
-        self._file = open(self.path, "rb")
+        self._fd, self._map = _map_file(self.path)
         try:
-            if os.fstat(self._file.fileno()).st_size:
-                self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
             self._open(memoryview(self._map if self._map is not None else b""), validate_composites)
         except BaseException:
             self.close()
@@ -215,7 +216,7 @@ class HurrayFile(Mapping):
         self._abspath = os.path.abspath(path) if path is not None and not is_url(path) else None
         self.mode = as_mode(mode)
         self.limits = resolve_limits(limits)
-        self._file = None
+        self._fd: Optional[int] = None
         self._index: Optional[FileIndex] = None
         self._placement = None  # the index's Placement, when the open checked it as arrays
         self._checked: dict[str, tuple] = {}  # name -> (descriptor, buffer spans, findings), once checked
@@ -253,6 +254,12 @@ class HurrayFile(Mapping):
         if placement is None:
             return
         self._placement = placement
+        if placement.at_open.any():
+            self._bind_at_open(placement, validate_composites)
+
+    def _bind_at_open(self, placement, validate_composites: bool) -> None:
+        """The tensors the open decodes (``placement.at_open``: composite heads, entries declaring no
+        data), in descriptor order, each with the members that follow it, through the binder."""
         binder = self._binder(validate_composites)
         order, names, count = placement.order, self._index.names, len(placement.order)
         bound_to = -1  # descriptor rank up to which tensors were bound already (a composite run)
@@ -371,7 +378,7 @@ class HurrayFile(Mapping):
         view = self._view
         tensor = Tensor(desc, [view[off : off + size] for off, size in spans], name=name)
         if self._abspath is not None:
-            tensor._origin = (self._abspath, self.size, self.buffer_ranges(name))
+            tensor._origin = (self._abspath, self.size, tuple(spans))  # buffer_ranges(name)
         return tensor
 
     # -- mapping -------------------------------------------------------------------
@@ -476,6 +483,14 @@ class HurrayFile(Mapping):
     def closed(self) -> bool:
         return self._closed
 
+    def fileno(self) -> int:
+        """The OS file descriptor of a local file (as a file object's ``fileno()``: for ``sendfile``,
+        ``os.pread``); valid until :meth:`close`.  A file read from a URL or from bytes has none."""
+        self._check_open()
+        if self._fd is None:
+            raise io.UnsupportedOperation("fileno: the file was not opened from a local path")
+        return self._fd
+
     # -- lifetime ------------------------------------------------------------------
     def close(self) -> None:
         """Release the file.  The map itself is released once no tensor view is alive.
@@ -495,9 +510,9 @@ class HurrayFile(Mapping):
             except BufferError:  # views handed out are still alive; the GC closes the map
                 pass
             self._map = None
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def __enter__(self) -> "HurrayFile":
         return self
@@ -535,6 +550,20 @@ def item_array(item: Item, *, limits: Optional[Limits] = None):
             raise HurraySchemaError(f"{item.name!r} is a group, not one array; read its members: {members}")
         return item.materialize(limits=limits)
     return item.to_numpy(limits=limits)
+
+
+def _map_file(path: str) -> tuple[int, Optional[mmap.mmap]]:
+    """The OS file descriptor of the file at ``path``, opened for reading, and a read-only memory
+    map of the whole file (None for an empty file)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        status = os.fstat(fd)
+        if stat.S_ISDIR(status.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        return fd, (mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if status.st_size else None)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def read_file(path, *, mode="strict", limits: Optional[Limits] = None, validate_composites: bool = True,

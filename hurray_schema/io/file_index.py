@@ -21,7 +21,6 @@ offset ``audit`` reports (or, in permissive mode, records what the mode tolerate
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 import numpy as np
@@ -30,10 +29,10 @@ from ..limits import Limits
 from ..structs._declare import plan
 from ..structs.descriptor import FIXED_HEADER, FIXED_HEADER_SIZE
 from ..structs.descriptor import MAGIC as DESCRIPTOR_MAGIC
-from ..structs.file import DESCRIPTOR_ALIGNMENT, FileFlag
+from ..structs.file import DESCRIPTOR_ALIGNMENT
 from ..structs.tags import LayoutTag
 from .walk import (
-    _COUNT, _ENTRY, _MIN_ENTRY, _NAME_LEN, _NAME_LENGTH_CODEC, IndexEntry, TensorRegion, _strict_index, _strict_kv,
+    _COUNT, _ENTRY, _MIN_ENTRY, _NAME_LEN, _NAME_LENGTH_CODEC, _SORTED_INDEX, IndexEntry, TensorRegion, _strict_index, _strict_kv,
     check_ends,
 )
 
@@ -43,21 +42,23 @@ _ENTRY_DTYPE = _ENTRY.numpy_dtype()
 _HEADER_DTYPE = plan(FIXED_HEADER).numpy_dtype()
 _NAME_LENGTH_SIZE = _NAME_LEN.fixed_size
 _ENTRY_SIZE = _ENTRY.fixed_size
+_MAGIC_WORD = np.frombuffer(DESCRIPTOR_MAGIC, "<u4")[0]  # the magic compared as one 32-bit word
+_COMPOSITE = int(LayoutTag.COMPOSITE)  # compared with a uint8 array: an IntEnum member costs a slow conversion
 
 
 class FileIndex:
     """The index entries of a file in index order: ``names`` (a list), ``position`` (name ->
     index position), ``fields`` (a structured array of the fixed entry fields, the declaration's
-    names) and ``entry_at`` (each entry's absolute offset).  :meth:`entry` builds one
-    :class:`~.walk.IndexEntry` when a caller needs it."""
+    names) and ``fields_at`` (the absolute offset of each entry's fixed fields, after its name).
+    :meth:`entry` builds one :class:`~.walk.IndexEntry` when a caller needs it."""
 
-    __slots__ = ("names", "position", "fields", "entry_at")
+    __slots__ = ("names", "position", "fields", "fields_at")
 
-    def __init__(self, names: list, position: dict, fields: np.ndarray, entry_at: np.ndarray):
+    def __init__(self, names: list, position: dict, fields: np.ndarray, fields_at):
         self.names = names
         self.position = position
         self.fields = fields
-        self.entry_at = entry_at
+        self.fields_at = fields_at
 
     @classmethod
     def of(cls, entries: list) -> "FileIndex":
@@ -67,17 +68,23 @@ class FileIndex:
             fields[name] = [getattr(e, name) for e in entries]
         names = [e.name for e in entries]
         return cls(names, {name: i for i, name in enumerate(names)}, fields,
-                   np.array([e.entry_offset for e in entries], np.int64))
+                   [e.entry_offset + _NAME_LENGTH_SIZE + _name_bytes(e.name) for e in entries])
 
     def __len__(self) -> int:
         return len(self.names)
 
     def entry(self, i: int) -> IndexEntry:
-        row = self.fields[i]
-        return IndexEntry(self.names[i], *(int(row[name]) for name in _ENTRY_DTYPE.names), int(self.entry_at[i]))
+        name = self.names[i]
+        entry_at = int(self.fields_at[i]) - _name_bytes(name) - _NAME_LENGTH_SIZE
+        return IndexEntry(name, *self.fields[i].tolist(), entry_at)  # the fields in declaration order, as ints
 
     def entries(self) -> list:
         return [self.entry(i) for i in range(len(self.names))]
+
+
+def _name_bytes(name: str) -> int:
+    """Bytes of an entry name on the wire (a name that is not UTF-8 keeps its bytes as lone surrogates)."""
+    return len(name.encode("utf-8", "surrogateescape"))
 
 
 def read_index(view, header: dict, trailer: dict, limits: Limits) -> FileIndex:
@@ -98,49 +105,53 @@ def _fast_index(view, header: dict, trailer: dict, limits: Limits) -> Optional[F
     count = _COUNT.unpack(section, 0)[0]["index_entry_count"]
     if count * _MIN_ENTRY > len(section) - _COUNT.fixed_size or count > limits.max_index_entries:
         return None
-    starts, fields_at, names = _entries_and_names(section, count)
-    if starts is None:
+    fields_at, raw, names = _entries_and_names(section, count)
+    if fields_at is None:
         return None
     position = dict(zip(names, range(count)))
     if len(position) != count or "" in position:
         return None
-    if header["file_flags"] & FileFlag.SORTED_INDEX and any(a > b for a, b in zip(names, names[1:])):
+    if header["file_flags"] & _SORTED_INDEX and any(a > b for a, b in zip(names, names[1:])):
         return None  # UTF-8 keeps code-point order, so the strings sort as their bytes do
+    fields_at = np.array(fields_at, np.int64)
     fields = _gather(section, fields_at, _ENTRY_DTYPE)
     if fields["flags"].any():
         return None
-    return FileIndex(names, position, fields, np.asarray(starts, np.int64) + index_at)
+    return FileIndex(names, position, fields, fields_at + index_at)
 
 
 def _entries_and_names(section: bytes, count: int):
-    """Where each entry starts, where its fixed fields start, and its name; ``(None, None, None)``
+    """Where each entry's fixed fields start, each name's bytes and each name; ``(None, None, None)``
     when the entries do not exactly fill the section or a name is not UTF-8."""
-    starts, fields_at, raw = [0] * count, [0] * count, [b""] * count
-    unpack, pos = _NAME_LENGTH_CODEC.unpack_from, _COUNT.fixed_size
+    fields_at: list = []
+    raw: list = []
+    keep_at, keep_name = fields_at.append, raw.append
+    unpack, length_size, entry_size = _NAME_LENGTH_CODEC.unpack_from, _NAME_LENGTH_SIZE, _ENTRY_SIZE
+    pos = _COUNT.fixed_size
     try:
-        for i in range(count):
-            starts[i] = pos
-            pos += _NAME_LENGTH_SIZE
-            end = pos + unpack(section, pos - _NAME_LENGTH_SIZE)[0]
-            raw[i] = section[pos:end]
-            fields_at[i] = end
-            pos = end + _ENTRY_SIZE
+        for _ in range(count):
+            at = pos + length_size
+            pos = at + unpack(section, pos)[0]
+            keep_name(section[at:pos])
+            keep_at(pos)
+            pos += entry_size
     except Exception:  # noqa: BLE001 - a name length past the end: the exact parse names the fault
         return None, None, None
     if pos != len(section):
         return None, None, None
-    # one decode of every name: 0xFF never occurs in UTF-8, so it separates them, and any byte that
-    # is not UTF-8 (0xFF in a name included) leaves a lone surrogate behind
-    text = _SEPARATOR.join(raw).decode("utf-8", "surrogateescape")
-    names = text.split(_SEPARATOR_DECODED)
-    if len(names) != count or _NOT_UTF8.search(text.replace(_SEPARATOR_DECODED, "")):
+    try:
+        return fields_at, raw, _decode_names(raw)
+    except UnicodeDecodeError:  # the exact parse names the entry
         return None, None, None
-    return starts, fields_at, names
 
 
-_SEPARATOR = b"\xff"
-_SEPARATOR_DECODED = _SEPARATOR.decode("utf-8", "surrogateescape")
-_NOT_UTF8 = re.compile("[\udc80-\udcff]")
+def _decode_names(raw: list) -> list:
+    """Each name's bytes decoded as UTF-8 (strict).  One decode for all of them, joined by NUL,
+    when no name holds a NUL byte (then the joined text splits back into exactly the names)."""
+    joined = b"\0".join(raw)
+    if joined.count(b"\0") == len(raw) - 1:
+        return joined.decode("utf-8").split("\0") if raw else []
+    return [name.decode("utf-8") for name in raw]
 
 
 def _gather(data, positions, dtype: np.dtype) -> np.ndarray:
@@ -148,9 +159,10 @@ def _gather(data, positions, dtype: np.dtype) -> np.ndarray:
     size = len(data) - dtype.itemsize + 1
     if not len(positions) or size <= 0:
         return np.zeros(0, dtype)
-    # every record-sized window of the bytes, as rows (a view), of which the positions' rows are copied out
-    windows = np.ndarray((size,), dtype, buffer=data, strides=(1,))
-    return windows[np.asarray(positions, np.int64)]
+    # every record-sized window of the bytes as a row of bytes (a view); the positions' rows are
+    # copied out as plain bytes, then read as records
+    windows = np.ndarray((size, dtype.itemsize), np.uint8, buffer=data, strides=(1, 1))
+    return windows[positions].view(dtype)[:, 0]
 
 
 class Placement:
@@ -168,39 +180,42 @@ class Placement:
         self.at_open = at_open
 
 
-_OFFSETS_AND_LENGTHS = ("descriptor_offset", "data_offset", "data_length")
-
-
 def place_tensors(view, index: FileIndex, region: TensorRegion) -> Optional[Placement]:
     """Every tensor's placement checked from the index and each descriptor's fixed header,
     read as arrays (``file-format.md § Descriptor Placement``, ``§ Data Buffer Placement``);
-    None when any check fails (the caller walks the file entry by entry, which raises the fault)."""
-    fields, size = index.fields, len(view)
-    if len(fields) and max(int(fields[name].max()) for name in _OFFSETS_AND_LENGTHS) > size:
-        return None  # (which also keeps every sum below inside int64)
+    None when any check fails (the caller walks the file entry by entry, which raises the fault).
+
+    The fields stay unsigned 64-bit: a value past the end of the file fails a check, so a sum that
+    wraps around only ever belongs to a tensor already refused."""
+    fields, size, first, region_end = index.fields, len(view), region.first, region.end
     order = np.argsort(fields["descriptor_offset"], kind="stable")  # the exact walk's sorted(): ties keep index order
-    placed = fields[order]
-    offset = placed["descriptor_offset"].astype(np.int64)
-    length = placed["descriptor_length"].astype(np.int64)
-    data_at = placed["data_offset"].astype(np.int64)
-    data_length = placed["data_length"].astype(np.int64)
+    offset = fields["descriptor_offset"][order]
+    length = fields["descriptor_length"][order]
+    data_at = fields["data_offset"][order]
+    data_length = fields["data_length"][order]
     descriptor_end = offset + length
-    if (((offset % DESCRIPTOR_ALIGNMENT) != 0) | (offset < region.first) | (length < FIXED_HEADER_SIZE)
-            | (descriptor_end > region.end)).any():
+    if not len(order):
+        return Placement(order, offset, offset.astype(bool))
+    # offsets are sorted: their extremes are the first and the last
+    if (offset[0] < first or offset[-1] > size or (offset % DESCRIPTOR_ALIGNMENT).any()
+            or length.min() < FIXED_HEADER_SIZE or descriptor_end.max() > region_end
+            or data_at.max() > size or data_length.max() > size):
         return None
     headers = _gather(view, offset, _HEADER_DTYPE)
     has_data = data_length > 0
     data_end = data_at + data_length
-    padded = (descriptor_end <= data_at) & (data_at <= region.end)  # a data-less tensor may end where its data would
-    end = np.where(has_data, data_end, np.where(padded, np.maximum(descriptor_end, data_at), descriptor_end))
+    # a data-less tensor may end where its data would start (padding up to it)
+    padded = (descriptor_end <= data_at) & (data_at <= region_end)
+    end = np.where(has_data, data_end, np.where(padded, data_at, descriptor_end))
     previous_end = np.empty_like(end)
-    previous_end[:1] = region.first
+    previous_end[:1] = first
     previous_end[1:] = end[:-1]
-    if ((headers["magic"] != DESCRIPTOR_MAGIC) | (headers["descriptor_length"] != length) | (offset < previous_end)
-            | (has_data & ((data_at % region.alignment != 0) | (data_at < descriptor_end) | (data_end > region.end)))
+    if ((headers["magic"].view(_MAGIC_WORD.dtype) != _MAGIC_WORD) | (headers["descriptor_length"] != length)
+            | (offset < previous_end)
+            | (has_data & ((data_at % region.alignment != 0) | (data_at < descriptor_end) | (data_end > region_end)))
             ).any():
         return None
-    at_open = ~has_data | (headers["layout_tag"] == LayoutTag.COMPOSITE)
+    at_open = ~has_data | (headers["layout_tag"] == _COMPOSITE)
     return Placement(order, previous_end, at_open)
 
 

@@ -1005,6 +1005,12 @@ def _strict_sections(view: memoryview, mode: Mode, limits: Limits):
     return h, sorted(entries, key=lambda e: e.descriptor_offset), TensorRegion.of(h, t)
 
 
+_UNKNOWN_FILE_FLAGS = ~int(KNOWN_FILE_FLAGS)
+_HAS_INDEX_CRC32C = int(FileFlag.HAS_INDEX_CRC32C)
+_SORTED_INDEX = int(FileFlag.SORTED_INDEX)
+"""The file flags as plain ints: ``IntFlag`` arithmetic runs in Python, and a reader tests them on every open."""
+
+
 def check_ends(view, limits: Limits) -> tuple[dict, dict]:
     """The file header and the trailer (with the index CRC) checked, the first fault raised
     (``file-format.md § File Header``, ``§ Trailer``); their fields."""
@@ -1016,7 +1022,7 @@ def check_ends(view, limits: Limits) -> tuple[dict, dict]:
     if size < FILE_HEADER_SIZE + TRAILER_SIZE:
         raise container_rules.FILE_TOO_SHORT.violation(
             f"{size} bytes cannot hold the {FILE_HEADER_SIZE}-byte header and {TRAILER_SIZE}-byte trailer", size)
-    h, _ = _HEADER.unpack(view[:FILE_HEADER_SIZE], 0)  # slices only: a file read by range is read so too
+    h, _ = _HEADER.unpack(head, 0)
     _check_header(h, size)
     t, _ = _TRAILER.unpack(view[size - TRAILER_SIZE:size], 0)
     _check_trailer(view, h, t, limits)
@@ -1032,9 +1038,9 @@ def _check_header(h: dict, size: int) -> None:
         if any(h[name]):
             raise container_rules.FILE_HEADER_RESERVED.violation(f"header field {name} is not zero", _H[name])
     flags = h["file_flags"]
-    if flags & ~KNOWN_FILE_FLAGS:
+    if flags & _UNKNOWN_FILE_FLAGS:
         raise container_rules.FILE_FLAGS_RESERVED.violation(
-            f"reserved file_flags bits 0x{flags & ~KNOWN_FILE_FLAGS:08X} are set", _H["file_flags"])
+            f"reserved file_flags bits 0x{flags & _UNKNOWN_FILE_FLAGS:08X} are set", _H["file_flags"])
     a = h["data_buffer_alignment"]
     if a & (a - 1) or not MIN_DATA_BUFFER_ALIGNMENT <= a <= MAX_DATA_BUFFER_ALIGNMENT:
         raise container_rules.FILE_ALIGNMENT.violation(
@@ -1064,7 +1070,7 @@ def _check_trailer(view: memoryview, h: dict, t: dict, limits: Limits) -> None:
             f"index_offset {index_at} is not a multiple of 8", base + _T["index_offset"])
     limits.check("max_index_bytes", index_length, base + _T["index_length"])
     crc = t["index_crc32c"]
-    if h["file_flags"] & FileFlag.HAS_INDEX_CRC32C:
+    if h["file_flags"] & _HAS_INDEX_CRC32C:
         actual = crc32c(view[index_at : index_at + index_length])
         if actual != crc:
             raise container_rules.INDEX_CRC.violation(
@@ -1201,7 +1207,7 @@ def check_tensor(view, e: IndexEntry, describe: Describe, region: TensorRegion, 
         raise container_rules.INDEX_DESCRIPTOR_BOUNDS.violation(
             f"descriptor of {e.name!r} ({length} bytes at {off}) runs past the tensor region end {region_end}",
             _entry_field(e, "descriptor_offset"))
-    part = describe(view[off : off + length], off, 0)
+    part = describe(view[off : off + length].tobytes(), off, 0)  # as bytes: a header compiled before decodes it
     end = off + length
     data_offset, data_length = e.data_offset, e.data_length
     if part.value.buffers:

@@ -90,7 +90,7 @@ class _Served:
     def __init__(self, path: str):
         self.path = path
         self.file: HurrayFile = read_file(path)
-        self.fd = self.file._file.fileno()
+        self.fd = self.file.fileno()
         self.users = 0
         self.retired = False
         self.entries = {e.name: e for e in self.file.entries()}
