@@ -18,9 +18,10 @@ The rows are checked equal (value and dtype) outside any timing.  Four parts:
    ours and theirs in turn within each round (after one untimed call of each), and the
    ratio ours/theirs (the issue's acceptance target <= 2x, moonshot 1x);
 2. whole process -- ``python -c "import ...; open; read row"`` for each side, warm: median of
-   ``--runs`` processes run in turn, with numba's cache (``NUMBA_CACHE_DIR``) filled by the cold
-   run; cold: one process with an empty ``NUMBA_CACHE_DIR`` (as after a fresh install; ours only
-   -- safetensors has no such cache).  ``python -c pass`` is the baseline;
+   ``--runs`` processes run in turn, with numba's cache (``NUMBA_CACHE_DIR``) filled by a first
+   run; cold: median of ``--runs`` processes, each with a new empty ``NUMBA_CACHE_DIR`` (as after
+   a fresh install; ours only -- safetensors has no such cache), run in turn with the warm ones.
+   ``python -c pass`` is the baseline;
 3. at the largest count, in fresh processes (median of ``--mem-runs``): the open's time and
    its memory growth -- VmRSS before/after the open (after the imports, the file still open)
    split into anonymous memory and file-backed pages of the map touched (RssAnon / RssFile),
@@ -241,13 +242,16 @@ def whole_process(ours: Path, theirs: Path, row: int, runs: int, caches: Path) -
     env = environment(cache)
     argv = {"ours": [sys.executable, "-c", OURS_CMD.format(path=str(ours), big=BIG, row=row)],
             "theirs": [sys.executable, "-c", THEIRS_CMD.format(path=str(theirs), big=BIG, row=row)]}
-    cold = run_process(argv["ours"], env)  # the cache empty: fills it
-    run_process(argv["theirs"], env)  # and the page cache for theirs
-    warm = {"ours": [], "theirs": []}
+    run_process(argv["ours"], env)  # the cache empty: fills it (and the page cache)
+    run_process(argv["theirs"], env)  # the page cache for theirs
+    warm: dict = {"ours": [], "theirs": [], "cold": []}
     for _ in range(runs):
         for side in ("ours", "theirs"):
             warm[side].append(run_process(argv[side], env))
-    return {"cold": cold, "ours": statistics.median(warm["ours"]), "theirs": statistics.median(warm["theirs"]),
+        fresh = Path(tempfile.mkdtemp(prefix="numba-cold-", dir=caches))  # as after a fresh install
+        warm["cold"].append(run_process(argv["ours"], environment(fresh)))
+    return {"cold": statistics.median(warm["cold"]), "ours": statistics.median(warm["ours"]),
+            "theirs": statistics.median(warm["theirs"]),
             "ours_range": (min(warm["ours"]), max(warm["ours"])),
             "theirs_range": (min(warm["theirs"]), max(warm["theirs"]))}
 

@@ -22,7 +22,6 @@ import struct
 from typing import Optional
 
 import attrs
-from construct import Struct
 
 from . import signature
 from .errors import SpecViolation  # noqa: F401  (re-exported name, documented above)
@@ -36,7 +35,7 @@ from .rules import structure as structure_rules
 from .rules.descriptor import first_error
 from .rules.engine import Finding, Mode, as_mode
 from .structs import layouts, quantization
-from .structs._declare import plan, select, static_offset
+from .structs._declare import joined, plan, select, static_offset
 from .structs.descriptor import (
     CORE_PARTS, DESCRIPTOR_PARTS, FIXED_HEADER, FIXED_HEADER_SIZE, MAGIC, MAX_RANK, PARTS,
     SUPPORTED_VERSION_MAJOR, SUPPORTED_VERSION_MINOR,
@@ -76,7 +75,7 @@ _SCHEME_BUILDERS = {
 }
 
 _HEADER = plan(FIXED_HEADER)
-_CORE = plan(Struct(*[sub for part in CORE_PARTS for sub in part.decl.subcons]))
+_CORE = plan(joined(*[part.decl for part in CORE_PARTS]))
 _CORE_WHAT = " and ".join(part.name for part in CORE_PARTS)
 _MODES = {"strict": Mode.STRICT, "permissive": Mode.PERMISSIVE, Mode.STRICT: Mode.STRICT,
           Mode.PERMISSIVE: Mode.PERMISSIVE}
@@ -195,6 +194,10 @@ def parse_descriptor(data, *, mode="strict", base: int = 0,
     descriptor_length, rank, buffer_count and the tiled depth.
     """
     mode = _MODES.get(mode) or as_mode(mode)
+    if limits is None and data.__class__ is bytes:
+        desc = _accepted(data)
+        if desc is not None:
+            return desc, []
     limits = DEFAULT_LIMITS if limits is None else resolve_limits(limits)
     if data.__class__ is bytes:  # the common case: the first 20 bytes are the signature as they are
         header = data[:FIXED_HEADER_SIZE]
@@ -233,6 +236,8 @@ def _decode_compiled(data, header: bytes, limits: Limits) -> Optional[TensorDesc
 _compiled_for = signature.lookup
 _remembered = signature.remembered
 _decode_checked = signature.decode_checked
+_accepted = signature.accepted
+_remember_accepted = signature.remember_accepted
 
 
 def checked_descriptor(data, limits: Limits = DEFAULT_LIMITS) -> Optional[TensorDescriptor]:
@@ -253,7 +258,10 @@ def checked_descriptor(data, limits: Limits = DEFAULT_LIMITS) -> Optional[Tensor
     if len(data) < length or not (compiled.fits_default if limits is DEFAULT_LIMITS else compiled.fits(limits)):
         return None
     key = data[:length] if data.__class__ is bytes else data[:length].tobytes()  # a bytes of exactly length is itself
-    return _decode_checked(compiled, key, data)
+    desc = _decode_checked(compiled, key, data)
+    if desc is not None and limits is DEFAULT_LIMITS:
+        _remember_accepted(key, desc)
+    return desc
 
 
 def _parse_general(view, mode: Mode, base: int, limits: Limits) -> tuple[TensorDescriptor, list[Finding]]:
@@ -467,12 +475,17 @@ def decode_descriptor(data, *, mode="strict", limits: Optional[Limits] = None) -
     """
     mode = _MODES.get(mode) or as_mode(mode)
     if data.__class__ is bytes and limits is None:  # the common case, spelled out: it is on every read
+        desc = _accepted(data)
+        if desc is not None:
+            return desc
         compiled = _compiled_for(data[:FIXED_HEADER_SIZE])
         if compiled is not None and compiled.checked is not None and compiled.fits_default:
             length = compiled.length
             if len(data) >= length:
-                desc = _decode_checked(compiled, data[:length], data)
+                key = data[:length]
+                desc = _decode_checked(compiled, key, data)
                 if desc is not None:
+                    _remember_accepted(key, desc)
                     return desc
     else:
         desc = checked_descriptor(data, DEFAULT_LIMITS if limits is None else resolve_limits(limits))

@@ -60,7 +60,8 @@ from .structs._declare import plan
 from .structs.descriptor import CORE_PARTS, FIXED_HEADER, MAGIC, PARTS, SECTION_PARTS
 
 __all__ = ["CompiledDecoder", "compile_decoder", "lookup", "remember", "clear", "MAX_SIGNATURES", "slot_constructor",
-           "encoder_key", "compile_encoder", "encoder", "encode", "MISS", "decode_known", "decode_checked", "MAX_VALUES", "MAX_VALUE_BYTES", "use_value_tables"]
+           "encoder_key", "compile_encoder", "encoder", "encode", "MISS", "decode_known", "decode_checked", "accepted",
+           "remember_accepted", "MAX_VALUES", "MAX_VALUE_BYTES", "use_value_tables"]
 
 MAX_SIGNATURES = 1024
 """Most headers remembered at once (seen, compiled or refused); the input picks the headers,
@@ -382,7 +383,27 @@ the input: a compiled header may declare a long descriptor (quantization padding
 
 _VALUES: dict = {}  # exact descriptor bytes -> the TensorDescriptor a compiled decoder made of them
 _ENCODED: dict = {}  # id(descriptor) -> (descriptor, its wire bytes); the entry keeps the descriptor alive
+_ACCEPTED: dict = {}
+"""Exact descriptor bytes -> the descriptor every semantic rule passed on, within the default limits
+(:func:`accepted`)."""
 _TABLES_ON = [True]
+
+
+def accepted(data) -> Optional[TensorDescriptor]:
+    """The descriptor the bytes ``data`` (exactly one descriptor) were decoded to before, under the
+    default limits, when every semantic rule passed on it; None when not known.  What
+    :func:`~hurray_schema.codec.decode_descriptor` and :func:`~hurray_schema.codec.parse_descriptor`
+    return for them in either mode, with no finding: one table lookup before any other work."""
+    return _ACCEPTED.get(data)
+
+
+def remember_accepted(data: bytes, desc: TensorDescriptor) -> None:
+    """Keep ``desc`` as what the bytes ``data`` (exactly its descriptor) decode to, every rule passing
+    within the default limits (bounded as the other tables)."""
+    if _TABLES_ON[0] and len(data) <= MAX_VALUE_BYTES:
+        if len(_ACCEPTED) >= MAX_VALUES:
+            _ACCEPTED.clear()
+        _ACCEPTED[data] = desc
 
 
 def use_value_tables(enabled: bool) -> bool:
@@ -394,6 +415,7 @@ def use_value_tables(enabled: bool) -> bool:
     _TABLES_ON[0] = bool(enabled)
     _VALUES.clear()
     _ENCODED.clear()
+    _ACCEPTED.clear()
     remember_passed(enabled)
     return previous
 
@@ -473,6 +495,7 @@ def remember(header: bytes, desc: TensorDescriptor, data, length: int) -> None:
 def clear() -> None:
     """Forget every signature, compiled encoder and remembered value (tests use it to compare both paths)."""
     _VALUES.clear()
+    _ACCEPTED.clear()
     _ENCODED.clear()
     _ENCODERS.clear()
     _BY_LAYOUT.clear()

@@ -528,3 +528,35 @@ def test_checked_decoders_agree_on_generated_descriptors(desc, data):
             _checked_agrees(bytes(mutated))
     finally:
         signature.use_value_tables(previous)
+
+
+def test_a_descriptor_every_rule_passed_on_is_returned_by_its_bytes_and_still_limited():
+    """``decode_descriptor`` keeps what it accepted under the default limits by its exact bytes:
+    the same object in either mode, the same bytes read in both public decoders; raised or
+    lowered limits still go through the checks."""
+    from hurray_schema.codec import decode_descriptor
+
+    signature.clear()
+    wire = encode_descriptor(_per_block())
+    for _ in range(3):  # seen, compiled, then taken by the checked decoder
+        first = decode_descriptor(wire)
+    assert signature.accepted(wire) is first
+    assert decode_descriptor(wire, mode="permissive") is first
+    assert parse_descriptor(wire) == (first, [])
+    with pytest.raises(LimitExceeded):
+        decode_descriptor(wire, limits=Limits(max_rank=1))
+    signature.clear()  # a rule declared later makes every kept verdict stale: the tables go together
+    assert signature.accepted(wire) is None
+
+
+def test_a_descriptor_some_rule_fires_on_is_never_kept():
+    from hurray_schema.codec import decode_descriptor
+
+    signature.clear()
+    # a per-block scale buffer index past the buffer table: a MUST of the scheme
+    desc = attrs.evolve(_per_block(), quantization=attrs.evolve(_per_block().quantization, scale_buffer_index=7))
+    wire = encode_descriptor(desc)  # the encoder writes what it is given; the decoder judges
+    for _ in range(3):
+        with pytest.raises(HurraySchemaError):
+            decode_descriptor(wire)
+    assert signature.accepted(wire) is None

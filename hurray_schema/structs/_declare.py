@@ -31,7 +31,7 @@ import construct
 
 from ..errors import FieldRangeError
 
-__all__ = ["field", "Field", "fields", "tags_of", "select", "static_offset", "static_size", "Plan", "plan"]
+__all__ = ["field", "Field", "fields", "tags_of", "select", "joined", "static_offset", "static_size", "Plan", "plan"]
 
 
 class Field(construct.Renamed):
@@ -86,6 +86,11 @@ def select(decl: construct.Construct, *names: str) -> construct.Struct:
     if len(chosen) != len(names):
         raise KeyError(names)
     return construct.Struct(*chosen)
+
+
+def joined(*decls: construct.Construct) -> construct.Struct:
+    """One table made of the fields of ``decls``, in order (same declarations)."""
+    return construct.Struct(*[sub for decl in decls for sub in decl.subcons])
 
 
 def static_size(sub: construct.Construct) -> int | None:
