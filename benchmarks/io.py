@@ -9,7 +9,9 @@ Workloads (built with pyhurray so both sides handle the same bytes):
 * ``stream write`` -- write them back (``write_stream`` vs ``hurray.StreamWriter``);
 * ``file open``    -- open a file and list its tensors (``read_file`` vs ``hurray.load``,
   which also builds every tensor);
-* ``file write``   -- ``write_file`` vs ``hurray.save``.
+* ``file write``   -- ``write_file`` vs ``hurray.save``;
+* ``audit``        -- ``hurray_schema.audit`` of the file beside reading every tensor of it as an
+  array (ours both: the audit checks everything a read checks, plus the rules only it runs).
 
 ``stream read, tables off`` reads the same stream with the by-value tables off
 (``signature.use_value_tables(False)``): every descriptor decoded and checked as if never
@@ -39,8 +41,10 @@ os.environ.setdefault("HURRAY_SCHEMA_COMPILE", "eager")  # the kernels' speed is
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hurray  # noqa: E402
+import numpy as np  # noqa: E402
 
 from hurray_schema import signature  # noqa: E402
+from hurray_schema import audit  # noqa: E402
 from hurray_schema.io import read_file, read_stream, write_file, write_stream  # noqa: E402
 
 
@@ -118,6 +122,15 @@ def main() -> None:
     for name, ours, theirs in rows:
         a, b = median_times(ours, theirs, args.repeat)
         print(f"{name:<16}{a * 1e3:>10.2f}{b * 1e3:>13.2f}{a / b:>8.1f}")
+
+    def read_every_tensor():
+        with read_file(py_file) as f:
+            return [np.asarray(f[name]) for name in f]
+
+    audit_ms, read_ms = median_times(lambda: audit(py_file), read_every_tensor, args.repeat)
+    print(f"\naudit of the file beside reading it (ours both; target audit <= 2x reading)")
+    print(f"{'audit':<16}{audit_ms * 1e3:>10.2f}\n{'read every tensor':<16}{read_ms * 1e3:>10.2f}"
+          f"\n{'ratio':<16}{audit_ms / read_ms:>10.2f}")
 
 
 def _without_tables(fn):

@@ -125,3 +125,29 @@ def test_an_open_reads_no_descriptor_it_does_not_need(tmp_path, clean):
         assert set(f._checked) == {name(3)}
         assert [e.name for e in f.entries()[:2]] == [name(0), name(1)]
         assert f.buffer_ranges(name(DEEP)) == ((index_entries(clean)[name(DEEP)][3], 16),)
+
+
+def test_a_local_file_hands_out_its_descriptor_until_closed(tmp_path):
+    """``HurrayFile.fileno()`` is the OS descriptor of the mapped file (what the server sends from):
+    reading through it gives the file's bytes; after close it is refused, and a file read from
+    bytes has none."""
+    import io
+    import os
+
+    from hurray_schema.io.file import ClosedFileError, HurrayFile
+
+    path = tmp_path / "one.hrry"
+    hs.save(path, {"x": np.arange(6, dtype=np.float32)})
+    raw = path.read_bytes()
+    f = hs.read_file(path)
+    assert os.pread(f.fileno(), len(raw), 0) == raw
+    f.close()
+    with pytest.raises(ClosedFileError):
+        f.fileno()
+    with HurrayFile.over(raw) as g, pytest.raises(io.UnsupportedOperation):
+        g.fileno()
+
+
+def test_a_folder_is_refused_as_a_folder(tmp_path):
+    with pytest.raises(IsADirectoryError):
+        hs.read_file(tmp_path)

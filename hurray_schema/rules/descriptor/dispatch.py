@@ -414,30 +414,44 @@ _FACT_SLOTS = (Fact.UNUSUAL_BUFFERS, Fact.STATISTICS, Fact.EXTENSION_TYPE, Fact.
 class _Plan:
     """The rules that can fire on one combination of facts, in declaration order.
 
-    ``passes(desc, ctx)`` is one function generated from the declarations (the way
-    :mod:`hurray_schema.signature` compiles a decoder per header): it calls each rule's
-    check as declared -- a returning check once, a yielding one up to its first finding --
-    and answers False as soon as any would report something.  It decides nothing about
-    findings: when it says False the caller runs ``pairs`` through the general loop, which
-    makes every finding (ids, levels, offsets, messages, order) as before."""
+    ``passes(desc, ctx)`` calls each rule's check as declared -- a returning check once, a
+    yielding one up to its first finding -- and answers False as soon as any would report
+    something.  It decides nothing about findings: when it says False the caller runs ``pairs``
+    through the general loop, which makes every finding (ids, levels, offsets, messages, order)
+    as before.  It is a closure over the checks, not generated code: a process that reads one
+    file pays for no compilation."""
 
-    __slots__ = ("pairs", "passes", "source")
+    __slots__ = ("pairs", "passes")
 
     def __init__(self, pairs: list):
         self.pairs = pairs
-        namespace: dict = {}
-        lines = ["def passes(desc, ctx):"]
-        for i, (rule, _) in enumerate(pairs):
-            check = _PREDICATES[rule.id]
-            namespace[f"_check{i}"] = check
-            if inspect.isgeneratorfunction(check):
-                lines.append(f"    for _ in _check{i}(desc, ctx):  # {rule.id}\n        return False")
-            else:
-                lines.append(f"    if _check{i}(desc, ctx) is not None:  # {rule.id}\n        return False")
-        lines.append("    return True")
-        self.source = "\n".join(lines) + "\n"
-        exec(compile(self.source, f"<hurray_schema rule plan of {len(pairs)} rules>", "exec"), namespace)
-        self.passes = namespace["passes"]
+        self.passes = _passes_of(tuple(_PREDICATES[rule.id] for rule, _ in pairs))
+
+
+def _passes_of(checks: tuple) -> Callable:
+    """``passes(desc, ctx)`` over ``checks``: False at the first that would report."""
+    returning = tuple(check for check in checks if not inspect.isgeneratorfunction(check))
+    if len(returning) == len(checks):  # the common case: one call each, no generator
+
+        def passes(desc, ctx) -> bool:
+            for check in returning:
+                if check(desc, ctx) is not None:
+                    return False
+            return True
+
+        return passes
+    kinds = tuple((check, inspect.isgeneratorfunction(check)) for check in checks)
+
+    def passes_mixed(desc, ctx) -> bool:
+        for check, yields in kinds:
+            if yields:
+                for _ in check(desc, ctx):
+                    return False
+            elif check(desc, ctx) is not None:
+                return False
+        return True
+
+    return passes_mixed
 
 
 def _plan_for(key: tuple) -> _Plan:
