@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,9 @@ os.environ["HURRAY_SCHEMA_COMPILE"] = "eager"
 than NumPy standing in for it on small jobs (evaluate/jit.py ``Kernel.worth_it``; the tests that compare
 the two paths choose them explicitly)."""
 os.environ.setdefault("HURRAY_SCHEMA_SHARED_KERNELS", "0")
+if "HURRAY_SCHEMA_CACHE_DIR" not in os.environ:  # the generated-code cache in a folder of the run's own
+    os.environ["HURRAY_SCHEMA_CACHE_DIR"] = tempfile.mkdtemp(prefix="hurray-schema-cache-")
+    atexit.register(shutil.rmtree, os.environ["HURRAY_SCHEMA_CACHE_DIR"], ignore_errors=True)
 """Kernels are not linked as shared libraries as the suite compiles them (a tenth of a second or more
 each); tests/test_kernel_cache.py links and loads one."""
 

@@ -26,6 +26,7 @@ from typing import Callable, Iterator, Optional
 
 import attrs
 
+from ...codecache import compiled
 from ...model import (
     BufferHandle, DeviceTag, ExtensionLayout, LayoutTag, TensorDescriptor, TiledLayout, UnknownLayout, UnknownQuantization,
 )
@@ -386,7 +387,7 @@ def _make_plain_buffers() -> Callable:
               f"    for h in handles:\n        if {unusual}:\n            return False\n"
               "    return True\n")
     namespace: dict = {}
-    exec(compile(source, "<hurray_schema plain buffers>", "exec"), namespace)
+    exec(compiled(source, "<hurray_schema plain buffers>"), namespace)
     return namespace["_plain_buffers"]
 
 
