@@ -71,19 +71,27 @@ def test_bare_stream_truncated_buffer_under_each_policy():
     assert [p.kind for p in parts][:3] == ["descriptor", "buffer", "descriptor"]
 
 
-def test_bare_stream_per_tensor_pairs_each_descriptor_with_its_buffer_views():
-    """``per_tensor``: the descriptor parts of the part-by-part walk, each with the values of
-    its buffer parts; the same fault where a buffer is cut off; RAISE only."""
+def test_bare_stream_per_tensor_pairs_each_descriptor_with_its_buffer_views(tmp_path):
+    """``per_tensor``: the descriptors of the part-by-part walk and their offsets, each with the
+    values of its buffer parts (flat byte views, in a tuple); the same fault where a buffer is cut
+    off; RAISE only.  Over bytes, over a memoryview and over a memory map alike."""
     stream = 3 * (ROW_MAJOR_F32_3X4 + bytes(range(BUFFER_BYTES)))
     strict_describe = located.strict_describer(mode=Mode.STRICT)  # the readers' describer (header lookup shared)
-    for describe in (strict, strict_describe):
-        parts = list(located.walk_bare(located.Window(stream), describe, faults=located.Faults.RAISE,
-                                       mode=Mode.STRICT))
-        pairs = list(located.walk_bare(located.Window(stream), describe, faults=located.Faults.RAISE,
-                                       mode=Mode.STRICT, per_tensor=True))
-        assert [part for part, _ in pairs] == [p for p in parts if p.kind == "descriptor"]
-        assert [[bytes(v) for v in views] for _, views in pairs] == [[bytes(range(BUFFER_BYTES))]] * 3
-        assert [part.start for part, _ in pairs] == [0, 109, 218]
+    (tmp_path / "s.bin").write_bytes(stream)
+    with open(tmp_path / "s.bin", "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    for source in (stream, memoryview(stream), bytearray(stream), mapped):
+        for describe in (strict, strict_describe):
+            parts = list(located.walk_bare(located.Window(source), describe, faults=located.Faults.RAISE,
+                                           mode=Mode.STRICT))
+            triples = list(located.walk_bare(located.Window(source), describe, faults=located.Faults.RAISE,
+                                             mode=Mode.STRICT, per_tensor=True))
+            descriptors = [p for p in parts if p.kind == "descriptor"]
+            assert [desc for desc, _, _ in triples] == [p.value for p in descriptors]
+            assert [start for _, start, _ in triples] == [p.start for p in descriptors] == [0, 109, 218]
+            assert [[bytes(v) for v in views] for _, _, views in triples] == [[bytes(range(BUFFER_BYTES))]] * 3
+            assert all(type(views) is tuple and all(v.format == "B" and v.ndim == 1 for v in views)
+                       for _, _, views in triples)
     short = stream[:-8]
     with pytest.raises(SpecViolation) as caught:
         list(located.walk_bare(located.Window(short), strict_describe, faults=located.Faults.RAISE,

@@ -91,7 +91,7 @@ class StreamReader:
         self.framing = framing
         self._src = Window(source)
         self._binder = CompositeBinder(mode=self.mode, validate=validate_composites, limits=self.limits,
-                                       findings=self.findings, leaf=Tensor.bound, assemble=Composite.from_binder)
+                                       findings=self.findings, leaf=Tensor.viewing, assemble=Composite.from_binder)
         self._describe = strict_describer(mode=self.mode, limits=self.limits, cross_machine=cross_machine,
                                           findings=self.findings)
         self._gen = self._bare() if framing == "bare" else self._messages()
@@ -126,9 +126,9 @@ class StreamReader:
 
     def _bare(self) -> Iterator[Item]:
         add = self._binder.add
-        for part, buffers in walk_bare(self._src, self._describe, faults=Faults.RAISE, mode=self.mode,
-                                       limits=self.limits, per_tensor=True):
-            nodes = add(part.value, part.start, buffers)  # the tensor is complete: bind it
+        for desc, start, views in walk_bare(self._src, self._describe, faults=Faults.RAISE, mode=self.mode,
+                                            limits=self.limits, per_tensor=True):
+            nodes = add(desc, start, views)  # the tensor is complete: bind it
             if nodes:
                 yield from nodes
         yield from self._finish()

@@ -168,6 +168,16 @@ class Tensor(ArrayProtocol):
         tensor.name = None
         return tensor
 
+    @classmethod
+    def viewing(cls, descriptor: TensorDescriptor, views: tuple) -> "Tensor":
+        """:meth:`bound` where ``views`` is already a tuple of flat byte views (the stream walk's
+        own slices): kept as they are."""
+        tensor = _new_tensor(cls)
+        tensor.descriptor = descriptor
+        tensor.buffers = views
+        tensor.name = None
+        return tensor
+
     # -- convenience constructors ---------------------------------------------------
     @classmethod
     def dense(cls, type_tag, shape: Sequence[int], data=None, *, name: Optional[str] = None,

@@ -44,7 +44,7 @@ from ..rules import session as session_rules
 from ..rules import structure as structure_rules
 from ..rules.descriptor import check_descriptor, first_error
 from ..rules.engine import Finding, Level, Mode, get_rule
-from ..signature import decode_checked
+from ..signature import accepted, decode_checked, remember_accepted
 from ..signature import lookup as lookup_compiled
 from ..structs._declare import plan, select, static_offset
 from ..structs.descriptor import FIXED_HEADER, FIXED_HEADER_SIZE
@@ -110,9 +110,12 @@ class Window:
         self._owned = None
         self._pending = b""
         self.data: Optional[memoryview] = None
+        self.raw = None  # the bytes or memory map under ``data``, whose slices are bytes (no view made)
         self.file = None
         if isinstance(source, (bytes, bytearray, memoryview, mmap.mmap)):
             self.data = as_view(source)
+            if source.__class__ is bytes or isinstance(source, mmap.mmap):
+                self.raw = source
         elif isinstance(source, (str, os.PathLike)):
             self.file = self._owned = open(source, "rb")
         elif hasattr(source, "read"):
@@ -240,17 +243,33 @@ def strict_describer(*, mode: Mode, limits: Limits = DEFAULT_LIMITS, cross_machi
                 return _new_part(Part, (DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "", (), 0, depth))
         return general(buf, base, depth)
 
-    def known(buf: bytes, compiled, base: int) -> Part:
-        """``describe(buf, base, 0)`` where the walk found ``compiled`` for the header of
-        ``buf`` (exactly its length) already: what :func:`checked_descriptor` would look up."""
-        if compiled.checked is not None and (compiled.fits_default if limits is DEFAULT_LIMITS
-                                             else compiled.fits(limits)):
+    default_limits = limits is DEFAULT_LIMITS
+
+    def checked(buf: bytes, compiled, base: int) -> Optional[TensorDescriptor]:
+        """The descriptor of ``buf`` (exactly one) where the walk found ``compiled`` for its header
+        already, when every rule passes on it: what :func:`checked_descriptor` would look up, taken
+        first from the descriptors every rule passed on before; None: the general path decides."""
+        desc = accepted(buf) if default_limits else None
+        if desc is None and compiled.checked is not None and (
+                compiled.fits_default if default_limits else compiled.fits(limits)):
             desc = decode_checked(compiled, buf, buf)
-            if desc is not None:
-                if cross_machine:
-                    _check_producer_synced(desc, base)
-                return _new_part(Part, (DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "", (), 0, 0))
-        return general(buf, base, 0)
+            if desc is not None and default_limits:
+                remember_accepted(buf, desc)
+        if desc is not None and cross_machine:
+            _check_producer_synced(desc, base)
+        return desc
+
+    def known(buf: bytes, compiled, base: int) -> Part:
+        """``describe(buf, base, 0)`` where the walk found ``compiled`` for the header of ``buf``."""
+        desc = checked(buf, compiled, base)
+        if desc is None:
+            return general(buf, base, 0)
+        return _new_part(Part, (DESCRIPTOR, base, base + len(buf), FIXED_HEADER, desc, None, "", (), 0, 0))
+
+    def value(buf: bytes, compiled, base: int) -> TensorDescriptor:
+        """What :func:`known` gives, the descriptor alone (a stream read's per-tensor path)."""
+        desc = checked(buf, compiled, base)
+        return desc if desc is not None else general(buf, base, 0).value
 
     def general(buf, base: int, depth: int) -> Part:
         """The descriptor decoded the general way, every rule run (it reports what fails):
@@ -273,6 +292,7 @@ def strict_describer(*, mode: Mode, limits: Limits = DEFAULT_LIMITS, cross_machi
                                 tuple(tolerated) if tolerated else (), 0, depth))
 
     describe.known = known  # for the bare walk, which looks the header up to frame the descriptor
+    describe.value = value  # the same, the descriptor alone (a stream read's per-tensor path)
     return describe
 
 
@@ -346,9 +366,9 @@ def walk_bare(window: Window, describe: Describe, *, faults: Faults, mode: Mode,
     """Parts of a bare stream (``interchange.md § Scope``): per tensor its descriptor
     part, then one ``buffer`` part per buffer-table entry (no padding).
 
-    ``per_tensor`` (``RAISE`` only): per tensor one ``(descriptor part, buffer views)``
-    pair instead, once all its buffers are read -- the same framing checks, rules and
-    offsets, without a part per buffer (a stream reader wants the views alone).
+    ``per_tensor`` (``RAISE`` only): per tensor one ``(descriptor, its offset, tuple of buffer
+    views)`` instead, once all its buffers are read -- the same framing checks, rules and
+    offsets, without a part per descriptor or buffer (a stream reader wants the views alone).
 
     ``RAISE`` checks the framing first (a descriptor or buffer cut off by the end of the
     stream is ``stream.truncated``, located where the bytes end) and reads only what each
@@ -366,39 +386,77 @@ def walk_bare(window: Window, describe: Describe, *, faults: Faults, mode: Mode,
 
 
 def _bare_strict(window: Window, describe: Describe, limits: Limits, progress, per_tensor: bool) -> Iterator:
+    if per_tensor:
+        return _bare_tensors(window, describe, limits, progress)
+    return _bare_parts(window, describe, limits, progress)
+
+
+def _bare_parts(window: Window, describe: Describe, limits: Limits, progress) -> Iterator[Part]:
     max_buffer = limits.max_buffer_bytes
-    max_descriptor = limits.max_descriptor_bytes
     memory = window.data
     end = None if memory is None else len(memory)
-    known = getattr(describe, "known", None)  # a describer told the compiled decoder the framing found
     while (window.pos < end) if end is not None else not window.at_eof():
         start = window.pos
         if progress is not None:
             progress(start)
-        compiled = None
-        if memory is not None and start and known is not None:  # a header seen clean before: see _framed_descriptor
-            compiled = lookup_compiled(memory[start : start + FIXED_HEADER_SIZE].tobytes())
-        if compiled is not None and compiled.length <= end - start and compiled.length <= max_descriptor:
-            window.pos = stop = start + compiled.length
-            part = known(memory[start:stop].tobytes(), compiled, start)
-        else:
-            part = describe(_framed_descriptor(window, start, limits), start, 0)
-        if per_tensor:
-            views = []
-            for i, handle in enumerate(part.value.buffers):
-                size, at = handle.byte_size, window.pos
-                if end is not None and size <= max_buffer and size <= end - at:  # the common case, read inline
-                    window.pos = at + size
-                    views.append(memory[at : at + size])
-                else:
-                    views.append(_strict_buffer(window, memory, end, size, max_buffer, limits, i, start))
-            yield part, views
-            continue
+        part = _strict_descriptor_part(window, describe, limits, start)
         yield part
         for i, handle in enumerate(part.value.buffers):
             at = window.pos
             data = _strict_buffer(window, memory, end, handle.byte_size, max_buffer, limits, i, start)
             yield _new_part(Part, (BUFFER, at, window.pos, None, data, None, "", (), i, 0))
+
+
+def _strict_descriptor_part(window: Window, describe: Describe, limits: Limits, start: int) -> Part:
+    """The descriptor part at ``start``, framed through the compiled header when one is known."""
+    memory, known = window.data, getattr(describe, "known", None)
+    if memory is not None and start and known is not None:  # a header seen clean before: see _framed_descriptor
+        compiled = lookup_compiled(memory[start : start + FIXED_HEADER_SIZE].tobytes())
+        if compiled is not None and compiled.length <= len(memory) - start and compiled.length <= limits.max_descriptor_bytes:
+            window.pos = stop = start + compiled.length
+            return known(memory[start:stop].tobytes(), compiled, start)
+    return describe(_framed_descriptor(window, start, limits), start, 0)
+
+
+def _bare_tensors(window: Window, describe: Describe, limits: Limits, progress) -> Iterator[tuple]:
+    """Per tensor ``(descriptor, its offset, tuple of buffer views)`` (``walk_bare(per_tensor=True)``).
+    Over bytes or a memory map the descriptor bytes are sliced from them directly and a descriptor
+    seen before is one table lookup: a stream of small tensors makes few objects per tensor."""
+    max_buffer = limits.max_buffer_bytes
+    max_descriptor = limits.max_descriptor_bytes
+    memory, raw = window.data, window.raw
+    end = None if memory is None else len(memory)
+    value = getattr(describe, "value", None)  # a describer told the compiled decoder the framing found
+    while (window.pos < end) if end is not None else not window.at_eof():
+        start = window.pos
+        if progress is not None:
+            progress(start)
+        compiled = None
+        if memory is not None and start and value is not None:  # a header seen clean before: see _framed_descriptor
+            head = raw[start : start + FIXED_HEADER_SIZE] if raw is not None else \
+                memory[start : start + FIXED_HEADER_SIZE].tobytes()
+            compiled = lookup_compiled(head)
+        if compiled is not None and compiled.length <= end - start and compiled.length <= max_descriptor:
+            window.pos = stop = start + compiled.length
+            desc = value(raw[start:stop] if raw is not None else memory[start:stop].tobytes(), compiled, start)
+        else:
+            desc = describe(_framed_descriptor(window, start, limits), start, 0).value
+        handles = desc.buffers
+        if len(handles) == 1 and end is not None:  # the common case, read inline
+            size, at = handles[0].byte_size, window.pos
+            if size <= max_buffer and size <= end - at:
+                window.pos = at + size
+                yield desc, start, (memory[at : at + size],)
+                continue
+        views = []
+        for i, handle in enumerate(handles):
+            size, at = handle.byte_size, window.pos
+            if end is not None and size <= max_buffer and size <= end - at:
+                window.pos = at + size
+                views.append(memory[at : at + size])
+            else:
+                views.append(as_view(_strict_buffer(window, memory, end, size, max_buffer, limits, i, start)))
+        yield desc, start, tuple(views)
 
 
 def _strict_buffer(window: Window, memory, end: Optional[int], size: int, max_buffer: int, limits: Limits, i: int,
