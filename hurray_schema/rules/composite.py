@@ -437,21 +437,35 @@ def _too_deep(depth: int, offset: Optional[int], mode: Mode, what: str = "a comp
 
 
 class _Frame:
-    """A composite being bound: its head, where it is, what arrived, its validator."""
+    """A composite being bound: its head, where it is, what arrived, its validator -- or, for a
+    binding seen clean before, the member descriptors it expects (``expected``)."""
 
-    __slots__ = ("head", "offset", "payload", "members", "validator", "clean")
+    __slots__ = ("head", "offset", "payload", "members", "validator", "clean", "key", "expected")
 
-    def __init__(self, head: TensorDescriptor, offset: Optional[int], payload, validator):
+    def __init__(self, head: TensorDescriptor, offset: Optional[int], payload, validator, key=None):
         self.head = head
         self.offset = offset
         self.payload = payload
         self.members: list = []
         self.validator = validator
+        self.key = key  # the binder's key of this binding (None: never remembered)
+        self.expected: Optional[tuple] = None
         # clean: what strict validation would pass.  A strict binder's heads passed the strict
         # descriptor rules (its own head checks, or the caller's); a permissive one may hold a
         # head whose finding the mode tolerated (a private composition rule), so it asks.
         self.clean = validator is not None and not validator.findings and (
             validator.mode is Mode.STRICT or first_error(head, Mode.STRICT) is None)
+
+
+_CLEAN_BINDINGS: dict = {}
+"""``(id(head), mode, depth, check_heads)`` -> ``(head, member descriptors)`` of a composite a
+raising binder validated without a single finding (its members all tensors, not composites).
+Descriptors are immutable values and every check is a function of the head, the members, their
+order, the mode and the depth, so the same objects bind cleanly again: a stream of repeated
+composites (the decoder gives one object per distinct descriptor bytes) is validated once.
+:data:`MAX_CLEAN_BINDINGS` entries, emptied when full; the entry keeps its objects alive."""
+
+MAX_CLEAN_BINDINGS = 1024
 
 
 def _payload_itself(desc, payload):
@@ -460,6 +474,15 @@ def _payload_itself(desc, payload):
 
 def _head_payload(head, payload, members, clean):
     return payload
+
+
+def _remember_clean(key: tuple, head: TensorDescriptor, members: list) -> None:
+    """Keep a clean binding of tensors (not of nested composites) in :data:`_CLEAN_BINDINGS`."""
+    if any(m.layout.__class__ is CompositeLayout for m in members):
+        return
+    if len(_CLEAN_BINDINGS) >= MAX_CLEAN_BINDINGS:
+        _CLEAN_BINDINGS.clear()
+    _CLEAN_BINDINGS[key] = (head, tuple(members))
 
 
 class CompositeBinder:
@@ -530,10 +553,15 @@ class CompositeBinder:
         if not stack and desc.layout.__class__ is not CompositeLayout:  # a plain top-level tensor: bound as it is
             return [self._leaf(desc, payload)]
         parent = stack[-1] if stack else None
-        if parent is not None and parent.validator is not None:
-            found = parent.validator.push_member(desc, base=offset)
-            if found:
-                self._record(found, parent)
+        if parent is not None:
+            expected = parent.expected
+            if expected is not None and not (len(parent.members) < len(expected)
+                                             and expected[len(parent.members)] is desc):
+                self._validate_from_here(parent, len(stack))
+            if parent.validator is not None:
+                found = parent.validator.push_member(desc, base=offset)
+                if found:
+                    self._record(found, parent)
         if desc.layout.__class__ is not CompositeLayout:
             node = self._leaf(desc, payload)
             if parent is None:
@@ -553,14 +581,31 @@ class CompositeBinder:
                 limits.check("max_composite_depth", depth, offset)
             if desc.layout.member_count > limits.max_composite_members:
                 limits.check("max_composite_members", desc.layout.member_count, offset)
-        validator = None
+        validator, key = None, None
         if self.validate:
+            if not self.collect:
+                key = (id(desc), self.mode, depth, self.check_heads)
+                known = _CLEAN_BINDINGS.get(key)
+                if known is not None and known[0] is desc:  # bound cleanly before: expect the same members
+                    frame = _Frame(desc, offset, payload, None, key)
+                    frame.expected, frame.clean = known[1], True
+                    stack.append(frame)
+                    return self._settle() if desc.layout.member_count <= 0 else []
             validator = CompositeValidator(desc, mode=self.mode, collect=self.collect, depth=depth, base=offset,
                                            check_head=self.check_heads)
             if validator.findings:
                 self._record(validator.findings)
-        stack.append(_Frame(desc, offset, payload, validator))
+        stack.append(_Frame(desc, offset, payload, validator, key))
         return self._settle() if desc.layout.member_count <= 0 else []  # a head of no member closes at once
+
+    def _validate_from_here(self, frame: _Frame, depth: int) -> None:
+        """A remembered binding met a member it did not expect: the frame gets its validator, the
+        members that arrived so far (the expected ones, which passed before) pushed again."""
+        validator = CompositeValidator(frame.head, mode=self.mode, collect=self.collect, depth=depth,
+                                       base=frame.offset, check_head=self.check_heads)
+        for member in frame.expected[:len(frame.members)]:
+            validator.push_member(member)
+        frame.validator, frame.expected = validator, None
 
     def _settle(self) -> list:
         """Close every composite that has all its members; the top-level ones come back."""
@@ -568,8 +613,11 @@ class CompositeBinder:
         done = []
         while stack and len(stack[-1].members) >= stack[-1].head.layout.member_count:
             frame = stack.pop()
-            if frame.validator is not None:
-                self._record(frame.validator.close(), frame)
+            validator = frame.validator
+            if validator is not None:
+                self._record(validator.close(), frame)
+                if frame.key is not None and frame.clean and not validator.findings:
+                    _remember_clean(frame.key, frame.head, validator.members)
             node = self._assemble(frame.head, frame.payload, frame.members, frame.clean)
             if stack:
                 stack[-1].members.append(node)
