@@ -923,3 +923,16 @@ def test_stepped_quantized_read_decodes_the_selected_rows_only():
     assert got.shape == want.shape and got.tobytes() == want.tobytes()
     with pytest.raises(LimitExceeded):  # 2**19 selected rows: beyond both the budget and the allowance
         read_box(t, (0, 0), t.shape, steps=(2, 1), limits=SMALL)
+
+
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=4), st.data())
+def test_one_integer_index_selects_what_numpy_selects(shape, data):
+    """A lone Python int (the most common index, which ``basic_index`` takes on a short path)
+    selects NumPy's row, and refuses an out-of-range position as NumPy does."""
+    array = np.arange(math.prod(shape), dtype=np.float32).reshape(shape)
+    tensor = hs.Tensor.from_numpy(array)
+    position = data.draw(st.integers(-shape[0], shape[0] - 1))
+    np.testing.assert_array_equal(tensor[position], array[position])
+    assert np.asarray(tensor[position]).shape == array[position].shape
+    with pytest.raises(IndexError):
+        tensor[shape[0]]

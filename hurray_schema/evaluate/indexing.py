@@ -133,7 +133,12 @@ def basic_index(index, shape: Sequence[int]) -> BoxSelection:
     """The stepped box and residual selection of the NumPy basic index ``index`` on an array of
     ``shape`` (module docstring).  The Ellipsis stays in the residual (NumPy returns an array, never a
     scalar, for an index holding one); without one, the unindexed axes are implied at the end."""
-    shape = tuple(int(n) for n in shape)
+    shape = tuple(map(int, shape))
+    if index.__class__ is int and shape:  # one integer: the most common index, spelled out
+        rest = len(shape) - 1
+        low, high, _, _ = _integer_box(index, shape[0], 0)
+        return BoxSelection((low,) + (0,) * rest, (high,) + shape[1:], (0, Ellipsis) if rest else (0,),
+                            (1,) * len(shape))
     entries = _entries(index)
     implied = _implied_axes(entries, len(shape))
     if implied and Ellipsis not in entries:

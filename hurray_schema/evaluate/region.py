@@ -64,10 +64,10 @@ def read_box(item, lo: Sequence[int], hi: Sequence[int], *, steps: Optional[Sequ
     expansion allowance (:mod:`.common`).  A box outside the shape is a
     :class:`~hurray_schema.errors.HurraySchemaError`.
     """
-    check_box(lo, hi, item.descriptor.shape)
     if _is_composite(item):
+        check_box(lo, hi, item.descriptor.shape)
         return read(item, tuple(zip(lo, hi)), steps=steps, limits=limits)
-    return tensor_box(item.descriptor, item.buffers, lo, hi, steps=steps, limits=limits)
+    return tensor_box(item.descriptor, item.buffers, lo, hi, steps=steps, limits=limits)  # which checks the box
 
 
 def needed_spans(item, lo: Optional[Sequence[int]] = None, hi: Optional[Sequence[int]] = None,
