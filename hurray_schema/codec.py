@@ -195,7 +195,7 @@ def parse_descriptor(data, *, mode="strict", base: int = 0,
     """
     mode = _MODES.get(mode) or as_mode(mode)
     if limits is None and data.__class__ is bytes:
-        desc = _accepted(data)
+        desc = _parsed(data)
         if desc is not None:
             return desc, []
     limits = DEFAULT_LIMITS if limits is None else resolve_limits(limits)
@@ -230,7 +230,11 @@ def _decode_compiled(data, header: bytes, limits: Limits) -> Optional[TensorDesc
         return None
     key = data[:length] if data.__class__ is bytes else data[:length].tobytes()  # a bytes of exactly length is itself
     desc = _remembered(key)
-    return desc if desc is not None else signature.decode_known(compiled, key, data)
+    if desc is None:
+        desc = signature.decode_known(compiled, key, data)
+    if desc is not None and limits is DEFAULT_LIMITS:
+        _remember_parsed(key, desc)
+    return desc
 
 
 _compiled_for = signature.lookup
@@ -238,6 +242,8 @@ _remembered = signature.remembered
 _decode_checked = signature.decode_checked
 _accepted = signature.accepted
 _remember_accepted = signature.remember_accepted
+_parsed = signature.parsed
+_remember_parsed = signature.remember_parsed
 
 
 def checked_descriptor(data, limits: Limits = DEFAULT_LIMITS) -> Optional[TensorDescriptor]:

@@ -62,7 +62,7 @@ from .structs.descriptor import CORE_PARTS, FIXED_HEADER, MAGIC, PARTS, SECTION_
 
 __all__ = ["CompiledDecoder", "compile_decoder", "lookup", "remember", "clear", "MAX_SIGNATURES", "slot_constructor",
            "encoder_key", "compile_encoder", "encoder", "encode", "MISS", "decode_known", "decode_checked", "accepted",
-           "remember_accepted", "MAX_VALUES", "MAX_VALUE_BYTES", "use_value_tables"]
+           "remember_accepted", "parsed", "remember_parsed", "MAX_VALUES", "MAX_VALUE_BYTES", "use_value_tables"]
 
 MAX_SIGNATURES = 1024
 """Most headers remembered at once (seen, compiled or refused); the input picks the headers,
@@ -387,6 +387,9 @@ _ENCODED: dict = {}  # id(descriptor) -> (descriptor, its wire bytes); the entry
 _ACCEPTED: dict = {}
 """Exact descriptor bytes -> the descriptor every semantic rule passed on, within the default limits
 (:func:`accepted`)."""
+_PARSED: dict = {}
+"""Exact descriptor bytes -> the descriptor their structural decode gave without a finding, within
+the default limits (:func:`parsed`); every accepted descriptor is one."""
 _TABLES_ON = [True]
 
 
@@ -404,7 +407,24 @@ def remember_accepted(data: bytes, desc: TensorDescriptor) -> None:
     if _TABLES_ON[0] and len(data) <= MAX_VALUE_BYTES:
         if len(_ACCEPTED) >= MAX_VALUES:
             _ACCEPTED.clear()
-        _ACCEPTED[data] = desc
+        if len(_PARSED) >= MAX_VALUES:
+            _PARSED.clear()
+        _ACCEPTED[data] = _PARSED[data] = desc
+
+
+def parsed(data) -> Optional[TensorDescriptor]:
+    """The descriptor the bytes ``data`` (exactly one descriptor) were decoded to before, under the
+    default limits, without a structural finding; None when not known.  What
+    :func:`~hurray_schema.codec.parse_descriptor` returns for them in either mode, with no finding."""
+    return _PARSED.get(data)
+
+
+def remember_parsed(data: bytes, desc: TensorDescriptor) -> None:
+    """Keep ``desc`` as the clean structural decode of the bytes ``data`` (exactly its descriptor)."""
+    if _TABLES_ON[0] and len(data) <= MAX_VALUE_BYTES:
+        if len(_PARSED) >= MAX_VALUES:
+            _PARSED.clear()
+        _PARSED[data] = desc
 
 
 def use_value_tables(enabled: bool) -> bool:
@@ -417,6 +437,7 @@ def use_value_tables(enabled: bool) -> bool:
     _VALUES.clear()
     _ENCODED.clear()
     _ACCEPTED.clear()
+    _PARSED.clear()
     remember_passed(enabled)
     return previous
 
@@ -497,6 +518,7 @@ def clear() -> None:
     """Forget every signature, compiled encoder and remembered value (tests use it to compare both paths)."""
     _VALUES.clear()
     _ACCEPTED.clear()
+    _PARSED.clear()
     _ENCODED.clear()
     _ENCODERS.clear()
     _BY_LAYOUT.clear()
