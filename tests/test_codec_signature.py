@@ -542,11 +542,14 @@ def test_a_descriptor_every_rule_passed_on_is_returned_by_its_bytes_and_still_li
         first = decode_descriptor(wire)
     assert signature.accepted(wire) is first
     assert decode_descriptor(wire, mode="permissive") is first
+    assert signature.parsed(wire) is first  # every accepted descriptor parses cleanly
     assert parse_descriptor(wire) == (first, [])
     with pytest.raises(LimitExceeded):
         decode_descriptor(wire, limits=Limits(max_rank=1))
+    with pytest.raises(LimitExceeded):
+        parse_descriptor(wire, limits=Limits(max_rank=1))
     signature.clear()  # a rule declared later makes every kept verdict stale: the tables go together
-    assert signature.accepted(wire) is None
+    assert signature.accepted(wire) is None and signature.parsed(wire) is None
 
 
 def test_a_descriptor_some_rule_fires_on_is_never_kept():
@@ -560,3 +563,8 @@ def test_a_descriptor_some_rule_fires_on_is_never_kept():
         with pytest.raises(HurraySchemaError):
             decode_descriptor(wire)
     assert signature.accepted(wire) is None
+    parse_descriptor(wire)
+    parse_descriptor(wire)  # structurally sound: the parse keeps it, the decode still refuses it
+    assert signature.parsed(wire) is not None
+    with pytest.raises(HurraySchemaError):
+        decode_descriptor(wire)
