@@ -128,7 +128,7 @@ def main() -> None:
             return [np.asarray(f[name]) for name in f]
 
     audit_ms, read_ms = median_times(lambda: audit(py_file), read_every_tensor, args.repeat)
-    print(f"\naudit of the file beside reading it (ours both; target audit <= 2x reading)")
+    print("\naudit of the file beside reading it (ours both; target audit <= 2x reading)")
     print(f"{'audit':<16}{audit_ms * 1e3:>10.2f}\n{'read every tensor':<16}{read_ms * 1e3:>10.2f}"
           f"\n{'ratio':<16}{audit_ms / read_ms:>10.2f}")
 

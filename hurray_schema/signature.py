@@ -48,7 +48,7 @@ from typing import Callable, Optional
 
 import attrs
 
-from .codecache import compiled
+from .codecache import compiled as compiled_code
 from .limits import DEFAULT_LIMITS, Limits
 from .model import (
     SCHEMES, TABLE_LAYOUTS, VALUE_CLASSES, ColumnMajorLayout, DeviceTag, RowMajorLayout, TensorDescriptor,
@@ -113,7 +113,7 @@ def slot_constructor(cls, trusted: frozenset = frozenset()) -> Callable:
     if twin is not None:
         lines.append("    s.__class__ = _cls")
     lines.append("    return s")
-    exec(compiled("\n".join(lines) + "\n", f"<hurray_schema constructor {cls.__qualname__}>"), namespace)
+    exec(compiled_code("\n".join(lines) + "\n", f"<hurray_schema constructor {cls.__qualname__}>"), namespace)
     return namespace[f"new_{cls.__name__}"]
 
 
@@ -302,11 +302,11 @@ def compile_decoder(desc: TensorDescriptor, length: int) -> CompiledDecoder:
     source = head.format(name="decode") + f"    return _TD({', '.join(args)})\n"
     namespace = dict(src.names, _TD=_NEW_DESCRIPTOR)
     where = f"<hurray_schema signature {desc.layout.tag:#04x}/rank {desc.rank}>"
-    exec(compiled(source, where), namespace)
+    exec(compiled_code(source, where), namespace)
     checked_source = _checked_source(head.format(name="checked"), desc, exprs, handle_fields, namespace)
     checked = None
     if checked_source:
-        exec(compiled(checked_source, where), namespace)
+        exec(compiled_code(checked_source, where), namespace)
         checked = namespace["checked"]
     return CompiledDecoder(namespace["decode"], source, length, desc.rank, len(desc.buffers), checked, checked_source,
                            rememberable=rememberable(desc))
@@ -676,7 +676,7 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
     namespace = {"_error": (struct.error, OverflowError),  # a float too large for "f"
                  "_MISS": MISS, "_scheme": desc.quantization.__class__,
                  **{f"_pack{i}": codec.pack for i, (codec, _) in enumerate(calls)}}
-    exec(compiled(source, f"<hurray_schema encoder {layout.tag:#04x}/rank {rank}>"), namespace)
+    exec(compiled_code(source, f"<hurray_schema encoder {layout.tag:#04x}/rank {rank}>"), namespace)
     encode = namespace["encode"]
     encode.source = source
     return encode
