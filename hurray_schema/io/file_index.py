@@ -172,10 +172,13 @@ class Placement:
 
     __slots__ = ("order", "rank", "previous_end", "at_open")
 
-    def __init__(self, order: np.ndarray, previous_end: np.ndarray, at_open: np.ndarray):
+    def __init__(self, order: np.ndarray, previous_end: np.ndarray, at_open: np.ndarray, in_order: bool = False):
         self.order = order
-        self.rank = np.empty_like(order)
-        self.rank[order] = np.arange(len(order))
+        if in_order:  # the index lists the tensors in descriptor order: ranks and positions coincide
+            self.rank = order
+        else:
+            self.rank = np.empty_like(order)
+            self.rank[order] = np.arange(len(order))
         self.previous_end = previous_end
         self.at_open = at_open
 
@@ -188,11 +191,17 @@ def place_tensors(view, index: FileIndex, region: TensorRegion) -> Optional[Plac
     The fields stay unsigned 64-bit: a value past the end of the file fails a check, so a sum that
     wraps around only ever belongs to a tensor already refused."""
     fields, size, first, region_end = index.fields, len(view), region.first, region.end
-    order = np.argsort(fields["descriptor_offset"], kind="stable")  # the exact walk's sorted(): ties keep index order
-    offset = fields["descriptor_offset"][order]
-    length = fields["descriptor_length"][order]
-    data_at = fields["data_offset"][order]
-    data_length = fields["data_length"][order]
+    offset = fields["descriptor_offset"]
+    in_order = bool((offset[1:] >= offset[:-1]).all())  # as writers lay files out: no sort needed
+    if in_order:
+        order = np.arange(len(offset))
+        length, data_at, data_length = fields["descriptor_length"], fields["data_offset"], fields["data_length"]
+    else:
+        order = np.argsort(offset, kind="stable")  # the exact walk's sorted(): ties keep index order
+        offset = offset[order]
+        length = fields["descriptor_length"][order]
+        data_at = fields["data_offset"][order]
+        data_length = fields["data_length"][order]
     descriptor_end = offset + length
     if not len(order):
         return Placement(order, offset, offset.astype(bool))
@@ -216,7 +225,7 @@ def place_tensors(view, index: FileIndex, region: TensorRegion) -> Optional[Plac
             ).any():
         return None
     at_open = ~has_data | (headers["layout_tag"] == _COMPOSITE)
-    return Placement(order, previous_end, at_open)
+    return Placement(order, previous_end, at_open, in_order)
 
 
 def front_sections(view, mode, limits: Limits):
