@@ -151,3 +151,18 @@ def test_a_local_file_hands_out_its_descriptor_until_closed(tmp_path):
 def test_a_folder_is_refused_as_a_folder(tmp_path):
     with pytest.raises(IsADirectoryError):
         hs.read_file(tmp_path)
+
+
+@pytest.mark.parametrize("sorted_index", [False, True])
+def test_tensors_read_alike_whether_the_index_follows_descriptor_order_or_not(tmp_path, sorted_index):
+    """Written in the order z, a, m: an unsorted index lists them in descriptor order, a sorted one
+    (a, m, z) does not; the open's placement takes either, and every tensor reads back."""
+    arrays = {name: np.full((2, 3), value, np.float32) for name, value in (("z", 1.0), ("a", 2.0), ("m", 3.0))}
+    path = tmp_path / "order.hrry"
+    hs.write_file(path, {name: hs.Tensor.from_numpy(a) for name, a in arrays.items()}, sorted_index=sorted_index)
+    with hs.read_file(path) as f:
+        assert [e.name for e in f.entries()] == (sorted(arrays) if sorted_index else list(arrays))
+        offsets = [e.descriptor_offset for e in f.entries()]
+        assert (offsets == sorted(offsets)) is not sorted_index
+        for name, array in arrays.items():
+            np.testing.assert_array_equal(np.asarray(f[name]), array)
