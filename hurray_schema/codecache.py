@@ -23,7 +23,8 @@ ours: trust then starts there.  The folders we make are ``0700``, the files ``06
 checked once per process through directory descriptors (so a folder swapped afterwards is not
 followed) and the version folder again before every load; files are opened without following
 links.  Where the check fails nothing is loaded or written, one warning says why, and the code is
-compiled in memory.  A file that does not read back as a code object for its key is ignored and
+compiled in memory; a cache root that cannot be made or opened (a read-only home) or a system
+without POSIX folder descriptors just turns the cache off.  A file that does not read back as a code object for its key is ignored and
 replaced.  A version folder holds at most :data:`MAX_FILES` files: a process that finds it full
 empties it first (the sources of earlier versions go with it), and none writes past the limit, so
 input that generates ever new sources cannot fill the disk.
@@ -48,7 +49,11 @@ MAX_FILES = 4096
 
 _MAGIC = b"HSCODE1\0"
 _NO_LINK = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | _NO_LINK
+_OPEN_DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NO_LINK
+_SUPPORTED = (hasattr(os, "getuid") and hasattr(os, "O_DIRECTORY") and hasattr(os, "O_NOFOLLOW")
+              and {os.open, os.mkdir, os.unlink, os.rename} <= os.supports_dir_fd)
+"""Folders checked through descriptors need POSIX (owner ids, ``O_NOFOLLOW``, ``*at`` calls);
+elsewhere the cache is off and everything is compiled in memory."""
 _MEMORY: dict = {}  # key -> code object, this process
 _FOLDER: list = []  # [fd of the verified version folder, or None when there is none]; empty: not looked yet
 _WRITTEN = [0]  # files this process may still write: set from the folder's count when it is opened
@@ -100,7 +105,8 @@ def _load_or_compile(key: str, source: str, filename: str) -> types.CodeType:
 def _folder() -> Optional[int]:
     """The descriptor of the verified version folder, or None (cache off or not trusted)."""
     if not _FOLDER:
-        _FOLDER.append(_open_folder() if os.environ.get("HURRAY_SCHEMA_CODE_CACHE", "1") != "0" else None)
+        wanted = _SUPPORTED and os.environ.get("HURRAY_SCHEMA_CODE_CACHE", "1") != "0"
+        _FOLDER.append(_open_folder() if wanted else None)
     fd = _FOLDER[0]
     if fd is not None and not _private(os.fstat(fd), stat.S_ISDIR):
         _untrusted("the code folder changed owner or mode")
@@ -121,8 +127,7 @@ def _open_folder() -> Optional[int]:
     try:
         os.makedirs(root, mode=0o700, exist_ok=True)
         root_fd = os.open(root, _OPEN_DIR)
-    except OSError as exc:
-        _untrusted(f"{root} cannot be opened ({exc.strerror})")
+    except OSError:  # no cache folder to be had (a read-only home): nothing unsafe, so no warning
         return None
     try:
         shared = not _private(os.fstat(root_fd), stat.S_ISDIR)
@@ -262,7 +267,7 @@ def _store(folder: int, key: str, code: types.CodeType) -> None:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NO_LINK, 0o600, dir_fd=folder)
         with os.fdopen(fd, "wb") as f:
             f.write(_MAGIC + key.encode() + marshal.dumps(code))
-        os.replace(temporary, key, src_dir_fd=folder, dst_dir_fd=folder)
+        os.rename(temporary, key, src_dir_fd=folder, dst_dir_fd=folder)  # over any older file, atomically (POSIX)
     except OSError:
         try:
             os.unlink(temporary, dir_fd=folder)

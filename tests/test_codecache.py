@@ -157,3 +157,11 @@ def test_other_version_folders_are_removed_when_a_new_one_is_made(cache_in):
         codecache.compiled("y = 1\n", "<hurray_schema test>")
     assert not old.exists()
     assert [p.name for p in (cache_in / "code").iterdir()] == [codecache._version()]
+
+
+def test_a_cache_root_that_cannot_be_made_turns_the_cache_off_quietly(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_bytes(b"")
+    first = _child(blocker / "cache")  # a folder inside a file cannot be made (as on a read-only home)
+    assert first["compiled"] and not first["warnings"]
+    assert _child(blocker / "cache")["compiled"] == first["compiled"]
