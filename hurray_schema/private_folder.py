@@ -30,8 +30,8 @@ import stat
 import warnings
 from typing import Optional
 
-__all__ = ["SUPPORTED", "open_private", "still_private", "read_private", "write_private", "remove_files",
-           "user_cache_root"]
+__all__ = ["SUPPORTED", "open_private", "still_private", "open_private_file", "read_private", "write_private",
+           "remove_files", "user_cache_root"]
 
 _NO_LINK = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _OPEN_DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NO_LINK
@@ -84,16 +84,28 @@ def still_private(fd: int) -> bool:
     return _private(os.fstat(fd), stat.S_ISDIR)
 
 
-def read_private(folder: int, name: str) -> Optional[bytes]:
-    """The bytes of file ``name`` in ``folder`` when it is a regular file of this user's that nobody
-    else can write (not a link); None otherwise or when it cannot be read."""
+def open_private_file(folder: int, name: str) -> Optional[int]:
+    """A descriptor (to close) of file ``name`` in ``folder`` when it is a regular file of this user's
+    that nobody else can write, opened without following a link; None otherwise."""
     try:
         fd = os.open(name, os.O_RDONLY | _NO_LINK, dir_fd=folder)
     except OSError:
         return None
     try:
-        if not _private(os.fstat(fd), stat.S_ISREG):
-            return None
+        if _private(os.fstat(fd), stat.S_ISREG):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def read_private(folder: int, name: str) -> Optional[bytes]:
+    """The bytes of file ``name`` in ``folder`` when :func:`open_private_file` takes it; else None."""
+    fd = open_private_file(folder, name)
+    if fd is None:
+        return None
+    try:
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read()
     except OSError:

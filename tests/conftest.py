@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,9 +19,9 @@ os.environ["HURRAY_SCHEMA_COMPILE"] = "eager"
 than NumPy standing in for it on small jobs (evaluate/jit.py ``Kernel.worth_it``; the tests that compare
 the two paths choose them explicitly)."""
 os.environ.setdefault("HURRAY_SCHEMA_SHARED_KERNELS", "0")
-if "HURRAY_SCHEMA_CACHE_DIR" not in os.environ:  # the generated-code cache in a folder of the run's own
-    os.environ["HURRAY_SCHEMA_CACHE_DIR"] = tempfile.mkdtemp(prefix="hurray-schema-cache-")
-    atexit.register(shutil.rmtree, os.environ["HURRAY_SCHEMA_CACHE_DIR"], ignore_errors=True)
+os.environ.setdefault("HURRAY_SCHEMA_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".cache" / "tests"))
+"""The generated-code and kernel caches of the suite live in the checkout (git ignores ``.cache/``), not in
+the user's: a fresh clone compiles everything once, a later run of the same sources loads it."""
 """Kernels are not linked as shared libraries as the suite compiles them (a tenth of a second or more
 each); tests/test_kernel_cache.py links and loads one."""
 

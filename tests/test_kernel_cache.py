@@ -156,3 +156,122 @@ def test_a_cached_kernel_loads_as_a_shared_library_without_llvm(tmp_path):
     assert _load_and_report(cache, path, tmp_path / "c.npy") == {"compiled": 0, "llvm": True}
     for name in "abc":
         assert np.array_equal(np.load(tmp_path / f"{name}.npy"), f16_ref.view(np.uint16))
+
+
+TRUST_CHILD = r"""
+import json, sys, warnings
+warnings.simplefilter("always")
+import numpy as np
+import hurray_schema as hs
+from hurray_schema.evaluate import jit
+
+with warnings.catch_warnings(record=True) as caught:
+    with hs.read_file(sys.argv[1]) as f:
+        np.save(sys.argv[2], f["f16"].to_numpy().view(np.uint16))
+print(json.dumps({"compiled": jit.compile_count(), "warnings": [str(w.message) for w in caught]}))
+"""
+
+
+def _trust_run(path: Path, out: Path, **env) -> dict:
+    import json
+
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), **env)
+    done = subprocess.run([sys.executable, "-c", TRUST_CHILD, str(path), str(out)], env=environment, cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def small_file(tmp_path):
+    rng = np.random.default_rng(9)
+    f16, reference = block_affine_int4_tensor(4, 64, 32, rng, scale_tag=E.FLOAT16, out_dtype=np.float16)
+    path = tmp_path / "one.hrry"
+    hs.save(path, {"f16": hs.Tensor(f16.descriptor, [np.frombuffer(b, np.uint8) for b in f16.buffers])})
+    return path, reference.view(np.uint16)
+
+
+def _files_in(folder: Path) -> list:
+    return [Path(root) / name for root, _, names in os.walk(folder) for name in names]
+
+
+def test_a_shared_numba_cache_folder_gets_a_private_folder_of_ours(tmp_path, small_file):
+    """``NUMBA_CACHE_DIR`` world-writable and fresh: kernels go to a 0700 ``hurray_schema/`` of ours
+    in it (files 0600) and a later process loads them from there."""
+    path, reference = small_file
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    first = _trust_run(path, tmp_path / "a.npy", NUMBA_CACHE_DIR=str(shared))
+    second = _trust_run(path, tmp_path / "b.npy", NUMBA_CACHE_DIR=str(shared))
+    assert first["compiled"] >= 1 and second["compiled"] == 0 and not first["warnings"] + second["warnings"]
+    for name in "ab":
+        assert np.array_equal(np.load(tmp_path / f"{name}.npy"), reference)
+    assert [p.name for p in shared.iterdir()] == ["hurray_schema"]
+    for folder, _, _ in os.walk(shared / "hurray_schema"):
+        assert os.stat(folder).st_mode & 0o777 == 0o700
+    assert _files_in(shared) and all(p.stat().st_mode & 0o777 == 0o600 for p in _files_in(shared))
+
+
+@pytest.mark.parametrize("planted", ["world-writable", "another user's"])
+def test_a_planted_kernel_folder_is_neither_read_nor_written(tmp_path, small_file, planted):
+    """Another user planted ``hurray_schema/`` in the shared ``NUMBA_CACHE_DIR`` first: nothing is loaded
+    from it or written to it (one warning), and the kernels are compiled in memory, right."""
+    path, reference = small_file
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    trap = shared / "hurray_schema"
+    trap.mkdir()
+    if planted == "another user's":
+        if os.getuid() != 0:
+            pytest.skip("giving a folder to another user needs root (the world-writable case runs everywhere)")
+        os.chown(trap, 65534, 65534)
+        trap.chmod(0o755)
+    else:
+        trap.chmod(0o777)
+    for name in "ab":
+        run = _trust_run(path, tmp_path / f"{name}.npy", NUMBA_CACHE_DIR=str(shared))
+        assert run["compiled"] >= 1  # nothing loaded: compiled again by each process
+        assert len(run["warnings"]) == 1 and "not cached" in run["warnings"][0]
+        assert np.array_equal(np.load(tmp_path / f"{name}.npy"), reference)
+    assert not _files_in(trap)
+
+
+def test_the_default_kernel_cache_is_the_users_cache_folder(tmp_path, small_file):
+    """Without ``NUMBA_CACHE_DIR``, kernels go to ``$XDG_CACHE_HOME/hurray_schema/kernels`` (never into
+    the installed package); a version folder left by another build is removed when a new one is made."""
+    path, reference = small_file
+    old = tmp_path / "xdg" / "hurray_schema" / "kernels" / "0123456789abcdef0123"
+    old.mkdir(parents=True, mode=0o700)
+    for folder in (tmp_path / "xdg", tmp_path / "xdg" / "hurray_schema", old.parent):
+        folder.chmod(0o700)
+    (old / "stale.o").write_bytes(b"old machine code")
+    environment = {key: value for key, value in os.environ.items()
+                   if key not in ("NUMBA_CACHE_DIR", "HURRAY_SCHEMA_CACHE_DIR")}
+    environment.update(XDG_CACHE_HOME=str(tmp_path / "xdg"), PYTHONPATH=str(ROOT))
+    package = ROOT / "hurray_schema"
+    before = {p: p.stat().st_mtime_ns for p in package.rglob("*") if p.suffix in (".o", ".so", ".json")}
+    done = subprocess.run([sys.executable, "-c", TRUST_CHILD, str(path), str(tmp_path / "a.npy")], env=environment,
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert np.array_equal(np.load(tmp_path / "a.npy"), reference)
+    kept = [p for p in old.parent.iterdir()]
+    assert len(kept) == 1 and kept[0] != old and any(p.suffix == ".o" for p in kept[0].iterdir())
+    after = {p: p.stat().st_mtime_ns for p in package.rglob("*") if p.suffix in (".o", ".so", ".json")}
+    assert after == before  # nothing written inside the package
+
+
+def test_a_kernel_folder_loosened_after_it_was_checked_is_no_longer_used(tmp_path, monkeypatch):
+    """The version folder is checked again before every load and save: made group-writable after the
+    process opened it, the cache stops there (one warning) instead of loading from it."""
+    from hurray_schema.evaluate import jit
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    cache = jit._Cache()
+    assert cache._folder() is not None
+    version = next((tmp_path / "hurray_schema").iterdir())
+    version.chmod(0o770)
+    with pytest.warns(RuntimeWarning, match="not cached"):
+        assert cache._folder() is None
+    assert cache._folder() is None

@@ -53,10 +53,14 @@ import tempfile
 import threading
 import _thread
 import time
+import warnings
 from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
+
+from ..codecache import cache_root
+from ..private_folder import open_private, open_private_file, read_private, still_private, write_private
 
 __all__ = ["kernel", "helper", "intrinsic", "choose", "bound", "Kernel", "run_parallel", "claim", "claim_span", "slot",
            "unit_span", "scratch", "search_left", "search_right", "threads", "set_threads", "thread_limit", "cache_dir",
@@ -962,23 +966,20 @@ def unit_span(unit, units, count):
 # ------------------------------------------------------------------------------------
 
 def cache_dir() -> Path:
-    """Where kernels' machine code is kept: ``$NUMBA_CACHE_DIR/hurray_schema`` when numba's cache
-    folder is set, else ``__pycache__/kernels`` beside this file when writable, else the user's
-    cache folder (``$XDG_CACHE_HOME`` or ``~/.cache``)."""
+    """Where the kernel cache keeps its version folders: ``$NUMBA_CACHE_DIR/hurray_schema`` when
+    numba's cache folder is set, else ``kernels`` in this package's cache root
+    (``$HURRAY_SCHEMA_CACHE_DIR``, else ``$XDG_CACHE_HOME/hurray_schema`` or
+    ``~/.cache/hurray_schema``).  Never inside the installed package."""
+    root, first = _cache_location()
+    return Path(root) / first
+
+
+def _cache_location() -> tuple[str, str]:
+    """``(root, first folder of ours inside it)``: the root may be shared, the folder is private."""
     configured = os.environ.get("NUMBA_CACHE_DIR")
     if configured:
-        return Path(configured) / "hurray_schema"
-    beside = Path(__file__).resolve().parent / "__pycache__" / "kernels"
-    if _writable(beside):
-        return beside
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hurray_schema" / "kernels"
-
-
-def _writable(folder: Path) -> bool:
-    probe = folder
-    while not probe.exists():
-        probe = probe.parent
-    return os.access(probe, os.W_OK)
+        return configured, "hurray_schema"
+    return cache_root(), "kernels"
 
 
 def _digest(text) -> str:
@@ -1030,52 +1031,64 @@ def _host_cpu_features(llvm) -> str:
 
 
 class _Cache:
-    """Object code per (kernel, signature) in :func:`cache_dir`, written atomically."""
+    """Object code (and shared libraries) per (kernel, signature) in a version folder of
+    :func:`cache_dir` that only this user can write (:mod:`hurray_schema.private_folder`: loaded
+    code runs in this process); none when that folder cannot be trusted (one warning) or made."""
 
     def __init__(self):
-        self.folder = cache_dir() / _version_key()
+        root, first = _cache_location()
+        self.fd = open_private(root, first, _version_key(), what="kernel machine code")
 
-    def _paths(self, kernel_: Kernel, signature: Signature) -> tuple[Path, Path, Path]:
+    def _folder(self) -> Optional[int]:
+        """The version folder, checked again (its owner or mode may have changed since)."""
+        if self.fd is not None and not still_private(self.fd):
+            warnings.warn("hurray_schema: kernel machine code is not cached: its folder changed owner or mode; "
+                          "kernels are compiled in memory", RuntimeWarning, stacklevel=4)
+            os.close(self.fd)
+            self.fd = None
+        return self.fd
+
+    @staticmethod
+    def _names(kernel_: Kernel, signature: Signature) -> tuple[str, str, str]:
         stem = re.sub(r"[^\w.-]", "_", kernel_.name) + "." + _digest(signature.text)[:16]
-        return self.folder / (stem + ".o"), self.folder / (stem + ".json"), self.folder / (stem + ".so")
+        return stem + ".o", stem + ".json", stem + ".so"
 
     def load(self, kernel_: Kernel, signature: Signature) -> Optional[Callable]:
         """The kernel's entry point from the cache: its shared library where there is one (no llvmlite),
         else its object code through the MCJIT engine; None when the cache does not hold it."""
-        objpath, metapath, sharedpath = self._paths(kernel_, signature)
-        try:
-            meta = json.loads(metapath.read_text())
-        except (OSError, ValueError):
+        folder = self._folder()
+        if folder is None:
             return None
-        if meta.get("signature") != signature.text:
+        objname, metaname, sharedname = self._names(kernel_, signature)
+        try:
+            meta = json.loads(read_private(folder, metaname) or b"")
+        except ValueError:
+            return None
+        if not isinstance(meta, dict) or meta.get("signature") != signature.text:
             return None
         if meta.get("shared_sha256"):
-            function = _load_shared(sharedpath, meta["shared_sha256"], meta["symbol"], signature.cdecl)
+            function = _load_shared(folder, sharedname, meta["shared_sha256"], meta["symbol"], signature.cdecl)
             if function is not None:
                 return function
-        try:
-            data = objpath.read_bytes()
-        except OSError:
-            return None
-        if _digest(data) != meta.get("sha256"):
+        data = read_private(folder, objname)
+        if data is None or _digest(data) != meta.get("sha256"):
             return None
         address = _engine().load(data, meta["symbol"], meta["externals"])
         return _ffi().cast(signature.cdecl, address) if address else None
 
     def save(self, kernel_: Kernel, signature: Signature, data: bytes, symbol: str, externals: list,
              shared: Optional[bytes] = None) -> None:
-        objpath, metapath, sharedpath = self._paths(kernel_, signature)
+        folder = self._folder()
+        if folder is None:
+            return
+        objname, metaname, sharedname = self._names(kernel_, signature)
         meta = {"kernel": kernel_.name, "signature": signature.text, "symbol": symbol, "externals": externals,
                 "sha256": _digest(data)}
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            _atomic_write(objpath, data)
-            if shared is not None:
-                _atomic_write(sharedpath, shared)
-                meta["shared_sha256"] = _digest(shared)
-            _atomic_write(metapath, json.dumps(meta, indent=1).encode())
-        except OSError:  # a read-only cache folder: the kernel is compiled again next time
-            pass
+        if not write_private(folder, objname, data):
+            return  # a full or read-only disk: the kernel is compiled again next time
+        if shared is not None and write_private(folder, sharedname, shared):
+            meta["shared_sha256"] = _digest(shared)
+        write_private(folder, metaname, json.dumps(meta, indent=1).encode())
 
 
 # ------------------------------------------------------------------------------------
@@ -1127,37 +1140,28 @@ _libraries: list = []
 """Shared libraries of loaded kernels: kept open for the life of the process."""
 
 
-def _load_shared(path: Path, sha256: str, symbol: str, cdecl: str) -> Optional[Callable]:
-    """The entry point ``symbol`` of a kernel's shared library (``dlopen``, lazy binding, local symbols),
-    or None (a changed or unreadable file, a loader that refuses it)."""
+def _load_shared(folder: int, name: str, sha256: str, symbol: str, cdecl: str) -> Optional[Callable]:
+    """The entry point ``symbol`` of a kernel's shared library ``name`` in the cache folder (``dlopen``,
+    lazy binding, local symbols), or None (a changed, unreadable or not private file, a loader that
+    refuses it).  The file checked is the file loaded: it is opened once, its bytes hashed through
+    that descriptor, and the loader given the descriptor's own path (``/proc/self/fd``)."""
     import _cffi_backend
 
+    fd = open_private_file(folder, name)
+    if fd is None:
+        return None
     try:
-        if _digest(path.read_bytes()) != sha256:
-            return None
-        library = _cffi_backend.load_library(str(path), os.RTLD_LAZY | os.RTLD_LOCAL)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            if _digest(f.read()) != sha256:
+                return None
+        library = _cffi_backend.load_library(f"/proc/self/fd/{fd}", os.RTLD_LAZY | os.RTLD_LOCAL)
         function = library.load_function(_ffi().typeof(cdecl), symbol)
     except (OSError, AttributeError, KeyError, TypeError):
         return None
+    finally:
+        os.close(fd)
     _libraries.append(library)
     return function
-
-
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.chmod(temp, 0o644 & ~_UMASK)
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
 
 
 _the_cache: list = []
