@@ -55,7 +55,7 @@ import _thread
 import time
 import warnings
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
@@ -63,7 +63,7 @@ from ..codecache import cache_root
 from ..private_folder import open_private, open_private_file, read_private, still_private, write_private
 
 __all__ = ["kernel", "helper", "intrinsic", "choose", "bound", "Kernel", "run_parallel", "claim", "claim_span", "slot",
-           "unit_span", "scratch", "search_left", "search_right", "threads", "set_threads", "thread_limit", "cache_dir",
+           "unit_span", "Scratch", "search_left", "search_right", "threads", "set_threads", "thread_limit", "cache_dir",
            "numba_loaded", "compile_count", "timings", "host_has"]
 
 
@@ -806,12 +806,25 @@ class _Worker:
 
 _idle: list = []
 """Kernel threads waiting for a call; a call takes what it needs and gives them back."""
+_started = [0]
+"""Kernel threads started in this process (idle or busy)."""
+
+
+def _pool_size() -> int:
+    """Kernel threads the process keeps at most: the helpers of one call on every thread the process is
+    set to use (:func:`set_threads`, else the default); a larger earlier setting keeps its threads."""
+    return (_thread_setting[0] or _default_threads()) - 1
 
 
 def _take_workers(count: int) -> list:
+    """Up to ``count`` kernel threads: idle ones first, then new ones while the pool has room.  Callers
+    running at the same time share the pool: one whose share is taken gets fewer (or none) and runs
+    its units on fewer threads."""
     with _pool_lock:
         taken = [_idle.pop() for _ in range(min(count, len(_idle)))]
-    return taken + [_Worker() for _ in range(count - len(taken))]
+        new = max(0, min(count - len(taken), _pool_size() - _started[0]))
+        _started[0] += new
+    return taken + [_Worker() for _ in range(new)]
 
 
 def _give_back(workers: list) -> None:
@@ -824,6 +837,7 @@ def _forget_pool() -> None:
     global _pool_lock
     _pool_lock = threading.Lock()
     _idle.clear()
+    _started[0] = 0
 
 
 if hasattr(os, "register_at_fork"):
@@ -834,17 +848,38 @@ WORK_NEXT, WORK_UNITS, WORK_SLOT = 0, 1, 2
 """Entries of a work array: the next unclaimed unit, the number of units, the next scratch slot."""
 
 
-def run_parallel(kernel_: Kernel, units: int, *args, count: Optional[int] = None) -> None:
-    """Run ``kernel_(work, *args)`` on up to ``count`` (default :func:`threads`) threads at once;
-    ``work`` is the int64 array ``[next unit, units, next slot]`` whose units the calls share out
-    with :func:`claim`; each call may take a scratch slot (:func:`slot`: 0, 1, ... below ``count``).
-    The calling thread runs one of the calls."""
-    function, packed = kernel_.prepare((np.array([0, units, 0], np.int64),) + args)
-    workers = 1 if units <= 1 or count == 1 else min(threads() if count is None else count, units)
-    if workers == 1:
+class Scratch(NamedTuple):
+    """Scratch :func:`run_parallel` allocates for one call: a row of ``count`` items of ``dtype`` for each
+    thread that takes part (the kernel indexes it with :func:`slot`), zero-filled when ``zeros``."""
+
+    count: int
+    dtype: Any
+    zeros: bool = False
+
+
+def run_parallel(kernel_: Kernel, units: int, *args, count: Optional[int] = None, scratch: tuple = ()) -> None:
+    """Run ``kernel_(work, *args, *scratch arrays)`` on up to ``count`` (default :func:`threads`) threads
+    at once; ``work`` is the int64 array ``[next unit, units, next slot]`` whose units the calls share
+    out with :func:`claim`; each call may take a row of every scratch array (:func:`slot`: 0, 1, ...).
+    The calling thread runs one of the calls.
+
+    The threads come from a bounded pool (:func:`_take_workers`): the call runs on the caller and the
+    helpers it gets, which may be fewer than asked for.  The scratch arrays (``scratch``:
+    :class:`Scratch`) are made here, once the helpers are known, with one row per call that runs, so
+    that no slot a call takes can fall outside them, whatever other threads set meanwhile."""
+    wanted = 1 if units <= 1 or count == 1 else min(threads() if count is None else count, units)
+    helpers = _take_workers(wanted - 1) if wanted > 1 else []
+    calls = 1 + len(helpers)
+    try:
+        arrays = tuple(_scratch_rows(spec.count, spec.dtype, calls, spec.zeros) for spec in scratch)
+        assert all(array.shape[0] >= calls for array in arrays)  # a slot per call: slot() stays below calls
+        function, packed = kernel_.prepare((np.array([0, units, 0], np.int64),) + args + arrays)
+    except BaseException:
+        _give_back(helpers)
+        raise
+    if not helpers:
         function(*packed)
         return
-    helpers = _take_workers(workers - 1)
     for worker in helpers:
         worker.start(function, packed)
     try:
@@ -929,18 +964,17 @@ CACHE_LINE = 64
 """Bytes of a cache line: each thread's scratch starts on a line of its own (:func:`scratch`)."""
 
 
-def scratch(count: int, dtype, slots: Optional[int] = None, *, zeros: bool = False) -> np.ndarray:
-    """Scratch for a parallel kernel: ``(slots, stride)`` items of ``dtype`` (``slots``: :func:`threads`),
-    a row per thread (:func:`slot`) of at least ``count`` items, each row starting on a cache line and
-    padded to whole lines -- threads writing their own rows never share a line (false sharing slows
-    both down)."""
+def _scratch_rows(count: int, dtype, rows: int, zeros: bool = False) -> np.ndarray:
+    """``(rows, stride)`` items of ``dtype``, each row of at least ``count`` items starting on a cache
+    line and padded to whole lines -- threads writing their own rows never share a line (false sharing
+    slows both down)."""
     dtype = np.dtype(dtype)
-    slots = threads() if slots is None else max(1, slots)
+    rows = max(1, rows)
     per_line = CACHE_LINE // dtype.itemsize
     stride = max(1, -(-max(count, 1) // per_line)) * per_line
-    raw = (np.zeros if zeros else np.empty)(slots * stride * dtype.itemsize + CACHE_LINE, np.uint8)
+    raw = (np.zeros if zeros else np.empty)(rows * stride * dtype.itemsize + CACHE_LINE, np.uint8)
     start = -raw.ctypes.data % CACHE_LINE
-    return raw[start:start + slots * stride * dtype.itemsize].view(dtype).reshape(slots, stride)
+    return raw[start:start + rows * stride * dtype.itemsize].view(dtype).reshape(rows, stride)
 
 
 @helper

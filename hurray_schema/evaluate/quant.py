@@ -315,7 +315,7 @@ def param_indices_at(p: QuantParams, shape, coords: np.ndarray) -> np.ndarray:
 
 def _signatures(arguments: str) -> tuple[str, str]:
     """The float32-output and the 16-bit-output signature of a decode kernel (``OUT`` stands for an array of
-    the output type, ``OUT_SCRATCH`` for per-thread scratch of it: :func:`.jit.scratch`)."""
+    the output type, ``OUT_SCRATCH`` for per-thread scratch of it: :class:`.jit.Scratch`)."""
     return tuple(f"void({arguments.replace('OUT_SCRATCH', out + '[:, :]').replace('OUT', out + '[:]')})"
                  for out in ("f32", "u16"))
 
@@ -594,9 +594,9 @@ def decode_rows_lut(buf, base, shape, strides, valmode, bits, signed, table, sca
     :func:`decode_rows`), then every element is a table lookup."""
     rows = out.size // int(shape[-1]) if shape[-1] else 0
     units, count = _units(rows, out.size)
-    luts = jit.scratch(LUT_SIZE, out.dtype, count)
     jit.run_parallel(rows_kernel(ROWS_LUT, out_kind), units, buf, np.int64(base), shape, strides, valmode,
-                     bits, signed, table, scales, zps, pk, axis, block, nb, out, luts, count=count)
+                     bits, signed, table, scales, zps, pk, axis, block, nb, out, count=count,
+                     scratch=(jit.Scratch(LUT_SIZE, out.dtype),))  # the lookup tables, a row per thread
 
 
 # ------------------------------------------------------------------------------------

@@ -356,12 +356,13 @@ def _x_signatures(arguments: str) -> tuple[str, ...]:
     return tuple(f"void({arguments.replace('X', bits)})" for bits in ("u16[:]", "u32[:]"))
 
 
-def _run_rows(kernel, rows: int, cols: int, parallel: bool, *args) -> None:
-    """``kernel`` over ``rows`` rows: in units of rows on the configured threads, or on one thread."""
+def _run_rows(kernel, rows: int, cols: int, parallel: bool, *args, scratch: tuple = ()) -> None:
+    """``kernel`` over ``rows`` rows: in units of rows on the configured threads, or on one thread
+    (``scratch``: :class:`~.jit.Scratch` rows the kernel takes per thread, after ``args``)."""
     if parallel and rows > 1 and rows * cols >= PARALLEL_MIN_ELEMENTS:
-        jit.run_parallel(kernel, min(rows, ROW_UNITS), *args)
+        jit.run_parallel(kernel, min(rows, ROW_UNITS), *args, scratch=scratch)
     else:
-        jit.run_parallel(kernel, 1, *args, count=1)
+        jit.run_parallel(kernel, 1, *args, count=1, scratch=scratch)
 
 
 @jit.kernel(*_x_signatures("i64[:], X, i64, i64, i64, b1[:], b1, f32[:], f32[:], u8[:]"), fastmath=set(MINMAX_FLAGS))
@@ -1012,14 +1013,13 @@ def _affine_int4(rows2d, block, padded, lo, hi, symmetric, scale_type, mask, vec
     bad = np.zeros(1, np.uint8)
     out = np.empty(rows * padded // 2, np.uint8)  # the kernel writes every byte
     m, use_mask = _mask_argument(mask)
-    slots = jit.threads()
-    scratch = (jit.scratch(nb, np.uint8, slots), jit.scratch(nb, np.float32, slots), jit.scratch(nb, np.float32, slots),
-               jit.scratch(block + 1, np.int32, slots, zeros=True))
+    scratch = (jit.Scratch(nb, np.uint8), jit.Scratch(nb, np.float32), jit.Scratch(nb, np.float32),
+               jit.Scratch(block + 1, np.int32, zeros=True))
     units = min(rows, INT4_CHUNKS) if rows * cols >= PARALLEL_MIN_ELEMENTS else 1
     kernel = _affine_rows_int4.variant(IN=kind, SYMMETRIC=bool(symmetric), SCALE=SCALE_KINDS[scale_type])
     jit.run_parallel(kernel, units, x, np.int64(rows), np.int64(cols), np.int64(block), np.int64(padded), m, use_mask,
-                     np.int64(lo), np.int64(hi), scales, zps, bad, out, bool(vector), vector_f16(), *scratch,
-                     count=slots if units > 1 else 1)
+                     np.int64(lo), np.int64(hi), scales, zps, bad, out, bool(vector), vector_f16(),
+                     count=None if units > 1 else 1, scratch=scratch)
     finite = not bad[0]
     over = int(np.count_nonzero(~(np.abs(scales) <= _FLT_MAX))) if finite else 0
     return out, scales, zps, finite, over
@@ -1060,9 +1060,8 @@ def spqr_outliers(rows2d, block: int, hi: int, budget: int, per_block: int) -> n
     if budget <= 0 or rows * cols == 0 or rank >= min(block, cols) + 1:
         return mask
     ref = np.zeros(rows * nb, np.float32)
-    tops = jit.scratch(rank, np.float32, zeros=True)
     _run_rows(_block_reference.variant(IN=kind), rows, cols, True, x, np.int64(rows), np.int64(cols), np.int64(block),
-              np.int64(rank), ref, tops)
+              np.int64(rank), ref, scratch=(jit.Scratch(rank, np.float32, zeros=True),))  # each thread's top values
     magnitude = np.abs(np.ascontiguousarray(rows2d, np.float32))
     block_ref = np.repeat(ref.reshape(rows, nb), block, axis=1)[:, :cols]
     score = (magnitude - block_ref).reshape(-1)
@@ -1082,9 +1081,9 @@ def nf4_quantize(rows2d, block: int, padded: int, unpacked: bool = False):
     bad = np.zeros(1, np.uint8)
     bits = 8 if unpacked else 4
     out, direct = _output(rows, padded, bits, np.uint8)
-    candidates = jit.scratch(16, np.float32)
     _run_rows(_nf4_rows.variant(IN=kind), rows, cols, direct, x, np.int64(rows), np.int64(cols), np.int64(block),
-              np.int64(padded), NF4_TABLE, scales, np.int64(bits), bad, out, candidates)
+              np.int64(padded), NF4_TABLE, scales, np.int64(bits), bad, out,
+              scratch=(jit.Scratch(16, np.float32),))  # each thread's candidate codes
     if unpacked:
         out = out.reshape(rows, padded)
     elif not direct:
