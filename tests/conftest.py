@@ -14,7 +14,7 @@ settings.register_profile("exploring", derandomize=False)
 
 CONFORMANCE = Path(__file__).resolve().parents[1].parent / "shared" / "conformance"
 
-os.environ["HURRAY_SCHEMA_COMPILE"] = "eager"
+os.environ.setdefault("HURRAY_SCHEMA_COMPILE", "eager")
 """The tests test the kernels: each compiles at its first use, also in the processes tests start, rather
 than NumPy standing in for it on small jobs (evaluate/jit.py ``Kernel.worth_it``; the tests that compare
 the two paths choose them explicitly)."""
@@ -43,6 +43,15 @@ def pytest_configure(config):
         os.environ["HURRAY_THOROUGH"] = "1"  # read by tests/sizes.py when the test modules are imported
     if config.getoption("hypothesis_profile", None) is None:  # an explicit --hypothesis-profile wins
         settings.load_profile("exploring" if thorough else "repeatable")
+
+
+@pytest.fixture
+def eager_kernels(monkeypatch):
+    """Every kernel compiles at its first use in this test (``HURRAY_SCHEMA_COMPILE=eager``): for the
+    tests that check which kernel a job takes, also in the pass that runs the default policy."""
+    from hurray_schema.evaluate import jit
+
+    monkeypatch.setattr(jit, "COMPILE_EAGERLY", True)
 
 
 @pytest.fixture(scope="session")

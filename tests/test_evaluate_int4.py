@@ -197,6 +197,7 @@ def test_empty_tensors(kernel, shape):
     assert got.shape == shape and got.dtype == np.float16
 
 
+@pytest.mark.usefixtures("eager_kernels")
 def test_the_vector_kernel_is_chosen(monkeypatch):
     calls = []
     original = quant.decode_rows_int4
@@ -258,6 +259,7 @@ def _count_scatters(monkeypatch):
     return calls
 
 
+@pytest.mark.usefixtures("eager_kernels")
 @pytest.mark.parametrize("tag", [E.FLOAT16, E.BFLOAT16, E.FLOAT32])
 @pytest.mark.parametrize("combine", [CombineOp.REPLACE, CombineOp.ADD])
 def test_sorted_correction_is_fused_into_the_decode(monkeypatch, tag, combine):
@@ -268,6 +270,7 @@ def test_sorted_correction_is_fused_into_the_decode(monkeypatch, tag, combine):
     assert len(calls) == (0 if fused else 1)
 
 
+@pytest.mark.usefixtures("eager_kernels")
 @pytest.mark.parametrize("combine", [CombineOp.REPLACE, CombineOp.ADD])
 def test_unsorted_or_boxed_corrections(monkeypatch, combine):
     """An unsorted COO is scattered after the decode; a sorted one in a sub-box is fused; both bit-identical."""

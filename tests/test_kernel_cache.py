@@ -41,7 +41,7 @@ print(jit.compile_count())
 def _run(cache: Path, path: Path, out: Path, *names: str) -> int:
     """Decode ``names`` of ``path`` in a new process with the kernel cache ``cache``; how many kernels
     it compiled."""
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT))
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT), HURRAY_SCHEMA_COMPILE="eager")
     done = subprocess.run([sys.executable, "-c", CHILD, str(path), str(out), *names], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
@@ -104,7 +104,8 @@ def test_numba_code_of_the_user_compiles_after_a_kernel(tmp_path):
     f16, _ = block_affine_int4_tensor(4, 64, 32, rng, scale_tag=E.FLOAT16, out_dtype=np.float16)
     path = tmp_path / "one.hrry"
     hs.save(path, {"f16": hs.Tensor(f16.descriptor, [np.frombuffer(b, np.uint8) for b in f16.buffers])})
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "kernels"), PYTHONPATH=str(ROOT))
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "kernels"), PYTHONPATH=str(ROOT),
+               HURRAY_SCHEMA_COMPILE="eager")
     done = subprocess.run([sys.executable, "-c", USER_NUMBA_AFTER_A_KERNEL, str(path)], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
@@ -127,7 +128,8 @@ print(json.dumps({"compiled": jit.compile_count(), "llvm": "llvmlite.binding" in
 def _load_and_report(cache: Path, path: Path, out: Path) -> dict:
     import json
 
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT), HURRAY_SCHEMA_SHARED_KERNELS="1")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT), HURRAY_SCHEMA_SHARED_KERNELS="1",
+               HURRAY_SCHEMA_COMPILE="eager")
     done = subprocess.run([sys.executable, "-c", LOAD_AND_REPORT, str(path), str(out)], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
@@ -175,7 +177,7 @@ print(json.dumps({"compiled": jit.compile_count(), "warnings": [str(w.message) f
 def _trust_run(path: Path, out: Path, **env) -> dict:
     import json
 
-    environment = dict(os.environ, PYTHONPATH=str(ROOT), **env)
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), HURRAY_SCHEMA_COMPILE="eager", **env)
     done = subprocess.run([sys.executable, "-c", TRUST_CHILD, str(path), str(out)], env=environment, cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
@@ -249,7 +251,7 @@ def test_the_default_kernel_cache_is_the_users_cache_folder(tmp_path, small_file
     (old / "stale.o").write_bytes(b"old machine code")
     environment = {key: value for key, value in os.environ.items()
                    if key not in ("NUMBA_CACHE_DIR", "HURRAY_SCHEMA_CACHE_DIR")}
-    environment.update(XDG_CACHE_HOME=str(tmp_path / "xdg"), PYTHONPATH=str(ROOT))
+    environment.update(XDG_CACHE_HOME=str(tmp_path / "xdg"), PYTHONPATH=str(ROOT), HURRAY_SCHEMA_COMPILE="eager")
     package = ROOT / "hurray_schema"
     before = {p: p.stat().st_mtime_ns for p in package.rglob("*") if p.suffix in (".o", ".so", ".json")}
     done = subprocess.run([sys.executable, "-c", TRUST_CHILD, str(path), str(tmp_path / "a.npy")], env=environment,
