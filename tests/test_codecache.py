@@ -14,6 +14,7 @@ import warnings
 import pytest
 
 from hurray_schema import codecache
+from support.caches import PLANTED, shared_root_with_planted
 
 # decodes and encodes descriptors of two headers (each header compiled on its second sighting),
 # counting the compilations of generated code, in a fresh process
@@ -81,20 +82,9 @@ def test_a_shared_root_holds_a_private_folder_of_ours(tmp_path):
     assert second["compiled"] == [] and second["out"] == first["out"]
 
 
-@pytest.mark.parametrize("planted", ["world-writable", "another user's"])
+@pytest.mark.parametrize("planted", PLANTED)
 def test_a_planted_code_folder_is_neither_read_nor_written(tmp_path, planted):
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o777)
-    trap = shared / "code"
-    trap.mkdir()
-    if planted == "another user's":
-        if os.getuid() != 0:
-            pytest.skip("giving a folder to another user needs root (the world-writable case runs everywhere)")
-        os.chown(trap, 65534, 65534)
-        trap.chmod(0o755)
-    else:
-        trap.chmod(0o777)
+    shared, trap = shared_root_with_planted(tmp_path, "code", planted)
     reference = _child(tmp_path / "private")
     first = _child(shared)
     assert first["out"] == reference["out"]

@@ -61,6 +61,30 @@ def threads_set():
     jit.set_threads(0)
 
 
+def _while_the_count_changes(target, count: int = 8, pause: float = 0.0) -> None:
+    """``target(k)`` in ``count`` threads at once while another thread keeps setting the thread
+    count between 1 and 8 (``pause`` seconds between changes)."""
+    stop = threading.Event()
+
+    def flip():
+        n = 0
+        while not stop.is_set():
+            jit.set_threads(1 + n % 8)
+            n += 1
+            if pause:
+                time.sleep(pause)
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    workers = [threading.Thread(target=target, args=(k,)) for k in range(count)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    stop.set()
+    flipper.join()
+
+
 def test_thread_limit_keeps_a_call_on_the_callers_thread(threads_set):
     threads_set(4)
     seen: set = set()
@@ -90,27 +114,11 @@ def test_every_call_has_a_scratch_row_while_another_thread_changes_the_setting(t
         while _take_unit(work) >= 0:
             rows[min(row, rows.shape[0] - 1), 0] += 1
 
-    stop = threading.Event()
-
-    def flip():
-        n = 0
-        while not stop.is_set():
-            threads_set(1 + n % 8)
-            n += 1
-
-    def caller():
+    def caller(k):
         for _ in range(40):
             jit.run_parallel(StandIn(use_row), 8, scratch=(jit.Scratch(1, np.int64, zeros=True),))
 
-    flipper = threading.Thread(target=flip)
-    flipper.start()
-    callers = [threading.Thread(target=caller) for _ in range(8)]
-    for t in callers:
-        t.start()
-    for t in callers:
-        t.join()
-    stop.set()
-    flipper.join()
+    _while_the_count_changes(caller)
     assert outside == []
 
 
@@ -201,15 +209,7 @@ def test_eight_threads_get_their_bits_while_the_thread_count_changes(threads_set
         return np.asarray(item).tobytes()
 
     alone = {job: result(job) for job in jobs}
-    stop = threading.Event()
     wrong: list = []
-
-    def flip():
-        n = 0
-        while not stop.is_set():
-            threads_set(1 + n % 8)
-            n += 1
-            time.sleep(0.0005)
 
     def worker(k):
         for i in range(6):
@@ -217,13 +217,5 @@ def test_eight_threads_get_their_bits_while_the_thread_count_changes(threads_set
             if result(job) != alone[job]:
                 wrong.append(job)
 
-    flipper = threading.Thread(target=flip)
-    flipper.start()
-    workers = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join()
-    stop.set()
-    flipper.join()
+    _while_the_count_changes(worker, pause=0.0005)
     assert wrong == []

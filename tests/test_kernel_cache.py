@@ -21,6 +21,7 @@ import pytest
 import hurray_schema as hs
 from evaluate_reference import block_affine_int4_tensor
 from hurray_schema.model import ElementType as E
+from support.caches import PLANTED, shared_root_with_planted
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -215,23 +216,12 @@ def test_a_shared_numba_cache_folder_gets_a_private_folder_of_ours(tmp_path, sma
     assert _files_in(shared) and all(p.stat().st_mode & 0o777 == 0o600 for p in _files_in(shared))
 
 
-@pytest.mark.parametrize("planted", ["world-writable", "another user's"])
+@pytest.mark.parametrize("planted", PLANTED)
 def test_a_planted_kernel_folder_is_neither_read_nor_written(tmp_path, small_file, planted):
     """Another user planted ``hurray_schema/`` in the shared ``NUMBA_CACHE_DIR`` first: nothing is loaded
     from it or written to it (one warning), and the kernels are compiled in memory, right."""
     path, reference = small_file
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o777)
-    trap = shared / "hurray_schema"
-    trap.mkdir()
-    if planted == "another user's":
-        if os.getuid() != 0:
-            pytest.skip("giving a folder to another user needs root (the world-writable case runs everywhere)")
-        os.chown(trap, 65534, 65534)
-        trap.chmod(0o755)
-    else:
-        trap.chmod(0o777)
+    shared, trap = shared_root_with_planted(tmp_path, "hurray_schema", planted)
     for name in "ab":
         run = _trust_run(path, tmp_path / f"{name}.npy", NUMBA_CACHE_DIR=str(shared))
         assert run["compiled"] >= 1  # nothing loaded: compiled again by each process
