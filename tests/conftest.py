@@ -16,7 +16,7 @@ CONFORMANCE = Path(__file__).resolve().parents[1].parent / "shared" / "conforman
 
 os.environ.setdefault("HURRAY_SCHEMA_COMPILE", "eager")
 """The tests test the kernels: each compiles at its first use, also in the processes tests start, rather
-than NumPy standing in for it on small jobs (evaluate/jit.py ``Kernel.worth_it``; the tests that compare
+than NumPy standing in for it on small jobs (evaluate/jit/kernels.py ``Kernel.worth_it``; the tests that compare
 the two paths choose them explicitly)."""
 os.environ.setdefault("HURRAY_SCHEMA_SHARED_KERNELS", "0")
 os.environ.setdefault("HURRAY_SCHEMA_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".cache" / "tests"))
@@ -51,7 +51,7 @@ def eager_kernels(monkeypatch):
     tests that check which kernel a job takes, also in the pass that runs the default policy."""
     from hurray_schema.evaluate import jit
 
-    monkeypatch.setattr(jit, "COMPILE_EAGERLY", True)
+    monkeypatch.setattr(jit.kernels, "COMPILE_EAGERLY", True)
 
 
 @pytest.fixture(scope="session")

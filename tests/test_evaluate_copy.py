@@ -108,7 +108,7 @@ def test_streaming_waits_for_enough_bytes_while_its_kernel_is_not_compiled(monke
     reach STREAMING_COMPILE_BYTES; the copy that reaches it streams (the kernel is compiled then)."""
     monkeypatch.setattr(copy_module, "STREAMING_COMPILE_BYTES", 3 * 4096 * 4)
     monkeypatch.setattr(copy_module._stream_jobs_kernel, "deferred_work", 0)
-    monkeypatch.setattr(jit, "COMPILE_EAGERLY", False)
+    monkeypatch.setattr(jit.kernels, "COMPILE_EAGERLY", False)
     monkeypatch.setattr(copy_module._stream_jobs_kernel, "ready", lambda index=0: False)
     calls = _record_jobs(monkeypatch)
     out = np.zeros((4, 4096), np.float32)
@@ -125,7 +125,7 @@ def test_a_kernel_in_the_cache_is_ready_without_compiling(tmp_path, monkeypatch)
     """ready() loads a cached kernel and never compiles one: a fresh cache holds nothing until a call
     compiles it."""
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(jit, "_the_cache", [])
+    monkeypatch.setattr(jit.cache, "_the_cache", [])
     def kernel():  # a new kernel object: nothing loaded in this process yet
         return jit.Kernel(copy_module._stream_jobs_kernel.py_func, ("void(i64[:], i64[:, :], i64[:])",), {})
 

@@ -1,4 +1,4 @@
-"""The kernel threads (``evaluate/jit.py``: ``run_parallel``, ``set_threads``, ``thread_limit``, the pool).
+"""The kernel threads (``evaluate/jit/pool.py``: ``run_parallel``, ``set_threads``, ``thread_limit``, the pool).
 
 * a call's scratch has a row for every thread that takes part, whatever another thread sets meanwhile;
 * callers running at once share a bounded pool (one whose share is taken runs on fewer threads);
@@ -124,7 +124,7 @@ def test_every_call_has_a_scratch_row_while_another_thread_changes_the_setting(t
 
 def test_callers_at_once_share_a_bounded_pool(threads_set):
     threads_set(4)
-    before = jit._started[0]
+    before = jit.pool._started[0]
     done = []
 
     def slow(work):
@@ -141,7 +141,7 @@ def test_callers_at_once_share_a_bounded_pool(threads_set):
     for t in callers:
         t.join()
     assert len(done) == 8
-    assert jit._started[0] <= max(before, 3)  # helpers of one call on four threads, shared by all eight
+    assert jit.pool._started[0] <= max(before, 3)  # helpers of one call on four threads, shared by all eight
 
 
 def test_an_error_in_a_helper_reaches_the_caller_and_the_pool_stays_whole(threads_set):
@@ -155,10 +155,10 @@ def test_an_error_in_a_helper_reaches_the_caller_and_the_pool_stays_whole(thread
                 raise ValueError("a helper failed")
 
     jit.run_parallel(StandIn(lambda work: None), 8)  # the pool's threads exist
-    idle = len(jit._idle)
+    idle = len(jit.pool._idle)
     with pytest.raises(ValueError, match="a helper failed"):
         jit.run_parallel(StandIn(fail_off_the_caller), 64)
-    assert len(jit._idle) == idle
+    assert len(jit.pool._idle) == idle
     total = []
     jit.run_parallel(StandIn(lambda work: total.append(_take_unit(work))), 8)
     assert total

@@ -1,4 +1,4 @@
-"""The kernel cache (evaluate/jit.py): machine code compiled by several processes, loaded by one.
+"""The kernel cache (evaluate/jit/cache.py): machine code compiled by several processes, loaded by one.
 
 Kernels are compiled in whichever process first needs them -- test workers, a user's programs --
 and a later process loads them all into one engine.  Each kernel's code must stay its own there:
@@ -99,7 +99,7 @@ print(user_code(3))
 
 
 def test_numba_code_of_the_user_compiles_after_a_kernel(tmp_path):
-    """A kernel compiles with a trimmed set of numba's implementations (jit._kernel_registries); numba
+    """A kernel compiles with a trimmed set of numba's implementations (jit.kernels._kernel_registries); numba
     code the process compiles afterwards still has them all: typed lists, strings, NumPy's random."""
     rng = np.random.default_rng(4)
     f16, _ = block_affine_int4_tensor(4, 64, 32, rng, scale_tag=E.FLOAT16, out_dtype=np.float16)
@@ -260,7 +260,7 @@ def test_a_kernel_folder_loosened_after_it_was_checked_is_no_longer_used(tmp_pat
     from hurray_schema.evaluate import jit
 
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
-    cache = jit._Cache()
+    cache = jit.cache._Cache()
     assert cache._folder() is not None
     version = next((tmp_path / "hurray_schema").iterdir())
     version.chmod(0o770)
