@@ -3,12 +3,13 @@ calls share out, and the per-thread scratch a call makes."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import os
 import threading
 import _thread
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -137,13 +138,10 @@ WORK_NEXT, WORK_UNITS, WORK_SLOT = 0, 1, 2
 """Entries of a work array: the next unclaimed unit, the number of units, the next scratch slot."""
 
 
-class Scratch(NamedTuple):
-    """Scratch :func:`run_parallel` allocates for one call: a row of ``count`` items of ``dtype`` for each
-    thread that takes part (the kernel indexes it with :func:`slot`), zero-filled when ``zeros``."""
-
-    count: int
-    dtype: Any
-    zeros: bool = False
+Scratch = collections.namedtuple("Scratch", ("count", "dtype", "zeros"), defaults=(False,))
+Scratch.__doc__ = """Scratch :func:`run_parallel` allocates for one call: a row of ``count`` items of ``dtype`` for each
+thread that takes part (the kernel indexes it with :func:`slot`), zero-filled when ``zeros``.  (A plain
+named tuple: ``typing.NamedTuple`` would compile its annotations at import, on the read path.)"""
 
 
 def run_parallel(kernel_, units: int, *args, count: Optional[int] = None, scratch: tuple = ()) -> None:
