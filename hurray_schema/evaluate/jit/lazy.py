@@ -9,6 +9,8 @@ from typing import Callable, Optional
 
 
 
+from . import internals
+
 _compile_lock = threading.RLock()
 
 
@@ -125,15 +127,15 @@ def helper(fn: Optional[Callable] = None, **options):
     options.setdefault("error_model", "numpy")
     options.setdefault("nogil", True)
     options.setdefault("inline", HELPER_INLINE)
-    options.setdefault("forceinline", True)
-    options.setdefault("_nrt", False)  # kernels never allocate: no reference counts to keep
-    options.setdefault("no_cpython_wrapper", True)  # called from kernels only: no wrapper to compile
+    internal_options = {"forceinline": True,  # LLVM inlines the helper into every caller
+                        "_nrt": False,  # kernels never allocate: no reference counts to keep
+                        "no_cpython_wrapper": True}  # called from kernels only: no wrapper to compile
 
     def wrap(pyfunc):
         def make(constants, inherited):
             from numba import njit
 
-            merged = {**options}
+            merged = {**(internal_options if internals.usable() else {}), **options}
             if "fastmath" not in options and dict(inherited).get("fastmath"):
                 merged["fastmath"] = set(dict(inherited)["fastmath"])
             return njit(**merged)(bound(pyfunc, constants, inherited))

@@ -13,6 +13,7 @@ from typing import Callable, Optional
 
 
 from ...private_folder import open_private_file
+from . import internals
 from .host import _host_cpu_features, _host_cpu_name
 from .signatures import _ffi
 
@@ -72,8 +73,6 @@ def _load_shared(folder: int, name: str, sha256: str, symbol: str, cdecl: str) -
     lazy binding, local symbols), or None (a changed, unreadable or not private file, a loader that
     refuses it).  The file checked is the file loaded: it is opened once, its bytes hashed through
     that descriptor, and the loader given the descriptor's own path (``/proc/self/fd``)."""
-    import _cffi_backend
-
     fd = open_private_file(folder, name)
     if fd is None:
         return None
@@ -81,7 +80,7 @@ def _load_shared(folder: int, name: str, sha256: str, symbol: str, cdecl: str) -
         with os.fdopen(fd, "rb", closefd=False) as f:
             if _digest(f.read()) != sha256:
                 return None
-        library = _cffi_backend.load_library(f"/proc/self/fd/{fd}", os.RTLD_LAZY | os.RTLD_LOCAL)
+        library = internals.load_library(f"/proc/self/fd/{fd}", os.RTLD_LAZY | os.RTLD_LOCAL)
         function = library.load_function(_ffi().typeof(cdecl), symbol)
     except (OSError, AttributeError, KeyError, TypeError):
         return None

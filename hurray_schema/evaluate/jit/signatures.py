@@ -3,12 +3,12 @@ call of it through cffi (:func:`_ffi`)."""
 
 from __future__ import annotations
 
-import functools
 import re
 from typing import Callable
 
 import numpy as np
 
+from . import internals
 
 _SCALARS = {
     "i8": ("int8_t", "int8"), "u8": ("uint8_t", "uint8"), "i16": ("int16_t", "int16"),
@@ -123,13 +123,9 @@ class Signature:
         return returns(*entry)
 
 
-@functools.cache
 def _ffi():
-    """cffi's FFI without its C parser (the backend's own: a few microseconds to set up, no pycparser);
-    calls through it release the GIL."""
-    import _cffi_backend
-
-    return _cffi_backend.FFI()
+    """cffi's FFI (:func:`.internals.ffi`: the backend's own where the door to the internals is open)."""
+    return internals.ffi()
 
 
 def _split(body: str) -> list[str]:
