@@ -16,6 +16,9 @@ With the door shut, kernels compile through numba's public API (``njit``, ``cfun
 called through cffi's public ``FFI``; the kernel cache is neither read nor written (its machine code is
 taken from numba's internals).  The same bits, slower to start.  The patches below are applied with
 numba's compiler lock held, so a user compiling numba code on another thread never meets them.
+
+One use has no public equivalent and is taken in both modes: numba's CPU typing context, which types
+the stand-ins of helpers a kernel meets (:func:`numba_type_of`).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from pathlib import Path
 from typing import Optional
 
 __all__ = ["door_open", "usable", "ffi", "load_library", "carray", "compiling", "optimized_once", "object_code",
-           "ENTRY_PREFIX"]
+           "numba_type_of", "ENTRY_PREFIX"]
 
 
 def _version(text: str) -> tuple:
@@ -164,6 +167,15 @@ def compiling():
         _initialize_numba()
         with _kernel_registries():
             yield
+
+
+def numba_type_of(value):
+    """numba's type of ``value`` (its CPU typing context, refreshed), for a stand-in's ``_numba_type_``."""
+    from numba.core.registry import cpu_target
+
+    context = cpu_target.typing_context
+    context.refresh()
+    return context.resolve_value_type(value)
 
 
 def object_code(compiled) -> tuple[bytes, list, object]:

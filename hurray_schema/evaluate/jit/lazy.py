@@ -63,12 +63,8 @@ class _Lazy:
 
     @property
     def _numba_type_(self):
-        from numba.core.registry import cpu_target
-
-        real = self.real()
-        context = cpu_target.typing_context
-        context.refresh()
-        return context.resolve_value_type(real)
+        """numba's type of the real object (numba asks a stand-in it meets for its ``_numba_type_``)."""
+        return internals.numba_type_of(self.real())
 
     def __call__(self, *args, **kwargs):
         """Called from Python: the Python function itself (a one-off; nothing is compiled)."""
