@@ -41,7 +41,7 @@ Figures:
    ``store`` server, per competitor, same rounds and order rule; the ratio unix shm / TCP; and
    after each PUT a second client process (one ``hs.connect(store_unix_url)`` session, shm)
    GETs the key just pushed: the wall time of that GET;
-4. cold: each client in a fresh Python process (``NUMBA_CACHE_DIR`` a new empty folder): the
+4. cold: each client in a fresh Python process (its caches in a new empty folder): the
    process's wall time, its import of ``hurray_schema``, connect, first and second GET of
    ``big`` and of ``mid`` -- first = cold, second = warm in the same process.
 
@@ -72,6 +72,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from caches import caches_in
 from transport_support import (
     GiB, MiB, HEAVY, Processes, await_stop, cold_run, heavy_modules, prefault, probe, settle, verdict,
 )
@@ -254,7 +255,7 @@ def main() -> None:
     import numpy as np
 
     scratch = Path(tempfile.mkdtemp(prefix="hurray-ipc-"))
-    os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="numba-", dir=scratch)  # every process starts empty
+    os.environ.update(caches_in(tempfile.mkdtemp(prefix="caches-", dir=scratch)))  # every process starts empty
     procs = Processes("ipc")
     sessions = []
     run_started = time.perf_counter()
@@ -419,7 +420,7 @@ def main() -> None:
               f"(shared memory agreed on the PUT session: {put_shared[name]})")
 
     if cold:
-        print("\n4. cold (first GET in a fresh process, empty NUMBA_CACHE_DIR, a server that answered nothing yet) "
+        print("\n4. cold (first GET in a fresh process, empty caches, a server that answered nothing yet) "
               "beside warm (second GET, same process); milliseconds")
         print(f"{'':<14}{'process':>9}{'import':>9}{'connect':>9}{'big 1st':>10}{'big 2nd':>10}{'mid 1st':>10}"
               f"{'mid 2nd':>10}  shm  heavy modules in the client")

@@ -30,7 +30,7 @@ Figures:
    / client per competitor (raw, ours, Flight), interleaved request by request, the order
    reversed every other request (after 20 untimed each): p50, p90, ratio ours / Flight (goal
    <= 1.0);
-3. ``cold``: each client in a fresh Python process (``NUMBA_CACHE_DIR`` a new empty folder)
+3. ``cold``: each client in a fresh Python process (its caches in a new empty folder)
    against a server that has answered nothing yet: the process's wall time, its imports,
    connect, first and second GET of ``big`` (and of ``small``, and for ours the parallel
    GET) -- first GET = cold, second = warm in the same process; and which heavy modules
@@ -62,6 +62,7 @@ import threading
 import time
 from pathlib import Path
 
+from caches import caches_in
 from transport_support import (
     GiB, HEAVY, Processes, await_stop, cold_run, heavy_modules, prefault, probe, settle, verdict,
 )
@@ -283,7 +284,7 @@ def main() -> None:
     import numpy as np
 
     scratch = Path(tempfile.mkdtemp(prefix="hurray-network-"))
-    os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="numba-", dir=scratch)  # every process starts empty
+    os.environ.update(caches_in(tempfile.mkdtemp(prefix="caches-", dir=scratch)))  # every process starts empty
     servers = Processes("network")
     clients = []
     run_started = time.perf_counter()
@@ -437,7 +438,7 @@ def main() -> None:
     print(f"ours / flight: p50 {p50:.2f}, p90 {p90:.2f}   goal <= 1.0 ({verdict(p50 <= 1.0)})")
 
     if cold:
-        print("\ncold (first GET in a fresh process, empty NUMBA_CACHE_DIR, servers that answered nothing yet) "
+        print("\ncold (first GET in a fresh process, empty caches, servers that answered nothing yet) "
               "beside warm (second GET, same process); seconds")
         print(f"{'':<8}{'process':>9}{'import':>9}{'connect':>9}{'big 1st':>9}{'big 2nd':>9}{'small 1st':>11}"
               f"{'small 2nd':>11}{'par 1st':>9}{'par 2nd':>9}  heavy modules in the client")

@@ -52,6 +52,8 @@ import time
 from functools import partial
 from pathlib import Path
 
+from caches import caches_in
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -225,7 +227,7 @@ def in_process(fns: list, repeat: int) -> list[float]:
 def environment(cache: Path) -> dict:
     """A user's environment: the checkout first on the path, bytecode kept, numba's cache in ``cache``
     and the generated-code cache (``hurray_schema/codecache.py``) in a folder inside it."""
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), HURRAY_SCHEMA_CACHE_DIR=str(Path(cache) / "hurray_schema"))
+    env = dict(os.environ, **caches_in(cache))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     return env
@@ -386,7 +388,7 @@ def main() -> None:
             verdicts.append((f"in process, N = {count}: open + row <= 2x safetensors", a / b, 2.0))
 
         print(f"\n2. whole process: python -c 'import; open; row' (s), warm median of {args.runs} (min-max); "
-              "cold = ours with an empty NUMBA_CACHE_DIR")
+              "cold = ours with empty caches")
         env = environment(caches / "numba-pass")
         base = statistics.median(run_process([sys.executable, "-c", "pass"], env) for _ in range(args.runs))
         print(f"  python -c pass: {base:.3f} s")
@@ -417,7 +419,7 @@ def main() -> None:
               f"anonymous {o['anon'] / max(t['anon'], 1):.1f}x, file-backed (pages of the map touched) "
               f"{o['file'] / max(t['file'], 1):.1f}x)")
 
-        print("\n4. import hurray_schema + hs.read_file (-X importtime, fresh process, empty NUMBA_CACHE_DIR); "
+        print("\n4. import hurray_schema + hs.read_file (-X importtime, fresh process, empty caches); "
               f"then open + row of the N = {min(counts)} and N = {largest} files")
         for count in sorted({min(counts), largest}):
             reports = imports(files[count][0], args.row, caches)

@@ -5,8 +5,8 @@
 Every operation runs in new Python processes, as a user's command, notebook or worker
 meets it:
 
-* ``cold`` -- numba's cache empty (``NUMBA_CACHE_DIR`` a new empty folder, as after a fresh
-  install): every kernel the operation needs is compiled;
+* ``cold`` -- the caches empty (numba's and the generated code's: :func:`caches.caches_in` of a new
+  empty folder, as after a fresh install): every kernel the operation needs is compiled;
 * ``warm`` -- the same folder again, filled by the cold run (median of ``--warm-runs``
   processes): kernels are loaded from the cache.
 
@@ -38,6 +38,8 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+
+from caches import caches_in
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -368,7 +370,7 @@ def make_inputs(folder: Path) -> None:
 def _environment(cache: Path) -> dict:
     """A user's environment: Python keeps bytecode (as after ``pip install``, which compiles it), numba's
     cache folder is ``cache``."""
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache))
+    env = dict(os.environ, **caches_in(cache))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     return env

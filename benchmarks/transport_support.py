@@ -16,6 +16,8 @@ import time
 import zlib
 from pathlib import Path
 
+from caches import caches_in
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
@@ -144,13 +146,13 @@ print(json.dumps(report))
 
 
 def cold_run(name: str, body: str, settings: dict, scratch: Path) -> dict:
-    """Client ``name`` in a fresh process with an empty ``NUMBA_CACHE_DIR``: ``body`` (which fills
+    """Client ``name`` in a fresh process with empty caches (:func:`caches.caches_in`): ``body`` (which fills
     ``report``) after :data:`CHILD_PREFIX` and a line per setting (``NAME = value``).  Its report,
     plus ``process``: its wall time from spawn to exit."""
     code = (CHILD_PREFIX + "".join(f"{key} = {value!r}\n" for key, value in settings.items())
             + body + CHILD_SUFFIX)
     path = os.pathsep.join(filter(None, [str(ROOT), str(HERE), os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, NUMBA_CACHE_DIR=tempfile.mkdtemp(prefix="numba-cold-", dir=scratch), PYTHONPATH=path)
+    env = dict(os.environ, **caches_in(tempfile.mkdtemp(prefix="caches-cold-", dir=scratch)), PYTHONPATH=path)
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600,
                           check=False)  # on Ctrl-C, run() kills the child before re-raising

@@ -45,7 +45,7 @@ from .structs.tags import is_invalid_tag, is_reserved_tag
 from .structs.wire import descriptor_spans, encode_descriptor_bytes
 
 __all__ = ["decode_descriptor", "encode_descriptor", "parse_descriptor", "check_semantics", "peek_descriptor_length",
-           "known_length", "remembered_descriptor", "checked_descriptor", "descriptor_spans"]
+           "known_length", "remembered_descriptor", "checked_descriptor", "checked_by", "descriptor_spans"]
 
 
 def _builder(cls):
@@ -258,12 +258,18 @@ def checked_descriptor(data, limits: Limits = DEFAULT_LIMITS) -> Optional[Tensor
         if data.format != "B" or data.ndim != 1:
             data = data.cast("B")
         compiled = _compiled_for(data[:FIXED_HEADER_SIZE].tobytes())
-    if compiled is None or compiled.checked is None:
+    if compiled is None or len(data) < compiled.length:
         return None
     length = compiled.length
-    if len(data) < length or not (compiled.fits_default if limits is DEFAULT_LIMITS else compiled.fits(limits)):
+    return checked_by(compiled, data[:length] if data.__class__ is bytes else data[:length].tobytes(), data, limits)
+
+
+def checked_by(compiled, key: bytes, data, limits: Limits = DEFAULT_LIMITS) -> Optional[TensorDescriptor]:
+    """The descriptor the checked decoder ``compiled`` (:attr:`~hurray_schema.signature.CompiledDecoder.checked`)
+    gives for ``key`` (exactly its bytes, at the start of ``data``) within ``limits``, every rule passing;
+    None otherwise.  Under the default limits it is kept for its bytes (:func:`~hurray_schema.signature.accepted`)."""
+    if compiled.checked is None or not (compiled.fits_default if limits is DEFAULT_LIMITS else compiled.fits(limits)):
         return None
-    key = data[:length] if data.__class__ is bytes else data[:length].tobytes()  # a bytes of exactly length is itself
     desc = _decode_checked(compiled, key, data)
     if desc is not None and limits is DEFAULT_LIMITS:
         _remember_accepted(key, desc)
@@ -485,14 +491,10 @@ def decode_descriptor(data, *, mode="strict", limits: Optional[Limits] = None) -
         if desc is not None:
             return desc
         compiled = _compiled_for(data[:FIXED_HEADER_SIZE])
-        if compiled is not None and compiled.checked is not None and compiled.fits_default:
-            length = compiled.length
-            if len(data) >= length:
-                key = data[:length]
-                desc = _decode_checked(compiled, key, data)
-                if desc is not None:
-                    _remember_accepted(key, desc)
-                    return desc
+        if compiled is not None and len(data) >= compiled.length:
+            desc = checked_by(compiled, data[:compiled.length], data)
+            if desc is not None:
+                return desc
     else:
         desc = checked_descriptor(data, DEFAULT_LIMITS if limits is None else resolve_limits(limits))
         if desc is not None:

@@ -376,10 +376,7 @@ class HurrayFile(Mapping):
 
             return SourcedTensor.over(desc, SourcedBuffers(self._reader, spans), name=name)
         view = self._view
-        if desc.is_composite_head:
-            raise HurraySchemaError("a composite head is a Composite, not a Tensor")
-        tensor = Tensor.viewing(desc, tuple([view[off : off + size] for off, size in spans]))  # the map's own views
-        tensor.name = name
+        tensor = Tensor(desc, [view[off : off + size] for off, size in spans], name=name)
         if self._abspath is not None:
             tensor._origin = (self._abspath, self.size, tuple(spans))  # buffer_ranges(name)
         return tensor

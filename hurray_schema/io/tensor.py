@@ -162,11 +162,7 @@ class Tensor(ArrayProtocol):
         """The tensor a reader's composite binder hands over: ``descriptor`` is no composite
         head (the binder assembles those) and ``buffers`` are the reader's views, so neither
         is checked again (a stream read builds one per tensor)."""
-        tensor = _new_tensor(cls)
-        tensor.descriptor = descriptor
-        tensor.buffers = tuple(map(_view, buffers))
-        tensor.name = None
-        return tensor
+        return cls.viewing(descriptor, tuple(map(_view, buffers)))
 
     @classmethod
     def viewing(cls, descriptor: TensorDescriptor, views: tuple) -> "Tensor":

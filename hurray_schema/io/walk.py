@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator, Optional
 import attrs
 
 from .crc import crc32c
-from ..codec import checked_descriptor, known_length, parse_descriptor, peek_descriptor_length
+from ..codec import checked_by, checked_descriptor, known_length, parse_descriptor, peek_descriptor_length
 from .. import errors
 from ..errors import HurraySchemaError, RemoteError, SpecViolation
 from ..limits import DEFAULT_LIMITS, Limits
@@ -44,7 +44,7 @@ from ..rules import session as session_rules
 from ..rules import structure as structure_rules
 from ..rules.descriptor import check_descriptor, first_error
 from ..rules.engine import Finding, Level, Mode, get_rule
-from ..signature import accepted, decode_checked, remember_accepted
+from ..signature import accepted
 from ..signature import lookup as lookup_compiled
 from ..structs._declare import plan, select, static_offset
 from ..structs.descriptor import FIXED_HEADER, FIXED_HEADER_SIZE
@@ -250,11 +250,8 @@ def strict_describer(*, mode: Mode, limits: Limits = DEFAULT_LIMITS, cross_machi
         already, when every rule passes on it: what :func:`checked_descriptor` would look up, taken
         first from the descriptors every rule passed on before; None: the general path decides."""
         desc = accepted(buf) if default_limits else None
-        if desc is None and compiled.checked is not None and (
-                compiled.fits_default if default_limits else compiled.fits(limits)):
-            desc = decode_checked(compiled, buf, buf)
-            if desc is not None and default_limits:
-                remember_accepted(buf, desc)
+        if desc is None:
+            desc = checked_by(compiled, buf, buf, limits)
         if desc is not None and cross_machine:
             _check_producer_synced(desc, base)
         return desc
@@ -409,13 +406,27 @@ def _bare_parts(window: Window, describe: Describe, limits: Limits, progress) ->
 
 def _strict_descriptor_part(window: Window, describe: Describe, limits: Limits, start: int) -> Part:
     """The descriptor part at ``start``, framed through the compiled header when one is known."""
-    memory, known = window.data, getattr(describe, "known", None)
-    if memory is not None and start and known is not None:  # a header seen clean before: see _framed_descriptor
-        compiled = lookup_compiled(memory[start : start + FIXED_HEADER_SIZE].tobytes())
-        if compiled is not None and compiled.length <= len(memory) - start and compiled.length <= limits.max_descriptor_bytes:
-            window.pos = stop = start + compiled.length
-            return known(memory[start:stop].tobytes(), compiled, start)
+    known = getattr(describe, "known", None)
+    framed = _known_frame(window, start, limits) if known is not None else None
+    if framed is not None:
+        return known(framed[1], framed[0], start)
     return describe(_framed_descriptor(window, start, limits), start, 0)
+
+
+def _known_frame(window: Window, start: int, limits: Limits) -> Optional[tuple]:
+    """``(compiled decoder, the descriptor's bytes)`` when the window is in memory, the header at
+    ``start`` was compiled before and its descriptor fits (the window is moved past it); else None
+    (:func:`_framed_descriptor` frames it).  Over bytes or a memory map the bytes are sliced from them
+    directly, no view made."""
+    memory, raw = window.data, window.raw
+    if memory is None or not start:
+        return None
+    compiled = lookup_compiled(raw[start : start + FIXED_HEADER_SIZE] if raw is not None
+                               else memory[start : start + FIXED_HEADER_SIZE].tobytes())
+    if compiled is None or compiled.length > len(memory) - start or compiled.length > limits.max_descriptor_bytes:
+        return None
+    window.pos = stop = start + compiled.length
+    return compiled, (raw[start:stop] if raw is not None else memory[start:stop].tobytes())
 
 
 def _bare_tensors(window: Window, describe: Describe, limits: Limits, progress) -> Iterator[tuple]:
@@ -423,22 +434,16 @@ def _bare_tensors(window: Window, describe: Describe, limits: Limits, progress) 
     Over bytes or a memory map the descriptor bytes are sliced from them directly and a descriptor
     seen before is one table lookup: a stream of small tensors makes few objects per tensor."""
     max_buffer = limits.max_buffer_bytes
-    max_descriptor = limits.max_descriptor_bytes
-    memory, raw = window.data, window.raw
+    memory = window.data
     end = None if memory is None else len(memory)
     value = getattr(describe, "value", None)  # a describer told the compiled decoder the framing found
     while (window.pos < end) if end is not None else not window.at_eof():
         start = window.pos
         if progress is not None:
             progress(start)
-        compiled = None
-        if memory is not None and start and value is not None:  # a header seen clean before: see _framed_descriptor
-            head = raw[start : start + FIXED_HEADER_SIZE] if raw is not None else \
-                memory[start : start + FIXED_HEADER_SIZE].tobytes()
-            compiled = lookup_compiled(head)
-        if compiled is not None and compiled.length <= end - start and compiled.length <= max_descriptor:
-            window.pos = stop = start + compiled.length
-            desc = value(raw[start:stop] if raw is not None else memory[start:stop].tobytes(), compiled, start)
+        framed = _known_frame(window, start, limits) if value is not None else None
+        if framed is not None:
+            desc = value(framed[1], framed[0], start)
         else:
             desc = describe(_framed_descriptor(window, start, limits), start, 0).value
         handles = desc.buffers

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.abc
-import importlib.metadata
 import importlib.util
 import os
 import re
@@ -48,6 +47,8 @@ def _version(text: str) -> tuple:
 def tested_numba() -> Optional[tuple]:
     """``(lowest, highest)`` numba version this package declares (``>=`` / ``<=`` in its requirements),
     None when its metadata is not at hand."""
+    import importlib.metadata  # email, csv, zipfile...: a kernel's compilation needs it, a read does not
+
     try:
         requirements = importlib.metadata.requires("hurray_schema") or []
     except importlib.metadata.PackageNotFoundError:
@@ -82,6 +83,8 @@ def usable() -> bool:
 
 
 def _in_range() -> bool:
+    import importlib.metadata
+
     tested = tested_numba()
     try:
         installed = importlib.metadata.version("numba")
@@ -95,6 +98,8 @@ def _in_range() -> bool:
 
 
 def _probed() -> bool:
+    import importlib.metadata
+
     missing = _probe()
     if missing:
         _shut(f"numba {importlib.metadata.version('numba')} lacks {missing}")
