@@ -35,11 +35,15 @@ from .rules import structure as structure_rules
 from .rules.descriptor import first_error
 from .rules.engine import Finding, Mode, as_mode
 from .structs import layouts, quantization
-from .structs._declare import joined, plan, select, static_offset
+from .structs._declare import plan, select, static_offset
 from .structs.descriptor import (
-    CORE_PARTS, DESCRIPTOR_PARTS, FIXED_HEADER, FIXED_HEADER_SIZE, MAGIC, MAX_RANK, PARTS,
-    SUPPORTED_VERSION_MAJOR, SUPPORTED_VERSION_MINOR,
+    FIXED_HEADER, FIXED_HEADER_SIZE, MAGIC, MAX_RANK, SUPPORTED_VERSION_MAJOR, SUPPORTED_VERSION_MINOR,
 )
+from .structs.walker import (
+    BUFFER_PART, CORE_PARTS, HEADER_PART, LAYOUT_PART, QUANTIZATION_PART, SECTION_PARTS, Choice, DescriptorVisitor,
+)
+from .structs.walker import NOTHING as _NOTHING
+from .structs.walker import walk_descriptor as walk_parts
 from .structs.element_types import RESERVED_TYPE_TAG, element_type_info
 from .structs.tags import is_invalid_tag, is_reserved_tag
 from .structs.wire import descriptor_spans, encode_descriptor_bytes
@@ -61,9 +65,7 @@ def _builder(cls):
     return build
 
 
-_LAYOUT_PART = PARTS["layout"]
-_BUFFER_PART = PARTS["buffer_table"]
-_QUANTIZATION_PART = PARTS["quantization"]
+_HEADER_PART, _LAYOUT_PART, _BUFFER_PART, _QUANTIZATION_PART = HEADER_PART, LAYOUT_PART, BUFFER_PART, QUANTIZATION_PART
 
 _LAYOUT_BUILDERS = {
     tag: (plan(_LAYOUT_PART.tables[tag]), _builder(cls), f"{LayoutTag(tag).name.lower()} layout fields")
@@ -75,8 +77,6 @@ _SCHEME_BUILDERS = {
 }
 
 _HEADER = plan(FIXED_HEADER)
-_CORE = plan(joined(*[part.decl for part in CORE_PARTS]))
-_CORE_WHAT = " and ".join(part.name for part in CORE_PARTS)
 _MODES = {"strict": Mode.STRICT, "permissive": Mode.PERMISSIVE, Mode.STRICT: Mode.STRICT,
           Mode.PERMISSIVE: Mode.PERMISSIVE}
 _BUFFER_COUNT = plan(_BUFFER_PART.prefix)
@@ -86,10 +86,12 @@ _NEW_HANDLE = VALUE_CLASSES[_BUFFER_PART.value_class]
 _BUFFER_COUNT_CODEC = _BUFFER_COUNT.steps[0].codec
 _BUFFER_COUNT_SIZE = _BUFFER_COUNT.fixed_size
 _HEADER_NAMES, _HEADER_CODEC = _HEADER.steps[0].names, _HEADER.steps[0].codec
-_TILED = plan(_LAYOUT_PART.tables[LayoutTag.TILED])
+_TILED_DECL = _LAYOUT_PART.tables[LayoutTag.TILED]
+_TILED = plan(_TILED_DECL)
 _EXTENSION_HEAD = plan(layouts.EXTENSION_HEAD)
 _QLEN = plan(_QUANTIZATION_PART.prefix)
-_QHEADER = plan(quantization.QUANTIZATION_HEADER)
+_QHEADER = plan(_QUANTIZATION_PART.head)
+_SCHEME_VERSION_AT = static_offset(_QUANTIZATION_PART.head, "scheme_version")
 _build_tiled = _builder(TiledLayout)
 
 _HAS_EXTENSION_TYPE = int(DescriptorFlag.HAS_EXTENSION_TYPE)
@@ -277,7 +279,8 @@ def checked_by(compiled, key: bytes, data, limits: Limits = DEFAULT_LIMITS) -> O
 
 
 def _parse_general(view, mode: Mode, base: int, limits: Limits) -> tuple[TensorDescriptor, list[Finding]]:
-    """The general decoder: every structural rule checked, every part read in turn."""
+    """The general decoder: every structural rule checked, every part read in turn by
+    the one walk of the parts (:func:`~hurray_schema.structs.walker.walk_descriptor`)."""
     length = peek_descriptor_length(view, base)
     if length > len(view):  # a fact about the input, reported before any configured limit
         raise structure_rules.TRUNCATED.violation(
@@ -286,53 +289,9 @@ def _parse_general(view, mode: Mode, base: int, limits: Limits) -> tuple[TensorD
     if length > limits.max_descriptor_bytes:
         limits.check("max_descriptor_bytes", length, base + _AT["descriptor_length"])
     r = _Reader(view[:length], length, base, mode, limits)
-    h = dict(zip(_HEADER_NAMES, _HEADER_CODEC.unpack_from(r.view, 0)))  # 20 bytes are there (peek)
-    r.pos = _HEADER.fixed_size
-    _check_header(r, h)
-    rank = h["rank"]
-    core = r.read(_CORE, _CORE_WHAT, rank=rank)
-    shape, byte_offset = core["shape"], core["byte_offset"]
-    flags = h["flags"]
-    newer_minor = h["version_minor"] > SUPPORTED_VERSION_MINOR
-    unparsed_flags = flags & ~KNOWN_DESCRIPTOR_FLAGS if newer_minor else 0
-
-    layout = _read_layout(r, h["layout_tag"], rank)
-    fields = dict(
-        type_tag=h["type_tag"], shape=shape, layout=layout, byte_offset=byte_offset,
-        version_major=h["version_major"], version_minor=h["version_minor"],
-    )
-    if isinstance(layout, UnknownLayout):
-        fields["unparsed_flags"] = flags
-        return TensorDescriptor(**fields), r.findings
-
-    if r.pos + _BUFFER_COUNT_SIZE > r.end:
-        raise structure_rules.LENGTH_BOUNDS.violation(
-            f"buffer_count runs past descriptor_length ({r.end} bytes)", r.at()
-        )
-    (count,) = _BUFFER_COUNT_CODEC.unpack_from(r.view, r.pos)
-    r.pos += _BUFFER_COUNT_SIZE
-    if count > limits.max_buffer_count:
-        limits.check("max_buffer_count", count, r.at(r.pos - _BUFFER_COUNT_SIZE))
-    need = count * _HANDLE.fixed_size
-    if need > r.end - r.pos:
-        raise structure_rules.LENGTH_BOUNDS.violation(
-            f"buffer_count {count} needs {need} bytes of handles, only {r.end - r.pos} remain", r.at()
-        )
-    fields[_BUFFER_PART.attribute] = _read_handles(r, count)
-    if flags & _OPTIONAL_FLAGS:
-        for attribute, flag, table, build, what in _OPTIONAL_READERS:
-            if flags & flag:
-                fields[attribute] = _read_quantization(r) if table is None else build(r.read(table, what, rank=rank))
-    if r.pos < r.end:
-        if not newer_minor:
-            raise structure_rules.LENGTH_EXACT.violation(
-                f"{r.end - r.pos} bytes remain after the last section of a {h['version_major']}."
-                f"{h['version_minor']} descriptor", r.at()
-            )
-        fields["trailing"] = r.take(r.end - r.pos, "trailing fields")
-    if unparsed_flags:
-        fields["unparsed_flags"] = unparsed_flags
-    return TensorDescriptor(**fields), r.findings
+    decoder = _Decoder(r)
+    walk_parts(decoder)
+    return TensorDescriptor(**decoder.fields), r.findings
 
 
 def _check_header(r: _Reader, h: dict) -> None:
@@ -374,40 +333,233 @@ def _check_type_tag(r: _Reader, tag: int, flags: int) -> None:
     r.tolerate(structure_rules.TYPE_TAG_UNKNOWN, f"type_tag 0x{tag:02X} is {what}", _AT["type_tag"])
 
 
-def _read_layout(r: _Reader, tag: int, rank: int):
-    if tag == LayoutTag.ROW_MAJOR:
-        return ROW_MAJOR
-    if tag == LayoutTag.COLUMN_MAJOR:
-        return COLUMN_MAJOR
-    entry = _LAYOUT_BUILDERS.get(tag)
-    if entry is not None:
-        p, build, what = entry
-        return build(r.read(p, what, rank=rank))
-    if tag == LayoutTag.TILED:
-        return _read_tiled(r, rank, depth=1)
-    if layouts.is_extension_layout(tag):
+_FIELDLESS_LAYOUTS = {layout.tag: layout for layout in (ROW_MAJOR, COLUMN_MAJOR)}
+
+
+def _store_attribute(attribute: str):
+    def store(fields: dict, values: dict) -> None:
+        fields[attribute] = values[attribute]
+    return store
+
+
+def _store_built(attribute: str, build):
+    def store(fields: dict, values: dict) -> None:
+        fields[attribute] = build(values)
+    return store
+
+
+def _table_readers() -> dict:
+    """``id(decl) -> (plan, what, store)`` of every table the walk reads outside the fixed
+    header: ``what`` names it in a violation; ``store(fields, values)`` puts its values
+    into the descriptor's fields (``None``: a count or length the walk itself uses)."""
+    readers = {}
+    for part in CORE_PARTS:
+        readers[id(part.decl)] = (plan(part.decl), part.name, _store_attribute(part.attribute))
+    for tag, (p, build, what) in _LAYOUT_BUILDERS.items():
+        readers[id(_LAYOUT_PART.tables[tag])] = (p, what, _store_built(_LAYOUT_PART.attribute, build))
+    readers[id(_TILED_DECL)] = (_TILED, "tiled layout fields", None)  # its levels are kept, then linked
+    for part in SECTION_PARTS:
+        build = _builder(VALUE_CLASSES[part.value_class])
+        readers[id(part.decl)] = (plan(part.decl), part.label, _store_built(part.attribute, build))
+    for part in (_BUFFER_PART, _QUANTIZATION_PART):
+        readers[id(part.prefix)] = (plan(part.prefix), part.prefix_field, None)
+    return readers
+
+
+class _Decoder(DescriptorVisitor):
+    """The general decoder as a visitor of the walk: reads each table with its fast plan
+    through the bounded :class:`_Reader`, checks the structural rules where the walk reaches
+    them, and gathers the :class:`~hurray_schema.model.TensorDescriptor` fields."""
+
+    def __init__(self, r: _Reader):
+        self.r = r
+        self.fields: dict = {}
+        self.levels: list = []
+        self.scheme: Optional[tuple] = None
+
+    def table(self, part, decl, context: dict) -> dict:
+        r = self.r
+        if part is _HEADER_PART:  # 20 bytes are there (peek_descriptor_length)
+            r.pos = _HEADER.fixed_size
+            return dict(zip(_HEADER_NAMES, _HEADER_CODEC.unpack_from(r.view, 0)))
+        if part is _QUANTIZATION_PART and decl is not part.prefix:
+            return self._scheme_table(decl)
+        p, what, store = _TABLE_READERS[id(decl)]
+        values = r.read(p, what, **context)
+        if store is not None:
+            store(self.fields, values)
+        elif decl is _TILED_DECL:
+            self.levels.append(values)
+        return values
+
+    def header(self, h: dict) -> bool:
+        r = self.r
+        _check_header(r, h)
+        self.h = h
+        self.fields.update(type_tag=h["type_tag"], version_major=h["version_major"],
+                           version_minor=h["version_minor"])
+        return True
+
+    def part(self, part, choice: Optional[Choice] = None):
+        if choice is None:
+            return _NOTHING
+        if part is _LAYOUT_PART:
+            if choice.decl is None:
+                self.fields[part.attribute] = _FIELDLESS_LAYOUTS[choice.tag]
+            elif choice.nested_by is not None:
+                return _Linked(self, part.attribute)
+        else:
+            self._check_scheme_version(choice.tag)
+        return _NOTHING
+
+    def level(self, part, choice: Choice, depth: int):
+        limits = self.r.limits
+        if depth > limits.max_tiled_depth:
+            raise structure_rules.TILED_DEPTH.violation(
+                f"tiled layout nests deeper than {limits.max_tiled_depth} levels", self.r.at()
+            )
+        return _NOTHING
+
+    def entries(self, part, count: int, context: dict) -> None:
+        """The handles, read in one pass once the count is checked against the limit and
+        the bytes that remain (``buffer-protocol.md § Buffer Handle``)."""
+        r = self.r
+        limits = r.limits
+        if count > limits.max_buffer_count:
+            limits.check("max_buffer_count", count, r.at(r.pos - _BUFFER_COUNT_SIZE))
+        need = count * _HANDLE.fixed_size
+        if need > r.end - r.pos:
+            raise structure_rules.LENGTH_BOUNDS.violation(
+                f"buffer_count {count} needs {need} bytes of handles, only {r.end - r.pos} remain", r.at()
+            )
+        self.fields[part.attribute] = _read_handles(r, count)
+
+    def private(self, part, choice: Choice, context: dict) -> None:
+        """An extension layout (``memory-layout.md § Extension Layouts``): kept, and tolerated
+        by a permissive reader that does not know it."""
+        r = self.r
         start = r.pos
         head = r.read(_EXTENSION_HEAD, "extension layout fields")
         data = r.take(head["extension_data_length"], "extension_data")
+        tag = choice.tag
         r.tolerate(
             structure_rules.EXTENSION_LAYOUT_UNKNOWN,
             f"private layout 0x{tag:02X} with extension_layout_id {head['extension_layout_id']} is not known here",
             start,
         )
-        return ExtensionLayout(tag, head["extension_layout_id"], data)
-    r.tolerate(structure_rules.LAYOUT_TAG_UNKNOWN, f"layout_tag 0x{tag:02X} is not a layout this reader knows",
-               _AT["layout_tag"])
-    return UnknownLayout(tag, r.take(r.end - r.pos, "opaque layout payload"))
+        self.fields[part.attribute] = ExtensionLayout(tag, head["extension_layout_id"], data)
+
+    def unknown(self, part, tag: int) -> None:
+        """An unknown layout: a permissive reader keeps the rest of the descriptor opaque."""
+        r = self.r
+        r.tolerate(structure_rules.LAYOUT_TAG_UNKNOWN, f"layout_tag 0x{tag:02X} is not a layout this reader knows",
+                   _AT[part.chosen_by])
+        self.fields[part.attribute] = UnknownLayout(tag, r.take(r.end - r.pos, "opaque layout payload"))
+        self.fields["unparsed_flags"] = self.h["flags"]
+
+    def sized(self, part, context: dict):
+        """The quantization section: nothing is read beyond ``quantization_length``
+        (``metadata.md § Quantization Section``)."""
+        r = self.r
+        qlen = r.read(_QLEN, part.prefix_field)[part.prefix_field]
+        start = r.pos
+        if qlen > r.end - start:
+            raise structure_rules.LENGTH_BOUNDS.violation(
+                f"quantization_length {qlen} runs past descriptor_length ({r.end - start} bytes remain)", r.at()
+            )
+        self.qlen, self.start, self.end = qlen, start, start + qlen
+        self.section = r.view[:self.end]
+        return _NOTHING
+
+    def chosen_tag(self, part) -> int:
+        try:
+            self.head, _ = _QHEADER.unpack(self.section, self.start)
+        except struct.error:
+            raise structure_rules.QUANTIZATION_LENGTH.violation(
+                f"quantization_length {self.qlen} is shorter than the {_QHEADER.fixed_size}-byte quantization header",
+                self.r.at(self.start),
+            ) from None
+        tag = self.head[part.chosen_by]
+        if is_invalid_tag(tag):
+            raise structure_rules.SCHEME_TAG_INVALID.violation(f"scheme_tag 0x{tag:02X} is invalid",
+                                                               self.r.at(self.start))
+        return tag
+
+    def _check_scheme_version(self, tag: int) -> None:
+        version = self.head["scheme_version"]
+        if version > quantization.HIGHEST_SCHEME_VERSION[tag]:
+            raise structure_rules.SCHEME_VERSION.violation(
+                f"scheme_version {version} of scheme 0x{tag:02X} is newer than "
+                f"{quantization.HIGHEST_SCHEME_VERSION[tag]}", self.r.at(self.start + _SCHEME_VERSION_AT)
+            )
+
+    def _scheme_table(self, decl) -> dict:
+        p, build, what = _SCHEME_BUILDERS[self.head["scheme_tag"]]
+        try:
+            values, self.r.pos = p.unpack(self.section, self.start)
+        except struct.error:
+            raise structure_rules.QUANTIZATION_LENGTH.violation(
+                f"quantization_length {self.qlen} is shorter than the {p.fixed_size}-byte {what} table",
+                self.r.at(self.start),
+            ) from None
+        self.scheme = (build, values)
+        return values
+
+    def unknown_sized(self, part, tag: int, context: dict) -> None:
+        r = self.r
+        r.tolerate(structure_rules.SCHEME_TAG_UNKNOWN, f"scheme_tag 0x{tag:02X} is not a scheme this reader knows",
+                   self.start)
+        r.pos = self.end
+        payload = bytes(r.view[self.start + _QHEADER.fixed_size : self.end])
+        head = self.head
+        self.fields[part.attribute] = UnknownQuantization(tag, head["scheme_version"], head["flags"], payload)
+
+    def padding(self, part) -> None:
+        r = self.r
+        if self.scheme is not None:
+            build, values = self.scheme
+            values["padding"] = bytes(r.view[r.pos:self.end])
+            self.fields[part.attribute] = build(values)
+        r.pos = self.end
+
+    def trailing(self) -> None:
+        r, h = self.r, self.h
+        newer_minor = h["version_minor"] > SUPPORTED_VERSION_MINOR
+        if r.pos < r.end:
+            if not newer_minor:
+                raise structure_rules.LENGTH_EXACT.violation(
+                    f"{r.end - r.pos} bytes remain after the last section of a {h['version_major']}."
+                    f"{h['version_minor']} descriptor", r.at()
+                )
+            self.fields["trailing"] = r.take(r.end - r.pos, "trailing fields")
+        unparsed = h["flags"] & ~KNOWN_DESCRIPTOR_FLAGS if newer_minor else 0
+        if unparsed:
+            self.fields["unparsed_flags"] = unparsed
 
 
-def _read_tiled(r: _Reader, rank: int, depth: int) -> TiledLayout:
-    if depth > r.limits.max_tiled_depth:
-        raise structure_rules.TILED_DEPTH.violation(
-            f"tiled layout nests deeper than {r.limits.max_tiled_depth} levels", r.at()
-        )
-    values = r.read(_TILED, "tiled layout fields", rank=rank)
-    values["inner"] = _read_tiled(r, rank, depth + 1) if values["inner_layout"] == LayoutTag.TILED else None
-    return _build_tiled(values)
+class _Linked:
+    """Around a nesting layout: its levels, read in turn, linked inner to outer on the way out
+    (``layouts/tiled.md § Recursive Tiling``)."""
+
+    __slots__ = ("decoder", "attribute")
+
+    def __init__(self, decoder: _Decoder, attribute: str):
+        self.decoder, self.attribute = decoder, attribute
+
+    def __enter__(self):
+        self.decoder.levels = []
+        return self
+
+    def __exit__(self, kind, *exc) -> None:
+        if kind is None:
+            inner = None
+            for values in reversed(self.decoder.levels):
+                values["inner"] = inner
+                inner = _build_tiled(values)
+            self.decoder.fields[self.attribute] = inner
+
+
+_TABLE_READERS = _table_readers()
 
 
 def _read_handles(r: _Reader, count: int) -> tuple:
@@ -418,62 +570,6 @@ def _read_handles(r: _Reader, count: int) -> tuple:
     handles = tuple([new(*unpack(view, at)) for at in range(pos, pos + count * size, size)])
     r.pos = pos + count * size
     return handles
-
-
-def _read_quantization(r: _Reader):
-    qlen = r.read(_QLEN, "quantization_length")["quantization_length"]
-    start = r.pos
-    if qlen > r.end - start:
-        raise structure_rules.LENGTH_BOUNDS.violation(
-            f"quantization_length {qlen} runs past descriptor_length ({r.end - start} bytes remain)", r.at()
-        )
-    end = start + qlen
-    section = r.view[:end]  # nothing is read beyond quantization_length
-    try:
-        head, _ = _QHEADER.unpack(section, start)
-    except struct.error:
-        raise structure_rules.QUANTIZATION_LENGTH.violation(
-            f"quantization_length {qlen} is shorter than the {_QHEADER.fixed_size}-byte quantization header",
-            r.at(start),
-        ) from None
-    tag = head["scheme_tag"]
-    if is_invalid_tag(tag):
-        raise structure_rules.SCHEME_TAG_INVALID.violation(f"scheme_tag 0x{tag:02X} is invalid", r.at(start))
-    entry = _SCHEME_BUILDERS.get(tag)
-    if entry is None:
-        r.tolerate(structure_rules.SCHEME_TAG_UNKNOWN,
-                   f"scheme_tag 0x{tag:02X} is not a scheme this reader knows", start)
-        r.pos = end
-        payload = bytes(r.view[start + _QHEADER.fixed_size : end])
-        return UnknownQuantization(tag, head["scheme_version"], head["flags"], payload)
-    if head["scheme_version"] > quantization.HIGHEST_SCHEME_VERSION[tag]:
-        raise structure_rules.SCHEME_VERSION.violation(
-            f"scheme_version {head['scheme_version']} of scheme 0x{tag:02X} is newer than "
-            f"{quantization.HIGHEST_SCHEME_VERSION[tag]}", r.at(start + 1)
-        )
-    p, build, what = entry
-    try:
-        values, pos = p.unpack(section, start)
-    except struct.error:
-        raise structure_rules.QUANTIZATION_LENGTH.violation(
-            f"quantization_length {qlen} is shorter than the {p.fixed_size}-byte {what} table", r.at(start)
-        ) from None
-    values["padding"] = bytes(r.view[pos:end])
-    r.pos = end
-    return build(values)
-
-
-def _optional_reader(part) -> tuple:
-    """``(attribute, flag bit, plan, builder, what)`` of a flag-gated part; plan and builder
-    are ``None`` for quantization, which :func:`_read_quantization` reads."""
-    if part is _QUANTIZATION_PART:
-        return part.attribute, int(part.flag), None, None, part.label
-    return part.attribute, int(part.flag), plan(part.decl), _builder(VALUE_CLASSES[part.value_class]), part.label
-
-
-_OPTIONAL_READERS = tuple(_optional_reader(part) for part in DESCRIPTOR_PARTS if part.flag is not None)
-"""Quantization and each section, in wire order."""
-_OPTIONAL_FLAGS = sum(flag for _, flag, _, _, _ in _OPTIONAL_READERS)
 
 
 def decode_descriptor(data, *, mode="strict", limits: Optional[Limits] = None) -> TensorDescriptor:

@@ -23,6 +23,7 @@ from hurray_schema.model import (
     QuantScheme, Shard, Statistics, StatisticsMask, SyncMode, TensorDescriptor,
 )
 from hurray_schema.structs import descriptor as descriptor_structs
+from hurray_schema.structs import walker
 from hurray_schema.structs import element_types, layouts, tags
 from hurray_schema.structs._declare import plan, tags_of
 from hurray_schema.structs.file import FileFlag, KvTag
@@ -55,7 +56,7 @@ def test_every_attribute_is_a_descriptor_field_and_every_class_resolves():
         assert part.attribute is None or part.attribute in descriptor_fields, part.name
         if part.value_class is not None:
             assert part.value_class in model.VALUE_CLASSES, part.name
-    assert {p.name: model.VALUE_CLASSES.get(p.value_class) for p in descriptor_structs.SECTION_PARTS} == {
+    assert {p.name: model.VALUE_CLASSES.get(p.value_class) for p in walker.SECTION_PARTS} == {
         "shard": Shard, "statistics": Statistics, "extension_type": ExtensionType, "composite_member": CompositeMember,
     }
 
@@ -192,7 +193,7 @@ def test_tags_module_imports_nothing_of_the_project():
 
 def test_classes_chosen_by_tag_match_the_tables_of_their_part():
     """Every layout / scheme class the model builds from a tag has that tag's table in the part."""
-    layout, quantization = descriptor_structs.PARTS["layout"], descriptor_structs.PARTS["quantization"]
+    layout, quantization = walker.LAYOUT_PART, walker.QUANTIZATION_PART
     assert layout.chosen_by == "layout_tag" and quantization.chosen_by == "scheme_tag"
     assert all(layout.tables[tag] is not None for tag in model.TABLE_LAYOUTS)
     assert set(model.SCHEMES) == set(quantization.tables)

@@ -25,14 +25,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import kaitai_support as kaitai
+from support import kaitai
 from hurray_schema import ksy
 from hurray_schema.codec import encode_descriptor
 from hurray_schema.structs import descriptor as descriptor_structs
 from hurray_schema.structs import sections as section_structs
 from hurray_schema.structs._declare import field, fields
+from hurray_schema.structs.walker import part_named
 from hurray_schema.vectors import build_corpus
-from sizes import size
+from support.sizes import size
 from test_codec_roundtrip import EDGE_CASES, EXTENSION_TYPES, QUANTIZATIONS, STATISTICS, U64, descriptors, layouts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,11 +130,11 @@ def test_a_field_added_to_a_table_changes_the_schema(monkeypatch):
     grown = construct.Struct(*section_structs.COMPOSITE_MEMBER_SECTION.subcons,
                              field("member_version", construct.Int16ul, "Version of the member section.",
                                    section_structs.MEMBER_REF))
-    part = descriptor_structs.PARTS["composite_member"]
+    part = part_named("composite_member")
     parts = tuple(attrs.evolve(p, decl=grown) if p is part else p for p in descriptor_structs.DESCRIPTOR_PARTS)
     monkeypatch.setattr(section_structs, "COMPOSITE_MEMBER_SECTION", grown)
     monkeypatch.setattr(descriptor_structs, "DESCRIPTOR_PARTS", parts)
-    monkeypatch.setattr(ksy, "_DECL_NAMES", {})
+    monkeypatch.setattr(ksy.builder, "_DECL_NAMES", {})  # the cache of declared names
     after = ksy.render_ksy()
     assert after["hurray_file.ksy"] == before["hurray_file.ksy"]
     assert after["hurray_descriptor.ksy"] != before["hurray_descriptor.ksy"]

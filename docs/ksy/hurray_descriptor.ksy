@@ -326,6 +326,11 @@ types:
       - id: combine_op
         type: u1
         enum: combine_op
+        valid:
+          any-of:
+            - combine_op::none
+            - combine_op::replace
+            - combine_op::add
         doc: 'Overlay only: 0x01 replace, 0x02 add; 0x00 otherwise.'
         doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/layouts/composite.md#head-layout-specific-fields layouts/composite.md § Head Layout-Specific Fields
       - id: reserved
@@ -776,6 +781,10 @@ types:
       - id: member_role
         type: u1
         enum: member_role
+        valid:
+          any-of:
+            - member_role::correction
+            - member_role::base
         doc: '0x00 correction, 0x01 base; 0x02-0xFF reserved.'
         doc-ref: https://github.com/pgillet/hurray/blob/main/docs/spec/metadata.md#composite-member-section metadata.md § Composite Member Section
       - id: reserved

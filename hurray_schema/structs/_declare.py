@@ -31,38 +31,120 @@ import construct
 
 from ..errors import FieldRangeError
 
-__all__ = ["field", "Field", "fields", "tags_of", "select", "joined", "static_offset", "static_size", "Plan", "plan"]
+__all__ = ["field", "reserved", "Valid", "ZERO", "Field", "fields", "tags_of", "valid_of", "select", "joined", "static_offset", "static_size", "Plan", "plan"]
+
+
+class Valid:
+    """What the spec allows a field's value to be, declared on the field (Kaitai's ``valid:``,
+    construct's ``Rebuild`` for a length or count).
+
+    * ``zero`` -- reserved: every byte is zero;
+    * ``lowest`` / ``highest`` -- the value's range, either end open (``None``);
+    * ``any_of`` -- the tag table (an ``IntEnum``) whose values are the only ones allowed;
+    * ``size_of`` / ``count_of`` -- the field holds the byte length / the number of entries
+      of what it names (``"the whole descriptor"``, ``"buffer handles"``): an encoder derives
+      it, a reader bounds what follows by it.
+
+    Declarations only: the codec still decodes the field to a plain value, and the rules,
+    the documentation and the Kaitai Struct schema read the constraint from here."""
+
+    __slots__ = ("zero", "lowest", "highest", "any_of", "size_of", "count_of")
+
+    def __init__(self, *, zero: bool = False, lowest: Optional[int] = None, highest: Optional[int] = None,
+                 any_of: Optional[type] = None, size_of: Optional[str] = None, count_of: Optional[str] = None):
+        self.zero = zero
+        self.lowest = lowest
+        self.highest = highest
+        self.any_of = any_of
+        self.size_of = size_of
+        self.count_of = count_of
+
+    @property
+    def bounds(self) -> Optional[tuple]:
+        """``(lowest, highest)`` where the declaration states a range, else ``None``."""
+        if self.lowest is None and self.highest is None:
+            return None
+        return self.lowest, self.highest
+
+    def allows(self, value) -> bool:
+        """Whether ``value`` (as the codec decodes it) meets the declared constraint."""
+        if self.zero:
+            return not (any(value) if isinstance(value, (bytes, bytearray)) else value)
+        if self.lowest is not None and value < self.lowest or self.highest is not None and value > self.highest:
+            return False
+        if self.any_of is not None:
+            return value in {int(m) for m in self.any_of}
+        return True
+
+    def text(self) -> str:
+        """The constraint in words, for the documentation ("" when there is none)."""
+        if self.zero:
+            return "all zero"
+        words = []
+        if self.lowest is not None and self.highest is not None:
+            words.append(f"{self.lowest} to {self.highest}")
+        elif self.lowest is not None:
+            words.append(f">= {self.lowest}")
+        elif self.highest is not None:
+            words.append(f"<= {self.highest}")
+        if self.any_of is not None:
+            words.append("one of " + ", ".join(f"0x{int(m):02X}" for m in self.any_of))
+        if self.size_of is not None:
+            words.append(f"the byte length of {self.size_of}")
+        if self.count_of is not None:
+            words.append(f"the number of {self.count_of}")
+        return "; ".join(words)
+
+
+ZERO = Valid(zero=True)
+"""The constraint of a reserved field."""
 
 
 class Field(construct.Renamed):
-    """A named construct field with its description, spec citation and tag table.
+    """A named construct field with its description, spec citation, tag table and constraint.
 
     ``tags`` is the ``IntEnum`` / ``IntFlag`` (:mod:`hurray_schema.structs.tags`) that gives
-    the meaning of the field's value, or ``None``.  ``bounds`` is ``(lowest, highest)`` (either
-    ``None`` when open) where the spec states the range of the field's value on the wire (the
-    rank cap, an alignment range); the Kaitai Struct schema turns it into ``valid:``.  Both are
-    metadata only: ``construct`` and :class:`Plan` still decode the field to a plain ``int``,
-    and the rules check the values.
+    the meaning of the field's value, or ``None``.  ``valid`` is what the spec allows the
+    value to be (:class:`Valid`), or ``None``.  Both are metadata only: ``construct`` and
+    :class:`Plan` still decode the field to a plain ``int``, and the rules check the values.
     """
 
     def __init__(self, name: str, subcon: construct.Construct, doc: str, ref: str, tags: Optional[type] = None,
-                 bounds: Optional[tuple] = None):
+                 valid: Optional[Valid] = None):
         super().__init__(subcon, newname=name, newdocs=doc)
         self.ref = ref
         self.tags = tags
-        self.bounds = bounds
+        self.valid = valid
 
     @property
     def doc(self) -> str:
         return self.docs
 
+    @property
+    def bounds(self) -> Optional[tuple]:
+        """``(lowest, highest)`` of the declared range, or ``None``."""
+        return None if self.valid is None else self.valid.bounds
+
+    @property
+    def reserved(self) -> bool:
+        """A reserved field: declared to hold zeros."""
+        return self.valid is not None and self.valid.zero
+
 
 def field(name: str, subcon: construct.Construct, doc: str, ref: str, tags: Optional[type] = None,
-          bounds: Optional[tuple] = None) -> Field:
+          bounds: Optional[tuple] = None, valid: Optional[Valid] = None) -> Field:
     """Declare one field of a spec table: ``name`` as in the spec, then its wire type;
-    ``tags`` is the tag table its values come from, where it has one; ``bounds`` the
-    ``(lowest, highest)`` range the spec states for its value, where it states one."""
-    return Field(name, subcon, doc, ref, tags, bounds)
+    ``tags`` is the tag table its values come from, where it has one; ``valid`` what the
+    spec allows its value to be; ``bounds`` the ``(lowest, highest)`` range the spec states,
+    a shorthand for ``valid=Valid(lowest=..., highest=...)``."""
+    if bounds is not None:
+        valid = Valid(lowest=bounds[0], highest=bounds[1])
+    return Field(name, subcon, doc, ref, tags, valid)
+
+
+def reserved(name: str, subcon: construct.Construct, ref: str, doc: str = "Must be 0x00.") -> Field:
+    """Declare a reserved field: it must hold zeros (:data:`ZERO`)."""
+    return Field(name, subcon, doc, ref, None, ZERO)
 
 
 def tags_of(decl: construct.Construct, name: str) -> Optional[type]:
@@ -70,6 +152,14 @@ def tags_of(decl: construct.Construct, name: str) -> Optional[type]:
     for sub in fields(decl):
         if sub.name == name:
             return sub.tags
+    raise KeyError(name)
+
+
+def valid_of(decl: construct.Construct, name: str) -> Optional[Valid]:
+    """The constraint declared on field ``name`` of ``decl`` (``None``: none declared)."""
+    for sub in fields(decl):
+        if sub.name == name:
+            return sub.valid
     raise KeyError(name)
 
 

@@ -21,7 +21,7 @@ import attrs
 from construct import Array, Bytes, Const, Int8ul, Int32ul, Int64ul, Struct, this
 
 from . import layouts, quantization, sections
-from ._declare import field, plan
+from ._declare import Valid, field, plan, reserved
 from .tags import DescriptorFlag, DeviceTag, ElementType, LayoutTag, MemoryClass, SyncMode
 
 MAGIC = b"HRRY"
@@ -43,7 +43,8 @@ FIXED_HEADER = Struct(
     field("magic", Const(MAGIC, Bytes(4)), "ASCII \"HRRY\" identifying a Hurray descriptor.", HEADER),
     field("version_major", Int8ul, "Major format version; a reader rejects a newer one.", HEADER),
     field("version_minor", Int8ul, "Minor format version; newer minors only add.", HEADER),
-    field("descriptor_length", Int32ul, "Whole descriptor length in bytes, header included.", HEADER),
+    field("descriptor_length", Int32ul, "Whole descriptor length in bytes, header included.", HEADER,
+          valid=Valid(size_of="the whole descriptor")),
     field("flags", Int32ul, "Which optional sections follow (bits 0-4); bits 5-31 reserved.", "metadata.md § Flags",
           tags=DescriptorFlag),
     field("type_tag", Int8ul, "Element type tag.", "element-types.md § Type Identifier Encoding",
@@ -73,6 +74,7 @@ BUFFER_COUNT = Struct(
     field(
         "buffer_count", Int8ul,
         "Number of buffer handles that follow; 0 only for a composite head.", BUFFER_TABLE_REF,
+        valid=Valid(count_of="buffer handles"),
     ),
 )
 
@@ -84,7 +86,7 @@ BUFFER_HANDLE = Struct(
     field("sync_mode", Int8ul, "How the producer synchronised before hand-off.",
           "buffer-protocol.md § Stream and Event Synchronisation", tags=SyncMode),
     field("memory_class", Int8ul, "Memory access class.", "buffer-protocol.md § Memory Class", tags=MemoryClass),
-    field("_reserved", Int8ul, "Must be 0x00.", HANDLE_REF),
+    reserved("_reserved", Int8ul, HANDLE_REF),
 )
 """One 16-byte entry of the buffer table."""
 
@@ -114,6 +116,9 @@ class DescriptorPart:
     chosen_by: Optional[str] = None
     tables: Optional[Mapping[int, Optional[Struct]]] = None
     private: Optional[Struct] = None
+    head: Optional[Struct] = None
+    """The fields every table of ``tables`` starts with, ``chosen_by`` among them, where the
+    tag is read inside the part (the quantization header)."""
 
     @property
     def prefix_field(self) -> Optional[str]:
@@ -144,7 +149,7 @@ DESCRIPTOR_PARTS: tuple[DescriptorPart, ...] = (
     DescriptorPart("buffer_table", BUFFER_HANDLE, "buffers", "BufferHandle", BUFFER_TABLE_REF, prefix=BUFFER_COUNT),
     DescriptorPart("quantization", None, "quantization", "Quantization", quantization.SECTION_REF,
                    flag=DescriptorFlag.HAS_QUANTIZATION, prefix=quantization.QUANTIZATION_LENGTH,
-                   chosen_by="scheme_tag", tables=quantization.SCHEMES),
+                   chosen_by="scheme_tag", tables=quantization.SCHEMES, head=quantization.QUANTIZATION_HEADER),
     DescriptorPart("shard", sections.SHARD_SECTION, "shard", "Shard", sections.SHARD_REF,
                    flag=DescriptorFlag.HAS_SHARD),
     DescriptorPart("statistics", sections.STATISTICS_SECTION, "statistics", "Statistics", sections.STATS_REF,
@@ -156,16 +161,6 @@ DESCRIPTOR_PARTS: tuple[DescriptorPart, ...] = (
 )
 """Every part of a descriptor in wire order (``metadata.md § Overall Descriptor Structure``;
 the section order after the buffer table is the spec's, not the order of the flag bits)."""
-
-PARTS = {part.name: part for part in DESCRIPTOR_PARTS}
-""":data:`DESCRIPTOR_PARTS` by part name."""
-
-SECTION_PARTS = tuple(part for part in DESCRIPTOR_PARTS if part.is_section)
-"""The flag-gated sections after quantization, each one fixed declaration and value class."""
-
-CORE_PARTS = tuple(part for part in DESCRIPTOR_PARTS[1:] if part.value_class is None)
-"""The parts between the fixed header and the layout fields whose attribute is their one
-field (``shape``, ``byte_offset``)."""
 
 FIXED_HEADER_SIZE = plan(FIXED_HEADER).fixed_size
 BUFFER_HANDLE_SIZE = plan(BUFFER_HANDLE).fixed_size

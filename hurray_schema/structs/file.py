@@ -13,7 +13,7 @@ import enum
 
 from construct import Bytes, Const, Float64l, Int8ul, Int16ul, Int32ul, Int64sl, Int64ul, Struct
 
-from ._declare import field, plan
+from ._declare import field, plan, reserved
 
 __all__ = [
     "FILE_MAGIC", "TRAILER_MAGIC", "FileFlag", "KNOWN_FILE_FLAGS", "KvTag", "FILE_HEADER", "FILE_HEADER_SIZE",
@@ -74,13 +74,13 @@ FILE_HEADER = Struct(
     field("magic", Const(FILE_MAGIC, Bytes(8)), "ASCII \"HRRYFILE\" identifying a Hurray file.", HEADER_REF),
     field("container_version_major", Int8ul, "Container major version; a newer one is rejected.", HEADER_REF),
     field("container_version_minor", Int8ul, "Container minor version.", HEADER_REF),
-    field("_reserved", Bytes(2), "Must be 0x00.", HEADER_REF),
+    reserved("_reserved", Bytes(2), HEADER_REF),
     field("file_flags", Int32ul, "File-level flag bits 0-2; bits 3-31 reserved.", FLAGS_REF, tags=FileFlag),
     field("data_buffer_alignment", Int32ul, "Alignment of every data buffer: a power of two in [4096, 2 MiB].", HEADER_REF,
           bounds=(MIN_DATA_BUFFER_ALIGNMENT, MAX_DATA_BUFFER_ALIGNMENT)),
     field("first_descriptor_offset", Int64ul, "Absolute offset of the first descriptor, >= 64 and 8-aligned.", HEADER_REF),
     field("tensor_count_hint", Int64ul, "Tensor count if known when writing, else all ones; advisory.", HEADER_REF),
-    field("_reserved_header", Bytes(28), "Must be 0x00.", HEADER_REF),
+    reserved("_reserved_header", Bytes(28), HEADER_REF),
 )
 """The 64 bytes a file starts with."""
 
@@ -90,7 +90,7 @@ TRAILER = Struct(
     field("kv_offset", Int64ul, "Absolute offset of the KV section, 0 when there is none.", TRAILER_REF),
     field("kv_length", Int32ul, "Byte length of the KV section, 0 when there is none.", TRAILER_REF),
     field("index_crc32c", Int32ul, "CRC-32C of the index bytes when HAS_INDEX_CRC32C is set, else 0.", TRAILER_REF),
-    field("_reserved", Bytes(4), "Must be 0x00.", TRAILER_REF),
+    reserved("_reserved", Bytes(4), TRAILER_REF),
     field("trailer_magic", Const(TRAILER_MAGIC, Bytes(4)), "ASCII \"HRRY\" closing the file.", TRAILER_REF),
 )
 """The 40 bytes a file ends with."""

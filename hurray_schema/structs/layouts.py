@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from construct import Array, Bytes, If, Int8ul, Int32ul, Int64sl, Int64ul, Struct, this
 
-from ._declare import field
+from ._declare import Valid, field, reserved
 from .tags import BlockTableIndexType, CombineOp, CompositionRule, KvRole, LayoutTag, is_private_tag
 
 TILED_REF = "layouts/tiled.md § Additional Descriptor Fields"
@@ -26,7 +26,7 @@ TILED = Struct(
           tags=LayoutTag),
     field("inner_layout", Int8ul, "Order inside a tile: 0x01, 0x02, 0x03, or 0x04 to tile again.", TILED_REF,
           tags=LayoutTag),
-    field("_reserved", Bytes(2), "Must be 0x00.", TILED_REF),
+    reserved("_reserved", Bytes(2), TILED_REF),
     field("outer_strides", If(this.outer_layout == LayoutTag.STRIDED, Array(this.rank, Int64sl)),
           "Tile-grid strides in tiles; present when outer_layout is strided.", TILED_REF),
     field("inner_strides", If(this.inner_layout == LayoutTag.STRIDED, Array(this.rank, Int64sl)),
@@ -43,24 +43,24 @@ COO = Struct(
     field("nnz", Int64ul, "Number of stored elements; may be 0.", "layouts/coo.md § Additional Descriptor Fields"),
     field("is_sorted", Int8ul, "0x01 when indices are in lexicographic order, else 0x00.",
           "layouts/coo.md § Additional Descriptor Fields"),
-    field("_reserved", Bytes(7), "Must be 0x00.", "layouts/coo.md § Additional Descriptor Fields"),
+    reserved("_reserved", Bytes(7), "layouts/coo.md § Additional Descriptor Fields"),
 )
 
 CSR = Struct(
     field("nnz", Int64ul, "Number of stored elements; may be 0.", "layouts/csr.md § Additional Descriptor Fields"),
-    field("_reserved", Bytes(8), "Must be 0x00.", "layouts/csr.md § Additional Descriptor Fields"),
+    reserved("_reserved", Bytes(8), "layouts/csr.md § Additional Descriptor Fields"),
 )
 
 CSC = Struct(
     field("nnz", Int64ul, "Number of stored elements; may be 0.", "layouts/csc.md § Additional Descriptor Fields"),
-    field("_reserved", Bytes(8), "Must be 0x00.", "layouts/csc.md § Additional Descriptor Fields"),
+    reserved("_reserved", Bytes(8), "layouts/csc.md § Additional Descriptor Fields"),
 )
 
 CSF = Struct(
     field("nnz", Int64ul, "Number of stored elements; may be 0.", "layouts/csf.md § Additional Descriptor Fields"),
     field("mode_order", Array(this.rank, Int32ul), "Logical dimension stored at each tree level; a permutation.",
           "layouts/csf.md § Additional Descriptor Fields"),
-    field("_reserved", Bytes(8), "Must be 0x00.", "layouts/csf.md § Additional Descriptor Fields"),
+    reserved("_reserved", Bytes(8), "layouts/csf.md § Additional Descriptor Fields"),
 )
 
 BLOCK_PAGED_REF = "layouts/block-paged.md § Additional Descriptor Fields"
@@ -73,7 +73,7 @@ BLOCK_PAGED = Struct(
     field("layer_index", Int32ul, "Transformer layer, 0xFFFFFFFF when not layer-scoped.", BLOCK_PAGED_REF),
     field("block_table_index_type", Int8ul, "Index width of buffers 1 and 2: 0x00 uint32, 0x01 uint64.",
           BLOCK_PAGED_REF, tags=BlockTableIndexType),
-    field("_reserved", Bytes(6), "Must be 0x00.", BLOCK_PAGED_REF),
+    reserved("_reserved", Bytes(6), BLOCK_PAGED_REF),
 )
 
 COMPOSITE_REF = "layouts/composite.md § Head Layout-Specific Fields"
@@ -81,8 +81,8 @@ COMPOSITE = Struct(
     field("composition_rule", Int8ul, "0x01 partition, 0x02 overlay, 0x03 group; 0xF0-0xFE private.",
           COMPOSITE_REF, tags=CompositionRule),
     field("combine_op", Int8ul, "Overlay only: 0x01 replace, 0x02 add; 0x00 otherwise.", COMPOSITE_REF,
-          tags=CombineOp),
-    field("_reserved", Bytes(2), "Must be 0x00.", COMPOSITE_REF),
+          tags=CombineOp, valid=Valid(any_of=CombineOp)),
+    reserved("_reserved", Bytes(2), COMPOSITE_REF),
     field("member_count", Int32ul, "How many following tensors are members; 0xFFFFFFFF reserved.",
           COMPOSITE_REF),
 )
@@ -98,7 +98,8 @@ HILBERT = Struct(
 EXTENSION_REF = "metadata.md § Extension Layouts (0xF0–0xFE)"
 EXTENSION = Struct(
     field("extension_layout_id", Int64ul, "Implementation-defined layout identifier.", EXTENSION_REF),
-    field("extension_data_length", Int32ul, "Length of the opaque metadata that follows.", EXTENSION_REF),
+    field("extension_data_length", Int32ul, "Length of the opaque metadata that follows.", EXTENSION_REF,
+          valid=Valid(size_of="extension_data")),
     field("extension_data", Bytes(this.extension_data_length), "Opaque layout metadata.", EXTENSION_REF),
 )
 """Fields of an implementation-private layout tag ``0xF0``–``0xFE``."""

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from construct import Bytes, Float32l, Int8ul, Int16ul, Int32sl, Int32ul, Struct
 
-from ._declare import field
+from ._declare import ZERO, Field, Valid, field
 from .tags import ElementType, QuantFlag, QuantScheme
 
 SECTION_REF = "metadata.md § Quantization Section"
 HEADER_REF = "quantization.md § Descriptor Header"
 
 QUANTIZATION_LENGTH = Struct(
-    field("quantization_length", Int32ul, "Bytes of quantization descriptor that follow.", SECTION_REF),
+    field("quantization_length", Int32ul, "Bytes of quantization descriptor that follow.", SECTION_REF,
+          valid=Valid(size_of="the quantization section after this field")),
 )
 
 QUANTIZATION_HEADER = Struct(
@@ -40,19 +41,27 @@ SCHEME_PAGES = {
 
 
 def _scheme(page: str, *payload, flag_tags=None):
-    """``payload`` entries are ``(name, construct, doc)`` or ``(name, construct, doc, tags)``;
+    """``payload`` entries are ``(name, construct, doc)``, ``(name, construct, doc, tags)`` or
+    ``(name, construct, doc, valid)``;
     ``flag_tags`` is the tag table of the header's scheme-specific ``flags``."""
     ref = f"quantization/{page}.md § Binary Encoding"
     head = [field(sub.name, sub.subcon, sub.doc, ref, flag_tags if sub.name == "flags" else sub.tags)
             for sub in QUANTIZATION_HEADER.subcons]
-    return Struct(*head, *[field(name, sub, doc, ref, *tags) for name, sub, doc, *tags in payload])
+    return Struct(*head, *[_payload_field(ref, *entry) for entry in payload])
+
+
+def _payload_field(ref: str, name: str, sub, doc: str, extra=None) -> Field:
+    """One payload field of a scheme; ``extra`` is its tag table or its constraint (:class:`Valid`)."""
+    if isinstance(extra, Valid):
+        return Field(name, sub, doc, ref, None, extra)
+    return field(name, sub, doc, ref, extra)
 
 
 PER_TENSOR_AFFINE = _scheme(
     SCHEME_PAGES[QuantScheme.PER_TENSOR_AFFINE],
     ("scale", Float32l, "Dequantization scale; finite and non-zero."),
     ("zero_point", Int32sl, "Zero point; 0 for symmetric quantization."),
-    ("_reserved", Bytes(4), "Must be 0x00."),
+    ("_reserved", Bytes(4), "Must be 0x00.", ZERO),
 )
 
 PER_CHANNEL_AFFINE = _scheme(
@@ -61,7 +70,7 @@ PER_CHANNEL_AFFINE = _scheme(
     ("scale_buffer_index", Int32ul, "Buffer holding shape[axis] float32 scales."),
     ("zero_point_buffer_index", Int32ul, "Buffer holding shape[axis] int32 zero points; 0xFFFFFFFF when symmetric."),
     ("scale_type_tag", Int8ul, "Scale element type; 0x03 (float32) in version 1.", ElementType),
-    ("_reserved", Bytes(3), "Must be 0x00."),
+    ("_reserved", Bytes(3), "Must be 0x00.", ZERO),
     flag_tags=QuantFlag,
 )
 
@@ -72,7 +81,7 @@ PER_BLOCK_AFFINE = _scheme(
     ("scale_buffer_index", Int32ul, "Buffer holding one scale per block."),
     ("zero_point_buffer_index", Int32ul, "Buffer holding one int32 zero point per block; 0xFFFFFFFF when symmetric."),
     ("scale_type_tag", Int8ul, "Scale element type: 0x01 float16, 0x02 bfloat16 or 0x03 float32.", ElementType),
-    ("_reserved", Bytes(3), "Must be 0x00."),
+    ("_reserved", Bytes(3), "Must be 0x00.", ZERO),
     flag_tags=QuantFlag,
 )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from construct import Array, Bytes, Float64l, Int8ul, Int32ul, Int64ul, Struct, this
 
-from ._declare import field
+from ._declare import Valid, field, reserved
 from .tags import MemberRole, StatisticsMask
 
 SHARD_REF = "metadata.md § Shard Section"
@@ -21,7 +21,7 @@ STATS_REF = "metadata.md § Statistics Section › Field Encoding"
 STATISTICS_SECTION = Struct(
     field("computed_mask", Int32ul, "Which statistics below are valid (bits 0-5).", "metadata.md § computed_mask",
           tags=StatisticsMask),
-    field("_reserved", Int32ul, "Must be 0.", STATS_REF),
+    reserved("_reserved", Int32ul, STATS_REF, "Must be 0."),
     field("nnz", Int64ul, "Non-zero elements (NNZ_VALID).", STATS_REF),
     field("sparsity_ratio", Float64l, "Fraction of zeros in [0, 1] (SPARSITY_VALID).", STATS_REF),
     field("value_min", Float64l, "Smallest value, dequantized (VALUE_RANGE_VALID).", STATS_REF),
@@ -33,7 +33,7 @@ STATISTICS_SECTION = Struct(
     field("nm_m", Int8ul, "M of N:M structured sparsity, >= nm_n (NM_SPARSITY_VALID).", STATS_REF),
     field("has_nan", Int8ul, "0x01 when a NaN is present (NAN_INF_VALID).", STATS_REF),
     field("has_inf", Int8ul, "0x01 when an infinity is present (NAN_INF_VALID).", STATS_REF),
-    field("_reserved2", Bytes(4), "Must be 0x00.", STATS_REF),
+    reserved("_reserved2", Bytes(4), STATS_REF),
 )
 """72 bytes of advisory statistics."""
 
@@ -46,18 +46,18 @@ EXTENSION_TYPE_SECTION = Struct(
     field("sign_bits", Int8ul, "Sign bits of a float (0 or 1); 0 for integers.", EXT_REF),
     field("exponent_bits", Int8ul, "Exponent bits of a float; 0 for integers.", EXT_REF),
     field("mantissa_bits", Int8ul, "Mantissa bits of a float; 0 for integers.", EXT_REF),
-    field("_reserved", Bytes(2), "Must be 0x00.", EXT_REF),
+    reserved("_reserved", Bytes(2), EXT_REF),
     field("exponent_bias", Int32ul, "Exponent bias of a float; 0 for integers.", EXT_REF),
     field("has_nan", Int8ul, "0x01 when NaN is representable.", EXT_REF),
     field("has_inf", Int8ul, "0x01 when infinity is representable.", EXT_REF),
-    field("_reserved2", Bytes(2), "Must be 0x00.", EXT_REF),
+    reserved("_reserved2", Bytes(2), EXT_REF),
 )
 """20-byte inline description of a private element type (ADR-001)."""
 
 MEMBER_REF = "metadata.md § Composite Member Section"
 COMPOSITE_MEMBER_SECTION = Struct(
     field("member_role", Int8ul, "0x00 correction, 0x01 base; 0x02-0xFF reserved.", MEMBER_REF,
-          tags=MemberRole),
-    field("_reserved", Bytes(15), "Must be 0x00 (room for a future member_version).", MEMBER_REF),
+          tags=MemberRole, valid=Valid(any_of=MemberRole)),
+    reserved("_reserved", Bytes(15), MEMBER_REF, "Must be 0x00 (room for a future member_version)."),
 )
 """16-byte section carried by overlay members."""

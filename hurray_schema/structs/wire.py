@@ -14,14 +14,15 @@ an unknown tag whose bytes the value object keeps opaque.
 
 from __future__ import annotations
 
-from typing import Iterator, Optional
+import contextlib
+from typing import Iterator
 
 import attrs
 
 from ._declare import plan, select, static_offset
-from .descriptor import CORE_PARTS, FIXED_HEADER, MAGIC, PARTS
-from .layouts import NESTED_BY, is_extension_layout
-from .quantization import QUANTIZATION_HEADER
+from .descriptor import FIXED_HEADER, MAGIC
+from .walker import HEADER_PART, LAYOUT_PART, NOTHING as _NOTHING, DescriptorVisitor
+from .walker import walk_descriptor as walk_parts
 
 __all__ = ["encode_parts", "descriptor_spans", "encoded_length", "values_of", "encode_descriptor_bytes"]
 
@@ -38,96 +39,108 @@ def values_of(obj) -> dict:
     return {name: getattr(obj, name) for name in names}
 
 
-_LAYOUT = PARTS["layout"]
-_BUFFER_TABLE = PARTS["buffer_table"]
-_QUANTIZATION = PARTS["quantization"]
-_OPTIONAL_PARTS = tuple(part for part in PARTS.values() if part.flag is not None)
-"""Quantization and the sections, in wire order."""
+class _Encoder(DescriptorVisitor):
+    """The encoder as a visitor of the walk: each table's values are taken from the
+    descriptor's value objects and packed with the table's fast plan; counts and lengths
+    are those of what follows (construct's ``Rebuild``), the tags those of the objects."""
 
+    def __init__(self, desc, descriptor_length: int):
+        self.desc = desc
+        self.descriptor_length = descriptor_length
+        self.parts: list[tuple[str, list]] = []
+        self.current = None
 
-def _layout_bytes(layout, rank: int) -> Optional[bytes]:
-    """The layout-specific fields of ``layout``; ``None`` for a layout tag this encoder
-    does not know, whose value object keeps the rest of the descriptor as ``payload``."""
-    tag = layout.tag
-    tables = _LAYOUT.tables
-    if tag in NESTED_BY:
-        return _nested_bytes(layout, tables[tag], rank)
-    if tag in tables:  # IntEnum keys: a plain int finds them
-        decl = tables[tag]
-        return b"" if decl is None else plan(decl).pack(**values_of(layout))
-    if is_extension_layout(tag):
+    def _open(self, name: str) -> None:
+        self.parts.append((name, []))
+
+    def _put(self, data: bytes) -> None:
+        self.parts[-1][1].append(data)
+
+    def part(self, part, choice=None):
+        if part.head is None:  # a sized part's chosen table is inside the part sized() opened
+            self._open(part.name)
+        return _NOTHING
+
+    def table(self, part, decl, context: dict) -> dict:
+        values = self._values(part, decl)
+        self._put(plan(decl).pack(**context, **values))
+        return values
+
+    def _values(self, part, decl) -> dict:
+        desc = self.desc
+        if part is HEADER_PART:
+            return dict(magic=MAGIC, version_major=desc.version_major, version_minor=desc.version_minor,
+                        descriptor_length=self.descriptor_length, flags=desc.flags, type_tag=desc.type_tag,
+                        layout_tag=desc.layout.tag, rank=desc.rank)
+        if decl is part.prefix:
+            return {part.prefix_field: len(getattr(desc, part.attribute))}
+        if part.value_class is None:
+            return {part.attribute: getattr(desc, part.attribute)}
+        if part is LAYOUT_PART:
+            return values_of(self.current if self.current is not None else desc.layout)
+        obj = getattr(desc, part.attribute)
+        values = values_of(obj)
+        if part.head is not None:  # the tag of a sized part's table is its value object's kind
+            values[part.chosen_by] = obj.scheme
+        return values
+
+    def entries(self, part, count: int, context: dict) -> None:
+        handle = plan(part.decl)
+        self._put(b"".join([handle.pack(**values_of(b)) for b in getattr(self.desc, part.attribute)]))
+
+    def level(self, part, choice, depth: int):
+        self.current = self.desc.layout if depth == 1 else self.current.inner
+        return _NOTHING
+
+    def deeper(self, part, choice, depth: int) -> bool:
+        return self.current.inner is not None
+
+    def private(self, part, choice, context: dict) -> None:
+        layout = self.desc.layout
         data = layout.extension_data
-        return plan(_LAYOUT.private).pack(
-            extension_layout_id=layout.extension_layout_id, extension_data_length=len(data), extension_data=data,
-        )
-    return None
+        self._put(plan(choice.decl).pack(extension_layout_id=layout.extension_layout_id,
+                                         extension_data_length=len(data), extension_data=data))
 
+    def unknown(self, part, tag: int) -> None:
+        """A tag this encoder does not know: the value object keeps the rest of the descriptor."""
+        self._open(part.name)
+        self._put(getattr(self.desc, part.attribute).payload)
 
-def _nested_bytes(layout, decl, rank: int) -> bytes:
-    """A layout whose table repeats (:data:`~.layouts.NESTED_BY`): one table per level, the value
-    object's ``inner`` holding the next (``layouts/tiled.md § Recursive Tiling``)."""
-    parts = []
-    level = layout
-    table = plan(decl)
-    while level is not None:
-        parts.append(table.pack(rank=rank, **values_of(level)))
-        level = level.inner
-    return b"".join(parts)
+    @contextlib.contextmanager
+    def sized(self, part, context: dict):
+        self._open(part.name)
+        body = self.parts[-1][1]
+        yield
+        data = b"".join(body)
+        body[:] = [plan(part.prefix).pack(**{part.prefix_field: len(data)}), data]
 
+    def chosen_tag(self, part) -> int:
+        return getattr(self.desc, part.attribute).scheme
 
-_QUANTIZATION_HEADER = plan(QUANTIZATION_HEADER)
+    def unknown_sized(self, part, tag: int, context: dict) -> None:
+        """An unknown scheme: its header fields, then the payload kept opaque."""
+        obj = getattr(self.desc, part.attribute)
+        self._put(plan(part.head).pack(**values_of(obj)))
+        self._put(obj.payload)
 
+    def padding(self, part) -> None:
+        obj = getattr(self.desc, part.attribute)
+        if part.tables.get(obj.scheme) is not None:
+            self._put(obj.padding)
 
-def _quantization_bytes(q) -> bytes:
-    decl = _QUANTIZATION.tables.get(q.scheme)
-    if decl is None:  # an unknown scheme: its header fields, then the payload kept opaque
-        body = _QUANTIZATION_HEADER.pack(scheme_tag=q.scheme_tag, scheme_version=q.scheme_version, flags=q.flags)
-        body += q.payload
-    else:
-        values = values_of(q)
-        values["scheme_tag"] = q.scheme
-        body = plan(decl).pack(**values) + q.padding
-    return _QUANTIZATION_LENGTH.pack(quantization_length=len(body)) + body
-
-
-_QUANTIZATION_LENGTH = plan(_QUANTIZATION.prefix)
-_P_HEADER = plan(FIXED_HEADER)
-_P_BUFFER_COUNT, _P_HANDLE = plan(_BUFFER_TABLE.prefix), plan(_BUFFER_TABLE.decl)
-_CORE = tuple((part.name, part.attribute, plan(part.decl)) for part in CORE_PARTS)
-
-
-def _section_bytes(part, obj) -> bytes:
-    if part is _QUANTIZATION:
-        return _quantization_bytes(obj)
-    return plan(part.decl).pack(**values_of(obj))
+    def trailing(self) -> None:
+        if self.desc.trailing:
+            self._open("trailing")
+            self._put(self.desc.trailing)
 
 
 def encode_parts(desc, descriptor_length: int = 0) -> Iterator[tuple[str, bytes]]:
     """Each part of ``desc`` (a :class:`~hurray_schema.model.TensorDescriptor`) with its
-    bytes; the header carries ``descriptor_length``."""
-    rank = desc.rank
-    yield "fixed_header", _P_HEADER.pack(
-        magic=MAGIC, version_major=desc.version_major, version_minor=desc.version_minor,
-        descriptor_length=descriptor_length, flags=desc.flags, type_tag=desc.type_tag,
-        layout_tag=desc.layout.tag, rank=rank,
-    )
-    for name, attribute, codec in _CORE:
-        yield name, codec.pack(**{attribute: getattr(desc, attribute)})
-    layout = _layout_bytes(desc.layout, rank)
-    if layout is None:
-        yield _LAYOUT.name, desc.layout.payload
-        return  # everything after the layout fields is inside the opaque payload
-    yield _LAYOUT.name, layout
-    handle = _P_HANDLE
-    yield _BUFFER_TABLE.name, _P_BUFFER_COUNT.pack(buffer_count=len(desc.buffers)) + b"".join(
-        [handle.pack(**values_of(b)) for b in desc.buffers]
-    )
-    for part in _OPTIONAL_PARTS:
-        obj = getattr(desc, part.attribute)
-        if obj is not None:
-            yield part.name, _section_bytes(part, obj)
-    if desc.trailing:
-        yield "trailing", desc.trailing
+    bytes, as the walk of the parts visits them; the header carries ``descriptor_length``."""
+    encoder = _Encoder(desc, descriptor_length)
+    walk_parts(encoder)
+    for name, chunks in encoder.parts:
+        yield name, b"".join(chunks)
 
 
 def descriptor_spans(desc) -> list[tuple[str, int, int]]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import attrs
 
-from ...model import DYNAMIC_DIMENSION, CompositeMember, ExtensionType, MemberRole, Statistics, StatisticsMask
+from ...model import DYNAMIC_DIMENSION, CompositeMember, ExtensionType, Statistics, StatisticsMask
 from ...structs import sections as section_tables
+from ...structs._declare import valid_of
 from ..engine import Level
 from .dispatch import Fact, When, descriptor_rule
 from .sizes import SPARSE_LAYOUTS
@@ -198,7 +199,8 @@ def _ext_reserved(desc, ctx):
 
 COMPOSITE_MEMBER_REF = "metadata.md § Composite Member Section"
 _COMPOSITE_MEMBER = When(facts={Fact.COMPOSITE_MEMBER})
-_MEMBER_ROLES = frozenset(MemberRole)
+_MEMBER_ROLES = frozenset(valid_of(_COMPOSITE_MEMBER_SECTION, "member_role").any_of)
+"""The roles the member section's declaration allows (``metadata.md § Composite Member Section``)."""
 
 
 @descriptor_rule("metadata.composite_member.role", MUST, COMPOSITE_MEMBER_REF,
