@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
-    ".audit": ("audit",),
+    ".audit": ("audit", "AuditReport"),
     ".codec": ("decode_descriptor", "encode_descriptor", "parse_descriptor"),
     ".errors": (
         "HurraySchemaError", "LimitExceeded", "SpecViolation", "EncodeError", "FieldRangeError", "DeviceUnavailable",
@@ -29,7 +29,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "ClosedFileError", "Composite", "HurrayFile", "IndexEntry", "RemoteError", "StreamReader", "StreamWriter",
         "Tensor", "TensorSlice", "UInt64", "load", "read_file", "read_stream", "save", "write_file", "write_stream"
     ),
-    ".io.produce": (
+    ".builders": (
         "from_scipy", "group", "overlay", "partition", "per_block_from_codes", "per_block_from_packed", "quantize",
         "sparse_coo", "sparse_csc", "sparse_csr", "spqr"
     ),
@@ -46,6 +46,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".rules.engine": ("Finding", "Level", "Mode", "Report"),
     ".evaluate": ("DecodedTypeMismatch", "UnsupportedEvaluation", "lookup", "materialize", "tensor_to_numpy"),
     ".conversion": ("convert", "ConvertReport", "TensorReport", "NoExactForm"),
+    ".export": ("export_npy", "export_zarr", "Exported", "NoSuchItem"),
     ".net": ("serve", "connect", "Server", "Session"),
 }
 """Where each public name lives: module (relative to this package) -> names."""
@@ -84,7 +85,7 @@ sys.modules[__name__].__class__ = _Package
 
 
 if TYPE_CHECKING:  # what static analysis sees: the names imported eagerly
-    from .audit import audit
+    from .audit import audit, AuditReport
     from .codec import decode_descriptor, encode_descriptor, parse_descriptor
     from .errors import (
         HurraySchemaError, LimitExceeded, SpecViolation, EncodeError, FieldRangeError, DeviceUnavailable,
@@ -97,7 +98,7 @@ if TYPE_CHECKING:  # what static analysis sees: the names imported eagerly
         ClosedFileError, Composite, HurrayFile, IndexEntry, RemoteError, StreamReader, StreamWriter, Tensor,
         TensorSlice, UInt64, load, read_file, read_stream, save, write_file, write_stream
     )
-    from .io.produce import (
+    from .builders import (
         from_scipy, group, overlay, partition, per_block_from_codes, per_block_from_packed, quantize, sparse_coo,
         sparse_csc, sparse_csr, spqr
     )
@@ -113,6 +114,7 @@ if TYPE_CHECKING:  # what static analysis sees: the names imported eagerly
     from .rules.engine import Finding, Level, Mode, Report
     from .evaluate import DecodedTypeMismatch, UnsupportedEvaluation, lookup, materialize, tensor_to_numpy
     from .conversion import convert, ConvertReport, TensorReport, NoExactForm
+    from .export import export_npy, export_zarr, Exported, NoSuchItem
     from .net import serve, connect, Server, Session
 
 __all__ = [
@@ -121,7 +123,7 @@ __all__ = [
     "TensorSlice",
     "quantize", "per_block_from_codes", "per_block_from_packed", "spqr", "sparse_coo", "sparse_csr", "sparse_csc", "from_scipy", "partition", "overlay", "group",
     "DEFAULT_LIMITS", "Limits", "DecodedTypeMismatch", "UnsupportedEvaluation", "lookup", "materialize", "tensor_to_numpy",
-    "audit", "CompositeValidator", "Finding", "Level", "Mode", "Report", "parse_descriptor",
+    "audit", "AuditReport", "CompositeValidator", "Finding", "Level", "Mode", "Report", "parse_descriptor",
     "decode_descriptor", "encode_descriptor", "HurraySchemaError", "LimitExceeded", "SpecViolation",
     "DYNAMIC_DIMENSION", "BlockPagedLayout", "BlockTableIndexType", "BufferHandle", "ColumnMajorLayout",
     "CombineOp", "CompositeLayout", "CompositeMember", "CompositionRule", "CooLayout", "CscLayout",
@@ -133,7 +135,7 @@ __all__ = [
     "EncodeError", "FieldRangeError",
     "AdvancedIndexUnsupported", "CopyRequired", "DLPackUnsupported", "IndexRangeError", "IndexTypeError",
     "InvalidDtype", "NotAnArray",
-    "convert", "ConvertReport", "TensorReport", "NoExactForm",
+    "convert", "ConvertReport", "TensorReport", "NoExactForm", "export_npy", "export_zarr", "Exported", "NoSuchItem",
     "serve", "connect", "Server", "Session", "SessionError", "SessionTimeout", "ProtocolVersionMismatch",
     "UnknownTensor", "LayoutUnavailable", "TranscodeLimitExceeded", "DeviceUnavailable", "InvalidMessage",
     "MessageTooLarge", "ShardMismatch",

@@ -4,7 +4,7 @@ the audit's findings marked in it (``hurray-schema inspect --html`` / ``audit --
 The page is a model (:func:`page_model`) put into the template
 ``templates/page.html.j2`` as JSON and drawn by the small script inside the template; it
 needs no network and no other file.  The model comes from the located walks of
-:mod:`hurray_schema.io.walk` and :mod:`hurray_schema.io.kv` (fault policy ``ANNOTATE``),
+:mod:`hurray_schema.io.walk` and :mod:`hurray_schema.io.walk.kv` (fault policy ``ANNOTATE``),
 the parts they yield turned into rows the way :mod:`hurray_schema.hexview` turns them into
 nodes:
 
@@ -32,7 +32,7 @@ from typing import Any, Iterable, Optional
 
 from .docs import presence, spec_type
 from .hexview import Node, annotate_descriptor, descriptor_extent, render_value, session_payload_nodes
-from .io.kv import walk_kv
+from .io.walk.kv import walk_kv
 from .io.source import merged_spans
 from .io.walk import (
     BUFFER, DATA, DATA_HEADER, DESCRIPTOR, ENTRY, ENTRY_START, FAULT, FILE_HEADER_PART, INDEX_PART, KV_PART,

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import hurray_schema as hs
 from hurray_schema import evaluate
-from hurray_schema.io import produce
+from hurray_schema import builders as produce
 from hurray_schema.model import (BufferHandle, ColumnMajorLayout, ElementType, HilbertLayout, MortonLayout,
                                  StridedLayout, TensorDescriptor, TiledLayout)
 

@@ -15,7 +15,7 @@ import pytest
 
 from hurray_schema.errors import SpecViolation
 from hurray_schema.io import Composite, Tensor, read_file, read_stream, write_file, write_stream
-from hurray_schema.io.kv import decode_kv
+from hurray_schema.io.walk.kv import decode_kv
 from hurray_schema.rules.container import CONTAINER_RULES
 from hurray_schema.rules.engine import Level
 

@@ -1,4 +1,4 @@
-"""Producers (io/produce.py, evaluate/quantize.py): quantize, sparse builders, composites, spqr.
+"""Producers (builders/, evaluate/quantize.py): quantize, sparse builders, composites, spqr.
 
 Expected codes and scales are computed here by small independent NumPy implementations of the
 formulas (``quantization/*.md``); decoded values come from our evaluator (``Tensor.to_numpy``)
@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import hurray_schema as hs
-from hurray_schema.evaluate.quantize import _affine_param, _affine_params_row
+from hurray_schema.evaluate.quantize_affine import _affine_param, _affine_params_row
 from hurray_schema.codec import decode_descriptor, encode_descriptor
 from hurray_schema.errors import HurraySchemaError, SpecViolation
 from hurray_schema.io import read_file, read_stream, write_file, write_stream

@@ -517,7 +517,7 @@ def test_accepted_reads_back_strictly_and_refused_is_refused_by_the_reader(tmp_p
 
 def test_a_uint64_kv_value_out_of_range_is_a_named_field_error():
     """KV values are bad arguments like any other field: a typed error naming the field."""
-    from hurray_schema.io.kv import UInt64
+    from hurray_schema.io.walk.kv import UInt64
 
     with pytest.raises(FieldRangeError) as info:
         UInt64(1 << 64)

@@ -7,9 +7,11 @@
 * :mod:`.file` -- :func:`read_file` / :func:`write_file` and :class:`HurrayFile`
   (:mod:`.file_index`: the index as arrays, what is checked at open and on first read);
 * :mod:`.simple` -- :func:`save` / :func:`load`: a dict of arrays in, a dict of arrays out;
-* :mod:`.kv` -- the file's KV metadata section (:class:`UInt64` forces value tag 0x03);
-* :mod:`.walk` -- the located walk of each container kind (:mod:`.parts`: what it yields),
-  which the readers, ``audit``, ``inspect`` and the command line all consume.
+* :mod:`.walk` -- the walk of each container kind, one module each (:mod:`.walk.common`: what
+  they yield; :mod:`.walk.kv`: the file's KV metadata section, where :class:`UInt64` forces value
+  tag 0x03), which the readers, ``audit``, ``inspect`` and the command line all consume;
+* :mod:`.tensor` also has the buffers made as they are written (``ProducedTensor``); the
+  builders of quantized, sparse and composite tensors are :mod:`hurray_schema.builders`.
 
 The names below are imported on first use (PEP 562): reading a file loads no stream code.
 """
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
     ".file": ("ClosedFileError", "HurrayFile", "IndexEntry", "TensorSlice", "read_file", "write_file"),
-    ".kv": ("UInt64",),
+    ".walk.kv": ("UInt64",),
     ".simple": ("load", "save"),
     ".stream": ("RemoteError", "StreamReader", "StreamWriter", "read_stream", "write_stream"),
     ".tensor": ("Composite", "Tensor"),
@@ -44,7 +46,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from .file import ClosedFileError, HurrayFile, IndexEntry, TensorSlice, read_file, write_file
-    from .kv import UInt64
+    from .walk.kv import UInt64
     from .simple import load, save
     from .stream import RemoteError, StreamReader, StreamWriter, read_stream, write_stream
     from .tensor import Composite, Tensor

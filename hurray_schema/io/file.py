@@ -40,12 +40,13 @@ from ..structs.file import (
 )
 if TYPE_CHECKING:  # the writer's modules are imported by write_file: reading needs none of them
     from ._write import EncodedNode, Sink
-from .source import is_url
 from .tensor import Composite, Item, SourcedTensor, Tensor, locate_buffers, walk
 from .file_index import FileIndex, front_sections, place_tensors
-from .walk import (
-    DESCRIPTOR, ENTRY, FILE_HEADER_PART, INDEX_PART, KV_PART, TENSOR_DATA, TRAILER_PART, Faults, IndexEntry,
-    as_view, buffer_spans, check_tensor, strict_describer, walk_file, walk_index,  # noqa: F401  (buffer_spans: was defined here)
+from .walk.common import DESCRIPTOR, ENTRY, Faults, as_view, is_url
+from .walk.descriptor import strict_describer
+from .walk.file import (
+    FILE_HEADER_PART, INDEX_PART, KV_PART, TENSOR_DATA, TRAILER_PART, IndexEntry, buffer_spans,  # noqa: F401  (buffer_spans: was defined here)
+    check_tensor, walk_file, walk_index,
 )
 
 __all__ = ["ClosedFileError", "HurrayFile", "IndexEntry", "TensorSlice", "read_file", "write_file"]
@@ -230,7 +231,7 @@ class HurrayFile(Mapping):
         """The sections, the index and every tensor's placement checked, and the composites bound
         (:mod:`.file_index`); the other tensors' descriptors are decoded and checked on first read.
         A file read by range, or one whose placement the arrays cannot vouch for, is walked tensor by
-        tensor (:func:`~hurray_schema.io.walk.walk_file`), which raises the first fault."""
+        tensor (:func:`~hurray_schema.io.walk.file.walk_file`), which raises the first fault."""
         self._view = view
         self.size = len(view)
         self._describe = strict_describer(mode=self.mode, limits=self.limits)
@@ -321,7 +322,7 @@ class HurrayFile(Mapping):
 
     def _check(self, name: str) -> tuple:
         """``(descriptor, buffer spans, findings)`` of entry ``name``, its descriptor decoded and
-        checked with its placement on first use (:func:`~hurray_schema.io.walk.check_tensor`:
+        checked with its placement on first use (:func:`~hurray_schema.io.walk.file.check_tensor`:
         the rule and offset the walk at open, and ``audit``, report)."""
         checked = self._checked.get(name)
         if checked is None:
@@ -697,7 +698,7 @@ def write_file(path, items: Union[Mapping[str, Item], Iterable[Item]], *, kv: Op
     padding after a head, which the spec forbids -- only for interop experiments.
     """
     from ._write import Sink, check_nodes, encode_nodes, replacing
-    from .kv import encode_kv
+    from .walk.kv import encode_kv
 
     a = data_buffer_alignment
     if a & (a - 1) or not MIN_DATA_BUFFER_ALIGNMENT <= a <= MAX_DATA_BUFFER_ALIGNMENT:

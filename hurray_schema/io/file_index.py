@@ -13,7 +13,7 @@ What a file reader checks when it opens a file (``file-format.md § Reader Proto
   descriptor decoded and every descriptor rule run, and its buffers against the entry's
   ``data_length``.
 
-Both halves are :func:`~.walk.check_tensor`, the reader's own per-tensor code: here the index is
+Both halves are :func:`~.walk.file.check_tensor`, the reader's own per-tensor code: here the index is
 parsed, and the placement checked, as NumPy arrays, and anything those find wrong -- or a file
 they cannot vouch for -- is handed to the exact per-entry code, which raises the rule and byte
 offset ``audit`` reports (or, in permissive mode, records what the mode tolerates).
@@ -31,17 +31,17 @@ from ..structs.descriptor import FIXED_HEADER, FIXED_HEADER_SIZE
 from ..structs.descriptor import MAGIC as DESCRIPTOR_MAGIC
 from ..structs.file import DESCRIPTOR_ALIGNMENT
 from ..structs.tags import LayoutTag
-from .walk import (
-    _COUNT, _ENTRY, _MIN_ENTRY, _NAME_LEN, _NAME_LENGTH_CODEC, _SORTED_INDEX, IndexEntry, TensorRegion, _strict_index, _strict_kv,
-    check_ends,
+from .walk.file import (
+    COUNT_PLAN, ENTRY_PLAN, MIN_ENTRY_SIZE, NAME_LENGTH_CODEC, NAME_LENGTH_PLAN, SORTED_INDEX, IndexEntry, TensorRegion,
+    check_ends, check_index, check_kv,
 )
 
 __all__ = ["FileIndex", "Placement", "front_sections", "place_tensors", "read_index"]
 
-_ENTRY_DTYPE = _ENTRY.numpy_dtype()
+_ENTRY_DTYPE = ENTRY_PLAN.numpy_dtype()
 _HEADER_DTYPE = plan(FIXED_HEADER).numpy_dtype()
-_NAME_LENGTH_SIZE = _NAME_LEN.fixed_size
-_ENTRY_SIZE = _ENTRY.fixed_size
+_NAME_LENGTH_SIZE = NAME_LENGTH_PLAN.fixed_size
+_ENTRY_SIZE = ENTRY_PLAN.fixed_size
 _MAGIC_WORD = np.frombuffer(DESCRIPTOR_MAGIC, "<u4")[0]  # the magic compared as one 32-bit word
 _COMPOSITE = int(LayoutTag.COMPOSITE)  # compared with a uint8 array: an IntEnum member costs a slow conversion
 
@@ -50,7 +50,7 @@ class FileIndex:
     """The index entries of a file in index order: ``names`` (a list), ``position`` (name ->
     index position), ``fields`` (a structured array of the fixed entry fields, the declaration's
     names) and ``fields_at`` (the absolute offset of each entry's fixed fields, after its name).
-    :meth:`entry` builds one :class:`~.walk.IndexEntry` when a caller needs it."""
+    :meth:`entry` builds one :class:`~.walk.file.IndexEntry` when a caller needs it."""
 
     __slots__ = ("names", "position", "fields", "fields_at")
 
@@ -62,7 +62,7 @@ class FileIndex:
 
     @classmethod
     def of(cls, entries: list) -> "FileIndex":
-        """The index of entries parsed one by one (:func:`~.walk._strict_index`)."""
+        """The index of entries parsed one by one (:func:`~.walk.file.check_index`)."""
         fields = np.zeros(len(entries), _ENTRY_DTYPE)
         for name in _ENTRY_DTYPE.names:
             fields[name] = [getattr(e, name) for e in entries]
@@ -90,11 +90,11 @@ def _name_bytes(name: str) -> int:
 def read_index(view, header: dict, trailer: dict, limits: Limits) -> FileIndex:
     """The index section (``file-format.md § Index Encoding``) as a :class:`FileIndex`, every
     entry rule checked: parsed in one pass over its bytes, then checked as arrays; when anything is
-    off, the section is parsed again entry by entry (:func:`~.walk._strict_index`), which raises
+    off, the section is parsed again entry by entry (:func:`~.walk.file.check_index`), which raises
     the first fault as the reader always has."""
     index = _fast_index(view, header, trailer, limits)
     if index is None:
-        return FileIndex.of(_strict_index(view, header, trailer, limits))
+        return FileIndex.of(check_index(view, header, trailer, limits))
     return index
 
 
@@ -102,8 +102,8 @@ def _fast_index(view, header: dict, trailer: dict, limits: Limits) -> Optional[F
     """The index when every entry is plainly well formed, else None (the exact parse decides)."""
     index_at = trailer["index_offset"]
     section = bytes(view[index_at : index_at + trailer["index_length"]])
-    count = _COUNT.unpack(section, 0)[0]["index_entry_count"]
-    if count * _MIN_ENTRY > len(section) - _COUNT.fixed_size or count > limits.max_index_entries:
+    count = COUNT_PLAN.unpack(section, 0)[0]["index_entry_count"]
+    if count * MIN_ENTRY_SIZE > len(section) - COUNT_PLAN.fixed_size or count > limits.max_index_entries:
         return None
     fields_at, raw, names = _entries_and_names(section, count)
     if fields_at is None:
@@ -111,7 +111,7 @@ def _fast_index(view, header: dict, trailer: dict, limits: Limits) -> Optional[F
     position = dict(zip(names, range(count)))
     if len(position) != count or "" in position:
         return None
-    if header["file_flags"] & _SORTED_INDEX and any(a > b for a, b in zip(names, names[1:])):
+    if header["file_flags"] & SORTED_INDEX and any(a > b for a, b in zip(names, names[1:])):
         return None  # UTF-8 keeps code-point order, so the strings sort as their bytes do
     fields_at = np.array(fields_at, np.int64)
     fields = _gather(section, fields_at, _ENTRY_DTYPE)
@@ -126,8 +126,8 @@ def _entries_and_names(section: bytes, count: int):
     fields_at: list = []
     raw: list = []
     keep_at, keep_name = fields_at.append, raw.append
-    unpack, length_size, entry_size = _NAME_LENGTH_CODEC.unpack_from, _NAME_LENGTH_SIZE, _ENTRY_SIZE
-    pos = _COUNT.fixed_size
+    unpack, length_size, entry_size = NAME_LENGTH_CODEC.unpack_from, _NAME_LENGTH_SIZE, _ENTRY_SIZE
+    pos = COUNT_PLAN.fixed_size
     try:
         for _ in range(count):
             at = pos + length_size
@@ -231,9 +231,9 @@ def place_tensors(view, index: FileIndex, region: TensorRegion) -> Optional[Plac
 def front_sections(view, mode, limits: Limits):
     """The sections a reader checks before any tensor (``file-format.md § Reader Protocol``): the
     header, the trailer (with the index CRC), the index and the KV section, each raising its
-    first fault as :func:`~.walk.walk_file` does.  Returns the header and trailer fields, the
-    :class:`FileIndex`, the KV part and the :class:`~.walk.TensorRegion`."""
+    first fault as :func:`~.walk.file.walk_file` does.  Returns the header and trailer fields, the
+    :class:`FileIndex`, the KV part and the :class:`~.walk.file.TensorRegion`."""
     header, trailer = check_ends(view, limits)
     index = read_index(view, header, trailer, limits)
-    kv_part = _strict_kv(view, header, trailer, mode, limits)
+    kv_part = check_kv(view, header, trailer, mode, limits)
     return header, trailer, index, kv_part, TensorRegion.of(header, trailer)

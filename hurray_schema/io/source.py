@@ -15,7 +15,7 @@ URL (``https://``, ``s3://``, any fsspec protocol; the ``[remote]`` extra) is re
   to blocks of ``block_size``, blocks near each other fetched by one request, the requests of a
   batch sent concurrently, small reads kept in a least-recently-used block cache bounded by
   ``cache_bytes``;
-* :class:`SourceView` is the file as the one walk of the file (:func:`.walk.walk_file`) reads
+* :class:`SourceView` is the file as the one walk of the file (:func:`.walk.file.walk_file`) reads
   it: its length and its slices, each slice fetched through the reader;
 * :class:`SourcedBuffers` are one tensor's buffers: a private anonymous mapping per buffer
   (pages cost nothing until written) into which the byte ranges a read decodes are fetched
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import bisect
 import mmap
-import os
 import threading
 from collections import OrderedDict
 from typing import Any, Optional, Sequence
@@ -40,6 +39,7 @@ from typing import Any, Optional, Sequence
 import attrs
 
 from ..errors import HurraySchemaError, RangeNotSupported, ShortRead, SourceChanged, SourceUnavailable
+from .walk.common import is_url
 
 __all__ = ["SourceRef", "ByteSource", "HttpSource", "FsspecSource", "MemorySource", "RangeReader", "SourceView", "SourcedBuffers",
            "RemoteBuffers", "is_url", "open_source", "reader_for", "register", "fill_all", "DEFAULT_BLOCK_SIZE", "DEFAULT_CACHE_BYTES",
@@ -66,11 +66,6 @@ DEFAULT_TIMEOUT = 30.0
 
 MAX_CONCURRENT_REQUESTS = 16
 """Requests of one batch in flight at once."""
-
-
-def is_url(path) -> bool:
-    """Whether ``path`` is a URL fsspec reads (``scheme://...``, not ``file://``)."""
-    return isinstance(path, str) and "://" in path and not path.startswith("file://")
 
 
 def _options_key(options) -> str:

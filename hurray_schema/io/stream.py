@@ -12,7 +12,7 @@
 Composite heads bind the next ``member_count`` tensors as they arrive
 (``interchange.md § Composite Tensor Streaming``).  The reader keeps only the composite
 being bound plus the buffers of the tensor being read; without ``framing=`` it tells the
-framing from the first bytes (:func:`~hurray_schema.io.walk.detect_kind`).
+framing from the first bytes (:func:`~hurray_schema.io.walk.kinds.detect_kind`).
 
 :class:`StreamWriter` writes one item at a time (composites whole, or head first and
 members as they come); :func:`write_stream` is that writer over an iterable.
@@ -40,10 +40,11 @@ from ..structs.stream import (
 )
 from ._write import EncodedNode, Sink, as_item, checked_buffers, decoded, encode_nodes, replacing
 from .tensor import Composite, Item, Tensor, walk
-from .walk import (
-    BUFFER, DATA, DETECT_BYTES, TENSOR_END, Faults, RemoteError, Window, detect_kind, strict_describer,
-    walk_bare, walk_messages,
-)
+from ..errors import RemoteError
+from .walk.bare import walk_bare
+from .walk.common import DATA, TENSOR_END, Faults, Window
+from .walk.descriptor import strict_describer
+from .walk.kinds import DETECT_BYTES, detect_kind
 
 __all__ = ["read_stream", "write_stream", "StreamReader", "StreamWriter", "RemoteError", "FRAMINGS",
            "detect_framing"]
@@ -66,8 +67,8 @@ _DATA_SIZE = _DATA.fixed_size
 class StreamReader:
     """Iterator over the :class:`Tensor` and :class:`Composite` items of a stream.
 
-    The bytes are walked by :func:`~hurray_schema.io.walk.walk_bare` or
-    :func:`~hurray_schema.io.walk.walk_messages` (fault policy ``RAISE``); this class
+    The bytes are walked by :func:`~hurray_schema.io.walk.bare.walk_bare` or
+    :func:`~hurray_schema.io.walk.messages.walk_messages` (fault policy ``RAISE``); this class
     gathers each tensor's buffers and binds the composites.
     ``findings`` collects what a permissive reader tolerated and the SHOULD-level notes, of
     the descriptor, composite and stream rules alike: what ``audit`` reports on the stream
@@ -134,6 +135,8 @@ class StreamReader:
         yield from self._finish()
 
     def _messages(self) -> Iterator[Item]:
+        from .walk.messages import walk_messages  # with the session's tables: a bare stream needs neither
+
         frames: list = []  # the data frames of the tensor being read (the walk allows them only inside one)
         for part in walk_messages(self._src, self._describe, faults=Faults.RAISE, mode=self.mode,
                                   limits=self.limits):
@@ -161,7 +164,7 @@ class StreamReader:
 def detect_framing(first_bytes) -> str:
     """``"messages"`` when the first bytes open a message (a known ``message_type``), else
     ``"bare"`` (a descriptor, or input the bare reader refuses with its own rule):
-    :func:`~hurray_schema.io.walk.detect_kind` read for a stream reader."""
+    :func:`~hurray_schema.io.walk.kinds.detect_kind` read for a stream reader."""
     return "messages" if detect_kind(first_bytes) == "messages" else "bare"
 
 

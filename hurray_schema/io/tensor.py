@@ -13,13 +13,14 @@ from typing import Iterable, Iterator, Optional, Sequence, Union
 
 import attrs
 
-from ..errors import CopyRequired, DLPackUnsupported, HurraySchemaError, NotAnArray, SpecViolation
+from ..errors import CopyRequired, HurraySchemaError, NotAnArray, SpecViolation
 from ..model import (
     BufferHandle, CombineOp, CompositeLayout, CompositeMember, CompositionRule, ElementType, MemberRole,
     ROW_MAJOR, Shard, TensorDescriptor,
 )
 from ..rules.composite import validate_preorder
 from ..structs.element_types import element_type_info, element_type_of
+from .array_protocol import DLPACK_CPU_DEVICE, ArrayProtocol
 
 __all__ = ["Tensor", "SourcedTensor", "ProducedBuffer", "ProducedTensor", "Composite", "Item", "fetched", "locate_buffers", "walk", "ArrayProtocol", "DEFAULT_BUFFER_ALIGNMENT", "DLPACK_CPU_DEVICE"]
 
@@ -35,111 +36,6 @@ def _view(buf) -> memoryview:
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     return view
-
-DLPACK_CPU_DEVICE = (1, 0)
-"""``__dlpack_device__`` of every array here: DLPack's ``kDLCPU`` device type, device 0."""
-
-
-class ArrayProtocol:
-    """What :class:`Tensor` and :class:`Composite` share to behave like NumPy arrays.
-
-    ``shape``, ``dtype`` (the NumPy / ``ml_dtypes`` dtype of the decoded values), ``ndim``,
-    ``size`` and ``nbytes`` (``size * dtype.itemsize``: the decoded array's bytes, as NumPy counts
-    them) describe the logical array; ``t[index]`` takes a NumPy basic index and equals
-    ``numpy.asarray(t)[index]``, reading only the box the index spans
-    (:mod:`hurray_schema.evaluate.indexing`); :meth:`read` is the same with ``(start, stop)``
-    pairs allowed and a ``limits=`` budget.  ``__array__`` and ``__dlpack__`` hand the array to
-    NumPy, torch, JAX...  The evaluator sits above the readers: it is imported at call time.
-    An object is always true (``bool`` does not look at its length).
-    """
-
-    __slots__ = ()
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the decoded array (``size * dtype.itemsize``, NumPy's meaning)."""
-        return self.size * self.dtype.itemsize
-
-    def __bool__(self) -> bool:
-        return True
-
-    def __len__(self) -> int:
-        self._require_array()
-        if not self.shape:
-            raise NotAnArray("len() of a 0-d array")
-        return int(self.shape[0])
-
-    def __getitem__(self, index):
-        """``numpy.asarray(self)[index]`` for a NumPy basic index (integers, slices with steps,
-        ``Ellipsis``, ``None``), reading only the box it spans; advanced indexing raises
-        :class:`~hurray_schema.errors.AdvancedIndexUnsupported`, an integer out of range
-        :class:`~hurray_schema.errors.IndexRangeError` (an ``IndexError``)."""
-        from ..evaluate.indexing import basic_index, read_index
-
-        self._require_array()
-        selection = basic_index(index, self.shape)
-        return read_index(fetched(self, selection.lo, selection.hi, selection.steps), selection)
-
-    def read(self, region, *, limits=None):
-        """``self[region]`` where an entry may also be a ``(start, stop)`` pair (a unit-step slice
-        that must lie inside its axis), read within ``limits`` (:class:`~hurray_schema.Limits`;
-        the box is charged like :meth:`to_numpy` / :meth:`materialize`).  The region is a tuple or
-        a list of entries; integers drop their axis as in NumPy."""
-        from ..evaluate.indexing import read_index, region_index
-
-        self._require_array()
-        selection = region_index(region, self.shape)
-        return read_index(fetched(self, selection.lo, selection.hi, selection.steps), selection, limits=limits)
-
-    def __array__(self, dtype=None, copy=None):
-        """NumPy 2's array protocol: ``numpy.asarray(self, dtype, copy=copy)``."""
-        return self._logical_array(dtype, copy)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return DLPACK_CPU_DEVICE
-
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        """Export the logical array through DLPack (``numpy.from_dlpack``, ``torch.from_dlpack``...).
-
-        A tensor :meth:`Tensor.to_numpy` can view without a copy is exported as that read-only
-        view (DLPack 1.0 consumers get the read-only flag; an older consumer, which cannot be told,
-        gets a private copy instead, or :class:`~hurray_schema.errors.DLPackUnsupported` when it
-        asked for ``copy=False``); any other item is decoded (materialized) first and the new
-        array exported.  Only the dtypes NumPy's exporter knows (bool, integers, floats, complex:
-        not bfloat16, float8 or the sub-byte ``ml_dtypes`` types) can be exported."""
-        try:
-            array = self._logical_array(None, False if copy is False else None)
-        except CopyRequired as exc:
-            raise DLPackUnsupported(f"no zero-copy export: {exc}") from None
-        return _export_dlpack(array, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
-
-    def _require_array(self) -> None:
-        """Raise :class:`NotAnArray` unless the item has one logical array (overridden by groups)."""
-
-
-def _export_dlpack(array, *, stream, max_version, dl_device, copy):
-    """NumPy's DLPack export of ``array``, with the fall-backs :meth:`ArrayProtocol.__dlpack__` documents."""
-    if array.dtype.kind not in "biufc":
-        raise DLPackUnsupported(f"DLPack (NumPy's exporter) has no type code for {array.dtype}; "
-                                "use numpy.asarray or to_numpy() instead")
-    if not array.flags.writeable and (max_version is None or tuple(max_version)[0] < 1):
-        if copy is False:
-            raise DLPackUnsupported("the array is a read-only view and the consumer cannot be told so "
-                                    "(DLPack < 1.0); a copy is needed but copy=False was asked")
-        array, copy = array.copy(), None
-    try:
-        return array.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
-    except BufferError as exc:
-        raise DLPackUnsupported(str(exc)) from exc
-
 
 class Tensor(ArrayProtocol):
     """A tensor: its descriptor and its buffers (in buffer-table order).
@@ -335,6 +231,9 @@ class SourcedTensor(Tensor):
 
     def with_name(self, name: Optional[str]) -> "SourcedTensor":
         return SourcedTensor.over(self.descriptor, self._source, name=name)
+
+    def _fetched(self, lo, hi, steps):
+        return fetched(self, lo, hi, steps)
 
     def _bare(self) -> Tensor:
         """A plain tensor over the buffers as fetched so far (for the evaluator, after the fetch)."""
@@ -772,6 +671,9 @@ class Composite(ArrayProtocol):
         from ..evaluate.common import as_evaluated
 
         return numpy_dtype(as_evaluated(self.descriptor).type_tag)
+
+    def _fetched(self, lo, hi, steps):
+        return fetched(self, lo, hi, steps)
 
     def _require_array(self) -> None:
         if self.rule == CompositionRule.GROUP:

@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Iterator, Optional
 import attrs
 
 from ..errors import HurraySchemaError, SpecViolation
-from ..io.parts import FAULT, MESSAGE, MESSAGE_HEADER_PART, Faults
+from ..io.walk.common import FAULT, MESSAGE, MESSAGE_HEADER_PART, Faults
 from ..io.walk import TensorFrames, Window, check_message_header, collect_descriptor, remote_error, walk_messages
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import CompositeLayout, TensorDescriptor

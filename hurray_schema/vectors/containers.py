@@ -2,7 +2,7 @@
 
 A clean container of two small tensors is written by the project's writers; the fault
 is then one field changed, one message removed or the input cut, every place found by
-the located walks (:mod:`hurray_schema.io.walk`, :func:`hurray_schema.io.kv.walk_kv`)
+the located walks (:mod:`hurray_schema.io.walk`, :func:`hurray_schema.io.walk.kv.walk_kv`)
 and every field's offset and width by its declaration (``structs/stream.py``,
 ``structs/file.py``).  A changed index is given its CRC-32C again
 (``file-format.md § Trailer``) so that only the targeted rule breaks.
@@ -18,9 +18,9 @@ import numpy
 
 from ..io import Composite, Tensor
 from ..io.crc import crc32c
-from ..io.kv import walk_kv
+from ..io.walk.kv import walk_kv
 from ..limits import MAX_COMPOSITE_DEPTH
-from ..io.parts import ENTRY_START, NAME, TABLE, VALUE, Faults, Part, as_view
+from ..io.walk.common import ENTRY_START, NAME, TABLE, VALUE, Faults, Part, as_view
 from ..io.walk import Window, collect_descriptor, walk_bare, walk_index, walk_messages
 from ..model import CompositeLayout, CompositionRule, ElementType, Shard, TensorDescriptor
 from ..rules.engine import Mode

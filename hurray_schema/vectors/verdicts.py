@@ -24,7 +24,7 @@ import attrs
 from ..codec import decode_descriptor, parse_descriptor
 from ..errors import SpecViolation
 from ..io import read_file, read_stream
-from ..io.parts import DESCRIPTOR, Faults
+from ..io.walk.common import DESCRIPTOR, Faults
 from ..io.walk import Window, collect_descriptor, walk_bare
 from ..rules import interop
 from ..rules.descriptor import check_descriptor

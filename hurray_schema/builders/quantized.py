@@ -1,22 +1,8 @@
-"""Producers: NumPy arrays to quantized, sparse and composite tensors.
-
-* :func:`quantize` -- per-tensor, per-channel and per-block affine, NF4 and MXFP
-  (``quantization/*.md``); the arithmetic is :mod:`hurray_schema.evaluate.quantize`, the
-  counterpart of the evaluator's dequantization.
-* :func:`sparse_coo`, :func:`sparse_csr`, :func:`sparse_csc` from index and value arrays
-  (``layouts/coo.md``, ``layouts/csr.md``, ``layouts/csc.md``), :func:`from_scipy` from
-  ``scipy.sparse`` matrices.
-* :func:`partition`, :func:`overlay`, :func:`group` -- the composite builders
-  :meth:`Composite.partition`, :meth:`Composite.overlay`, :meth:`Composite.group` (shard and
-  Composite Member sections set, ``layouts/composite.md § Members``), and :func:`spqr`, the
-  SpQR-style overlay of ``layouts/composite.md § Example``.
-
-Every descriptor built here is checked by the descriptor rules (strict mode) and every
-composite by the composite binder (:meth:`Composite.validate`) before it is returned: a
-producer never hands out what a strict reader rejects.  The kernels live in the
-evaluator's package, a layer above this one, and are imported at call time (as
-:meth:`Tensor.to_numpy` does).
-"""
+"""Quantized tensors from NumPy arrays (``quantization/*.md``): :func:`quantize` (per-tensor,
+per-channel and per-block affine, NF4, MXFP) and the per-block affine tensors of codes and scales
+chosen elsewhere (:func:`per_block_from_codes`, :func:`per_block_from_packed`,
+:func:`per_block_produced`).  The arithmetic is :mod:`hurray_schema.evaluate.quantize`, the
+counterpart of the evaluator's dequantization, imported at call time."""
 
 from __future__ import annotations
 
@@ -26,15 +12,14 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..errors import HurraySchemaError
-from ..model import (NO_BUFFER_INDEX, BufferHandle, CombineOp, CooLayout, CscLayout, CsrLayout, ElementType, Mxfp,
-                     Nf4, PerBlockAffine, PerChannelAffine, PerTensorAffine, QuantFlag, QuantScheme, RowMajorLayout,
-                     Shard, TensorDescriptor)
-from ..rules.descriptor import first_error
-from ..structs.element_types import element_type_info, element_type_of
-from .tensor import DEFAULT_BUFFER_ALIGNMENT, Composite, ProducedBuffer, ProducedTensor, Tensor
+from ..model import (NO_BUFFER_INDEX, ElementType, Mxfp, Nf4, PerBlockAffine, PerChannelAffine, PerTensorAffine,
+                     QuantFlag, QuantScheme, RowMajorLayout, Shard, TensorDescriptor)
+from ..structs.element_types import element_type_info
+from ..io.tensor import ProducedBuffer, ProducedTensor, Tensor
+from .common import SCALE_TYPES, checked, element_type, float_type, handle, little_endian
 
-__all__ = ["quantize", "per_block_from_codes", "per_block_from_packed", "per_block_produced", "sparse_coo",
-           "sparse_csr", "sparse_csc", "from_scipy", "partition", "overlay", "group", "spqr", "SCHEME_NAMES"]
+__all__ = ["quantize", "per_block_from_codes", "per_block_from_packed", "per_block_produced", "per_block_parts",
+           "SCHEME_NAMES", "DEFAULT_STORAGE", "DEFAULT_BLOCK_SIZE"]
 
 SCHEME_NAMES = {
     "per_tensor": QuantScheme.PER_TENSOR_AFFINE,
@@ -56,18 +41,6 @@ DEFAULT_STORAGE = {
 DEFAULT_BLOCK_SIZE = {QuantScheme.PER_BLOCK_AFFINE: 64, QuantScheme.NF4: 64, QuantScheme.MXFP: 32}
 """GGUF / bitsandbytes' 64 and OCP MX v1.0's canonical 32 (``quantization/mxfp.md § Description``)."""
 
-_SCALE_TYPES = (ElementType.FLOAT16, ElementType.BFLOAT16, ElementType.FLOAT32)
-
-
-# ------------------------------------------------------------------------------------
-# Small helpers
-# ------------------------------------------------------------------------------------
-
-
-_element_type = Composite._element_type
-"""An :class:`ElementType` from itself, its number or its name (the composite builders' parser)."""
-
-
 def _scheme(value) -> QuantScheme:
     if isinstance(value, str):
         try:
@@ -77,28 +50,10 @@ def _scheme(value) -> QuantScheme:
     return QuantScheme(int(value))
 
 
-def _handle(nbytes: int) -> BufferHandle:
-    return BufferHandle(int(nbytes), DEFAULT_BUFFER_ALIGNMENT)
-
-
-def _checked(desc: TensorDescriptor) -> TensorDescriptor:
-    """``desc`` if the strict descriptor rules accept it, else their first error as SpecViolation."""
-    finding = first_error(desc)
-    if finding is not None:
-        raise finding.to_violation()
-    return desc
-
-
 def _axis(axis: int, rank: int) -> int:
     if not -rank <= axis < rank:
         raise HurraySchemaError(f"axis {axis} is out of range for rank {rank}")
     return axis % rank
-
-
-def _float_type(dtype) -> Optional[ElementType]:
-    """The scale type an input dtype suggests: its own float16 / bfloat16 / float32, else None."""
-    tag = element_type_of(dtype)
-    return tag if tag in (ElementType.FLOAT16, ElementType.BFLOAT16, ElementType.FLOAT32) else None
 
 
 def _block_size(scheme, block_size, size: int) -> int:
@@ -113,16 +68,6 @@ def _block_size(scheme, block_size, size: int) -> int:
 def _require_finite(finite: bool, what: str) -> None:
     if not finite:
         raise HurraySchemaError(f"{what}: NaN or infinity cannot be quantized")
-
-
-def _le(values: np.ndarray, dtype) -> np.ndarray:
-    """Little-endian bytes of ``values`` as ``dtype``, as a flat uint8 array."""
-    return np.ascontiguousarray(values, np.dtype(dtype).newbyteorder("<")).reshape(-1).view(np.uint8)
-
-
-# ------------------------------------------------------------------------------------
-# quantize
-# ------------------------------------------------------------------------------------
 
 
 def quantize(array, scheme="per_block", *, storage=None, axis: int = -1, block_size: Optional[int] = None,
@@ -143,17 +88,17 @@ def quantize(array, scheme="per_block", *, storage=None, axis: int = -1, block_s
     float32 value (see :mod:`hurray_schema.evaluate.quantize` for the rounding).
     """
     arr = np.asarray(array)
-    if arr.dtype.kind not in "fiub" and _float_type(arr.dtype) is None:
+    if arr.dtype.kind not in "fiub" and float_type(arr.dtype) is None:
         raise HurraySchemaError(f"cannot quantize an array of {arr.dtype}")
     scheme = _scheme(scheme)
-    storage = DEFAULT_STORAGE[scheme] if storage is None else _element_type(storage)
+    storage = DEFAULT_STORAGE[scheme] if storage is None else element_type(storage)
     info = element_type_info(storage)
     if info is None:
         raise HurraySchemaError(f"element type 0x{int(storage):02X} has no built-in size")
     if symmetric is None:
         symmetric = bool(info.is_signed)
     build = {QuantScheme.PER_TENSOR_AFFINE: _per_tensor, QuantScheme.PER_CHANNEL_AFFINE: _per_channel,
-             QuantScheme.PER_BLOCK_AFFINE: _per_block, QuantScheme.NF4: _nf4, QuantScheme.MXFP: _mxfp}[scheme]
+             QuantScheme.PER_BLOCK_AFFINE: per_block_parts, QuantScheme.NF4: _nf4, QuantScheme.MXFP: _mxfp}[scheme]
     desc, buffers = build(arr, storage, axis, block_size, bool(symmetric), scale_type, shard)
     return Tensor(desc, buffers, name=name)
 
@@ -176,8 +121,8 @@ def _code_dtype(storage):
 
 
 def _descriptor(storage, shape, data_bytes: int, params: Sequence[int], quantization, shard) -> TensorDescriptor:
-    handles = [_handle(data_bytes)] + [_handle(n) for n in params]
-    return _checked(TensorDescriptor(storage, tuple(shape), RowMajorLayout(), tuple(handles),
+    handles = [handle(data_bytes)] + [handle(n) for n in params]
+    return checked(TensorDescriptor(storage, tuple(shape), RowMajorLayout(), tuple(handles),
                                      quantization=quantization, shard=shard))
 
 
@@ -190,7 +135,7 @@ def _check_scales(over: int, scale_type) -> None:
 def _per_tensor(arr, storage, axis, block_size, symmetric, scale_type, shard):
     from ..evaluate import quantize as kernels
 
-    if scale_type is not None and _element_type(scale_type) != ElementType.FLOAT32:
+    if scale_type is not None and element_type(scale_type) != ElementType.FLOAT32:
         raise HurraySchemaError("per-tensor affine keeps a float32 scale (quantization/per-tensor-affine.md)")
     info = element_type_info(storage)
     lo, hi = _affine_range(arr, storage, symmetric)
@@ -213,13 +158,13 @@ def _per_tensor(arr, storage, axis, block_size, symmetric, scale_type, shard):
                                     np.full(rows, zero, np.int32), lo, hi, info.bit_width, _code_dtype(storage))
     q = PerTensorAffine(scale=float(scale), zero_point=int(zero))
     desc = _descriptor(storage, arr.shape, info.buffer_bytes(count), (), q, shard)
-    return desc, [_le(data, _code_dtype(storage))]
+    return desc, [little_endian(data, _code_dtype(storage))]
 
 
 def _per_channel(arr, storage, axis, block_size, symmetric, scale_type, shard):
     from ..evaluate import quantize as kernels
 
-    if scale_type is not None and _element_type(scale_type) != ElementType.FLOAT32:
+    if scale_type is not None and element_type(scale_type) != ElementType.FLOAT32:
         raise HurraySchemaError("per-channel affine keeps float32 scales (quantization/per-channel-affine.md)")
     info = element_type_info(storage)
     axis = _axis(axis, arr.ndim)
@@ -244,7 +189,7 @@ def _per_channel(arr, storage, axis, block_size, symmetric, scale_type, shard):
         codes = kernels.affine_codes(rows2d, cols, cols, scales, zps, lo, hi, max(info.bit_width, 8), code_dtype)
         codes = np.moveaxis(codes.reshape(moved.shape), 0, axis)
         data = kernels.pack_codes(np.ascontiguousarray(codes), info.bit_width)
-    buffers = [_le(data, code_dtype), _le(scales, np.float32)] + ([] if symmetric else [_le(zps, np.int32)])
+    buffers = [little_endian(data, code_dtype), little_endian(scales, np.float32)] + ([] if symmetric else [little_endian(zps, np.int32)])
     return desc, buffers
 
 
@@ -271,9 +216,9 @@ def _per_block_descriptor(arr, storage, axis, block_size, symmetric, scale_type,
     rank_axis = _axis(axis, arr.ndim)
     block = _block_size(QuantScheme.PER_BLOCK_AFFINE, block_size, arr.shape[rank_axis])
     if scale_type is None:
-        scale_type = _float_type(arr.dtype) or ElementType.FLOAT32
-    scale_type = _element_type(scale_type)
-    if scale_type not in _SCALE_TYPES:
+        scale_type = float_type(arr.dtype) or ElementType.FLOAT32
+    scale_type = element_type(scale_type)
+    if scale_type not in SCALE_TYPES:
         raise HurraySchemaError("per-block scales are float16, bfloat16 or float32")
     lo, hi = _affine_range(arr, storage, symmetric)
     axis, rows2d, padded = _blocked(arr, rank_axis, block)
@@ -288,7 +233,9 @@ def _per_block_descriptor(arr, storage, axis, block_size, symmetric, scale_type,
     return desc, rows2d, padded, scale_type, lo, hi
 
 
-def _per_block(arr, storage, axis, block_size, symmetric, scale_type, shard, mask=None):
+def per_block_parts(arr, storage, axis, block_size, symmetric, scale_type, shard, mask=None):
+    """The descriptor and buffers of ``arr`` quantized per block (``quantization/per-block-affine.md``),
+    the elements of ``mask`` (when given) left out of their block's statistics."""
     from ..evaluate import quantize as kernels
     from ..evaluate.elements import numpy_dtype
 
@@ -305,9 +252,9 @@ def _per_block(arr, storage, axis, block_size, symmetric, scale_type, shard, mas
     if not last:
         codes = _storage_codes(codes, arr, q.axis, padded, info.bit_width)
     scale_dtype = numpy_dtype(scale_type)
-    buffers = [_le(codes, _code_dtype(storage)), _le(scales.astype(scale_dtype), scale_dtype)]
+    buffers = [little_endian(codes, _code_dtype(storage)), little_endian(scales.astype(scale_dtype), scale_dtype)]
     if not symmetric:
-        buffers.append(_le(zps, np.int32))
+        buffers.append(little_endian(zps, np.int32))
     return desc, buffers
 
 
@@ -325,7 +272,7 @@ def per_block_from_codes(codes, scales, storage="int8", block_size: int = 32, *,
     scale must be finite and non-zero (``§ Validity Constraints``) -- the descriptor rules
     check what the bytes say, this function what they cannot: the codes' range.  Sub-byte
     codes are packed LSB-first (``element-types.md § Sub-Byte Integer Types``)."""
-    storage = _element_type(storage)
+    storage = element_type(storage)
     if storage not in _PACKED_INTEGERS:
         raise HurraySchemaError("per_block_from_codes stores int8, int4 or int2 codes")
     bits = _PACKED_INTEGERS[storage]
@@ -350,7 +297,7 @@ def per_block_from_packed(data, scales, shape: Sequence[int], storage="int8", bl
     desc = _per_block_packed(storage, shape, block_size, raw.size, scale_values.size)
     if scale_values.size and not (np.all(np.isfinite(scale_values)) and np.all(scale_values != 0)):
         raise HurraySchemaError("every per-block scale must be finite and non-zero")
-    return Tensor(desc, [raw, _le(scale_values, np.float32)], name=name)
+    return Tensor(desc, [raw, little_endian(scale_values, np.float32)], name=name)
 
 
 def per_block_produced(data, scales, shape: Sequence[int], storage="int8", block_size: int = 32, *,
@@ -370,7 +317,7 @@ def per_block_produced(data, scales, shape: Sequence[int], storage="int8", block
 def _per_block_packed(storage, shape: Sequence[int], block_size: int, data_bytes: int, scale_count: int):
     """The descriptor of symmetric per-block affine codes packed in ``data_bytes`` with ``scale_count``
     float32 scales, once the sizes agree with ``shape`` and ``block_size``."""
-    storage = _element_type(storage)
+    storage = element_type(storage)
     if storage not in _PACKED_INTEGERS:
         raise HurraySchemaError("per-block codes are int8, int4 or int2")
     shape = tuple(int(n) for n in shape)
@@ -410,7 +357,7 @@ def _packed(codes: np.ndarray, bits: int) -> np.ndarray:
 def _nf4(arr, storage, axis, block_size, symmetric, scale_type, shard):
     from ..evaluate import quantize as kernels
 
-    if scale_type is not None and _element_type(scale_type) != ElementType.FLOAT32:
+    if scale_type is not None and element_type(scale_type) != ElementType.FLOAT32:
         raise HurraySchemaError("NF4 keeps float32 absmax scales (quantization/nf4.md)")
     info = element_type_info(storage)
     rank_axis = _axis(axis, arr.ndim)
@@ -425,13 +372,13 @@ def _nf4(arr, storage, axis, block_size, symmetric, scale_type, shard):
     _require_finite(finite, "NF4")
     if not last:
         codes = _storage_codes(codes, arr, axis, padded, info.bit_width)
-    return desc, [codes, _le(scales, np.float32)]
+    return desc, [codes, little_endian(scales, np.float32)]
 
 
 def _mxfp(arr, storage, axis, block_size, symmetric, scale_type, shard):
     from ..evaluate import quantize as kernels
 
-    if scale_type is not None and _element_type(scale_type) != ElementType.FLOAT8_E8M0:
+    if scale_type is not None and element_type(scale_type) != ElementType.FLOAT8_E8M0:
         raise HurraySchemaError("MXFP scales are float8_e8m0 (quantization/mxfp.md)")
     info = element_type_info(storage)
     rank_axis = _axis(axis, arr.ndim)
@@ -446,185 +393,3 @@ def _mxfp(arr, storage, axis, block_size, symmetric, scale_type, shard):
     if not last:
         codes = _storage_codes(codes, arr, axis, padded, info.bit_width)
     return desc, [codes, exps]
-
-
-# ------------------------------------------------------------------------------------
-# Sparse builders
-# ------------------------------------------------------------------------------------
-
-
-def _values(values) -> tuple[ElementType, memoryview]:
-    """(element type, packed bytes) of a 1-D value array, as :meth:`Tensor.from_numpy` stores it."""
-    dense = Tensor.from_numpy(np.ascontiguousarray(np.asarray(values).reshape(-1)))
-    return dense.type_tag, dense.buffers[0]
-
-
-def _coordinates(indices, rank: int) -> np.ndarray:
-    if isinstance(indices, tuple):
-        indices = np.stack([np.asarray(i).reshape(-1) for i in indices], axis=1) if indices else np.zeros((0, rank))
-    idx = np.asarray(indices)
-    if idx.size == 0:
-        return np.zeros((0, rank), np.int64)
-    if idx.ndim != 2 or idx.shape[1] != rank or idx.dtype.kind not in "iu":
-        raise HurraySchemaError(f"indices must be an integer (nnz, {rank}) array or a tuple of {rank} arrays")
-    return idx.astype(np.int64)
-
-
-def _linear(coords: np.ndarray, shape) -> np.ndarray:
-    if coords.size and (coords.min() < 0 or np.any(coords.max(axis=0) >= np.asarray(shape, np.int64))):
-        raise HurraySchemaError("a sparse index is out of bounds")
-    return np.ravel_multi_index(tuple(coords.T), tuple(shape)) if coords.size else np.zeros(0, np.int64)
-
-
-def sparse_coo(indices, values, shape: Sequence[int], *, sort: bool = True, name: Optional[str] = None,
-               shard: Optional[Shard] = None) -> Tensor:
-    """A COO tensor (``layouts/coo.md``): ``indices`` an integer ``(nnz, rank)`` array (or a tuple
-    of ``rank`` coordinate arrays), ``values`` one per entry.  ``sort=True`` stores the entries in
-    lexicographic order and sets ``is_sorted``; ``sort=False`` keeps their order (``is_sorted`` 0).
-    A coordinate given twice is an error (``§ Validity Constraints``)."""
-    shape = tuple(int(n) for n in shape)
-    coords = _coordinates(indices, len(shape))
-    vals = np.asarray(values).reshape(-1)
-    if vals.size != coords.shape[0]:
-        raise HurraySchemaError(f"{coords.shape[0]} coordinates but {vals.size} values")
-    lin = _linear(coords, shape)
-    order = np.argsort(lin, kind="stable")
-    if lin.size > 1 and np.any(lin[order][1:] == lin[order][:-1]):
-        raise HurraySchemaError("a sparse coordinate is given twice")
-    if sort:
-        coords, vals = coords[order], vals[order]
-    tag, data = _values(vals)
-    idx = _le(coords.astype(np.uint64), np.uint64)
-    layout = CooLayout(nnz=int(coords.shape[0]), is_sorted=1 if sort else 0)
-    desc = _checked(TensorDescriptor(tag, shape, layout, (_handle(len(data)), _handle(idx.size)), shard=shard))
-    return Tensor(desc, (data, idx), name=name)
-
-
-def _compressed(values, indices, indptr, shape, major: int, layout_cls, name, shard) -> Tensor:
-    shape = tuple(int(n) for n in shape)
-    if len(shape) != 2:
-        raise HurraySchemaError("CSR / CSC tensors are rank 2")
-    ptr = np.asarray(indptr).astype(np.int64).reshape(-1)
-    minor = np.asarray(indices).astype(np.int64).reshape(-1)
-    vals = np.asarray(values).reshape(-1)
-    nnz = minor.size
-    if vals.size != nnz:
-        raise HurraySchemaError(f"{nnz} indices but {vals.size} values")
-    if ptr.size != shape[major] + 1 or ptr[0] != 0 or ptr[-1] != nnz or np.any(np.diff(ptr) < 0):
-        raise HurraySchemaError(f"the pointer array must have {shape[major] + 1} non-decreasing entries "
-                                f"from 0 to {nnz}")
-    if nnz and (minor.min() < 0 or minor.max() >= shape[1 - major]):
-        raise HurraySchemaError("a sparse index is out of bounds")
-    majors = np.repeat(np.arange(shape[major], dtype=np.int64), np.diff(ptr))
-    order = np.lexsort((minor, majors))  # within each row (column): strictly increasing (§ Validity)
-    minor, vals, majors = minor[order], vals[order], majors[order]
-    if nnz > 1 and np.any((majors[1:] == majors[:-1]) & (minor[1:] == minor[:-1])):
-        raise HurraySchemaError("a sparse coordinate is given twice")
-    tag, data = _values(vals)
-    ind, pointers = _le(minor.astype(np.uint64), np.uint64), _le(ptr.astype(np.uint64), np.uint64)
-    desc = _checked(TensorDescriptor(tag, shape, layout_cls(nnz=nnz),
-                                     (_handle(len(data)), _handle(ind.size), _handle(pointers.size)), shard=shard))
-    return Tensor(desc, (data, ind, pointers), name=name)
-
-
-def sparse_csr(values, indices, indptr, shape: Sequence[int], *, name: Optional[str] = None,
-               shard: Optional[Shard] = None) -> Tensor:
-    """A CSR matrix (``layouts/csr.md``): row ``i`` holds ``values[indptr[i]:indptr[i+1]]`` at columns
-    ``indices[...]`` (SciPy's arrays); columns are sorted within each row, a repeat is an error."""
-    return _compressed(values, indices, indptr, shape, 0, CsrLayout, name, shard)
-
-
-def sparse_csc(values, indices, indptr, shape: Sequence[int], *, name: Optional[str] = None,
-               shard: Optional[Shard] = None) -> Tensor:
-    """A CSC matrix (``layouts/csc.md``): column ``j`` holds ``values[indptr[j]:indptr[j+1]]`` at rows
-    ``indices[...]``; rows are sorted within each column, a repeat is an error."""
-    return _compressed(values, indices, indptr, shape, 1, CscLayout, name, shard)
-
-
-def from_scipy(matrix, *, layout: Optional[str] = None, name: Optional[str] = None,
-               shard: Optional[Shard] = None) -> Tensor:
-    """A sparse tensor of a ``scipy.sparse`` matrix or array: COO, CSR and CSC keep their format
-    (``layout`` -- "coo", "csr" or "csc" -- converts), any other format becomes CSR.  Duplicate
-    entries are summed first, as SciPy's own conversions do."""
-    try:
-        from scipy import sparse
-    except ImportError:  # pragma: no cover - SciPy is an optional dependency
-        raise HurraySchemaError("from_scipy needs SciPy (pip install hurray_schema[scipy])") from None
-    if not sparse.issparse(matrix):
-        raise HurraySchemaError("from_scipy takes a scipy.sparse matrix or array")
-    kind = (layout or matrix.format).lower()
-    if kind not in ("coo", "csr", "csc"):
-        kind = "csr"
-    converted = matrix.asformat(kind, copy=True)
-    converted.sum_duplicates()
-    if kind == "coo":
-        return sparse_coo(tuple(converted.coords), converted.data, converted.shape, name=name, shard=shard)
-    build = sparse_csr if kind == "csr" else sparse_csc
-    return build(converted.data, converted.indices, converted.indptr, converted.shape, name=name, shard=shard)
-
-
-# ------------------------------------------------------------------------------------
-# Composites
-# ------------------------------------------------------------------------------------
-
-
-partition = Composite.partition
-"""A partition composite of an array, one member per box (:meth:`Composite.partition`)."""
-
-overlay = Composite.overlay
-"""A sealed overlay of a base and its corrections (:meth:`Composite.overlay`)."""
-
-group = Composite.group
-"""A group composite of tensors, composites or arrays (:meth:`Composite.group`)."""
-
-
-def _combine(value) -> CombineOp:
-    return CombineOp[value.upper()] if isinstance(value, str) else CombineOp(int(value))
-
-
-# ------------------------------------------------------------------------------------
-# SpQR
-# ------------------------------------------------------------------------------------
-
-_SPQR_STORAGE = {2: ElementType.INT2, 4: ElementType.INT4, 8: ElementType.INT8}
-SPQR_MAX_PER_BLOCK = 8
-"""At most this many outliers per block: each block's reference scale leaves out its 8 largest elements."""
-
-
-def spqr(weight, bits: int = 4, block_size: int = 64, outliers: float = 0.01, combine_op="replace", *,
-         name: Optional[str] = None) -> Composite:
-    """The SpQR-style overlay of ``layouts/composite.md § Example``: a symmetric per-block ``int{bits}``
-    base along the last axis whose scales have the weight's type (so it decodes to it), plus a
-    sorted COO correction holding the outliers.
-
-    Outliers are the elements with the largest quantization error under a robust scale of their
-    block -- the scale it gets once its :data:`SPQR_MAX_PER_BLOCK` largest elements are left out
-    -- among those whose error there exceeds half a step; at most ``round(outliers * size)`` of
-    them (:func:`hurray_schema.evaluate.quantize.spqr_outliers`).  They are then left out of
-    their block's statistics before its scale is chosen, so one large weight does not coarsen
-    the rest of its block.  ``combine_op="replace"`` stores the outliers' exact values;
-    ``"add"`` the residual ``x - base`` rounded to the weight's type.
-    """
-    from ..evaluate import quantize as kernels
-
-    w = np.asarray(weight)
-    head_type = _float_type(w.dtype)
-    if head_type is None or w.ndim < 1:
-        raise HurraySchemaError("spqr takes a float16, bfloat16 or float32 array of rank >= 1")
-    if bits not in _SPQR_STORAGE:
-        raise HurraySchemaError(f"spqr bits is one of {sorted(_SPQR_STORAGE)}")
-    storage = _SPQR_STORAGE[bits]
-    op = _combine(combine_op)
-    block = int(block_size)
-    rows2d = kernels.block_view(w, -1)
-    _, hi = kernels.code_range(storage, True)
-    mask = kernels.spqr_outliers(rows2d, block, hi, int(round(float(outliers) * w.size)), SPQR_MAX_PER_BLOCK)
-    base = Tensor(*_per_block(w, storage, -1, block, True, head_type, None, mask=mask))
-    flat = np.flatnonzero(mask)
-    coords = np.stack(np.unravel_index(flat, w.shape), axis=1) if flat.size else np.zeros((0, w.ndim), np.int64)
-    values = w.reshape(-1)[flat]
-    if op == CombineOp.ADD:
-        decoded = base.to_numpy().reshape(-1)[flat].astype(np.float32)
-        values = (values.astype(np.float32) - decoded).astype(w.dtype)
-    correction = sparse_coo(coords, values, w.shape)
-    return overlay(base, [correction], op, type_tag=head_type, name=name)

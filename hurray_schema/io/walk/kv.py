@@ -1,19 +1,21 @@
-"""The KV metadata section of a file (``file-format.md § KV Metadata Section``)."""
+"""The KV metadata section of a file (``file-format.md § KV Metadata Section``): its one walk
+(:func:`walk_kv`: located parts, or under ``RAISE`` the reader's decode, :func:`decode_kv`) and
+its encoding (:func:`encode_kv`)."""
 
 from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
 
-from ..errors import FieldRangeError, HurraySchemaError
-from ..limits import DEFAULT_LIMITS, Limits
-from ..rules import container as container_rules
-from ..rules.engine import Mode
-from ..structs._declare import Plan, plan
-from ..structs.file import (
+from ...errors import FieldRangeError, HurraySchemaError
+from ...limits import DEFAULT_LIMITS, Limits
+from ...rules import container as container_rules
+from ...rules.engine import Mode
+from ...structs._declare import Plan, plan
+from ...structs.file import (
     KV_ARRAY_HEADER, KV_COUNT, KV_KEY_LENGTH, KV_LENGTH_PREFIX, KV_SCALAR_VALUES, KV_TYPES_REF, KV_VALUE_TAG, KvTag,
 )
-from ..structs.tags import is_private_tag
-from .parts import ENTRY, ENTRY_START, FAULT, NAME, TABLE, VALUE, Faults, Part, as_view, fault
+from ...structs.tags import is_private_tag
+from .common import ENTRY, ENTRY_START, FAULT, NAME, TABLE, VALUE, Faults, Part, as_view, fault
 
 __all__ = ["UInt64", "encode_kv", "decode_kv", "walk_kv"]
 

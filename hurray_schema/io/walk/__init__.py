@@ -1,0 +1,107 @@
+"""The walk of each container kind: a lone descriptor, a bare stream, a message stream, a file.
+
+Every entry point that reads a container -- the readers (:mod:`hurray_schema.io.stream`,
+:mod:`hurray_schema.io.file`), ``audit``, the annotated view (``inspect``) and the command
+line's grouping -- goes through the walks here; nothing else knows how a container is laid
+out.  A walk yields :class:`~.common.Part` s in container order: where the part
+sits (``start``/``end``, absolute), which declaration or table it is (``decl``), its decoded
+``value``, and, when the bytes break a rule, the ``fault``.
+
+One module per container kind, each with one walk that serves every reader of that kind:
+
+* :mod:`.descriptor` -- :func:`walk_descriptor`, and the ``describe`` step every walk
+  delegates (:func:`strict_describer`, :func:`collect_descriptor`);
+* :mod:`.bare` -- :func:`walk_bare`;
+* :mod:`.messages` -- :func:`walk_messages`, and what a receiver checks (:class:`TensorFrames`,
+  :func:`check_message_header`, :func:`remote_error`);
+* :mod:`.file` -- :func:`walk_file`, :func:`walk_index`, and the checks the file reader also
+  runs on their own (:func:`check_ends`, :func:`check_tensor`);
+* :mod:`.kv` -- the file's KV metadata section: ``walk_kv``, ``decode_kv``, ``encode_kv``;
+* :mod:`.kinds` -- which kind an input is (:func:`detect_kind`, :func:`choose_kind`);
+* :mod:`.common` -- what they share: the parts a walk yields and the fault policy, the input (:class:`Window`,
+  :func:`memory_input`), faults as findings, composite nesting.
+
+What happens at a fault is the caller's :class:`~.common.Faults` policy, and
+each walk takes its per-part steps by it:
+
+* ``RAISE`` (the readers): the first untolerated fault raises its ``SpecViolation``;
+* ``COLLECT`` (``audit``): the fault is yielded as a ``fault`` part carrying a
+  :class:`~hurray_schema.rules.engine.Finding`; the walk goes on while the next part can
+  still be located and stops where it cannot;
+* ``ANNOTATE`` (the annotated view): as ``COLLECT``, the part also carrying a short
+  ``note`` saying what the bytes do not hold.
+
+Inputs are read through a :class:`Window`: zero-copy over bytes or a memory map, or a
+bounded forward read of a file object (only what the current part needs is held).
+Under ``COLLECT`` and ``ANNOTATE`` a descriptor is decoded from everything that remains
+(what the bytes say, not what the framing promised), so those walks need a window over
+memory (:func:`memory_input`).
+
+The names below are imported on first use (PEP 562): a file read loads no stream code.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    ".common": (
+        "BUFFER", "DATA", "DATA_HEADER", "DESCRIPTOR", "ENTRY", "ENTRY_START", "FAULT", "MESSAGE",
+        "MESSAGE_HEADER_PART", "NAME", "PAYLOAD", "TABLE", "TENSOR_END", "TRANSPORT", "VALUE", "Faults", "Part",
+        "as_view", "fault", "part_from_fields", "Describe", "Nesting", "Window", "fault_at", "memory_input",
+        "violation_finding",
+    ),
+    "...errors": ("RemoteError",),
+    ".descriptor": ("collect_descriptor", "strict_describer", "strict_descriptor", "walk_descriptor"),
+    ".bare": ("walk_bare",),
+    ".messages": ("REMOTE_ERRORS", "TensorFrames", "check_message_header", "remote_error", "walk_messages"),
+    ".file": (
+        "FILE_HEADER_PART", "INDEX_PART", "KV_PART", "TENSOR_DATA", "TRAILER_PART", "IndexEntry", "TensorRegion",
+        "buffer_spans", "check_ends", "check_tensor", "walk_file", "walk_index",
+    ),
+    ".kinds": ("DETECT_BYTES", "KIND_EXTENSIONS", "KindChoice", "choose_kind", "detect_kind"),
+}
+_HOME = {name: module for module, names in _EXPORTS.items() for name in names}
+
+
+def __getattr__(name: str):
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:
+    from ...errors import RemoteError
+    from .bare import walk_bare
+    from .common import (
+        BUFFER, DATA, DATA_HEADER, DESCRIPTOR, ENTRY, ENTRY_START, FAULT, MESSAGE, MESSAGE_HEADER_PART, NAME,
+        PAYLOAD, TABLE, TENSOR_END, TRANSPORT, VALUE, Describe, Faults, Nesting, Part, Window, as_view, fault,
+        fault_at, memory_input, part_from_fields, violation_finding,
+    )
+    from .descriptor import collect_descriptor, strict_describer, strict_descriptor, walk_descriptor
+    from .file import (
+        FILE_HEADER_PART, INDEX_PART, KV_PART, TENSOR_DATA, TRAILER_PART, IndexEntry, TensorRegion, buffer_spans,
+        check_ends, check_tensor, walk_file, walk_index,
+    )
+    from .kinds import DETECT_BYTES, KIND_EXTENSIONS, KindChoice, choose_kind, detect_kind
+    from .messages import REMOTE_ERRORS, TensorFrames, check_message_header, remote_error, walk_messages
+
+__all__ = [
+    "BUFFER", "DATA", "DATA_HEADER", "DESCRIPTOR", "DETECT_BYTES", "Describe", "ENTRY", "ENTRY_START", "FAULT",
+    "FILE_HEADER_PART", "Faults", "INDEX_PART", "IndexEntry", "KIND_EXTENSIONS", "KV_PART", "KindChoice",
+    "MESSAGE", "MESSAGE_HEADER_PART", "NAME", "Nesting", "PAYLOAD", "Part", "REMOTE_ERRORS", "RemoteError",
+    "TABLE", "TENSOR_DATA", "TENSOR_END", "TRAILER_PART", "TRANSPORT", "TensorFrames", "TensorRegion", "VALUE",
+    "Window", "as_view", "buffer_spans", "check_ends", "check_message_header", "check_tensor", "choose_kind",
+    "collect_descriptor", "detect_kind", "fault", "fault_at", "memory_input", "part_from_fields",
+    "remote_error", "strict_describer", "strict_descriptor", "violation_finding", "walk_bare",
+    "walk_descriptor", "walk_file", "walk_index", "walk_messages",
+]
+assert set(__all__) == set(_HOME), set(__all__) ^ set(_HOME)  # the list above is the exports', written out for linters
