@@ -484,7 +484,7 @@ Q4_SCALE_CLASSES = {
 def test_q4_0_every_scale_class_decodes_bit_exact(tmp_path, monkeypatch):
     """The kernel of Q4_0's short way against gguf-py: every kind of scale, scattered among random
     blocks over many rows of several blocks (the classifying pass made parallel at this size)."""
-    from hurray_schema.evaluate import quantize as kernels
+    from hurray_schema.evaluate import nibble_records as kernels
 
     monkeypatch.setattr(kernels, "RECORDS_PARALLEL_MIN", 256)
     rng = np.random.default_rng(14)
@@ -533,7 +533,7 @@ def test_q4_0_scale_without_exact_form_needs_dequantize(tmp_path, d_bits, nibble
 def test_nibble_records_kernel_against_numpy(monkeypatch):
     """The kernel alone, by pieces and in parallel, against NumPy's own float16 widening and nibble
     arithmetic; its classification of every record kind."""
-    from hurray_schema.evaluate import quantize as kernels
+    from hurray_schema.evaluate import nibble_records as kernels
 
     monkeypatch.setattr(kernels, "RECORDS_PARALLEL_MIN", 256)  # parallel at this size
 
@@ -570,7 +570,7 @@ def test_nibble_records_kernel_against_numpy(monkeypatch):
 def test_produced_tensor_writes_the_bytes_it_materializes(tmp_path):
     """A produced tensor is written piece by piece; taken whole it gives the same bytes; a producer that
     gives fewer bytes than it declared fails the write, which then leaves nothing."""
-    from hurray_schema.io.produce import per_block_produced
+    from hurray_schema.builders import per_block_produced
     from hurray_schema.io.tensor import ProducedBuffer
 
     rng = np.random.default_rng(17)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evaluate_reference import dense_tensor, handles
+from support.evaluate_reference import dense_tensor, handles
 from hurray_schema.errors import HurraySchemaError
 from hurray_schema.evaluate import tensor_to_numpy
 from hurray_schema.evaluate.dense import hilbert_coords, hilbert_index

@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from evaluate_reference import handles
+from support.evaluate_reference import handles
 from hurray_schema.evaluate import UnsupportedEvaluation, tensor_to_numpy
 from hurray_schema.evaluate import elements as el
 from hurray_schema.model import ElementType as E

@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 from numba import njit
 
-from evaluate_reference import (C, T, bits_equal, coo_tensor, dense_tensor, handles, head, member_sections,
-                                pack_int4, ref_overlay)
-from hurray_schema.evaluate import jit, materialize, merge, quant, tensor, tensor_to_numpy
-from hurray_schema.evaluate.simd import LANES, STEP_BF16, STEP_F16, STEP_F32, int4x32, int4x32_scalar, vector_f16
+from support.evaluate_reference import (C, T, bits_equal, coo_tensor, dense_tensor, handles, head, member_sections,
+                                        pack_int4, ref_overlay)
+from hurray_schema.evaluate import dequantize as quant
+from hurray_schema.evaluate import jit, materialize, merge, tensor, tensor_to_numpy
+from hurray_schema.evaluate.dequantize_simd import (LANES, STEP_BF16, STEP_F16, STEP_F32, int4x32, int4x32_scalar,
+                                                    vector_f16)
 from hurray_schema.model import (CombineOp, CompositionRule, ElementType, MemberRole, PerBlockAffine,
                                  PerChannelAffine, PerTensorAffine, RowMajorLayout, TensorDescriptor)
 
@@ -301,7 +303,7 @@ def test_later_corrections_follow_the_fused_one(combine):
 
 def test_spqr_seed_through_the_table_kernel(monkeypatch):
     """The seed's SpQR overlay through the fallback path (no vector kernel) matches too."""
-    from evaluate_reference import spqr
+    from support.evaluate_reference import spqr
     monkeypatch.setattr(tensor, "INT4_VECTOR", False)
     comp, base_ref, corrections = spqr(256, 0.01, CombineOp.ADD)
     assert bits_equal(materialize(comp), ref_overlay(base_ref, corrections, CombineOp.ADD))

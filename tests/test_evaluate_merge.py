@@ -1,4 +1,4 @@
-"""Composite merges against the vectorized NumPy reference (tests/evaluate_reference.py), bit for bit."""
+"""Composite merges against the vectorized NumPy reference (tests/support/evaluate_reference.py), bit for bit."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evaluate_reference import (DTYPES, C, T, bits_equal, coo_tensor, csr_tensor, dense_tensor, grid_partition,
-                                handles, head, member_sections, ref_overlay, ref_partition, spqr)
+from support.evaluate_reference import (DTYPES, C, T, bits_equal, coo_tensor, csr_tensor, dense_tensor, grid_partition,
+                                        handles, head, member_sections, ref_overlay, ref_partition, spqr)
 from hurray_schema.errors import HurraySchemaError, SpecViolation
 from hurray_schema.evaluate import lookup, materialize, read
 from hurray_schema.model import (CombineOp, CompositionRule, ElementType, MemberRole, PerBlockAffine, PerTensorAffine,
@@ -366,7 +366,7 @@ def test_overlay_read_skips_corrections_outside_the_region():
 def test_lookup_in_quantized_members_matches_materialize():
     """lookup computes one element's block parameters without decoding the member."""
     rng = np.random.default_rng(11)
-    from evaluate_reference import block_affine_int4_tensor
+    from support.evaluate_reference import block_affine_int4_tensor
     shape = (6, 40)
     a, ra = block_affine_int4_tensor(6, 24, 16, rng, scale_tag=E.FLOAT16, shard_offset=(0, 0), parent_shape=shape)
     b, rb = block_affine_int4_tensor(6, 16, 8, rng, scale_tag=E.FLOAT16, shard_offset=(0, 24), parent_shape=shape)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evaluate_reference import block_affine_int4_tensor, handles, pack_int4
+from support.evaluate_reference import block_affine_int4_tensor, handles, pack_int4
 from hurray_schema.errors import HurraySchemaError
 from hurray_schema.evaluate import tensor_to_numpy
 from hurray_schema.evaluate.elements import numpy_dtype

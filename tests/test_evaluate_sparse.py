@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evaluate_reference import coo_tensor, csr_tensor, handles
+from support.evaluate_reference import coo_tensor, csr_tensor, handles
 from hurray_schema.errors import HurraySchemaError
 from hurray_schema.evaluate import tensor_to_numpy
 from hurray_schema.model import CscLayout, CsfLayout, CsrLayout, ElementType, TensorDescriptor
@@ -102,7 +102,6 @@ def csf_encode(dense, order):
     values = perm[tuple(coords.T)]
     arrays = [values]
     nnz, rank = coords.shape
-    prev_keys = np.zeros((nnz, 0), np.int64)
     parent_count = 1
     parent_of = np.zeros(nnz, np.int64)
     for level in range(rank):

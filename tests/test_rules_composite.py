@@ -293,7 +293,7 @@ def test_partition_check_matches_brute_force(case):
 def without_fast_paths(monkeypatch):
     """The sweep decides validity and the region search locates faults (as for high rank or
     huge extents): no corner identity, no compressed grid."""
-    from hurray_schema.rules import composite
+    from hurray_schema.rules import composite_geometry as composite
 
     monkeypatch.setattr(composite, "_MAX_CORNER_RANK", 0)
     monkeypatch.setattr(composite, "_GRID_CELLS", 0)

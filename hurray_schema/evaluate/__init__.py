@@ -11,11 +11,14 @@ and, before allocating, refuse an evaluation costing more than ``max_evaluation_
 more than ``EVALUATION_EXPANSION`` times the bytes its input stores (the rule:
 :mod:`.common`; the costs: :mod:`.tensor` and :mod:`.merge` module docstrings).
 
-Modules, lowest first: :mod:`.elements`, :mod:`.simd`, :mod:`.copy`, :mod:`.dense`,
-:mod:`.quant` (kernels), :mod:`.common` (shared helpers and the budget rule),
+Modules, lowest first: :mod:`.elements`, :mod:`.dequantize_simd`, :mod:`.copy`, :mod:`.dense`,
+:mod:`.dequantize` (kernels), :mod:`.common` (shared helpers and the budget rule),
 :mod:`.sparse`, :mod:`.tensor`, :mod:`.tensor_box` (one box of one tensor), :mod:`.merge`,
 :mod:`.region` (:func:`read_box`, the one region read under indexing and Dask),
-:mod:`.indexing` (a NumPy basic index as one box read).
+:mod:`.indexing` (a NumPy basic index as one box read).  Beside them, for the producers:
+:mod:`.quantize` (the quantizers, exact inverses of :mod:`.dequantize`; its work in
+:mod:`.quantize_common`, :mod:`.quantize_affine` with :mod:`.quantize_simd`,
+:mod:`.quantize_nf4_mxfp` and :mod:`.nibble_records`).
 """
 
 from .common import DecodedTypeMismatch, decoded_type

@@ -53,9 +53,9 @@ from .common import (NOT_CHARGED, SPARSE_TAGS, as_bytes, as_evaluated, charge, c
 from .copy import copy_boxes, copy_into
 from .dense import affine_strides, hilbert_index, tiled_offsets
 from . import jit
+from .dequantize import (OUT_BF16, OUT_F16, OUT_F32, PK_CHANNEL, PK_TENSOR, decode_gather, quant_params,
+                         storage_shape)
 from .elements import UnsupportedEvaluation, bf16_add, f16_add, gather_codes, numpy_dtype
-from .quant import (OUT_BF16, OUT_F16, OUT_F32, PK_CHANNEL, PK_TENSOR, decode_gather, quant_params,
-                    storage_shape)
 from .sparse import sparse_entries, sparse_linear
 from .tensor import _check_bounds, decode_cost, decode_into, dense_view, tensor_to_numpy
 from .tensor_box import check_steps, resolved_shape, sparse_box_entries, stepped_extent, tensor_box

@@ -1,11 +1,11 @@
 """Explicit vector code for the per-block 4-bit affine quantizer: 16 elements per step.
 
 Two steps, each a loop over a block of ``count`` elements (``count`` a multiple of
-:data:`LANES`) written as LLVM vector IR (llvmlite), the technique of :mod:`.simd`:
+:data:`LANES`) written as LLVM vector IR (llvmlite), the technique of :mod:`.dequantize_simd`:
 
 * ``block_minmax_*`` -- the block's float32 minimum and maximum (masked elements left out)
   and whether it holds a NaN or an infinity, found on the bits (an exponent of all ones), as
-  :func:`.quantize._minmax` does;
+  :func:`.quantize_common._minmax` does;
 * ``block_codes_*`` -- ``clamp(rint(v / s), lo - z, hi - z) + z`` lane by lane (an IEEE
   ``fdiv``: correctly rounded per lane, no fast-math flag; ``llvm.rint``: ties to even), two
   codes per byte, element ``2k`` in the low nibble (``element-types.md § Sub-Byte Integer

@@ -22,7 +22,7 @@ from .common import (as_bytes, as_evaluated, charge, check_representable, check_
                      tensor_stored_bytes)
 from . import jit
 from .elements import CODE_VIEW_TYPES, UnsupportedEvaluation, gather_codes, numpy_dtype
-from .quant import OUT_BF16, OUT_F16, OUT_F32, decode_gather, param_indices_at, quant_params
+from .dequantize import OUT_BF16, OUT_F16, OUT_F32, decode_gather, param_indices_at, quant_params
 
 __all__ = ["sparse_entries", "sparse_linear", "densify", "linear_indices", "entry_values"]
 

@@ -44,14 +44,13 @@ from ..limits import Limits, resolve_limits
 from ..model import BlockPagedLayout, ElementType, LayoutTag, PerBlockAffine, PerChannelAffine, PerTensorAffine
 from ..structs.element_types import element_type_info, element_type_of
 from .common import (NOT_CHARGED, OFFSET_BYTES, QUANTIZED_DECODE_TYPES, SPARSE_TAGS, as_bytes, as_evaluated, charge,
-                     check_representable, check_shape, decoded_type, element_type, new_array, readonly,
-                     tensor_stored_bytes)
+                     check_representable, check_shape, decoded_type, element_type, new_array, tensor_stored_bytes)
 from . import jit
 from .dense import element_offsets
+from .dequantize import (DECODE_COMPILE_ELEMENTS, NO_PATCH, OUT_BF16, OUT_F16, OUT_F32, PK_BLOCK, PK_CHANNEL,
+                         ROWS_ANY, ROWS_INT4, ROWS_LUT, decode_gather, decode_rows, decode_rows_int4, decode_rows_lut,
+                         decode_rows_numpy, int4_vector_ok, param_indices, quant_params, rows_kernel, storage_shape)
 from .elements import CODE_VIEW_TYPES, UnsupportedEvaluation, gather_codes, numpy_dtype
-from .quant import (DECODE_COMPILE_ELEMENTS, NO_PATCH, OUT_BF16, OUT_F16, OUT_F32, PK_BLOCK, PK_CHANNEL, ROWS_ANY,
-                    ROWS_INT4, ROWS_LUT, decode_gather, decode_rows, decode_rows_int4, decode_rows_lut,
-                    decode_rows_numpy, int4_vector_ok, param_indices, quant_params, rows_kernel, storage_shape)
 from .sparse import densify
 
 __all__ = ["tensor_to_numpy", "dense_view", "zero_copy_view", "requested_dtype", "raw_code_descriptor",
@@ -258,7 +257,7 @@ def decode_into(desc, buffers, out: np.ndarray, seq_lens=None, patch=None) -> bo
 
 
 INT4_VECTOR = True
-"""Decode 4-bit codes with :func:`quant.decode_rows_int4` where it applies (tests switch it off to
+"""Decode 4-bit codes with :func:`.dequantize.decode_rows_int4` where it applies (tests switch it off to
 exercise the table-lookup kernel)."""
 
 _NO_ENTRIES = np.zeros(1, np.int64)
@@ -285,7 +284,7 @@ def _strictly_increasing(lin: np.ndarray) -> bool:
 
 
 def _decode_int4(buf, base, rshape, rstr, p, axis, kind, kout, patch) -> bool:
-    """Run :func:`quant.decode_rows_int4`, fusing ``patch`` when its indices are strictly increasing
+    """Run :func:`.dequantize.decode_rows_int4`, fusing ``patch`` when its indices are strictly increasing
     (storage order of a sorted COO or of CSR rows; entries at distinct indices commute, so another
     order would only need sorting)."""
     lin, vals, combine = _NO_ENTRIES, kout[:1], NO_PATCH

@@ -60,9 +60,9 @@ from . import tensor as tensor_module
 from .common import (OFFSET_BYTES, SPARSE_TAGS, as_bytes, as_evaluated, charge, check_representable, check_shape,
                      decode_target, new_array, tensor_stored_bytes)
 from .dense import affine_strides
+from .dequantize import (OUT_BF16, OUT_F16, OUT_F32, PK_BLOCK, PK_CHANNEL, PK_TENSOR, QuantParams, decode_gather,
+                         decode_rows, decode_rows_lut, int4_vector_ok, param_byte_spans, quant_params, storage_shape)
 from .elements import CODE_VIEW_TYPES, UnsupportedEvaluation, gather_codes, numpy_dtype
-from .quant import (OUT_BF16, OUT_F16, OUT_F32, PK_BLOCK, PK_CHANNEL, PK_TENSOR, QuantParams, decode_gather,
-                    decode_rows, decode_rows_lut, int4_vector_ok, param_byte_spans, quant_params, storage_shape)
 from .sparse import _u64, entry_values, linear_indices, sparse_entries
 from .tensor import (_affine_offsets, _check_bounds, _check_quant_axis, _decode_int4, _element_range, _owned,
                      _precheck_dense, decode_cost, tensor_to_numpy)
@@ -321,7 +321,7 @@ def _kept_of_window(lo, stop, win_lo, steps, window_steps) -> tuple:
 
 
 def _window_selector(shape, win_lo, win_hi, steps=None):
-    """For :func:`.quant.quant_params`: the parameter indices of the window's positions
+    """For :func:`.dequantize.quant_params`: the parameter indices of the window's positions
     ``win_lo[d], win_lo[d] + steps[d], ...`` below ``win_hi[d]``, in the order the kernels index
     those of a tensor of the window's shape (``quantization/per-block-affine.md § Block Layout``:
     ``b = outer * ceil(S / K) + i_axis // K``); the window starts on a block along the block

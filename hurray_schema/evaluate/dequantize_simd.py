@@ -33,7 +33,7 @@ __all__ = ["LANES", "vector_f16", "int4x32", "int4x32_scalar", "STEP_F32", "STEP
 LANES = 32
 """Elements decoded per step (16 packed bytes)."""
 
-STEP_F32, STEP_F16, STEP_BF16 = 0, 1, 2  # same numbering as quant.OUT_F32 / OUT_F16 / OUT_BF16
+STEP_F32, STEP_F16, STEP_BF16 = 0, 1, 2  # same numbering as dequantize.OUT_F32 / OUT_F16 / OUT_BF16
 
 def vector_f16() -> bool:
     """The float16 step is vector code (the host converts float32 -> float16 in hardware)."""
@@ -145,7 +145,7 @@ def _lane(b, high, signed):
 
 OUT = STEP_F32
 """The output a step is compiled for: a compile-time constant of the calling kernel's variant (the same
-name as the decode kernels' ``quant.OUT``, whose numbering the steps share)."""
+name as the decode kernels' ``dequantize.OUT``, whose numbering the steps share)."""
 
 
 @jit.helper

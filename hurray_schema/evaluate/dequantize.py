@@ -30,7 +30,7 @@ from .jit import claim_span, search_left, slot
 from .elements import (UnsupportedEvaluation, bf16_add, bf16_to_f32, codes_at, f16_add, f16_to_f32_fast,
                        f32_to_bf16, f32_to_f16_fast, f32_to_f16_not_nan, load_code, minifloat_table, numpy_dtype,
                        sign_extend)
-from .simd import LANES, int4x32, vector_f16
+from .dequantize_simd import LANES, int4x32, vector_f16
 
 __all__ = ["QuantParams", "quant_params", "param_byte_spans", "decode_rows", "decode_rows_lut", "decode_rows_int4", "decode_gather",
            "OUT_F32", "OUT_F16", "OUT_BF16", "storage_shape", "param_indices", "param_indices_at", "int4_vector_ok",
@@ -600,7 +600,7 @@ def decode_rows_lut(buf, base, shape, strides, valmode, bits, signed, table, sca
 
 
 # ------------------------------------------------------------------------------------
-# 4-bit codes, vector steps (simd.py), with an optional sparse patch fused in
+# 4-bit codes, vector steps (dequantize_simd.py), with an optional sparse patch fused in
 # ------------------------------------------------------------------------------------
 
 NO_PATCH, PATCH_REPLACE, PATCH_ADD = int(CombineOp.NONE), int(CombineOp.REPLACE), int(CombineOp.ADD)
