@@ -177,19 +177,6 @@ def test_inspect_reads_stdin():
 # --------------------------------------------------------------------------------------
 
 
-def _has_audit() -> bool:
-    import importlib
-
-    try:
-        module = importlib.import_module("hurray_schema.audit")
-    except ImportError:
-        return False
-    return hasattr(module, "audit")
-
-
-needs_audit = pytest.mark.skipif(not _has_audit(), reason="hurray_schema.audit.audit is not available yet")
-
-
 def test_audit_clean_descriptor_exits_0(tmp_path):
     path = tmp_path / "t.bin"
     path.write_bytes(ROW_MAJOR_F32_3X4)
@@ -201,7 +188,6 @@ def test_audit_clean_descriptor_exits_0(tmp_path):
     assert data["findings"] == [] and data["summary"]["tensors"] == 1
 
 
-@needs_audit
 def test_audit_bad_magic_is_a_must_finding(tmp_path):
     path = tmp_path / "t.bin"
     path.write_bytes(b"XXXX" + ROW_MAJOR_F32_3X4[4:])
@@ -233,7 +219,6 @@ def test_audit_descriptor_finding_exits_1(tmp_path):
     assert finding["error"] is True and data["exit_code"] == 1
 
 
-@needs_audit
 def test_audit_clean_sample_file_exits_0():
     done = run("audit", SAMPLES / "sample.hrry")
     assert done.returncode == 0, out(done)
@@ -323,7 +308,6 @@ def _check_three_faults(done, as_json, at):
     return reserved[0]
 
 
-@needs_audit
 def test_audit_stream_lists_torn_composite_partition_gap_and_reserved_byte(tmp_path):
     data, at = _bad_stream()
     path = tmp_path / "bad.stream"
@@ -332,14 +316,12 @@ def test_audit_stream_lists_torn_composite_partition_gap_and_reserved_byte(tmp_p
     assert reserved["group"] == "tensor 3"  # the fourth tensor of the stream: bias
 
 
-@needs_audit
 def test_audit_file_lists_torn_composite_partition_gap_and_reserved_byte(tmp_path):
     path, at = _bad_file(tmp_path)
     reserved = _check_three_faults(run("audit", path), run("audit", "--json", path), at)
     assert reserved["group"] == "tensor 'bias'"
 
 
-@needs_audit
 def test_audit_permissive_flag_and_stdin(tmp_path):
     data, _ = _bad_stream()
     path = tmp_path / "bad.stream"
@@ -360,17 +342,6 @@ def test_audit_permissive_flag_and_stdin(tmp_path):
 # --------------------------------------------------------------------------------------
 
 
-def _can_materialize() -> bool:
-    import importlib
-
-    try:
-        module = importlib.import_module("hurray_schema.evaluate")
-    except ImportError:
-        return False
-    return hasattr(module, "materialize")
-
-
-@pytest.mark.skipif(not _can_materialize(), reason="hurray_schema.evaluate.materialize is not available yet")
 def test_merge_writes_the_logical_array(tmp_path):
     target = tmp_path / "weights.npy"
     done = run("merge", SAMPLES / "sample.hrry", "weights", "-o", target)
@@ -381,7 +352,6 @@ def test_merge_writes_the_logical_array(tmp_path):
     np.testing.assert_array_equal(np.load(bias), np.linspace(-1.0, 1.0, 6, dtype=np.float32))
 
 
-@pytest.mark.skipif(not _can_materialize(), reason="hurray_schema.evaluate.materialize is not available yet")
 def test_merge_a_member_and_refuse_a_group(tmp_path):
     from hurray_schema.io.file import write_file
     from hurray_schema.io.tensor import Composite, Tensor
@@ -469,7 +439,6 @@ def test_inspect_message_stream(tmp_path):
     assert "descriptor @12-64" in text and "total_data_bytes" in text and "= 12" in text
 
 
-@needs_audit
 def test_audit_says_which_kind_it_assumed_and_why(tmp_path):
     """A .hrry file whose magic is damaged (file-format.md § File Header: "HRRYFILE" at 0)
     is audited as a file because of its extension, and the output says so; the same bytes
@@ -496,7 +465,6 @@ def test_audit_says_which_kind_it_assumed_and_why(tmp_path):
     assert missing["exit_code"] == 2 and missing["kind_source"] is None and missing["kind_reason"] is None
 
 
-@needs_audit
 def test_audit_message_stream(tmp_path):
     from hurray_schema.io.stream import write_stream
     from hurray_schema.io.tensor import Composite, Tensor

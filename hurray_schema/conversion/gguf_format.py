@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import HurraySchemaError
-from ..io.kv import UInt64
+from ..io.walk.kv import UInt64
 from ..model import ElementType
 from .gguf_blocks import BLOCK_MAPPINGS, OFFSET_TYPES
 from .source import NoExactForm, SourceTensor
@@ -120,7 +120,7 @@ def _source_tensor(gguf, tensor) -> SourceTensor:
 def _per_block(gguf, tensor, kind: str, shape):
     """(the per-block affine tensor of a GGUF block type, whether its buffers are made from the input's
     map as the file is written)."""
-    from ..io.produce import per_block_from_codes, per_block_from_packed, per_block_produced
+    from ..builders import per_block_from_codes, per_block_from_packed, per_block_produced
 
     mapping = BLOCK_MAPPINGS.get(kind)
     if mapping is None:

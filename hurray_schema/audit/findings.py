@@ -1,59 +1,48 @@
-"""Audit: run every applicable rule and list every finding instead of stopping at the first.
+"""The findings of an audit: every applicable rule run on an input of a known kind, every
+finding kept instead of stopping at the first.
 
-:func:`audit` takes bytes (or a path) and sniffs what they are:
-
-* a **descriptor** (starts with ``"HRRY"`` and is exactly ``descriptor_length`` long):
-  the structural decode, then every semantic rule of
+* a **descriptor**: the structural decode, then every semantic rule of
   :mod:`hurray_schema.rules.descriptor` (and the composite-head rules for a head);
-* a **bare stream** (``"HRRY"`` followed by more bytes: ``descriptor ‖ buffers ‖ …``):
-  every descriptor as above, offsets from the start of the stream, then the composites
-  bound pre-order and validated per member and at close
-  (:func:`hurray_schema.rules.composite.validate_preorder`, collecting);
-* a **message stream** (interchange message framing): every descriptor of its
+* a **bare stream** (``descriptor ‖ buffers ‖ …``): every descriptor as above, offsets from
+  the start of the stream, then the composites bound pre-order and validated per member and
+  at close (:func:`hurray_schema.rules.composite.validate_preorder`, collecting);
+* a **message stream** (``interchange.md`` message framing): every descriptor of its
   TENSOR_DESCRIPTOR messages and the composites they bind, then the framing rules as
-  :func:`hurray_schema.io.read_stream` sees them;
-* a **file** (``"HRRYFILE"``): the container rules of :func:`hurray_schema.io.read_file`;
-  when the reader stops at a fault, every descriptor of the tensor region (located
-  through the index, or by walking the region) is audited as in a stream and the
-  composites are bound in descriptor order, so one report lists every fault.
+  :func:`hurray_schema.io.read_stream` sees them (a recorded session direction: the checks its
+  receiver ran live, :func:`hurray_schema.net.checker.check_recorded`);
+* a **file** (``file-format.md``): the container rules of :func:`hurray_schema.io.read_file`;
+  when the reader stops at a fault, every descriptor of the tensor region (located through
+  the index, or by walking the region) is audited as in a stream and the composites are
+  bound in descriptor order, so one report lists every fault.
 
-When the first bytes name no kind (a damaged magic, an invalid or cut first message
-header), a path's extension decides (``.hrry`` a file; the conformance corpus' ``.msgs``,
-``.stream``, ``.desc``), else the input is read as a bare stream
-(:func:`hurray_schema.io.walk.choose_kind`): the fault is then named by the rule of the
-kind the input claims to be (``file.header.magic``, not ``descriptor.magic``).
-
-Close-time composite findings (a partition gap or overlap, a torn composite) are located
-at the composite's head descriptor.
-
-Every kind is read through its located walk (:mod:`hurray_schema.io.walk`, fault policy
-``COLLECT``; the file reader's own pass uses ``RAISE``) over a memory map of the input:
-nothing is read whole into memory and no temporary file is written.  A structural fault
-(truncation, bad magic, ...) ends the walk: nothing after it can be located.  ``mode`` decides which findings are tolerated (``Finding.tolerated``), so
-``Report.ok`` is the verdict a reader in that mode would reach.
+Close-time composite findings (a partition gap or overlap, a torn composite) are located at
+the composite's head descriptor.  Every kind is read through its located walk
+(:mod:`hurray_schema.io.walk`, fault policy ``COLLECT``; the file reader's own pass uses
+``RAISE``): a structural fault (truncation, bad magic, ...) ends the walk, since nothing after
+it can be located.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 from typing import Iterable
 
-from .errors import HurraySchemaError, LimitExceeded, SpecViolation
-from .rules.composite import validate_preorder  # first: the rule registry lists rules in import order
-from .rules.engine import Finding, Level, Mode, Report, as_mode
-from .io.file import HurrayFile
-from .net.checker import check_recorded, other_direction, recorded_locally, recorded_side_of
-from .io.stream import read_stream
-from .io.walk import (
-    DESCRIPTOR, FAULT, Faults, Part, Window, choose_kind, collect_descriptor, memory_input, strict_describer,
+from ..errors import HurraySchemaError, LimitExceeded, SpecViolation
+from ..rules.composite import validate_preorder  # first: the rule registry lists rules in import order
+from ..rules.engine import Finding, Level, Mode, as_mode
+from ..io.file import HurrayFile
+from ..net.checker import check_recorded, other_direction, recorded_locally, recorded_side_of
+from ..io.stream import read_stream
+from ..io.walk import (
+    DESCRIPTOR, FAULT, Faults, Part, Window, collect_descriptor, strict_describer,
     violation_finding, walk_bare, walk_descriptor, walk_file, walk_messages,
 )
-from .rules import interop
-from .codec import peek_descriptor_length
-from .structs.descriptor import FIXED_HEADER_SIZE
+from ..rules import interop
+from ..codec import peek_descriptor_length
+from ..structs.descriptor import FIXED_HEADER_SIZE
 
-__all__ = ["audit", "audit_descriptor", "input_name"]
+__all__ = ["KINDS", "find", "audit_descriptor", "input_name"]
+
 
 def _limit_finding(exc: LimitExceeded) -> Finding:
     return Finding(f"limit.{exc.limit}", Level.MUST, "hurray_schema limits (not a spec rule)", str(exc),
@@ -70,28 +59,16 @@ def audit_descriptor(data, *, mode="strict", base: int = 0):
 KINDS = ("descriptor", "stream", "messages", "file")
 
 
-def audit(source, *, mode="strict", kind: str = "auto", progress=None) -> Report:
-    """Every finding of every applicable rule on ``source`` (bytes or a path), each with its byte offset.
-
-    ``kind`` is one of :data:`KINDS` or ``"auto"``: sniffed from the first bytes, and when they
-    name no kind (a damaged magic, an invalid or cut first message header) decided by a path's
-    extension (``.hrry``, ``.msgs``, ``.stream``, ``.desc``), else read as a bare stream
-    (:func:`hurray_schema.io.walk.choose_kind`).  ``progress``, when given, is called with the
-    number of bytes audited so far.  A path is memory-mapped: only the bytes a rule looks at
-    are read.
-    """
-    mode = as_mode(mode)
-    if not isinstance(source, (bytes, bytearray, memoryview, mmap.mmap, str, os.PathLike)) \
-            and not hasattr(source, "read"):
-        raise TypeError(f"audit() takes bytes or a path, not {type(source).__name__}")
-    with memory_input(source) as data:
-        if kind == "auto":
-            kind = choose_kind(data, input_name(source)).kind
-        if kind == "file":
-            return _audit_file(data, mode)
-        if kind == "messages":
-            return _audit_messages(data, mode, input_name(source))
-        return _audit_stream(data, mode, progress, lone=kind == "descriptor")
+def find(data, mode: Mode, kind: str, name=None, progress=None) -> tuple[Finding, ...]:
+    """Every finding on ``data`` read as ``kind`` (one of :data:`KINDS`; anything else is read as a
+    bare stream), in byte order.  ``name``, the path the bytes came from, finds the other
+    direction of a recorded session beside a message stream; ``progress`` is called with the
+    bytes audited so far (bare streams and descriptors)."""
+    if kind == "file":
+        return _audit_file(data, mode)
+    if kind == "messages":
+        return _audit_messages(data, mode, name)
+    return _audit_stream(data, mode, progress, lone=kind == "descriptor")
 
 
 def input_name(source):
@@ -107,7 +84,7 @@ def _collect(mode: Mode):
     return lambda buf, base, depth: collect_descriptor(buf, base, depth, mode)
 
 
-def _audit_stream(data, mode: Mode, progress=None, lone: bool = False) -> Report:
+def _audit_stream(data, mode: Mode, progress=None, lone: bool = False) -> tuple[Finding, ...]:
     """A bare stream, or (``lone``) a descriptor: the input is that descriptor (no buffers
     follow it; an empty or short input is ``descriptor.truncated``), or, when more bytes
     follow it, the first tensor of a bare stream."""
@@ -124,7 +101,7 @@ def _audit_stream(data, mode: Mode, progress=None, lone: bool = False) -> Report
             findings += interop.stream_tensor_findings(desc, data, data_offset)
     if any(d.is_composite_head for d in descs):
         findings.extend(validate_preorder(descs, mode=mode, collect=True, bases=bases, check_heads=False))
-    return Report(tuple(findings))
+    return tuple(findings)
 
 
 def _descriptors(parts: Iterable[Part], findings: list) -> tuple[list, list]:
@@ -144,7 +121,7 @@ def _descriptors(parts: Iterable[Part], findings: list) -> tuple[list, list]:
     return descs, bases
 
 
-def _audit_file(data, mode: Mode) -> Report:
+def _audit_file(data, mode: Mode) -> tuple[Finding, ...]:
     """The container rules as the file reader checks them (up to its first fault); after a
     fault, every tensor the file locates is audited and the composites bound in descriptor
     order, so one report lists every fault."""
@@ -171,7 +148,7 @@ def _audit_file(data, mode: Mode) -> Report:
         if descs:
             located += validate_preorder(descs, mode=mode, collect=True, bases=bases, check_heads=False)
         findings += _dedup(findings, located)
-    return Report(tuple(findings))
+    return tuple(findings)
 
 
 def _stream_framing(data, mode: Mode) -> list[Finding]:
@@ -209,7 +186,7 @@ def _session_framing(parts: list, data, side, mode: Mode, name=None) -> list[Fin
     return findings
 
 
-def _audit_messages(data, mode: Mode, name=None) -> Report:
+def _audit_messages(data, mode: Mode, name=None) -> tuple[Finding, ...]:
     """A message stream: every descriptor of its TENSOR_DESCRIPTOR messages and the composites
     they bind, and the framing as the stream reader sees it (up to its first fault), in
     byte order."""
@@ -223,7 +200,7 @@ def _audit_messages(data, mode: Mode, name=None) -> Report:
     # descriptor and composite rules are reported above; keep the stream's own framing rules
     framing = [f for f in framing if f.rule_id.startswith(("stream.", "session.", "limit.max_message_bytes"))
                and "composite" not in f.rule_id]
-    return Report(tuple(_merged(found, _dedup(found, framing))))
+    return tuple(_merged(found, _dedup(found, framing)))
 
 
 def _merged(found: list[Finding], framing: list[Finding]) -> list[Finding]:

@@ -1,0 +1,75 @@
+"""``hurray-schema convert SOURCE DESTINATION``: safetensors or GGUF into Hurray, Hurray into
+safetensors, by :func:`hurray_schema.conversion.convert`, whose report is printed (``--json``: as
+its JSON object, schema ``hurray-schema/convert/1``)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from typing import Optional
+
+import click
+
+from ..errors import HurraySchemaError
+from .common import Bytes, fail, progress_threshold
+
+
+@click.command()
+@click.argument("source", type=click.Path(dir_okay=False, exists=True))
+@click.argument("destination", type=click.Path(dir_okay=False))
+@click.option("--to", "to", type=click.Choice(["hurray", "safetensors"]), default=None,
+              help="Output format (default: from DESTINATION's extension, .safetensors or else Hurray).")
+@click.option("--dequantize", is_flag=True,
+              help="Store GGUF tensors that have no exact Hurray form (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K, IQ2/IQ3/IQ1 "
+                   "...) decoded, as float32 (exact).")
+@click.option("--requantize", metavar="SCHEME[:storage]", default=None,
+              help="Quantize those tensors again instead (per_block, per_channel, per_tensor, nf4, mxfp).")
+@click.option("--quantize", metavar="SCHEME[:storage]", default=None,
+              help="Quantize 2-D float weights on the way in (embeddings, norms and biases kept unless --select).")
+@click.option("--spqr", type=float, default=None, metavar="OUTLIERS",
+              help="SpQR overlay (4-bit base, this fraction of outliers) of 2-D float weights on the way in.")
+@click.option("--partition", metavar="GRID", default=None,
+              help="Split those weights into a grid of members, e.g. 2x2 (each quantized / SpQR'd if asked).")
+@click.option("--select", "select", multiple=True, metavar="GLOB",
+              help="Tensors --quantize / --spqr / --partition apply to (repeatable; default: 2-D float weights).")
+@click.option("--verify", is_flag=True, help="Decode every output tensor and measure it against the input's values.")
+@click.option("--memory", "memory", type=Bytes(), default=None,
+              help="Converted bytes held in memory before the rest waits in a temporary file (default 1G).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+def convert(source: str, destination: str, to: Optional[str], dequantize: bool, requantize: Optional[str],
+            quantize: Optional[str], spqr: Optional[float], partition: Optional[str], select: tuple,
+            verify: bool, memory: Optional[int], as_json: bool) -> None:
+    """Convert SOURCE (safetensors, GGUF or Hurray) into DESTINATION (Hurray, or safetensors from Hurray).
+
+    Prints a report per tensor: name, type in and out, bytes in and out, max absolute error and
+    relative Frobenius error of the decoded values against the input's.  DESTINATION is replaced
+    only once complete; on error nothing is written (exit code 2)."""
+    from ..conversion import DEFAULT_MEMORY, convert as run
+
+    with _convert_progress(source) as progress:
+        try:
+            report = run(source, destination, to=to, dequantize=dequantize, requantize=requantize,
+                         quantize=quantize, spqr=spqr, partition=partition, select=select, verify=verify,
+                         memory=DEFAULT_MEMORY if memory is None else memory, progress=progress)
+        except (HurraySchemaError, OSError) as exc:
+            fail(f"{source}: {exc}" if str(source) not in str(exc) else str(exc))
+    click.echo(json.dumps(report.to_json(), indent=2) if as_json else report.text())
+
+
+@contextlib.contextmanager
+def _convert_progress(source: str):
+    """A progress callback drawing click's bar on stderr for a large input on a terminal, else None."""
+    if os.path.getsize(source) < progress_threshold() or not sys.stderr.isatty():
+        yield None
+        return
+    with click.progressbar(length=os.path.getsize(source), label="converting", file=sys.stderr) as bar:
+        state = {"done": 0}
+
+        def advance(done: int, total: int) -> None:
+            bar.length = max(total, 1)
+            bar.update(done - state["done"])
+            state["done"] = done
+
+        yield advance

@@ -1,0 +1,45 @@
+"""``hurray-schema rules``: the rule registry (:func:`hurray_schema.rules.engine.registry`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+from typing import Optional
+
+import click
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the registry as a JSON list.")
+@click.option("--scope", default=None, help="Only rules of this scope (descriptor, composite.head, file, ...).")
+def rules(as_json: bool, scope: Optional[str]) -> None:
+    """The rule registry: id, level, citation and summary of every rule."""
+    from ..rules.engine import registry
+
+    chosen = [r for r in registry() if scope is None or r.scope == scope]
+    if as_json:
+        click.echo(json.dumps([
+            {"id": r.id, "level": r.level.value, "citation": r.citation, "summary": r.summary,
+             "scope": r.scope, "permissive": r.permissive}
+            for r in chosen
+        ], indent=2, ensure_ascii=False))
+        return
+    idw = max([len(r.id) for r in chosen] + [4])
+    levw = max([len(r.level.value) for r in chosen] + [5])
+    width = max(60, _terminal_width())
+    click.echo(f"{'RULE':<{idw}}  {'LEVEL':<{levw}}  CITATION")
+    indent = " " * (idw + levw + 4)
+    for r in chosen:
+        click.echo(f"{r.id:<{idw}}  {r.level.value:<{levw}}  {r.citation}")
+        for line in textwrap.wrap(r.summary, width=max(30, width - len(indent))):
+            click.echo(indent + line)
+    click.echo(f"{len(chosen)} rules")
+
+
+def _terminal_width() -> int:
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns
+    except OSError:
+        return 100

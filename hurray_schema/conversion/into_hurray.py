@@ -1,0 +1,132 @@
+"""safetensors or GGUF into Hurray: each input tensor converted on its own (stored as it is,
+re-packed, dequantized, requantized, quantized, SpQR'd or partitioned as the options say),
+measured, kept for the writer (:class:`~.spill.Spill`), then the file written once, replacing
+``dst`` only after every descriptor passed the strict rules (:func:`hurray_schema.write_file`)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..errors import HurraySchemaError
+from .measure import decoded, describe, stored_bytes, value_errors
+from .options import ConvertOptions, selected
+from .report import ConvertReport, TensorReport
+from .source import NoExactForm, SourceTensor
+from .spill import Spill
+
+__all__ = ["into_hurray"]
+
+
+def into_hurray(src: str, dst: str, source_format: str, options: ConvertOptions, memory: int,
+                progress) -> ConvertReport:
+    """Convert the safetensors or GGUF file ``src`` into the Hurray file ``dst``; converted
+    buffers beyond ``memory`` bytes wait in a temporary file; ``progress(done, total)`` after
+    each tensor, in input bytes."""
+    from ..io import write_file
+
+    metadata, sources, keep_open = _read_source(src, source_format)
+    total = sum(s.bytes_in for s in sources)
+    spill = Spill(os.path.dirname(os.path.realpath(dst)), int(memory))
+    items: dict = {}
+    rows = []
+    done = 0
+    try:
+        for source in sources:
+            item, row, backed = _convert_tensor(source, options)
+            items[source.name] = item if backed else spill.keep(item)
+            rows.append(row)
+            done += source.bytes_in
+            if progress is not None:
+                progress(done, total)
+        write_file(dst, items, kv=metadata or None)
+    finally:
+        items.clear()
+        spill.close()
+        del keep_open
+    return ConvertReport(src, dst, source_format, "hurray", tuple(rows))
+
+
+def _read_source(src: str, source_format: str):
+    if source_format == "gguf":
+        from .gguf_format import read_gguf
+
+        return read_gguf(src)
+    from .safetensors_format import read_safetensors
+
+    return read_safetensors(src)
+
+
+def _convert_tensor(source: SourceTensor, options: ConvertOptions):
+    """(the Hurray item, its report row, whether its buffers are views of the input's map) of one
+    input tensor."""
+    note = ""
+    reference = None
+    backed = False
+    if options.transforms and selected(source, options):
+        reference = source.values()
+        item = _transformed(reference, options)
+        exact = False
+    else:
+        try:
+            item, backed = source.build()
+            exact = True
+        except NoExactForm as exc:
+            if options.dequantize:
+                reference = source.values()
+                from ..io import Tensor
+
+                item = Tensor.from_numpy(np.ascontiguousarray(reference, np.float32))
+                exact, note = True, f"{exc}: stored decoded (float32)"
+            elif options.requantize is not None:
+                reference = source.values()
+                item = _quantized(reference, options.requantize)
+                exact, note = False, f"{exc}: requantized"
+            else:
+                raise NoExactForm(f"{exc}; pass dequantize (--dequantize: float32, exact) or requantize "
+                                  "(--requantize SCHEME)") from None
+    measured = not exact or options.verify
+    max_abs = rel = 0.0
+    if measured:
+        if reference is None:
+            reference = source.values()
+        max_abs, rel = value_errors(reference, decoded(item))
+    row = TensorReport(source.name, source.type_in, describe(item), source.bytes_in, stored_bytes(item),
+                       max_abs, rel, exact, measured, note)
+    return item, row, backed
+
+
+def _quantized(array: np.ndarray, scheme: tuple):
+    from ..builders import quantize
+
+    name, storage = scheme
+    values = array if array.dtype in (np.float16, np.float32) or array.dtype.name == "bfloat16" \
+        else array.astype(np.float32)
+    return quantize(values, name, storage=storage)
+
+
+def _transformed(array: np.ndarray, options: ConvertOptions):
+    """``array`` quantized, SpQR'd and / or partitioned as the options say."""
+    from ..io import Composite, Tensor
+    from ..builders import spqr
+
+    def member(piece):
+        if options.spqr is not None:
+            return spqr(piece, outliers=options.spqr, block_size=_spqr_block(piece.shape[-1]))
+        if options.quantize is not None:
+            return _quantized(piece, options.quantize)
+        return Tensor.from_numpy(piece)
+
+    if options.partition is None:
+        return member(np.ascontiguousarray(array))
+    grid = options.partition + (1,) * (array.ndim - len(options.partition))
+    if len(grid) != array.ndim:
+        raise HurraySchemaError(f"partition {'x'.join(map(str, options.partition))} has more dimensions than "
+                                f"the tensor's {array.ndim}")
+    return Composite.partition(array, grid=grid, member=member)
+
+
+def _spqr_block(length: int) -> int:
+    """SpQR's block along the last axis: 64, or the largest power of two within a shorter axis."""
+    return 64 if length >= 64 else max(2, 1 << (max(length, 2).bit_length() - 1))
