@@ -6,7 +6,7 @@ For each case it prints the median wall time of
 
 * ``copy``  -- one ``np.copyto`` of an output-sized array into a preallocated output
   (the memory-bandwidth floor),
-* ``numpy`` -- the vectorized NumPy reference (``tests/evaluate_reference.py``: unpack,
+* ``numpy`` -- the vectorized NumPy reference (``tests/support/evaluate_reference.py``: unpack,
   dequantize, overlay / assemble with whole-array operations),
 * ``numba`` -- ``hurray_schema.evaluate.materialize`` (allocates its output),
 
@@ -28,16 +28,15 @@ os.environ.setdefault("HURRAY_SCHEMA_COMPILE", "eager")  # the kernels' speed is
 # first use (NumPy would stand in for one while a process has not given it enough work)
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))  # the checkout, and tests.support beside it
 
 import numpy as np  # noqa: E402
 
-from evaluate_reference import (band_partition, bits_equal, grid_partition, ref_block_affine, ref_overlay,  # noqa: E402
-                                ref_partition, ref_unpack_int4, spqr)
 from hurray_schema.evaluate import materialize  # noqa: E402
 from hurray_schema.model import CombineOp  # noqa: E402
 from support import median_time  # noqa: E402
+from tests.support.evaluate_reference import (band_partition, bits_equal, grid_partition,  # noqa: E402
+                                              ref_block_affine, ref_overlay, ref_partition, ref_unpack_int4, spqr)
 
 
 def numpy_spqr(comp, combine):

@@ -34,13 +34,12 @@ from pathlib import Path
 os.environ.setdefault("HURRAY_SCHEMA_COMPILE", "eager")  # the kernels' speed is measured: each compiles at its
 # first use (NumPy would stand in for one while a process has not given it enough work)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, and tests.support beside it
 
 import numpy as np  # noqa: E402
 
 import hurray_schema as hs  # noqa: E402
-from remote_servers import Nginx  # noqa: E402
+from tests.support.remote_servers import Nginx  # noqa: E402
 
 
 def served(nginx: Nginx, name: str) -> tuple[int, int]:

@@ -1,8 +1,8 @@
 """Seed inputs: valid descriptors, streams and files to be damaged by the fuzzers.
 
 Descriptors come from this project's own encoder; streams and files from this
-project's writers (``write_stream`` / ``write_file``, when this build has them) and from
-the reference implementation ``pyhurray`` (when installed), so each reader is also fed
+project's writers (``write_stream`` / ``write_file``) and from the reference implementation
+``pyhurray`` (when installed: an optional third-party package), so each reader is also fed
 the other side's output.  Where ``../shared/conformance`` is present its descriptor and
 file vectors are added too.
 """
@@ -61,25 +61,18 @@ def seed_inputs() -> list[bytes]:
 
 
 def _our_io():
-    """This build's Tensor / Composite / writers, or None while the io package lacks them."""
-    try:
-        from hurray_schema.io.stream import write_stream
-        from hurray_schema.io.tensor import Composite, Tensor
-    except ImportError:
-        return None
-    try:
-        from hurray_schema.io.file import write_file
-    except ImportError:
-        write_file = None
+    """This project's Tensor / Composite and writers (imported when a seed is built; a missing
+    name is an ImportError, never a silently smaller corpus)."""
+    from hurray_schema.io.file import write_file
+    from hurray_schema.io.stream import write_stream
+    from hurray_schema.io.tensor import Composite, Tensor
+
     return Tensor, Composite, write_stream, write_file
 
 
 def our_items():
-    """Tensors and composites built with this project's objects (None if unavailable)."""
-    io_ = _our_io()
-    if io_ is None:
-        return None
-    Tensor, Composite = io_[0], io_[1]
+    """Tensors and composites built with this project's objects."""
+    Tensor, Composite = _our_io()[:2]
     f32 = 0x03
     t = Tensor.dense(f32, (4,), bytes(range(16)))
     empty = Tensor.dense(f32, (0, 4))
@@ -125,12 +118,10 @@ def _pyhurray_items():
 def seed_streams(framing: str = "bare") -> list[bytes]:
     """Valid streams in ``framing`` ("bare" or "messages")."""
     seeds: list[bytes] = []
-    io_, items = _our_io(), our_items()
-    if io_ is not None:
-        write_stream = io_[2]
-        seeds += [write_stream(None, [item], framing=framing) for item in items]
-        seeds.append(write_stream(None, items[:4], framing=framing))
-        seeds.append(write_stream(None, [items[4], items[0], items[6]], framing=framing))
+    write_stream, items = _our_io()[2], our_items()
+    seeds += [write_stream(None, [item], framing=framing) for item in items]
+    seeds.append(write_stream(None, items[:4], framing=framing))
+    seeds.append(write_stream(None, [items[4], items[0], items[6]], framing=framing))
     ref = _pyhurray_items() if framing == "bare" else None
     if ref is not None:
         hurray, named = ref
@@ -150,15 +141,13 @@ def seed_files(directory: Path) -> list[bytes]:
     """Valid ``.hrry`` files (as bytes); ``directory`` is scratch space for the writers."""
     directory = Path(directory)
     seeds: list[bytes] = []
-    io_, items = _our_io(), our_items()
-    if io_ is not None and io_[3] is not None:
-        write_file = io_[3]
-        for i, (chosen, kv, sort) in enumerate((
-            (items[:1], None, False), (items[:4], KV, True), (items[4:], {"k": "v"}, False), ([], None, False),
-        )):
-            path = directory / f"ours{i}.hrry"
-            write_file(path, {f"x{j}": item for j, item in enumerate(chosen)}, kv=kv, sorted_index=sort)
-            seeds.append(path.read_bytes())
+    write_file, items = _our_io()[3], our_items()
+    for i, (chosen, kv, sort) in enumerate((
+        (items[:1], None, False), (items[:4], KV, True), (items[4:], {"k": "v"}, False), ([], None, False),
+    )):
+        path = directory / f"ours{i}.hrry"
+        write_file(path, {f"x{j}": item for j, item in enumerate(chosen)}, kv=kv, sorted_index=sort)
+        seeds.append(path.read_bytes())
     ref = _pyhurray_items()
     if ref is not None:
         hurray, named = ref

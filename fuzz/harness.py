@@ -7,7 +7,8 @@ The invariant checked on every input: the entry point returns a value or raises 
 ``HurraySchemaError`` subclass -- any other exception is a finding (atheris stops and
 writes the crashing input) -- and the traced peak allocation (``tracemalloc``, every
 ``TRACE_EVERY``-th input) stays below 1 MiB plus a few times the input's size.
-Entry points that are not present in this build are reported and skipped.
+An entry point missing from this build stops the harness with the name and module it looked
+for (``targets.entry_point``).
 
 What each entry point gets:
 
@@ -128,8 +129,9 @@ def _import_everything() -> None:
             continue
         try:
             importlib.import_module(info.name)
-        except Exception:  # an optional module (e.g. CLI extras) may not import here
-            pass
+        except ImportError as exc:  # a module of an extra whose third-party package is not installed
+            if (exc.name or "").split(".")[0] == hs.__name__:
+                raise  # one of our own modules or names is missing: never silently left out
 
 
 def main(argv: list[str]) -> None:
@@ -137,8 +139,7 @@ def main(argv: list[str]) -> None:
 
     name = argv[1]
     target = ENTRY_POINTS[name]
-    if targets.entry_point(name) is None:
-        raise SystemExit(f"{name} is not available in this build")
+    targets.entry_point(name)  # MissingEntryPoint, naming the module, if this build lacks it
     _import_everything()
     atheris.instrument_all()  # coverage feedback over everything imported so far
     atheris.Setup([argv[0], *argv[2:]], checked(target))

@@ -2,9 +2,10 @@
 
 Shared by the atheris harness (``fuzz/harness.py``) and the test-suite fuzz
 (``tests/test_fuzz_mutations.py``).  An entry point is looked up on the package first
-(``hurray_schema.read_stream``) and then in the module that defines it, so the fuzzers
-work before the public re-export exists; :func:`entry_point` returns ``None`` when this
-build has neither.
+(``hurray_schema.read_stream``) and then in the module that defines it (:data:`_HOMES`);
+:func:`entry_point` raises :class:`MissingEntryPoint`, naming both, when this build has
+neither: a renamed or moved entry point stops the fuzzers loudly rather than turning them off
+(``tests/test_fuzz_entry_points.py`` checks that every one resolves).
 
 Each ``run_*`` function drives the input to the end -- every item of a stream, every
 tensor, buffer, KV value and index entry of a file, every finding of an audit -- so a
@@ -36,17 +37,30 @@ _HOMES = {
     "read_file": "hurray_schema.io.file",
     "audit": "hurray_schema.audit",
 }
+"""Each fuzzed entry point and the module that defines it."""
 
 
-def entry_point(name: str) -> Optional[Callable]:
-    """``hurray_schema.<name>``, or the same function from its home module, or None."""
+class MissingEntryPoint(LookupError):
+    """An entry point of :data:`_HOMES` is neither on the package nor in its home module."""
+
+
+def entry_point(name: str) -> Callable:
+    """``hurray_schema.<name>``, or the same function from its home module (:data:`_HOMES`);
+    :class:`MissingEntryPoint` naming both when neither has it (an unknown ``name`` is a ``KeyError``)."""
     fn = getattr(hs, name, None)
     if callable(fn):
         return fn  # (a submodule of the same name, e.g. hurray_schema.audit, is not it)
+    home = _HOMES[name]
     try:
-        return getattr(importlib.import_module(_HOMES[name]), name, None)
-    except ImportError:
-        return None
+        module = importlib.import_module(home)
+    except ImportError as exc:
+        raise MissingEntryPoint(f"fuzz entry point {name!r}: hurray_schema.{name} is not callable and its home "
+                                f"module {home} does not import ({exc}); update fuzz/targets.py _HOMES") from exc
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise MissingEntryPoint(f"fuzz entry point {name!r}: neither hurray_schema.{name} nor {home}.{name} "
+                                f"exists; update fuzz/targets.py _HOMES")
+    return fn
 
 
 def _touch(item) -> None:
@@ -130,12 +144,11 @@ def run_decode_descriptor(data: bytes, mode: str = "strict", **kw):
 
 
 def _check_general(data: bytes, mode: str, kw: dict, outcome: tuple) -> None:
-    try:
-        from hurray_schema.codec import _parse_general, check_semantics
-        from hurray_schema.limits import resolve_limits
-        from hurray_schema.rules.engine import as_mode
-    except ImportError:  # a build from before the compiled path
-        return
+    """The general decoder's outcome on ``data`` is ``outcome`` (the compiled path's)."""
+    from hurray_schema.codec import _parse_general, check_semantics
+    from hurray_schema.limits import resolve_limits
+    from hurray_schema.rules.engine import as_mode
+
     try:
         desc, _ = _parse_general(memoryview(data).cast("B"), as_mode(mode), 0, resolve_limits(kw.get("limits")))
         want = ("ok", check_semantics(desc, mode))

@@ -28,7 +28,7 @@ each); tests/test_kernel_cache.py links and loads one."""
 
 def pytest_addoption(parser):
     parser.addoption("--thorough", action="store_true",
-                     help="run the slow property runs and mutation sweeps at full size (tests/sizes.py)")
+                     help="run the slow property runs and mutation sweeps at full size (tests/support/sizes.py)")
 
 
 def pytest_configure(config):
@@ -40,7 +40,7 @@ def pytest_configure(config):
     """
     thorough = config.getoption("--thorough")
     if thorough:
-        os.environ["HURRAY_THOROUGH"] = "1"  # read by tests/sizes.py when the test modules are imported
+        os.environ["HURRAY_THOROUGH"] = "1"  # read by tests/support/sizes.py when the test modules are imported
     if config.getoption("hypothesis_profile", None) is None:  # an explicit --hypothesis-profile wins
         settings.load_profile("exploring" if thorough else "repeatable")
 
@@ -72,7 +72,7 @@ def nginx():
     """nginx (the Debian package .ci/run installs) serving a temporary folder on 127.0.0.1."""
     import shutil
 
-    from remote_servers import Nginx
+    from support.remote_servers import Nginx
 
     binary = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.path.exists(p)), None)
     if binary is None:
@@ -85,7 +85,7 @@ def nginx():
 @pytest.fixture(scope="session")
 def moto_s3():
     """moto's S3 in server mode on 127.0.0.1, counting the ranged GETs it answers."""
-    from remote_servers import CountingMoto
+    from support.remote_servers import CountingMoto
 
     server = CountingMoto()
     yield server
@@ -95,7 +95,7 @@ def moto_s3():
 @pytest.fixture
 def fault_server():
     """A small HTTP server of ours on 127.0.0.1 that misbehaves as a test asks."""
-    from remote_servers import FaultServer
+    from support.remote_servers import FaultServer
 
     server = FaultServer()
     yield server

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 import hurray_schema as hs
 from fuzz import strategies as S
 from fuzz import targets
-from sizes import size
+from support.sizes import size
 
 FUZZ = settings(max_examples=size(120, 300), deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -49,9 +49,6 @@ def test_damaged_descriptors(data, mode):
 
 @pytest.mark.parametrize("framing", ["bare", "messages"])
 def test_damaged_streams(framing):
-    if targets.entry_point("read_stream") is None:
-        pytest.skip("read_stream is not in this build yet")
-
     @FUZZ
     @given(S.streams(framing))
     def valid(data):
@@ -67,8 +64,6 @@ def test_damaged_streams(framing):
 
 
 def test_damaged_files():
-    if targets.entry_point("read_file") is None:
-        pytest.skip("read_file is not in this build yet")
     scratch = targets.scratch_file()
 
     @settings(FUZZ, max_examples=100)

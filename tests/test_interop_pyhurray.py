@@ -277,10 +277,11 @@ def _quantization_cases():
                                            quantization=hurray.PerChannelAffine.symmetric(axis=0, scale_buffer_index=1))
     yield "per-channel-asym", hurray.Tensor(bytes(8), hurray.uint8, [2, 4], aux_buffers=[bytes(16), bytes(16)],
                                             quantization=hurray.PerChannelAffine.asymmetric(1, 1, 2))
-    for st in (hurray.float16, hurray.bfloat16, hurray.float32):
-        yield f"per-block-sym-{st.name}", hurray.Tensor(
-            bytes(8192), DT.int4, [128, 128], aux_buffers=[bytes(128 * (st.bit_width // 8))],
-            quantization=hurray.PerBlockAffine.symmetric(axis=1, block_size=128, scale_buffer_index=1, scale_type=st))
+    for scale in (hurray.float16, hurray.bfloat16, hurray.float32):
+        yield f"per-block-sym-{scale.name}", hurray.Tensor(
+            bytes(8192), DT.int4, [128, 128], aux_buffers=[bytes(128 * (scale.bit_width // 8))],
+            quantization=hurray.PerBlockAffine.symmetric(axis=1, block_size=128, scale_buffer_index=1,
+                                                         scale_type=scale))
     yield "per-block-asym", hurray.Tensor(bytes(128), hurray.uint8, [2, 64], aux_buffers=[bytes(8), bytes(16)],
                                           quantization=hurray.PerBlockAffine.asymmetric(1, 32, 1, 2, hurray.bfloat16))
     yield "per-block-axis-0-empty", hurray.Tensor(

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import hurray_schema as hs
-from evaluate_reference import block_affine_int4_tensor
+from support.evaluate_reference import block_affine_int4_tensor
 from hurray_schema.model import ElementType as E
 from support.caches import PLANTED, shared_root_with_planted
 

@@ -1,6 +1,6 @@
 """Hostile peers against the transport (``hurray_schema.net``).
 
-1. A hostile server (:class:`peers.spec_server.SpecServer`, written from the spec) against our
+1. A hostile server (:class:`support.peers.spec_server.SpecServer`, written from the spec) against our
    client: every breach raises the rule's :class:`hs.SpecViolation` at the byte offset the test
    computes from the bytes it sent (never from the client under test); an ERROR is its typed
    :class:`hs.RemoteError` and leaves the session usable; a stalled server is a
@@ -36,16 +36,16 @@ import time
 
 import numpy as np
 import pytest
-from peers import spec_server as ss
-from peers import spec_wire as w
-from peers.spec_client import (
+from support.peers import spec_server as ss
+from support.peers import spec_wire as w
+from support.peers.spec_client import (
     PeerClosed,
     PeerError,
     PeerViolation,
     SpecClient,
     place_boxes,
 )
-from sizes import size
+from support.sizes import size
 
 import hurray_schema as hs
 

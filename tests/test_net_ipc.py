@@ -22,8 +22,8 @@ import pytest
 
 import hurray_schema as hs
 from hurray_schema.net import shm
-from peers import spec_wire as w
-from peers.spec_client import SpecClient
+from support.peers import spec_wire as w
+from support.peers.spec_client import SpecClient
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="memfd and SCM_RIGHTS: Linux")
 
@@ -336,7 +336,7 @@ def test_shm_put_needs_a_sealed_memory_file(served):
 def test_shm_data_must_match_the_buffers(tmp_path):
     """``session.shm.segments``, on the client: a scripted Unix-socket server answers an
     SHM_REQUEST with segments that do not fit the descriptor's buffers, or without a file."""
-    from peers import spec_server as ss
+    from support.peers import spec_server as ss
 
     path = tmp_path / "data.bin"
     path.write_bytes(A.tobytes())

@@ -1,5 +1,5 @@
 """The session payloads (``hurray_schema/net/messages.py``, from ``structs/session.py``) against
-the independent peers' ``struct`` encoders (``tests/peers/spec_wire.py``): the same bytes for the
+the independent peers' ``struct`` encoders (``tests/support/peers/spec_wire.py``): the same bytes for the
 same values, and each decoded back to what was encoded."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hurray_schema.errors import SpecViolation
 from hurray_schema.net import messages as m
 from hurray_schema.structs import session as S
-from peers import spec_wire as w
+from support.peers import spec_wire as w
 
 U8, U16, U32, U64 = (st.integers(0, 2**b - 1) for b in (8, 16, 32, 64))
 TAGS = st.one_of(st.integers(0, 0xEF), st.integers(0xFF, 0xFF))

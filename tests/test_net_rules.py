@@ -1,6 +1,6 @@
 """Every session rule (``hurray_schema.rules.session``) with a passing session and a firing one.
 
-The server's rules are driven by the independent ``struct`` client (``tests/peers``), the
+The server's rules are driven by the independent ``struct`` client (``tests/support/peers``), the
 client's by the independent scripted server; in both cases the session is recorded and
 ``audit`` of the recording must name the same rule at the same byte offset as the live peer
 (one fault, one rule id, one offset, whichever entry point found it)."""
@@ -18,9 +18,9 @@ import pytest
 import hurray_schema as hs
 from hurray_schema.rules import registry
 from hurray_schema.rules.session import SESSION_RULES
-from peers import spec_server as ss
-from peers import spec_wire as w
-from peers.spec_client import SpecClient
+from support.peers import spec_server as ss
+from support.peers import spec_wire as w
+from support.peers.spec_client import SpecClient
 
 DATA = np.arange(12, dtype=np.float32).reshape(3, 4)
 HELLO = w.encode_message(w.CLIENT_HELLO, 1, w.encode_hello())

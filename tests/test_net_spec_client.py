@@ -1,6 +1,6 @@
 """The project's transport server (hurray_schema.net), judged by the independent SpecClient.
 
-Every exchange goes through tests/peers/spec_client.py, which knows the wire only from the
+Every exchange goes through tests/support/peers/spec_client.py, which knows the wire only from the
 spec's tables; every value is compared with the NumPy arrays saved into the served file,
 never with anything the project computes.  Spec sections are cited as ``file.md § Section``.
 """
@@ -11,8 +11,8 @@ import socket
 
 import numpy as np
 import pytest
-from peers import spec_wire as w
-from peers.spec_client import (
+from support.peers import spec_wire as w
+from support.peers.spec_client import (
     PeerClosed,
     PeerError,
     PeerViolation,

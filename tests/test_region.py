@@ -1,15 +1,18 @@
 """read_box: one box of a tensor's or a composite's logical array, reading only what it needs.
 
-Every box read equals the whole decode (``to_numpy()`` / ``materialize()``) sliced, bit for bit,
-over hypothesis-drawn boxes (empty ones and ones on the edges included).  That only what the box
+Every box read equals the logical array sliced, bit for bit, over hypothesis-drawn boxes (empty
+ones and ones on the edges included).  The logical array never comes from the code under test: it
+is the array the fixture was built from, or, where the fixture's values pass through a lossy step
+(quantization) or a composite, the plain-NumPy decoding of its descriptors and buffers written from
+the spec (``tests/support/reference_decode.py``).  That only what the box
 needs is read is shown by buffers whose pages outside the needed rows / blocks / members are
 unreadable (``mprotect``), in a child process: a read outside would kill it, and the whole
 decode does.  The budget is charged on the box: a small box of a huge logical tensor reads
 under a small limit.
 
 Stepped boxes (``read_box(..., steps=...)``: every ``step``-th position from ``lo``) equal the
-whole decode sliced ``lo:hi:steps``, and stepped NumPy indexing (negative steps, steps beyond
-the axis) equals NumPy on the whole decode; a stepped read of a native affine tensor is a view
+logical array sliced ``lo:hi:steps``, and stepped NumPy indexing (negative steps, steps beyond
+the axis) equals NumPy on the logical array; a stepped read of a native affine tensor is a view
 of its buffer, charged for the selected elements only.
 """
 
@@ -29,7 +32,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hurray_schema as hs
-from evaluate_reference import dense_tensor
+from support.evaluate_reference import dense_tensor
+from support.reference_decode import code_values, reference_array
 from hurray_schema.errors import HurraySchemaError, LimitExceeded
 from hurray_schema.evaluate import basic_index, materialize, read_box, read_index, tensor_to_numpy
 from hurray_schema.evaluate import tensor as tensor_module
@@ -101,12 +105,19 @@ def _read(item, lo, hi, steps):
     return read_box(item, lo, hi) if steps is None else read_box(item, lo, hi, steps=steps)
 
 
+def check_box(whole: np.ndarray, item, lo, hi, steps=None) -> None:
+    """The box of ``item`` is the box of ``whole``, the logical array ``item`` was built from."""
+    assert_stepped_box_of(whole, _read(item, lo, hi, steps), lo, hi, steps)
+
+
 def check_tensor(t, lo, hi, steps=None) -> None:
-    assert_stepped_box_of(tensor_to_numpy(t.descriptor, t.buffers), _read(t, lo, hi, steps), lo, hi, steps)
+    """The box of ``t`` is the box of its reference decoding (:func:`reference_array`)."""
+    check_box(reference_array(t), t, lo, hi, steps)
 
 
 def check_composite(c, lo, hi, steps=None) -> None:
-    assert_stepped_box_of(materialize(c), _read(c, lo, hi, steps), lo, hi, steps)
+    """The box of ``c`` is the box of its reference decoding (:func:`reference_array`)."""
+    check_box(reference_array(c), c, lo, hi, steps)
 
 
 def column_major(t):
@@ -152,7 +163,7 @@ def test_whole_byte_affine_boxes(data, shape, tag, layout):
     if layout == "strided_bcast":
         values = np.broadcast_to(values[:1], shape).copy()
     t = dense_tensor(values, tag, layout)
-    check_tensor(t, *data.draw(stepped_boxes(shape)))
+    check_box(values, t, *data.draw(stepped_boxes(shape)))
 
 
 @settings(QUIET, max_examples=120)
@@ -162,13 +173,15 @@ def test_code_type_boxes(data, shape, tag, col):
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
     stored = tuple(reversed(shape)) if col else shape
     if tag == E.BOOL:
-        t = hs.Tensor.from_numpy(rng.random(stored) < 0.5)
+        whole = rng.random(stored) < 0.5
+        t = hs.Tensor.from_numpy(whole)
     else:
         bits = SUB_BYTE[tag]
         codes = rng.integers(0, 1 << bits, size=stored)
         data_bytes = pack_codes(codes, bits) if bits < 8 else codes.astype(np.uint8).tobytes()
         t = hs.Tensor.dense(tag, stored, data_bytes)
-    check_tensor(column_major(t) if col else t, *data.draw(stepped_boxes(shape)))
+        whole = code_values(codes, tag)  # the values of the codes written (element-types.md)
+    check_box(whole.T if col else whole, column_major(t) if col else t, *data.draw(stepped_boxes(shape)))
 
 
 def morton_tensor(side: int):
@@ -277,6 +290,7 @@ def test_per_block_box_decodes_whole_blocks_with_the_row_kernel():
 
 @st.composite
 def sparse(draw):
+    """(tensor, the dense array its entries were taken from): COO (sorted or not), CSR or CSC."""
     kind = draw(st.sampled_from(["coo_sorted", "coo_unsorted", "csr", "csc"]))
     shape = draw(shapes) if kind.startswith("coo") else draw(st.lists(st.integers(1, 9), min_size=2,
                                                                       max_size=2).map(tuple))
@@ -287,21 +301,21 @@ def sparse(draw):
     if kind == "coo_unsorted":
         coords = coords[rng.permutation(len(coords))]
     if kind.startswith("coo"):
-        return hs.sparse_coo(coords, dense[tuple(coords.T)], shape, sort=kind == "coo_sorted"), shape
+        return hs.sparse_coo(coords, dense[tuple(coords.T)], shape, sort=kind == "coo_sorted"), dense
     major = 0 if kind == "csr" else 1
     counts = np.bincount(coords[:, major], minlength=shape[major]) if len(coords) else np.zeros(shape[major], int)
     order = np.lexsort((coords[:, 1 - major], coords[:, major]))
     coords = coords[order]
     indptr = np.concatenate([[0], np.cumsum(counts)])
     build = hs.sparse_csr if major == 0 else hs.sparse_csc
-    return build(dense[tuple(coords.T)], coords[:, 1 - major], indptr, shape), shape
+    return build(dense[tuple(coords.T)], coords[:, 1 - major], indptr, shape), dense
 
 
 @settings(QUIET, max_examples=150)
 @given(data=st.data(), item=sparse())
 def test_sparse_boxes(data, item):
-    t, shape = item
-    check_tensor(t, *data.draw(stepped_boxes(shape)))
+    t, dense = item
+    check_box(dense, t, *data.draw(stepped_boxes(dense.shape)))
 
 
 def test_sparse_box_reads_the_box_entries_only():
@@ -458,7 +472,7 @@ def test_stepped_reads_skip_members_holding_no_selected_position(data, rule):
     lo, hi = data.draw(boxes(tuple(c.shape)))
     steps = tuple(data.draw(st.integers(1, n + 1)) for n in c.shape)
     members = [m if holds_a_selected_position(m, lo, hi, steps) else without_buffers(m) for m in c.members]
-    assert_stepped_box_of(materialize(c), read_box(hs.Composite(c.descriptor, members), lo, hi, steps=steps),
+    assert_stepped_box_of(reference_array(c), read_box(hs.Composite(c.descriptor, members), lo, hi, steps=steps),
                           lo, hi, steps)
 
 
@@ -509,6 +523,8 @@ GUARDED_CHILD = textwrap.dedent('''
     import numpy as np
     import hurray_schema as hs
     from hurray_schema.evaluate import read_box, materialize
+    sys.path.insert(0, "tests")
+    from support.reference_decode import reference_array  # the expected arrays: never the code under test
 
     PAGE = mmap.PAGESIZE
     libc = ctypes.CDLL(None, use_errno=True)
@@ -556,7 +572,7 @@ GUARDED_CHILD = textwrap.dedent('''
     # int4 per-block (block 64) [64, 8192] -> float16: rows 30..33, blocks 10..12 (4 KiB a row)
     weight = rng.standard_normal((64, 8192)).astype(np.float16)
     q = hs.quantize(weight, "per_block", block_size=64)
-    whole = q.to_numpy()
+    whole = reference_array(q)
     row = 8192 // 2
     needed = [(r * row + 10 * 32, r * row + 13 * 32) for r in range(30, 34)]
     cases.append((hs.Tensor(q.descriptor, [guarded(q.buffers[0], needed)] + list(q.buffers[1:])), whole,
@@ -601,7 +617,7 @@ GUARDED_CHILD = textwrap.dedent('''
     # SpQR overlay [256, 8192] float16: the base's needed blocks and the correction's box entries
     weight = rng.standard_normal((256, 8192)).astype(np.float16)
     spqr = hs.spqr(weight, block_size=64)
-    whole = materialize(spqr)
+    whole = reference_array(spqr)
     base, corr = spqr.members
     row = 8192 // 2
     needed = [(r * row + 2 * 32, r * row + 4 * 32) for r in range(128, 132)]
@@ -712,8 +728,9 @@ def stepped_indices(draw, shape):
 
 @st.composite
 def indexed_items(draw):
-    """(item, its whole decode): a tensor of a whole-byte or code type on an affine layout, a
-    quantized or sparse tensor, a partition of mixed members or an overlay (:func:`overlays`)."""
+    """(item, its logical array): a tensor of a whole-byte or code type on an affine layout, a
+    quantized or sparse tensor, a partition of mixed members or an overlay (:func:`overlays`).
+    The array is the one the item was built from, or its reference decoding (:func:`reference_array`)."""
     kind = draw(st.sampled_from(["whole_byte", "code", "quantized", "sparse", "partition", "overlay"]))
     rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
     if kind == "whole_byte":
@@ -724,26 +741,27 @@ def indexed_items(draw):
         if layout == "strided_bcast":
             values = np.broadcast_to(values[:1], shape).copy()
         reference = dense_tensor(values, tag, layout)
-        item = hs.Tensor(reference.descriptor, reference.buffers)
+        return hs.Tensor(reference.descriptor, reference.buffers), values
     elif kind == "code":
         shape = draw(shapes)
         tag = draw(st.sampled_from(sorted(SUB_BYTE)))
         codes = rng.integers(0, 1 << SUB_BYTE[tag], size=shape)
         bits = SUB_BYTE[tag]
         item = hs.Tensor.dense(tag, shape, pack_codes(codes, bits) if bits < 8 else codes.astype(np.uint8).tobytes())
+        return item, code_values(codes, tag)
     elif kind == "quantized":
         item = draw(quantized())[0]
     elif kind == "sparse":
-        item = draw(sparse())[0]
+        return draw(sparse())
     elif kind == "partition":
         values = (rng.standard_normal(draw(st.tuples(st.integers(2, 9), st.integers(2, 9)))) * 2).astype(np.float16)
         pieces = iter(draw(st.lists(st.sampled_from(MEMBER_KINDS), min_size=4, max_size=4)))
         composite = hs.partition(values, grid=(2, 2), member=lambda sub: member_builder(next(pieces))(sub))
-        return composite, materialize(composite)
+        return composite, reference_array(composite)
     else:
         composite = draw(overlays())
-        return composite, materialize(composite)
-    return item, tensor_to_numpy(item.descriptor, item.buffers)
+        return composite, reference_array(composite)
+    return item, reference_array(item)
 
 
 @settings(QUIET, max_examples=150)
@@ -810,8 +828,9 @@ def test_stepped_int4_read_gathers_the_selected_codes():
     """An int4 [37, 53] tensor (codes packed two a byte, boxes starting inside a byte): stepped boxes
     and stepped indexing equal NumPy on the whole decode."""
     rng = np.random.default_rng(7)
-    t = hs.Tensor.dense(E.INT4, (37, 53), pack_codes(rng.integers(0, 16, size=(37, 53)), 4))
-    whole = tensor_to_numpy(t.descriptor, t.buffers)
+    codes = rng.integers(0, 16, size=(37, 53))
+    t = hs.Tensor.dense(E.INT4, (37, 53), pack_codes(codes, 4))
+    whole = code_values(codes, E.INT4)
     for lo, hi, steps in [((1, 3), (37, 53), (5, 3)), ((0, 0), (37, 53), (36, 60)), ((7, 1), (8, 52), (1, 2))]:
         assert_stepped_box_of(whole, read_box(t, lo, hi, steps=steps), lo, hi, steps)
     for index in (np.s_[3::5, ::-4], np.s_[::-7, 50:0:-9], np.s_[-1, 1::2]):
@@ -898,13 +917,13 @@ def test_stepped_read_of_a_huge_overlay_applies_the_selected_corrections_only():
 def broadcast_quantized_rows(rows: int, row: np.ndarray) -> tuple[hs.Tensor, np.ndarray]:
     """(a [rows, len(row)] int4 per-block tensor, block axis 1, one block per row, every row of
     which stores the codes of ``row`` quantized (strides [0, 1] over one stored row:
-    ``layouts/strided.md``) under the same scale; that row's whole decode)."""
+    ``layouts/strided.md``) under the same scale; that row's reference decoding)."""
     one = hs.quantize(row.reshape(1, -1), "per_block", axis=1, block_size=row.size)
     codes = np.frombuffer(one.buffers[0], np.uint8)
     scales = np.frombuffer(np.tile(np.frombuffer(one.buffers[1], np.uint8), rows).tobytes(), np.uint8)
     desc = attrs.evolve(one.descriptor, shape=(rows, row.size), layout=StridedLayout((0, 1)),
                         buffers=(hs.BufferHandle(codes.size), hs.BufferHandle(scales.size)))
-    return hs.Tensor(desc, [codes, scales]), tensor_to_numpy(one.descriptor, one.buffers)[0]
+    return hs.Tensor(desc, [codes, scales]), reference_array(one)[0]
 
 
 def test_stepped_quantized_read_decodes_the_selected_rows_only():

@@ -84,8 +84,8 @@ def test_quantized_boxes_over_http(nginx, data, item):
 @QUIET
 @given(data=st.data(), item=sparse())
 def test_sparse_boxes_over_http(nginx, data, item):
-    t, shape = item
-    check_box_over_url(nginx, t, *data.draw(stepped_boxes(shape)))
+    t, dense = item
+    check_box_over_url(nginx, t, *data.draw(stepped_boxes(dense.shape)))
 
 
 @QUIET

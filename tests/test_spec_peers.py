@@ -1,4 +1,4 @@
-"""Self-tests of the independent spec peers in tests/peers/.
+"""Self-tests of the independent spec peers in tests/support/peers/.
 
 The peers must be right before they can judge the project's server: their descriptor bytes
 are checked against the spec's worked example and against the reference implementation
@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from peers import spec_server as ss
-from peers import spec_wire as w
-from peers.spec_client import PeerError, PeerViolation, SpecClient, place_boxes
+from support.peers import spec_server as ss
+from support.peers import spec_wire as w
+from support.peers.spec_client import PeerError, PeerViolation, SpecClient, place_boxes
 
-PEERS = Path(__file__).parent / "peers"
+PEERS = Path(__file__).parent / "support" / "peers"
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 WHOLE_BYTE = ["float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32",
@@ -52,7 +52,7 @@ def test_peers_never_import_the_project():
 
 def test_importing_the_peers_loads_no_project_module():
     code = ("import sys; sys.path.insert(0, 'tests'); "
-            "import peers.spec_wire, peers.spec_client, peers.spec_server; "
+            "import support.peers.spec_wire, support.peers.spec_client, support.peers.spec_server; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('hurray_schema', 'hurray')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[1], capture_output=True,
                          text=True, timeout=60, check=True)

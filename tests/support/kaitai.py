@@ -26,7 +26,7 @@ import pytest
 
 from hurray_schema import ksy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODULES = Path(os.environ.get("HURRAY_KSC_MODULES", ROOT / ".ci" / "node_modules"))
 KSC = ROOT / "tools" / "ksc.js"
 TARGETS = ("java", "cpp_stl", "go", "rust", "javascript", "csharp")

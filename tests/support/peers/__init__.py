@@ -5,9 +5,9 @@ reference repository) with :mod:`struct` and the standard library only.  It must
 import ``hurray_schema``: the peers exist to check that project's wire bytes from the
 outside, so sharing its codec, enums or constants would make the check circular.
 
-* :mod:`peers.spec_wire` -- encoders and decoders of every transport message and a
+* :mod:`support.peers.spec_wire` -- encoders and decoders of every transport message and a
   minimal tensor-descriptor builder and reader;
-* :mod:`peers.spec_client` -- :class:`~peers.spec_client.SpecClient`, a blocking client;
-* :mod:`peers.spec_server` -- :class:`~peers.spec_server.SpecServer`, a scripted server
+* :mod:`support.peers.spec_client` -- :class:`~support.peers.spec_client.SpecClient`, a blocking client;
+* :mod:`support.peers.spec_server` -- :class:`~peers.spec_server.SpecServer`, a scripted server
   that can answer correctly or break the protocol on purpose.
 """

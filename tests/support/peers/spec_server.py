@@ -4,7 +4,7 @@
 socket, answers each CLIENT_HELLO with a configurable SERVER_HELLO (interchange.md
 § Session Establishment), and hands every later message to a ``script``.  The module's
 builders make the messages of well-formed responses and of deliberately broken ones, so
-the same server plays a conforming peer or a hostile one.  Only :mod:`peers.spec_wire`
+the same server plays a conforming peer or a hostile one.  Only :mod:`support.peers.spec_wire`
 and the standard library are used.
 
 A builder returns a list of *items* for :meth:`ServerConn.play`: encoded messages
@@ -160,7 +160,7 @@ class SpecServer:
 
     @property
     def address(self) -> Union[tuple, str]:
-        """``(host, port)`` or the Unix path: what :class:`~peers.spec_client.SpecClient` takes."""
+        """``(host, port)`` or the Unix path: what :class:`~support.peers.spec_client.SpecClient` takes."""
         return self.unix_path if self.unix_path is not None else self._listener.getsockname()[:2]
 
     @property

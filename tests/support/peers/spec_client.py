@@ -7,7 +7,7 @@ ordering invariant (§ Ordering Invariant), contiguous data frames whose sizes a
 (§ Composite Tensor Streaming), shard consistency of a parallel transfer (§ Shard
 Consistency), and its own advertised ``max_message_size`` (§ Message Framing).  A breach
 raises :class:`PeerViolation` with a short ``kind``; an ERROR message raises (or returns)
-:class:`PeerError`.  Only :mod:`peers.spec_wire` and the standard library are used.
+:class:`PeerError`.  Only :mod:`support.peers.spec_wire` and the standard library are used.
 """
 
 from __future__ import annotations
@@ -232,7 +232,7 @@ class SpecClient:
     # -- session -------------------------------------------------------------------------
 
     def hello(self, stream_id: int = 1, **fields) -> Union[dict, PeerError]:
-        """Sends CLIENT_HELLO (fields as :func:`peers.spec_wire.encode_hello`; by default
+        """Sends CLIENT_HELLO (fields as :func:`support.peers.spec_wire.encode_hello`; by default
         protocol version 1, this client's ``max_message_size``, no capability, row-major,
         CPU, STANDARD) and returns the SERVER_HELLO's fields as a dict (plus ``stream_id``),
         or the :class:`PeerError` the server answered instead.  Anything else raises."""
