@@ -371,6 +371,8 @@ class _Decoder(DescriptorVisitor):
     through the bounded :class:`_Reader`, checks the structural rules where the walk reaches
     them, and gathers the :class:`~hurray_schema.model.TensorDescriptor` fields."""
 
+    marks_parts = False
+
     def __init__(self, r: _Reader):
         self.r = r
         self.fields: dict = {}

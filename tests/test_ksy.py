@@ -32,7 +32,7 @@ from hurray_schema.structs import descriptor as descriptor_structs
 from hurray_schema.structs import sections as section_structs
 from hurray_schema.structs._declare import field, fields
 from hurray_schema.structs.walker import part_named
-from hurray_schema.vectors import build_corpus
+from hurray_schema.conformance import build_corpus
 from support.sizes import size
 from test_codec_roundtrip import EDGE_CASES, EXTENSION_TYPES, QUANTIZATIONS, STATISTICS, U64, descriptors, layouts
 

@@ -22,9 +22,9 @@ from hurray_schema.model import CompositionRule
 from hurray_schema.rules.descriptor import dispatch, first_error
 from hurray_schema.rules.engine import Level, Mode
 from hurray_schema.rules.interop import AUDIT_ONLY
-from hurray_schema.vectors import MANIFEST, write_corpus
-from hurray_schema.vectors.composites import LEFT, RIGHT, composite, head
-from hurray_schema.vectors.patch import bare, hrry
+from hurray_schema.conformance import MANIFEST, write_corpus
+from hurray_schema.conformance.composites import LEFT, RIGHT, composite, head
+from hurray_schema.conformance.patch import bare, hrry
 
 MODES = ("strict", "permissive")
 SYMMETRIC_INDEX = "quantization.per_block.symmetric_index"

@@ -21,7 +21,7 @@ from hurray_schema.model import (
 )
 from hurray_schema.rules.descriptor import check_descriptor
 from hurray_schema.rules.engine import Level, get_rule
-from hurray_schema.vectors.descriptors import HEAD_RULES, SEMANTIC
+from hurray_schema.conformance.descriptors import HEAD_RULES, SEMANTIC
 
 ev = attrs.evolve
 
@@ -51,7 +51,7 @@ CASES = SEMANTIC + HEAD_RULES + [
     ("quantization.buffer.device", PC, ev(PC, buffers=[B(16), B(16, device_tag=1), B(16)])),
 ]
 """One passing and one firing input per descriptor rule: the conformance vectors' tables
-(``hurray_schema/vectors/descriptors.py``), plus the rule no vector can show first."""
+(``hurray_schema/conformance/descriptors.py``), plus the rule no vector can show first."""
 
 FIRED_HERE = {rule_id for rule_id, _, _ in CASES}
 

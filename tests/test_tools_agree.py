@@ -30,7 +30,7 @@ from hurray_schema.codec import parse_descriptor
 from hurray_schema.hexview import annotate
 from hurray_schema.structs.descriptor import MAGIC, OVERALL_REF
 from hurray_schema.structs.wire import descriptor_spans
-from hurray_schema.vectors import build_corpus
+from hurray_schema.conformance import build_corpus
 
 # --------------------------------------------------------------------------------------
 # The docs, as a reader sees them

@@ -20,8 +20,8 @@ import pytest
 
 from hurray_schema import audit
 from hurray_schema.rules.engine import get_rule, registry
-from hurray_schema.vectors import LINTS, MANIFEST, NO_VECTOR, SCHEMA, hex_around, read_verdict, write_corpus
-from hurray_schema.vectors.reference import DIVERGENCES
+from hurray_schema.conformance import LINTS, MANIFEST, NO_VECTOR, SCHEMA, hex_around, read_verdict, write_corpus
+from hurray_schema.conformance.reference import DIVERGENCES
 
 ROOT = Path(__file__).resolve().parents[1]
 AUDIT_KIND = {"descriptor": "descriptor", "stream": "stream", "messages": "messages"}

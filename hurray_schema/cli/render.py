@@ -1,6 +1,6 @@
 """``hurray-schema docs / ksy / vectors OUTDIR``: what is generated from the declarations -- the
 format documentation (:mod:`hurray_schema.docs`), the Kaitai Struct schemas
-(:mod:`hurray_schema.ksy`) and the conformance corpus (:mod:`hurray_schema.vectors`) -- written
+(:mod:`hurray_schema.ksy`) and the conformance corpus (:mod:`hurray_schema.conformance`) -- written
 into OUTDIR, or with ``--check`` compared with it."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def ksy(outdir: str, check: bool) -> None:
 @click.option("--no-reference", is_flag=True, help="Leave pyhurray's verdicts out of the manifest.")
 def vectors(outdir: str, check: bool, no_reference: bool) -> None:
     """Write the conformance corpus (a passing and a violating input per rule, manifest.json) into OUTDIR."""
-    from ..vectors import MANIFEST, check_corpus, write_corpus
+    from ..conformance import MANIFEST, check_corpus, write_corpus
 
     if check:
         stale = check_corpus(outdir, reference=not no_reference)

@@ -21,7 +21,7 @@ them with the committed ones.
   implementation-defined range (``PrivateErrorCode`` beside ``ErrorCode``);
 * ``index.md``: the pages, the parts of a descriptor, and every rule linked to the
   struct(s) it constrains and to its conformance vectors;
-* ``vectors.md``: every rule with its conformance vectors (:mod:`hurray_schema.vectors`):
+* ``vectors.md``: every rule with its conformance vectors (:mod:`hurray_schema.conformance`):
   file, our readers' verdicts, and the hex of the bytes around the fault.
 
 Nothing here reads the spec text; descriptions are the project's own (``field(...)``).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..vectors import build_corpus
+from ..conformance import build_corpus
 from .catalog import struct_modules
 from .markdown import _page_title
 from .rule_pages import VECTORS_PAGE, _index_page, _vectors_page, rule_structs

@@ -7,7 +7,7 @@ import re
 from typing import Optional
 
 from ..structs.walker import choices, walk_declarations
-from ..vectors import NO_VECTOR, hex_around
+from ..conformance import NO_VECTOR, hex_around
 from .markdown import GENERATED, _rule_anchor, _table
 from .tables import StructDoc, _Placer
 

@@ -7,8 +7,9 @@ the 16-byte buffer handle as refined by ``buffer-protocol.md § Buffer Handle``
 How a whole descriptor is put together (``metadata.md § Overall Descriptor Structure``)
 is :data:`DESCRIPTOR_PARTS`: every part in wire order with its declaration, the flag
 that gates it, the :class:`~hurray_schema.model.TensorDescriptor` attribute it fills and
-the value class it decodes to.  The decoder, the encoder, the compiled fast path and the
-generated documentation all read that one table.  The optional sections are declared in
+the value class it decodes to.  :mod:`hurray_schema.structs.walker` is the one walk of that
+table: the decoder, the encoder, the annotated view, the documentation and the Kaitai schema
+are its visitors; the compiled fast path is generated from the same parts.  The optional sections are declared in
 :mod:`hurray_schema.structs.sections` and :mod:`hurray_schema.structs.quantization`, the
 layout-specific fields in :mod:`hurray_schema.structs.layouts`.
 """

@@ -75,9 +75,26 @@ def choose(part: DescriptorPart, tag: Optional[int]) -> Optional[Choice]:
     (an unknown layout or scheme: a reader keeps the rest opaque)."""
     if tag is None:
         return None
+    known = _CHOSEN.get((id(part), tag))
+    if known is not None and known[0] is part:
+        return known[1]
+    choice = _choose(part, tag)
+    if len(_CHOSEN) < _CHOSEN_KEPT:
+        _CHOSEN[(id(part), tag)] = (part, choice)
+    return choice
+
+
+_CHOSEN: dict = {}
+"""``(id(part), tag) -> (part, choice)``: a tag's choice is made once (the part is kept beside it
+so that an id reused by another object is not mistaken for it)."""
+_CHOSEN_KEPT = 4096
+
+
+def _choose(part: DescriptorPart, tag: int) -> Optional[Choice]:
     tables = part.tables
     if tag in tables:
-        return Choice(tag, tables[tag], NESTED_BY.get(tag) if part.prefix is None else None)
+        key = next(k for k in tables if k == tag)  # the table's own key: a tag enum member
+        return Choice(key, tables[key], NESTED_BY.get(key) if part.prefix is None else None)
     if part.private is not None and is_private_tag(tag):
         return Choice(tag, part.private, private=True)
     return None
@@ -150,6 +167,10 @@ class DescriptorVisitor:
     the cursor.  The others have defaults in terms of it; a visitor overrides one to do more
     (report a rule, bound a read, make a section of the view) or to do it faster."""
 
+    marks_parts = True
+    """False: :meth:`part` does nothing around a part without a choice, and the walk does not
+    call it there (the decoder's general path, on every descriptor it has not seen)."""
+
     def table(self, part: DescriptorPart, decl, context: dict) -> dict:
         """The values of table ``decl`` of ``part`` at the cursor, the cursor moved past it."""
         raise NotImplementedError
@@ -210,8 +231,12 @@ _WALK = tuple((part, KINDS[part.name], int(part.flag) if part.flag is not None e
 """Each part after the header with its kind and its gating flag bit as a plain int (0: always)."""
 
 
+_TABLE, _REPEATED, _CHOICE = PartKind.TABLE, PartKind.REPEATED, PartKind.CHOICE
+
+
 def walk_descriptor(v: DescriptorVisitor) -> None:
     """Walk every part the fixed header selects, in wire order, with visitor ``v``."""
+    marks = v.marks_parts
     with v.part(HEADER_PART):
         header = v.table(HEADER_PART, HEADER_PART.decl, {})
     if not v.header(header):
@@ -221,14 +246,17 @@ def walk_descriptor(v: DescriptorVisitor) -> None:
     for part, kind, flag in _WALK:
         if flag and not flags & flag:  # present(), spelled out: every decode takes this loop
             continue
-        if kind is PartKind.TABLE:
-            with v.part(part):
+        if kind is _TABLE:
+            if marks:
+                with v.part(part):
+                    v.table(part, part.decl, context)
+            else:
                 v.table(part, part.decl, context)
-        elif kind is PartKind.REPEATED:
+        elif kind is _REPEATED:
             with v.part(part):
                 count = v.table(part, part.prefix, context)[part.prefix_field]
                 v.entries(part, count, context)
-        elif kind is PartKind.CHOICE:
+        elif kind is _CHOICE:
             if not _walk_choice(v, part, header[part.chosen_by], context):
                 return
         else:
