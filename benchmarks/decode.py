@@ -8,7 +8,7 @@ prints the median time of one call of
 * ``general`` -- the general structural decoder alone (``codec._parse_general``), which
   every first-seen header goes through;
 * ``parse``   -- ``hurray_schema.codec.parse_descriptor``: the structural decode, through
-  the decoder compiled for the header once it has been seen twice (``signature.py``).
+  the decoder compiled for the header once it has been seen twice (``hurray_schema/signature/``).
   This is the work ``hurray.Descriptor.decode`` does: read the wire tables and apply the
   structural checks (magic, version, lengths, tags);
 * ``decode``  -- ``hurray_schema.decode_descriptor``: the same plus the semantic rules of

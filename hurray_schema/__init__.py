@@ -22,7 +22,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "HurraySchemaError", "LimitExceeded", "SpecViolation", "EncodeError", "FieldRangeError", "DeviceUnavailable",
         "InvalidMessage", "LayoutUnavailable", "MessageTooLarge", "ProtocolVersionMismatch", "SessionError",
         "SessionTimeout", "ShardMismatch", "TranscodeLimitExceeded", "UnknownTensor", "AdvancedIndexUnsupported",
-        "CopyRequired", "DLPackUnsupported", "IndexRangeError", "IndexTypeError", "InvalidDtype", "NotAnArray"
+        "CopyRequired", "DLPackUnsupported", "IndexRangeError", "IndexTypeError", "InvalidDtype", "NotAnArray",
+        "NoSuchItem",
     ),
     ".limits": ("DEFAULT_LIMITS", "Limits"),
     ".io": (
@@ -46,7 +47,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ".rules.engine": ("Finding", "Level", "Mode", "Report"),
     ".evaluate": ("DecodedTypeMismatch", "UnsupportedEvaluation", "lookup", "materialize", "tensor_to_numpy"),
     ".conversion": ("convert", "ConvertReport", "TensorReport", "NoExactForm"),
-    ".export": ("export_npy", "export_zarr", "Exported", "NoSuchItem"),
+    ".export": ("export_npy", "export_zarr", "Exported"),
     ".net": ("serve", "connect", "Server", "Session"),
 }
 """Where each public name lives: module (relative to this package) -> names."""
@@ -91,7 +92,7 @@ if TYPE_CHECKING:  # what static analysis sees: the names imported eagerly
         HurraySchemaError, LimitExceeded, SpecViolation, EncodeError, FieldRangeError, DeviceUnavailable,
         InvalidMessage, LayoutUnavailable, MessageTooLarge, ProtocolVersionMismatch, SessionError, SessionTimeout,
         ShardMismatch, TranscodeLimitExceeded, UnknownTensor, AdvancedIndexUnsupported, CopyRequired,
-        DLPackUnsupported, IndexRangeError, IndexTypeError, InvalidDtype, NotAnArray
+        DLPackUnsupported, IndexRangeError, IndexTypeError, InvalidDtype, NotAnArray, NoSuchItem
     )
     from .limits import DEFAULT_LIMITS, Limits
     from .io import (
@@ -114,7 +115,7 @@ if TYPE_CHECKING:  # what static analysis sees: the names imported eagerly
     from .rules.engine import Finding, Level, Mode, Report
     from .evaluate import DecodedTypeMismatch, UnsupportedEvaluation, lookup, materialize, tensor_to_numpy
     from .conversion import convert, ConvertReport, TensorReport, NoExactForm
-    from .export import export_npy, export_zarr, Exported, NoSuchItem
+    from .export import export_npy, export_zarr, Exported
     from .net import serve, connect, Server, Session
 
 __all__ = [

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 __all__ = ["HurraySchemaError", "SpecViolation", "LimitExceeded", "EncodeError", "FieldRangeError",
            "UnsupportedEvaluation", "IndexRangeError", "IndexTypeError", "AdvancedIndexUnsupported",
-           "InvalidDtype", "CopyRequired", "NotAnArray", "DLPackUnsupported", "SourceError", "SourceChanged",
+           "InvalidDtype", "CopyRequired", "NotAnArray", "NoSuchItem", "DLPackUnsupported", "SourceError", "SourceChanged",
            "ShortRead", "RangeNotSupported", "SourceUnavailable", "RemoteError", "ProtocolVersionMismatch",
            "UnknownTensor", "LayoutUnavailable", "TranscodeLimitExceeded", "DeviceUnavailable", "InvalidMessage",
            "MessageTooLarge", "ShardMismatch", "SessionError", "SessionTimeout"]
@@ -134,6 +134,13 @@ class CopyRequired(HurraySchemaError, ValueError):
 class NotAnArray(HurraySchemaError, TypeError):
     """The operation needs an array the item does not have: a group composite is a collection of
     its members, not one array (``layouts/composite.md § Group``); a 0-d array has no ``len()``."""
+
+
+class NoSuchItem(HurraySchemaError, KeyError):
+    """A file has no tensor, composite or member entry by that name."""
+
+    def __str__(self) -> str:  # KeyError would print the repr of the arguments
+        return HurraySchemaError.__str__(self)
 
 
 class DLPackUnsupported(HurraySchemaError, BufferError):

@@ -25,7 +25,7 @@ from typing import Optional, TextIO
 
 import attrs
 
-from .errors import HurraySchemaError, NotAnArray
+from .errors import HurraySchemaError, NoSuchItem, NotAnArray
 
 __all__ = ["export_npy", "export_zarr", "Exported", "NoSuchItem", "find_item", "array_of", "result_bytes",
            "ZARR_DTYPE_ATTRIBUTE", "CHUNKS_PER_BUDGET"]
@@ -38,13 +38,6 @@ array; ``zarr.open_array(STORE)[...].view(ml_dtypes.bfloat16)`` gives the values
 CHUNKS_PER_BUDGET = 8
 """An export under a ``memory`` budget aims its chunks at this fraction of the budget: a few
 chunks per worker thread in flight, each with the temporaries of its decode."""
-
-
-class NoSuchItem(HurraySchemaError, KeyError):
-    """The file has no tensor, composite or member entry by that name."""
-
-    def __str__(self) -> str:  # KeyError would print the repr of the arguments
-        return HurraySchemaError.__str__(self)
 
 
 @attrs.frozen(slots=True)

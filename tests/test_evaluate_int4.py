@@ -1,4 +1,4 @@
-"""The vector 4-bit dequantization kernel (evaluate/simd.py, quant.decode_rows_int4) and the sparse
+"""The vector 4-bit dequantization kernel (evaluate/simd.py, dequantize.decode_rows_int4) and the sparse
 correction fused into it: bit for bit the NumPy reference, and the table-lookup kernel it replaces."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from numba import njit
 
 from support.evaluate_reference import (C, T, bits_equal, coo_tensor, dense_tensor, handles, head, member_sections,
                                         pack_int4, ref_overlay)
-from hurray_schema.evaluate import dequantize as quant
+from hurray_schema.evaluate import dequantize
 from hurray_schema.evaluate import jit, materialize, merge, tensor, tensor_to_numpy
 from hurray_schema.evaluate.dequantize_simd import (LANES, STEP_BF16, STEP_F16, STEP_F32, int4x32, int4x32_scalar,
                                                     vector_f16)
@@ -202,21 +202,21 @@ def test_empty_tensors(kernel, shape):
 @pytest.mark.usefixtures("eager_kernels")
 def test_the_vector_kernel_is_chosen(monkeypatch):
     calls = []
-    original = quant.decode_rows_int4
+    original = dequantize.decode_rows_int4
     monkeypatch.setattr(tensor, "decode_rows_int4", lambda *a: (calls.append(a[11]), original(*a)))
     t, *_ = int4_block_tensor(np.random.default_rng(0), 2, 64, 32)
     tensor_to_numpy(t.descriptor, t.buffers, E.FLOAT32)
     tensor_to_numpy(t.descriptor, t.buffers, E.FLOAT16)
-    assert calls == ([quant.OUT_F32, quant.OUT_F16] if VECTOR_F16 else [quant.OUT_F32])
+    assert calls == ([dequantize.OUT_F32, dequantize.OUT_F16] if VECTOR_F16 else [dequantize.OUT_F32])
 
 
 def test_without_hardware_float16_the_table_kernel_decodes_float16(monkeypatch):
     """A host without F16C keeps float16 outputs on the table kernel (the other outputs need no F16C)."""
-    monkeypatch.setattr(quant, "vector_f16", lambda: False)
+    monkeypatch.setattr(dequantize, "vector_f16", lambda: False)
     rng = np.random.default_rng(2)
     t, codes, scales, zps = int4_block_tensor(rng, 3, 96, 32)
-    p = quant.quant_params(t.descriptor, t.buffers)
-    assert not quant.int4_vector_ok(p, True, 1, quant.OUT_F16) and quant.int4_vector_ok(p, True, 1, quant.OUT_F32)
+    p = dequantize.quant_params(t.descriptor, t.buffers)
+    assert not dequantize.int4_vector_ok(p, True, 1, dequantize.OUT_F16) and dequantize.int4_vector_ok(p, True, 1, dequantize.OUT_F32)
     assert bits_equal(tensor_to_numpy(t.descriptor, t.buffers, E.FLOAT16), block_ref(codes, scales, zps, 32, 96,
                                                                                     np.float16))
 

@@ -269,7 +269,7 @@ def _decoded_bits(tensor, target, kernel_at_hand: bool) -> bytes:
 @pytest.mark.parametrize("target", [E.FLOAT32, E.FLOAT16, E.BFLOAT16])
 @pytest.mark.parametrize("scheme, options", _STAND_IN_CASES)
 def test_numpy_stand_in_decodes_the_kernels_bits(scheme, options, target):
-    """quant.decode_rows_numpy against the affine-layout kernels (any / table lookup / int4 vector),
+    """dequantize.decode_rows_numpy against the affine-layout kernels (any / table lookup / int4 vector),
     bit for bit, for every scheme and storage family, a padded block axis, blocks across axis 0, and the
     three decoded types."""
     import hurray_schema as hs

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 import attrs
 
 from ..rules.engine import Report
+from ..io.walk.kinds import KIND_NAMES
 from .groups import Group, group_of
 
 __all__ = ["AuditReport", "AUDIT_JSON_SCHEMA", "AUDIT_JSON_FIELDS", "KIND_NAMES", "EXIT_OK", "EXIT_FINDINGS",
@@ -46,12 +47,6 @@ AUDIT_JSON_FIELDS = {
 }
 """Keys of the ``audit --json`` object and their meaning (stable: keys are only ever added,
 never renamed or removed)."""
-
-KIND_NAMES = {
-    "descriptor": "tensor descriptor", "stream": "bare stream", "messages": "message stream", "file": "Hurray file",
-}
-"""How the text names each kind of input."""
-
 
 @attrs.frozen(slots=True)
 class AuditReport(Report):

@@ -17,7 +17,7 @@ import click
 from .. import __version__
 from ..io.source import is_url
 
-__all__ = ["main", "Input", "fail", "Bytes", "KINDS", "KIND_NAMES", "EXIT_OK", "EXIT_FINDINGS", "EXIT_UNREADABLE",
+__all__ = ["main", "Input", "fail", "Bytes", "KINDS", "EXIT_OK", "EXIT_FINDINGS", "EXIT_UNREADABLE",
            "progress_threshold", "existing_or_url", "write_html", "audited", "tls_options", "session_options",
            "connect"]
 
@@ -30,11 +30,6 @@ the environment variable ``HURRAY_SCHEMA_PROGRESS_BYTES`` overrides it."""
 
 KINDS = ("auto", "descriptor", "stream", "messages", "file")
 """The choices of ``--kind``."""
-
-KIND_NAMES = {
-    "descriptor": "tensor descriptor", "stream": "bare stream", "messages": "message stream", "file": "Hurray file",
-}
-"""How a heading names each kind of input."""
 
 COMMANDS = {
     "audit": "audit", "inspect": "inspect", "rules": "rules", "docs": "render", "ksy": "render", "vectors": "render",
@@ -176,6 +171,7 @@ def existing_or_url(ctx, param, value: str) -> str:
 def write_html(out: str, path: str, source: Input, kind: str, findings: list, mode: str) -> int:
     """Write the HTML page of ``source`` (read as ``kind``) and its findings to ``out``."""
     from ..htmlview import write_page
+    from ..io.walk.kinds import KIND_NAMES
 
     title = f"{path}: {KIND_NAMES.get(kind, kind)}, {source.size} bytes"
     return write_page(out, source.data, kind, findings, title=title, mode=mode)

@@ -8,7 +8,8 @@ from typing import Optional
 import click
 
 from ..errors import HurraySchemaError
-from .common import KIND_NAMES, KINDS, Input, audited, fail, write_html
+from ..io.walk.kinds import KIND_NAMES
+from .common import KINDS, Input, audited, fail, write_html
 
 
 @click.command()

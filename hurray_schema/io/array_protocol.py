@@ -25,7 +25,8 @@ class ArrayProtocol:
     ``numpy.asarray(t)[index]``, reading only the box the index spans
     (:mod:`hurray_schema.evaluate.indexing`); :meth:`read` is the same with ``(start, stop)``
     pairs allowed and a ``limits=`` budget.  ``__array__`` and ``__dlpack__`` hand the array to
-    NumPy, torch, JAX...  The evaluator sits above the readers: it is imported at call time.
+    NumPy, torch, JAX...  The evaluator is imported at call time, so that a read that
+    evaluates nothing does not load it.
     An object is always true (``bool`` does not look at its length).
     """
 

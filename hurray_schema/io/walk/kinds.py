@@ -15,13 +15,18 @@ from ...structs.file import FILE_MAGIC
 from ...structs.stream import MESSAGE_HEADER, MessageType
 from .common import DESCRIPTOR_LENGTH_AT
 
-__all__ = ["DETECT_BYTES", "detect_kind", "choose_kind", "KindChoice", "KIND_EXTENSIONS"]
+__all__ = ["DETECT_BYTES", "detect_kind", "choose_kind", "KindChoice", "KIND_EXTENSIONS", "KIND_NAMES"]
 
 _MSG = plan(MESSAGE_HEADER)
 _KNOWN_MESSAGE_TYPES = frozenset(int(m) for m in MessageType)
 """The ``message_type`` numbers this reader knows (``interchange.md § Message Types``); the message
 walk itself (:mod:`.messages`, with the session's tables) is not needed to tell a kind."""
 _LENGTH_FIELD = plan(select(FIXED_HEADER, "descriptor_length")).steps[0].codec
+
+KIND_NAMES = {
+    "descriptor": "tensor descriptor", "stream": "bare stream", "messages": "message stream", "file": "Hurray file",
+}
+"""How each kind of input is named in words (the audit's heading, the inspect title)."""
 
 DETECT_BYTES = 16
 """How many first bytes :func:`detect_kind` looks at (a peek of that many is enough)."""
