@@ -42,7 +42,7 @@ import numpy as np  # noqa: E402
 
 import hurray_schema as hs  # noqa: E402
 import hurray_schema.io.file as file_module  # noqa: E402
-from hurray_schema.cli import _Bytes  # noqa: E402
+from hurray_schema.cli.common import Bytes  # noqa: E402
 from hurray_schema.io import Composite, Tensor  # noqa: E402
 from hurray_schema.model import CompositionRule, ElementType, Shard  # noqa: E402
 
@@ -156,7 +156,7 @@ def out_of_core(args) -> None:
         os.sync()
         baseline = copy_file(source, where / "copy.bin", written)
         (where / "copy.bin").unlink()
-        budget = _Bytes().convert(args.budget, None, None)
+        budget = Bytes().convert(args.budget, None, None)
         print(f"merge --memory {args.budget}: {seconds:.1f} s ({written / seconds / 2**30:.2f} GiB/s, interpreter "
               f"start included), peak RSS {peak / 2**30:.2f} GiB (target < 1.5 GiB; budget {budget / 2**30:.2f} GiB)")
         print(f"copy of {written / 2**30:.2f} GiB file to file: {baseline:.1f} s ({written / baseline / 2**30:.2f} "

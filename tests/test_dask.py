@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hurray_schema as hs
-from hurray_schema.cli import ZARR_DTYPE_ATTRIBUTE, _merge_to_zarr, main
+from hurray_schema.cli import main
+from hurray_schema.export import ZARR_DTYPE_ATTRIBUTE, export_zarr
 from hurray_schema.errors import HurraySchemaError, SpecViolation
 from hurray_schema.evaluate.dask_graph import FileBuffers, LeafSource, read_chunk
 from hurray_schema.io import Composite, Tensor, read_file, write_file
@@ -567,7 +568,7 @@ def test_merge_zarr_without_zarr_is_a_typed_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "zarr", None)  # `import zarr` raises ImportError
     with read_file(path) as f:
         with pytest.raises(HurraySchemaError, match=r"needs zarr: pip install 'hurray_schema\[zarr\]'"):
-            _merge_to_zarr(f, "x", str(tmp_path / "out.zarr"), None)
+            export_zarr(f, str(tmp_path / "out.zarr"), name="x")
     done = _merge(path, "x", "--zarr", tmp_path / "out.zarr")
     assert done.exit_code == 2 and "needs zarr" in done.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.hrry"]

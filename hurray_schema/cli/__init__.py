@@ -7,7 +7,7 @@ Commands:
 * ``audit PATH|-`` (:mod:`.audit`) -- run every applicable rule on a descriptor, a bare
   stream, a message stream or a ``.hrry`` file (:func:`hurray_schema.audit`) and print the
   report: the findings grouped by tensor / composite, then a summary line; ``--json`` its JSON
-  object (schema ``hurray-schema/audit/1``, :data:`AUDIT_JSON_FIELDS`; keys are only ever
+  object (schema ``hurray-schema/audit/1``, :data:`hurray_schema.audit.AUDIT_JSON_FIELDS`; keys are only ever
   added, never renamed or removed).  Exit code 0: no MUST-level finding; 1: at least one
   MUST-level finding the mode does not tolerate; 2: the input cannot be read.
 * ``inspect PATH`` (:mod:`.inspect`) -- annotated view of every field (byte range, raw bytes,
@@ -29,27 +29,6 @@ Commands:
 
 from __future__ import annotations
 
-import importlib
-
 from .common import main
 
-__all__ = ["main", "AUDIT_JSON_SCHEMA", "AUDIT_JSON_FIELDS"]
-
-_ELSEWHERE = {
-    "AUDIT_JSON_SCHEMA": "hurray_schema.audit.report",
-    "AUDIT_JSON_FIELDS": "hurray_schema.audit.report",
-    "ZARR_DTYPE_ATTRIBUTE": "hurray_schema.export",
-    "_merge_to_zarr": "hurray_schema.cli.merge",
-}
-"""Names this package had as one module, imported from their homes on first use."""
-
-
-def __getattr__(name: str):
-    if name == "_Bytes":
-        from .common import Bytes
-
-        return Bytes
-    home = _ELSEWHERE.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+__all__ = ["main"]

@@ -45,10 +45,3 @@ def merge(path: str, name: str, output: Optional[str], zarr_store: Optional[str]
     except (HurraySchemaError, OSError) as exc:
         fail(f"{path}: {exc}")
     click.echo(f"wrote {done.path}: {done.dtype} {list(done.shape)}")
-
-
-def _merge_to_zarr(container, name: str, store: str, memory: Optional[int]):
-    """(dtype, shape) of item ``name`` of the open file ``container`` written as a Zarr store (the
-    name earlier versions of this command module had for :func:`hurray_schema.export.export_zarr`)."""
-    done = export_zarr(container, store, name=name, memory=memory, progress=sys.stderr)
-    return done.dtype, done.shape
