@@ -349,9 +349,10 @@ def _store_built(attribute: str, build):
 
 
 def _table_readers() -> dict:
-    """``id(decl) -> (plan, what, store)`` of every table the walk reads outside the fixed
+    """``id(decl) -> (plan, what, store, fixed)`` of every table the walk reads outside the fixed
     header: ``what`` names it in a violation; ``store(fields, values)`` puts its values
-    into the descriptor's fields (``None``: a count or length the walk itself uses)."""
+    into the descriptor's fields (``None``: a count or length the walk itself uses); ``fixed``
+    the names and struct of a table that is one run of fixed fields (else ``None``)."""
     readers = {}
     for part in CORE_PARTS:
         readers[id(part.decl)] = (plan(part.decl), part.name, _store_attribute(part.attribute))
@@ -363,7 +364,12 @@ def _table_readers() -> dict:
         readers[id(part.decl)] = (plan(part.decl), part.label, _store_built(part.attribute, build))
     for part in (_BUFFER_PART, _QUANTIZATION_PART):
         readers[id(part.prefix)] = (plan(part.prefix), part.prefix_field, None)
-    return readers
+    return {key: (p, what, store, _fixed_run(p)) for key, (p, what, store) in readers.items()}
+
+
+def _fixed_run(p) -> Optional[tuple]:
+    """``(names, struct)`` of a plan that is one run of fixed fields, else ``None``."""
+    return None if p.fixed_size is None else (p.steps[0].names, p.steps[0].codec)
 
 
 class _Decoder(DescriptorVisitor):
@@ -386,8 +392,17 @@ class _Decoder(DescriptorVisitor):
             return dict(zip(_HEADER_NAMES, _HEADER_CODEC.unpack_from(r.view, 0)))
         if part is _QUANTIZATION_PART and decl is not part.prefix:
             return self._scheme_table(decl)
-        p, what, store = _TABLE_READERS[id(decl)]
-        values = r.read(p, what, **context)
+        p, what, store, fixed = _TABLE_READERS[id(decl)]
+        if fixed is None:
+            values = r.read(p, what, **context)
+        else:  # one run of fixed fields: one struct call, bounded as r.read bounds it
+            names, codec = fixed
+            pos = r.pos
+            if pos + codec.size > r.end:
+                raise structure_rules.LENGTH_BOUNDS.violation(f"{what} runs past descriptor_length ({r.end} bytes)",
+                                                              r.at())
+            values = dict(zip(names, codec.unpack_from(r.view, pos)))
+            r.pos = pos + codec.size
         if store is not None:
             store(self.fields, values)
         elif decl is _TILED_DECL:
