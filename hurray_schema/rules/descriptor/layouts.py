@@ -17,6 +17,8 @@ from ...model import (
     DYNAMIC_DIMENSION, BlockPagedLayout, CooLayout, CscLayout, CsfLayout, CsrLayout, HilbertLayout, LayoutTag,
     MortonLayout, PerBlockAffine, TiledLayout,
 )
+from ...structs._declare import fields
+from ...structs.layouts import LAYOUT_FIELDS
 from ..engine import Level
 from .dispatch import Fact, When, descriptor_rule
 from .sizes import parameter_count_source, quantization_parameter_count
@@ -47,13 +49,18 @@ def _byte_offset_zero(layout_cls, page: str, name: str):
 
 
 def _reserved_zero(layout_cls, page: str, name: str):
+    """The rule that the field its layout table declares reserved (:data:`~...structs._declare.ZERO`) is zero."""
+    (reserved,) = [f.name for f in fields(LAYOUT_FIELDS[layout_cls.tag]) if f.reserved]
+    zeros = bytes(len(attrs.fields_dict(layout_cls)[reserved].default))
+
     @descriptor_rule(f"layout.{name}.reserved", MUST, f"layouts/{page}.md § Additional Descriptor Fields",
-                     f"The _reserved bytes of the {_words(name)} layout fields are zero.",
+                     f"The {reserved} bytes of the {_words(name)} layout fields are zero.",
                      when=When(layouts={layout_cls}), fast=lambda s: s.layout is not layout_cls
-                     or f"layout._reserved == {bytes(len(attrs.fields_dict(layout_cls)['_reserved'].default))!r}")
+                     or f"layout.{reserved} == {zeros!r}")
     def check(desc, ctx):
-        if isinstance(desc.layout, layout_cls) and any(desc.layout._reserved):
-            return f"{_words(name)} _reserved bytes are {desc.layout._reserved.hex()}", ctx.layout("_reserved")
+        if isinstance(desc.layout, layout_cls) and any(getattr(desc.layout, reserved)):
+            value = getattr(desc.layout, reserved)
+            return f"{_words(name)} {reserved} bytes are {value.hex()}", ctx.layout(reserved)
 
     return check
 
