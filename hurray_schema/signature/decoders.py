@@ -15,13 +15,13 @@ import attrs
 from ..codecache import compiled as compiled_code
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import (
-    SCHEMES, TABLE_LAYOUTS, VALUE_CLASSES, ColumnMajorLayout, DeviceTag, RowMajorLayout, TensorDescriptor,
+    SCHEMES, TABLE_LAYOUTS, VALUE_CLASSES, DeviceTag, TensorDescriptor,
 )
 from ..rules.descriptor.dispatch import (
     Signature, mark_passed, passed, plain_buffers, plain_buffers_source, rememberable, signature_pass_source,
 )
 from ..structs._declare import plan
-from ..structs.walker import CORE_PARTS
+from ..structs.walker import HEADER_PART, LAYOUT_PART, NOTHING, OPTIONAL_PARTS, DescriptorVisitor, walk_descriptor
 from .constructors import _NEW_DESCRIPTOR, _constructor, slot_constructor
 from .formats import _BUFFER_TABLE, _HEADER_SIZE, _LAYOUT, _QUANTIZATION, _SECTIONS, _NotCompilable, _items
 from .tables import (
@@ -108,34 +108,99 @@ class _Source:
         return f"{name}({', '.join(args)})"
 
 
-def _layout_expr(src: _Source, desc: TensorDescriptor) -> str:
-    layout = desc.layout
-    if isinstance(layout, (RowMajorLayout, ColumnMajorLayout)):
-        return src.constant("_LAYOUT", layout)  # no layout-specific fields
-    cls = TABLE_LAYOUTS.get(layout.tag)
-    if cls is None or layout.__class__ is not cls:
-        raise _NotCompilable(f"layout 0x{layout.tag:02X}")
-    return src.construct(cls, src.table(_LAYOUT.tables[layout.tag], rank=desc.rank))
+class _SourceVisitor(DescriptorVisitor):
+    """The decoder's source, as the walk of the parts visits a descriptor this header decoded to:
+    each table the walk reaches appends its fields to the one struct format; the walk takes its
+    decisions (flags, counts, tags) from the descriptor's own values, as the encoder does, and what
+    the header does not fix (``buffer_count``, ``quantization_length``, the scheme) becomes a guard.
+    Fills ``exprs`` (descriptor attribute -> expression) and ``handle_fields``; raises
+    :class:`~.formats._NotCompilable` where the general decoder keeps a case to itself."""
 
+    marks_parts = False
 
-def _quantization_expr(src: _Source, desc: TensorDescriptor) -> str:
-    q = desc.quantization
-    if q is None:
-        return "None"
-    cls = SCHEMES.get(getattr(q, "scheme", None))
-    if cls is None or q.__class__ is not cls:
+    def __init__(self, src: _Source, desc: TensorDescriptor, exprs: dict):
+        self.src, self.desc, self.exprs = src, desc, exprs
+        self.handle_fields: list = []
+        for part in OPTIONAL_PARTS:
+            exprs[part.attribute] = "None"  # a part the flags leave out
+
+    def table(self, part, decl, context: dict) -> dict:
+        desc, src = self.desc, self.src
+        if part is HEADER_PART:  # the header is the signature itself
+            return {"flags": desc.flags, "rank": desc.rank, LAYOUT_PART.chosen_by: desc.layout.tag}
+        if decl is part.prefix:
+            count = len(getattr(desc, part.attribute))
+            src.guard(src.table(decl)[part.prefix_field], count)
+            return {part.prefix_field: count}
+        if part.head is not None:  # the table a sized part's tag chose (the quantization scheme)
+            self._scheme(part, decl)
+            return {}
+        if part.value_class is None:
+            self.exprs[part.attribute] = src.table(decl, **context)[part.attribute]
+            return {part.attribute: getattr(desc, part.attribute)}
+        obj = getattr(desc, part.attribute)
+        self.exprs[part.attribute] = src.construct(type(obj), src.table(decl, **context))
+        return {}
+
+    def part(self, part, choice=None):
+        if part is LAYOUT_PART and choice is not None:
+            layout = self.desc.layout
+            if choice.decl is None:
+                self.exprs[part.attribute] = self.src.constant("_LAYOUT", layout)  # no layout-specific fields
+            elif TABLE_LAYOUTS.get(layout.tag) is not layout.__class__:
+                raise _NotCompilable(f"layout 0x{layout.tag:02X}")
+        return NOTHING
+
+    def entries(self, part, count: int, context: dict) -> None:
+        handle_class = VALUE_CLASSES[part.value_class]
+        self.handle_fields = [self.src.table(part.decl) for _ in range(count)]
+        handles = [self.src.construct(handle_class, fields) for fields in self.handle_fields]
+        self.exprs[part.attribute] = "(" + "".join(h + ", " for h in handles) + ")"
+
+    def level(self, part, choice, depth: int):
+        raise _NotCompilable("a nesting layout")
+
+    def private(self, part, choice, context: dict) -> None:
+        raise _NotCompilable("a private layout")
+
+    def unknown(self, part, tag: int) -> None:
+        raise _NotCompilable(f"{part.name} 0x{tag:02X}")
+
+    def sized(self, part, context: dict):
+        self.length = self.src.table(part.prefix)[part.prefix_field]
+        return NOTHING
+
+    def chosen_tag(self, part) -> int:
+        q = getattr(self.desc, part.attribute)
+        cls = SCHEMES.get(getattr(q, "scheme", None))
+        if cls is None or q.__class__ is not cls:
+            raise _NotCompilable("unknown quantization scheme")
+        return cls.scheme
+
+    def unknown_sized(self, part, tag, context: dict) -> None:
         raise _NotCompilable("unknown quantization scheme")
-    qlen = src.table(_QUANTIZATION.prefix)[_QUANTIZATION.prefix_field]
-    decl = _QUANTIZATION.tables[cls.scheme]
-    exprs = src.table(decl)
-    src.guard(exprs[_QUANTIZATION.chosen_by], cls.scheme)
-    src.guard(exprs["scheme_version"], q.scheme_version)
-    table_size = plan(decl).fixed_size
-    if table_size is None:
-        raise _NotCompilable("quantization table of variable size")
-    src.guard(qlen, table_size + len(q.padding))
-    exprs["padding"] = src.bytes_field(len(q.padding)) if q.padding else "b''"
-    return src.construct(cls, exprs)
+
+    def _scheme(self, part, decl) -> None:
+        src, q = self.src, getattr(self.desc, part.attribute)
+        exprs = src.table(decl)
+        src.guard(exprs[part.chosen_by], q.scheme)
+        src.guard(exprs["scheme_version"], q.scheme_version)
+        table_size = plan(decl).fixed_size
+        if table_size is None:
+            raise _NotCompilable("quantization table of variable size")
+        src.guard(self.length, table_size + len(q.padding))
+        exprs["padding"] = src.bytes_field(len(q.padding)) if q.padding else "b''"
+        self.exprs[part.attribute] = src.construct(type(q), exprs)
+
+    def padding(self, part) -> None:
+        pass  # read with the scheme's table (its length is a guard)
+
+
+def _walk_source(src: _Source, desc: TensorDescriptor, exprs: dict) -> list:
+    """Fill ``exprs`` through the walk of ``desc``'s parts; returns the handles' field expressions."""
+    visitor = _SourceVisitor(src, desc, exprs)
+    walk_descriptor(visitor)
+    return visitor.handle_fields
 
 
 def compile_decoder(desc: TensorDescriptor, length: int) -> CompiledDecoder:
@@ -147,17 +212,7 @@ def compile_decoder(desc: TensorDescriptor, length: int) -> CompiledDecoder:
     src = _Source()
     exprs = {"type_tag": src.constant("_TYPE_TAG", desc.type_tag),
              "version_major": str(int(desc.version_major)), "version_minor": str(int(desc.version_minor))}
-    for part in CORE_PARTS:
-        exprs[part.attribute] = src.table(part.decl, rank=desc.rank)[part.attribute]
-    exprs[_LAYOUT.attribute] = _layout_expr(src, desc)
-    src.guard(src.table(_BUFFER_TABLE.prefix)[_BUFFER_TABLE.prefix_field], len(desc.buffers))
-    handle_class = VALUE_CLASSES[_BUFFER_TABLE.value_class]
-    handle_fields = [src.table(_BUFFER_TABLE.decl) for _ in desc.buffers]
-    handles = [src.construct(handle_class, fields) for fields in handle_fields]
-    exprs[_BUFFER_TABLE.attribute] = "(" + "".join(h + ", " for h in handles) + ")"
-    exprs[_QUANTIZATION.attribute] = _quantization_expr(src, desc)
-    for attr, decl, cls in _SECTIONS:
-        exprs[attr] = "None" if getattr(desc, attr) is None else src.construct(cls, src.table(decl, rank=desc.rank))
+    handle_fields = _walk_source(src, desc, exprs)
     codec = struct.Struct(src.fmt)
     if _HEADER_SIZE + codec.size != length:
         raise _NotCompilable("descriptor_length does not match the tables")
