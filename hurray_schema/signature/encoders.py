@@ -13,9 +13,9 @@ import attrs
 from ..codecache import compiled as compiled_code
 from ..model import SCHEMES, TABLE_LAYOUTS, ColumnMajorLayout, RowMajorLayout, TensorDescriptor
 from ..structs._declare import plan
-from ..structs.descriptor import FIXED_HEADER, MAGIC
-from ..structs.walker import CORE_PARTS
-from .formats import _BUFFER_TABLE, _LAYOUT, _QUANTIZATION, _SECTIONS, _NotCompilable, _pack_calls
+from ..structs.descriptor import MAGIC
+from ..structs.walker import HEADER_PART, LAYOUT_PART, NOTHING, SECTION_PARTS, DescriptorVisitor, walk_descriptor
+from .formats import _NotCompilable, _pack_calls
 from .tables import (
     _BY_LAYOUT, _ENCODED, _ENCODERS, _LAST_HIT, _TABLES_ON, MAX_SHAPES_PER_LAYOUT, MAX_SIGNATURES, MAX_VALUE_BYTES,
     MAX_VALUES,
@@ -101,10 +101,79 @@ def _key_test(desc: TensorDescriptor) -> str:
         tests.append("d.quantization is not None")
     else:
         tests += ["(q := d.quantization).__class__ is not _scheme", f"len(q.padding) != {len(q.padding)}"]
-    for attribute, _decl, _cls in _SECTIONS:
+    for attribute in (part.attribute for part in SECTION_PARTS):
         absent = getattr(desc, attribute) is None
         tests.append(f"d.{attribute} is {'not None' if absent else 'None'}")
     return " or ".join(tests)
+
+
+class _PackVisitor(DescriptorVisitor):
+    """The encoder's source, as the walk of the parts visits ``desc``: each table the walk reaches
+    is one more run of :class:`_Packer` arguments, read from the descriptor's objects (``d``, its
+    layout and sections bound to names, ``b0``... its handles, ``q`` its quantization); the walk
+    takes its decisions from ``desc``'s own values, as the encoder does."""
+
+    marks_parts = False
+
+    def __init__(self, p: "_Packer", desc: TensorDescriptor):
+        self.p, self.desc = p, desc
+
+    def table(self, part, decl, context: dict) -> dict:
+        p, desc = self.p, self.desc
+        if part is HEADER_PART:
+            presence = attrs.evolve(desc, unparsed_flags=0).flags  # the section bits the key fixes
+            flags = _Expr(f"{presence} | d.unparsed_flags" if presence else "d.unparsed_flags")
+            p.table(decl, "d", dict(magic=MAGIC, descriptor_length=_LENGTH, layout_tag=int(desc.layout.tag),
+                                    rank=desc.rank, flags=flags))
+            return {"flags": desc.flags, "rank": desc.rank, LAYOUT_PART.chosen_by: desc.layout.tag}
+        if decl is part.prefix:
+            count = len(getattr(desc, part.attribute))
+            p.table(decl, "d", {part.prefix_field: count})
+            return {part.prefix_field: count}
+        if part.head is not None:  # the scheme's table, the object bound by the key test
+            p.table(decl, "q", {part.chosen_by: int(self.scheme)})
+            return {}
+        if part.value_class is None:
+            p.table(decl, "d", **context)
+        else:
+            p.table(decl, p.bind(f"d.{part.attribute}"), **context)
+        return {}
+
+    def entries(self, part, count: int, context: dict) -> None:
+        p = self.p
+        if count:
+            p.bound.append(f"({''.join(f'b{i}, ' for i in range(count))}) = buffers")  # counted by the key test
+        for i in range(count):
+            p.table(part.decl, f"b{i}")
+
+    def sized(self, part, context: dict):
+        q = getattr(self.desc, part.attribute)
+        qcls = SCHEMES.get(getattr(q, "scheme", None))
+        if qcls is None or q.__class__ is not qcls:
+            raise _NotCompilable("unknown quantization scheme")
+        size = plan(part.tables[qcls.scheme]).fixed_size
+        if size is None:
+            raise _NotCompilable("quantization table of variable size")
+        self.scheme = qcls.scheme
+        self.p.table(part.prefix, "d", {part.prefix_field: size + len(q.padding)})
+        return NOTHING
+
+    def chosen_tag(self, part) -> int:
+        return self.scheme
+
+    def padding(self, part) -> None:
+        padding = getattr(self.desc, part.attribute).padding
+        if padding:
+            self.p.raw(f"{len(padding)}s", "q.padding")
+
+    def level(self, part, choice, depth: int):
+        raise _NotCompilable("a nesting layout")
+
+    def private(self, part, choice, context: dict) -> None:
+        raise _NotCompilable("a private layout")
+
+    def unknown(self, part, tag: int) -> None:
+        raise _NotCompilable(f"{part.name} 0x{tag:02X}")
 
 
 def compile_encoder(desc: TensorDescriptor) -> Callable:
@@ -121,35 +190,7 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
         raise _NotCompilable(f"layout 0x{layout.tag:02X}")
     p = _Packer()
     rank = desc.rank
-    presence = attrs.evolve(desc, unparsed_flags=0).flags  # the section bits the key fixes
-    p.table(FIXED_HEADER, "d", dict(magic=MAGIC, descriptor_length=_LENGTH, layout_tag=int(layout.tag), rank=rank,
-                                    flags=_Expr(f"{presence} | d.unparsed_flags" if presence else "d.unparsed_flags")))
-    for part in CORE_PARTS:
-        p.table(part.decl, "d", rank=rank)
-    if cls is not None:
-        p.table(_LAYOUT.tables[layout.tag], p.bind(f"d.{_LAYOUT.attribute}"), rank=rank)
-    p.table(_BUFFER_TABLE.prefix, "d", {_BUFFER_TABLE.prefix_field: len(desc.buffers)})
-    if desc.buffers:
-        p.bound.append(f"({''.join(f'b{i}, ' for i in range(len(desc.buffers)))}) = buffers")  # counted by the key test
-    for i in range(len(desc.buffers)):
-        p.table(_BUFFER_TABLE.decl, f"b{i}")
-    q = desc.quantization
-    if q is not None:
-        qcls = SCHEMES.get(getattr(q, "scheme", None))
-        if qcls is None or q.__class__ is not qcls:
-            raise _NotCompilable("unknown quantization scheme")
-        decl = _QUANTIZATION.tables[qcls.scheme]
-        size = plan(decl).fixed_size
-        if size is None:
-            raise _NotCompilable("quantization table of variable size")
-        p.table(_QUANTIZATION.prefix, "d", {_QUANTIZATION.prefix_field: size + len(q.padding)})
-        quantization = "q"  # bound by the key test
-        p.table(decl, quantization, {_QUANTIZATION.chosen_by: int(qcls.scheme)})
-        if q.padding:
-            p.raw(f"{len(q.padding)}s", f"{quantization}.padding")
-    for attr, decl, _ in _SECTIONS:
-        if getattr(desc, attr) is not None:
-            p.table(decl, p.bind(f"d.{attr}"), rank=rank)
+    walk_descriptor(_PackVisitor(p, desc))
     other_key = _key_test(desc)
     size = struct.calcsize(p.fmt)
     p.args = [str(size) if a == repr(_LENGTH) else a for a in p.args]

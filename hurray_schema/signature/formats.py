@@ -1,5 +1,5 @@
 """What the generated decoders and encoders are built from: the parts of a descriptor after its
-fixed header (:data:`~hurray_schema.structs.descriptor.PARTS`) and the :mod:`struct` formats of
+fixed header (as :mod:`hurray_schema.structs.walker` names them) and the :mod:`struct` formats of
 their fields, split into ``pack`` calls of a bounded number of arguments."""
 
 from __future__ import annotations
