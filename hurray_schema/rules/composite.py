@@ -446,8 +446,9 @@ class _Frame:
 
 
 _CLEAN_BINDINGS: dict = {}
-"""``(id(head), mode, depth, check_heads)`` -> ``(head, member descriptors)`` of a composite a
-raising binder validated without a single finding (its members all tensors, not composites).
+"""``(id(head), mode, depth, check_heads, validator class)`` -> ``(head, member descriptors)`` of a
+composite a raising binder validated without a single finding (its members all tensors, not
+composites); the class is part of the key, so a binding is clean only for the checks that ran.
 Descriptors are immutable values and every check is a function of the head, the members, their
 order, the mode and the depth, so the same objects bind cleanly again: a stream of repeated
 composites (the decoder gives one object per distinct descriptor bytes) is validated once.
@@ -572,7 +573,7 @@ class CompositeBinder:
         validator, key = None, None
         if self.validate:
             if not self.collect:
-                key = (id(desc), self.mode, depth, self.check_heads)
+                key = (id(desc), self.mode, depth, self.check_heads, CompositeValidator)  # the checks that ran
                 known = _CLEAN_BINDINGS.get(key)
                 if known is not None and known[0] is desc:  # bound cleanly before: expect the same members
                     frame = _Frame(desc, offset, payload, None, key)
