@@ -2,7 +2,8 @@
 API (``HURRAY_SCHEMA_NUMBA_INTERNALS=0``, or a numba outside the tested range) give the bits the
 internals' compilation gives, for the decode of every scheme, quantizing, SpQR (replace and add),
 partitions and groups -- each mode in a fresh process with an empty cache.  The default policy (NumPy
-standing in until a kernel is worth compiling) gives them too."""
+standing in until a kernel is worth compiling) gives them too; a numba outside the tested range (the
+public API path again) runs one scheme and a partition, with one warning."""
 
 from __future__ import annotations
 
@@ -31,22 +32,25 @@ with warnings.catch_warnings(record=True) as caught:
     rng = np.random.default_rng(5)
     x = rng.standard_normal((96, 256)).astype(np.float32)
     results = {}
-    for scheme, options in (("per_block", {"storage": hs.ElementType.INT4, "block_size": 64}),
-                            ("per_block", {"storage": hs.ElementType.INT8, "block_size": 32}),
-                            ("per_channel", {"storage": hs.ElementType.INT8}),
-                            ("per_tensor", {"storage": hs.ElementType.INT8}),
-                            ("nf4", {"block_size": 64}),
-                            ("mxfp", {"storage": hs.ElementType.FLOAT4_E2M1})):
+    schemes = (("per_block", {"storage": hs.ElementType.INT4, "block_size": 64}),
+               ("per_block", {"storage": hs.ElementType.INT8, "block_size": 32}),
+               ("per_channel", {"storage": hs.ElementType.INT8}),
+               ("per_tensor", {"storage": hs.ElementType.INT8}),
+               ("nf4", {"block_size": 64}),
+               ("mxfp", {"storage": hs.ElementType.FLOAT4_E2M1}))
+    brief = len(sys.argv) > 1  # the untested numba: the public API path is the public mode's; one scheme shows it runs
+    for scheme, options in schemes[:1] if brief else schemes:
         q = hs.quantize(x, scheme, **options)
         key = scheme + str(options.get("storage", ""))
         results["quantize " + key] = [bytes(b).hex() for b in q.buffers]
         results["decode " + key] = np.asarray(q).tobytes().hex()
         results["decode f16 " + key] = q.to_numpy(dtype=np.float16).tobytes().hex() if scheme != "per_tensor" else ""
-    for combine in ("replace", "add"):
+    for combine in () if brief else ("replace", "add"):
         results["spqr " + combine] = np.asarray(hs.spqr(x, combine_op=combine)).tobytes().hex()
     results["partition"] = np.asarray(hs.partition(x, grid=(2, 4))).tobytes().hex()
-    group = hs.group({"a": hs.Tensor.from_numpy(x), "b": hs.quantize(x, "nf4", block_size=64)})
-    results["group"] = [np.asarray(m).tobytes().hex() for m in group.members]
+    if not brief:
+        group = hs.group({"a": hs.Tensor.from_numpy(x), "b": hs.quantize(x, "nf4", block_size=64)})
+        results["group"] = [np.asarray(m).tobytes().hex() for m in group.members]
 digest = {k: hashlib.sha256(json.dumps(v).encode()).hexdigest() for k, v in results.items()}
 print(json.dumps({"results": digest, "compiled": jit.compile_count(), "numba": "numba" in sys.modules,
                   "warnings": [str(w.message) for w in caught if "hurray_schema" in str(w.message)]}))
@@ -84,5 +88,5 @@ def test_the_default_policy_gives_the_same_bits(runs):
 
 def test_a_numba_outside_the_tested_range_works_with_one_warning(runs):
     untested = runs["untested"]
-    assert untested["results"] == runs["eager"]["results"]
+    assert len(untested["results"]) == 4 and untested["results"].items() <= runs["eager"]["results"].items()
     assert len(untested["warnings"]) == 1 and "numba 9.0.0 is outside the tested range" in untested["warnings"][0]
