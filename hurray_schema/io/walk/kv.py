@@ -10,7 +10,7 @@ from ...errors import FieldRangeError, HurraySchemaError
 from ...limits import DEFAULT_LIMITS, Limits
 from ...rules import container as container_rules
 from ...rules.engine import Mode
-from ...structs._declare import Plan, plan
+from ...structs._declare import Plan, plan, static_offset
 from ...structs.file import (
     KV_ARRAY_HEADER, KV_COUNT, KV_KEY_LENGTH, KV_LENGTH_PREFIX, KV_SCALAR_VALUES, KV_TYPES_REF, KV_VALUE_TAG, KvTag,
 )
@@ -24,6 +24,9 @@ _KEY_LEN = plan(KV_KEY_LENGTH)
 _TAG = plan(KV_VALUE_TAG)
 _LEN = plan(KV_LENGTH_PREFIX)
 _ARRAY = plan(KV_ARRAY_HEADER)
+_ELEMENT_TAG_AT = _TAG.fixed_size + static_offset(KV_ARRAY_HEADER, "element_tag")
+_ELEMENT_COUNT_AT = _TAG.fixed_size + static_offset(KV_ARRAY_HEADER, "element_count")
+"""Where an array's element_tag and element_count sit from its value tag."""
 _SCALARS = {tag: plan(decl) for tag, decl in KV_SCALAR_VALUES.items()}
 _MIN_PAYLOAD = {KvTag.STRING: _LEN.fixed_size, KvTag.BYTES: _LEN.fixed_size,
                 **{tag: p.fixed_size for tag, p in _SCALARS.items()}}
@@ -255,9 +258,9 @@ def _value(cur: _Cursor, tag: int, tag_at: int, depth: int, limits: Limits):
         if strict:
             if etag not in _MIN_PAYLOAD:
                 raise container_rules.KV_ARRAY_TAG.violation(
-                    f"array element tag 0x{etag:02X} is not {_ELEMENT_TAGS}", tag_at + 1)
+                    f"array element tag 0x{etag:02X} is not {_ELEMENT_TAGS}", tag_at + _ELEMENT_TAG_AT)
             cur.require(n * _MIN_PAYLOAD[etag], f"{n} array elements")
-            limits.check("max_kv_value_bytes", n, tag_at + 2)
+            limits.check("max_kv_value_bytes", n, tag_at + _ELEMENT_COUNT_AT)
         elif etag == KvTag.ARRAY:
             yield Part(FAULT, cur.at(), cur.at(), note=f"an array's element_tag must be {_ELEMENT_TAGS}, not another array",
                        depth=depth)
