@@ -239,7 +239,7 @@ def _check_key(raw: bytes, key_at: int, seen: set) -> str:
     try:
         key = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise container_rules.KV_KEY.violation(f"key is not valid UTF-8 ({exc.reason})", key_at + 2) from None
+        raise container_rules.KV_KEY.violation(f"key is not valid UTF-8 ({exc.reason})", key_at + _KEY_LEN.fixed_size) from None
     if key in seen:
         raise container_rules.KV_DUPLICATE.violation(f"KV key {key!r} appears twice", key_at)
     seen.add(key)
