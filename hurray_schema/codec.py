@@ -35,12 +35,13 @@ from .rules import structure as structure_rules
 from .rules.descriptor import first_error
 from .rules.engine import Finding, Mode, as_mode
 from .structs import layouts, quantization
-from .structs._declare import plan, select, static_offset
+from .structs._declare import joined, plan, select, static_offset
 from .structs.descriptor import (
     FIXED_HEADER, FIXED_HEADER_SIZE, MAGIC, MAX_RANK, SUPPORTED_VERSION_MAJOR, SUPPORTED_VERSION_MINOR,
 )
 from .structs.walker import (
-    BUFFER_PART, CORE_PARTS, HEADER_PART, LAYOUT_PART, QUANTIZATION_PART, SECTION_PARTS, Choice, DescriptorVisitor,
+    BUFFER_PART, HEADER_PART, LAYOUT_PART, QUANTIZATION_PART, RUNS, SECTION_PARTS, Choice,
+    DescriptorVisitor,
 )
 from .structs.walker import NOTHING as _NOTHING
 from .structs.walker import walk_descriptor as walk_parts
@@ -336,12 +337,6 @@ def _check_type_tag(r: _Reader, tag: int, flags: int) -> None:
 _FIELDLESS_LAYOUTS = {layout.tag: layout for layout in (ROW_MAJOR, COLUMN_MAJOR)}
 
 
-def _store_attribute(attribute: str):
-    def store(fields: dict, values: dict) -> None:
-        fields[attribute] = values[attribute]
-    return store
-
-
 def _store_built(attribute: str, build):
     def store(fields: dict, values: dict) -> None:
         fields[attribute] = build(values)
@@ -354,8 +349,6 @@ def _table_readers() -> dict:
     into the descriptor's fields (``None``: a count or length the walk itself uses); ``fixed``
     the names and struct of a table that is one run of fixed fields (else ``None``)."""
     readers = {}
-    for part in CORE_PARTS:
-        readers[id(part.decl)] = (plan(part.decl), part.name, _store_attribute(part.attribute))
     for tag, (p, build, what) in _LAYOUT_BUILDERS.items():
         readers[id(_LAYOUT_PART.tables[tag])] = (p, what, _store_built(_LAYOUT_PART.attribute, build))
     readers[id(_TILED_DECL)] = (_TILED, "tiled layout fields", None)  # its levels are kept, then linked
@@ -408,6 +401,15 @@ class _Decoder(DescriptorVisitor):
         elif decl is _TILED_DECL:
             self.levels.append(values)
         return values
+
+    def run(self, parts: tuple, context: dict) -> None:
+        """The always-present one-table parts read with one joined plan (``shape`` and ``byte_offset``:
+        a violation names them together, at the first one's offset)."""
+        p, what, attributes = _RUNS[parts]
+        values = self.r.read(p, what, **context)
+        fields = self.fields
+        for attribute in attributes:
+            fields[attribute] = values[attribute]
 
     def header(self, h: dict) -> bool:
         r = self.r
@@ -577,6 +579,9 @@ class _Linked:
 
 
 _TABLE_READERS = _table_readers()
+_RUNS = {parts: (plan(joined(*[part.decl for part in parts])), " and ".join(part.name for part in parts),
+                 tuple(part.attribute for part in parts)) for parts in RUNS}
+"""Each run of always-present one-table parts: its joined plan, its name in a violation, its attributes."""
 
 
 def _read_handles(r: _Reader, count: int) -> tuple:

@@ -35,7 +35,7 @@ from .tags import is_private_tag
 
 __all__ = ["PartKind", "Choice", "kind_of", "choose", "choices", "present", "walk_descriptor", "walk_declarations",
            "DescriptorVisitor", "DeclarationVisitor", "HEADER_PART", "BODY_PARTS", "LAYOUT_PART", "BUFFER_PART",
-           "QUANTIZATION_PART", "SECTION_PARTS", "CORE_PARTS", "OPTIONAL_PARTS", "part_named", "NOTHING"]
+           "QUANTIZATION_PART", "SECTION_PARTS", "CORE_PARTS", "OPTIONAL_PARTS", "part_named", "NOTHING", "RUNS"]
 
 
 class PartKind(enum.Enum):
@@ -183,6 +183,13 @@ class DescriptorVisitor:
         """Around one part (and, for a part chosen by tag, the table chosen)."""
         return NOTHING
 
+    def run(self, parts: tuple, context: dict) -> None:
+        """Consecutive one-table parts that are always present (``shape``, ``byte_offset``), each
+        in turn; a visitor may read them at once."""
+        for part in parts:
+            with self.part(part):
+                self.table(part, part.decl, context)
+
     def entries(self, part: DescriptorPart, count: int, context: dict) -> None:
         """``count`` entries of ``part.decl`` (the buffer handles)."""
         for index in range(count):
@@ -227,8 +234,28 @@ class DescriptorVisitor:
         """Bytes after the last part this version defines."""
 
 
-_WALK = tuple((part, KINDS[part.name], int(part.flag) if part.flag is not None else 0) for part in BODY_PARTS)
-"""Each part after the header with its kind and its gating flag bit as a plain int (0: always)."""
+_RUN = "run"
+"""The walk's step for consecutive one-table parts that are always present (``shape``, ``byte_offset``)."""
+
+
+def _steps() -> tuple:
+    """``(part or run of parts, kind, gating flag bit as a plain int, 0: always)`` after the header."""
+    steps: list = []
+    for part in BODY_PARTS:
+        kind, flag = KINDS[part.name], int(part.flag) if part.flag is not None else 0
+        if kind is PartKind.TABLE and not flag:
+            if steps and steps[-1][1] is _RUN:
+                steps[-1] = (steps[-1][0] + (part,), _RUN, 0)
+                continue
+            steps.append(((part,), _RUN, 0))
+            continue
+        steps.append((part, kind, flag))
+    return tuple(steps)
+
+
+_WALK = _steps()
+RUNS = tuple(parts for parts, kind, _ in _WALK if kind is _RUN)
+"""The runs of always-present one-table parts the walk hands over at once (:meth:`DescriptorVisitor.run`)."""
 
 
 _TABLE, _REPEATED, _CHOICE = PartKind.TABLE, PartKind.REPEATED, PartKind.CHOICE
@@ -246,7 +273,9 @@ def walk_descriptor(v: DescriptorVisitor) -> None:
     for part, kind, flag in _WALK:
         if flag and not flags & flag:  # present(), spelled out: every decode takes this loop
             continue
-        if kind is _TABLE:
+        if kind is _RUN:
+            v.run(part, context)
+        elif kind is _TABLE:
             if marks:
                 with v.part(part):
                     v.table(part, part.decl, context)
