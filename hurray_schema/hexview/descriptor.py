@@ -21,7 +21,7 @@ from ..structs._declare import Field, fields, plan, select, static_offset
 from ..structs.descriptor import FIXED_HEADER, FIXED_HEADER_SIZE, MAGIC, MAX_RANK
 from ..structs.layouts import MAX_TILED_DEPTH
 from ..structs.walker import (
-    BODY_PARTS, HEADER_PART, Choice, DescriptorVisitor, PartKind, kind_of,
+    BODY_PARTS, HEADER_PART, NOTHING, Choice, DescriptorVisitor, PartKind, kind_of,
 )
 from ..structs.walker import walk_descriptor as walk_parts
 from .nodes import Node, _render, _Stop, _Walker
@@ -179,7 +179,7 @@ class _ViewVisitor(DescriptorVisitor):
         if choice is None:
             return self._section(part.name, ref=part.ref if kind_of(part) is PartKind.REPEATED else "")
         if choice.decl is None:
-            return contextlib.nullcontext()
+            return NOTHING
         if choice.private:
             return self._section(f"{part.name} (extension)")
         if part.head is not None:

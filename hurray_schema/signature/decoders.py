@@ -15,15 +15,18 @@ import attrs
 from ..codecache import compiled as compiled_code
 from ..limits import DEFAULT_LIMITS, Limits
 from ..model import (
-    SCHEMES, TABLE_LAYOUTS, VALUE_CLASSES, DeviceTag, TensorDescriptor,
+    VALUE_CLASSES, DeviceTag, TensorDescriptor,
 )
 from ..rules.descriptor.dispatch import (
     Signature, mark_passed, passed, plain_buffers, plain_buffers_source, rememberable, signature_pass_source,
 )
 from ..structs._declare import plan
-from ..structs.walker import HEADER_PART, LAYOUT_PART, NOTHING, OPTIONAL_PARTS, DescriptorVisitor, walk_descriptor
+from ..structs.walker import HEADER_PART, LAYOUT_PART, NOTHING, OPTIONAL_PARTS, walk_descriptor
 from .constructors import _NEW_DESCRIPTOR, _constructor, slot_constructor
-from .formats import _BUFFER_TABLE, _HEADER_SIZE, _LAYOUT, _QUANTIZATION, _SECTIONS, _NotCompilable, _items
+from .formats import (
+    _BUFFER_TABLE, _HEADER_SIZE, _LAYOUT, _QUANTIZATION, _SECTIONS, _CompilingVisitor, _fixed_size, _NotCompilable,
+    _items,
+)
 from .tables import (
     _COMPILED, _REFUSED, _SEEN, _TABLES_ON, _VALUES, MAX_SIGNATURES, MAX_VALUE_BYTES, MAX_VALUES, clear,
 )
@@ -108,7 +111,7 @@ class _Source:
         return f"{name}({', '.join(args)})"
 
 
-class _SourceVisitor(DescriptorVisitor):
+class _SourceVisitor(_CompilingVisitor):
     """The decoder's source, as the walk of the parts visits a descriptor this header decoded to:
     each table the walk reaches appends its fields to the one struct format; the walk takes its
     decisions (flags, counts, tags) from the descriptor's own values, as the encoder does, and what
@@ -116,10 +119,9 @@ class _SourceVisitor(DescriptorVisitor):
     Fills ``exprs`` (descriptor attribute -> expression) and ``handle_fields``; raises
     :class:`~.formats._NotCompilable` where the general decoder keeps a case to itself."""
 
-    marks_parts = False
-
     def __init__(self, src: _Source, desc: TensorDescriptor, exprs: dict):
-        self.src, self.desc, self.exprs = src, desc, exprs
+        super().__init__(desc)
+        self.src, self.exprs = src, exprs
         self.handle_fields: list = []
         for part in OPTIONAL_PARTS:
             exprs[part.attribute] = "None"  # a part the flags leave out
@@ -127,7 +129,7 @@ class _SourceVisitor(DescriptorVisitor):
     def table(self, part, decl, context: dict) -> dict:
         desc, src = self.desc, self.src
         if part is HEADER_PART:  # the header is the signature itself
-            return {"flags": desc.flags, "rank": desc.rank, LAYOUT_PART.chosen_by: desc.layout.tag}
+            return self.header_values()
         if decl is part.prefix:
             count = len(getattr(desc, part.attribute))
             src.guard(src.table(decl)[part.prefix_field], count)
@@ -143,13 +145,9 @@ class _SourceVisitor(DescriptorVisitor):
         return {}
 
     def part(self, part, choice=None):
-        if part is LAYOUT_PART and choice is not None:
-            layout = self.desc.layout
-            if choice.decl is None:
-                self.exprs[part.attribute] = self.src.constant("_LAYOUT", layout)  # no layout-specific fields
-            elif TABLE_LAYOUTS.get(layout.tag) is not layout.__class__:
-                raise _NotCompilable(f"layout 0x{layout.tag:02X}")
-        return NOTHING
+        if part is LAYOUT_PART and choice is not None and choice.decl is None:
+            self.exprs[part.attribute] = self.src.constant("_LAYOUT", self.desc.layout)  # no layout-specific fields
+        return super().part(part, choice)
 
     def entries(self, part, count: int, context: dict) -> None:
         handle_class = VALUE_CLASSES[part.value_class]
@@ -157,38 +155,16 @@ class _SourceVisitor(DescriptorVisitor):
         handles = [self.src.construct(handle_class, fields) for fields in self.handle_fields]
         self.exprs[part.attribute] = "(" + "".join(h + ", " for h in handles) + ")"
 
-    def level(self, part, choice, depth: int):
-        raise _NotCompilable("a nesting layout")
-
-    def private(self, part, choice, context: dict) -> None:
-        raise _NotCompilable("a private layout")
-
-    def unknown(self, part, tag: int) -> None:
-        raise _NotCompilable(f"{part.name} 0x{tag:02X}")
-
     def sized(self, part, context: dict):
         self.length = self.src.table(part.prefix)[part.prefix_field]
         return NOTHING
-
-    def chosen_tag(self, part) -> int:
-        q = getattr(self.desc, part.attribute)
-        cls = SCHEMES.get(getattr(q, "scheme", None))
-        if cls is None or q.__class__ is not cls:
-            raise _NotCompilable("unknown quantization scheme")
-        return cls.scheme
-
-    def unknown_sized(self, part, tag, context: dict) -> None:
-        raise _NotCompilable("unknown quantization scheme")
 
     def _scheme(self, part, decl) -> None:
         src, q = self.src, getattr(self.desc, part.attribute)
         exprs = src.table(decl)
         src.guard(exprs[part.chosen_by], q.scheme)
         src.guard(exprs["scheme_version"], q.scheme_version)
-        table_size = plan(decl).fixed_size
-        if table_size is None:
-            raise _NotCompilable("quantization table of variable size")
-        src.guard(self.length, table_size + len(q.padding))
+        src.guard(self.length, _fixed_size(decl) + len(q.padding))
         exprs["padding"] = src.bytes_field(len(q.padding)) if q.padding else "b''"
         self.exprs[part.attribute] = src.construct(type(q), exprs)
 

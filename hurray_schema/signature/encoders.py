@@ -11,11 +11,11 @@ from typing import Callable, Optional
 import attrs
 
 from ..codecache import compiled as compiled_code
-from ..model import SCHEMES, TABLE_LAYOUTS, ColumnMajorLayout, RowMajorLayout, TensorDescriptor
+from ..model import TensorDescriptor
 from ..structs._declare import plan
 from ..structs.descriptor import MAGIC
-from ..structs.walker import HEADER_PART, LAYOUT_PART, NOTHING, SECTION_PARTS, DescriptorVisitor, walk_descriptor
-from .formats import _NotCompilable, _pack_calls
+from ..structs.walker import HEADER_PART, NOTHING, SECTION_PARTS, walk_descriptor
+from .formats import _CompilingVisitor, _fixed_size, _NotCompilable, _pack_calls
 from .tables import (
     _BY_LAYOUT, _ENCODED, _ENCODERS, _LAST_HIT, _TABLES_ON, MAX_SHAPES_PER_LAYOUT, MAX_SIGNATURES, MAX_VALUE_BYTES,
     MAX_VALUES,
@@ -107,16 +107,15 @@ def _key_test(desc: TensorDescriptor) -> str:
     return " or ".join(tests)
 
 
-class _PackVisitor(DescriptorVisitor):
+class _PackVisitor(_CompilingVisitor):
     """The encoder's source, as the walk of the parts visits ``desc``: each table the walk reaches
     is one more run of :class:`_Packer` arguments, read from the descriptor's objects (``d``, its
     layout and sections bound to names, ``b0``... its handles, ``q`` its quantization); the walk
     takes its decisions from ``desc``'s own values, as the encoder does."""
 
-    marks_parts = False
-
     def __init__(self, p: "_Packer", desc: TensorDescriptor):
-        self.p, self.desc = p, desc
+        super().__init__(desc)
+        self.p = p
 
     def table(self, part, decl, context: dict) -> dict:
         p, desc = self.p, self.desc
@@ -125,13 +124,13 @@ class _PackVisitor(DescriptorVisitor):
             flags = _Expr(f"{presence} | d.unparsed_flags" if presence else "d.unparsed_flags")
             p.table(decl, "d", dict(magic=MAGIC, descriptor_length=_LENGTH, layout_tag=int(desc.layout.tag),
                                     rank=desc.rank, flags=flags))
-            return {"flags": desc.flags, "rank": desc.rank, LAYOUT_PART.chosen_by: desc.layout.tag}
+            return self.header_values()
         if decl is part.prefix:
             count = len(getattr(desc, part.attribute))
             p.table(decl, "d", {part.prefix_field: count})
             return {part.prefix_field: count}
         if part.head is not None:  # the scheme's table, the object bound by the key test
-            p.table(decl, "q", {part.chosen_by: int(self.scheme)})
+            p.table(decl, "q", {part.chosen_by: int(self.scheme_of(part).scheme)})
             return {}
         if part.value_class is None:
             p.table(decl, "d", **context)
@@ -147,33 +146,15 @@ class _PackVisitor(DescriptorVisitor):
             p.table(part.decl, f"b{i}")
 
     def sized(self, part, context: dict):
-        q = getattr(self.desc, part.attribute)
-        qcls = SCHEMES.get(getattr(q, "scheme", None))
-        if qcls is None or q.__class__ is not qcls:
-            raise _NotCompilable("unknown quantization scheme")
-        size = plan(part.tables[qcls.scheme]).fixed_size
-        if size is None:
-            raise _NotCompilable("quantization table of variable size")
-        self.scheme = qcls.scheme
-        self.p.table(part.prefix, "d", {part.prefix_field: size + len(q.padding)})
+        size = _fixed_size(part.tables[self.scheme_of(part).scheme])
+        padding = getattr(self.desc, part.attribute).padding
+        self.p.table(part.prefix, "d", {part.prefix_field: size + len(padding)})
         return NOTHING
-
-    def chosen_tag(self, part) -> int:
-        return self.scheme
 
     def padding(self, part) -> None:
         padding = getattr(self.desc, part.attribute).padding
         if padding:
             self.p.raw(f"{len(padding)}s", "q.padding")
-
-    def level(self, part, choice, depth: int):
-        raise _NotCompilable("a nesting layout")
-
-    def private(self, part, choice, context: dict) -> None:
-        raise _NotCompilable("a private layout")
-
-    def unknown(self, part, tag: int) -> None:
-        raise _NotCompilable(f"{part.name} 0x{tag:02X}")
 
 
 def compile_encoder(desc: TensorDescriptor) -> Callable:
@@ -185,9 +166,6 @@ def compile_encoder(desc: TensorDescriptor) -> Callable:
     encoder, which also reports errors) when an array's length differs from the rank, a value
     does not fit its field, or the descriptor carries newer-minor trailing data."""
     layout = desc.layout
-    cls = TABLE_LAYOUTS.get(layout.tag)
-    if not isinstance(layout, (RowMajorLayout, ColumnMajorLayout)) and (cls is None or layout.__class__ is not cls):
-        raise _NotCompilable(f"layout 0x{layout.tag:02X}")
     p = _Packer()
     rank = desc.rank
     walk_descriptor(_PackVisitor(p, desc))

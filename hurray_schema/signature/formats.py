@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 import struct
 
-from ..model import VALUE_CLASSES
+from ..model import SCHEMES, TABLE_LAYOUTS, VALUE_CLASSES
 from ..structs._declare import plan
 from ..structs.descriptor import FIXED_HEADER
-from ..structs.walker import BUFFER_PART, LAYOUT_PART, QUANTIZATION_PART, SECTION_PARTS
+from ..structs.walker import BUFFER_PART, LAYOUT_PART, NOTHING, QUANTIZATION_PART, SECTION_PARTS, DescriptorVisitor
 
 __all__ = ["MAX_PACK_ARGUMENTS"]
 
@@ -71,3 +71,58 @@ def _pack_calls(fmt: str, args: list) -> list:
     if sum(codec.size for codec, _ in calls) != struct.calcsize(fmt):  # pad bytes before no value at all
         raise _NotCompilable("the format has pad bytes no value carries")
     return calls
+
+
+class _CompilingVisitor(DescriptorVisitor):
+    """What the decoder and the encoder compilers share as visitors of the walk: its decisions
+    (flags, counts, tags) come from the descriptor ``desc`` the code is compiled for, and what the
+    general path keeps to itself raises :class:`_NotCompilable` -- a layout without its own value
+    class (tiled, private), an unknown layout or scheme, a scheme table of variable size."""
+
+    marks_parts = False
+
+    def __init__(self, desc) -> None:
+        self.desc = desc
+
+    def header_values(self) -> dict:
+        """The fixed-header values the walk decides by."""
+        desc = self.desc
+        return {"flags": desc.flags, "rank": desc.rank, LAYOUT_PART.chosen_by: desc.layout.tag}
+
+    def part(self, part, choice=None):
+        if part is LAYOUT_PART and choice is not None and choice.decl is not None:
+            layout = self.desc.layout
+            if TABLE_LAYOUTS.get(layout.tag) is not layout.__class__:
+                raise _NotCompilable(f"layout 0x{layout.tag:02X}")
+        return NOTHING
+
+    def level(self, part, choice, depth: int):
+        raise _NotCompilable("a nesting layout")
+
+    def private(self, part, choice, context: dict) -> None:
+        raise _NotCompilable("a private layout")
+
+    def unknown(self, part, tag: int) -> None:
+        raise _NotCompilable(f"{part.name} 0x{tag:02X}")
+
+    def chosen_tag(self, part) -> int:
+        return self.scheme_of(part).scheme
+
+    def unknown_sized(self, part, tag, context: dict) -> None:
+        raise _NotCompilable("unknown quantization scheme")
+
+    def scheme_of(self, part):
+        """The value class of the sized part's object (its scheme), when it is a declared one."""
+        q = getattr(self.desc, part.attribute)
+        cls = SCHEMES.get(getattr(q, "scheme", None))
+        if cls is None or q.__class__ is not cls:
+            raise _NotCompilable("unknown quantization scheme")
+        return cls
+
+
+def _fixed_size(decl) -> int:
+    """The size of a scheme's table, which both compilers need fixed."""
+    size = plan(decl).fixed_size
+    if size is None:
+        raise _NotCompilable("quantization table of variable size")
+    return size

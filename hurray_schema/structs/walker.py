@@ -24,6 +24,7 @@ The compiled fast path (:mod:`hurray_schema.signature`) is generated from the sa
 from __future__ import annotations
 
 import enum
+import functools
 from typing import Any, ContextManager, Iterator, Optional
 
 import attrs
@@ -33,9 +34,9 @@ from .descriptor import DESCRIPTOR_PARTS, DescriptorPart
 from .layouts import NESTED_BY
 from .tags import is_private_tag
 
-__all__ = ["PartKind", "Choice", "kind_of", "choose", "choices", "present", "walk_descriptor", "walk_declarations",
+__all__ = ["PartKind", "Choice", "kind_of", "choose", "choices", "walk_descriptor", "walk_declarations",
            "DescriptorVisitor", "DeclarationVisitor", "HEADER_PART", "BODY_PARTS", "LAYOUT_PART", "BUFFER_PART",
-           "QUANTIZATION_PART", "SECTION_PARTS", "CORE_PARTS", "OPTIONAL_PARTS", "part_named", "NOTHING", "RUNS"]
+           "QUANTIZATION_PART", "SECTION_PARTS", "OPTIONAL_PARTS", "part_named", "NOTHING", "RUNS"]
 
 
 class PartKind(enum.Enum):
@@ -70,27 +71,12 @@ class Choice:
     private: bool = False
 
 
+@functools.lru_cache(maxsize=None)  # a tag is one byte: a few hundred choices at most, each made once
 def choose(part: DescriptorPart, tag: Optional[int]) -> Optional[Choice]:
     """The :class:`Choice` ``tag`` selects in ``part``; ``None`` for a tag with no table
     (an unknown layout or scheme: a reader keeps the rest opaque)."""
     if tag is None:
         return None
-    known = _CHOSEN.get((id(part), tag))
-    if known is not None and known[0] is part:
-        return known[1]
-    choice = _choose(part, tag)
-    if len(_CHOSEN) < _CHOSEN_KEPT:
-        _CHOSEN[(id(part), tag)] = (part, choice)
-    return choice
-
-
-_CHOSEN: dict = {}
-"""``(id(part), tag) -> (part, choice)``: a tag's choice is made once (the part is kept beside it
-so that an id reused by another object is not mistaken for it)."""
-_CHOSEN_KEPT = 4096
-
-
-def _choose(part: DescriptorPart, tag: int) -> Optional[Choice]:
     tables = part.tables
     if tag in tables:
         key = next(k for k in tables if k == tag)  # the table's own key: a tag enum member
@@ -107,11 +93,6 @@ def choices(part: DescriptorPart) -> tuple[Choice, ...]:
     if part.private is not None:
         found.append(Choice(-1, part.private, private=True))
     return tuple(found)
-
-
-def present(part: DescriptorPart, flags: int) -> bool:
-    """Whether ``part`` is on the wire for a header's ``flags`` (``metadata.md § Flags``)."""
-    return part.flag is None or bool(flags & part.flag)
 
 
 HEADER_PART, *_BODY = DESCRIPTOR_PARTS
@@ -133,9 +114,6 @@ OPTIONAL_PARTS = tuple(p for p in BODY_PARTS if p.flag is not None)
 """Quantization and the sections, in wire order."""
 SECTION_PARTS = tuple(p for p in OPTIONAL_PARTS if KINDS[p.name] is PartKind.TABLE)
 """The flag-gated sections read with one fixed declaration."""
-CORE_PARTS = tuple(p for p in BODY_PARTS[: BODY_PARTS.index(LAYOUT_PART)] if KINDS[p.name] is PartKind.TABLE)
-"""The ungated one-table parts between the fixed header and the layout fields
-(``shape``, ``byte_offset``): each fills the descriptor attribute of its one field."""
 
 
 # ------------------------------------------------------------------------------------
@@ -271,7 +249,7 @@ def walk_descriptor(v: DescriptorVisitor) -> None:
     context = {"rank": header["rank"]}
     flags = header["flags"]
     for part, kind, flag in _WALK:
-        if flag and not flags & flag:  # present(), spelled out: every decode takes this loop
+        if flag and not flags & flag:  # a section the header's flags leave out (metadata.md § Flags)
             continue
         if kind is _RUN:
             v.run(part, context)
