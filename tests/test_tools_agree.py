@@ -140,7 +140,7 @@ def _matches(doc: DocTable, view: ViewTable, header: dict) -> bool:
         if name not in names[position:]:
             return False
         position = names.index(name, position) + 1
-    return all(header.get(field, value) == value or field not in header for field, value in doc.selected_by)
+    return all(header.get(field, value) == value for field, value in doc.selected_by)  # a tag the docs select by
 
 
 def check_docs(view: ViewTable, header: dict, rank: int) -> int:
