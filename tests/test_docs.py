@@ -215,6 +215,7 @@ def test_session_flag_and_code_tables():
     private = private[: private.index("<a id=", 1)]
     assert "range the spec leaves to implementations" in private
     assert "[`ERROR.error_code`](session.md#error) (this implementation's values" in private
-    assert "| 0xF0 | `SERVER_BUSY` | The server holds as many connections" in private
+    assert "| 0xF0 | `SERVER_BUSY` | No slot came free before the connection's handshake deadline" in private
+    assert "| 0xF5 | `SOURCE_CHANGED` | The file the item is served from changed or was cut" in private
     errors = tags[tags.index("## `ErrorCode`"):]
     assert "implementation-defined range: [PrivateErrorCode](tags.md#privateerrorcode)" in errors[:1500]

@@ -1176,54 +1176,79 @@ def test_concurrent_puts_of_one_key_serve_what_the_store_holds(tmp_path, monkeyp
 
 
 def _busy_error(url: str):
-    """What a connection past max_connections gets: ERROR 0xF0 (SERVER_BUSY) instead of
+    """What a connection that found no slot gets: ERROR 0xF0 (SERVER_BUSY) instead of
     SERVER_HELLO (interchange.md § Session Establishment), as a typed RemoteError."""
     with pytest.raises(hs.RemoteError) as info:
         hs.connect(url, timeout=TIMEOUT)
     return info.value
 
 
-def test_connections_past_max_connections_are_refused_busy(tmp_path):
+def test_connections_past_max_connections_wait_for_a_slot_until_their_handshake_deadline(tmp_path):
+    """Past ``max_connections`` a connection waits for a slot; at its handshake deadline it is
+    refused with SERVER_BUSY; a slot that frees meanwhile goes to the connection waiting longest."""
     path = tmp_path / "b.hrry"
     hs.save(path, {"w": LOAD["w"]})
-    with hs.serve([path], max_connections=3) as server:
+    with hs.serve([path], max_connections=3, handshake_timeout=0.5) as server:
         held = [hs.connect(server.url, timeout=TIMEOUT) for _ in range(3)]
         try:
-            for _ in range(size(20, 200)):
+            for _ in range(size(3, 20)):
+                began = time.monotonic()
                 busy = _busy_error(server.url)
                 assert busy.error_code == 0xF0 and type(busy) is hs.RemoteError and busy.offset == 0
+                assert time.monotonic() - began >= 0.45  # it waited for its deadline, not refused at once
             with SpecClient(("127.0.0.1", server.port), timeout=TIMEOUT) as peer:  # as an independent peer sees it
                 reply = peer.hello()
                 assert isinstance(reply, PeerError) and reply.code == 0xF0
             for session in held:  # the sessions held are not disturbed
                 np.testing.assert_array_equal(np.asarray(session.get("w")), LOAD["w"])
+            got: list = []
+            waiter = threading.Thread(target=lambda: got.append(hs.connect(server.url, timeout=TIMEOUT)))
+            waiter.start()
+            time.sleep(0.1)
+            held.pop().close()  # its slot goes to the waiting connection, before that one's deadline
+            waiter.join(TIMEOUT)
+            (session,) = got
+            with session:
+                np.testing.assert_array_equal(np.asarray(session.get("w")), LOAD["w"])
         finally:
-            held.pop().close()
-        deadline = time.monotonic() + TIMEOUT
-        while True:  # the slot is given back once the closed connection's thread ended
-            try:
-                with hs.connect(server.url, timeout=TIMEOUT) as session:
-                    np.testing.assert_array_equal(np.asarray(session.get("w")), LOAD["w"])
-                break
-            except hs.RemoteError as exc:
-                assert exc.error_code == 0xF0 and time.monotonic() < deadline
-                time.sleep(0.02)
-        for session in held:
-            session.close()
+            for session in held:
+                session.close()
 
 
-def test_busy_refusals_under_load_do_not_disturb_sessions(load_server):
-    """More connections than max_connections at once: the ones past it are refused with
-    SERVER_BUSY, the others are served right."""
-    extra = 24
-    assert _settle(load_server, threading.active_count())[0] == 0  # every slot is free
+def test_sequential_clients_each_find_the_one_slot(tmp_path):
+    """``max_connections=1``: a client that closes cleanly leaves its slot to the next one, which
+    never sees SERVER_BUSY (it waits while the closed connection's thread ends)."""
+    path = tmp_path / "b.hrry"
+    hs.save(path, {"w": LOAD["w"]})
+    with hs.serve([path], max_connections=1) as server:
+        for _ in range(size(100, 1000)):
+            with hs.connect(server.url, timeout=TIMEOUT) as session:
+                assert session.ping(b"x") == b"x"
+
+
+def test_past_max_waiting_a_connection_is_refused_at_once(tmp_path):
+    path = tmp_path / "b.hrry"
+    hs.save(path, {"w": LOAD["w"]})
+    with hs.serve([path], max_connections=1, max_waiting=0, handshake_timeout=30) as server:
+        with hs.connect(server.url, timeout=TIMEOUT):
+            began = time.monotonic()
+            assert _busy_error(server.url).error_code == 0xF0
+            assert time.monotonic() - began < 10  # long before the 30 s handshake deadline
+
+
+def test_busy_refusals_under_load_do_not_disturb_sessions(tmp_path):
+    """More connections at once than slots and places to wait: those past both are refused with
+    SERVER_BUSY, every other one is served right (those that waited too)."""
+    path = tmp_path / "b.hrry"
+    hs.save(path, {"w": LOAD["w"]})
+    slots, places, clients = 8, 8, 40
     results: list = []
-    start = threading.Barrier(CLIENTS + 8 + extra)
+    start = threading.Barrier(clients)
 
-    def run():
+    def run(url):
         try:
             start.wait(timeout=60)
-            with hs.connect(load_server.url, timeout=30) as session:
+            with hs.connect(url, timeout=30) as session:
                 np.testing.assert_array_equal(np.asarray(session.get("w")), LOAD["w"])
                 time.sleep(0.5)  # hold the slot while the others arrive
                 np.testing.assert_array_equal(np.asarray(session.get("w")), LOAD["w"])
@@ -1233,13 +1258,14 @@ def test_busy_refusals_under_load_do_not_disturb_sessions(load_server):
         except BaseException as exc:  # noqa: BLE001
             results.append(repr(exc))
 
-    threads = [threading.Thread(target=run) for _ in range(CLIENTS + 8 + extra)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    with hs.serve([path], max_connections=slots, max_waiting=places) as server:
+        threads = [threading.Thread(target=run, args=(server.url,)) for _ in range(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
     assert set(results) <= {"busy", "served"}, [r for r in results if r not in ("busy", "served")][:5]
-    assert results.count("served") >= CLIENTS and results.count("busy") >= 1, results.count("served")
+    assert results.count("served") >= slots + places and results.count("busy") >= 1, results.count("served")
 
 
 # --------------------------------------------------------------------------------------

@@ -73,14 +73,33 @@ def test_unix_socket_serves_every_kind(served):
         assert _mapping_of(got).split()[-1] != str(served.folder / "items.hrry")  # received, not mapped
 
 
-def test_a_get_maps_the_servers_file_read_only_without_a_copy(served):
-    with hs.connect(served.unix_url) as session:
-        arr = np.asarray(session.get("w"))
-    assert not arr.flags.writeable
-    line = _mapping_of(arr)
-    assert line.endswith(str(served.folder / "items.hrry")) and line.split()[1].startswith("r--s")
+def test_a_get_maps_a_sealed_copy_of_the_servers_file_read_only(served):
+    """A served file never reaches a client's mapping (it could shrink under it: SIGBUS): the
+    server copies the file's chunk into a sealed memfd once, and every client maps that copy,
+    read-only, with no copy of its own."""
+    with hs.connect(served.unix_url) as one, hs.connect(served.unix_url) as two:
+        a, b = np.asarray(one.get("w")), np.asarray(two.get("w"))
+        member = np.asarray(one.get("p").members[0])
+    np.testing.assert_array_equal(a, A)
+    assert not a.flags.writeable
+    line = _mapping_of(a)
+    assert line.split()[-2:] == ["/memfd:hurray-copy", "(deleted)"] and line.split()[1].startswith("r--s")
+    assert line.split()[4] == _mapping_of(b).split()[4] == _mapping_of(member).split()[4]  # one copy, one inode
     with pytest.raises(ValueError):
-        arr[0, 0] = 1
+        a[0, 0] = 1
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+def test_a_served_file_itself_is_mapped_only_by_a_client_that_trusts_it(tmp_path, trusted):
+    """With no room for copies (``shm_cache_bytes=0``) the server passes the file's descriptor; a
+    client maps it only with ``trust_server_files=True``, else copies its bytes by ``pread``."""
+    path = tmp_path / "f.hrry"
+    hs.save(path, {"w": A})
+    with hs.serve([path], unix=tmp_path / "s.sock", shm_cache_bytes=0) as server:
+        with hs.connect(server.unix_url, trust_server_files=trusted) as session:
+            got = np.asarray(session.get("w"))
+    np.testing.assert_array_equal(got, A)
+    assert (_mapping_of(got).split()[-1] == str(path)) is trusted
 
 
 def test_socket_file_permissions_and_removal(tmp_path):
@@ -273,8 +292,9 @@ def test_a_killed_client_leaks_nothing_on_the_server(served):
 
         time.sleep(0.05)
     assert not served._connections
-    # the store's one segment for "dying": its descriptor, and the one its read-only mapping keeps
-    assert len(os.listdir("/proc/self/fd")) <= fds_before + 2
+    # the store's one segment for "dying" (its descriptor, and the one its read-only mapping keeps), and the
+    # copy of the served file's chunk that every shared-memory GET of "w" maps: the same one each time
+    assert len(os.listdir("/proc/self/fd")) <= fds_before + 3
 
 
 # --------------------------------------------------------------------------------------
@@ -377,16 +397,18 @@ def test_a_client_maps_each_file_once(served):
     with hs.connect(served.unix_url) as session:
         fds = len(os.listdir("/proc/self/fd"))
         arrays = [np.asarray(session.get("w")) for _ in range(50)] + [session.get("p") for _ in range(20)]
-        assert len(os.listdir("/proc/self/fd")) <= fds + 1
+        assert len(os.listdir("/proc/self/fd")) <= fds + 2  # the client's one mapping, the server's one copy
         assert len({_mapping_of(a).split()[0] for a in arrays[:50]}) == 1
 
 
 def test_segment_helpers_seal_and_refuse():
     segment, offsets = shm.new_segment([A.tobytes(), b"", b"xyz"])
     assert offsets == [0, A.nbytes, A.nbytes] and bytes(segment.view(offsets[2], 3)) == b"xyz"
-    assert shm.check_sealed(segment.fd, A.nbytes + 3, 0) >= A.nbytes + 3
+    assert shm.check_sealed(segment.fd, [A.nbytes, 0, 3], 0) == segment.size
     with pytest.raises(hs.SpecViolation):
-        shm.check_sealed(segment.fd, 1 << 40, 0)
+        shm.check_sealed(segment.fd, [1 << 40], 0)  # smaller than its buffers need
+    with pytest.raises(hs.SpecViolation):
+        shm.check_sealed(segment.fd, [3], 0)  # larger than its buffers need
     segment.close()
 
 

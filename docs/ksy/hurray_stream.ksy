@@ -450,13 +450,22 @@ enums:
     0x08: shard_mismatch
     0xf0:
       id: server_busy
-      doc: 'Implementation-defined: this implementation''s value (PrivateErrorCode). The server holds as many connections as it accepts; sent instead of SERVER_HELLO.'
+      doc: 'Implementation-defined: this implementation''s value (PrivateErrorCode). No slot came free before the connection''s handshake deadline, or too many wait already (sent instead of SERVER_HELLO); or a PUT''s data would take the server past the memory it holds for unfinished PUTs (on the PUT''s stream).'
     0xf1:
       id: put_refused
       doc: 'Implementation-defined: this implementation''s value (PrivateErrorCode). The server does not accept this TENSOR_PUT: no writable store, a read-only key, too large, or the store could not be written.'
     0xf2:
       id: internal
       doc: 'Implementation-defined: this implementation''s value (PrivateErrorCode). The server failed on its side; the connection ends.'
+    0xf3:
+      id: timeout
+      doc: 'Implementation-defined: this implementation''s value (PrivateErrorCode). The hello or a message did not arrive whole within its deadline; the connection ends.'
+    0xf4:
+      id: store_full
+      doc: 'Implementation-defined: this implementation''s value (PrivateErrorCode). Storing this PUT would take the store past its item or byte limit; the store is unchanged.'
+    0xf5:
+      id: source_changed
+      doc: 'Implementation-defined: this implementation''s value (PrivateErrorCode). The file the item is served from changed or was cut under the server: the stream ends (a frame already under way was padded to its declared length and must be discarded); the session goes on.'
   message_type:
     0x01: client_hello
     0x02: server_hello

@@ -192,14 +192,18 @@ class Bytes(click.ParamType):
 
     name = "BYTES"
 
+    def __init__(self, minimum: int = 1):
+        self.minimum = minimum
+
     def convert(self, value, param, ctx):
         if isinstance(value, int):
             return value
         text = str(value).strip()
         digits = len(text) - len(text.lstrip("0123456789"))
         unit = _BYTE_UNITS.get(text[digits:].strip().upper())
-        if not digits or unit is None or int(text[:digits]) * unit < 1:
-            self.fail(f"{value!r} is not a positive byte count (e.g. 1073741824, 512M, 1GiB)", param, ctx)
+        if not digits or unit is None or int(text[:digits]) * unit < self.minimum:
+            what = "positive" if self.minimum else "whole"
+            self.fail(f"{value!r} is not a {what} byte count (e.g. 1073741824, 512M, 1GiB)", param, ctx)
         return int(text[:digits]) * unit
 
 
@@ -216,8 +220,9 @@ def session_options(f):
     """The options of a client session: --timeout, --tls-ca and :func:`tls_options`."""
     f = click.option("--tls-ca", type=click.Path(dir_okay=False, exists=True), default=None,
                      help="CA certificate (PEM) that signs the server's certificate (hurrays://).")(f)
-    f = click.option("--timeout", type=float, default=30.0, show_default=True,
-                     help="Seconds the server may stay silent.")(f)
+    f = click.option("--timeout", type=click.FloatRange(0, min_open=True), default=None,
+                     help="Seconds the session may take to open, and each request as a whole (default: the "
+                          "client's, README § Limits and guarantees).")(f)
     return tls_options(f)
 
 
@@ -225,7 +230,8 @@ def connect(url: str, timeout: float, tls_ca, tls_cert, tls_key):
     """A client session with the server at ``url`` (:func:`hurray_schema.net.connect`)."""
     from ..net import connect as open_session
 
-    return open_session(url, timeout=timeout, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key)
+    chosen = {} if timeout is None else {"timeout": timeout}
+    return open_session(url, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, **chosen)
 
 
 # ------------------------------------------------------------------------------------

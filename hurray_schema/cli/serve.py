@@ -11,6 +11,23 @@ from ..errors import HurraySchemaError
 from .common import Bytes, fail, tls_options
 
 
+def limit_options(f):
+    """One option per server limit (``--handshake-timeout``, ``--max-inflight-bytes`` ...), made from
+    their declarations (:class:`hurray_schema.net.options.ServerOptions`): its unit, what it bounds, its
+    default."""
+    import attrs
+
+    from ..net.options import ServerOptions, shown_default
+
+    for field in reversed(attrs.fields(ServerOptions)):
+        meta = field.metadata
+        kind = {"seconds": click.FloatRange(meta["minimum"]), "bytes": Bytes(meta["minimum"]),
+                "bytes/s": Bytes(meta["minimum"])}.get(meta["unit"], click.IntRange(meta["minimum"]))
+        f = click.option("--" + field.name.replace("_", "-"), field.name, type=kind, default=None,
+                         help=f"{meta['bounds']} (default {shown_default(field)}; {meta['unit']})")(f)
+    return f
+
+
 @click.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, exists=True))
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
@@ -25,12 +42,7 @@ from .common import Bytes, fail, tls_options
               help="Accept TENSOR_PUT into memory: each tensor in one sealed memory file that every client maps.")
 @click.option("--writable", type=click.Path(file_okay=False), default=None,
               help="Accept TENSOR_PUT: validated strictly, stored atomically in this folder, then served.")
-@click.option("--max-message-bytes", type=Bytes(), default=None, help="Largest payload accepted (default 64M).")
-@click.option("--transcode-limit", type=Bytes(), default=None,
-              help="Largest buffer transcoding may produce (default 256M); past it the stored layout is served.")
-@click.option("--idle-timeout", type=float, default=None, help="Seconds a connection may stay silent (default 60).")
-@click.option("--max-connections", type=click.IntRange(1), default=None, help="Connections at once (default 64).")
-@click.option("--max-put-bytes", type=Bytes(), default=None, help="Largest tensor a PUT may push (default 4G).")
+@limit_options
 @click.option("--record", type=click.Path(file_okay=False), default=None,
               help="Write each connection's two directions as message streams into this folder (audit reads them).")
 @click.option("--device", "devices", multiple=True, default=("cpu",), show_default=True,
@@ -38,8 +50,8 @@ from .common import Bytes, fail, tls_options
 @tls_options
 @click.option("--tls-client-ca", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Mutual TLS: refuse clients without a certificate signed by this CA.")
-def serve(files, host, port, unix, unix_mode, memory_store, writable, max_message_bytes, transcode_limit, idle_timeout,
-          max_connections, max_put_bytes, record, devices, tls_cert, tls_key, tls_client_ca) -> None:
+def serve(files, host, port, unix, unix_mode, memory_store, writable, record, devices, tls_cert, tls_key,
+          tls_client_ca, **limits) -> None:
     """Serve the top-level items of FILES by name (interchange.md, over TCP, TLS or a Unix socket).
 
     The first line printed is `serving hurray://HOST:PORT` (hurrays:// with TLS), then
@@ -54,10 +66,8 @@ def serve(files, host, port, unix, unix_mode, memory_store, writable, max_messag
         raise click.BadParameter(f"{unix_mode!r} is not an octal permission", param_hint="--unix-mode") from None
     try:
         server = start(list(files), host=host, port=port, unix=unix, unix_mode=mode, memory_store=memory_store,
-                       writable=writable, max_message_bytes=max_message_bytes,
-                       transcode_limit=transcode_limit, idle_timeout=idle_timeout, max_connections=max_connections,
-                       max_put_bytes=max_put_bytes, record=record, devices=devices, tls_cert=tls_cert,
-                       tls_key=tls_key, tls_client_ca=tls_client_ca)
+                       writable=writable, record=record, devices=devices, tls_cert=tls_cert, tls_key=tls_key,
+                       tls_client_ca=tls_client_ca, **limits)
     except (HurraySchemaError, OSError) as exc:
         fail(str(exc))
     for signum in (signal.SIGTERM, signal.SIGINT):

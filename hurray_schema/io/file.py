@@ -3,8 +3,12 @@
 Reading follows the random-access protocol (``§ Reader Protocol``): header, trailer,
 index (CRC-checked), KV, then every descriptor -- but no data.  The file is memory-
 mapped; a tensor's buffers are ``memoryview`` slices of the map, so bytes are paged in
-only when used.  Composite membership is recovered from descriptor-offset order
-(``§ Composite Tensors``) whether or not the index is sorted.
+only when used (and a file cut short under the map kills the process with ``SIGBUS`` when
+those pages are touched).  With ``mmap=False`` a local file is read by range instead, as a
+URL is (:mod:`.source`, :class:`~.source.LocalFileSource`: ``os.pread`` into the reader's own
+memory), and a file cut short or changed raises a typed error.  Composite membership is
+recovered from descriptor-offset order (``§ Composite Tensors``) whether or not the index
+is sorted.
 
 Writing is one forward pass (``§ Writer Protocol``): header, tensors (descriptor 8-aligned,
 data buffers aligned to ``data_buffer_alignment``, no padding after a composite head),
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import errno
 import io
-import mmap
+import mmap as _mmap  # "mmap" is also the readers' keyword argument
 import os
 import stat
 from collections.abc import Mapping
@@ -119,14 +123,20 @@ class HurrayFile(Mapping):
     :meth:`metadata` (the KV section), :meth:`get_tensor` (an array) and
     :meth:`get_slice` (shape and dtype now, data on indexing).  After :meth:`close`
     (the end of a ``with`` block) every access raises :class:`ClosedFileError`.
+
+    A local path is memory-mapped, or with ``mmap=False`` read by range through a
+    :class:`~.source.LocalFileSource` (``os.pread``, never mapped: see :func:`read_file`).
     """
 
     def __init__(self, path, *, mode="strict", limits: Optional[Limits] = None, validate_composites: bool = True,
                  storage_options: Optional[dict] = None, block_size: Optional[int] = None,
-                 cache_bytes: Optional[int] = None, timeout: Optional[float] = None):
+                 cache_bytes: Optional[int] = None, timeout: Optional[float] = None, mmap: bool = True):
         if is_url(path) or (hasattr(path, "fs") and hasattr(path, "path")):  # a URL, an open fsspec file
             self._open_by_range(path, mode, limits, validate_composites, storage_options, block_size, cache_bytes,
                                 timeout)
+            return
+        if not mmap:
+            self._open_unmapped(os.fspath(path), mode, limits, validate_composites, block_size, cache_bytes)
             return
         self._setup(os.fspath(path), mode, limits)
         self._fd, self._map = _map_file(self.path)
@@ -159,11 +169,28 @@ class HurrayFile(Mapping):
         opened = sources.open_source(url, storage_options,
                                      timeout=sources.DEFAULT_TIMEOUT if timeout is None else timeout)
         self._setup(opened.ref.url, mode, limits)
+        self._read_by_range(opened, validate_composites, block_size, cache_bytes)
+
+    def _open_unmapped(self, path: str, mode, limits, validate_composites, block_size, cache_bytes) -> None:
+        """A local path read by range and never mapped (``mmap=False``): a :class:`~.source.LocalFileSource`
+        (``os.pread`` on one descriptor, which :meth:`fileno` gives and :meth:`close` closes) under the
+        reader a URL has; no fsspec."""
+        from .source import LocalFileSource
+
+        self._setup(path, mode, limits)
+        self._local_source = LocalFileSource(path)
+        self._read_by_range(self._local_source, validate_composites, block_size, cache_bytes)
+
+    def _read_by_range(self, opened, validate_composites, block_size, cache_bytes) -> None:
+        """The file whose bytes the :class:`~.source.ByteSource` ``opened`` gives, through a
+        :class:`~.source.RangeReader` (this process's reader of it): sections prefetched, then the walk."""
+        from . import source as sources
+
         self.source = opened.ref
         options = {"block_size": block_size, "cache_bytes": cache_bytes}
-        self._reader = sources.RangeReader(opened, **{k: v for k, v in options.items() if v is not None})
-        sources.register(self._reader)
         try:
+            self._reader = sources.RangeReader(opened, **{k: v for k, v in options.items() if v is not None})
+            sources.register(self._reader)
             self._prefetch_sections(sources)
             self._open(sources.SourceView(self._reader), validate_composites)
         except BaseException:
@@ -200,13 +227,13 @@ class HurrayFile(Mapping):
 
     @property
     def requests(self) -> int:
-        """Requests made to the source of a file read by range (0 for a local file)."""
+        """Requests made to the source of a file read by range (0 for a mapped local file)."""
         reader = getattr(self, "_reader", None)
         return 0 if reader is None else reader.requests
 
     @property
     def bytes_fetched(self) -> int:
-        """Bytes fetched from the source of a file read by range (0 for a local file)."""
+        """Bytes fetched from the source of a file read by range (0 for a mapped local file)."""
         reader = getattr(self, "_reader", None)
         return 0 if reader is None else reader.bytes_fetched
 
@@ -217,12 +244,13 @@ class HurrayFile(Mapping):
         self._abspath = os.path.abspath(path) if path is not None and not is_url(path) else None
         self.mode = as_mode(mode)
         self.limits = resolve_limits(limits)
-        self._fd: Optional[int] = None
+        self._fd: Optional[int] = None  # a mapped file's descriptor
+        self._local_source = None  # a local file read by range (mmap=False): its LocalFileSource
         self._index: Optional[FileIndex] = None
         self._placement = None  # the index's Placement, when the open checked it as arrays
         self._checked: dict[str, tuple] = {}  # name -> (descriptor, buffer spans, findings), once checked
         self._members: set[str] = set()  # entries that are not top-level items
-        self._map: Optional[mmap.mmap] = None
+        self._map: Optional[_mmap.mmap] = None
         self._closed = False
         self._by_name: Optional[dict[str, Item]] = None
 
@@ -485,16 +513,19 @@ class HurrayFile(Mapping):
         return self._closed
 
     def fileno(self) -> int:
-        """The OS file descriptor of a local file (as a file object's ``fileno()``: for ``sendfile``,
-        ``os.pread``); valid until :meth:`close`.  A file read from a URL or from bytes has none."""
+        """The OS file descriptor of a local file, mapped or not (as a file object's ``fileno()``: for
+        ``sendfile``, ``os.pread``); valid until :meth:`close`.  A file read from a URL or from bytes has none."""
         self._check_open()
-        if self._fd is None:
-            raise io.UnsupportedOperation("fileno: the file was not opened from a local path")
-        return self._fd
+        if self._fd is not None:
+            return self._fd
+        if self._local_source is not None:
+            return self._local_source.fileno()
+        raise io.UnsupportedOperation("fileno: the file was not opened from a local path")
 
     # -- lifetime ------------------------------------------------------------------
     def close(self) -> None:
-        """Release the file.  The map itself is released once no tensor view is alive.
+        """Release the file.  The map itself is released once no tensor view is alive; a file read with
+        ``mmap=False`` closes its descriptor (its items then read only the bytes they fetched already).
         Later accesses raise :class:`ClosedFileError`; closing again does nothing."""
         self._closed = True
         self._items = {}
@@ -514,6 +545,19 @@ class HurrayFile(Mapping):
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        self._close_local_source()
+
+    def _close_local_source(self) -> None:
+        """The descriptor of a file read with ``mmap=False`` closed, and its reader no longer this
+        process's reader of the file (an item unpickled later opens the file again)."""
+        local, self._local_source = self._local_source, None
+        if local is None:
+            return
+        if self._reader is not None:
+            from .source import unregister
+
+            unregister(self._reader)
+        local.close()
 
     def __enter__(self) -> "HurrayFile":
         return self
@@ -534,8 +578,8 @@ class HurrayFile(Mapping):
         """Item ``name`` (or any member entry) as a lazy ``dask.array.Array`` (a tuple for a
         group; the ``[dask]`` extra) whose tasks map this file by path and read their buffers'
         byte ranges: the graph holds descriptors and offsets, no data
-        (:func:`hurray_schema.evaluate.dask_graph.to_dask`); for a URL, tasks that fetch their
-        own byte ranges (:class:`~.source.RemoteBuffers`).  ``f[name].to_dask()`` is the same graph."""
+        (:func:`hurray_schema.evaluate.dask_graph.to_dask`); for a URL (or a path read with
+        ``mmap=False``), tasks that fetch their own byte ranges (:class:`~.source.RemoteBuffers`).  ``f[name].to_dask()`` is the same graph."""
         from ..evaluate.dask_graph import to_dask
 
         item = self[name] if name in self else self.tensor(name)
@@ -553,7 +597,7 @@ def item_array(item: Item, *, limits: Optional[Limits] = None):
     return item.to_numpy(limits=limits)
 
 
-def _map_file(path: str) -> tuple[int, Optional[mmap.mmap]]:
+def _map_file(path: str) -> tuple[int, Optional[_mmap.mmap]]:
     """The OS file descriptor of the file at ``path``, opened for reading, and a read-only memory
     map of the whole file (None for an empty file)."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
@@ -561,7 +605,7 @@ def _map_file(path: str) -> tuple[int, Optional[mmap.mmap]]:
         status = os.fstat(fd)
         if stat.S_ISDIR(status.st_mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
-        return fd, (mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if status.st_size else None)
+        return fd, (_mmap.mmap(fd, 0, access=_mmap.ACCESS_READ) if status.st_size else None)
     except BaseException:
         os.close(fd)
         raise
@@ -569,7 +613,7 @@ def _map_file(path: str) -> tuple[int, Optional[mmap.mmap]]:
 
 def read_file(path, *, mode="strict", limits: Optional[Limits] = None, validate_composites: bool = True,
               storage_options: Optional[dict] = None, block_size: Optional[int] = None,
-              cache_bytes: Optional[int] = None, timeout: Optional[float] = None) -> HurrayFile:
+              cache_bytes: Optional[int] = None, timeout: Optional[float] = None, mmap: bool = True) -> HurrayFile:
     """Open a ``.hrry`` file: checks the container and every descriptor, reads no data.
 
     ``path``: a local path, a URL (``https://...``, ``s3://bucket/key``, any fsspec protocol; the
@@ -579,12 +623,19 @@ def read_file(path, *, mode="strict", limits: Optional[Limits] = None, validate_
     them, only the ranges it decodes.  ``block_size`` and ``cache_bytes`` size the reader's block
     cache, ``timeout`` bounds each connection and read (seconds).
 
+    ``mmap`` (a local path): True maps the file, and its tensors' buffers are views of the map -- a
+    file cut short under them kills the process with ``SIGBUS`` when those pages are touched;
+    False reads it by range like a URL, by ``os.pread`` into the reader's own memory
+    (:class:`~hurray_schema.io.source.LocalFileSource`, no fsspec), and a file cut short or changed
+    since it was opened raises :class:`~hurray_schema.errors.ShortRead` or
+    :class:`~hurray_schema.errors.SourceChanged`.  A URL is never mapped.
+
     ``limits`` (:class:`~hurray_schema.limits.Limits`) bounds the index, the KV section,
     descriptors and composite nesting; ``validate_composites=False`` skips the composite
     rules (binding still happens)."""
     return HurrayFile(path, mode=mode, limits=limits, validate_composites=validate_composites,
                       storage_options=storage_options, block_size=block_size, cache_bytes=cache_bytes,
-                      timeout=timeout)
+                      timeout=timeout, mmap=mmap)
 
 
 # --------------------------------------------------------------------------------------

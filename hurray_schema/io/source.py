@@ -11,27 +11,35 @@ URL (``https://``, ``s3://``, any fsspec protocol; the ``[remote]`` extra) is re
   :class:`~hurray_schema.errors.SourceChanged` (HTTP and S3 ask with ``If-Match``), a server
   error, a refused connection or a timeout :class:`~hurray_schema.errors.SourceUnavailable`.
   Every request has bounded timeouts (:data:`DEFAULT_TIMEOUT`);
+* a :class:`LocalFileSource` is a local path read the same way, by ``os.pread`` on one descriptor
+  and never mapped (``read_file(path, mmap=False)``): a file that shrinks or changes under the
+  reader raises :class:`~hurray_schema.errors.ShortRead` or
+  :class:`~hurray_schema.errors.SourceChanged` where a mapped file's pages raise ``SIGBUS``;
 * a :class:`RangeReader` puts the ranges the reader asks for into requests: ranges rounded out
   to blocks of ``block_size``, blocks near each other fetched by one request, the requests of a
   batch sent concurrently, small reads kept in a least-recently-used block cache bounded by
   ``cache_bytes``;
 * :class:`SourceView` is the file as the one walk of the file (:func:`.walk.file.walk_file`) reads
   it: its length and its slices, each slice fetched through the reader;
-* :class:`SourcedBuffers` are one tensor's buffers: a private anonymous mapping per buffer
-  (pages cost nothing until written) into which the byte ranges a read decodes are fetched
-  before the evaluator runs (:func:`hurray_schema.evaluate.region.needed_spans`); whoever takes
+* :class:`SourcedBuffers` are one tensor's buffers: an anonymous mapping per buffer, made on
+  first use (pages cost nothing until written) into which the byte ranges a read decodes are
+  fetched before the evaluator runs (:func:`hurray_schema.evaluate.region.needed_spans`); whoever takes
   ``tensor.buffers`` directly gets the whole buffers fetched first.
 
 A :class:`SourceRef` names a file as a process that shares nothing with the reader finds it
 again: the path or URL, the storage options, the size and ETag when opened.  Items read from a
 file pickle as their :class:`SourceRef`, byte ranges and descriptor, and dask tasks fetch their
-own byte ranges through it.  fsspec, aiohttp and s3fs are imported when a URL is opened.
+own byte ranges through it (a local file's ref is its absolute path: a :class:`LocalFileSource`
+again).  fsspec, aiohttp and s3fs are imported when a URL is opened, never for a local path.
 """
 
 from __future__ import annotations
 
 import bisect
+import errno
 import mmap
+import os
+import stat
 import threading
 from collections import OrderedDict
 from typing import Any, Optional, Sequence
@@ -41,9 +49,10 @@ import attrs
 from ..errors import HurraySchemaError, RangeNotSupported, ShortRead, SourceChanged, SourceUnavailable
 from .walk.common import is_url
 
-__all__ = ["SourceRef", "ByteSource", "HttpSource", "FsspecSource", "MemorySource", "RangeReader", "SourceView", "SourcedBuffers",
-           "RemoteBuffers", "is_url", "open_source", "reader_for", "register", "fill_all", "DEFAULT_BLOCK_SIZE", "DEFAULT_CACHE_BYTES",
-           "MAX_TAIL_BYTES", "DEFAULT_TIMEOUT", "tail_bytes"]
+__all__ = ["SourceRef", "ByteSource", "HttpSource", "FsspecSource", "MemorySource", "LocalFileSource", "RangeReader",
+           "SourceView", "SourcedBuffers", "RemoteBuffers", "is_url", "open_source", "reader_for", "register",
+           "unregister", "fill_all", "DEFAULT_BLOCK_SIZE", "DEFAULT_CACHE_BYTES", "MAX_TAIL_BYTES", "DEFAULT_TIMEOUT",
+           "tail_bytes"]
 
 DEFAULT_BLOCK_SIZE = 64 * 1024
 """Ranges are fetched in whole blocks of this many bytes (aligned to the file's start)."""
@@ -427,6 +436,110 @@ class MemorySource(ByteSource):
         return [_check_range(self.ref.url, start, stop, self.data[start:stop]) for start, stop in ranges]
 
 
+PREAD_BYTES = 1 << 30
+"""The most bytes one ``os.pread`` of a :class:`LocalFileSource` asks for (a longer range is read in
+several; Linux answers at most about 2 GiB per call anyway)."""
+
+
+def _stamp(status: os.stat_result) -> tuple[int, int]:
+    """What says a file is the one opened: its size and modification time (ns).  The inode is not
+    compared: ``fstat`` of one descriptor always names the same one."""
+    return status.st_size, status.st_mtime_ns
+
+
+class LocalFileSource(ByteSource):
+    """A local file as a :class:`ByteSource`, never mapped: opened read-only once (``O_RDONLY |
+    O_CLOEXEC``), each range read by ``os.pread`` on that descriptor (partial reads continued).
+    ``ref`` is the absolute path and the size at open.
+
+    Before and after each batch of reads the descriptor's ``fstat`` is compared with the one at
+    open: another size or modification time raises :class:`~hurray_schema.errors.SourceChanged`;
+    a read that comes up short (the file cut during the read) :class:`~hurray_schema.errors.ShortRead`,
+    an I/O error :class:`~hurray_schema.errors.SourceUnavailable`.  ``size``: the size the file must
+    have (a :class:`SourceRef` opened again), else SourceChanged at once.  :meth:`close` releases
+    the descriptor (again: nothing); a read after it raises SourceUnavailable."""
+
+    def __init__(self, path, *, size: Optional[int] = None):
+        self.path = os.path.abspath(os.fsdecode(path))
+        self.requests = 0
+        self._fd: Optional[int] = None
+        self._lock = threading.Lock()  # a read and close() never overlap: the descriptor is not reused under a read
+        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            status = os.fstat(fd)
+            if stat.S_ISDIR(status.st_mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), self.path)
+            if size is not None and status.st_size != size:
+                raise SourceChanged(f"{self.path}: {status.st_size} bytes, {size} when opened")
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd, self._stamp = fd, _stamp(status)
+        self.ref = SourceRef(self.path, status.st_size)
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
+
+    def fileno(self) -> int:
+        """The descriptor the ranges are read from (for ``sendfile``, ``os.pread``); valid until :meth:`close`."""
+        fd = self._fd
+        if fd is None:
+            raise SourceUnavailable(f"{self.path}: the source was closed")
+        return fd
+
+    def close(self) -> None:
+        """Release the descriptor; closing again does nothing."""
+        with self._lock:
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def fetch(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Each ``(start, stop)`` read whole, the file checked unchanged before and after."""
+        ranges = list(ranges)
+        with self._lock:
+            fd = self.fileno()
+            self._check_unchanged(fd)
+            self.requests += len(ranges)
+            answers = [self._read(fd, start, stop) for start, stop in ranges]
+            self._check_unchanged(fd)
+        return answers
+
+    def _check_unchanged(self, fd: int) -> None:
+        """SourceChanged if the file's size or modification time is not what it was at open."""
+        try:
+            now = _stamp(os.fstat(fd))
+        except OSError as exc:
+            raise SourceUnavailable(f"{self.path}: fstat: {exc.strerror or exc}") from exc
+        if now != self._stamp:
+            (size, mtime), (was_size, was_mtime) = now, self._stamp
+            what = (f"{size} bytes, {was_size} when opened" if size != was_size
+                    else f"modified since it was opened (mtime {mtime} ns, {was_mtime} ns then)")
+            raise SourceChanged(f"{self.path}: {what}")
+
+    def _read(self, fd: int, start: int, stop: int) -> bytes:
+        """Bytes ``[start, stop)`` by ``os.pread``, partial reads continued; the file ending first is a ShortRead."""
+        parts, at = [], start
+        while at < stop:
+            try:
+                data = os.pread(fd, min(stop - at, PREAD_BYTES), at)
+            except OSError as exc:
+                raise SourceUnavailable(f"{self.path}: reading bytes [{start}, {stop}): {exc.strerror or exc}") from exc
+            if not data:
+                raise ShortRead(f"{self.path}: bytes [{start}, {stop}) cut off after {at - start} bytes "
+                                "(the file ends there)")
+            parts.append(data)
+            at += len(data)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 def open_source(url, storage_options: Optional[dict] = None, *, timeout: float = DEFAULT_TIMEOUT) -> ByteSource:
     """The :class:`ByteSource` of a URL (the ``[remote]`` extra) or of an open fsspec file."""
     try:
@@ -445,6 +558,10 @@ def open_source(url, storage_options: Optional[dict] = None, *, timeout: float =
 
 
 def _source_of(ref: SourceRef, timeout: float) -> ByteSource:
+    """The source ``ref`` names, opened again: a local absolute path by :class:`LocalFileSource`
+    (no fsspec), a URL by HTTP or fsspec."""
+    if "://" not in ref.url and os.path.isabs(ref.url):
+        return LocalFileSource(ref.url, size=ref.size)
     if ref.url.split("://", 1)[0] in ("http", "https"):
         return HttpSource(ref.url, ref.options, size=ref.size, etag=ref.etag, timeout=timeout)
     return FsspecSource(ref.url, ref.options, size=ref.size, etag=ref.etag, timeout=timeout)
@@ -466,9 +583,17 @@ def reader_for(ref: SourceRef, *, timeout: float = DEFAULT_TIMEOUT) -> "RangeRea
     of one file share its connections and its block cache)."""
     with _READERS_LOCK:
         reader = _READERS.get(ref.key)
-        if reader is None:
+        if reader is None or getattr(reader.source, "closed", False):
             reader = _READERS[ref.key] = RangeReader(_source_of(ref, timeout))
         return reader
+
+
+def unregister(reader: "RangeReader") -> None:
+    """Forget ``reader`` as its file's reader in this process, if it is (its source closed: an item
+    unpickled later opens the file again)."""
+    with _READERS_LOCK:
+        if _READERS.get(reader.ref.key) is reader:
+            del _READERS[reader.ref.key]
 
 
 # --------------------------------------------------------------------------------------
@@ -707,8 +832,9 @@ def _add(have: list[tuple[int, int]], start: int, stop: int) -> list[tuple[int, 
 
 class SourcedBuffers:
     """One tensor's buffers in a file read by range: ``ranges`` (file offset, size) per buffer.
-    Each buffer is a private anonymous mapping of its size; :meth:`ensure` fetches the spans a
-    read needs into it (each byte once), :meth:`views` hands the mappings to the evaluator."""
+    Each buffer is an anonymous mapping of its size, made on first use (:meth:`views`, or the
+    first fetch into it: opening a file of many tensors maps nothing); :meth:`ensure` fetches the
+    spans a read needs into it (each byte once), :meth:`views` hands the mappings to the evaluator."""
 
     __slots__ = ("reader", "ranges", "_maps", "_views", "_have", "_lock")
 
@@ -717,13 +843,22 @@ class SourcedBuffers:
         self.ranges = tuple((int(offset), int(size)) for offset, size in ranges)
         for offset, size in self.ranges:
             reader._check(offset, offset + size)
-        self._maps = [mmap.mmap(-1, size) if size else None for _, size in self.ranges]
-        self._views = tuple(memoryview(m) if m is not None else memoryview(b"") for m in self._maps)
+        self._maps: Optional[list] = None
+        self._views: Optional[tuple] = None
         self._have: list[list[tuple[int, int]]] = [[] for _ in self.ranges]
         self._lock = threading.Lock()
 
     def views(self) -> tuple:
-        return self._views
+        """A ``memoryview`` of each buffer's mapping (an empty buffer: of no bytes), the mappings made now
+        if they were not yet."""
+        views = self._views
+        if views is None:
+            with self._lock:
+                if self._views is None:
+                    self._maps = [mmap.mmap(-1, size) if size else None for _, size in self.ranges]
+                    self._views = tuple(memoryview(m) if m is not None else memoryview(b"") for m in self._maps)
+                views = self._views
+        return views
 
     def missing(self, spans) -> list[tuple[int, int, Any]]:
         """``(file start, file stop, destination)`` of what ``spans`` (``(buffer, start, stop)``)
@@ -764,7 +899,7 @@ def fill_all(requests) -> None:
             wants = [want for buffers, spans in group for want in buffers.missing(spans)]
             if not wants:
                 continue
-            reader.fill([(start, stop, buffers._views[index][first:last])
+            reader.fill([(start, stop, buffers.views()[index][first:last])
                          for start, stop, (buffers, index, first, last) in wants])
             for _, _, (buffers, index, first, last) in wants:
                 buffers._filled(index, first, last)

@@ -11,6 +11,7 @@ named as byte ranges of its file, for ``sendfile``.
 
 from __future__ import annotations
 
+import collections
 import math
 import os
 import threading
@@ -20,15 +21,17 @@ from typing import Iterator, Optional, Sequence
 import attrs
 
 from ..codec import encode_descriptor
-from ..errors import HurraySchemaError
+from ..errors import HurraySchemaError, LimitExceeded, SourceChanged, UnsupportedEvaluation
 from ..io.file import HurrayFile, read_file
 from ..io.tensor import Composite, Item, Tensor, walk
 from ..model import COLUMN_MAJOR, Shard, TensorDescriptor
 from ..structs.session import RequestFlag
 from ..structs.tags import CompositionRule, LayoutTag
 from . import messages as m
+from .options import ServerOptions
 
-__all__ = ["Node", "Catalog", "Answer", "plan_response", "TRANSCODE_TARGETS", "store_file_name"]
+__all__ = ["Node", "Catalog", "Answer", "plan_response", "TRANSCODE_TARGETS", "store_file_name", "StoreFull",
+           "read_copy"]
 
 TRANSCODE_TARGETS = (LayoutTag.ROW_MAJOR, LayoutTag.COLUMN_MAJOR)
 """The layouts this server transcodes into."""
@@ -84,31 +87,108 @@ class Answer:
     parallel: bool = False
 
 
+class StoreFull(HurraySchemaError):
+    """Storing an item would take the store past ``store_max_items`` or ``store_max_bytes``."""
+
+
 class _Served:
-    """One served file: the open reader (its memory map and descriptor) and who uses it."""
+    """One served file, open: its reader (by ``pread``: the server never maps a served file, so
+    a file cut under it is a typed error, not SIGBUS), its descriptor, the identity it had when
+    opened, and who uses it."""
 
     def __init__(self, path: str):
         self.path = path
-        self.file: HurrayFile = read_file(path)
-        self.fd = self.file.fileno()
+        self.file: HurrayFile = read_file(path, mmap=False)
+        try:
+            self.fd = self.file.fileno()
+            self.identity = _identity(os.fstat(self.fd))
+            self.entries = {e.name: e for e in self.file.entries()}
+            self.descriptors = {name: self._descriptor_bytes(e) for name, e in self.entries.items()}
+        except BaseException:
+            self.file.close()
+            raise
         self.users = 0
         self.retired = False
-        self.entries = {e.name: e for e in self.file.entries()}
+
+    def _descriptor_bytes(self, entry) -> bytes:
+        """The descriptor as stored, read once at open (what a response sends as it is)."""
+        return bytes(self.file._view[entry.descriptor_offset : entry.descriptor_offset + entry.descriptor_length])
+
+    def current(self) -> bool:
+        """The file is as it was when opened (same size and modification time): not cut or
+        rewritten in place since."""
+        try:
+            return _identity(os.fstat(self.fd)) == self.identity
+        except OSError:
+            return False
+
+    def item(self, key: str) -> Item:
+        return self.file[key]
 
     def release(self) -> None:
         self.users -= 1
         if self.retired and not self.users:
-            self.file.close()
+            self.close()
 
     def close(self) -> None:
         self.file.close()
 
     def buffer_ranges(self, tensor: Tensor) -> Optional[tuple]:
         """``(offset, size)`` of each of ``tensor``'s buffers in this file, if it is this file's."""
-        origin = getattr(tensor, "_origin", None)
-        if origin is None or origin[0] != os.path.abspath(self.path):
+        source = getattr(tensor, "_source", None)
+        if source is None or source.reader is not getattr(self.file, "_reader", None):
             return None
-        return tuple((int(o), int(n)) for o, n in origin[2])
+        return source.ranges
+
+    def stored_descriptor(self, name: Optional[str]) -> Optional[bytes]:
+        return self.descriptors.get(name) if name is not None else None
+
+
+def _identity(st: os.stat_result) -> tuple:
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+class _FileEntry:
+    """A file the catalog serves from (a served one, or one of the store's): its path, the keys
+    it holds, and the open :class:`_Served` while it is open (files are opened on demand and the
+    least recently used idle ones closed)."""
+
+    def __init__(self, path: str, read_only: bool):
+        self.path = path
+        self.read_only = read_only
+        self.opened: Optional[_Served] = None
+        self.keys: tuple[str, ...] = ()
+        self.layouts: frozenset = frozenset()
+        self.size = 0
+
+    def learn(self, served: _Served) -> None:
+        """What the file holds: its top-level keys, their layouts, its size."""
+        self.keys = tuple(served.file.keys())
+        self.layouts = frozenset(int(served.file.descriptor(k).layout_tag) for k in self.keys)
+        self.size = served.identity[1]
+
+    def open(self) -> _Served:
+        """The open file, opened again when it changed in place since (cut or rewritten); a file
+        that no longer opens, or no longer holds its keys, is :class:`~hurray_schema.errors.SourceChanged`."""
+        served = self.opened
+        if served is not None and served.current():
+            return served
+        if served is not None:
+            self.drop()
+        try:
+            served = _Served(self.path)
+        except (HurraySchemaError, OSError) as exc:
+            raise SourceChanged(f"the served file {self.path} changed and cannot be read: {exc}") from None
+        self.opened = served
+        return served
+
+    def drop(self) -> None:
+        """Close the open file once no response reads it."""
+        served, self.opened = self.opened, None
+        if served is not None:
+            served.retired = True
+            if not served.users:
+                served.close()
 
 
 class _Held:
@@ -116,14 +196,19 @@ class _Held:
     (:class:`~.shm.Segment`) that clients over a Unix socket map as it is."""
 
     path = None
-    entries: dict = {}
+    descriptors: dict = {}
 
-    def __init__(self, segment, ranges: dict):
+    def __init__(self, item: Item, segment, ranges: dict):
+        self.held_item = item
         self.segment = segment
         self.fd = segment.fd
+        self.size = segment.size
         self.ranges = ranges  # id(leaf tensor) -> ((offset, size), ...)
         self.users = 0
         self.retired = False
+
+    def item(self, key: str) -> Item:
+        return self.held_item
 
     def release(self) -> None:
         self.users -= 1
@@ -136,8 +221,11 @@ class _Held:
     def buffer_ranges(self, tensor: Tensor) -> Optional[tuple]:
         return self.ranges.get(id(tensor))
 
+    def stored_descriptor(self, name: Optional[str]) -> Optional[bytes]:
+        return None
 
-def held(item: Item, segment=None, ranges: Optional[list] = None) -> tuple[Item, _Held]:
+
+def held(item: Item, segment=None, ranges: Optional[list] = None) -> _Held:
     """``item`` held in a sealed memfd: ``segment`` as given with each leaf's buffer ``ranges``
     (a client's, pushed by SHM_PUT: the leaves already view it), or a new segment holding a copy
     of every leaf's buffers, the item rebuilt over it."""
@@ -151,71 +239,170 @@ def held(item: Item, segment=None, ranges: Optional[list] = None) -> tuple[Item,
         views = iter([tuple(segment.view(o, n) for o, n in r) for r in ranges])
         item = _rebuilt(item, views)
         leaves = [node for _, node in walk(item) if isinstance(node, Tensor)]
-    return item, _Held(segment, {id(leaf): tuple(r) for leaf, r in zip(leaves, ranges)})
+    return _Held(item, segment, {id(leaf): tuple(r) for leaf, r in zip(leaves, ranges)})
 
 
 def _rebuilt(item: Item, views) -> Item:
     """``item`` with each leaf's buffers replaced by the next of ``views`` (pre-order)."""
     if isinstance(item, Composite):
         members = [_rebuilt(member, views) for member in item.members]
-        out = Composite.from_binder(item.descriptor, item.name, members, True)
-        return out
+        return Composite.from_binder(item.descriptor, item.name, members, True)
     tensor = Tensor.bound(item.descriptor, list(next(views)))
     tensor.name = item.name
     return tensor
 
 
+def read_copy(item: Item, holder, limit: int) -> Optional[Item]:
+    """``item`` with every leaf's buffers read into memory of this process (``pread`` from its
+    file: a file cut meanwhile is :class:`~hurray_schema.errors.ShortRead`), or None when they
+    hold more than ``limit`` bytes.  What the transcoder computes from: a served file's leaves
+    keep no bytes they fetched."""
+    from .shm import read_ranges
+
+    leaves = [node for _, node in walk(item) if isinstance(node, Tensor)]
+    spans = [holder.buffer_ranges(leaf) for leaf in leaves]
+    if any(s is None for s in spans):
+        return item
+    if sum(size for ranges in spans for _, size in ranges) > limit:
+        return None
+    return _rebuilt(item, iter([read_ranges(holder.fd, ranges) for ranges in spans]))
+
+
 class Catalog:
     """The items served by name: every top-level item of ``paths`` (a later file's name wins),
-    then the writable store's (``store``: a folder of one ``.hrry`` file per key)."""
+    then the writable store's (``store``: a folder of one ``.hrry`` file per key), or the items
+    pushed into memory (``memory``).  ``options`` (:class:`~.options.ServerOptions`) bounds the
+    store, the files open at once and the shared copies."""
 
-    def __init__(self, paths: Sequence[str], store: Optional[str] = None, memory: bool = False):
+    def __init__(self, paths: Sequence[str], store: Optional[str] = None, memory: bool = False,
+                 options: Optional[ServerOptions] = None):
         self._lock = threading.Lock()
+        self.options = options if options is not None else ServerOptions()
         self.memory = memory
         """PUTs are held in memory (a sealed memfd each), not written to ``store``."""
-        self._items: dict[str, tuple[Item, Optional[_Served]]] = {}
+        self._items: dict[str, object] = {}
+        """key -> the :class:`_FileEntry` or :class:`_Held` that holds it."""
+        self._open: "collections.OrderedDict[str, _FileEntry]" = collections.OrderedDict()
+        """The entries whose file is open, least recently used first."""
         self._writers: dict[str, threading.Lock] = {}
         """Per store file, the lock of its writes (one PUT of a key stored at a time)."""
+        self._copies = SharedCopies(self.options.shm_cache_bytes, self.options.max_open_files)
         self.read_only: set[str] = set()
         self.store = None if store is None else os.fspath(store)
-        for path in paths:
-            self._add_file(os.fspath(path), read_only=True)
-        if self.store is not None:
-            os.makedirs(self.store, exist_ok=True)
-            for name in sorted(os.listdir(self.store)):
-                if name.endswith(".hrry") and not name.startswith("."):
-                    self._add_file(os.path.join(self.store, name), read_only=False)
+        self.store_limit = self.options.store_bytes(memory)
+        self.stored_bytes = 0
+        self.stored_items = 0
+        self._served_layouts: set[int] = set()
+        try:
+            for path in paths:
+                self._add_file(os.fspath(path), read_only=True)
+            if self.store is not None and not memory:
+                os.makedirs(self.store, exist_ok=True)
+                for name in sorted(os.listdir(self.store)):
+                    if name.endswith(".hrry") and not name.startswith("."):
+                        self._add_store_file(name)
+        except BaseException:
+            self.close()
+            raise
 
-    def _add_file(self, path: str, *, read_only: bool) -> None:
-        served = _Served(path)
-        for name, item in served.file.items():
-            self._items[name] = (item, served)
+    def _add_file(self, path: str, *, read_only: bool, served: Optional[_Served] = None) -> _FileEntry:
+        """Serve the top-level items of ``path`` (``served``: already open): opened once to learn
+        them, then kept open while fewer than ``max_open_files`` are."""
+        entry = _FileEntry(path, read_only)
+        served = _Served(path) if served is None else served
+        entry.learn(served)
+        entry.opened = served
+        for key in entry.keys:
+            self._items[key] = entry
             if read_only:
-                self.read_only.add(name)
+                self.read_only.add(key)
+        if read_only:
+            self._served_layouts |= entry.layouts
+        self._open[path] = entry
+        self._close_idle()
+        return entry
+
+    def _add_store_file(self, name: str) -> None:
+        """One file of the store: its key served, its bytes counted.  A file named as an earlier
+        version named its key is renamed to the key's name, or removed when a file of that name
+        holds the key already (a PUT since wrote it)."""
+        path = os.path.join(self.store, name)
+        served = _Served(path)
+        keys = tuple(served.file.keys())
+        if len(keys) == 1 and store_file_name(keys[0]) != name:
+            served.close()
+            canonical = os.path.join(self.store, store_file_name(keys[0]))
+            if os.path.exists(canonical):
+                os.unlink(path)
+                return
+            os.replace(path, canonical)
+            path, served = canonical, _Served(canonical)
+        entry = self._add_file(path, read_only=False, served=served)
+        self.stored_bytes += entry.size
+        self.stored_items += len(entry.keys)
+
+    def _close_idle(self) -> None:
+        """Close the least recently used open files past ``max_open_files`` (those a response
+        reads stay open until it is done)."""
+        budget = self.options.max_open_files
+        for path in list(self._open):
+            if len(self._open) <= budget:
+                break
+            entry = self._open[path]
+            if entry.opened is None or not entry.opened.users:
+                entry.drop()
+                del self._open[path]
 
     def layouts(self) -> list[int]:
-        """Layout tags this server can produce: the stored ones, and the transcoding targets."""
+        """Layout tags this server can produce: the transcoding targets, every layout a served
+        file holds, and every layout a writable server may be pushed."""
         with self._lock:
-            tags = {int(item.descriptor.layout_tag) for item, _ in self._items.values()}
-        return [int(t) for t in TRANSCODE_TARGETS] + sorted(tags - {int(t) for t in TRANSCODE_TARGETS})
+            tags = set(self._served_layouts)
+            if self.writable:
+                tags |= {int(t) for t in LayoutTag}
+            else:
+                tags |= {int(e.held_item.descriptor.layout_tag) for e in self._items.values() if isinstance(e, _Held)}
+        targets = [int(t) for t in TRANSCODE_TARGETS]
+        return targets + sorted(tags - set(targets))
 
     def keys(self) -> list[str]:
         with self._lock:
             return list(self._items)
 
-    def acquire(self, key: str) -> Optional[tuple[Item, Optional[_Served]]]:
-        """The item of ``key`` and its file, held until :meth:`release` (a replaced file stays
-        open while a response reads it)."""
+    def acquire(self, key: str) -> Optional[tuple[Item, object]]:
+        """The item of ``key`` and its holder (an open file or a memfd), held until
+        :meth:`release` (a replaced file stays open while a response reads it); None for an unknown
+        key.  A served file that changed and no longer holds the key is
+        :class:`~hurray_schema.errors.SourceChanged`."""
         with self._lock:
-            found = self._items.get(key)
-            if found is not None and found[1] is not None:
-                found[1].users += 1
-            return found
+            entry = self._items.get(key)
+            if entry is None:
+                return None
+            if isinstance(entry, _FileEntry):
+                served = entry.open()
+                self._open[entry.path] = entry
+                self._open.move_to_end(entry.path)
+                self._close_idle()
+                try:
+                    item = served.item(key)
+                except KeyError:
+                    raise SourceChanged(f"the served file {entry.path} no longer holds {key!r}") from None
+                holder = served
+            else:
+                holder, item = entry, entry.held_item
+            holder.users += 1
+            return item, holder
 
-    def release(self, served: Optional[_Served]) -> None:
-        if served is not None:
+    def release(self, holder) -> None:
+        if holder is not None:
             with self._lock:
-                served.release()
+                holder.release()
+
+    def shared_copy(self, holder, ranges) -> Optional[tuple[int, tuple]]:
+        """A sealed memfd holding the bytes of ``ranges`` of ``holder``'s file, and each range's
+        place in it, for a shared-memory client (a copy kept in the bounded cache); None when
+        they are larger than the cache.  The descriptor is the caller's to close."""
+        return self._copies.get(holder.fd, holder.identity, ranges)
 
     @property
     def writable(self) -> bool:
@@ -225,31 +412,60 @@ class Catalog:
         """Serve ``item`` by ``key`` from now on: held in a sealed memfd (``memory``; ``segment``
         and ``ranges``: the client's, see :func:`held`), or written to the store's file for
         ``key`` (atomically: the old file, if any, stays whole until the new one replaces it) and
-        served from that file."""
+        served from that file.  :class:`StoreFull` when the store's limits would be passed."""
         if self.memory:
-            item, holder = held(item, segment, ranges)
-            return self._register(key, item, holder)
+            self._room(key, _layout_bytes(item) if segment is None else segment.size)
+            return self._register(key, held(item, segment, ranges))
         if self.store is None:
             raise HurraySchemaError("this server has no writable store")
         from ..io.file import write_file
 
         path = os.path.join(self.store, store_file_name(key))
         with self._writer(path):  # write, open and serve as one step: what is served is what is stored
+            self._room(key, _data_bytes(item))
             write_file(path, {key: item})
             served = _Served(path)
-            self._register(key, served.file[key], served)
+            entry = _FileEntry(path, read_only=False)
+            entry.learn(served)
+            entry.opened = served
+            self._register(key, entry)
         return None
 
-    def _register(self, key: str, item: Item, holder) -> None:
-        """``key`` names ``item`` (held by ``holder``) from now on; what it named before is released
+    def _room(self, key: str, size: int) -> None:
+        """:class:`StoreFull` unless the store can take ``size`` more bytes (less what ``key``'s
+        old item frees) and, for a new key, one more item."""
+        with self._lock:
+            old = self._items.get(key)
+            freed = old.size if old is not None and key not in self.read_only else 0
+            items = self.stored_items + (old is None)
+            if items > self.options.store_max_items:
+                raise StoreFull(f"the store holds {self.stored_items} items, store_max_items is "
+                                f"{self.options.store_max_items}")
+            if self.stored_bytes - freed + size > self.store_limit:
+                raise StoreFull(f"the store holds {self.stored_bytes} bytes; {size} more would pass store_max_bytes "
+                                f"{self.store_limit}")
+
+    def _register(self, key: str, holder) -> None:
+        """``key`` names the item ``holder`` holds from now on; what it named before is released
         once no response reads it."""
         with self._lock:
             old = self._items.get(key)
-            self._items[key] = (item, holder)
-            if old is not None and old[1] is not None and old[1] is not holder:
-                old[1].retired = True
-                if not old[1].users:
-                    old[1].close()
+            self._items[key] = holder
+            self.stored_bytes += holder.size - (old.size if old is not None else 0)
+            self.stored_items += old is None
+            if isinstance(holder, _FileEntry):
+                self._open[holder.path] = holder
+                self._open.move_to_end(holder.path)
+            if old is not None and old is not holder:
+                if isinstance(old, _FileEntry):
+                    if old.path != getattr(holder, "path", None):
+                        self._open.pop(old.path, None)
+                    old.drop()
+                else:
+                    old.retired = True
+                    if not old.users:
+                        old.close()
+            self._close_idle()
 
     def _writer(self, path: str) -> threading.Lock:
         """The lock of ``path``'s writes: of two PUTs of one key at once, the one that renamed
@@ -260,16 +476,101 @@ class Catalog:
 
     def close(self) -> None:
         with self._lock:
-            files = {id(s): s for _, s in self._items.values() if s is not None}
+            holders = {id(h): h for h in self._items.values()}
             self._items.clear()
-        for served in files.values():
-            served.close()
+            self._open.clear()
+        for holder in holders.values():
+            if isinstance(holder, _FileEntry):
+                holder.drop()
+            else:
+                holder.close()
+        self._copies.close()
+
+
+def _data_bytes(item: Item) -> int:
+    return sum(b.byte_size for _, node in walk(item) for b in node.descriptor.buffers)
+
+
+def _layout_bytes(item: Item) -> int:
+    from .shm import layout
+
+    return layout(b.byte_size for _, node in walk(item) for b in node.descriptor.buffers)[1]
+
+
+class SharedCopies:
+    """Sealed memfd copies of served files, for shared-memory clients: at most ``budget`` bytes
+    and ``count`` memfds, least recently used dropped first (a client keeps what it mapped).  A
+    copy is made by ``pread`` (:func:`~.shm.sealed_copy`: a file cut meanwhile is a typed error)
+    and found again by the file's identity (inode, size, modification time) and what it holds."""
+
+    def __init__(self, budget: int, count: int):
+        self.budget = budget
+        self.count = count
+        self._copies: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
+        self.bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, fd: int, identity: tuple, ranges) -> Optional[tuple[int, tuple]]:
+        """A descriptor of the copy holding ``ranges`` of file ``fd`` (the caller closes it), and
+        each range's ``(offset, size)`` in it; None when the copy would not fit the cache."""
+        key, spans, offsets, total, placed = _copy_plan(identity, ranges)
+        with self._lock:
+            found = self._copies.get(key)
+            if found is not None:
+                self._copies.move_to_end(key)
+                return os.dup(found[0]), placed
+        if total > self.budget or not self.count:
+            return None
+        from .shm import sealed_copy
+
+        copy = sealed_copy(fd, spans, offsets, total)
+        with self._lock:
+            if key in self._copies:  # made twice at once: keep the first
+                os.close(copy)
+                copy = self._copies[key][0]
+            else:
+                self._copies[key] = (copy, total)
+                self.bytes += total
+                self._evict()
+            return os.dup(copy), placed
+
+    def _evict(self) -> None:
+        while self._copies and (self.bytes > self.budget or len(self._copies) > self.count):
+            _, (fd, size) = self._copies.popitem(last=False)
+            os.close(fd)
+            self.bytes -= size
+
+    def close(self) -> None:
+        with self._lock:
+            while self._copies:
+                os.close(self._copies.popitem()[1][0])
+            self.bytes = 0
+
+
+def _copy_plan(identity: tuple, ranges) -> tuple:
+    """``(key, spans copied, their offsets in the copy, its size, each range's place in it)``:
+    the chunk of the file that holds every range, or the ranges alone laid out one after another."""
+    from .shm import SHARED_CHUNK_BYTES, layout
+
+    used = [(o, n) for o, n in ranges if n]
+    size = identity[1]
+    if used:
+        first = min(o for o, _ in used) // SHARED_CHUNK_BYTES
+        start = first * SHARED_CHUNK_BYTES
+        if max(o + n for o, n in used) <= start + SHARED_CHUNK_BYTES:
+            stop = min(size, start + SHARED_CHUNK_BYTES)
+            placed = tuple((o - start, n) if n else (0, 0) for o, n in ranges)
+            return (identity, first), [(start, stop - start)], [0], stop - start, placed
+    offsets, total = layout(n for _, n in ranges)
+    return (identity, tuple(ranges)), list(ranges), offsets, total, tuple(zip(offsets, (n for _, n in ranges)))
 
 
 def store_file_name(key: str) -> str:
-    """The store's file name of ``key``: every byte outside ``[A-Za-z0-9_-]`` percent-encoded,
-    so no key can name a path outside the store (``..``, ``/``, NUL) or a hidden file."""
-    quoted = urllib.parse.quote(key, safe="").replace(".", "%2E")
+    """The store's file name of ``key``: every byte outside ``[A-Za-z0-9_-]`` percent-encoded
+    (``.`` and ``~`` too), so no key can name a path outside the store (``..``, ``/``, NUL) or a
+    hidden file; a name past 200 characters is cut to 120 and ends with ``~`` and the key's
+    SHA-256, and since no encoded key holds ``~``, two keys never share a name."""
+    quoted = urllib.parse.quote(key, safe="").replace(".", "%2E").replace("~", "%7E")
     if len(quoted) > 200:  # a file name has at most 255 bytes
         import hashlib
 
@@ -282,60 +583,52 @@ def store_file_name(key: str) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def plan_response(item: Item, served: Optional[_Served], request: m.Request, *, transcoding: bool,
-                  transcode_limit: int, parallel: bool, parallel_shards: int, parallel_min_bytes: int) -> Answer:
-    """The answer to ``request`` for ``item`` (``interchange.md § Server Layout Selection``):
-    the first preferred layout the item is stored in, or that it may be transcoded to within
-    ``transcode_limit`` bytes; else the stored layout."""
+def plan_response(item: Item, holder, request: m.Request, *, transcoding: bool, transcode_limit: int, parallel: bool,
+                  parallel_shards: int, parallel_min_bytes: int) -> Answer:
+    """The answer to ``request`` for ``item`` held by ``holder`` (an open file, a memfd, or None)
+    (``interchange.md § Server Layout Selection``): the first preferred layout the item is stored in,
+    or that it may be transcoded to within ``transcode_limit`` bytes; else the stored layout."""
     native = int(item.descriptor.layout_tag)
     allow = transcoding and bool(request.flags & RequestFlag.ALLOW_TRANSCODE)
     for entry in request.layouts:
         if entry.tag == native:
             break
         if allow:
-            nodes = transcoded(item, entry.tag, transcode_limit)
+            nodes = transcoded(item, holder, entry.tag, transcode_limit)
             if nodes is not None:
                 return Answer(nodes, entry.tag, transcoded=True)
     wants_shards = parallel and bool(request.flags & RequestFlag.PARALLEL_OK)
     if wants_shards and isinstance(item, Tensor):
-        shards = dense_shards(item, served, parallel_shards, parallel_min_bytes)
+        shards = dense_shards(item, holder, parallel_shards, parallel_min_bytes)
         if shards is not None:
             return Answer(shards, native, parallel=True)
-    return Answer(tuple(stored_nodes(item, served)), native)
+    return Answer(tuple(stored_nodes(item, holder)), native)
 
 
-def stored_nodes(item: Item, served: Optional[_Served]) -> Iterator[Node]:
+def stored_nodes(item: Item, holder) -> Iterator[Node]:
     """The item as stored, in pre-order: descriptor bytes as in the file, data as file ranges."""
     for name, node in walk(item, item.name):
         desc = node.descriptor
-        raw = _stored_descriptor(served, name) if served is not None else None
+        raw = holder.stored_descriptor(name) if holder is not None else None
         if raw is None:
             raw = encode_descriptor(desc)
         total = sum(b.byte_size for b in desc.buffers)
         if not isinstance(node, Tensor):
             yield Node(raw, desc, (), total)
             continue
-        ranges = served.buffer_ranges(node) if served is not None else None
-        segments = (served.fd, ranges) if ranges is not None else None
-        yield Node(raw, desc, tuple(_pieces(node, served)), total, segments=segments)
+        ranges = holder.buffer_ranges(node) if holder is not None else None
+        segments = (holder.fd, ranges) if ranges is not None else None
+        yield Node(raw, desc, tuple(_pieces(node, holder)), total, segments=segments)
 
 
-def _stored_descriptor(served: _Served, name: Optional[str]) -> Optional[bytes]:
-    entry = served.entries.get(name) if name is not None else None
-    if entry is None:
-        return None
-    view = served.file._view
-    return bytes(view[entry.descriptor_offset : entry.descriptor_offset + entry.descriptor_length])
-
-
-def _pieces(tensor: Tensor, served) -> Iterator:
+def _pieces(tensor: Tensor, holder) -> Iterator:
     """A tensor's data plane: ranges of the file or memfd it lies in (for ``sendfile``), else its
     buffers in memory."""
-    ranges = served.buffer_ranges(tensor) if served is not None else None
+    ranges = holder.buffer_ranges(tensor) if holder is not None else None
     if ranges is not None:
         for offset, size in ranges:
             if size:
-                yield (served.fd, offset, size)
+                yield (holder.fd, offset, size)
         return
     for buf in tensor.buffers:
         if len(buf):
@@ -347,16 +640,19 @@ def _pieces(tensor: Tensor, served) -> Iterator:
 # --------------------------------------------------------------------------------------
 
 
-def transcoded(item: Item, target: int, limit: int) -> Optional[tuple[Node, ...]]:
+def transcoded(item: Item, holder, target: int, limit: int) -> Optional[tuple[Node, ...]]:
     """``item`` as one dense tensor in ``target`` layout, or None when this server cannot make
     it element for element (a group, a quantized or private-typed tensor, a layout it does not
-    read exactly) or when the output would exceed ``limit`` bytes."""
+    read exactly) or not within ``limit`` bytes: the output, the stored bytes it is computed from
+    (read into memory first: :func:`read_copy`) and what the evaluation allocates
+    (``session.transcode.limit``: the caller falls through to the next layout)."""
     if target not in TRANSCODE_TARGETS or not _transcodable(item):
         return None
     desc = item.descriptor
     if _dense_bytes(desc) > limit:
         return None
-    array = _logical_array(item)
+    source = read_copy(item, holder, limit) if isinstance(holder, _Served) else item
+    array = _logical_array(source, limit) if source is not None else None
     if array is None:
         return None
     tensor = Tensor.from_numpy(array, shard=desc.shard if isinstance(item, Tensor) else None)
@@ -387,12 +683,15 @@ def _dense_bytes(desc: TensorDescriptor) -> int:
     return info.buffer_bytes(math.prod(desc.shape))
 
 
-def _logical_array(item: Item):
-    from ..errors import UnsupportedEvaluation
+def _logical_array(item: Item, limit: int):
+    """The item's values, the evaluation bounded by ``limit`` bytes; None when the evaluator
+    cannot make them or would need more (``LimitExceeded``: a fall-through, not a failure)."""
+    from ..limits import DEFAULT_LIMITS
 
+    limits = DEFAULT_LIMITS.evolve(max_evaluation_bytes=limit)
     try:
-        return item.materialize() if isinstance(item, Composite) else item.to_numpy()
-    except UnsupportedEvaluation:
+        return item.materialize(limits=limits) if isinstance(item, Composite) else item.to_numpy(limits=limits)
+    except (UnsupportedEvaluation, LimitExceeded):
         return None
 
 
@@ -419,7 +718,7 @@ def _bits(desc: TensorDescriptor) -> int:
 # --------------------------------------------------------------------------------------
 
 
-def dense_shards(tensor: Tensor, served: Optional[_Served], count: int,
+def dense_shards(tensor: Tensor, holder, count: int,
                  min_bytes: int) -> Optional[tuple[Node, ...]]:
     """A dense row-major tensor cut along dimension 0 into up to ``count`` shards of whole rows,
     each a row-major tensor with a shard section (``parent_shape``, ``shard_offset``); None
@@ -435,7 +734,7 @@ def dense_shards(tensor: Tensor, served: Optional[_Served], count: int,
     if total < min_bytes or rows < 2 or row_bits % 8 or not row_bits:
         return None
     row_bytes = row_bits // 8
-    (piece,) = tuple(_pieces(tensor, served)) or (b"",)
+    (piece,) = tuple(_pieces(tensor, holder)) or (b"",)
     n = min(count, rows)
     bounds = [rows * i // n for i in range(n + 1)]
     nodes = []

@@ -39,7 +39,7 @@ from ..structs.tags import CompositionRule
 from . import messages as m
 from .devices import check_placement
 
-__all__ = ["Side", "SessionChecker", "Transfer", "CLIENT_SENDS", "SERVER_SENDS", "message_name", "recorded_side", "recorded_side_of", "recorded_locally", "check_recorded", "other_direction",
+__all__ = ["Side", "SessionChecker", "Transfer", "ClosedStreams", "CLIENT_SENDS", "SERVER_SENDS", "message_name", "recorded_side", "recorded_side_of", "recorded_locally", "check_recorded", "other_direction",
            "PeerRecording"]
 
 
@@ -102,8 +102,8 @@ class SessionChecker:
         """Per stream, the tensor whose frames are arriving."""
         self.puts: dict[int, m.Put] = {}
         """Per stream, the PUT whose data is arriving (server side)."""
-        self.closed: set[int] = set()
-        """Streams an ERROR ended."""
+        self.closed = ClosedStreams()
+        """The streams an ERROR ended (:meth:`is_closed`), in bounded memory."""
         self.count = 0
         self.requests: dict[int, m.Request] = {}
         """Client side: the requests sent, by stream."""
@@ -151,12 +151,22 @@ class SessionChecker:
         if kind in _RDMA:
             raise rules.RDMA_AGREED.violation(
                 f"{message_name(kind)} without RDMA_DATA_PLANE advertised by both peers", at)
-        if stream_id in self.closed:
+        if self.is_closed(stream_id):
             raise rules.ERROR_CLOSES.violation(f"{message_name(kind)} on stream {stream_id}, which an ERROR closed", at)
         if stream_id in self.puts and kind not in (MessageType.TENSOR_DATA, MessageType.TENSOR_DATA_END):
             raise rules.PUT_FLOW.violation(
                 f"{message_name(kind)} on stream {stream_id} before the TENSOR_DATA_END of its TENSOR_PUT", at)
         return kind, stream_id, plen
+
+    def is_closed(self, stream_id: int) -> bool:
+        """``stream_id`` is a stream an ERROR ended, and no exchange holds it open."""
+        return stream_id in self.closed and not self.holds(stream_id)
+
+    def holds(self, stream_id: int) -> bool:
+        """An exchange on ``stream_id`` is under way: a tensor arriving, a PUT, a request awaiting
+        its answer or ACK, a parallel transfer."""
+        return (stream_id in self.tensors or stream_id in self.puts or stream_id in self.awaited
+                or stream_id in self.transfers or bool(self.acks_due.get(stream_id)))
 
     # --- session messages ---------------------------------------------------------------
     def client_hello(self, payload, at: int) -> m.Hello:
@@ -238,6 +248,7 @@ class SessionChecker:
         self.closed.add(stream_id)
         self.tensors.pop(stream_id, None)
         self.puts.pop(stream_id, None)
+        self.acks_due.pop(stream_id, None)
         self._answered(stream_id)
         return remote_error(code, text, at)
 
@@ -261,8 +272,12 @@ class SessionChecker:
         if plen:
             raise rules.PAYLOAD_LENGTH.violation(f"TENSOR_PUT_ACK carries {plen} payload bytes",
                                                  at + m.PAYLOAD_LENGTH_AT)
-        if self.acks_due.get(stream_id):
-            self.acks_due[stream_id] -= 1
+        due = self.acks_due.get(stream_id)
+        if due:
+            if due == 1:
+                del self.acks_due[stream_id]
+            else:
+                self.acks_due[stream_id] = due - 1
 
     # --- a tensor's messages ------------------------------------------------------------
     def descriptor(self, stream_id: int, payload, at: int):
@@ -370,6 +385,32 @@ class SessionChecker:
             if int(h.memory_class) not in mine.accepted_memory_classes:
                 raise rules.MEMORY_CLASS.violation(
                     f"a buffer of memory_class 0x{int(h.memory_class):02X}, which the client did not advertise", at)
+
+
+class ClosedStreams:
+    """The stream ids an ERROR closed, in bounded memory however many it closes: the latest
+    :attr:`RECENT` exactly, and every id at or below the highest one forgotten (:attr:`floor`), as
+    a stream numbering that only grows would have it (spec-map § Interpretations)."""
+
+    RECENT = 1024
+
+    def __init__(self):
+        self._recent: dict[int, None] = {}
+        self.floor = 0
+
+    def add(self, stream_id: int) -> None:
+        self._recent.pop(stream_id, None)
+        self._recent[stream_id] = None
+        if len(self._recent) > self.RECENT:
+            oldest = next(iter(self._recent))
+            del self._recent[oldest]
+            self.floor = max(self.floor, oldest)
+
+    def __contains__(self, stream_id: int) -> bool:
+        return stream_id <= self.floor or stream_id in self._recent
+
+    def __len__(self) -> int:
+        return len(self._recent)
 
 
 class Transfer:

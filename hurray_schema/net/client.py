@@ -41,16 +41,12 @@ from ..structs.tags import LayoutTag
 from . import messages as m
 from .checker import LOCAL_MARK, SHM_SERVER_TYPES, SessionChecker, Side, message_name
 from .devices import parse_devices
-from .shm import Mappings, new_segment
-from .wire import Closed, Recorder, Wire, plane_views
+from .options import CLIENT_MAX_MESSAGE_BYTES, CLIENT_TIMEOUT, physical_memory
+from .shm import Mappings, is_sealed, new_segment, read_ranges
+from .wire import Closed, Deadline, Recorder, Wire, plane_views
 
 __all__ = ["Session", "connect", "parse_url"]
 
-MiB = 1 << 20
-DEFAULT_MAX_MESSAGE_BYTES = 256 * MiB
-"""The largest payload this client accepts by default: a data frame of up to 256 MiB."""
-DEFAULT_MAX_RESPONSE_BYTES = 1 << 40
-"""The most data bytes one response may announce before the client allocates for it."""
 _SCHEMES = {"hurray": False, "hurrays": True}
 
 
@@ -86,34 +82,46 @@ def connect(url: str, **options) -> "Session":
 class Session:
     """One connection to a server, after the hellos; a context manager.
 
-    Options: ``timeout`` (seconds the server may stay silent, None: forever),
+    Options: ``timeout`` (seconds each call may take as a whole -- opening the session, one
+    ``get``, ``put`` or ``ping`` -- whatever the server sends meanwhile; None: no bound),
     ``max_message_bytes`` (the client's max_message_size), ``max_response_bytes`` (the most
-    data one response may announce), ``devices`` (advertised; ``("cpu",)``), ``limits`` (the
+    data one response may announce, checked before anything is allocated; by default this
+    machine's physical memory), ``devices`` (advertised; ``("cpu",)``), ``limits`` (the
     readers' :class:`~hurray_schema.limits.Limits`), ``mode`` ("strict"; "permissive" keeps what
     the spec lets a permissive reader keep), and for TLS ``tls_ca`` (the CA file that signs the
     server's certificate; the system's by default), ``tls_cert`` / ``tls_key`` (this client's,
     for mutual TLS) and ``server_hostname``; ``record`` (a folder) writes both directions as message
     streams that ``audit`` checks (``NAME.server.msgs``: what the server sent); ``shm`` (True): over a
-    Unix socket, tensors arrive as read-only mappings of the server's bytes and PUTs go as one
-    sealed memory file (our private extension; False: the plain frames)."""
+    Unix socket, tensors arrive as read-only mappings of sealed memory files the server passes
+    and PUTs go as one sealed memory file (our private extension; False: the plain frames);
+    ``trust_server_files`` (False): map a segment that is not a sealed memory file too (a served
+    file as it is, which could shrink under the mapping: SIGBUS) rather than copy it."""
 
-    def __init__(self, url: str, *, timeout: Optional[float] = 30.0, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES, devices: Sequence = ("cpu",),
+    def __init__(self, url: str, *, timeout: Optional[float] = CLIENT_TIMEOUT,
+                 max_message_bytes: int = CLIENT_MAX_MESSAGE_BYTES,
+                 max_response_bytes: Optional[int] = None, devices: Sequence = ("cpu",),
                  limits: Optional[Limits] = None, mode="strict", tls_ca=None, tls_cert=None, tls_key=None,
-                 server_hostname: Optional[str] = None, layouts: Sequence = (), record=None, shm: bool = True):
+                 server_hostname: Optional[str] = None, layouts: Sequence = (), record=None, shm: bool = True,
+                 trust_server_files: bool = False):
         host, port, tls = parse_url(url)
         if not m.DATA_HEADER_SIZE < max_message_bytes <= 0xFFFF_FFFF:
             raise HurraySchemaError("max_message_bytes must be between 9 and 4 GiB - 1")
+        if timeout is not None and timeout <= 0:
+            raise HurraySchemaError(f"timeout must be positive (or None), not {timeout}")
         self.url = url
+        self.timeout = timeout
         self.limits = resolve_limits(limits)
         self.mode = Mode(mode)
-        self.max_response_bytes = max_response_bytes
+        self.max_response_bytes = physical_memory() if max_response_bytes is None else int(max_response_bytes)
+        self.trust_server_files = bool(trust_server_files)
         self._streams = itertools.count(1)
         self._broken: Optional[BaseException] = None
-        sock = _open(host, port, timeout) if port is not None else _open_unix(host, timeout)
+        opening = None if timeout is None else Deadline(timeout, what=f"opening a session with {url}")
+        sock = _open(host, port, opening) if port is not None else _open_unix(host, opening)
         try:
             if tls:
-                sock = _tls_handshake(sock, _client_context(tls_ca, tls_cert, tls_key), server_hostname or host)
+                sock = _tls_handshake(sock, _client_context(tls_ca, tls_cert, tls_key), server_hostname or host,
+                                      opening)
             local = LOCAL_MARK if sock.family == socket.AF_UNIX else ""
             recorder = None if record is None else Recorder(os.fspath(record),
                                                             f"client-{os.getpid()}-{id(self):x}{local}")
@@ -128,7 +136,9 @@ class Session:
             self.mappings = Mappings()
             self.hello = m.Hello(PROTOCOL_VERSION, max_message_bytes, 0, m.layout_entries(layouts),
                                  parse_devices(devices), ())
+            self.wire.deadline = opening
             self.server_hello = self._handshake()
+            self.wire.deadline = None
         except BaseException:
             sock.close()
             raise
@@ -182,6 +192,8 @@ class Session:
         """Run one exchange; a violation or a broken connection ends the session (after an
         ERROR to the server naming the fault, ``interchange.md § Error Handling``)."""
         self._guard()
+        if self.timeout is not None:
+            self.wire.deadline = Deadline(self.timeout, what=f"{run.__name__.strip('_')}() on {self.url}")
         try:
             return run(*args)
         except RemoteError:
@@ -192,10 +204,13 @@ class Session:
         except (SessionError, LimitExceeded, HurraySchemaError) as exc:
             self._fail(exc)
             raise
+        finally:
+            self.wire.deadline = None
 
     def _fail(self, exc: BaseException) -> None:
         self._broken = exc
-        if isinstance(exc, SpecViolation):
+        if isinstance(exc, SpecViolation) and not self.wire.send_cut:
+            self.wire.deadline = Deadline(1.0, what="the ERROR naming the fault")
             code = ErrorCode.SHARD_MISMATCH if exc.rule_id == rules.SHARD_CONSISTENCY.id else ErrorCode.INVALID_MESSAGE
             try:
                 self.wire.send(MessageType.ERROR, getattr(self, "_stream", 1),
@@ -208,7 +223,9 @@ class Session:
         """The stream of a new exchange: the next id past those an ERROR closed (``interchange.md
         § Error Handling``: nothing more travels on a closed stream, a shard's included)."""
         sid = next(self._streams)
-        while sid in self.checker.closed:
+        while self.checker.is_closed(sid):
+            if sid <= self.checker.closed.floor:
+                self._streams = itertools.count(self.checker.closed.floor + 1)
             sid = next(self._streams)
         return sid
 
@@ -362,6 +379,12 @@ class _Plane:
             self._buffers = [_aligned(h.byte_size, self.alignment) for h in self.desc.buffers]
         return self._buffers
 
+    def fill_from(self, fd: int, segments) -> None:
+        """The buffers read from ``segments`` of file ``fd`` (a copy: what is not a sealed memory
+        file could shrink under a mapping)."""
+        for into, data in zip(self.buffers, read_ranges(fd, segments)):
+            into[:] = data
+
     @buffers.setter
     def buffers(self, views: list) -> None:
         self._buffers = views
@@ -394,10 +417,7 @@ class _Shards:
         if self.parent is None:
             if total > limit:
                 raise LimitExceeded("max_response_bytes", total, limit, at)
-            try:
-                self.parent = _aligned(total, alignment)
-            except MemoryError:
-                raise LimitExceeded("memory", total, 0, at) from None
+            self.parent = _aligned(total, alignment)
         if len(self.parent) != total or start + size > total:
             self.all_rows = False
             return None
@@ -506,21 +526,20 @@ class _Response:
             placed = self.shards.place(desc, self.request.min_alignment, s.max_response_bytes, at, self.target)
         elif self._fits_target(stream, desc, frames.total):
             placed = [self.target]
-        try:
-            self.planes[stream] = _Plane(desc, self.request.min_alignment, placed)
-        except MemoryError:
-            raise LimitExceeded("memory", frames.total, 0, at) from None
+        self.planes[stream] = _Plane(desc, self.request.min_alignment, placed)
 
     def _mapped(self, stream: int, payload, at: int) -> None:
         """SHM_DATA (our extension): the tensor's buffers are ranges of the file passed beside
         it, mapped read-only here; not one byte is copied."""
         s = self.s
-        fd = s.wire.take_fd()
+        fd = s.wire.take_fd(at)
         try:
             size = os.fstat(fd).st_size if fd is not None else None
             _, segments = s.checker.shm_data(stream, payload, at, size)
-            mapped = [s.mappings.view(fd, o, n, at) for o, n in segments]
             plane = self.planes[stream]
+            if not (s.trust_server_files or is_sealed(fd)):
+                return plane.fill_from(fd, segments)
+            mapped = [s.mappings.view(fd, o, n, at) for o, n in segments]
             if plane.given:  # out=: one copy, from the mapping into the caller's buffer
                 for into, view in zip(plane.buffers, mapped):
                     into[:] = view
@@ -529,6 +548,7 @@ class _Response:
         finally:
             if fd is not None:
                 os.close(fd)
+        return None
 
     def _frame(self, stream: int, plen: int, at: int) -> None:
         s = self.s
@@ -606,53 +626,67 @@ def _filled(item: Item, target: memoryview) -> bool:
 
 
 def _aligned(n: int, alignment: int) -> memoryview:
-    """``n`` writable bytes starting on a multiple of ``alignment``."""
+    """``n`` writable bytes starting on a multiple of ``alignment``; memory this machine cannot
+    give is :class:`LimitExceeded` (not NumPy's ``MemoryError``)."""
     import numpy as np
 
-    raw = np.empty(n + alignment, dtype=np.uint8)
+    try:
+        raw = np.empty(n + alignment, dtype=np.uint8)
+    except MemoryError:
+        raise LimitExceeded("memory", n, 0) from None
     skip = -raw.ctypes.data % alignment
     return memoryview(raw[skip : skip + n])
 
 
-def _open(host: str, port: int, timeout: Optional[float]) -> socket.socket:
-    try:
-        sock = socket.create_connection((host, port), timeout=timeout)
-    except socket.timeout:
-        from ..errors import SessionTimeout
+def _left(deadline: Optional[Deadline]) -> Optional[float]:
+    """What ``deadline`` leaves (None: no bound); :class:`SessionTimeout` once it passed."""
+    if deadline is None:
+        return None
+    left = deadline.remaining()
+    if left <= 0:
+        raise deadline.expired()
+    return left
 
-        raise SessionTimeout(f"no connection to {host}:{port} within {timeout} s") from None
+
+def _open(host: str, port: int, deadline: Optional[Deadline]) -> socket.socket:
+    try:
+        sock = socket.create_connection((host, port), timeout=_left(deadline))
+    except socket.timeout:
+        raise deadline.expired() from None
     except OSError as exc:
         raise SessionError(f"cannot connect to {host}:{port}: {exc}") from None
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
 
 
-def _open_unix(path: str, timeout: Optional[float]) -> socket.socket:
+def _open_unix(path: str, deadline: Optional[Deadline]) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
     try:
+        sock.settimeout(_left(deadline))
         sock.connect(path)
     except socket.timeout:
-        from ..errors import SessionTimeout
-
         sock.close()
-        raise SessionTimeout(f"no connection to {path} within {timeout} s") from None
+        raise deadline.expired() from None
     except OSError as exc:
         sock.close()
         raise SessionError(f"cannot connect to {path}: {exc}") from None
+    except BaseException:
+        sock.close()
+        raise
     return sock
 
 
-def _tls_handshake(sock: socket.socket, context: ssl.SSLContext, hostname: str) -> ssl.SSLSocket:
-    """The TLS session over ``sock``; a refused certificate (either side's) is a :class:`SessionError`."""
+def _tls_handshake(sock: socket.socket, context: ssl.SSLContext, hostname: str,
+                   deadline: Optional[Deadline]) -> ssl.SSLSocket:
+    """The TLS session over ``sock``, within ``deadline`` as a whole; a refused certificate
+    (either side's) is a :class:`SessionError`."""
     try:
+        sock.settimeout(_left(deadline))
         return context.wrap_socket(sock, server_hostname=hostname)
     except (ssl.SSLError, ssl.CertificateError) as exc:
         raise SessionError(f"the TLS handshake with {hostname} failed: {exc}") from None
     except socket.timeout:
-        from ..errors import SessionTimeout
-
-        raise SessionTimeout(f"the TLS handshake with {hostname} timed out") from None
+        raise deadline.expired() from None
     except OSError as exc:
         raise SessionError(f"the TLS handshake with {hostname} failed: {exc}") from None
 

@@ -1,5 +1,5 @@
 """The transport server (``interchange.md`` § Network Transport Protocol through § Error
-Handling): sessions over TCP, optionally TLS, one thread per connection.
+Handling): sessions over TCP, optionally TLS, or a Unix socket, one thread per connection.
 
 * Every connection starts with CLIENT_HELLO; the server answers SERVER_HELLO (or ERROR and
   closes).  Then TENSOR_REQUEST (a GET), TENSOR_PUT (with ``writable``), PING, and ERROR.
@@ -8,13 +8,18 @@ Handling): sessions over TCP, optionally TLS, one thread per connection.
   ``PROTOCOL_VERSION_MISMATCH``) or ``INVALID_MESSAGE``, the text naming the rule id and the
   byte offset.  A fault of the framing ends the connection (nothing after it can be trusted);
   a fault inside a well-framed payload ends only its stream.
-* Data leaves a served file by ``sendfile``; a connection that stalls past ``idle_timeout``,
-  a payload over ``max_message_bytes``, a PUT over ``max_put_bytes`` and connections past
-  ``max_connections`` are refused, each by its limit.
+* Every wait has a deadline and every buffer a budget (:class:`~.options.ServerOptions`, README
+  § Limits and guarantees): a connection past ``max_connections`` waits for a slot until its
+  handshake deadline; the hello must arrive whole by then; every later message within
+  ``message_timeout`` of its first byte, plus a second per ``min_rate`` bytes; PUT data takes
+  memory as it arrives, within ``max_inflight_bytes`` for the whole server.
+* Data leaves a served file by ``sendfile`` (or ``pread``), never from a mapping: a file cut under
+  the server gives the request an ERROR SOURCE_CHANGED, and the session goes on.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 import socket
@@ -23,7 +28,7 @@ import threading
 import time
 from typing import Optional, Sequence
 
-from ..errors import HurraySchemaError, SessionError, SpecViolation
+from ..errors import HurraySchemaError, SessionError, SessionTimeout, SourceError, SpecViolation
 from ..io.tensor import Composite, Tensor
 from ..io.walk import strict_describer
 from ..limits import DEFAULT_LIMITS, Limits
@@ -35,30 +40,22 @@ from ..structs.session import PROTOCOL_VERSION, CapabilityFlag, ErrorCode, Priva
 from ..structs.stream import MessageType
 from ..structs.tags import DeviceTag
 from . import messages as m
-from .catalog import Catalog, Node, plan_response
+from .catalog import Catalog, Node, StoreFull, plan_response
 from .checker import LOCAL_MARK, SHM_CLIENT_TYPES, SessionChecker, Side
+from .devices import DeviceRefused, parse_devices, select_device
+from .options import SERVER_SWITCHES, ServerOptions
 from .shm import Segment, check_sealed, new_segment
 from .shm import layout as shm_layout
-from .devices import DeviceRefused, parse_devices, select_device
-from .wire import Closed, Recorder, Wire, plane_views
+from .wire import Closed, Deadline, Recorder, Wire, plane_views
 
-__all__ = ["Server", "serve", "ServerOptions", "DEFAULTS", "shard_stream"]
-
-MiB = 1 << 20
-DEFAULTS = {
-    "max_message_bytes": 64 * MiB,
-    "transcode_limit": 256 * MiB,
-    "idle_timeout": 60.0,
-    "max_connections": 64,
-    "max_put_bytes": 4 << 30,
-    "frame_bytes": 64 * MiB,
-    "parallel_shards": 4,
-    "parallel_min_bytes": 16 * MiB,
-}
-"""Every limit's default; each is an option of :func:`serve` and of ``hurray-schema serve``."""
+__all__ = ["Server", "serve", "ServerOptions", "shard_stream"]
 
 SMALL_RESPONSE_BYTES = 64 * 1024
 """A tensor with at most this many data bytes is sent in one write (descriptor, frames and end)."""
+REFUSAL_SECONDS = 2.0
+"""How long a refusal may take over TLS (its handshake, then the ERROR)."""
+REFUSALS_AT_ONCE = 8
+"""TLS refusals under way at once; past them a refused connection is closed without a word."""
 
 _CODE_OF_RULE = {
     rules.MESSAGE_SIZE.id: ErrorCode.MESSAGE_TOO_LARGE,
@@ -72,25 +69,25 @@ _CONNECTION_FAULTS = frozenset({
 """Faults after which the connection is closed: the framing, or a session that never started."""
 
 
-class ServerOptions:
-    """The limits and switches of one server (see :data:`DEFAULTS`)."""
+class Budget:
+    """Bytes the whole server holds of one kind (PUT data arrived and not stored yet): taken
+    before memory is used, given back when it is freed."""
 
-    def __init__(self, **options):
-        unknown = set(options) - set(DEFAULTS) - {"writable", "record", "devices", "limits", "memory_store"}
-        if unknown:
-            raise TypeError(f"unknown server option(s): {', '.join(sorted(unknown))}")
-        for name, default in DEFAULTS.items():
-            value = options.get(name)
-            setattr(self, name, default if value is None else value)
-        for name in ("max_message_bytes", "max_connections", "frame_bytes", "parallel_shards"):
-            if int(getattr(self, name)) < 1:
-                raise HurraySchemaError(f"{name} must be at least 1, not {getattr(self, name)}")
-        if self.max_message_bytes > 0xFFFF_FFFF:
-            raise HurraySchemaError("max_message_bytes must fit payload_length (uint32)")
-        if self.max_message_bytes <= m.DATA_HEADER_SIZE:
-            raise HurraySchemaError(f"max_message_bytes must exceed {m.DATA_HEADER_SIZE} (a data frame's header)")
-        self.devices = parse_devices(options.get("devices") or ("cpu",))
-        self.limits: Limits = options.get("limits") or DEFAULT_LIMITS
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> bool:
+        with self._lock:
+            if self.used + n > self.limit:
+                return False
+            self.used += n
+            return True
+
+    def give(self, n: int) -> None:
+        with self._lock:
+            self.used -= n
 
 
 class Server:
@@ -99,14 +96,21 @@ class Server:
 
     def __init__(self, paths: Sequence, *, host: str = "127.0.0.1", port: Optional[int] = None,
                  unix=None, unix_mode: int = 0o600, tls_cert=None, tls_key=None, tls_client_ca=None, **options):
-        self.options = ServerOptions(**options)
-        self.catalog = Catalog([os.fspath(p) for p in paths], options.get("writable"),
-                               memory=bool(options.get("memory_store")))
-        self.record = options.get("record")
+        switches = {name: options.pop(name) for name in SERVER_SWITCHES & set(options)}
+        self.options = ServerOptions.of(options)
+        self.devices = parse_devices(switches.get("devices") or ("cpu",))
+        self.limits: Limits = switches.get("limits") or DEFAULT_LIMITS
+        self.catalog = Catalog([os.fspath(p) for p in paths], switches.get("writable"),
+                               memory=bool(switches.get("memory_store")), options=self.options)
+        self.record = switches.get("record")
+        self.inflight = Budget(self.options.max_inflight_bytes)
         self._tls = _server_context(tls_cert, tls_key, tls_client_ca)
         self._stopping = threading.Event()
         self._stop_requested = threading.Event()
-        self._slots = threading.BoundedSemaphore(self.options.max_connections)
+        self._active = 0
+        self._waiting: collections.deque = collections.deque()
+        """``(socket, accepted at)`` of connections waiting for a slot, oldest first."""
+        self._refusals = threading.BoundedSemaphore(REFUSALS_AT_ONCE)
         self._connections: set = set()
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
@@ -190,7 +194,8 @@ class Server:
         return self._stop_requested.wait(timeout)
 
     def close(self) -> None:
-        """Stop accepting, end every connection, and wait for their threads (bounded)."""
+        """Stop accepting, end every connection (and those waiting for a slot), and wait for
+        their threads (bounded)."""
         if self._stopping.is_set():
             return
         self._stopping.set()
@@ -198,6 +203,10 @@ class Server:
         self._close_listeners()
         with self._lock:
             connections = list(self._connections)
+            waiting = [sock for sock, _ in self._waiting]
+            self._waiting.clear()
+        for sock in waiting:
+            sock.close()
         for conn in connections:
             conn.abort()
         for acceptor in self._acceptors:
@@ -212,26 +221,93 @@ class Server:
             try:
                 sock, _ = listener.accept()
             except socket.timeout:
+                self._expire_waiting()
                 continue
             except OSError:
                 if self._stopping.is_set():
                     return
                 time.sleep(0.01)  # out of descriptors: let connections end before accepting again
                 continue
-            if not self._slots.acquire(blocking=False):
-                _refuse(sock, "the server holds max_connections connections")
-                continue
             if sock.family in (socket.AF_INET, socket.AF_INET6):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # a reply's last segment leaves at once
-            conn = _Connection(self, sock, next(self._numbers))
-            with self._lock:
-                self._connections.add(conn)
-            conn.thread.start()
+            self._admit(sock, time.monotonic())
+            self._expire_waiting()
+
+    def _admit(self, sock: socket.socket, accepted: float) -> None:
+        """A slot for ``sock`` if one is free and nobody waits; else a place in the queue; else
+        SERVER_BUSY."""
+        with self._lock:
+            if self._stopping.is_set():
+                sock.close()
+                return
+            if self._active < self.options.max_connections and not self._waiting:
+                self._start_locked(sock, accepted)
+                return
+            if len(self._waiting) < self.options.max_waiting:
+                self._waiting.append((sock, accepted))
+                return
+        self._refuse(sock, f"the server holds max_connections connections and max_waiting "
+                           f"({self.options.max_waiting}) more wait for a slot")
+
+    def _start_locked(self, sock: socket.socket, accepted: float) -> None:
+        self._active += 1
+        conn = _Connection(self, sock, next(self._numbers), accepted)
+        self._connections.add(conn)
+        conn.thread.start()
 
     def _ended(self, conn: "_Connection") -> None:
+        """``conn``'s thread is over: its slot goes to the oldest connection still waiting."""
         with self._lock:
             self._connections.discard(conn)
-        self._slots.release()
+            self._active -= 1
+            late = self._give_slots_locked()
+        for sock in late:
+            self._refuse(sock, "no slot came free before the handshake deadline")
+
+    def _give_slots_locked(self) -> list:
+        """Start the waiting connections the free slots allow, oldest first; returns those whose
+        handshake deadline passed while they waited (to be refused)."""
+        late, now = [], time.monotonic()
+        while self._waiting and self._active < self.options.max_connections and not self._stopping.is_set():
+            sock, accepted = self._waiting.popleft()
+            if now - accepted >= self.options.handshake_timeout:
+                late.append(sock)
+            else:
+                self._start_locked(sock, accepted)
+        return late
+
+    def _expire_waiting(self) -> None:
+        """Refuse the waiting connections whose handshake deadline passed."""
+        now, late = time.monotonic(), []
+        with self._lock:
+            while self._waiting and now - self._waiting[0][1] >= self.options.handshake_timeout:
+                late.append(self._waiting.popleft()[0])
+        for sock in late:
+            self._refuse(sock, "no slot came free before the handshake deadline")
+
+    def _refuse(self, sock: socket.socket, why: str) -> None:
+        """SERVER_BUSY instead of SERVER_HELLO, then close; over TLS after the TLS handshake (in
+        a thread of its own, a few at once), so that a TLS client reads it as the refusal it is."""
+        text = f"server busy: {why}"
+        if self._tls is None:
+            return _refuse(sock, text)
+        if not self._refusals.acquire(blocking=False):
+            sock.close()
+            return None
+
+        def refuse_over_tls():
+            try:
+                sock.settimeout(REFUSAL_SECONDS)
+                wrapped = self._tls.wrap_socket(sock, server_side=True)
+            except (OSError, ssl.SSLError):
+                sock.close()
+                return
+            finally:
+                self._refusals.release()
+            _refuse(wrapped, text)
+
+        threading.Thread(target=refuse_over_tls, name="hurray-refuse", daemon=True).start()
+        return None
 
 
 def serve(paths: Sequence, **options) -> Server:
@@ -241,7 +317,8 @@ def serve(paths: Sequence, **options) -> Server:
     ``writable`` (a folder: TENSOR_PUT accepted and stored there), ``memory_store`` (PUTs held in
     memory, each in a sealed memfd that Unix-socket clients map), ``record`` (a folder:
     each connection's two directions as message streams), ``tls_cert`` / ``tls_key`` (TLS),
-    ``tls_client_ca`` (mutual TLS), ``devices``, and the limits of :data:`DEFAULTS`."""
+    ``tls_client_ca`` (mutual TLS), ``devices``, ``limits`` (the readers'), and every deadline and
+    budget of :class:`~.options.ServerOptions` (README § Limits and guarantees)."""
     return Server(paths, **options)
 
 
@@ -309,7 +386,8 @@ def _refuse(sock: socket.socket, why: str) -> None:
 
 
 class _Put:
-    """A TENSOR_PUT whose frames are arriving: the descriptor and its buffers being filled."""
+    """A TENSOR_PUT whose frames are arriving: the descriptor and its buffers being filled (memory
+    the kernel gives page by page as the frames write it: a declared size alone commits none)."""
 
     def __init__(self, put: m.Put, desc, buffers: list):
         self.put = put
@@ -317,15 +395,25 @@ class _Put:
         self.buffers = buffers
 
 
+def _put_buffers(desc) -> list:
+    """Uncommitted buffers of the handles' sizes (``numpy.empty``: pages come as they are written)."""
+    import numpy as np
+
+    return [memoryview(np.empty(h.byte_size, np.uint8)) for h in desc.buffers]
+
+
 class _Connection:
-    def __init__(self, server: Server, sock: socket.socket, number: int):
+    def __init__(self, server: Server, sock: socket.socket, number: int, accepted: float):
         self.server = server
         self.options = server.options
         self.sock = sock
         self.number = number
+        self.accepted = accepted
         self.wire: Optional[Wire] = None
         self.thread = threading.Thread(target=self.run, name=f"hurray-conn-{number}", daemon=True)
-        self.refused: set[int] = set()
+        self.refused: collections.OrderedDict = collections.OrderedDict()
+        """PUT streams this server ended whose frames may still arrive (dropped unanswered); the
+        latest ``max_put_streams`` only (a bounded memory of what it refused)."""
         self.puts: dict[int, _Put] = {}
         self.binders: dict[int, CompositeBinder] = {}
         self.client: Optional[m.Hello] = None
@@ -335,6 +423,8 @@ class _Connection:
         self.held: dict[int, int] = {}
         """Per stream, the data bytes of the item a PUT is pushing (its members so far, and the
         tensor arriving): what ``max_put_bytes`` bounds, over all the streams of the connection."""
+        self.charged: dict[int, int] = {}
+        """Per stream, the bytes of its PUT taken from the server's ``max_inflight_bytes``."""
 
     def abort(self) -> None:
         try:
@@ -345,6 +435,9 @@ class _Connection:
     def run(self) -> None:
         try:
             self._session()
+        except SessionTimeout as late:  # a deadline passed (not a silence between messages): said, if it can be
+            if self.wire is not None and self.wire.deadline is not None:
+                self._last_word(PrivateErrorCode.TIMEOUT, str(late))
         except (Closed, SessionError, ssl.SSLError, OSError):
             pass
         except SpecViolation as fault:  # a fault of the framing: answered, then the connection ends
@@ -352,31 +445,51 @@ class _Connection:
         except Exception as exc:  # never let one connection take the server down
             self._try_send(MessageType.ERROR, 1, m.encode_error(PrivateErrorCode.INTERNAL, f"internal error: {exc!r}"))
         finally:
+            for sid in list(self.charged):
+                self._forget_item(sid)
             if self.wire is not None:
                 self.wire.close()
             else:
                 self.sock.close()
             self.server._ended(self)
 
+    def _last_word(self, code: int, text: str) -> None:
+        """A last ERROR before the connection closes, within a second, unless a send was cut short
+        (the peer would read it as the rest of a frame)."""
+        if self.wire is not None and not self.wire.send_cut:
+            self.wire.deadline = Deadline(1.0, what="the last ERROR")
+            self._try_send(MessageType.ERROR, self.last_stream or 1, m.encode_error(code, text))
+
     def _session(self) -> None:
-        sock = self.sock
+        sock, options = self.sock, self.options
+        handshake = Deadline(options.handshake_timeout, what="the handshake (from accept to a whole CLIENT_HELLO)",
+                             start=self.accepted)
         if self.server._tls is not None:
-            sock.settimeout(self.options.idle_timeout)
-            sock = self.sock = self.server._tls.wrap_socket(sock, server_side=True)  # refused before any message
+            left = handshake.remaining()
+            if left <= 0:
+                raise handshake.expired()
+            sock.settimeout(left)  # the whole TLS handshake: Python bounds it as one call
+            try:
+                sock = self.sock = self.server._tls.wrap_socket(sock, server_side=True)  # refused before any message
+            except socket.timeout:
+                raise handshake.expired() from None
         recorder = None
         if self.server.record is not None:
             local = LOCAL_MARK if sock.family == socket.AF_UNIX else ""
             recorder = Recorder(self.server.record,
                                 f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{self.number}{local}")
-        self.wire = Wire(sock, timeout=self.options.idle_timeout, recorder=recorder, incoming="client",
-                         outgoing="server")
-        describe = strict_describer(mode=Mode.STRICT, limits=self.options.limits, cross_machine=not self.wire.local)
-        self.checker = SessionChecker(Side.SERVER, describe=describe, limits=self.options.limits,
-                                      max_payload=self.options.max_message_bytes)
-        if self.wire.local:  # the shared-memory extension, over a Unix socket only (spec-map § Interpretations)
+        wire = self.wire = Wire(sock, timeout=options.idle_timeout, recorder=recorder, incoming="client",
+                                outgoing="server")
+        wire.deadline = handshake
+        wire.pace = (options.message_timeout, options.min_rate)
+        describe = strict_describer(mode=Mode.STRICT, limits=self.server.limits, cross_machine=not wire.local)
+        self.checker = SessionChecker(Side.SERVER, describe=describe, limits=self.server.limits,
+                                      max_payload=min(options.max_hello_bytes, options.max_message_bytes))
+        if wire.local:  # the shared-memory extension, over a Unix socket only (spec-map § Interpretations)
             self.checker.private = SHM_CLIENT_TYPES
         while not self.server._stopping.is_set():
-            at, raw = self.wire.read_header()
+            at, raw = wire.read_header()
+            wire.drop_fds(before=at)  # descriptors no message took (a peer's strays)
             kind, sid, plen = m.unpack_header(raw)
             self.last_stream = sid
             try:
@@ -387,11 +500,13 @@ class _Connection:
                 self._refuse_message(sid, fault, plen)
                 continue
             if sid in self.refused and kind in (MessageType.TENSOR_DATA, MessageType.TENSOR_DATA_END):
-                self.wire.discard(plen)  # in flight when this server ended the stream
+                wire.discard(plen)  # in flight when this server ended the stream
                 if kind == MessageType.TENSOR_DATA_END:
-                    self.refused.discard(sid)
-                continue
-            self._dispatch(kind, sid, plen, at)
+                    del self.refused[sid]
+            else:
+                self._dispatch(kind, sid, plen, at)
+            if self.client is not None:
+                wire.deadline = None  # the message is over: the next one's deadline starts with its first byte
 
     # --- dispatch -----------------------------------------------------------------------
     def _dispatch(self, kind, sid: int, plen: int, at: int) -> None:
@@ -442,45 +557,54 @@ class _Connection:
 
     def _hello(self, payload, at: int) -> None:
         self.client = self.checker.client_hello(payload, at)
+        self.checker.max_payload = self.options.max_message_bytes
         catalog = self.server.catalog
         caps = CapabilityFlag.TRANSCODING | CapabilityFlag.PARALLEL_STREAMS
         hello = m.Hello(min(PROTOCOL_VERSION, self.client.protocol_version), self.options.max_message_bytes, int(caps),
-                        m.layout_entries(catalog.layouts()), tuple(int(d) for d in self.options.devices), (0,))
+                        m.layout_entries(catalog.layouts()), tuple(int(d) for d in self.server.devices), (0,))
         self.wire.send(MessageType.SERVER_HELLO, 1 if self.last_stream == 0 else self.last_stream,
                        m.encode_hello(hello, server=True))
 
     # --- GET ----------------------------------------------------------------------------
     def _get(self, sid: int, request: m.Request, *, shared: bool = False) -> None:
-        found = self.server.catalog.acquire(request.key)
+        try:
+            found = self.server.catalog.acquire(request.key)
+        except SourceError as exc:
+            return self._error(sid, PrivateErrorCode.SOURCE_CHANGED, str(exc))
         if found is None:
             return self._error(sid, ErrorCode.UNKNOWN_TENSOR, f"no tensor is served by the key {request.key!r}")
-        item, served = found
+        item, holder = found
         try:
-            try:
-                placed = select_device(request.device, self.client.devices, self.options.devices)
-            except DeviceRefused as refused:
-                return self._error(sid, ErrorCode.DEVICE_UNAVAILABLE, str(refused))
-            answer = plan_response(
-                item, served, request, transcoding=True, transcode_limit=self.options.transcode_limit,
-                parallel=not shared, parallel_shards=self.options.parallel_shards,
-                parallel_min_bytes=self.options.parallel_min_bytes)
-            limit = min(self.client.max_message_size, self.options.frame_bytes + m.DATA_HEADER_SIZE)
-            too_big = max(len(n.descriptor) for n in answer.nodes) + 16
-            if too_big > self.client.max_message_size or limit <= m.DATA_HEADER_SIZE:
-                return self._error(sid, ErrorCode.MESSAGE_TOO_LARGE,
-                                   f"a {too_big}-byte TENSOR_DESCRIPTOR exceeds the client's max_message_size "
-                                   f"{self.client.max_message_size}")
-            assert placed == DeviceTag.CPU  # this server places every buffer in host memory
-            if shared:
-                for node in answer.nodes:
-                    self._send_shared(sid, node)
-            elif answer.parallel:
-                self._send_shards(sid, answer.nodes, limit - m.DATA_HEADER_SIZE)
-            else:
-                for node in answer.nodes:
-                    self._send_node(sid, node, limit - m.DATA_HEADER_SIZE)
+            return self._answer(sid, request, item, holder, shared)
+        except SourceError as exc:  # the served file was cut or changed under this response
+            return self._error(sid, PrivateErrorCode.SOURCE_CHANGED, f"{request.key!r}: {exc}")
         finally:
-            self.server.catalog.release(served)
+            self.server.catalog.release(holder)
+
+    def _answer(self, sid: int, request: m.Request, item, holder, shared: bool) -> None:
+        try:
+            placed = select_device(request.device, self.client.devices, self.server.devices)
+        except DeviceRefused as refused:
+            return self._error(sid, ErrorCode.DEVICE_UNAVAILABLE, str(refused))
+        options = self.options
+        answer = plan_response(
+            item, holder, request, transcoding=True, transcode_limit=options.transcode_limit,
+            parallel=not shared, parallel_shards=options.parallel_shards, parallel_min_bytes=options.parallel_min_bytes)
+        limit = min(self.client.max_message_size, options.frame_bytes + m.DATA_HEADER_SIZE)
+        too_big = max(len(n.descriptor) for n in answer.nodes) + 16
+        if too_big > self.client.max_message_size or limit <= m.DATA_HEADER_SIZE:
+            return self._error(sid, ErrorCode.MESSAGE_TOO_LARGE,
+                               f"a {too_big}-byte TENSOR_DESCRIPTOR exceeds the client's max_message_size "
+                               f"{self.client.max_message_size}")
+        assert placed == DeviceTag.CPU  # this server places every buffer in host memory
+        if shared:
+            for node in answer.nodes:
+                self._send_shared(sid, node, holder)
+        elif answer.parallel:
+            self._send_shards(sid, answer.nodes, limit - m.DATA_HEADER_SIZE)
+        else:
+            for node in answer.nodes:
+                self._send_node(sid, node, limit - m.DATA_HEADER_SIZE)
         return None
 
     def _send_node(self, sid: int, node: Node, frame: int) -> None:
@@ -502,25 +626,28 @@ class _Connection:
         wire.send_together([end])
         return None
 
-    def _send_shared(self, sid: int, node: Node) -> None:
+    def _send_shared(self, sid: int, node: Node, holder) -> None:
         """A tensor as shared memory (our extension, ``interchange.md § IPC``): its descriptor,
-        SHM_DATA with the file or memfd its buffers lie in passed beside it, TENSOR_DATA_END.  A
-        tensor in no such file (a transcoded one) is copied into a sealed memfd first."""
+        SHM_DATA with a sealed memfd holding its buffers passed beside it, TENSOR_DATA_END.  A
+        tensor of a served file goes as a copy the catalog keeps (a file could shrink under the
+        client's mapping), or as the file itself when larger than that cache; one in no file (a
+        transcoded one) is copied into a sealed memfd first."""
         wire = self.wire
-        wire.send_together([m.message(MessageType.TENSOR_DESCRIPTOR, sid,
-                                      node.descriptor + m.transport_fields(node.total))])
-        if node.total:
-            fd, ranges, segment = _segment_of(node)
-            try:
+        fd, ranges, close = _segment_of(node, holder, self.server.catalog) if node.total else (None, (), False)
+        try:
+            wire.send_together([m.message(MessageType.TENSOR_DESCRIPTOR, sid,
+                                          node.descriptor + m.transport_fields(node.total))])
+            if fd is not None:
                 wire.send_with_fd(ShmMessageType.SHM_DATA, sid, m.encode_shm_data(ranges), fd)
-            finally:
-                if segment is not None:
-                    segment.close()  # the client holds its own descriptor now
+        finally:
+            if close:
+                os.close(fd)  # the client holds its own descriptor now
         wire.send_together([m.message(MessageType.TENSOR_DATA_END, sid)])
 
     def _send_shards(self, sid: int, nodes, frame: int) -> None:
         """Each shard on a stream of its own (``sid``, ``sid + 1``, ...), their frames
-        interleaved (``interchange.md § Parallel Transfer Flow``)."""
+        interleaved (``interchange.md § Parallel Transfer Flow``).  A file cut meanwhile ends every
+        shard stream still open with ERROR SOURCE_CHANGED."""
         wire = self.wire
         streams = [shard_stream(sid, i) for i in range(len(nodes))]
         pending = []
@@ -534,9 +661,15 @@ class _Connection:
                 step = next(frames, None)
                 if step is None:
                     wire.send(MessageType.TENSOR_DATA_END, stream)
-                else:
+                    continue
+                try:
                     wire.send_frame(stream, *step)
-                    still.append((stream, frames))
+                except SourceError as exc:
+                    for other, _ in pending:
+                        if other != stream:
+                            self._error(other, PrivateErrorCode.SOURCE_CHANGED, str(exc))
+                    raise
+                still.append((stream, frames))
             pending = still
 
     # --- PUT ----------------------------------------------------------------------------
@@ -545,43 +678,58 @@ class _Connection:
             put, part = self.checker.put(sid, payload, at)
         except SpecViolation:
             self._forget_item(sid)
-            self.refused.add(sid)  # its frames and TENSOR_DATA_END are in flight: dropped, not answered again
+            self._refused(sid)  # its frames and TENSOR_DATA_END are in flight: dropped, not answered again
             raise
         refusal = self._put_refusal(sid, put, part)
+        if refusal is None:
+            try:
+                buffers = _put_buffers(part.value)
+            except MemoryError:
+                refusal = (PrivateErrorCode.SERVER_BUSY, f"no memory for a {put.total_data_bytes}-byte PUT now")
         if refusal is not None:
             self.checker.tensors.pop(sid, None)
             self.checker.puts.pop(sid, None)
             self._forget_item(sid)
-            self.refused.add(sid)
+            self._refused(sid)
             return self._error(sid, *refusal)
-        buffers = [bytearray(b.byte_size) for b in part.value.buffers]
         self.puts[sid] = _Put(put, part.value, buffers)
         self.held[sid] = self.held.get(sid, 0) + put.total_data_bytes
         return None
 
+    def _refused(self, sid: int) -> None:
+        """Remember that this server ended PUT stream ``sid`` (its frames in flight are dropped)."""
+        self.refused[sid] = True
+        while len(self.refused) > self.options.max_put_streams:
+            self.refused.popitem(last=False)
+
     def _put_refusal(self, sid: int, put: m.Put, part) -> Optional[tuple]:
         """Why this server does not accept the PUT (``session.put.accepted``), or None."""
         held = sum(self.held.values())
+        catalog, options = self.server.catalog, self.options
         refusal = None
-        if not self.server.catalog.writable:
+        if not catalog.writable:
             refusal = (PrivateErrorCode.PUT_REFUSED, "this server was not started with a writable store")
-        elif put.key in self.server.catalog.read_only and sid not in self.binders:
+        elif put.key in catalog.read_only and sid not in self.binders:
             refusal = (PrivateErrorCode.PUT_REFUSED, f"{put.key!r} names a served file's item, which is read-only")
         elif any(b.device_tag != DeviceTag.CPU for b in part.value.buffers):
             refusal = (ErrorCode.DEVICE_UNAVAILABLE, "this server accepts tensors in CPU memory only")
-        elif put.total_data_bytes > self.options.max_put_bytes:
+        elif put.total_data_bytes > options.max_put_bytes:
             refusal = (PrivateErrorCode.PUT_REFUSED,
-                       f"total_data_bytes {put.total_data_bytes} exceeds max_put_bytes {self.options.max_put_bytes}")
-        elif held + put.total_data_bytes > self.options.max_put_bytes:
+                       f"total_data_bytes {put.total_data_bytes} exceeds max_put_bytes {options.max_put_bytes}")
+        elif held + put.total_data_bytes > options.max_put_bytes:
             refusal = (PrivateErrorCode.PUT_REFUSED,
                        f"total_data_bytes {put.total_data_bytes} and the {held} bytes this connection's unfinished "
-                       f"PUTs hold exceed max_put_bytes {self.options.max_put_bytes}")
+                       f"PUTs hold exceed max_put_bytes {options.max_put_bytes}")
+        elif sid not in self.binders and len(self.binders.keys() | self.puts.keys()) >= options.max_put_streams:
+            refusal = (PrivateErrorCode.PUT_REFUSED,
+                       f"this connection has max_put_streams ({options.max_put_streams}) PUT streams open")
         return refusal
 
     def _shm_put(self, sid: int, payload, at: int) -> None:
         """An SHM_PUT (our extension): the tensor's buffers lie in the sealed memfd passed beside it
-        (laid out as :func:`~.shm.layout` lays them), mapped here without a copy."""
-        fd = self.wire.take_fd()
+        (laid out as :func:`~.shm.layout` lays them, and no larger), mapped here without a copy;
+        its size is taken from ``max_inflight_bytes`` until the item is stored."""
+        fd = self.wire.take_fd(at)
         try:
             if fd is None:
                 raise rules.SHM_SEALED.violation("an SHM_PUT without a memory file passed beside it", at)
@@ -590,33 +738,53 @@ class _Connection:
             if refusal is not None:
                 self._forget_item(sid)
                 return self._error(sid, *refusal)
-            size = check_sealed(fd, put.total_data_bytes, at)
+            sizes = [b.byte_size for b in part.value.buffers]
+            size = check_sealed(fd, sizes, at)
+            if not self._charge(sid, size):
+                return self._busy(sid, size)
             segment, fd = Segment(fd, size), None
         finally:
             if fd is not None:
                 os.close(fd)
-        offsets, _ = shm_layout(b.byte_size for b in part.value.buffers)
-        if offsets and offsets[-1] + part.value.buffers[-1].byte_size > size:
-            raise rules.SHM_SEALED.violation(f"the memory file holds {size} bytes, its buffers need more", at)
-        views = [segment.view(o, b.byte_size) for o, b in zip(offsets, part.value.buffers)]
+        offsets, _ = shm_layout(sizes)
+        views = [segment.view(o, n) for o, n in zip(offsets, sizes)]
         self.held[sid] = self.held.get(sid, 0) + put.total_data_bytes
-        ranges = tuple((o, b.byte_size) for o, b in zip(offsets, part.value.buffers))
+        ranges = tuple(zip(offsets, sizes))
         return self._put_arrived(sid, put, part.value, views, (segment, ranges))
+
+    def _charge(self, sid: int, n: int) -> bool:
+        """Take ``n`` bytes of PUT ``sid`` from the server's ``max_inflight_bytes``."""
+        if not self.server.inflight.take(n):
+            return False
+        self.charged[sid] = self.charged.get(sid, 0) + n
+        return True
+
+    def _busy(self, sid: int, n: int) -> None:
+        budget = self.server.inflight
+        self._drop_put(sid)
+        self._refused(sid)
+        self._error(sid, PrivateErrorCode.SERVER_BUSY,
+                    f"{n} more bytes of PUT data would pass max_inflight_bytes ({budget.limit}; {budget.used} held)")
 
     def _put_frame(self, sid: int, plen: int, at: int) -> None:
         offset = None
         if plen >= m.DATA_HEADER_SIZE:
             offset = m.unpack_offset_in_buffer(self.wire.read(m.DATA_HEADER_SIZE))
+        rest = max(0, plen - m.DATA_HEADER_SIZE) if offset is not None else plen
         try:
             frames, n = self.checker.frame(sid, plen, offset, at)
         except SpecViolation as fault:
-            self.wire.discard(max(0, plen - m.DATA_HEADER_SIZE) if offset is not None else plen)
+            self.wire.discard(rest)
             self._abandon_put(sid, fault)
             return
+        if not self._charge(sid, n):
+            self.wire.discard(rest)
+            return self._busy(sid, n)
         pending = self.puts[sid]
         start = frames.received - n
         for view in plane_views(pending.buffers, start, n):
             self.wire.read_into(view)
+        return None
 
     def _put_end(self, sid: int, plen: int, at: int) -> None:
         try:
@@ -627,7 +795,7 @@ class _Connection:
             self._abandon_put(sid, fault)
             return
         pending = self.puts.pop(sid)
-        return self._put_arrived(sid, put, pending.desc, [memoryview(b) for b in pending.buffers], None)
+        return self._put_arrived(sid, put, pending.desc, pending.buffers, None)
 
     def _put_arrived(self, sid: int, put: m.Put, desc, buffers: list, shared) -> None:
         """A whole pushed tensor: bound (a composite's head and members on one stream), and once
@@ -650,6 +818,8 @@ class _Connection:
         single = shared is not None and isinstance(done[0], Tensor)  # the client's segment is served as it is
         try:
             self.server.catalog.store_item(key, done[0], *((shared[0], [shared[1]]) if single else ()))
+        except StoreFull as exc:
+            return self._error(sid, PrivateErrorCode.STORE_FULL, str(exc))
         except HurraySchemaError as exc:
             return self._error(sid, PrivateErrorCode.PUT_REFUSED, f"the tensor could not be stored: {exc}")
         except OSError as exc:
@@ -659,7 +829,7 @@ class _Connection:
 
     def _abandon_put(self, sid: int, fault: SpecViolation) -> None:
         self._drop_put(sid)
-        self.refused.add(sid)
+        self._refused(sid)
         self._send_error(sid, fault)
 
     def _drop_put(self, sid: int) -> None:
@@ -669,10 +839,14 @@ class _Connection:
         self.checker.puts.pop(sid, None)
 
     def _forget_item(self, sid: int) -> None:
-        """The item a PUT on ``sid`` was pushing is over (stored, refused or abandoned)."""
+        """The item a PUT on ``sid`` was pushing is over (stored, refused or abandoned): what it
+        held goes back to the server."""
         self.binders.pop(sid, None)
         self.put_keys.pop(sid, None)
         self.held.pop(sid, None)
+        charged = self.charged.pop(sid, 0)
+        if charged:
+            self.server.inflight.give(charged)
 
     # --- errors -------------------------------------------------------------------------
     def _send_error(self, sid: int, fault: SpecViolation) -> None:
@@ -692,17 +866,23 @@ class _Connection:
             pass
 
 
-def _segment_of(node: Node):
-    """``(fd, ranges, segment)``: the file or memfd ``node``'s buffers lie in, with each
-    buffer's ``(offset, size)``; a tensor in none is copied into a new sealed memfd (``segment``,
-    closed by the caller once passed)."""
+def _segment_of(node: Node, holder, catalog: Catalog) -> tuple[int, tuple, bool]:
+    """``(fd, ranges, close)``: a memory file or file holding ``node``'s buffers, with each
+    buffer's ``(offset, size)`` in it, and whether the caller closes ``fd`` once passed.  A held
+    item's memfd goes as it is; a served file's tensor as the catalog's sealed copy, or as the file
+    when the copy would not fit its cache; a tensor in neither is copied into a new sealed memfd."""
     if node.segments is not None:
         fd, ranges = node.segments
-        return fd, ranges, None
+        if getattr(holder, "path", None) is None:
+            return fd, ranges, False
+        copied = catalog.shared_copy(holder, ranges)
+        return (fd, ranges, False) if copied is None else (copied[0], copied[1], True)
     pieces = iter(node.pieces)
     buffers = [next(pieces) if h.byte_size else b"" for h in node.desc.buffers]
     segment, offsets = new_segment(buffers, name="hurray-answer")
-    return segment.fd, tuple((o, h.byte_size) for o, h in zip(offsets, node.desc.buffers)), segment
+    fd = os.dup(segment.fd)
+    segment.close()
+    return fd, tuple((o, h.byte_size) for o, h in zip(offsets, node.desc.buffers)), True
 
 
 def _size(piece) -> int:

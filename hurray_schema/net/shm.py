@@ -21,11 +21,11 @@ import socket
 import weakref
 from typing import Iterable, Optional
 
-from ..errors import HurraySchemaError
+from ..errors import HurraySchemaError, ShortRead
 from ..rules import session as rules
 
-__all__ = ["Segment", "new_segment", "check_sealed", "Mappings", "send_with_fd", "receive_fds", "MAX_FDS",
-           "SEALS", "ALIGNMENT"]
+__all__ = ["Segment", "new_segment", "check_sealed", "is_sealed", "read_ranges", "sealed_copy", "Mappings",
+           "send_with_fd", "receive_fds", "MAX_FDS", "SEALS", "ALIGNMENT", "SHARED_CHUNK_BYTES"]
 
 SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK
 """What a shared memfd is sealed against (``F_SEAL_SEAL`` too, so nobody can unseal it)."""
@@ -33,6 +33,10 @@ ALIGNMENT = 64
 """Where each buffer starts inside a segment this side writes."""
 MAX_FDS = 4
 """Most descriptors one receive takes from the socket; more is a hostile peer's (closed)."""
+SHARED_CHUNK_BYTES = 64 << 20
+"""A served file is copied for shared-memory clients by aligned chunks of this size: the tensors
+inside one chunk share its copy (a client maps it once, whatever it takes from it); a tensor that
+crosses a chunk's end is copied on its own."""
 
 
 class Segment:
@@ -119,9 +123,22 @@ def _write_all(fd: int, buf: memoryview, offset: int) -> None:
         buf, offset = buf[n:], offset + n
 
 
-def check_sealed(fd: int, total: int, at: int) -> int:
-    """The size of the memfd ``fd`` a client pushed: sealed against writing, growing and
-    shrinking, and at least ``total`` bytes (``session.shm.sealed``)."""
+def is_sealed(fd: int) -> bool:
+    """``fd`` is a memory file sealed against writing, growing and shrinking: mapped, it cannot
+    change or end under the mapping (a regular file, or an unsealed memfd, can: SIGBUS)."""
+    try:
+        return fcntl.fcntl(fd, fcntl.F_GET_SEALS) & SEALS == SEALS
+    except OSError:
+        return False
+
+
+def check_sealed(fd: int, sizes: Iterable[int], at: int) -> int:
+    """The size of the memfd ``fd`` a client pushed for buffers of ``sizes``: sealed against
+    writing, growing and shrinking, and as large as the buffers laid out need (:func:`layout`):
+    no smaller, and no larger than their 64-byte rounding (``session.shm.sealed``)."""
+    sizes = list(sizes)
+    offsets, total = layout(sizes)
+    needed = offsets[-1] + sizes[-1] if sizes else 0
     try:
         seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
         size = os.fstat(fd).st_size
@@ -130,9 +147,50 @@ def check_sealed(fd: int, total: int, at: int) -> int:
     if seals & SEALS != SEALS:
         raise rules.SHM_SEALED.violation(f"the memory file's seals are 0x{seals:X}: write, grow and shrink must be "
                                          "sealed", at)
-    if size < total:
-        raise rules.SHM_SEALED.violation(f"the memory file holds {size} bytes, total_data_bytes is {total}", at)
+    if not needed <= size <= total:
+        raise rules.SHM_SEALED.violation(
+            f"the memory file holds {size} bytes; its buffers laid out need {needed} (at most {total})", at)
     return size
+
+
+def read_ranges(fd: int, ranges) -> list:
+    """The bytes of each ``(offset, size)`` of file ``fd``, read by ``pread`` into memory of this
+    process (never mapped); a file that ends first is :class:`~hurray_schema.errors.ShortRead`."""
+    import numpy as np
+
+    out = []
+    for offset, size in ranges:
+        buf = np.empty(size, np.uint8)
+        _read_into(fd, memoryview(buf), offset)
+        out.append(memoryview(buf))
+    return out
+
+
+def _read_into(fd: int, view: memoryview, offset: int) -> None:
+    got = 0
+    while got < len(view):
+        n = os.preadv(fd, [view[got:]], offset + got)
+        if not n:
+            raise ShortRead(f"the file ends {got} bytes into a {len(view)}-byte range at byte {offset}")
+        got += n
+
+
+def sealed_copy(fd: int, ranges, offsets, total: int) -> int:
+    """A new sealed memfd of ``total`` bytes holding each ``(offset, size)`` range of file ``fd``
+    at the matching ``offsets`` (read by ``pread``: :class:`~hurray_schema.errors.ShortRead` when
+    the file ends first); returns its descriptor."""
+    copy, mapping = writable_segment(total, name="hurray-copy")
+    try:
+        if mapping is not None:
+            with memoryview(mapping) as view:
+                for (offset, size), at in zip(ranges, offsets):
+                    _read_into(fd, view[at : at + size], offset)
+            mapping.close()
+        fcntl.fcntl(copy, fcntl.F_ADD_SEALS, SEALS | fcntl.F_SEAL_SEAL)
+        return copy
+    except BaseException:
+        os.close(copy)
+        raise
 
 
 class Mappings:
@@ -163,11 +221,10 @@ class Mappings:
         return memoryview(mapped)[offset : offset + size]
 
 
-def send_with_fd(sock: socket.socket, data: bytes, fd: int) -> None:
-    """``data`` with ``fd`` as ``SCM_RIGHTS`` (the descriptor arrives with ``data``'s first byte)."""
-    sent = sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
-    if sent < len(data):
-        sock.sendall(memoryview(data)[sent:])
+def send_with_fd(sock: socket.socket, data, fd: int) -> int:
+    """Send ``data`` with ``fd`` as ``SCM_RIGHTS`` (the descriptor arrives with ``data``'s first
+    byte); returns the bytes sent, which may be fewer than ``data`` (the caller sends the rest)."""
+    return sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
 
 
 def receive_fds(ancillary) -> list[int]:

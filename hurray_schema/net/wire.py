@@ -5,6 +5,18 @@ messages, and data from a file by ``sendfile`` (no copy through user space on a 
 a TLS socket falls back to reads and sends).  Offsets count the bytes of each direction from
 the connection's start: the offsets every rule violation carries.  With a :class:`Recorder`,
 both directions are also written to two message-stream files that ``audit`` reads.
+
+Two clocks bound every wait:
+
+* ``idle`` (the ``timeout`` given): how long one wait may see nothing move;
+* a :class:`Deadline` (``Wire.deadline``, set by the owner): when a whole operation must be
+  over -- a client's call, a server's handshake, one message -- whatever trickles in meanwhile.
+  A deadline may grow with the bytes moved (a minimum rate), never with time alone.
+
+What a peer declares commits no memory by itself: a payload's buffer grows as its bytes arrive
+(:meth:`Wire.read`).  A served file that comes up short while a frame is on its way is padded to
+the length its header declared, so the framing holds, and :class:`~hurray_schema.errors.ShortRead`
+tells the sender to end the stream with an ERROR.
 """
 
 from __future__ import annotations
@@ -14,36 +26,52 @@ import os
 import socket
 import struct
 import threading
+import time
 from typing import Optional
 
-from ..errors import SessionError, SessionTimeout
+from ..errors import SessionError, SessionTimeout, ShortRead
 from ..rules import container as container_rules
 from . import messages as m
 from .shm import MAX_FDS, receive_fds, send_with_fd
 
+__all__ = ["Wire", "Recorder", "Closed", "Deadline", "plane_views", "GROW_STEP"]
+
 _FD_SPACE = socket.CMSG_SPACE(MAX_FDS * 4)
-
-
-def _set_timeouts(sock: socket.socket, timeout: Optional[float], *, in_kernel: bool) -> None:
-    """``timeout`` on every send and receive.  A plain socket stays blocking and the kernel keeps
-    the timeout (``SO_RCVTIMEO`` / ``SO_SNDTIMEO``): a whole frame is one ``sendfile`` call and a
-    ``recv`` takes what has arrived, where Python's own timeout polls before every call; a
-    timeout is then ``EAGAIN``.  A TLS
-    socket keeps Python's timeout (its reads must be told a timeout from a partial record)."""
-    if not in_kernel or timeout is None:
-        sock.settimeout(timeout)
-        return
-    sock.settimeout(None)
-    seconds = int(timeout)
-    value = struct.pack("ll", seconds, int((timeout - seconds) * 1_000_000))
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
-
-__all__ = ["Wire", "Recorder", "Closed", "plane_views"]
+GROW_STEP = 64 * 1024
+"""A payload up to this size is read into a buffer of its declared size; a longer one's buffer
+starts at this size and at most doubles with what arrived (a declared length alone commits this
+much)."""
+_SLACK = 0.25
+"""Seconds a wait may overrun its deadline rather than re-arm the socket's timeout on every call."""
+_ZEROS = memoryview(bytes(1 << 20))
 
 
 class Closed(SessionError):
     """The peer closed the connection at a message boundary (not inside a message)."""
+
+
+class Deadline:
+    """When an operation must be over: ``seconds`` after ``start`` (now by default), plus one
+    second per ``rate`` bytes moved while it runs (``rate`` 0: no allowance for bytes).  ``what``
+    names the operation in the :class:`SessionTimeout` raised once it passes."""
+
+    __slots__ = ("start", "seconds", "rate", "moved", "what")
+
+    def __init__(self, seconds: float, *, rate: float = 0.0, what: str = "the operation",
+                 start: Optional[float] = None):
+        self.start = time.monotonic() if start is None else start
+        self.seconds = float(seconds)
+        self.rate = float(rate)
+        self.moved = 0
+        self.what = what
+
+    def remaining(self) -> float:
+        allowance = self.moved / self.rate if self.rate else 0.0
+        return self.start + self.seconds + allowance - time.monotonic()
+
+    def expired(self) -> SessionTimeout:
+        pace = f" (at least {self.rate:.0f} bytes/s)" if self.rate else ""
+        return SessionTimeout(f"{self.what} did not complete within {self.seconds:g} s{pace}")
 
 
 class Recorder:
@@ -76,8 +104,9 @@ class Recorder:
 class Wire:
     """One connection's socket: what was received (``received``) and sent (``sent``) so far.
 
-    ``incoming`` / ``outgoing`` name the recorded file each direction goes to ("client" or
-    "server"), when a :class:`Recorder` is given."""
+    ``timeout`` is the idle bound of each wait (None: none); :attr:`deadline` bounds the
+    operation under way.  ``incoming`` / ``outgoing`` name the recorded file each direction goes
+    to ("client" or "server"), when a :class:`Recorder` is given."""
 
     def __init__(self, sock: socket.socket, *, timeout: Optional[float], recorder: Optional[Recorder] = None,
                  incoming: str = "server", outgoing: str = "client"):
@@ -85,49 +114,116 @@ class Wire:
         self.received = 0
         self.sent = 0
         self.timeout = timeout
+        self.deadline: Optional[Deadline] = None
+        """The operation under way must be over by then (set and cleared by the owner)."""
+        self.pace: Optional[tuple[float, float]] = None
+        """``(seconds, rate)``: when set, a message whose first byte arrives while no deadline runs
+        must arrive whole by a :class:`Deadline` of these (the server's message deadline)."""
+        self.send_cut = False
+        """A send failed part way: what this side sends next would land inside a message."""
         self.plain = not hasattr(sock, "getpeercert")  # sendfile goes through the kernel only without TLS
-        _set_timeouts(sock, timeout, in_kernel=self.plain)
+        self._armed: Optional[float] = -1.0  # the timeout the socket has now (-1: not set yet)
         self._send_lock = threading.Lock()
         self._in = getattr(recorder, incoming) if recorder is not None else None
         self._out = getattr(recorder, outgoing) if recorder is not None else None
         self.recorder = recorder
         self.local = sock.family == socket.AF_UNIX
         """A Unix socket: descriptors may travel with the bytes (``SCM_RIGHTS``)."""
+        self.message_at = 0
+        """Offset of the message being read: descriptors arriving now belong to it."""
         self.fds: collections.deque = collections.deque()
-        """Descriptors received and not yet taken (:meth:`take_fd`), oldest first."""
+        """``(message offset, fd)`` of descriptors received and not yet taken, oldest first."""
+        self._arm(timeout)
+
+    # --- clocks ---------------------------------------------------------------------------
+    def _bound(self) -> Optional[float]:
+        """How long the next wait may block: the idle bound or what the deadline leaves, the
+        shorter; a deadline already past raises."""
+        bound = self.timeout
+        if self.deadline is not None:
+            left = self.deadline.remaining()
+            if left <= 0:
+                raise self.deadline.expired()
+            bound = left if bound is None else min(bound, left)
+        return bound
+
+    def _arm(self, bound: Optional[float]) -> None:
+        """Give the socket the timeout ``bound`` when the one it has could wait longer than the
+        deadline allows (or much shorter than needed).  A plain socket keeps it in the kernel
+        (``SO_RCVTIMEO`` / ``SO_SNDTIMEO``: a whole frame is one ``sendfile`` call and a ``recv``
+        takes what has arrived, where Python's own timeout polls before every call; a timeout is
+        then ``EAGAIN``); a TLS socket keeps Python's (its reads must tell a timeout from a
+        partial record)."""
+        armed = self._armed
+        if bound is None:
+            if armed is None:
+                return
+        elif armed is not None and armed >= 0 and bound + _SLACK >= armed and bound <= 2 * armed:
+            return
+        self._armed = bound
+        if not self.plain or bound is None:
+            self.sock.settimeout(bound)
+            return
+        self.sock.settimeout(None)
+        bound = max(bound, 0.001)  # 0 would mean "no timeout" to the kernel
+        seconds = int(bound)
+        value = struct.pack("ll", seconds, int((bound - seconds) * 1_000_000))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+
+    def _timed_out(self, since: float, doing: str) -> None:
+        """A wait that began at ``since`` timed out: raise when the deadline passed or the idle
+        bound elapsed, else return (the socket's timeout was shorter than either: wait again)."""
+        if self.deadline is not None and self.deadline.remaining() <= 0:
+            raise self.deadline.expired()
+        if self.timeout is not None and time.monotonic() - since >= self.timeout - 0.001:
+            raise SessionTimeout(f"the peer {doing} nothing for {self.timeout} s")
+
+    def _moved(self, n: int) -> None:
+        if self.deadline is not None:
+            self.deadline.moved += n
 
     # --- receiving ----------------------------------------------------------------------
     def _recv_into(self, view: memoryview) -> int:
-        try:
-            if self.local:
-                return self._recv_with_fds(view)
-            return self.sock.recv_into(view)
-        except (socket.timeout, BlockingIOError):
-            raise SessionTimeout(f"the peer sent nothing for {self.timeout} s") from None
-        except (ConnectionResetError, BrokenPipeError) as exc:
-            raise SessionError(f"the connection was reset: {exc}") from None
-        except OSError as exc:
-            raise SessionError(f"the connection failed: {exc}") from None
+        since = time.monotonic()
+        while True:
+            self._arm(self._bound())
+            try:
+                n = self._recv_with_fds(view) if self.local else self.sock.recv_into(view)
+            except (socket.timeout, BlockingIOError):
+                self._timed_out(since, "sent")
+                continue
+            except (ConnectionResetError, BrokenPipeError) as exc:
+                raise SessionError(f"the connection was reset: {exc}") from None
+            except OSError as exc:
+                raise SessionError(f"the connection failed: {exc}") from None
+            self._moved(n)
+            return n
 
     def _recv_with_fds(self, view: memoryview) -> int:
         """``recv_into`` that also keeps the descriptors passed with the bytes (a plain receive
-        would drop them); past :data:`~.shm.MAX_FDS` pending ones, the extra are closed."""
+        would drop them), each marked with the message being read; past :data:`~.shm.MAX_FDS`
+        pending ones, the extra are closed."""
         n, ancillary, _flags, _ = self.sock.recvmsg_into([view], _FD_SPACE, socket.MSG_CMSG_CLOEXEC)
         for fd in receive_fds(ancillary):
             if len(self.fds) < MAX_FDS:
-                self.fds.append(fd)
+                self.fds.append((self.message_at, fd))
             else:
                 os.close(fd)
         return n
 
-    def take_fd(self) -> Optional[int]:
-        """The oldest descriptor received and not yet taken (the caller closes it), or None."""
-        return self.fds.popleft() if self.fds else None
+    def take_fd(self, at: int) -> Optional[int]:
+        """The descriptor that came with the message at ``at`` (the caller closes it), or None;
+        any that came with an earlier message is a stray and is closed."""
+        self.drop_fds(before=at)
+        if self.fds and self.fds[0][0] == at:
+            return self.fds.popleft()[1]
+        return None
 
-    def drop_fds(self) -> None:
-        """Close every descriptor received and not taken."""
-        while self.fds:
-            os.close(self.fds.popleft())
+    def drop_fds(self, before: Optional[int] = None) -> None:
+        """Close the descriptors received and not taken (those of messages before ``before``)."""
+        while self.fds and (before is None or self.fds[0][0] < before):
+            os.close(self.fds.popleft()[1])
 
     def read_into(self, view: memoryview, *, at_boundary: bool = False) -> None:
         """Fill ``view`` from the socket; the connection ending first is
@@ -142,6 +238,9 @@ class Wire:
                         raise Closed("the peer closed the connection")
                     raise container_rules.MESSAGE_TRUNCATED.violation(
                         f"the connection ends {got} bytes into {n} expected bytes", self.received + got)
+                if at_boundary and got == 0 and self.pace is not None and self.deadline is None:
+                    self.deadline = Deadline(self.pace[0], rate=self.pace[1], what="a message")
+                    self.deadline.moved = k
                 got += k
         finally:  # what arrived counts and is recorded, a message cut short too: audit finds where it ends
             if self._in is not None and got:
@@ -149,14 +248,24 @@ class Wire:
             self.received += got
 
     def read(self, n: int, *, at_boundary: bool = False) -> bytearray:
-        buf = bytearray(n)
-        if n:
-            self.read_into(memoryview(buf), at_boundary=at_boundary)
+        """``n`` bytes.  Past :data:`GROW_STEP`, the buffer grows with what arrives (at most
+        doubling), so a length declared and never sent commits little memory."""
+        if n <= GROW_STEP:
+            buf = bytearray(n)
+            if n:
+                self.read_into(memoryview(buf), at_boundary=at_boundary)
+            return buf
+        buf = bytearray()
+        while len(buf) < n:
+            start = len(buf)
+            buf.extend(bytes(min(n - start, max(GROW_STEP, start))))
+            with memoryview(buf) as view:
+                self.read_into(view[start:], at_boundary=at_boundary and not start)
         return buf
 
     def read_header(self) -> tuple[int, bytes]:
         """The next message header: ``(offset, raw 12 bytes)``; :class:`Closed` at a clean end."""
-        at = self.received
+        at = self.message_at = self.received
         return at, bytes(self.read(m.HEADER_SIZE, at_boundary=True))
 
     def discard(self, n: int) -> None:
@@ -169,19 +278,45 @@ class Wire:
 
     # --- sending ------------------------------------------------------------------------
     def _sendall(self, data, fd: Optional[int] = None) -> None:
-        """``data`` (with ``fd`` passed beside it, on a Unix socket), counted and recorded."""
+        """``data`` (with ``fd`` passed beside it, on a Unix socket), counted and recorded; every
+        wait bounded by the idle timeout and the deadline."""
+        view = memoryview(data).cast("B")
+        total = len(view)
+        self.send_cut = True
         try:
-            if fd is None:
-                self.sock.sendall(data)
-            else:
-                send_with_fd(self.sock, data, fd)
-        except (socket.timeout, BlockingIOError):
-            raise SessionTimeout(f"the peer accepted nothing for {self.timeout} s") from None
+            if self.plain:
+                self._send_plain(view, fd)
+            else:  # TLS: Python's sendall bounds the whole call by the timeout; a partial send cannot resume
+                self._arm(self._bound())
+                try:
+                    self.sock.sendall(view)
+                except (socket.timeout, BlockingIOError):
+                    raise (self.deadline.expired() if self.deadline is not None and self.deadline.remaining() <= 0
+                           else SessionTimeout(f"the peer accepted nothing for {self.timeout} s")) from None
+                self._moved(total)
         except OSError as exc:
             raise SessionError(f"the connection failed: {exc}") from None
+        self.send_cut = False
         if self._out is not None:
-            self._out.write(data)
-        self.sent += len(data)
+            self._out.write(view)
+        self.sent += total
+
+    def _send_plain(self, view: memoryview, fd: Optional[int]) -> None:
+        since = time.monotonic()
+        while view:
+            self._arm(self._bound())
+            try:
+                if fd is not None:
+                    sent, fd = send_with_fd(self.sock, view, fd), None
+                else:
+                    sent = self.sock.send(view)
+            except (socket.timeout, BlockingIOError):
+                self._timed_out(since, "accepted")
+                continue
+            if sent:
+                since = time.monotonic()
+                self._moved(sent)
+            view = view[sent:]
 
     def send_with_fd(self, message_type: int, stream_id: int, payload: bytes, fd: int) -> None:
         """One message with ``fd`` passed beside it (Unix sockets only)."""
@@ -194,54 +329,86 @@ class Wire:
 
     def send_together(self, parts: list) -> None:
         """Several whole messages (bytes-like parts, or ``(fd, offset, length)`` file ranges read
-        here) in one write: a small response leaves in one segment, not four."""
-        data = b"".join(os.pread(p[0], p[2], p[1]) if isinstance(p, tuple) else bytes(p) for p in parts)
+        here) in one write: a small response leaves in one segment, not four.  A file range that
+        comes up short raises :class:`ShortRead` before anything is sent."""
+        data = b"".join(_pread_exactly(*p) if isinstance(p, tuple) else bytes(p) for p in parts)
         with self._send_lock:
             self._sendall(data)
 
     def send_frame(self, stream_id: int, offset_in_buffer: int, pieces) -> None:
         """One TENSOR_DATA message whose data is ``pieces``: memory (bytes-like) or
-        ``(fd, file offset, length)`` ranges sent from the file."""
+        ``(fd, file offset, length)`` ranges sent from the file.  A file that ends before its
+        range does is :class:`ShortRead`, raised once the frame went out whole, padded with zeros
+        to the length its header declared (the stream must then end with an ERROR)."""
         n = sum(len(p) if not isinstance(p, tuple) else p[2] for p in pieces)
         with self._send_lock:
             self._sendall(m.data_header(stream_id, offset_in_buffer, n))
+            cut = None
             for piece in pieces:
-                if isinstance(piece, tuple):
-                    self._sendfile(*piece)
+                if cut is not None:
+                    self._pad(piece[2] if isinstance(piece, tuple) else len(piece))
+                elif isinstance(piece, tuple):
+                    cut = self._sendfile(*piece)
                 else:
                     self._sendall(piece)
+            if cut is not None:
+                raise cut
 
-    def _sendfile(self, fd: int, offset: int, n: int) -> None:
-        if self.plain:
-            self._kernel_sendfile(fd, offset, n)
-        else:  # TLS: the bytes must pass through the encryption
-            end = offset + n
-            while offset < end:
-                chunk = os.pread(fd, min(end - offset, 4 << 20), offset)
-                if not chunk:
-                    raise SessionError("the served file ended early")
-                self._sendall(chunk)
-                offset += len(chunk)
-            return
-        if self._out is not None:
-            self.recorder.copy_range(self._out, fd, offset, n)
-        self.sent += n
+    def _pad(self, n: int) -> None:
+        while n:
+            k = min(n, len(_ZEROS))
+            self._sendall(_ZEROS[:k])
+            n -= k
 
-    def _kernel_sendfile(self, fd: int, offset: int, n: int) -> None:
-        """``os.sendfile`` until ``n`` bytes went: the socket is blocking, so the kernel sends as
-        the peer takes; ``EAGAIN`` is the send timeout expiring with nothing taken."""
+    def _sendfile(self, fd: int, offset: int, n: int) -> Optional[ShortRead]:
+        """``n`` bytes of file ``fd`` from ``offset``; when the file ends first, the rest is
+        sent as zeros and the :class:`ShortRead` is returned (for the caller to raise once the
+        frame is whole)."""
+        sent = self._kernel_sendfile(fd, offset, n) if self.plain else self._send_read(fd, offset, n)
+        if sent == n:
+            return None
+        self._pad(n - sent)
+        return ShortRead(f"the served file ends {sent} bytes into a {n}-byte range at byte {offset}")
+
+    def _send_read(self, fd: int, offset: int, n: int) -> int:
+        """A file range through user space (TLS: the bytes must pass through the encryption);
+        returns the bytes sent (fewer when the file ends first)."""
+        sent = 0
+        while sent < n:
+            chunk = os.pread(fd, min(n - sent, 4 << 20), offset + sent)
+            if not chunk:
+                break
+            self._sendall(chunk)
+            sent += len(chunk)
+        return sent
+
+    def _kernel_sendfile(self, fd: int, offset: int, n: int) -> int:
+        """``os.sendfile`` until ``n`` bytes went or the file ended: the socket is blocking, so
+        the kernel sends as the peer takes; ``EAGAIN`` is the send timeout expiring with nothing
+        taken.  Returns the bytes sent, counted and recorded."""
         out = self.sock.fileno()
-        end = offset + n
-        while offset < end:
+        done = 0
+        since = time.monotonic()
+        self.send_cut = True  # until the range went whole (or the file ended and the caller pads)
+        while done < n:
+            self._arm(self._bound())
             try:
-                sent = os.sendfile(out, fd, offset, min(end - offset, 1 << 30))
+                sent = os.sendfile(out, fd, offset + done, min(n - done, 1 << 30))
             except BlockingIOError:
-                raise SessionTimeout(f"the peer accepted nothing for {self.timeout} s") from None
+                self._timed_out(since, "accepted")
+                continue
             except OSError as exc:
                 raise SessionError(f"the connection failed: {exc}") from None
             if not sent:
-                raise SessionError("the served file ended early")
-            offset += sent
+                break
+            since = time.monotonic()
+            self._moved(sent)
+            done += sent
+        if self._out is not None and done:
+            self.recorder.copy_range(self._out, fd, offset, done)
+        self.sent += done
+        self.send_cut = done < n
+        return done
 
     def close(self) -> None:
         self.drop_fds()
@@ -252,6 +419,17 @@ class Wire:
         self.sock.close()
         if self.recorder is not None:
             self.recorder.close()
+
+
+def _pread_exactly(fd: int, offset: int, n: int) -> bytes:
+    """``n`` bytes of file ``fd`` from ``offset``; :class:`ShortRead` when the file ends first."""
+    data = os.pread(fd, n, offset)
+    while len(data) < n:
+        more = os.pread(fd, n - len(data), offset + len(data))
+        if not more:
+            raise ShortRead(f"the served file ends {len(data)} bytes into a {n}-byte range at byte {offset}")
+        data += more
+    return data
 
 
 def plane_views(buffers: list, start: int, n: int):

@@ -139,7 +139,8 @@ SHM_SEGMENTS = _session(
     "byte_size and inside the file.")
 SHM_SEALED = _session(
     "session.shm.sealed", MUST, SHM,
-    "The memory file of an SHM_PUT is sealed against writing, growing and shrinking, and holds total_data_bytes.")
+    "The memory file of an SHM_PUT is sealed against writing, growing and shrinking, and is the size its buffers "
+    "laid out on 64-byte boundaries need: no smaller, no larger.")
 
 SESSION_RULES = tuple(
     rule for name, rule in dict(globals()).items() if name.isupper() and hasattr(rule, "violation")

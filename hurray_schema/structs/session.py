@@ -101,12 +101,21 @@ class PrivateErrorCode(enum.IntEnum):
     implementations (``interchange.md § ERROR Payload``: 0xF0-0xFE)."""
 
     SERVER_BUSY = 0xF0
-    """The server holds as many connections as it accepts; sent instead of SERVER_HELLO."""
+    """No slot came free before the connection's handshake deadline, or too many wait already (sent
+    instead of SERVER_HELLO); or a PUT's data would take the server past the memory it holds for
+    unfinished PUTs (on the PUT's stream)."""
     PUT_REFUSED = 0xF1
     """The server does not accept this TENSOR_PUT: no writable store, a read-only key, too large, or the
     store could not be written."""
     INTERNAL = 0xF2
     """The server failed on its side; the connection ends."""
+    TIMEOUT = 0xF3
+    """The hello or a message did not arrive whole within its deadline; the connection ends."""
+    STORE_FULL = 0xF4
+    """Storing this PUT would take the store past its item or byte limit; the store is unchanged."""
+    SOURCE_CHANGED = 0xF5
+    """The file the item is served from changed or was cut under the server: the stream ends (a frame
+    already under way was padded to its declared length and must be discarded); the session goes on."""
 
 
 _extension = this.layout_tag >= EXTENSION_LAYOUT_FIRST
