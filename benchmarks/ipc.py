@@ -17,8 +17,10 @@ spawn):
 The competitors, each one ``hs.connect`` session in this process:
 
 * ``unix, shm``    -- ``hs.connect(unix_url)``: shared memory (the default over a Unix socket):
-  the GET answers with the file's descriptor (``SCM_RIGHTS``) and the client maps the tensor's
-  range read-only; a PUT copies the array once into a sealed memfd and passes that;
+  the GET answers with a sealed memfd (``SCM_RIGHTS``) holding the tensor -- a copy of the served
+  file's bytes the server made at the first GET and keeps (the file itself could shrink under a
+  mapping) -- and the client maps the tensor's range read-only; a PUT copies the array once into a
+  sealed memfd and passes that;
 * ``unix, frames`` -- ``hs.connect(unix_url, shm=False)``: the plain frames over the Unix socket
   (for reference);
 * ``tcp``          -- ``hs.connect(tcp_url)``: the plain frames over TCP loopback (the baseline).

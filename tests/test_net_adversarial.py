@@ -232,6 +232,30 @@ def test_a_trickled_message_is_cut_at_its_deadline(tmp_path):
             np.testing.assert_array_equal(np.asarray(session.get("steady")), data)
 
 
+def test_a_client_that_reads_slowly_is_cut_at_its_answers_deadline(tmp_path):
+    """The answer to a GET has a deadline of its own from its first byte sent (``message_timeout``
+    plus a second per ``min_rate`` bytes): a client that asks for 64 MiB and reads a few KiB at a
+    time does not keep its slot -- the server closes the connection and the one slot serves the
+    next client while the slow one still reads what was queued; the answer ends cut short."""
+    path = tmp_path / "big.hrry"
+    hs.save(path, {"big": np.ones(16 * MiB, np.float32)})
+    with hs.serve([path], message_timeout=1.0, min_rate=16 * MiB, max_connections=1) as server:
+        with raw(server.port) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+            sock.sendall(HELLO)
+            read_message(sock)
+            sock.sendall(w.encode_message(w.TENSOR_REQUEST, 3, w.encode_tensor_request("big")))
+            got = 0
+            for _ in range(20):  # 80 KiB/s for a second
+                got += len(sock.recv(4096))
+                time.sleep(0.05)
+            with hs.connect(server.url, timeout=TIMEOUT) as session:  # the one slot is free again
+                assert session.ping(b"next") == b"next"
+            while chunk := sock.recv(1 << 20):  # what was queued before the cut, then the end
+                got += len(chunk)
+    assert got < 16 * MiB
+
+
 def test_a_connection_silent_past_idle_timeout_is_closed(served_file):
     with hs.serve([served_file], idle_timeout=0.5) as server:
         with raw(server.port) as sock:
@@ -659,14 +683,17 @@ def test_opening_a_session_is_bounded_by_the_timeout_too():
 # --------------------------------------------------------------------------------------
 
 
-def test_a_store_of_many_keys_restarts_under_a_low_descriptor_limit(tmp_path):
-    """A ``--writable`` store of 10,000 keys (2,000 by default here) starts and serves with
-    ``ulimit -n`` 1024: files are opened on demand and idle ones closed."""
+def test_a_store_of_many_keys_restarts_under_a_low_descriptor_limit(tmp_path, monkeypatch):
+    """A ``--writable`` store of 10,000 keys (3,000 by default here: past the 2,048 descriptors two
+    per key took) starts and serves with ``ulimit -n`` 1024: files are opened on demand and the
+    least recently used idle ones closed."""
     store = tmp_path / "store"
     store.mkdir()
-    count = size(2_000, 10_000)
-    for i in range(count):
-        hs.save(store / store_file_name(f"k{i}"), {f"k{i}": np.full(4, i, np.int32)})
+    count = size(3_000, 10_000)
+    with monkeypatch.context() as quick:
+        quick.setattr(os, "fsync", lambda fd: None)  # the fixture's files need not reach the disk
+        for i in range(count):
+            hs.save(store / store_file_name(f"k{i}"), {f"k{i}": np.full(4, i, np.int32)})
     hs.save(tmp_path / "s.hrry", {"w": A})
     with server_process(str(tmp_path / "s.hrry"), "--writable", str(store), descriptors=1024) as (proc, port):
         with hs.connect(f"hurray://127.0.0.1:{port}", timeout=60) as session:

@@ -292,9 +292,9 @@ def test_a_killed_client_leaks_nothing_on_the_server(served):
 
         time.sleep(0.05)
     assert not served._connections
-    # the store's one segment for "dying" (its descriptor, and the one its read-only mapping keeps), and the
-    # copy of the served file's chunk that every shared-memory GET of "w" maps: the same one each time
-    assert len(os.listdir("/proc/self/fd")) <= fds_before + 3
+    # the store's one memory file for "dying", and the copy of the served file's chunk that every
+    # shared-memory GET of "w" maps: the same one each time
+    assert len(os.listdir("/proc/self/fd")) <= fds_before + 2
 
 
 # --------------------------------------------------------------------------------------

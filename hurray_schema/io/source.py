@@ -477,6 +477,17 @@ class LocalFileSource(ByteSource):
         self._fd, self._stamp = fd, _stamp(status)
         self.ref = SourceRef(self.path, status.st_size)
 
+    @classmethod
+    def adopt(cls, fd: int, name: str) -> "LocalFileSource":
+        """A source reading the open descriptor ``fd`` (a memory file with no path), which it takes
+        over (:meth:`close` closes it); ``name`` names it in errors and in ``ref``."""
+        self = cls.__new__(cls)
+        self.path, self.requests, self._lock = name, 0, threading.Lock()
+        status = os.fstat(fd)
+        self._fd, self._stamp = fd, _stamp(status)
+        self.ref = SourceRef(name, status.st_size)
+        return self
+
     @property
     def closed(self) -> bool:
         return self._fd is None

@@ -192,18 +192,19 @@ class _FileEntry:
 
 
 class _Held:
-    """An item the server holds in memory: every buffer in one sealed memfd
-    (:class:`~.shm.Segment`) that clients over a Unix socket map as it is."""
+    """An item the server holds in memory: every buffer in one sealed memfd, read by ``pread``
+    (its leaves are :class:`~hurray_schema.io.tensor.SourcedTensor`) and never mapped here: one
+    descriptor per item, which shared-memory clients are handed and map as it is."""
 
     path = None
     descriptors: dict = {}
 
-    def __init__(self, item: Item, segment, ranges: dict):
+    def __init__(self, item: Item, source, reader):
         self.held_item = item
-        self.segment = segment
-        self.fd = segment.fd
-        self.size = segment.size
-        self.ranges = ranges  # id(leaf tensor) -> ((offset, size), ...)
+        self.source = source
+        self.reader = reader
+        self.fd = source.fileno()
+        self.size = source.size
         self.users = 0
         self.retired = False
 
@@ -216,47 +217,52 @@ class _Held:
             self.close()
 
     def close(self) -> None:
-        self.segment.close()
+        self.source.close()
 
     def buffer_ranges(self, tensor: Tensor) -> Optional[tuple]:
-        return self.ranges.get(id(tensor))
+        source = getattr(tensor, "_source", None)
+        return source.ranges if source is not None and source.reader is self.reader else None
 
     def stored_descriptor(self, name: Optional[str]) -> Optional[bytes]:
         return None
 
 
-def held(item: Item, segment=None, ranges: Optional[list] = None) -> _Held:
-    """``item`` held in a sealed memfd: ``segment`` as given with each leaf's buffer ``ranges``
-    (a client's, pushed by SHM_PUT: the leaves already view it), or a new segment holding a copy
-    of every leaf's buffers, the item rebuilt over it."""
-    from .shm import new_segment
+def held(item: Item, fd: Optional[int] = None, ranges: Optional[list] = None) -> _Held:
+    """``item`` held in a sealed memfd: ``fd`` as given with each leaf's buffer ``ranges`` in it
+    (a client's, pushed by SHM_PUT; the caller keeps its own descriptor), or a new memfd holding a
+    copy of every leaf's buffers.  The item is rebuilt over the memfd, read by range."""
+    from ..io.source import LocalFileSource, RangeReader, SourcedBuffers
+    from ..io.tensor import SourcedTensor
+    from .shm import sealed_memfd
 
     leaves = [node for _, node in walk(item) if isinstance(node, Tensor)]
-    if segment is None:
-        segment, offsets = new_segment([b for leaf in leaves for b in leaf.buffers], name="hurray-store")
+    if fd is None:
+        fd, offsets, _ = sealed_memfd([b for leaf in leaves for b in leaf.buffers], name="hurray-store")
         flat = iter(zip(offsets, (len(b) for leaf in leaves for b in leaf.buffers)))
         ranges = [tuple(next(flat) for _ in leaf.buffers) for leaf in leaves]
-        views = iter([tuple(segment.view(o, n) for o, n in r) for r in ranges])
-        item = _rebuilt(item, views)
-        leaves = [node for _, node in walk(item) if isinstance(node, Tensor)]
-    return _Held(item, segment, {id(leaf): tuple(r) for leaf, r in zip(leaves, ranges)})
+    else:
+        fd = os.dup(fd)
+    source = LocalFileSource.adopt(fd, "memfd:hurray-store")
+    reader = RangeReader(source)
+    spans = iter(ranges)
+    item = _rebuilt(item, lambda leaf: SourcedTensor.over(leaf.descriptor, SourcedBuffers(reader, next(spans)),
+                                                          name=leaf.name))
+    return _Held(item, source, reader)
 
 
-def _rebuilt(item: Item, views) -> Item:
-    """``item`` with each leaf's buffers replaced by the next of ``views`` (pre-order)."""
+def _rebuilt(item: Item, leaf_of) -> Item:
+    """``item`` with each leaf replaced by ``leaf_of(leaf)`` (pre-order)."""
     if isinstance(item, Composite):
-        members = [_rebuilt(member, views) for member in item.members]
+        members = [_rebuilt(member, leaf_of) for member in item.members]
         return Composite.from_binder(item.descriptor, item.name, members, True)
-    tensor = Tensor.bound(item.descriptor, list(next(views)))
-    tensor.name = item.name
-    return tensor
+    return leaf_of(item)
 
 
 def read_copy(item: Item, holder, limit: int) -> Optional[Item]:
     """``item`` with every leaf's buffers read into memory of this process (``pread`` from its
-    file: a file cut meanwhile is :class:`~hurray_schema.errors.ShortRead`), or None when they
-    hold more than ``limit`` bytes.  What the transcoder computes from: a served file's leaves
-    keep no bytes they fetched."""
+    file or memfd: a file cut meanwhile is :class:`~hurray_schema.errors.ShortRead`), or None when
+    they hold more than ``limit`` bytes.  What the transcoder computes from: the held leaves keep
+    no bytes they fetched."""
     from .shm import read_ranges
 
     leaves = [node for _, node in walk(item) if isinstance(node, Tensor)]
@@ -265,7 +271,14 @@ def read_copy(item: Item, holder, limit: int) -> Optional[Item]:
         return item
     if sum(size for ranges in spans for _, size in ranges) > limit:
         return None
-    return _rebuilt(item, iter([read_ranges(holder.fd, ranges) for ranges in spans]))
+    views = iter([read_ranges(holder.fd, ranges) for ranges in spans])
+
+    def leaf_of(leaf):
+        tensor = Tensor.bound(leaf.descriptor, list(next(views)))
+        tensor.name = leaf.name
+        return tensor
+
+    return _rebuilt(item, leaf_of)
 
 
 class Catalog:
@@ -290,13 +303,14 @@ class Catalog:
         self.read_only: set[str] = set()
         self.store = None if store is None else os.fspath(store)
         self.store_limit = self.options.store_bytes(memory)
+        self.item_limit = self.options.store_items(memory)
         self.stored_bytes = 0
         self.stored_items = 0
         self._served_layouts: set[int] = set()
         try:
             for path in paths:
                 self._add_file(os.fspath(path), read_only=True)
-            if self.store is not None and not memory:
+            if self.store is not None:
                 os.makedirs(self.store, exist_ok=True)
                 for name in sorted(os.listdir(self.store)):
                     if name.endswith(".hrry") and not name.startswith("."):
@@ -344,14 +358,12 @@ class Catalog:
     def _close_idle(self) -> None:
         """Close the least recently used open files past ``max_open_files`` (those a response
         reads stay open until it is done)."""
-        budget = self.options.max_open_files
-        for path in list(self._open):
-            if len(self._open) <= budget:
-                break
-            entry = self._open[path]
-            if entry.opened is None or not entry.opened.users:
-                entry.drop()
-                del self._open[path]
+        excess = len(self._open) - self.options.max_open_files
+        if excess <= 0:
+            return
+        idle = [path for path, entry in self._open.items() if entry.opened is None or not entry.opened.users]
+        for path in idle[:excess]:
+            self._open.pop(path).drop()
 
     def layouts(self) -> list[int]:
         """Layout tags this server can produce: the transcoding targets, every layout a served
@@ -415,7 +427,7 @@ class Catalog:
         served from that file.  :class:`StoreFull` when the store's limits would be passed."""
         if self.memory:
             self._room(key, _layout_bytes(item) if segment is None else segment.size)
-            return self._register(key, held(item, segment, ranges))
+            return self._register(key, held(item, None if segment is None else segment.fd, ranges))
         if self.store is None:
             raise HurraySchemaError("this server has no writable store")
         from ..io.file import write_file
@@ -438,9 +450,8 @@ class Catalog:
             old = self._items.get(key)
             freed = old.size if old is not None and key not in self.read_only else 0
             items = self.stored_items + (old is None)
-            if items > self.options.store_max_items:
-                raise StoreFull(f"the store holds {self.stored_items} items, store_max_items is "
-                                f"{self.options.store_max_items}")
+            if items > self.item_limit:
+                raise StoreFull(f"the store holds {self.stored_items} items, store_max_items is {self.item_limit}")
             if self.stored_bytes - freed + size > self.store_limit:
                 raise StoreFull(f"the store holds {self.stored_bytes} bytes; {size} more would pass store_max_bytes "
                                 f"{self.store_limit}")
@@ -651,7 +662,7 @@ def transcoded(item: Item, holder, target: int, limit: int) -> Optional[tuple[No
     desc = item.descriptor
     if _dense_bytes(desc) > limit:
         return None
-    source = read_copy(item, holder, limit) if isinstance(holder, _Served) else item
+    source = read_copy(item, holder, limit) if holder is not None else item
     array = _logical_array(source, limit) if source is not None else None
     if array is None:
         return None

@@ -94,6 +94,9 @@ class SessionChecker:
         self.describe = describe
         self.limits = limits
         self.max_payload = max_payload
+        self.max_hello: Optional[int] = None
+        """Server side: the largest CLIENT_HELLO payload this server is configured to accept (None:
+        ``max_payload`` alone)."""
         self.hello: Optional[m.Hello] = None
         """The peer's hello, once it arrived."""
         self.sent_hello: Optional[m.Hello] = None
@@ -131,6 +134,10 @@ class SessionChecker:
                                     self.limits, max_payload=self.max_payload, private=self.private)
         if kind in _SHM_TYPES:
             kind = ShmMessageType(kind)
+        if kind == MessageType.CLIENT_HELLO and self.max_hello is not None and plen > self.max_hello:
+            raise rules.MESSAGE_SIZE.violation(
+                f"a CLIENT_HELLO of {plen} payload bytes exceeds the {self.max_hello} this server accepts",
+                at + m.PAYLOAD_LENGTH_AT)
         first = self.count == 0
         self.count += 1
         if self.side is Side.SERVER:

@@ -42,7 +42,7 @@ from . import messages as m
 from .checker import LOCAL_MARK, SHM_SERVER_TYPES, SessionChecker, Side, message_name
 from .devices import parse_devices
 from .options import CLIENT_MAX_MESSAGE_BYTES, CLIENT_TIMEOUT, physical_memory
-from .shm import Mappings, is_sealed, new_segment, read_ranges
+from .shm import Mappings, is_sealed, read_ranges, sealed_memfd
 from .wire import Closed, Deadline, Recorder, Wire, plane_views
 
 __all__ = ["Session", "connect", "parse_url"]
@@ -336,11 +336,11 @@ class Session:
     def _put_shared(self, sid: int, payload: bytes, buffers) -> None:
         """SHM_PUT (our extension): one copy of the buffers into a sealed memfd passed beside the
         message; the server maps it and answers once it holds the tensor."""
-        segment, _ = new_segment(buffers, name="hurray-put")
+        fd, _, _ = sealed_memfd(buffers, name="hurray-put")
         try:
-            self.wire.send_with_fd(ShmMessageType.SHM_PUT, sid, payload, segment.fd)
+            self.wire.send_with_fd(ShmMessageType.SHM_PUT, sid, payload, fd)
         finally:
-            segment.close()
+            os.close(fd)
         self.checker.sent_put(sid)
         self._await_ack(sid)
 

@@ -42,10 +42,14 @@ def _memory_share() -> int:
     return physical_memory() // 4
 
 
-def _open_files_share() -> int:
+def _descriptor_limit() -> int:
+    """The process's descriptor limit (``ulimit -n``; 1,024 when it has none)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    share = 256 if soft == resource.RLIM_INFINITY else soft // 4
-    return max(16, min(256, share))
+    return 1024 if soft == resource.RLIM_INFINITY else soft
+
+
+def _open_files_share() -> int:
+    return max(16, min(256, _descriptor_limit() // 4))
 
 
 def _option(default, unit: str, bounds: str, when_hit: str, *, shown: Optional[str] = None, minimum=0):
@@ -85,7 +89,7 @@ class ServerOptions:
         "closed.", minimum=0.001)
     message_timeout: float = _option(
         30.0, "seconds", "From a message's first byte to its last, plus one second per `min_rate` bytes it has "
-        "moved; the answer to a request is sent under the same deadline.",
+        "moved; the same for an answer, from its first byte sent.",
         "ERROR TIMEOUT (0xF3); the connection is closed.", minimum=0.001)
     min_rate: int = _option(
         64 * KiB, "bytes/s", "The pace that extends a message's deadline (see `message_timeout`).",
@@ -119,9 +123,10 @@ class ServerOptions:
         256 * MiB, "bytes", "The output of one transcoding, and the memory the evaluation making it may take.",
         "The next preferred layout, or the stored one, is served (`session.transcode.limit`).", minimum=0)
     # --- stores and files ----------------------------------------------------------------
-    store_max_items: int = _option(
-        100_000, "count", "Keys a `--memory-store` or `--writable` store holds.",
-        "ERROR STORE_FULL (0xF4) on the PUT's stream; the store is unchanged.", minimum=1)
+    store_max_items: Optional[int] = _option(
+        None, "count", "Keys a `--memory-store` or `--writable` store holds.",
+        "ERROR STORE_FULL (0xF4) on the PUT's stream; the store is unchanged.",
+        shown="½ of the descriptor limit (`--memory-store`: a memory file each), 100,000 (`--writable`)", minimum=1)
     store_max_bytes: Optional[int] = _option(
         None, "bytes", "Bytes a store holds: the memory files of `--memory-store` (their real size), the "
         "files of `--writable`.",
@@ -167,6 +172,13 @@ class ServerOptions:
         if self.store_max_bytes is not None:
             return self.store_max_bytes
         return _memory_share() if memory else TiB
+
+    def store_items(self, memory: bool) -> int:
+        """The store's item limit: the one given, else the default of its kind (a memory store holds a
+        descriptor per item)."""
+        if self.store_max_items is not None:
+            return self.store_max_items
+        return max(1, _descriptor_limit() // 2) if memory else 100_000
 
 
 SERVER_SWITCHES = frozenset({"writable", "record", "devices", "limits", "memory_store"})

@@ -44,7 +44,7 @@ from .catalog import Catalog, Node, StoreFull, plan_response
 from .checker import LOCAL_MARK, SHM_CLIENT_TYPES, SessionChecker, Side
 from .devices import DeviceRefused, parse_devices, select_device
 from .options import SERVER_SWITCHES, ServerOptions
-from .shm import Segment, check_sealed, new_segment
+from .shm import Segment, check_sealed, sealed_memfd
 from .shm import layout as shm_layout
 from .wire import Closed, Deadline, Recorder, Wire, plane_views
 
@@ -436,7 +436,7 @@ class _Connection:
         try:
             self._session()
         except SessionTimeout as late:  # a deadline passed (not a silence between messages): said, if it can be
-            if self.wire is not None and self.wire.deadline is not None:
+            if self.wire is not None and not self.wire.between_messages:
                 self._last_word(PrivateErrorCode.TIMEOUT, str(late))
         except (Closed, SessionError, ssl.SSLError, OSError):
             pass
@@ -457,6 +457,7 @@ class _Connection:
         """A last ERROR before the connection closes, within a second, unless a send was cut short
         (the peer would read it as the rest of a frame)."""
         if self.wire is not None and not self.wire.send_cut:
+            self.wire.end_message()
             self.wire.deadline = Deadline(1.0, what="the last ERROR")
             self._try_send(MessageType.ERROR, self.last_stream or 1, m.encode_error(code, text))
 
@@ -484,10 +485,12 @@ class _Connection:
         wire.pace = (options.message_timeout, options.min_rate)
         describe = strict_describer(mode=Mode.STRICT, limits=self.server.limits, cross_machine=not wire.local)
         self.checker = SessionChecker(Side.SERVER, describe=describe, limits=self.server.limits,
-                                      max_payload=min(options.max_hello_bytes, options.max_message_bytes))
+                                      max_payload=options.max_message_bytes)
+        self.checker.max_hello = options.max_hello_bytes
         if wire.local:  # the shared-memory extension, over a Unix socket only (spec-map § Interpretations)
             self.checker.private = SHM_CLIENT_TYPES
         while not self.server._stopping.is_set():
+            wire.end_message()  # the next message's deadline starts with its first byte, its answer's with its own
             at, raw = wire.read_header()
             wire.drop_fds(before=at)  # descriptors no message took (a peer's strays)
             kind, sid, plen = m.unpack_header(raw)
@@ -506,7 +509,7 @@ class _Connection:
             else:
                 self._dispatch(kind, sid, plen, at)
             if self.client is not None:
-                wire.deadline = None  # the message is over: the next one's deadline starts with its first byte
+                wire.deadline = None  # the handshake is over
 
     # --- dispatch -----------------------------------------------------------------------
     def _dispatch(self, kind, sid: int, plen: int, at: int) -> None:
@@ -557,7 +560,6 @@ class _Connection:
 
     def _hello(self, payload, at: int) -> None:
         self.client = self.checker.client_hello(payload, at)
-        self.checker.max_payload = self.options.max_message_bytes
         catalog = self.server.catalog
         caps = CapabilityFlag.TRANSCODING | CapabilityFlag.PARALLEL_STREAMS
         hello = m.Hello(min(PROTOCOL_VERSION, self.client.protocol_version), self.options.max_message_bytes, int(caps),
@@ -879,9 +881,7 @@ def _segment_of(node: Node, holder, catalog: Catalog) -> tuple[int, tuple, bool]
         return (fd, ranges, False) if copied is None else (copied[0], copied[1], True)
     pieces = iter(node.pieces)
     buffers = [next(pieces) if h.byte_size else b"" for h in node.desc.buffers]
-    segment, offsets = new_segment(buffers, name="hurray-answer")
-    fd = os.dup(segment.fd)
-    segment.close()
+    fd, offsets, _ = sealed_memfd(buffers, name="hurray-answer")
     return fd, tuple((o, h.byte_size) for o, h in zip(offsets, node.desc.buffers)), True
 
 

@@ -19,12 +19,12 @@ import mmap
 import os
 import socket
 import weakref
-from typing import Iterable, Optional
+from typing import Iterable
 
 from ..errors import HurraySchemaError, ShortRead
 from ..rules import session as rules
 
-__all__ = ["Segment", "new_segment", "check_sealed", "is_sealed", "read_ranges", "sealed_copy", "Mappings",
+__all__ = ["Segment", "new_segment", "sealed_memfd", "check_sealed", "is_sealed", "read_ranges", "sealed_copy", "Mappings",
            "send_with_fd", "receive_fds", "MAX_FDS", "SEALS", "ALIGNMENT", "SHARED_CHUNK_BYTES"]
 
 SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK
@@ -81,40 +81,41 @@ def layout(sizes: Iterable[int]) -> tuple[list[int], int]:
     return offsets, pos
 
 
-def new_segment(buffers: Iterable, name: str = "hurray") -> tuple[Segment, list[int]]:
-    """A sealed memfd holding ``buffers`` (one copy of each), and each buffer's offset in it."""
+def sealed_memfd(buffers: Iterable, name: str = "hurray") -> tuple[int, list[int], int]:
+    """A new sealed memfd holding ``buffers`` (one copy of each, laid out by :func:`layout`): its
+    descriptor, each buffer's offset in it, its size.  Nothing of it is mapped here."""
     buffers = [memoryview(b).cast("B") if len(b) else memoryview(b"") for b in buffers]
     offsets, total = layout(len(b) for b in buffers)
-    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    fd = _new_memfd(total, name)
     try:
-        os.ftruncate(fd, total)
         for offset, buf in zip(offsets, buffers):
             _write_all(fd, buf, offset)
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS | fcntl.F_SEAL_SEAL)
-        return Segment(fd, total), offsets
+        _seal(fd)
+        return fd, offsets, total
     except BaseException:
         os.close(fd)
         raise
 
 
-def writable_segment(size: int, name: str = "hurray") -> tuple[int, mmap.mmap]:
-    """A memfd of ``size`` bytes mapped writable, for a receiver to fill in place; seal it with
-    :func:`seal` once filled (after releasing every view of the mapping)."""
+def new_segment(buffers: Iterable, name: str = "hurray") -> tuple[Segment, list[int]]:
+    """A sealed memfd holding ``buffers``, mapped read-only, and each buffer's offset in it."""
+    fd, offsets, total = sealed_memfd(buffers, name)
+    return Segment(fd, total), offsets
+
+
+def _new_memfd(size: int, name: str) -> int:
     fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, size)
-        return fd, (mmap.mmap(fd, size) if size else None)
+        return fd
     except BaseException:
         os.close(fd)
         raise
 
 
-def seal(fd: int, size: int, mapping: Optional[mmap.mmap]) -> Segment:
-    """The filled memfd of :func:`writable_segment`, sealed and mapped read-only."""
-    if mapping is not None:
-        mapping.close()  # a writable shared mapping would refuse the write seal
+def _seal(fd: int) -> None:
+    """No write, grow or shrink from now on, and no unsealing."""
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS | fcntl.F_SEAL_SEAL)
-    return Segment(fd, size)
 
 
 def _write_all(fd: int, buf: memoryview, offset: int) -> None:
@@ -177,16 +178,19 @@ def _read_into(fd: int, view: memoryview, offset: int) -> None:
 
 def sealed_copy(fd: int, ranges, offsets, total: int) -> int:
     """A new sealed memfd of ``total`` bytes holding each ``(offset, size)`` range of file ``fd``
-    at the matching ``offsets`` (read by ``pread``: :class:`~hurray_schema.errors.ShortRead` when
-    the file ends first); returns its descriptor."""
-    copy, mapping = writable_segment(total, name="hurray-copy")
+    at the matching ``offsets``, copied in the kernel (``sendfile``; a file that ends first is
+    :class:`~hurray_schema.errors.ShortRead`); returns its descriptor."""
+    copy = _new_memfd(total, "hurray-copy")
     try:
-        if mapping is not None:
-            with memoryview(mapping) as view:
-                for (offset, size), at in zip(ranges, offsets):
-                    _read_into(fd, view[at : at + size], offset)
-            mapping.close()
-        fcntl.fcntl(copy, fcntl.F_ADD_SEALS, SEALS | fcntl.F_SEAL_SEAL)
+        for (offset, size), at in zip(ranges, offsets):
+            os.lseek(copy, at, os.SEEK_SET)
+            done = 0
+            while done < size:
+                n = os.sendfile(copy, fd, offset + done, size - done)
+                if not n:
+                    raise ShortRead(f"the file ends {done} bytes into a {size}-byte range at byte {offset}")
+                done += n
+        _seal(copy)
         return copy
     except BaseException:
         os.close(copy)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import os
+import select
 import socket
 import struct
 import threading
@@ -105,8 +106,9 @@ class Wire:
     """One connection's socket: what was received (``received``) and sent (``sent``) so far.
 
     ``timeout`` is the idle bound of each wait (None: none); :attr:`deadline` bounds the
-    operation under way.  ``incoming`` / ``outgoing`` name the recorded file each direction goes
-    to ("client" or "server"), when a :class:`Recorder` is given."""
+    operation under way (both directions); with :attr:`pace`, each message read and each answer
+    sent has a deadline of its own too.  ``incoming`` / ``outgoing`` name the recorded file each
+    direction goes to ("client" or "server"), when a :class:`Recorder` is given."""
 
     def __init__(self, sock: socket.socket, *, timeout: Optional[float], recorder: Optional[Recorder] = None,
                  incoming: str = "server", outgoing: str = "client"):
@@ -117,8 +119,11 @@ class Wire:
         self.deadline: Optional[Deadline] = None
         """The operation under way must be over by then (set and cleared by the owner)."""
         self.pace: Optional[tuple[float, float]] = None
-        """``(seconds, rate)``: when set, a message whose first byte arrives while no deadline runs
-        must arrive whole by a :class:`Deadline` of these (the server's message deadline)."""
+        """``(seconds, rate)``: when set, a message must arrive whole by a :class:`Deadline` of these
+        from its first byte (:attr:`reading`), and what is sent until :meth:`end_message` by one from
+        the first byte sent (:attr:`writing`): the server's message deadlines."""
+        self.reading: Optional[Deadline] = None
+        self.writing: Optional[Deadline] = None
         self.send_cut = False
         """A send failed part way: what this side sends next would land inside a message."""
         self.plain = not hasattr(sock, "getpeercert")  # sendfile goes through the kernel only without TLS
@@ -133,18 +138,30 @@ class Wire:
         """Offset of the message being read: descriptors arriving now belong to it."""
         self.fds: collections.deque = collections.deque()
         """``(message offset, fd)`` of descriptors received and not yet taken, oldest first."""
+        self._writable = select.poll()
+        self._writable.register(sock.fileno(), select.POLLOUT)
         self._arm(timeout)
 
     # --- clocks ---------------------------------------------------------------------------
-    def _bound(self) -> Optional[float]:
-        """How long the next wait may block: the idle bound or what the deadline leaves, the
-        shorter; a deadline already past raises."""
+    def end_message(self) -> None:
+        """The exchange is over: the next message's deadlines start with its first byte."""
+        self.reading = self.writing = None
+
+    @property
+    def between_messages(self) -> bool:
+        """No deadline runs: a wait now is one for the peer's next message."""
+        return self.deadline is None and self.reading is None and self.writing is None
+
+    def _bound(self, writing: bool) -> Optional[float]:
+        """How long the next wait may block: the idle bound or what the deadlines leave, the
+        shortest; a deadline already past raises."""
         bound = self.timeout
-        if self.deadline is not None:
-            left = self.deadline.remaining()
-            if left <= 0:
-                raise self.deadline.expired()
-            bound = left if bound is None else min(bound, left)
+        for deadline in (self.deadline, self.writing if writing else self.reading):
+            if deadline is not None:
+                left = deadline.remaining()
+                if left <= 0:
+                    raise deadline.expired()
+                bound = left if bound is None else min(bound, left)
         return bound
 
     def _arm(self, bound: Optional[float]) -> None:
@@ -171,33 +188,40 @@ class Wire:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
 
-    def _timed_out(self, since: float, doing: str) -> None:
-        """A wait that began at ``since`` timed out: raise when the deadline passed or the idle
+    def _timed_out(self, since: float, writing: bool) -> None:
+        """A wait that began at ``since`` timed out: raise when a deadline passed or the idle
         bound elapsed, else return (the socket's timeout was shorter than either: wait again)."""
-        if self.deadline is not None and self.deadline.remaining() <= 0:
-            raise self.deadline.expired()
+        for deadline in (self.deadline, self.writing if writing else self.reading):
+            if deadline is not None and deadline.remaining() <= 0:
+                raise deadline.expired()
         if self.timeout is not None and time.monotonic() - since >= self.timeout - 0.001:
-            raise SessionTimeout(f"the peer {doing} nothing for {self.timeout} s")
+            raise SessionTimeout(f"the peer {'accepted' if writing else 'sent'} nothing for {self.timeout} s")
 
-    def _moved(self, n: int) -> None:
-        if self.deadline is not None:
-            self.deadline.moved += n
+    def _moved(self, n: int, writing: bool) -> None:
+        for deadline in (self.deadline, self.writing if writing else self.reading):
+            if deadline is not None:
+                deadline.moved += n
+
+    def _start_writing(self) -> None:
+        """An answer's first byte is about to leave: its deadline starts now."""
+        if self.pace is not None and self.writing is None:
+            self.writing = Deadline(self.pace[0], rate=self.pace[1], what="an answer")
 
     # --- receiving ----------------------------------------------------------------------
     def _recv_into(self, view: memoryview) -> int:
         since = time.monotonic()
         while True:
-            self._arm(self._bound())
+            self._arm(self._bound(False))
             try:
                 n = self._recv_with_fds(view) if self.local else self.sock.recv_into(view)
             except (socket.timeout, BlockingIOError):
-                self._timed_out(since, "sent")
+                self._timed_out(since, False)
                 continue
             except (ConnectionResetError, BrokenPipeError) as exc:
                 raise SessionError(f"the connection was reset: {exc}") from None
             except OSError as exc:
                 raise SessionError(f"the connection failed: {exc}") from None
-            self._moved(n)
+            self._moved(n, False)
             return n
 
     def _recv_with_fds(self, view: memoryview) -> int:
@@ -238,9 +262,9 @@ class Wire:
                         raise Closed("the peer closed the connection")
                     raise container_rules.MESSAGE_TRUNCATED.violation(
                         f"the connection ends {got} bytes into {n} expected bytes", self.received + got)
-                if at_boundary and got == 0 and self.pace is not None and self.deadline is None:
-                    self.deadline = Deadline(self.pace[0], rate=self.pace[1], what="a message")
-                    self.deadline.moved = k
+                if at_boundary and got == 0 and self.pace is not None and self.reading is None:
+                    self.reading = Deadline(self.pace[0], rate=self.pace[1], what="a message")
+                    self.reading.moved = k
                 got += k
         finally:  # what arrived counts and is recorded, a message cut short too: audit finds where it ends
             if self._in is not None and got:
@@ -283,17 +307,17 @@ class Wire:
         view = memoryview(data).cast("B")
         total = len(view)
         self.send_cut = True
+        self._start_writing()
         try:
             if self.plain:
                 self._send_plain(view, fd)
             else:  # TLS: Python's sendall bounds the whole call by the timeout; a partial send cannot resume
-                self._arm(self._bound())
+                self._arm(self._bound(True))
                 try:
                     self.sock.sendall(view)
                 except (socket.timeout, BlockingIOError):
-                    raise (self.deadline.expired() if self.deadline is not None and self.deadline.remaining() <= 0
-                           else SessionTimeout(f"the peer accepted nothing for {self.timeout} s")) from None
-                self._moved(total)
+                    self._timed_out(float("-inf"), True)  # one call: it cannot resume, whichever clock ran out
+                self._moved(total, True)
         except OSError as exc:
             raise SessionError(f"the connection failed: {exc}") from None
         self.send_cut = False
@@ -302,21 +326,60 @@ class Wire:
         self.sent += total
 
     def _send_plain(self, view: memoryview, fd: Optional[int]) -> None:
+        """A plain socket's send: a short message by blocking sends (each bounded by the socket's
+        send timeout), a long one by :meth:`_drive` (bounded by the deadlines as a whole)."""
+        if len(view) > GROW_STEP:
+            sock = self.sock
+
+            def attempt(done: int) -> int:
+                return send_with_fd(sock, view, fd) if fd is not None and not done else sock.send(view[done:])
+
+            self._drive(attempt, len(view))
+            return
         since = time.monotonic()
         while view:
-            self._arm(self._bound())
+            self._arm(self._bound(True))
             try:
                 if fd is not None:
                     sent, fd = send_with_fd(self.sock, view, fd), None
                 else:
                     sent = self.sock.send(view)
             except (socket.timeout, BlockingIOError):
-                self._timed_out(since, "accepted")
+                self._timed_out(since, True)
                 continue
             if sent:
                 since = time.monotonic()
-                self._moved(sent)
+                self._moved(sent, True)
             view = view[sent:]
+
+    def _drive(self, attempt, n: int) -> int:
+        """Call ``attempt(done)`` (one send from byte ``done`` on; 0: the source ended) until ``n``
+        bytes went, the socket non-blocking meanwhile: a blocking ``sendfile``, or a Unix socket's
+        blocking send, gives each batch its own send timeout, so a peer taking a few KiB at a time
+        could hold one call for ever.  Here every wait for room is bounded by the deadlines and
+        the idle timeout.  Returns the bytes sent."""
+        out = self.sock.fileno()
+        done = 0
+        since = time.monotonic()
+        self._start_writing()
+        os.set_blocking(out, False)
+        try:
+            while done < n:
+                bound = self._bound(True)  # a peer that takes a little at a time still meets its deadline
+                try:
+                    sent = attempt(done)
+                except BlockingIOError:
+                    if not self._writable.poll(None if bound is None else max(1, int(bound * 1000))):
+                        self._timed_out(since, True)
+                    continue
+                if not sent:
+                    break
+                since = time.monotonic()
+                self._moved(sent, True)
+                done += sent
+        finally:
+            os.set_blocking(out, True)
+        return done
 
     def send_with_fd(self, message_type: int, stream_id: int, payload: bytes, fd: int) -> None:
         """One message with ``fd`` passed beside it (Unix sockets only)."""
@@ -383,27 +446,14 @@ class Wire:
         return sent
 
     def _kernel_sendfile(self, fd: int, offset: int, n: int) -> int:
-        """``os.sendfile`` until ``n`` bytes went or the file ended: the socket is blocking, so
-        the kernel sends as the peer takes; ``EAGAIN`` is the send timeout expiring with nothing
-        taken.  Returns the bytes sent, counted and recorded."""
+        """``os.sendfile`` until ``n`` bytes went or the file ended (:meth:`_drive`); returns the bytes
+        sent, counted and recorded."""
         out = self.sock.fileno()
-        done = 0
-        since = time.monotonic()
         self.send_cut = True  # until the range went whole (or the file ended and the caller pads)
-        while done < n:
-            self._arm(self._bound())
-            try:
-                sent = os.sendfile(out, fd, offset + done, min(n - done, 1 << 30))
-            except BlockingIOError:
-                self._timed_out(since, "accepted")
-                continue
-            except OSError as exc:
-                raise SessionError(f"the connection failed: {exc}") from None
-            if not sent:
-                break
-            since = time.monotonic()
-            self._moved(sent)
-            done += sent
+        try:
+            done = self._drive(lambda done: os.sendfile(out, fd, offset + done, min(n - done, 1 << 30)), n)
+        except OSError as exc:
+            raise SessionError(f"the connection failed: {exc}") from None
         if self._out is not None and done:
             self.recorder.copy_range(self._out, fd, offset, done)
         self.sent += done
