@@ -91,24 +91,55 @@ class StoreFull(HurraySchemaError):
     """Storing an item would take the store past ``store_max_items`` or ``store_max_bytes``."""
 
 
-class _Served:
+class _Holder:
+    """What the items a response reads lie in -- an open file or a memory file -- read by range
+    (``reader``: their leaves are :class:`~hurray_schema.io.tensor.SourcedTensor`), from descriptor
+    ``fd``; closed once retired and no response reads it any more."""
+
+    path: Optional[str] = None
+    reader = None
+    fd = -1
+
+    def __init__(self):
+        self.users = 0
+        self.retired = False
+
+    def release(self) -> None:
+        self.users -= 1
+        if self.retired and not self.users:
+            self.close()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def buffer_ranges(self, tensor: Tensor) -> Optional[tuple]:
+        """``(offset, size)`` of each of ``tensor``'s buffers in this holder's file, if it is one of its."""
+        source = getattr(tensor, "_source", None)
+        return source.ranges if source is not None and source.reader is self.reader else None
+
+    def stored_descriptor(self, name: Optional[str]) -> Optional[bytes]:
+        """The descriptor bytes of entry ``name`` as stored, when there are some."""
+        return None
+
+
+class _Served(_Holder):
     """One served file, open: its reader (by ``pread``: the server never maps a served file, so
-    a file cut under it is a typed error, not SIGBUS), its descriptor, the identity it had when
-    opened, and who uses it."""
+    a file cut under it is a typed error, not SIGBUS), its descriptor and the identity it had when
+    opened."""
 
     def __init__(self, path: str):
+        super().__init__()
         self.path = path
         self.file: HurrayFile = read_file(path, mmap=False)
         try:
             self.fd = self.file.fileno()
+            self.reader = self.file._reader
             self.identity = _identity(os.fstat(self.fd))
-            self.entries = {e.name: e for e in self.file.entries()}
-            self.descriptors = {name: self._descriptor_bytes(e) for name, e in self.entries.items()}
+            entries = self.file.entries()
+            self.descriptors = {e.name: self._descriptor_bytes(e) for e in entries}
         except BaseException:
             self.file.close()
             raise
-        self.users = 0
-        self.retired = False
 
     def _descriptor_bytes(self, entry) -> bytes:
         """The descriptor as stored, read once at open (what a response sends as it is)."""
@@ -125,20 +156,8 @@ class _Served:
     def item(self, key: str) -> Item:
         return self.file[key]
 
-    def release(self) -> None:
-        self.users -= 1
-        if self.retired and not self.users:
-            self.close()
-
     def close(self) -> None:
         self.file.close()
-
-    def buffer_ranges(self, tensor: Tensor) -> Optional[tuple]:
-        """``(offset, size)`` of each of ``tensor``'s buffers in this file, if it is this file's."""
-        source = getattr(tensor, "_source", None)
-        if source is None or source.reader is not getattr(self.file, "_reader", None):
-            return None
-        return source.ranges
 
     def stored_descriptor(self, name: Optional[str]) -> Optional[bytes]:
         return self.descriptors.get(name) if name is not None else None
@@ -191,40 +210,24 @@ class _FileEntry:
                 served.close()
 
 
-class _Held:
+class _Held(_Holder):
     """An item the server holds in memory: every buffer in one sealed memfd, read by ``pread``
-    (its leaves are :class:`~hurray_schema.io.tensor.SourcedTensor`) and never mapped here: one
-    descriptor per item, which shared-memory clients are handed and map as it is."""
-
-    path = None
-    descriptors: dict = {}
+    and never mapped here: one descriptor per item, which shared-memory clients are handed and map
+    as it is."""
 
     def __init__(self, item: Item, source, reader):
+        super().__init__()
         self.held_item = item
         self.source = source
         self.reader = reader
         self.fd = source.fileno()
         self.size = source.size
-        self.users = 0
-        self.retired = False
 
     def item(self, key: str) -> Item:
         return self.held_item
 
-    def release(self) -> None:
-        self.users -= 1
-        if self.retired and not self.users:
-            self.close()
-
     def close(self) -> None:
         self.source.close()
-
-    def buffer_ranges(self, tensor: Tensor) -> Optional[tuple]:
-        source = getattr(tensor, "_source", None)
-        return source.ranges if source is not None and source.reader is self.reader else None
-
-    def stored_descriptor(self, name: Optional[str]) -> Optional[bytes]:
-        return None
 
 
 def held(item: Item, fd: Optional[int] = None, ranges: Optional[list] = None) -> _Held:
