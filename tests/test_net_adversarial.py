@@ -312,6 +312,10 @@ def test_a_put_declaring_1_gib_commits_nothing(tmp_path):
     assert len(put) < 120 and grown < 64 * MiB, grown
 
 
+def _end(sid: int) -> bytes:
+    return w.encode_message(w.TENSOR_DATA_END, sid)
+
+
 def _frames(sid: int, data: bytes, frame: int = 256 * 1024) -> bytes:
     return b"".join(w.encode_message(w.TENSOR_DATA, sid, w.encode_tensor_data(i, data[i : i + frame]))
                     for i in range(0, len(data), frame))
@@ -330,11 +334,11 @@ def test_put_data_in_flight_is_bounded_for_the_whole_server(tmp_path):
                 read_message(sock)
             one.sendall(_put_header(3, "one", desc, len(data)) + _frames(3, data))  # all but its end
             time.sleep(0.3)
-            two.sendall(_put_header(3, "two", desc, len(data)) + _frames(3, data) + w.encode_message(w.TENSOR_DATA_END, 3))
+            two.sendall(_put_header(3, "two", desc, len(data)) + _frames(3, data) + _end(3))
             assert error_of(read_message(two)) == 0xF0
-            one.sendall(w.encode_message(w.TENSOR_DATA_END, 3))
+            one.sendall(_end(3))
             assert read_message(one)[0] == w.TENSOR_PUT_ACK
-            two.sendall(_put_header(5, "two", desc, len(data)) + _frames(5, data) + w.encode_message(w.TENSOR_DATA_END, 5))
+            two.sendall(_put_header(5, "two", desc, len(data)) + _frames(5, data) + _end(5))
             assert read_message(two)[:2] == (w.TENSOR_PUT_ACK, 5)
         assert server.inflight.used == 0
 

@@ -579,7 +579,8 @@ class HurrayFile(Mapping):
         group; the ``[dask]`` extra) whose tasks map this file by path and read their buffers'
         byte ranges: the graph holds descriptors and offsets, no data
         (:func:`hurray_schema.evaluate.dask_graph.to_dask`); for a URL (or a path read with
-        ``mmap=False``), tasks that fetch their own byte ranges (:class:`~.source.RemoteBuffers`).  ``f[name].to_dask()`` is the same graph."""
+        ``mmap=False``), tasks that fetch their own byte ranges (:class:`~.source.RemoteBuffers`).
+        ``f[name].to_dask()`` is the same graph."""
         from ..evaluate.dask_graph import to_dask
 
         item = self[name] if name in self else self.tensor(name)

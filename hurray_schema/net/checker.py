@@ -39,7 +39,8 @@ from ..structs.tags import CompositionRule
 from . import messages as m
 from .devices import check_placement
 
-__all__ = ["Side", "SessionChecker", "Transfer", "ClosedStreams", "CLIENT_SENDS", "SERVER_SENDS", "message_name", "recorded_side", "recorded_side_of", "recorded_locally", "check_recorded", "other_direction",
+__all__ = ["Side", "SessionChecker", "Transfer", "ClosedStreams", "CLIENT_SENDS", "SERVER_SENDS", "message_name",
+           "recorded_side", "recorded_side_of", "recorded_locally", "check_recorded", "other_direction",
            "PeerRecording"]
 
 

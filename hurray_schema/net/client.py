@@ -42,7 +42,7 @@ from . import messages as m
 from .checker import LOCAL_MARK, SHM_SERVER_TYPES, SessionChecker, Side, message_name
 from .devices import parse_devices
 from .options import CLIENT_MAX_MESSAGE_BYTES, CLIENT_TIMEOUT, physical_memory
-from .shm import Mappings, is_sealed, read_ranges, sealed_memfd
+from .shm import Mappings, is_sealed, read_ranges_into, sealed_memfd
 from .wire import Closed, Deadline, Recorder, Wire, plane_views
 
 __all__ = ["Session", "connect", "parse_url"]
@@ -382,8 +382,7 @@ class _Plane:
     def fill_from(self, fd: int, segments) -> None:
         """The buffers read from ``segments`` of file ``fd`` (a copy: what is not a sealed memory
         file could shrink under a mapping)."""
-        for into, data in zip(self.buffers, read_ranges(fd, segments)):
-            into[:] = data
+        read_ranges_into(fd, segments, self.buffers)
 
     @buffers.setter
     def buffers(self, views: list) -> None:

@@ -23,6 +23,7 @@ import attrs
 from ..errors import HurraySchemaError
 from ..structs.stream import TENSOR_DATA_HEADER_SIZE
 from .shm import SHARED_CHUNK_BYTES
+from .wire import GROW_STEP
 
 __all__ = ["ServerOptions", "physical_memory", "limits_table", "shown_default", "CLIENT_LIMITS", "CLIENT_TIMEOUT",
            "CLIENT_MAX_MESSAGE_BYTES", "SERVER_SWITCHES", "MiB", "GiB"]
@@ -104,7 +105,7 @@ class ServerOptions:
         "ERROR MESSAGE_TOO_LARGE (`session.message.size`); the connection is closed.", minimum=1)
     max_message_bytes: int = _option(
         64 * MiB, "bytes", "Any other payload: the `max_message_size` SERVER_HELLO advertises. A payload's "
-        "buffer grows with the bytes that arrive, from 64 KiB.",
+        f"buffer grows with the bytes that arrive, from {GROW_STEP >> 10} KiB.",
         "ERROR MESSAGE_TOO_LARGE (`session.message.size`); the connection is closed.",
         minimum=TENSOR_DATA_HEADER_SIZE + 1)
     max_put_bytes: int = _option(
@@ -190,11 +191,11 @@ CLIENT_MAX_MESSAGE_BYTES = 256 * MiB
 """The largest payload a client accepts by default: a data frame of up to 256 MiB."""
 
 CLIENT_LIMITS = (
-    ("timeout", "seconds", f"{CLIENT_TIMEOUT:g} s", "One call of a session as a whole (`connect`, `get`, `put`, `ping`): PINGs "
-     "and trickled bytes do not extend it.", "`SessionTimeout`; the session is closed (a reply may be "
+    ("timeout", "seconds", f"{CLIENT_TIMEOUT:g} s", "One call of a session as a whole (`connect`, `get`, `put`, "
+     "`ping`): PINGs and trickled bytes do not extend it.", "`SessionTimeout`; the session is closed (a reply may be "
      "half-read)."),
-    ("max_message_bytes", "bytes", f"{CLIENT_MAX_MESSAGE_BYTES >> 20} MiB", "A payload the client accepts (its `max_message_size`); a "
-     "payload's buffer grows with the bytes that arrive.", "`SpecViolation` `session.message.size`; the "
+    ("max_message_bytes", "bytes", f"{CLIENT_MAX_MESSAGE_BYTES >> 20} MiB", "A payload the client accepts (its "
+     "`max_message_size`); a payload's buffer grows with the bytes that arrive.", "`SpecViolation` `session.message.size`; the "
      "session is closed."),
     ("max_response_bytes", "bytes", "the machine's physical memory", "The data one response announces, checked "
      "before anything is allocated.", "`LimitExceeded`; the session is closed."),

@@ -54,6 +54,9 @@ SMALL_RESPONSE_BYTES = 64 * 1024
 """A tensor with at most this many data bytes is sent in one write (descriptor, frames and end)."""
 REFUSAL_SECONDS = 2.0
 """How long a refusal may take over TLS (its handshake, then the ERROR)."""
+LINGER_SECONDS = 1.0
+"""How long a closing connection reads and drops what its peer still sends, so that the last ERROR
+reaches it whole rather than lost to a reset (:meth:`~.wire.Wire.close`)."""
 REFUSALS_AT_ONCE = 8
 """TLS refusals under way at once; past them a refused connection is closed without a word."""
 
@@ -255,14 +258,18 @@ class Server:
         self._connections.add(conn)
         conn.thread.start()
 
-    def _ended(self, conn: "_Connection") -> None:
-        """``conn``'s thread is over: its slot goes to the oldest connection still waiting."""
+    def _release_slot(self) -> None:
+        """A connection's session is over: its slot goes to the oldest connection still waiting."""
         with self._lock:
-            self._connections.discard(conn)
             self._active -= 1
             late = self._give_slots_locked()
         for sock in late:
             self._refuse(sock, "no slot came free before the handshake deadline")
+
+    def _ended(self, conn: "_Connection") -> None:
+        """``conn``'s thread is over, its socket closed."""
+        with self._lock:
+            self._connections.discard(conn)
 
     def _give_slots_locked(self) -> list:
         """Start the waiting connections the free slots allow, oldest first; returns those whose
@@ -447,8 +454,9 @@ class _Connection:
         finally:
             for sid in list(self.charged):
                 self._forget_item(sid)
+            self.server._release_slot()  # the lingering close below holds no slot
             if self.wire is not None:
-                self.wire.close()
+                self.wire.close(linger=0.0 if self.server._stopping.is_set() else LINGER_SECONDS)
             else:
                 self.sock.close()
             self.server._ended(self)

@@ -24,8 +24,9 @@ from typing import Iterable
 from ..errors import HurraySchemaError, ShortRead
 from ..rules import session as rules
 
-__all__ = ["Segment", "new_segment", "sealed_memfd", "check_sealed", "is_sealed", "read_ranges", "sealed_copy", "Mappings",
-           "send_with_fd", "receive_fds", "MAX_FDS", "SEALS", "ALIGNMENT", "SHARED_CHUNK_BYTES"]
+__all__ = ["Segment", "new_segment", "sealed_memfd", "check_sealed", "is_sealed", "read_ranges", "read_ranges_into",
+           "sealed_copy", "Mappings", "send_with_fd", "receive_fds", "MAX_FDS", "SEALS", "ALIGNMENT",
+           "SHARED_CHUNK_BYTES"]
 
 SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK
 """What a shared memfd is sealed against (``F_SEAL_SEAL`` too, so nobody can unseal it)."""
@@ -155,16 +156,19 @@ def check_sealed(fd: int, sizes: Iterable[int], at: int) -> int:
 
 
 def read_ranges(fd: int, ranges) -> list:
-    """The bytes of each ``(offset, size)`` of file ``fd``, read by ``pread`` into memory of this
+    """The bytes of each ``(offset, size)`` of file ``fd``, read by ``pread`` into new memory of this
     process (never mapped); a file that ends first is :class:`~hurray_schema.errors.ShortRead`."""
     import numpy as np
 
-    out = []
-    for offset, size in ranges:
-        buf = np.empty(size, np.uint8)
-        _read_into(fd, memoryview(buf), offset)
-        out.append(memoryview(buf))
-    return out
+    views = [memoryview(np.empty(size, np.uint8)) for _, size in ranges]
+    read_ranges_into(fd, ranges, views)
+    return views
+
+
+def read_ranges_into(fd: int, ranges, views) -> None:
+    """Each ``(offset, size)`` of file ``fd`` read by ``pread`` into the matching writable view."""
+    for (offset, _), view in zip(ranges, views):
+        _read_into(fd, memoryview(view).cast("B"), offset)
 
 
 def _read_into(fd: int, view: memoryview, offset: int) -> None:

@@ -45,6 +45,8 @@ much)."""
 _SLACK = 0.25
 """Seconds a wait may overrun its deadline rather than re-arm the socket's timeout on every call."""
 _ZEROS = memoryview(bytes(1 << 20))
+LINGER_BYTES = 1 << 20
+"""The most a lingering close (:meth:`Wire.close`) reads and drops of what the peer still sends."""
 
 
 class Closed(SessionError):
@@ -460,15 +462,36 @@ class Wire:
         self.send_cut = done < n
         return done
 
-    def close(self) -> None:
+    def close(self, *, linger: float = 0.0) -> None:
+        """End the connection.  With ``linger`` (seconds), gracefully: our side first (what was sent
+        is followed by the end of the stream), then what the peer still sends is read and dropped
+        until it closes too, for at most ``linger`` seconds and :data:`LINGER_BYTES` -- closing with
+        unread bytes would reset the connection and lose the end of what we sent (an ERROR)."""
         self.drop_fds()
+        if self.recorder is not None:
+            self.recorder.close()
         try:
+            if linger:
+                self._linger(linger)
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
         self.sock.close()
-        if self.recorder is not None:
-            self.recorder.close()
+
+    def _linger(self, seconds: float) -> None:
+        self.sock.shutdown(socket.SHUT_WR)
+        end, left = time.monotonic() + seconds, LINGER_BYTES
+        sink = bytearray(min(LINGER_BYTES, 1 << 16))
+        while left > 0:
+            wait = end - time.monotonic()
+            if wait <= 0:
+                return
+            self.sock.settimeout(wait)
+            self._armed = -1.0
+            n = self.sock.recv_into(sink)
+            if not n:
+                return
+            left -= n
 
 
 def _pread_exactly(fd: int, offset: int, n: int) -> bytes:
