@@ -544,14 +544,41 @@ def test_a_file_cut_while_its_frames_go_out_keeps_the_framing(tmp_path):
             assert peer.ping(b"still here").type == w.PONG
 
 
+def test_a_file_cut_during_a_parallel_transfer_ends_every_open_shard_stream(tmp_path):
+    """The same cut during a parallel transfer (4 shards of 16 MiB, frames of 1 MiB): every frame
+    whole, and each shard stream ends with TENSOR_DATA_END or ERROR SOURCE_CHANGED -- never
+    both, never neither -- then a PING is answered."""
+    path = tmp_path / "big.hrry"
+    hs.save(path, {"big": np.ones((64, 256 * 1024), np.float32)})
+    with hs.serve([path], frame_bytes=MiB, parallel_min_bytes=MiB) as server:
+        with raw(server.port) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+            sock.sendall(HELLO)
+            read_message(sock)
+            sock.sendall(w.encode_message(w.TENSOR_REQUEST, 3, w.encode_tensor_request(
+                "big", request_flags=w.REQ_PARALLEL_OK)))
+            ends: dict = {}
+            for count in range(10_000):
+                kind, sid, payload = read_message(sock)  # every message whole, or this raises
+                if count == 8:
+                    _cut_inside(path, "big", keep=4 * MiB)
+                if kind in (w.TENSOR_DATA_END, w.ERROR):
+                    assert sid not in ends, (sid, kind)
+                    ends[sid] = kind if kind == w.TENSOR_DATA_END else error_of((kind, sid, payload))
+                if len(ends) == 4:
+                    break
+            assert sorted(ends) == [3, 4, 5, 6] and 0xF5 in ends.values(), ends
+            sock.sendall(w.encode_message(w.PING, 9, b"after"))
+            assert read_message(sock)[:2] == (w.PONG, 9)
+
+
 _SHRINKING_CLIENT = textwrap.dedent("""
     import os, sys, numpy as np, hurray_schema as hs
     url, path = sys.argv[1], sys.argv[2]
     with hs.connect(url) as session:
         arrays = [np.asarray(session.get(k)) for k in ("w", "v")]
         os.truncate(path, 64)  # the served file, cut under whatever this process maps
-        total = sum(float(a.sum()) for a in arrays)
-        again = session.get("w") if False else None
+        total = sum(float(a.sum()) for a in arrays)  # every page of both arrays read after the cut
     print(total, flush=True)
 """)
 

@@ -667,7 +667,7 @@ class _Connection:
             pending.append((stream, node.frames(frame)))
         while pending:
             still = []
-            for stream, frames in pending:
+            for i, (stream, frames) in enumerate(pending):
                 step = next(frames, None)
                 if step is None:
                     wire.send(MessageType.TENSOR_DATA_END, stream)
@@ -675,10 +675,9 @@ class _Connection:
                 try:
                     wire.send_frame(stream, *step)
                 except SourceError as exc:
-                    for other, _ in pending:
-                        if other != stream:
-                            self._error(other, PrivateErrorCode.SOURCE_CHANGED, str(exc))
-                    raise
+                    for other, _ in still + [(stream, frames)] + pending[i + 1:]:
+                        self._error(other, PrivateErrorCode.SOURCE_CHANGED, str(exc))
+                    return
                 still.append((stream, frames))
             pending = still
 
