@@ -15,6 +15,7 @@ import collections
 import math
 import os
 import threading
+import time
 import urllib.parse
 from typing import Iterator, Optional, Sequence
 
@@ -23,12 +24,14 @@ import attrs
 from ..codec import encode_descriptor
 from ..errors import HurraySchemaError, LimitExceeded, SourceChanged, UnsupportedEvaluation
 from ..io.file import HurrayFile, read_file
-from ..io.tensor import Composite, Item, Tensor, walk
+from ..io.source import LocalFileSource, RangeReader, SourcedBuffers
+from ..io.tensor import Composite, Item, SourcedTensor, Tensor, walk
 from ..model import COLUMN_MAJOR, Shard, TensorDescriptor
 from ..structs.session import RequestFlag
 from ..structs.tags import CompositionRule, LayoutTag
 from . import messages as m
 from .options import ServerOptions
+from .shm import SHARED_CHUNK_BYTES, layout, read_ranges, sealed_copy, sealed_memfd
 
 __all__ = ["Node", "Catalog", "Answer", "plan_response", "TRANSCODE_TARGETS", "store_file_name", "StoreFull",
            "read_copy"]
@@ -135,6 +138,7 @@ class _Served(_Holder):
             self.fd = self.file.fileno()
             self.reader = self.file._reader
             self.identity = _identity(os.fstat(self.fd))
+            self.checked = time.monotonic()
             entries = self.file.entries()
             self.descriptors = {e.name: self._descriptor_bytes(e) for e in entries}
         except BaseException:
@@ -147,11 +151,17 @@ class _Served(_Holder):
 
     def current(self) -> bool:
         """The file is as it was when opened (same size and modification time): not cut or
-        rewritten in place since."""
+        rewritten in place since.  Looked at once per :data:`RECHECK_SECONDS` at most (a response
+        reading past a cut is refused anyway: :class:`~hurray_schema.errors.ShortRead`)."""
+        now = time.monotonic()
+        if now < self.checked + RECHECK_SECONDS:
+            return True
         try:
-            return _identity(os.fstat(self.fd)) == self.identity
+            same = _identity(os.fstat(self.fd)) == self.identity
         except OSError:
             return False
+        self.checked = now
+        return same
 
     def item(self, key: str) -> Item:
         return self.file[key]
@@ -161,6 +171,10 @@ class _Served(_Holder):
 
     def stored_descriptor(self, name: Optional[str]) -> Optional[bytes]:
         return self.descriptors.get(name) if name is not None else None
+
+
+RECHECK_SECONDS = 0.05
+"""How often a served file's size and modification time are looked at, at most (on a GET)."""
 
 
 def _identity(st: os.stat_result) -> tuple:
@@ -234,9 +248,6 @@ def held(item: Item, fd: Optional[int] = None, ranges: Optional[list] = None) ->
     """``item`` held in a sealed memfd: ``fd`` as given with each leaf's buffer ``ranges`` in it
     (a client's, pushed by SHM_PUT; the caller keeps its own descriptor), or a new memfd holding a
     copy of every leaf's buffers.  The item is rebuilt over the memfd, read by range."""
-    from ..io.source import LocalFileSource, RangeReader, SourcedBuffers
-    from ..io.tensor import SourcedTensor
-    from .shm import sealed_memfd
 
     leaves = [node for _, node in walk(item) if isinstance(node, Tensor)]
     if fd is None:
@@ -266,7 +277,6 @@ def read_copy(item: Item, holder, limit: int) -> Optional[Item]:
     file or memfd: a file cut meanwhile is :class:`~hurray_schema.errors.ShortRead`), or None when
     they hold more than ``limit`` bytes.  What the transcoder computes from: the held leaves keep
     no bytes they fetched."""
-    from .shm import read_ranges
 
     leaves = [node for _, node in walk(item) if isinstance(node, Tensor)]
     spans = [holder.buffer_ranges(leaf) for leaf in leaves]
@@ -506,9 +516,12 @@ def _data_bytes(item: Item) -> int:
 
 
 def _layout_bytes(item: Item) -> int:
-    from .shm import layout
 
     return layout(b.byte_size for _, node in walk(item) for b in node.descriptor.buffers)[1]
+
+
+PLANS_KEPT = 4096
+"""The copy plans :class:`SharedCopies` remembers (forgotten all at once past this many)."""
 
 
 class SharedCopies:
@@ -521,21 +534,24 @@ class SharedCopies:
         self.budget = budget
         self.count = count
         self._copies: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
+        self._plans: dict = {}
+        """What a request's ranges are copied as (:func:`_copy_plan`), by file identity and ranges."""
         self.bytes = 0
         self._lock = threading.Lock()
 
     def get(self, fd: int, identity: tuple, ranges) -> Optional[tuple[int, tuple]]:
         """A descriptor of the copy holding ``ranges`` of file ``fd`` (the caller closes it), and
         each range's ``(offset, size)`` in it; None when the copy would not fit the cache."""
-        key, spans, offsets, total, placed = _copy_plan(identity, ranges)
+        asked = (identity, tuple(ranges))
         with self._lock:
-            found = self._copies.get(key)
+            plan = self._plans.get(asked)
+            found = self._copies.get(plan[0]) if plan is not None else None
             if found is not None:
-                self._copies.move_to_end(key)
-                return os.dup(found[0]), placed
+                self._copies.move_to_end(plan[0])
+                return os.dup(found[0]), plan[4]
+        key, spans, offsets, total, placed = plan = _copy_plan(*asked)
         if total > self.budget or not self.count:
             return None
-        from .shm import sealed_copy
 
         copy = sealed_copy(fd, spans, offsets, total)
         with self._lock:
@@ -546,6 +562,9 @@ class SharedCopies:
                 self._copies[key] = (copy, total)
                 self.bytes += total
                 self._evict()
+            if len(self._plans) >= PLANS_KEPT:
+                self._plans.clear()
+            self._plans[asked] = plan
             return os.dup(copy), placed
 
     def _evict(self) -> None:
@@ -564,7 +583,6 @@ class SharedCopies:
 def _copy_plan(identity: tuple, ranges) -> tuple:
     """``(key, spans copied, their offsets in the copy, its size, each range's place in it)``:
     the chunk of the file that holds every range, or the ranges alone laid out one after another."""
-    from .shm import SHARED_CHUNK_BYTES, layout
 
     used = [(o, n) for o, n in ranges if n]
     size = identity[1]

@@ -168,7 +168,8 @@ class SessionChecker:
 
     def is_closed(self, stream_id: int) -> bool:
         """``stream_id`` is a stream an ERROR ended, and no exchange holds it open."""
-        return stream_id in self.closed and not self.holds(stream_id)
+        closed = self.closed
+        return (stream_id in closed or stream_id <= closed.floor) and not self.holds(stream_id)
 
     def holds(self, stream_id: int) -> bool:
         """An exchange on ``stream_id`` is under way: a tensor arriving, a PUT, a request awaiting
@@ -395,30 +396,25 @@ class SessionChecker:
                     f"a buffer of memory_class 0x{int(h.memory_class):02X}, which the client did not advertise", at)
 
 
-class ClosedStreams:
+class ClosedStreams(dict):
     """The stream ids an ERROR closed, in bounded memory however many it closes: the latest
-    :attr:`RECENT` exactly, and every id at or below the highest one forgotten (:attr:`floor`), as
-    a stream numbering that only grows would have it (spec-map § Interpretations)."""
+    :attr:`RECENT` exactly (the dict's keys, oldest first), and every id at or below the highest
+    one forgotten (:attr:`floor`), as a stream numbering that only grows would have it (spec-map §
+    Interpretations).  ``sid in closed or sid <= closed.floor`` is a closed stream."""
 
     RECENT = 1024
 
     def __init__(self):
-        self._recent: dict[int, None] = {}
+        super().__init__()
         self.floor = 0
 
     def add(self, stream_id: int) -> None:
-        self._recent.pop(stream_id, None)
-        self._recent[stream_id] = None
-        if len(self._recent) > self.RECENT:
-            oldest = next(iter(self._recent))
-            del self._recent[oldest]
+        self.pop(stream_id, None)
+        self[stream_id] = None
+        if len(self) > self.RECENT:
+            oldest = next(iter(self))
+            del self[oldest]
             self.floor = max(self.floor, oldest)
-
-    def __contains__(self, stream_id: int) -> bool:
-        return stream_id <= self.floor or stream_id in self._recent
-
-    def __len__(self) -> int:
-        return len(self._recent)
 
 
 class Transfer:

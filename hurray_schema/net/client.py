@@ -110,6 +110,7 @@ class Session:
             raise HurraySchemaError(f"timeout must be positive (or None), not {timeout}")
         self.url = url
         self.timeout = timeout
+        self._a_call = f"a call on {url}"
         self.limits = resolve_limits(limits)
         self.mode = Mode(mode)
         self.max_response_bytes = physical_memory() if max_response_bytes is None else int(max_response_bytes)
@@ -193,7 +194,7 @@ class Session:
         ERROR to the server naming the fault, ``interchange.md § Error Handling``)."""
         self._guard()
         if self.timeout is not None:
-            self.wire.deadline = Deadline(self.timeout, what=f"{run.__name__.strip('_')}() on {self.url}")
+            self.wire.deadline = Deadline(self.timeout, what=self._a_call)
         try:
             return run(*args)
         except RemoteError:

@@ -42,9 +42,12 @@ GROW_STEP = 64 * 1024
 """A payload up to this size is read into a buffer of its declared size; a longer one's buffer
 starts at this size and at most doubles with what arrived (a declared length alone commits this
 much)."""
+_NO_TIMEOUT = struct.pack("ll", 0, 0)
 _SLACK = 0.25
 """Seconds a wait may overrun its deadline rather than re-arm the socket's timeout on every call."""
 _ZEROS = memoryview(bytes(1 << 20))
+READ_AHEAD = 64 * 1024
+"""A read shorter than this receives up to this many bytes at once, kept for the reads after it."""
 LINGER_BYTES = 1 << 20
 """The most a lingering close (:meth:`Wire.close`) reads and drops of what the peer still sends."""
 
@@ -60,17 +63,17 @@ class Deadline:
 
     __slots__ = ("start", "seconds", "rate", "moved", "what")
 
-    def __init__(self, seconds: float, *, rate: float = 0.0, what: str = "the operation",
-                 start: Optional[float] = None):
+    def __init__(self, seconds: float, *, rate: float = 0, what: str = "the operation", start: Optional[float] = None):
         self.start = time.monotonic() if start is None else start
-        self.seconds = float(seconds)
-        self.rate = float(rate)
+        self.seconds = seconds
+        self.rate = rate
         self.moved = 0
         self.what = what
 
-    def remaining(self) -> float:
+    def remaining(self, now: Optional[float] = None) -> float:
+        """Seconds left (``now``: the monotonic clock's reading, if the caller has it)."""
         allowance = self.moved / self.rate if self.rate else 0.0
-        return self.start + self.seconds + allowance - time.monotonic()
+        return self.start + self.seconds + allowance - (time.monotonic() if now is None else now)
 
     def expired(self) -> SessionTimeout:
         pace = f" (at least {self.rate:.0f} bytes/s)" if self.rate else ""
@@ -138,6 +141,12 @@ class Wire:
         """A Unix socket: descriptors may travel with the bytes (``SCM_RIGHTS``)."""
         self.message_at = 0
         """Offset of the message being read: descriptors arriving now belong to it."""
+        self._ahead = None if self.local else memoryview(bytearray(READ_AHEAD))
+        """Bytes received ahead of what was asked (``[_lo, _hi)`` unread).  Not over a Unix socket:
+        there each receive stops at its message's end, so a descriptor is known by its message."""
+        self._lo = self._hi = 0
+        if self.plain:
+            sock.settimeout(None)  # blocking: the kernel keeps the timeouts (:meth:`_arm`)
         self.fds: collections.deque = collections.deque()
         """``(message offset, fd)`` of descriptors received and not yet taken, oldest first."""
         self._writable = select.poll()
@@ -154,76 +163,92 @@ class Wire:
         """No deadline runs: a wait now is one for the peer's next message."""
         return self.deadline is None and self.reading is None and self.writing is None
 
-    def _bound(self, writing: bool) -> Optional[float]:
-        """How long the next wait may block: the idle bound or what the deadlines leave, the
-        shortest; a deadline already past raises."""
-        bound = self.timeout
-        for deadline in (self.deadline, self.writing if writing else self.reading):
-            if deadline is not None:
-                left = deadline.remaining()
+    def _bound(self, paced: Optional[Deadline]) -> Optional[float]:
+        """How long the next wait may block: the idle bound or what :attr:`deadline` and ``paced``
+        (the direction's own) leave, the shortest; a deadline already past raises."""
+        bound, deadline = self.timeout, self.deadline
+        if deadline is None and paced is None:
+            return bound
+        now = time.monotonic()
+        for one in (deadline, paced):
+            if one is not None:
+                left = one.remaining(now)
                 if left <= 0:
-                    raise deadline.expired()
-                bound = left if bound is None else min(bound, left)
+                    raise one.expired()
+                if bound is None or left < bound:
+                    bound = left
         return bound
 
     def _arm(self, bound: Optional[float]) -> None:
-        """Give the socket the timeout ``bound`` when the one it has could wait longer than the
-        deadline allows (or much shorter than needed).  A plain socket keeps it in the kernel
-        (``SO_RCVTIMEO`` / ``SO_SNDTIMEO``: a whole frame is one ``sendfile`` call and a ``recv``
-        takes what has arrived, where Python's own timeout polls before every call; a timeout is
-        then ``EAGAIN``); a TLS socket keeps Python's (its reads must tell a timeout from a
-        partial record)."""
+        """Give the socket the timeout ``bound`` when the one it has could wait past the deadline
+        (by more than :data:`_SLACK`) or is shorter than a slack's worth; a timeout shorter than
+        needed only wakes the wait early (:meth:`_timed_out` then sends it back to wait), so a
+        connection alternating between its idle bound and a message's deadline re-arms nothing.
+        A plain socket keeps the timeout in the kernel (``SO_RCVTIMEO`` / ``SO_SNDTIMEO``: a
+        ``recv`` takes what has arrived, where Python's own timeout polls before every call; a
+        timeout is then ``EAGAIN``); a TLS socket keeps Python's (its reads must tell a timeout from
+        a partial record)."""
         armed = self._armed
         if bound is None:
             if armed is None:
                 return
-        elif armed is not None and armed >= 0 and bound + _SLACK >= armed and bound <= 2 * armed:
+        elif armed is not None and armed >= 0 and bound + _SLACK >= armed and armed >= min(bound, _SLACK):
             return
         self._armed = bound
-        if not self.plain or bound is None:
+        if not self.plain:
             self.sock.settimeout(bound)
             return
-        self.sock.settimeout(None)
-        bound = max(bound, 0.001)  # 0 would mean "no timeout" to the kernel
-        seconds = int(bound)
-        value = struct.pack("ll", seconds, int((bound - seconds) * 1_000_000))
+        if bound is None:
+            value = _NO_TIMEOUT
+        else:
+            bound = max(bound, 0.001)  # 0 would mean "no timeout" to the kernel
+            value = struct.pack("ll", int(bound), int((bound - int(bound)) * 1_000_000))
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
 
-    def _timed_out(self, since: float, writing: bool) -> None:
-        """A wait that began at ``since`` timed out: raise when a deadline passed or the idle
-        bound elapsed, else return (the socket's timeout was shorter than either: wait again)."""
+    def _timed_out(self, since: Optional[float], writing: bool) -> float:
+        """A wait timed out: raise when a deadline passed or the idle bound elapsed since ``since``
+        (None: the wait began one socket timeout ago), else return ``since`` (the socket's timeout
+        was shorter than either: wait again)."""
+        now = time.monotonic()
         for deadline in (self.deadline, self.writing if writing else self.reading):
-            if deadline is not None and deadline.remaining() <= 0:
+            if deadline is not None and deadline.remaining(now) <= 0:
                 raise deadline.expired()
-        if self.timeout is not None and time.monotonic() - since >= self.timeout - 0.001:
+        if since is None:
+            since = now - max(self._armed or 0.0, 0.0)
+        if self.timeout is not None and now - since >= self.timeout - 0.001:
             raise SessionTimeout(f"the peer {'accepted' if writing else 'sent'} nothing for {self.timeout} s")
+        return since
 
-    def _moved(self, n: int, writing: bool) -> None:
-        for deadline in (self.deadline, self.writing if writing else self.reading):
-            if deadline is not None:
-                deadline.moved += n
+    def _moved(self, n: int, paced: Optional[Deadline]) -> None:
+        if self.deadline is not None:
+            self.deadline.moved += n
+        if paced is not None:
+            paced.moved += n
 
-    def _start_writing(self) -> None:
-        """An answer's first byte is about to leave: its deadline starts now."""
+    def _start_writing(self) -> Optional[Deadline]:
+        """An answer's bytes are about to leave: its deadline (started with its first byte)."""
         if self.pace is not None and self.writing is None:
             self.writing = Deadline(self.pace[0], rate=self.pace[1], what="an answer")
+        return self.writing
 
     # --- receiving ----------------------------------------------------------------------
     def _recv_into(self, view: memoryview) -> int:
-        since = time.monotonic()
+        since = None
         while True:
-            self._arm(self._bound(False))
+            bound = self._bound(self.reading)
+            if bound != self._armed:
+                self._arm(bound)
             try:
                 n = self._recv_with_fds(view) if self.local else self.sock.recv_into(view)
             except (socket.timeout, BlockingIOError):
-                self._timed_out(since, False)
+                since = self._timed_out(since, False)
                 continue
             except (ConnectionResetError, BrokenPipeError) as exc:
                 raise SessionError(f"the connection was reset: {exc}") from None
             except OSError as exc:
                 raise SessionError(f"the connection failed: {exc}") from None
-            self._moved(n, False)
+            self._moved(n, self.reading)
             return n
 
     def _recv_with_fds(self, view: memoryview) -> int:
@@ -251,6 +276,21 @@ class Wire:
         while self.fds and (before is None or self.fds[0][0] < before):
             os.close(self.fds.popleft()[1])
 
+    def _take(self, dest: memoryview) -> int:
+        """Bytes into ``dest`` (0: the peer closed): what was read ahead first; a short read
+        receives up to :data:`READ_AHEAD` bytes ahead (several small messages in one ``recv``),
+        a long one straight into ``dest`` (a frame's data lands where it goes, not copied)."""
+        ahead = self._ahead
+        if ahead is not None:
+            if self._lo == self._hi and len(dest) < READ_AHEAD:
+                self._lo, self._hi = 0, self._recv_into(ahead)
+            if self._lo < self._hi:
+                k = min(len(dest), self._hi - self._lo)
+                dest[:k] = ahead[self._lo : self._lo + k]
+                self._lo += k
+                return k
+        return self._recv_into(dest)
+
     def read_into(self, view: memoryview, *, at_boundary: bool = False) -> None:
         """Fill ``view`` from the socket; the connection ending first is
         ``stream.message.truncated`` (or :class:`Closed` when not one byte of a message arrived
@@ -258,7 +298,7 @@ class Wire:
         got, n = 0, len(view)
         try:
             while got < n:
-                k = self._recv_into(view[got:])
+                k = self._take(view[got:])
                 if not k:
                     if at_boundary and got == 0:
                         raise Closed("the peer closed the connection")
@@ -306,20 +346,22 @@ class Wire:
     def _sendall(self, data, fd: Optional[int] = None) -> None:
         """``data`` (with ``fd`` passed beside it, on a Unix socket), counted and recorded; every
         wait bounded by the idle timeout and the deadline."""
-        view = memoryview(data).cast("B")
+        view = data if type(data) is bytes else memoryview(data).cast("B")
         total = len(view)
         self.send_cut = True
-        self._start_writing()
         try:
             if self.plain:
                 self._send_plain(view, fd)
             else:  # TLS: Python's sendall bounds the whole call by the timeout; a partial send cannot resume
-                self._arm(self._bound(True))
+                paced = self._start_writing()
+                self._arm(self._bound(paced))
                 try:
                     self.sock.sendall(view)
                 except (socket.timeout, BlockingIOError):
                     self._timed_out(float("-inf"), True)  # one call: it cannot resume, whichever clock ran out
-                self._moved(total, True)
+                self._moved(total, paced)
+        except SessionError:  # a deadline that passed (an OSError too): as it is
+            raise
         except OSError as exc:
             raise SessionError(f"the connection failed: {exc}") from None
         self.send_cut = False
@@ -331,28 +373,31 @@ class Wire:
         """A plain socket's send: a short message by blocking sends (each bounded by the socket's
         send timeout), a long one by :meth:`_drive` (bounded by the deadlines as a whole)."""
         if len(view) > GROW_STEP:
-            sock = self.sock
+            sock, view = self.sock, memoryview(view)
 
             def attempt(done: int) -> int:
                 return send_with_fd(sock, view, fd) if fd is not None and not done else sock.send(view[done:])
 
             self._drive(attempt, len(view))
             return
-        since = time.monotonic()
+        paced = self.writing if self.writing is not None or self.pace is None else self._start_writing()
+        since = None
         while view:
-            self._arm(self._bound(True))
+            bound = self._bound(paced)
+            if bound != self._armed:
+                self._arm(bound)
             try:
                 if fd is not None:
                     sent, fd = send_with_fd(self.sock, view, fd), None
                 else:
                     sent = self.sock.send(view)
             except (socket.timeout, BlockingIOError):
-                self._timed_out(since, True)
+                since = self._timed_out(since, True)
                 continue
             if sent:
-                since = time.monotonic()
-                self._moved(sent, True)
-            view = view[sent:]
+                since = None
+                self._moved(sent, paced)
+            view = memoryview(view)[sent:] if sent < len(view) else b""
 
     def _drive(self, attempt, n: int) -> int:
         """Call ``attempt(done)`` (one send from byte ``done`` on; 0: the source ended) until ``n``
@@ -363,21 +408,21 @@ class Wire:
         out = self.sock.fileno()
         done = 0
         since = time.monotonic()
-        self._start_writing()
+        paced = self._start_writing()
         os.set_blocking(out, False)
         try:
             while done < n:
-                bound = self._bound(True)  # a peer that takes a little at a time still meets its deadline
+                bound = self._bound(paced)  # a peer that takes a little at a time still meets its deadline
                 try:
                     sent = attempt(done)
                 except BlockingIOError:
                     if not self._writable.poll(None if bound is None else max(1, int(bound * 1000))):
-                        self._timed_out(since, True)
+                        since = self._timed_out(since, True)
                     continue
                 if not sent:
                     break
                 since = time.monotonic()
-                self._moved(sent, True)
+                self._moved(sent, paced)
                 done += sent
         finally:
             os.set_blocking(out, True)
@@ -454,6 +499,8 @@ class Wire:
         self.send_cut = True  # until the range went whole (or the file ended and the caller pads)
         try:
             done = self._drive(lambda done: os.sendfile(out, fd, offset + done, min(n - done, 1 << 30)), n)
+        except SessionError:
+            raise
         except OSError as exc:
             raise SessionError(f"the connection failed: {exc}") from None
         if self._out is not None and done:
