@@ -31,6 +31,7 @@ __all__ = [
     "LayoutEntry", "Hello", "Request", "Put", "decode_hello", "encode_hello", "decode_request", "encode_request",
     "decode_put", "encode_put", "decode_error", "encode_error", "decode_rdma_register", "message", "header",
     "data_header", "unpack_offset_in_buffer", "tail_offset", "transport_fields", "HEADER", "HEADER_SIZE", "DATA_HEADER_SIZE", "PAYLOAD_LENGTH_AT",
+    "TRANSPORT_SIZE",
 ]
 
 HEADER = plan(MESSAGE_HEADER)
@@ -44,6 +45,8 @@ assert plan(TENSOR_DATA_HEADER).steps[0].names == ("byte_offset_in_buffer",)
 _DESCRIPTOR_LENGTH_SIZE = static_size(TENSOR_PUT.subcons[2])
 assert TENSOR_PUT.subcons[2].name == "descriptor_length"
 _TRANSPORT = plan(TENSOR_DESCRIPTOR_FIELDS)
+TRANSPORT_SIZE = static_size(TENSOR_DESCRIPTOR_FIELDS)
+"""Bytes of the transport fields after a TENSOR_DESCRIPTOR's descriptor (``§ TENSOR_DESCRIPTOR Payload``)."""
 _KEY_AT = static_offset(TENSOR_REQUEST, "tensor_key")
 
 

@@ -601,7 +601,7 @@ class _Connection:
             item, holder, request, transcoding=True, transcode_limit=options.transcode_limit,
             parallel=not shared, parallel_shards=options.parallel_shards, parallel_min_bytes=options.parallel_min_bytes)
         limit = min(self.client.max_message_size, options.frame_bytes + m.DATA_HEADER_SIZE)
-        too_big = max(len(n.descriptor) for n in answer.nodes) + 16
+        too_big = max(len(n.descriptor) for n in answer.nodes) + m.TRANSPORT_SIZE
         if too_big > self.client.max_message_size or limit <= m.DATA_HEADER_SIZE:
             return self._error(sid, ErrorCode.MESSAGE_TOO_LARGE,
                                f"a {too_big}-byte TENSOR_DESCRIPTOR exceeds the client's max_message_size "
