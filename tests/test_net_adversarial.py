@@ -381,13 +381,17 @@ def test_closed_streams_cost_bounded_memory(served_file):
     assert grown < 4 * MiB, grown
 
 
-def _shm_put(sock: socket.socket, sid: int, desc: bytes, total: int, fd: int, *, with_message=None) -> None:
-    message = _put_header(sid, "k", desc, total)
-    message = message[:0] + w.encode_header(0xF2, sid, len(message) - w.HEADER_SIZE) + message[w.HEADER_SIZE:]
-    carrier = message if with_message is None else with_message
-    sock.sendmsg([carrier], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", fd))])
-    if with_message is not None:
-        sock.sendall(message)
+SHM_REQUEST, SHM_DATA, SHM_PUT = 0xF0, 0xF1, 0xF2
+"""Our private shared-memory message types (spec-map.md § Interpretations)."""
+
+
+def _shm_put_message(sid: int, desc: bytes, total: int) -> bytes:
+    """An SHM_PUT of key "k": a TENSOR_PUT's payload under our private type."""
+    return w.encode_message(SHM_PUT, sid, w.encode_tensor_put("k", desc, total))
+
+
+def _shm_put(sock: socket.socket, sid: int, desc: bytes, total: int, fd: int) -> None:
+    sock.sendmsg([_shm_put_message(sid, desc, total)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", fd))])
 
 
 def _sealed(data: bytes, size: int) -> int:
@@ -443,8 +447,7 @@ def test_an_shm_put_takes_only_the_descriptor_sent_with_it(tmp_path):
                 ping = w.encode_message(w.PING, 1, b"p")
                 sock.sendmsg([ping], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", fd))])
                 assert read_message(sock)[0] == w.PONG
-                message = _put_header(3, "k", desc, len(data))
-                sock.sendall(w.encode_header(0xF2, 3, len(message) - w.HEADER_SIZE) + message[w.HEADER_SIZE:])
+                sock.sendall(_shm_put_message(3, desc, len(data)))
                 kind, sid, payload = read_message(sock)
             finally:
                 os.close(fd)
@@ -611,13 +614,13 @@ def test_a_hostile_server_cannot_cut_an_unsealed_memfd_under_the_client(tmp_path
     desc = w.dense_descriptor("float32", data.shape)
 
     def answer(kind, sid, payload, conn):
-        if kind != 0xF0:  # SHM_REQUEST
+        if kind != SHM_REQUEST:
             return None
         fd = os.memfd_create("hostile", os.MFD_ALLOW_SEALING)
         os.write(fd, data.tobytes())
         conn.send_raw(ss.msg(w.TENSOR_DESCRIPTOR, sid, w.encode_descriptor_message(desc, data.nbytes)))
         shm_data = struct.pack("<I", 1) + struct.pack("<QQ", 0, data.nbytes)
-        message = ss.msg(0xF1, sid, shm_data)
+        message = ss.msg(SHM_DATA, sid, shm_data)
         conn.sock.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", fd))])
         conn.send_raw(ss.msg(w.TENSOR_DATA_END, sid))
         time.sleep(0.3)

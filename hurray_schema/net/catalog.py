@@ -26,6 +26,7 @@ from ..errors import HurraySchemaError, LimitExceeded, SourceChanged, Unsupporte
 from ..io.file import HurrayFile, read_file
 from ..io.source import LocalFileSource, RangeReader, SourcedBuffers
 from ..io.tensor import Composite, Item, SourcedTensor, Tensor, walk
+from ..limits import DEFAULT_LIMITS
 from ..model import COLUMN_MAJOR, Shard, TensorDescriptor
 from ..structs.session import RequestFlag
 from ..structs.tags import CompositionRule, LayoutTag
@@ -194,11 +195,16 @@ class _FileEntry:
         self.layouts: frozenset = frozenset()
         self.size = 0
 
-    def learn(self, served: _Served) -> None:
-        """What the file holds: its top-level keys, their layouts, its size."""
-        self.keys = tuple(served.file.keys())
-        self.layouts = frozenset(int(served.file.descriptor(k).layout_tag) for k in self.keys)
-        self.size = served.identity[1]
+    @classmethod
+    def of(cls, served: _Served, read_only: bool) -> "_FileEntry":
+        """The entry of the file ``served`` has open: what it holds (its top-level keys, their
+        layouts, its size), kept open."""
+        entry = cls(served.path, read_only)
+        entry.keys = tuple(served.file.keys())
+        entry.layouts = frozenset(int(served.file.descriptor(k).layout_tag) for k in entry.keys)
+        entry.size = served.identity[1]
+        entry.opened = served
+        return entry
 
     def open(self) -> _Served:
         """The open file, opened again when it changed in place since (cut or rewritten); a file
@@ -277,7 +283,6 @@ def read_copy(item: Item, holder, limit: int) -> Optional[Item]:
     file or memfd: a file cut meanwhile is :class:`~hurray_schema.errors.ShortRead`), or None when
     they hold more than ``limit`` bytes.  What the transcoder computes from: the held leaves keep
     no bytes they fetched."""
-
     leaves = [node for _, node in walk(item) if isinstance(node, Tensor)]
     spans = [holder.buffer_ranges(leaf) for leaf in leaves]
     if any(s is None for s in spans):
@@ -335,10 +340,7 @@ class Catalog:
     def _add_file(self, path: str, *, read_only: bool, served: Optional[_Served] = None) -> _FileEntry:
         """Serve the top-level items of ``path`` (``served``: already open): opened once to learn
         them, then kept open while fewer than ``max_open_files`` are."""
-        entry = _FileEntry(path, read_only)
-        served = _Served(path) if served is None else served
-        entry.learn(served)
-        entry.opened = served
+        entry = _FileEntry.of(_Served(path) if served is None else served, read_only)
         for key in entry.keys:
             self._items[key] = entry
             if read_only:
@@ -449,11 +451,7 @@ class Catalog:
         with self._writer(path):  # write, open and serve as one step: what is served is what is stored
             self._room(key, _data_bytes(item))
             write_file(path, {key: item})
-            served = _Served(path)
-            entry = _FileEntry(path, read_only=False)
-            entry.learn(served)
-            entry.opened = served
-            self._register(key, entry)
+            self._register(key, _FileEntry.of(_Served(path), read_only=False))
         return None
 
     def _room(self, key: str, size: int) -> None:
@@ -516,7 +514,6 @@ def _data_bytes(item: Item) -> int:
 
 
 def _layout_bytes(item: Item) -> int:
-
     return layout(b.byte_size for _, node in walk(item) for b in node.descriptor.buffers)[1]
 
 
@@ -527,7 +524,7 @@ PLANS_KEPT = 4096
 class SharedCopies:
     """Sealed memfd copies of served files, for shared-memory clients: at most ``budget`` bytes
     and ``count`` memfds, least recently used dropped first (a client keeps what it mapped).  A
-    copy is made by ``pread`` (:func:`~.shm.sealed_copy`: a file cut meanwhile is a typed error)
+    copy is made in the kernel (:func:`~.shm.sealed_copy`: a file cut meanwhile is a typed error)
     and found again by the file's identity (inode, size, modification time) and what it holds."""
 
     def __init__(self, budget: int, count: int):
@@ -552,7 +549,6 @@ class SharedCopies:
         key, spans, offsets, total, placed = plan = _copy_plan(*asked)
         if total > self.budget or not self.count:
             return None
-
         copy = sealed_copy(fd, spans, offsets, total)
         with self._lock:
             if key in self._copies:  # made twice at once: keep the first
@@ -583,7 +579,6 @@ class SharedCopies:
 def _copy_plan(identity: tuple, ranges) -> tuple:
     """``(key, spans copied, their offsets in the copy, its size, each range's place in it)``:
     the chunk of the file that holds every range, or the ranges alone laid out one after another."""
-
     used = [(o, n) for o, n in ranges if n]
     size = identity[1]
     if used:
@@ -650,13 +645,12 @@ def stored_nodes(item: Item, holder) -> Iterator[Node]:
             continue
         ranges = holder.buffer_ranges(node) if holder is not None else None
         segments = (holder.fd, ranges) if ranges is not None else None
-        yield Node(raw, desc, tuple(_pieces(node, holder)), total, segments=segments)
+        yield Node(raw, desc, tuple(_pieces(node, holder, ranges)), total, segments=segments)
 
 
-def _pieces(tensor: Tensor, holder) -> Iterator:
-    """A tensor's data plane: ranges of the file or memfd it lies in (for ``sendfile``), else its
-    buffers in memory."""
-    ranges = holder.buffer_ranges(tensor) if holder is not None else None
+def _pieces(tensor: Tensor, holder, ranges: Optional[tuple]) -> Iterator:
+    """A tensor's data plane: its ``ranges`` of the file or memfd ``holder`` reads (for
+    ``sendfile``), else its buffers in memory."""
     if ranges is not None:
         for offset, size in ranges:
             if size:
@@ -718,8 +712,6 @@ def _dense_bytes(desc: TensorDescriptor) -> int:
 def _logical_array(item: Item, limit: int):
     """The item's values, the evaluation bounded by ``limit`` bytes; None when the evaluator
     cannot make them or would need more (``LimitExceeded``: a fall-through, not a failure)."""
-    from ..limits import DEFAULT_LIMITS
-
     limits = DEFAULT_LIMITS.evolve(max_evaluation_bytes=limit)
     try:
         return item.materialize(limits=limits) if isinstance(item, Composite) else item.to_numpy(limits=limits)
@@ -766,7 +758,8 @@ def dense_shards(tensor: Tensor, holder, count: int,
     if total < min_bytes or rows < 2 or row_bits % 8 or not row_bits:
         return None
     row_bytes = row_bits // 8
-    (piece,) = tuple(_pieces(tensor, holder)) or (b"",)
+    ranges = holder.buffer_ranges(tensor) if holder is not None else None
+    (piece,) = tuple(_pieces(tensor, holder, ranges)) or (b"",)
     n = min(count, rows)
     bounds = [rows * i // n for i in range(n + 1)]
     nodes = []

@@ -57,6 +57,7 @@ REFUSAL_SECONDS = 2.0
 LINGER_SECONDS = 1.0
 """How long a closing connection reads and drops what its peer still sends, so that the last ERROR
 reaches it whole rather than lost to a reset (:meth:`~.wire.Wire.close`)."""
+_LATE = "no slot came free before the handshake deadline"
 REFUSALS_AT_ONCE = 8
 """TLS refusals under way at once; past them a refused connection is closed without a word."""
 
@@ -264,7 +265,7 @@ class Server:
             self._active -= 1
             late = self._give_slots_locked()
         for sock in late:
-            self._refuse(sock, "no slot came free before the handshake deadline")
+            self._refuse(sock, _LATE)
 
     def _ended(self, conn: "_Connection") -> None:
         """``conn``'s thread is over, its socket closed."""
@@ -290,14 +291,14 @@ class Server:
             while self._waiting and now - self._waiting[0][1] >= self.options.handshake_timeout:
                 late.append(self._waiting.popleft()[0])
         for sock in late:
-            self._refuse(sock, "no slot came free before the handshake deadline")
+            self._refuse(sock, _LATE)
 
     def _refuse(self, sock: socket.socket, why: str) -> None:
         """SERVER_BUSY instead of SERVER_HELLO, then close; over TLS after the TLS handshake (in
         a thread of its own, a few at once), so that a TLS client reads it as the refusal it is."""
         text = f"server busy: {why}"
         if self._tls is None:
-            return _refuse(sock, text)
+            return _send_busy(sock, text)
         if not self._refusals.acquire(blocking=False):
             sock.close()
             return None
@@ -311,7 +312,7 @@ class Server:
                 return
             finally:
                 self._refusals.release()
-            _refuse(wrapped, text)
+            _send_busy(wrapped, text)
 
         threading.Thread(target=refuse_over_tls, name="hurray-refuse", daemon=True).start()
         return None
@@ -370,7 +371,7 @@ def _server_context(cert, key, client_ca) -> Optional[ssl.SSLContext]:
     return context
 
 
-def _refuse(sock: socket.socket, why: str) -> None:
+def _send_busy(sock: socket.socket, why: str) -> None:
     """An ERROR before any hello (``interchange.md § Session Establishment``), then close: our
     side first (the ERROR is followed by the end of the stream), and what the client already sent
     (its hello) read and dropped, so the close does not reset the connection under the ERROR."""
@@ -882,7 +883,7 @@ def _segment_of(node: Node, holder, catalog: Catalog) -> tuple[int, tuple, bool]
     when the copy would not fit its cache; a tensor in neither is copied into a new sealed memfd."""
     if node.segments is not None:
         fd, ranges = node.segments
-        if getattr(holder, "path", None) is None:
+        if holder.path is None:  # a held item's memfd: sealed already
             return fd, ranges, False
         copied = catalog.shared_copy(holder, ranges)
         return (fd, ranges, False) if copied is None else (copied[0], copied[1], True)

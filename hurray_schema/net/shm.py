@@ -24,9 +24,9 @@ from typing import Iterable
 from ..errors import HurraySchemaError, ShortRead
 from ..rules import session as rules
 
-__all__ = ["Segment", "new_segment", "sealed_memfd", "check_sealed", "is_sealed", "read_ranges", "read_ranges_into",
-           "sealed_copy", "Mappings", "send_with_fd", "receive_fds", "MAX_FDS", "SEALS", "ALIGNMENT",
-           "SHARED_CHUNK_BYTES"]
+__all__ = ["Segment", "new_segment", "sealed_memfd", "check_sealed", "is_sealed", "cut_short", "read_range",
+           "read_ranges", "read_ranges_into", "sealed_copy", "Mappings", "send_with_fd", "receive_fds", "MAX_FDS",
+           "SEALS", "ALIGNMENT", "SHARED_CHUNK_BYTES"]
 
 SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK
 """What a shared memfd is sealed against (``F_SEAL_SEAL`` too, so nobody can unseal it)."""
@@ -155,6 +155,18 @@ def check_sealed(fd: int, sizes: Iterable[int], at: int) -> int:
     return size
 
 
+def cut_short(got: int, n: int, offset: int) -> ShortRead:
+    """The error of a file that ends ``got`` bytes into the ``n``-byte range at ``offset``."""
+    return ShortRead(f"the file ends {got} bytes into a {n}-byte range at byte {offset}")
+
+
+def read_range(fd: int, offset: int, n: int) -> bytearray:
+    """``n`` bytes of file ``fd`` from ``offset``, read by ``pread`` (:func:`cut_short` when it ends first)."""
+    buf = bytearray(n)
+    _read_into(fd, memoryview(buf), offset)
+    return buf
+
+
 def read_ranges(fd: int, ranges) -> list:
     """The bytes of each ``(offset, size)`` of file ``fd``, read by ``pread`` into new memory of this
     process (never mapped); a file that ends first is :class:`~hurray_schema.errors.ShortRead`."""
@@ -176,7 +188,7 @@ def _read_into(fd: int, view: memoryview, offset: int) -> None:
     while got < len(view):
         n = os.preadv(fd, [view[got:]], offset + got)
         if not n:
-            raise ShortRead(f"the file ends {got} bytes into a {len(view)}-byte range at byte {offset}")
+            raise cut_short(got, len(view), offset)
         got += n
 
 
@@ -192,7 +204,7 @@ def sealed_copy(fd: int, ranges, offsets, total: int) -> int:
             while done < size:
                 n = os.sendfile(copy, fd, offset + done, size - done)
                 if not n:
-                    raise ShortRead(f"the file ends {done} bytes into a {size}-byte range at byte {offset}")
+                    raise cut_short(done, size, offset)
                 done += n
         _seal(copy)
         return copy

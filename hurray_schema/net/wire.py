@@ -33,7 +33,7 @@ from typing import Optional
 from ..errors import SessionError, SessionTimeout, ShortRead
 from ..rules import container as container_rules
 from . import messages as m
-from .shm import MAX_FDS, receive_fds, send_with_fd
+from .shm import MAX_FDS, cut_short, read_range, receive_fds, send_with_fd
 
 __all__ = ["Wire", "Recorder", "Closed", "Deadline", "plane_views", "GROW_STEP"]
 
@@ -226,10 +226,14 @@ class Wire:
         if paced is not None:
             paced.moved += n
 
+    def _paced(self, what: str) -> Deadline:
+        """A message's or an answer's deadline, starting now (:attr:`pace`)."""
+        return Deadline(self.pace[0], rate=self.pace[1], what=what)
+
     def _start_writing(self) -> Optional[Deadline]:
         """An answer's bytes are about to leave: its deadline (started with its first byte)."""
         if self.pace is not None and self.writing is None:
-            self.writing = Deadline(self.pace[0], rate=self.pace[1], what="an answer")
+            self.writing = self._paced("an answer")
         return self.writing
 
     # --- receiving ----------------------------------------------------------------------
@@ -305,7 +309,7 @@ class Wire:
                     raise container_rules.MESSAGE_TRUNCATED.violation(
                         f"the connection ends {got} bytes into {n} expected bytes", self.received + got)
                 if at_boundary and got == 0 and self.pace is not None and self.reading is None:
-                    self.reading = Deadline(self.pace[0], rate=self.pace[1], what="a message")
+                    self.reading = self._paced("a message")
                     self.reading.moved = k
                 got += k
         finally:  # what arrived counts and is recorded, a message cut short too: audit finds where it ends
@@ -357,8 +361,9 @@ class Wire:
                 self._arm(self._bound(paced))
                 try:
                     self.sock.sendall(view)
-                except (socket.timeout, BlockingIOError):
-                    self._timed_out(float("-inf"), True)  # one call: it cannot resume, whichever clock ran out
+                except (socket.timeout, BlockingIOError):  # one call: it cannot resume, whichever clock ran out
+                    self._timed_out(float("-inf"), True)
+                    raise SessionTimeout("the peer did not take a whole message in time") from None
                 self._moved(total, paced)
         except SessionError:  # a deadline that passed (an OSError too): as it is
             raise
@@ -380,8 +385,7 @@ class Wire:
 
             self._drive(attempt, len(view))
             return
-        paced = self.writing if self.writing is not None or self.pace is None else self._start_writing()
-        since = None
+        paced, since = self._start_writing(), None
         while view:
             bound = self._bound(paced)
             if bound != self._armed:
@@ -441,7 +445,7 @@ class Wire:
         """Several whole messages (bytes-like parts, or ``(fd, offset, length)`` file ranges read
         here) in one write: a small response leaves in one segment, not four.  A file range that
         comes up short raises :class:`ShortRead` before anything is sent."""
-        data = b"".join(_pread_exactly(*p) if isinstance(p, tuple) else bytes(p) for p in parts)
+        data = b"".join(read_range(*p) if isinstance(p, tuple) else bytes(p) for p in parts)
         with self._send_lock:
             self._sendall(data)
 
@@ -478,7 +482,7 @@ class Wire:
         if sent == n:
             return None
         self._pad(n - sent)
-        return ShortRead(f"the served file ends {sent} bytes into a {n}-byte range at byte {offset}")
+        return cut_short(sent, n, offset)
 
     def _send_read(self, fd: int, offset: int, n: int) -> int:
         """A file range through user space (TLS: the bytes must pass through the encryption);
@@ -534,22 +538,10 @@ class Wire:
             if wait <= 0:
                 return
             self.sock.settimeout(wait)
-            self._armed = -1.0
             n = self.sock.recv_into(sink)
             if not n:
                 return
             left -= n
-
-
-def _pread_exactly(fd: int, offset: int, n: int) -> bytes:
-    """``n`` bytes of file ``fd`` from ``offset``; :class:`ShortRead` when the file ends first."""
-    data = os.pread(fd, n, offset)
-    while len(data) < n:
-        more = os.pread(fd, n - len(data), offset + len(data))
-        if not more:
-            raise ShortRead(f"the served file ends {len(data)} bytes into a {n}-byte range at byte {offset}")
-        data += more
-    return data
 
 
 def plane_views(buffers: list, start: int, n: int):
