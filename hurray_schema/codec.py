@@ -26,6 +26,7 @@ import attrs
 from . import signature
 from .errors import SpecViolation  # noqa: F401  (re-exported name, documented above)
 from .limits import DEFAULT_LIMITS, Limits, resolve_limits
+from .memo import MEMO, Memo
 from .model import (
     KNOWN_DESCRIPTOR_FLAGS, SCHEMES, TABLE_LAYOUTS, VALUE_CLASSES, DescriptorFlag, ExtensionLayout, LayoutTag,
     QuantScheme, TensorDescriptor, TiledLayout, UnknownLayout, UnknownQuantization, COLUMN_MAJOR, ROW_MAJOR,
@@ -49,8 +50,9 @@ from .structs.element_types import RESERVED_TYPE_TAG, element_type_info
 from .structs.tags import is_invalid_tag, is_reserved_tag
 from .structs.wire import descriptor_spans, encode_descriptor_bytes
 
-__all__ = ["decode_descriptor", "encode_descriptor", "parse_descriptor", "check_semantics", "peek_descriptor_length",
-           "known_length", "remembered_descriptor", "checked_descriptor", "checked_by", "descriptor_spans"]
+__all__ = ["Decoder", "DECODER", "decode_descriptor", "encode_descriptor", "parse_descriptor", "check_semantics",
+           "peek_descriptor_length", "known_length", "remembered_descriptor", "checked_descriptor", "checked_by",
+           "descriptor_spans"]
 
 
 def _builder(cls):
@@ -636,3 +638,56 @@ encode_descriptor.__doc__ = """The wire bytes of ``desc`` (``descriptor_length``
 Descriptors shaped like one encoded before (same layout, rank, buffer count, scheme,
 sections) go through an encoder compiled for that shape (:func:`hurray_schema.signature.encoder`;
 one function, not a wrapper around it: a writer encodes every descriptor)."""
+
+
+class Decoder:
+    """Bytes to a descriptor, through one object: :data:`DECODER`, which every reader, writer,
+    the composite binder, the transport and ``audit`` decode through (the functions of this
+    module are its hot paths, bound to it).
+
+    Its :attr:`memo` (:class:`hurray_schema.memo.Memo`) holds every table the fast path keeps --
+    the decoders compiled per header, the descriptors remembered by their bytes, the rules'
+    plans per signature, the clean bindings of composites -- each bounded; :meth:`stats` shows
+    them and :meth:`reset` forgets them all.  A descriptor decodes to the same value and the same
+    findings whatever they hold."""
+
+    __slots__ = ("memo",)
+
+    def __init__(self, memo: Memo = MEMO):
+        self.memo = memo
+
+    def decode(self, data, mode="strict", limits: Optional[Limits] = None, *, base: int = 0,
+               check: bool = True) -> tuple[TensorDescriptor, list[Finding]]:
+        """The descriptor at the start of ``data`` and what the mode tolerated: the structural
+        decode's findings, then -- with ``check`` -- the semantic rules' SHOULD-level and tolerated
+        ones, in ``audit``'s order.  The first violation the mode does not tolerate raises
+        (:class:`~hurray_schema.errors.SpecViolation`); ``limits`` bounds sizes and depths."""
+        mode = _MODES.get(mode) or as_mode(mode)
+        if not check:
+            return parse_descriptor(data, mode=mode, base=base, limits=limits)
+        desc = checked_descriptor(data, DEFAULT_LIMITS if limits is None else resolve_limits(limits))
+        if desc is not None:
+            return desc, []
+        desc, tolerated = parse_descriptor(data, mode=mode, base=base, limits=limits)
+        notes = list(tolerated)
+        error = first_error(desc, mode, base=base, notes=notes)
+        if error is not None:
+            raise error.to_violation()
+        return desc, notes
+
+    def reset(self) -> None:
+        """Forget everything the fast path keeps (the next descriptors take the general path first)."""
+        self.memo.reset()
+
+    def stats(self) -> dict[str, tuple[int, Optional[int], str]]:
+        """Table name -> (entries held, bound or None, what it maps)."""
+        return self.memo.stats()
+
+    def use_value_tables(self, enabled: bool) -> bool:
+        """Remember descriptors by their bytes (and encoded bytes by descriptor object) or not;
+        returns the previous setting.  Off, every call does the whole work."""
+        return self.memo.use_value_tables(enabled)
+
+
+DECODER = Decoder()
+"""The decoder every entry point of the package uses."""

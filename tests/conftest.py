@@ -45,6 +45,16 @@ def pytest_configure(config):
         settings.load_profile("exploring" if thorough else "repeatable")
 
 
+@pytest.fixture(autouse=True)
+def fresh_decoder():
+    """Every test starts with the decoder's memo empty (``hurray_schema.codec.DECODER``): no test
+    sees what another one left in the tables of the fast path, whatever the order they run in."""
+    from hurray_schema.codec import DECODER
+
+    DECODER.reset()
+    yield
+
+
 @pytest.fixture
 def eager_kernels(monkeypatch):
     """Every kernel compiles at its first use in this test (``HURRAY_SCHEMA_COMPILE=eager``): for the

@@ -448,14 +448,17 @@ def test_resolve_on_an_irregular_rank3_partition():
 def test_a_clean_partition_is_remembered_and_a_faulty_one_still_fires():
     """Close-time checks remember the boxes of clean partitions (a stream repeats its
     sharding); a faulty partition of the same head is never taken for one of them."""
-    from hurray_schema.rules import composite
+    from hurray_schema.codec import DECODER
 
-    composite._TILING.clear()
+    def tilings() -> int:
+        return DECODER.stats()["tilings"][0]
+
     assert run(head(), [M0, M1]).findings == []
-    assert ((8, 8), (0, 0, 0, 4), (8, 4, 8, 4)) in composite._TILING
-    assert run(head(), [M1, M0]).findings == []
+    assert tilings() == 1
+    assert run(head(), [M0, M1]).findings == [] and tilings() == 1  # the same boxes: taken as remembered
+    assert run(head(), [M1, M0]).findings == [] and tilings() == 2
     twice = fired(head(), [M0, M0])
     assert {f.rule_id for f in twice} == {"composite.close.partition_overlap", "composite.close.partition_gap"}
-    assert not any(boxes[1] == (0, 0, 0, 0) for boxes in composite._TILING)
-    composite._TILING.clear()
+    assert tilings() == 2  # a faulty partition is never remembered
+    DECODER.reset()
     assert fired(head(), [M0, M0]) == twice

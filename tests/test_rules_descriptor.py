@@ -285,16 +285,17 @@ def test_when_needs_every_condition_it_names():
 @pytest.fixture
 def scratch_rules(monkeypatch):
     """Declare rules for one test only: the registry, the rule list and the plans are restored after."""
+    from hurray_schema.codec import DECODER
     from hurray_schema.rules import engine
     from hurray_schema.rules.descriptor import dispatch
 
     monkeypatch.setattr(engine, "_REGISTRY", dict(engine._REGISTRY))
     monkeypatch.setattr(dispatch, "DESCRIPTOR_RULES", list(dispatch.DESCRIPTOR_RULES))
     monkeypatch.setattr(dispatch, "_RAW", dict(dispatch._RAW))
-    monkeypatch.setattr(dispatch, "_PREDICATES", dict(dispatch._PREDICATES))
-    monkeypatch.setattr(dispatch, "_PLANS", {})
-    monkeypatch.setattr(dispatch, "_PASSED", {})
-    return dispatch.descriptor_rule
+    monkeypatch.setattr(dispatch, "_CHECKS", dict(dispatch._CHECKS))
+    monkeypatch.setattr(dispatch, "_FORMS", dict(dispatch._FORMS))
+    yield dispatch.descriptor_rule
+    DECODER.reset()  # the plans compiled with the scratch rules go with them
 
 
 def test_a_rule_declared_for_one_layout_runs_only_on_that_layout(scratch_rules):

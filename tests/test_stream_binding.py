@@ -1,5 +1,5 @@
 """A strict stream read binds a composite it has bound cleanly before without validating it again
-(``rules/composite.py``: ``_CLEAN_BINDINGS``), and still meets every fault of one that differs in
+(``rules/composite.py``: the bindings the decoder's memo keeps), and still meets every fault of one that differs in
 a single member: the rule id and byte offset ``audit`` reports, raised by the read."""
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ SPOILED = {
 
 def test_repeated_composites_are_bound_once_and_read_alike(monkeypatch):
     stream = write_stream(None, [GOOD] * 4)
-    binding._CLEAN_BINDINGS.clear()
     made = []
     real = binding.CompositeValidator
     monkeypatch.setattr(binding, "CompositeValidator", lambda *a, **k: made.append(1) or real(*a, **k))
@@ -48,7 +47,6 @@ def test_repeated_composites_are_bound_once_and_read_alike(monkeypatch):
 
 @pytest.mark.parametrize("fault", sorted(SPOILED))
 def test_a_composite_that_differs_from_one_bound_before_raises_audits_fault(fault):
-    binding._CLEAN_BINDINGS.clear()
     stream = write_stream(None, [GOOD] * 3 + [SPOILED[fault]], validate=False)
     first_error = audit(stream).errors[0]
     with pytest.raises(SpecViolation) as raised:

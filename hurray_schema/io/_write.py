@@ -53,6 +53,7 @@ import attrs
 from ..codec import encode_descriptor, parse_descriptor
 from ..errors import EncodeError, HurraySchemaError
 from ..limits import DEFAULT_LIMITS, HARD_MAXIMUM
+from ..memo import MEMO
 from ..model import TensorDescriptor
 from ..rules.composite import CompositeBinder, validate_preorder
 from ..rules.descriptor import first_error
@@ -157,10 +158,10 @@ def encode_nodes(nodes: Iterable[tuple[Optional[str], Item]], validate: bool = T
         yield EncodedNode(name, node, descriptor, buffers)
 
 
-_PASSED: dict[bytes, TensorDescriptor] = {}
+_PASSED = MEMO.written
 """Descriptor bytes that passed :func:`decoded`, with what they decode to: the verdict
 depends on the bytes alone (only a violation's offset depends on where they sit)."""
-_MAX_PASSED = 4096
+_MAX_PASSED = MEMO.limit("written")
 
 
 def decoded(data: bytes, base: int) -> TensorDescriptor:
@@ -172,9 +173,10 @@ def decoded(data: bytes, base: int) -> TensorDescriptor:
     finding = first_error(desc, "strict", base=base)
     if finding is not None:
         raise finding.to_violation()
-    if len(_PASSED) >= _MAX_PASSED:  # a bounded memo: many distinct descriptors just start it again
-        _PASSED.clear()
-    _PASSED[data] = desc
+    if MEMO.values_on:
+        if len(_PASSED) >= _MAX_PASSED:  # a bounded memo: many distinct descriptors just start it again
+            _PASSED.clear()
+        _PASSED[data] = desc
     return desc
 
 

@@ -49,6 +49,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 import numpy as np
 
 from ..limits import MAX_COMPOSITE_DEPTH, Limits
+from ..memo import MEMO
 from ..model import (
     CompositeLayout, CompositionRule, ElementType, MemberRole, Mxfp, Nf4, PerBlockAffine, PerChannelAffine,
     PerTensorAffine, TensorDescriptor, DYNAMIC_DIMENSION,
@@ -326,15 +327,15 @@ class CompositeValidator:
                        self.base)
         if self.rule == _PARTITION and self._boxes == len(self.members):
             boxes = (self._shape, tuple(self._flat_offsets), tuple(self._flat_shapes))
-            if boxes in _TILING:  # the same boxes partitioned this head shape before
+            if boxes in _TILINGS:  # the same boxes partitioned this head shape before
                 return out
             faults = partition_check(self._shape, *self._boxes_to_check())
             for rule, message in faults:
                 self._fire(rule, message, out, self.base)
             if not faults and self._shape and len(boxes[1]) <= _TILING_KEY_VALUES:
-                if len(_TILING) >= _MAX_TILINGS:
-                    _TILING.clear()
-                _TILING.add(boxes)
+                if len(_TILINGS) >= _MAX_TILINGS:
+                    _TILINGS.clear()
+                _TILINGS.add(boxes)
         return out
 
     def torn(self) -> tuple[TensorDescriptor, ...]:
@@ -398,14 +399,14 @@ class CompositeValidator:
         return self._arrays
 
 
-_TILING: set = set()
+_TILINGS = MEMO.tilings
 """``(head shape, flat offsets, flat shapes)`` of partitions :func:`partition_check` found
 clean (a stream of composites repeats its sharding); bounded, emptied when full.  A key
 names the member count only through the number of flat values (N * rank): a scalar head's
 boxes have none, so rank-0 partitions are never remembered -- one rank-0 member tiles the
 head, two overlap on its one index (``layouts/composite.md § Composition Semantics ›
 Partition``), and :func:`partition_check` tells them apart in constant time."""
-_MAX_TILINGS = 256
+_MAX_TILINGS = MEMO.limit("tilings")
 _TILING_KEY_VALUES = 64
 """Only partitions of at most this many offset values are remembered (a key stays small)."""
 
@@ -445,8 +446,8 @@ class _Frame:
             validator.mode is Mode.STRICT or first_error(head, Mode.STRICT) is None)
 
 
-_CLEAN_BINDINGS: dict = {}
-"""``(id(head), mode, depth, check_heads, validator class)`` -> ``(head, member descriptors)`` of a
+_BINDINGS = MEMO.bindings
+"""Head object -> ``{(mode, depth, check_heads, validator class): member descriptors}`` of a
 composite a raising binder validated without a single finding (its members all tensors, not
 composites); the class is part of the key, so a binding is clean only for the checks that ran.
 Descriptors are immutable values and every check is a function of the head, the members, their
@@ -454,7 +455,7 @@ order, the mode and the depth, so the same objects bind cleanly again: a stream 
 composites (the decoder gives one object per distinct descriptor bytes) is validated once.
 :data:`MAX_CLEAN_BINDINGS` entries, emptied when full; the entry keeps its objects alive."""
 
-MAX_CLEAN_BINDINGS = 1024
+MAX_CLEAN_BINDINGS = MEMO.limit("bindings")
 
 
 def _payload_itself(desc, payload):
@@ -465,13 +466,15 @@ def _head_payload(head, payload, members, clean):
     return payload
 
 
-def _remember_clean(key: tuple, head: TensorDescriptor, members: list) -> None:
-    """Keep a clean binding of tensors (not of nested composites) in :data:`_CLEAN_BINDINGS`."""
+def _remember_clean(checks: tuple, head: TensorDescriptor, members: list) -> None:
+    """Keep a clean binding of tensors (not of nested composites) in :data:`_BINDINGS`."""
     if any(m.layout.__class__ is CompositeLayout for m in members):
         return
-    if len(_CLEAN_BINDINGS) >= MAX_CLEAN_BINDINGS:
-        _CLEAN_BINDINGS.clear()
-    _CLEAN_BINDINGS[key] = (head, tuple(members))
+    known = _BINDINGS.lookup(head)
+    if known is None:
+        known = {}
+        _BINDINGS.remember(head, known)
+    known[checks] = tuple(members)
 
 
 class CompositeBinder:
@@ -573,11 +576,12 @@ class CompositeBinder:
         validator, key = None, None
         if self.validate:
             if not self.collect:
-                key = (id(desc), self.mode, depth, self.check_heads, CompositeValidator)  # the checks that ran
-                known = _CLEAN_BINDINGS.get(key)
-                if known is not None and known[0] is desc:  # bound cleanly before: expect the same members
+                key = (self.mode, depth, self.check_heads, CompositeValidator)  # the checks that ran
+                entry = _BINDINGS.get(id(desc))  # IdentityTable.lookup, inline: every head comes here
+                known = entry[1].get(key) if entry is not None and entry[0] is desc else None
+                if known is not None:  # bound cleanly before: expect the same members
                     frame = _Frame(desc, offset, payload, None, key)
-                    frame.expected, frame.clean = known[1], True
+                    frame.expected, frame.clean = known, True
                     stack.append(frame)
                     return self._settle() if desc.layout.member_count <= 0 else []
             validator = CompositeValidator(desc, mode=self.mode, collect=self.collect, depth=depth, base=offset,

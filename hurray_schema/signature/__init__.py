@@ -27,7 +27,7 @@ the second time its header is seen.
 
 Each compiled header also gets a *checked* decoder (:attr:`CompiledDecoder.checked`): the
 same unpacking into locals, then the semantic rules that can fire on that header as one
-expression -- each rule's fast form (``descriptor_rule(fast=...)``, read with a
+expression -- each rule's condition (``descriptor_rule(passes=...)``, read with a
 :class:`~hurray_schema.rules.descriptor.dispatch.Signature` of what the header fixes) or its
 check where it has none.  It returns the descriptor only when every rule passes; otherwise the
 general path decodes and reports, so the findings never come from generated code.
@@ -36,11 +36,10 @@ Descriptors are immutable values, so a few bounded by-value tables spare repeate
 (:data:`MAX_VALUES` entries each, emptied when full, so hostile input costs one entry per
 descriptor): :func:`decode_known` gives the object decoded the first time for the same
 exact bytes under a compiled header, and :func:`encode` keeps the bytes of the descriptor
-objects it encoded.  The rules keep the objects that passed (``first_error``).
-:func:`use_value_tables` turns all three off (the benchmarks time both).
+objects it encoded.  :func:`use_value_tables` turns them off (the benchmarks time both).
 
-The modules: :mod:`.tables` holds every bounded table and the switch of the by-value ones (so
-:func:`use_value_tables` and :func:`clear` reach them all, whichever name they are called by);
+The tables themselves are the memo's (:data:`hurray_schema.memo.MEMO`, one object the default decoder
+owns, reset by one call).  The modules: :mod:`.tables` reads and fills the by-value ones for the codec;
 :mod:`.decoders` compiles the decoders per header and decodes through them, :mod:`.encoders`
 compiles the encoders per shape and encodes through them;
 :mod:`.constructors` generates the positional constructors of the value classes and
@@ -55,23 +54,12 @@ from .constructors import _twin_of as _twin_of
 from .constructors import slot_constructor
 from .decoders import CompiledDecoder, compile_decoder, decode_checked, decode_known, lookup, remember
 from .decoders import remembered as remembered
-from .encoders import MISS, compile_encoder, encode, encoder, encoder_key
+from .encoders import MISS, compile_encoder, compiled_encoder, encode, encoder, encoder_key
 from .formats import MAX_PACK_ARGUMENTS as MAX_PACK_ARGUMENTS
 from .formats import _format_items as _format_items
 from .formats import _items as _items
 from .formats import _NotCompilable as _NotCompilable
 from .formats import _pack_calls as _pack_calls
-from .tables import _ACCEPTED as _ACCEPTED
-from .tables import _BY_LAYOUT as _BY_LAYOUT
-from .tables import _COMPILED as _COMPILED
-from .tables import _ENCODED as _ENCODED
-from .tables import _ENCODERS as _ENCODERS
-from .tables import _LAST_HIT as _LAST_HIT
-from .tables import _PARSED as _PARSED
-from .tables import _REFUSED as _REFUSED
-from .tables import _SEEN as _SEEN
-from .tables import _TABLES_ON as _TABLES_ON
-from .tables import _VALUES as _VALUES
 from .tables import MAX_SHAPES_PER_LAYOUT as MAX_SHAPES_PER_LAYOUT
 from .tables import (
     MAX_SIGNATURES, MAX_VALUE_BYTES, MAX_VALUES, accepted, clear, parsed, remember_accepted, remember_parsed,
@@ -79,5 +67,5 @@ from .tables import (
 )
 
 __all__ = ["CompiledDecoder", "compile_decoder", "lookup", "remember", "clear", "MAX_SIGNATURES", "slot_constructor",
-           "encoder_key", "compile_encoder", "encoder", "encode", "MISS", "decode_known", "decode_checked", "accepted",
+           "encoder_key", "compile_encoder", "compiled_encoder", "encoder", "encode", "MISS", "decode_known", "decode_checked", "accepted",
            "remember_accepted", "parsed", "remember_parsed", "MAX_VALUES", "MAX_VALUE_BYTES", "use_value_tables"]

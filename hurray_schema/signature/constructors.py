@@ -8,6 +8,7 @@ from typing import Callable, Optional
 import attrs
 
 from ..codecache import compiled as compiled_code
+from ..memo import MEMO
 from ..model import TensorDescriptor
 
 __all__ = ["slot_constructor", "TWIN_MIN_FIELDS"]
@@ -73,7 +74,7 @@ def _twin_of(cls) -> Optional[type]:
     return twin
 
 
-_CONSTRUCTORS: dict = {}
+_CONSTRUCTORS = MEMO.constructors
 _AS_UNPACKED = (attrs.fields_dict(TensorDescriptor)["shape"].converter, bytes)
 """Converters that give back what :mod:`struct` unpacks for their fields (a tuple of ints, a
 bytes): the compiled decoders pass those values as they are."""

@@ -18,7 +18,7 @@ from ..model import (
     VALUE_CLASSES, DeviceTag, TensorDescriptor,
 )
 from ..rules.descriptor.dispatch import (
-    Signature, mark_passed, passed, plain_buffers, plain_buffers_source, rememberable, signature_pass_source,
+    DescriptorContext, Signature, plain_buffers, plain_buffers_source, signature_pass_source,
 )
 from ..structs._declare import plan
 from ..structs.walker import HEADER_PART, LAYOUT_PART, NOTHING, OPTIONAL_PARTS, walk_descriptor
@@ -27,9 +27,10 @@ from .formats import (
     _BUFFER_TABLE, _HEADER_SIZE, _LAYOUT, _QUANTIZATION, _SECTIONS, _CompilingVisitor, _fixed_size, _NotCompilable,
     _items,
 )
-from .tables import (
-    _COMPILED, _REFUSED, _SEEN, _TABLES_ON, _VALUES, MAX_SIGNATURES, MAX_VALUE_BYTES, MAX_VALUES, clear,
-)
+from ..memo import MEMO
+from .tables import MAX_SIGNATURES, MAX_VALUE_BYTES, MAX_VALUES, clear
+
+_COMPILED, _SEEN, _REFUSED, _VALUES, _ACCEPTED = MEMO.compiled, MEMO.seen, MEMO.refused, MEMO.values, MEMO.accepted
 
 __all__ = ["CompiledDecoder", "compile_decoder", "lookup", "remember", "decode_known", "decode_checked", "remembered"]
 
@@ -51,9 +52,6 @@ class CompiledDecoder:
     would report (the general path then decodes and reports).  ``None`` itself where the
     header admits no passing descriptor."""
     checked_source: str = attrs.field(default="", repr=False)
-    rememberable: bool = attrs.field(default=False, repr=False)
-    """What :func:`~hurray_schema.rules.descriptor.dispatch.rememberable` says of every
-    descriptor this header decodes to (their sizes are the header's)."""
     fits_default: bool = attrs.field(init=False)
     """Within :data:`~hurray_schema.limits.DEFAULT_LIMITS` (it may have been compiled under raised ones)."""
 
@@ -206,8 +204,7 @@ def compile_decoder(desc: TensorDescriptor, length: int) -> CompiledDecoder:
     if checked_source:
         exec(compiled_code(checked_source, where), namespace)
         checked = namespace["checked"]
-    return CompiledDecoder(namespace["decode"], source, length, desc.rank, len(desc.buffers), checked, checked_source,
-                           rememberable=rememberable(desc))
+    return CompiledDecoder(namespace["decode"], source, length, desc.rank, len(desc.buffers), checked, checked_source)
 
 
 _HANDLE_CLASS = VALUE_CLASSES[_BUFFER_TABLE.value_class]
@@ -237,7 +234,7 @@ def _plain_handle(fields: dict) -> str:
 
 def _checked_source(head: str, desc: TensorDescriptor, exprs: dict, handle_fields: list, namespace: dict) -> str:
     """The source of :attr:`CompiledDecoder.checked`: the decode of ``decode`` into the locals
-    the rules' fast forms read (:data:`~hurray_schema.rules.descriptor.dispatch.FAST_LOCALS`),
+    the rules' conditions read (:data:`~hurray_schema.rules.descriptor.dispatch.FAST_LOCALS`),
     then the plain-handle and empty-shape conditions the plan was chosen for, then the one
     expression of the plan's rules (:func:`~hurray_schema.rules.descriptor.dispatch.signature_pass_source`).
     Empty when the compiled descriptor's handles are not plain or no descriptor can pass."""
@@ -248,9 +245,10 @@ def _checked_source(head: str, desc: TensorDescriptor, exprs: dict, handle_field
                     0 in desc.shape)
     if not plain_buffers(desc.buffers):
         return ""
-    passes = signature_pass_source(sig)
-    if passes is None:
+    conjunction = signature_pass_source(sig)
+    if conjunction is None:
         return ""
+    passes, reads_ctx = conjunction
     for name, obj in sig.names.items():
         namespace[name] = obj
     namespace.update(_PLAIN_HANDLE_NAMES)
@@ -267,6 +265,9 @@ def _checked_source(head: str, desc: TensorDescriptor, exprs: dict, handle_field
                     **{attr: attr for attr, _, _ in _SECTIONS})
     args = [by_local[name] if name in by_local else exprs[name] for name in (f.name for f in attrs.fields(TensorDescriptor))]
     lines.append(f"    desc = _TD({', '.join(args)})")
+    if reads_ctx:
+        lines.append("    ctx = _CTX(desc)")
+        namespace["_CTX"] = DescriptorContext
     lines.append(f"    if not ({passes}):\n        return None")
     lines.append("    return desc")
     return head + "\n".join(lines) + "\n"
@@ -314,7 +315,7 @@ def decode_known(compiled: "CompiledDecoder", key: bytes, data) -> Optional[Tens
     desc = _VALUES.get(key)
     if desc is None:
         desc = compiled.decode(data)
-        if desc is not None and _TABLES_ON[0] and len(key) <= MAX_VALUE_BYTES:
+        if desc is not None and MEMO.values_on and len(key) <= MAX_VALUE_BYTES:
             if len(_VALUES) >= MAX_VALUES:
                 _VALUES.clear()
             _VALUES[key] = desc
@@ -324,16 +325,15 @@ def decode_known(compiled: "CompiledDecoder", key: bytes, data) -> Optional[Tens
 def decode_checked(compiled: "CompiledDecoder", key: bytes, data) -> Optional[TensorDescriptor]:
     """The descriptor of ``data`` (``key``: its exact bytes) when the decoder compiled for its
     header finds every semantic rule passing (:attr:`CompiledDecoder.checked`), else None (the
-    caller takes the general path, which reports).  The object :func:`decode_known` keeps for
-    these bytes is returned when it passed before; one checked here is kept for the next time
-    (while the tables are on)."""
-    desc = _VALUES.get(key)
-    if desc is not None and passed(desc):
+    caller takes the general path, which reports).  Bytes every rule passed on before (under the
+    default limits: :func:`~.tables.accepted`) give the object kept for them; one checked here is
+    kept as :func:`decode_known` keeps its objects (while the tables are on)."""
+    desc = _ACCEPTED.get(key)
+    if desc is not None:
         return desc
     desc = compiled.checked(data)
-    if desc is not None and _TABLES_ON[0] and len(key) <= MAX_VALUE_BYTES:
+    if desc is not None and MEMO.values_on and len(key) <= MAX_VALUE_BYTES:
         if len(_VALUES) >= MAX_VALUES:
             _VALUES.clear()
         _VALUES[key] = desc
-        mark_passed(desc, compiled.rememberable)
     return desc

@@ -16,10 +16,10 @@ from ..structs._declare import plan
 from ..structs.descriptor import MAGIC
 from ..structs.walker import HEADER_PART, NOTHING, SECTION_PARTS, walk_descriptor
 from .formats import _CompilingVisitor, _fixed_size, _NotCompilable, _pack_calls
-from .tables import (
-    _BY_LAYOUT, _ENCODED, _ENCODERS, _LAST_HIT, _TABLES_ON, MAX_SHAPES_PER_LAYOUT, MAX_SIGNATURES, MAX_VALUE_BYTES,
-    MAX_VALUES,
-)
+from ..memo import MEMO
+from .tables import MAX_SHAPES_PER_LAYOUT, MAX_SIGNATURES, MAX_VALUE_BYTES, MAX_VALUES
+
+_BY_LAYOUT, _ENCODED, _ENCODERS, _LAST_HIT = MEMO.by_layout, MEMO.encoded, MEMO.encoders, MEMO.last_hit
 
 __all__ = ["encoder_key", "compile_encoder", "encoder", "encode", "MISS"]
 
@@ -204,11 +204,11 @@ def encoder(general: Callable[[TensorDescriptor], bytes], name: str = "encode",
     building and hashing the key of every descriptor; the key is only built when none of
     them is for ``desc``.  A closure over ``general``, so that a caller's encode is one call
     (``codec.encode_descriptor``), named ``name`` in ``module``."""
-    encoded, tables_on, last_hit = _ENCODED, _TABLES_ON, _LAST_HIT
+    encoded, memo, last_hit = _ENCODED, MEMO, _LAST_HIT
 
     def encode(desc: TensorDescriptor) -> bytes:
-        if tables_on[0]:
-            known = encoded.get(id(desc))
+        if memo.values_on:
+            known = encoded.get(id(desc))  # IdentityTable.lookup, inline: every descriptor written comes here
             if known is not None and known[0] is desc:
                 return known[1]
         compiled = last_hit.get(desc.layout.__class__)
@@ -217,15 +217,19 @@ def encoder(general: Callable[[TensorDescriptor], bytes], name: str = "encode",
             data = _encode_by_layout(desc, general)
         elif data is None:
             return general(desc)
-        if tables_on[0] and len(data) <= MAX_VALUE_BYTES:
-            if len(encoded) >= MAX_VALUES:
-                encoded.clear()
-            encoded[id(desc)] = (desc, data)
+        if memo.values_on and len(data) <= MAX_VALUE_BYTES:
+            encoded.remember(desc, data)
         return data
 
     encode.__name__ = encode.__qualname__ = name
     encode.__module__ = module
     return encode
+
+
+def compiled_encoder(desc: TensorDescriptor) -> Optional[Callable]:
+    """The encoder compiled for the shape of ``desc`` (:func:`encoder_key`), if one is kept."""
+    found = _ENCODERS.get(encoder_key(desc))
+    return found if callable(found) else None
 
 
 def encode(desc: TensorDescriptor, general: Callable[[TensorDescriptor], bytes]) -> bytes:

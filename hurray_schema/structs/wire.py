@@ -19,6 +19,7 @@ from typing import Iterator
 
 import attrs
 
+from ..memo import MEMO
 from ._declare import plan, select, static_offset
 from .descriptor import FIXED_HEADER, MAGIC
 from .walker import HEADER_PART, LAYOUT_PART, NOTHING as _NOTHING, DescriptorVisitor
@@ -27,7 +28,7 @@ from .walker import walk_descriptor as walk_parts
 __all__ = ["encode_parts", "descriptor_spans", "encoded_length", "values_of", "encode_descriptor_bytes"]
 
 
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_FIELD_NAMES = MEMO.field_names
 
 
 def values_of(obj) -> dict:

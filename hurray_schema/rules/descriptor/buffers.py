@@ -17,15 +17,16 @@ from ...model import (
 )
 from ...structs.element_types import element_type_info
 from ..engine import Level
-from .dispatch import ALWAYS, Fact, When, descriptor_rule
+from .dispatch import ALWAYS, Fact, When, descriptor_rule, evaluated
 from .sizes import (
-    DENSE_LAYOUTS, DENSE_TAGS, PAGED_LAYOUTS, data_handle, dynamic, element_count_source, parameter_count_source,
-    power_of_two, quantization_parameter_count, storage_bytes, storage_source,
+    DENSE_LAYOUTS, PAGED_LAYOUTS, data_handle, dynamic, element_count_source, parameter_count_source,
+    power_of_two_source, quantization_parameter_count, storage_bytes, storage_source,
 )
 
 MUST, MUST_NOT = Level.MUST, Level.MUST_NOT
 _HANDLES = When(facts={Fact.UNUSUAL_BUFFERS})
-"""A rule on the handles' own fields can fire only when some handle is not a plain one."""
+"""A rule on the handles' device, sync mode and memory class can fire only when some handle is not a
+plain one (a named device, sync mode and memory class 0)."""
 _LAST_NAMED_DEVICE = int(max(DeviceTag))
 _LAST_MEMORY_CLASS = int(max(MemoryClass))
 _LAST_SYNC_MODE = int(max(SyncMode))
@@ -34,26 +35,21 @@ _INVALID = 0xFF
 
 @descriptor_rule("metadata.buffer_count.minimum", MUST, "metadata.md § Buffer Table",
                  "buffer_count is at least 1 for every layout but the composite head.", when=ALWAYS,
-                 fast=lambda s: issubclass(s.layout, (UnknownLayout, CompositeLayout)) or s.buffer_count > 0)
+                 passes=lambda s: issubclass(s.layout, (UnknownLayout, CompositeLayout)) or s.buffer_count > 0)
 def _count_min(desc, ctx):
-    if isinstance(desc.layout, (UnknownLayout, CompositeLayout)):
-        return
-    if not desc.buffers:
-        return "buffer_count is 0 for a tensor that is not a composite head", ctx.buffer_count()
+    return "buffer_count is 0 for a tensor that is not a composite head", ctx.buffer_count()
 
 
 @descriptor_rule("metadata.buffer_count.dense", MUST, "metadata.md § Buffer Table",
                  "A dense layout (0x01-0x05, 0x40) has exactly one buffer, plus the parameter buffers its "
                  "quantization scheme requires.", when=When(layouts=DENSE_LAYOUTS),
-                 fast=lambda s: _count_dense_source(s))
+                 passes=lambda s: _count_dense_form(s))
 def _count_dense(desc, ctx):
-    if desc.layout.tag in DENSE_TAGS and not isinstance(desc.quantization, UnknownQuantization):
-        want = 1 + quantization_parameter_count(desc.quantization)
-        if len(desc.buffers) != want:
-            return f"buffer_count is {len(desc.buffers)}, expected {want}", ctx.buffer_count()
+    want = 1 + quantization_parameter_count(desc.quantization)
+    return f"buffer_count is {len(desc.buffers)}, expected {want}", ctx.buffer_count()
 
 
-def _count_dense_source(s):
+def _count_dense_form(s):
     if not issubclass(s.layout, DENSE_LAYOUTS) or s.scheme is UnknownQuantization:
         return True
     count = parameter_count_source(s)
@@ -72,28 +68,71 @@ def _per_handle(field: str, bad: Callable[[int], bool], what: str):
     return check
 
 
-descriptor_rule("buffer.reserved", MUST, "buffer-protocol.md § Buffer Handle",
-                "The reserved byte of every buffer handle is zero.", when=_HANDLES)(
-    _per_handle("_reserved", lambda v: v != 0, "is not zero"))
+_UNROLLED_HANDLES = 8
+"""Up to this many handles, a condition on every handle is written out once per handle."""
+
+
+def _on_every_handle(condition: str, first_only: bool = False):
+    """A rule whose ``condition`` (an expression over one handle ``h`` and the first handle ``first``)
+    holds for every buffer handle, reported once per handle where it does not (only the first such
+    handle with ``first_only``).  Returns the decorator of its report, ``report(desc, ctx, i, h)``."""
+    holds = eval(f"lambda h, first: {condition}")
+
+    def form(s):
+        if not s.buffer_count:
+            return True
+        if s.buffer_count > _UNROLLED_HANDLES:
+            return f"all({condition.replace('first', 'buffers[0]')} for h in buffers)"
+        return " and ".join("(" + condition.replace("first", "buffers[0]").replace("h.", f"buffers[{i}].") + ")"
+                            for i in range(s.buffer_count))
+
+    def decorate(report):
+        def findings(desc, ctx):
+            buffers = desc.buffers
+            for i, h in enumerate(buffers):
+                if not holds(h, buffers[0]):
+                    yield report(desc, ctx, i, h)
+                    if first_only:
+                        return
+
+        findings.__name__ = report.__name__
+        return findings
+
+    return form, decorate
+
+
+_RESERVED_FORM, _each_reserved = _on_every_handle("h._reserved == 0")
+
+
+@descriptor_rule("buffer.reserved", MUST, "buffer-protocol.md § Buffer Handle",
+                 "The reserved byte of every buffer handle is zero.", when=ALWAYS, passes=_RESERVED_FORM)
+@_each_reserved
+def _handle_reserved(desc, ctx, i, h):
+    return f"buffer {i} _reserved 0x{h._reserved:02X} is not zero", ctx.buffer(i, "_reserved")
+
+
+_POWER_OF_TWO_FORM, _each_power_of_two = _on_every_handle(power_of_two_source("h.alignment"))
 
 
 @descriptor_rule("buffer.alignment.power_of_two", MUST, "buffer-protocol.md § Buffer Handle",
-                 "alignment is a power of two (empty buffers included).", when=_HANDLES)
-def _align_pow2(desc, ctx):
-    for i, h in enumerate(desc.buffers):
-        if not power_of_two(h.alignment):
-            yield f"buffer {i} alignment {h.alignment} is not a power of two", ctx.buffer(i, "alignment")
+                 "alignment is a power of two (empty buffers included).", when=ALWAYS, passes=_POWER_OF_TWO_FORM)
+@_each_power_of_two
+def _align_pow2(desc, ctx, i, h):
+    return f"buffer {i} alignment {h.alignment} is not a power of two", ctx.buffer(i, "alignment")
+
+
+_MINIMUM_FORM, _each_minimum = _on_every_handle(
+    f"(h.alignment >= {MIN_BUFFER_ALIGNMENT} or h.byte_size == 0 or not {power_of_two_source('h.alignment')})")
 
 
 @descriptor_rule("buffer.alignment.minimum", MUST, "buffer-protocol.md § Buffer Handle",
                  f"alignment is at least {MIN_BUFFER_ALIGNMENT} for a non-empty buffer; an empty buffer (byte_size 0) "
                  "may declare any "
-                 "power of two (ADR-007 § 4).", when=_HANDLES)
-def _align_min(desc, ctx):
-    for i, h in enumerate(desc.buffers):
-        if h.byte_size > 0 and power_of_two(h.alignment) and h.alignment < MIN_BUFFER_ALIGNMENT:
-            yield f"buffer {i} alignment {h.alignment} is below {MIN_BUFFER_ALIGNMENT} for a {h.byte_size}-byte buffer", \
-                ctx.buffer(i, "alignment")
+                 "power of two (ADR-007 § 4).", when=ALWAYS, passes=_MINIMUM_FORM)
+@_each_minimum
+def _align_min(desc, ctx, i, h):
+    return f"buffer {i} alignment {h.alignment} is below {MIN_BUFFER_ALIGNMENT} for a {h.byte_size}-byte buffer", \
+        ctx.buffer(i, "alignment")
 
 
 descriptor_rule("buffer.device_tag.invalid", MUST, "buffer-protocol.md § Device Tags",
@@ -166,19 +205,21 @@ def _mc_device(desc, ctx):
                    f"0x{h.device_tag:02X}"), ctx.buffer(i, "memory_class")
 
 
+_COLOCATION_FORM, _first_apart = _on_every_handle(
+    "h.device_tag == first.device_tag and h.memory_class == first.memory_class", first_only=True)
+
+
 @descriptor_rule("buffer.colocation", MUST, "buffer-protocol.md § Device Colocation",
-                 "All buffers of one descriptor share the same device_tag and the same memory_class.", when=_HANDLES)
-def _colocation(desc, ctx):
-    if not desc.buffers:
-        return
+                 "All buffers of one descriptor share the same device_tag and the same memory_class.", when=ALWAYS,
+                 passes=_COLOCATION_FORM)
+@_first_apart
+def _colocation(desc, ctx, i, h):
     first = desc.buffers[0]
-    for i, h in enumerate(desc.buffers[1:], 1):
-        if h.device_tag != first.device_tag:
-            return f"buffer {i} device_tag 0x{h.device_tag:02X} differs from buffer 0's 0x{first.device_tag:02X}", \
-                ctx.buffer(i, "device_tag")
-        if h.memory_class != first.memory_class:
-            return (f"buffer {i} memory_class 0x{h.memory_class:02X} differs from buffer 0's "
-                    f"0x{first.memory_class:02X}"), ctx.buffer(i, "memory_class")
+    if h.device_tag != first.device_tag:
+        return f"buffer {i} device_tag 0x{h.device_tag:02X} differs from buffer 0's 0x{first.device_tag:02X}", \
+            ctx.buffer(i, "device_tag")
+    return (f"buffer {i} memory_class 0x{h.memory_class:02X} differs from buffer 0's "
+            f"0x{first.memory_class:02X}"), ctx.buffer(i, "memory_class")
 
 
 # ------------------------------------------------------------------------------------
@@ -194,11 +235,7 @@ def _dense_elements(desc) -> Optional[int]:
     if isinstance(layout, (RowMajorLayout, ColumnMajorLayout)):
         return math.prod(desc.shape)
     if isinstance(layout, TiledLayout):
-        if 0 in desc.shape:
-            return 0
-        if 0 in layout.tile_shape:
-            return None
-        return math.prod(-(-d // t) * t for d, t in zip(desc.shape, layout.tile_shape))
+        return _tiled_elements(desc.shape, layout.tile_shape)
     return None
 
 
@@ -206,28 +243,37 @@ def _dense_elements(desc) -> Optional[int]:
                  "The data buffer of a row-major, column-major or tiled tensor holds byte_offset plus every "
                  "(padded) element; not checked while a dimension is dynamic.",
                  when=When(layouts={RowMajorLayout, ColumnMajorLayout, TiledLayout}),
-                 fast=lambda s: _dense_size_source(s))
+                 passes=lambda s: _dense_size_form(s))
 def _dense_size(desc, ctx):
-    h = data_handle(desc)
-    if h is None or desc.layout.tag not in DENSE_TAGS:
-        return
     n = _dense_elements(desc)
-    if n is None:
-        return
     need = storage_bytes(desc, n)
-    if need is not None and desc.byte_offset + need > h.byte_size:
-        return f"buffer 0 holds {h.byte_size} bytes, {desc.byte_offset + need} needed for {n} elements", ctx.buffer(0)
+    h = desc.buffers[0]
+    return f"buffer 0 holds {h.byte_size} bytes, {desc.byte_offset + need} needed for {n} elements", ctx.buffer(0)
 
 
-def _dense_size_source(s):
-    if not s.buffer_count or not issubclass(s.layout, DENSE_LAYOUTS):
-        return True
-    if issubclass(s.layout, TiledLayout):
+def _tiled_elements(shape, tile_shape) -> Optional[int]:
+    """Elements of the whole tiles covering ``shape`` (None where a tile dimension is 0)."""
+    if 0 in shape:
+        return 0
+    if 0 in tile_shape:
         return None
-    if not issubclass(s.layout, (RowMajorLayout, ColumnMajorLayout)):
+    return math.prod(-(-d // t) * t for d, t in zip(shape, tile_shape))
+
+
+def _dense_size_form(s):
+    """byte_offset plus the bytes of every (padded) element fit buffer 0, unless a dimension is
+    dynamic, a tile dimension is 0 or only an extension type knows the storage."""
+    if not s.buffer_count or not issubclass(s.layout, (RowMajorLayout, ColumnMajorLayout, TiledLayout)):
         return True  # no element count is checked for the other dense layouts here
-    need = storage_source(s, element_count_source(s.rank))
-    return None if need is None else f"{DYNAMIC_DIMENSION} in shape or byte_offset + {need} <= h0.byte_size"
+    if issubclass(s.layout, TiledLayout):
+        count = f"(n := {s.const(_tiled_elements)}(shape, layout.tile_shape)) is None or "
+        need = storage_source(s, "n")
+    else:
+        count, need = "", storage_source(s, element_count_source(s.rank))
+    if need is None:  # an element type only its extension type section describes
+        need = f"{s.const(storage_bytes)}(desc, {'n' if count else element_count_source(s.rank)})"
+        return f"({DYNAMIC_DIMENSION} in shape or {count}(b := {need}) is None or byte_offset + b <= h0.byte_size)"
+    return f"({DYNAMIC_DIMENSION} in shape or {count}byte_offset + {need} <= h0.byte_size)"
 
 
 @descriptor_rule("layout.strided.buffer_bounds", MUST, "layouts/strided.md § Element Address",
@@ -286,71 +332,73 @@ def _hilbert_size(desc, ctx):
 
 _INDEX_BYTES = 8
 """COO / CSR / CSC / CSF indices and pointers are uint64 (each layout page's § Buffer Table)."""
+_UINT64_INDEX = int(BlockTableIndexType.UINT64)
+_UINT64_INDEX_BYTES, _UINT32_INDEX_BYTES = 8, 4
+"""A block table's seq_ptr entries are uint64 or uint32 (``layouts/block-paged.md § Buffer Table``)."""
 
 
-def _sparse_needs(desc) -> list[tuple[int, int, str, tuple]]:
-    """``(buffer index, minimum bytes, what, arguments of what)`` for the layout buffers of a
-    sparse / paged tensor; ``what.format(*arguments)`` names the need (formatted only on a finding)."""
-    layout, shape, rank = desc.layout, desc.shape, desc.rank
-    values = storage_bytes(desc, layout.nnz) if hasattr(layout, "nnz") else None
+def _sparse_needs(s) -> list[tuple[int, str, bool, str, tuple]]:
+    """``(buffer index, minimum bytes, may be None, what, arguments of what)`` for the layout buffers
+    of a sparse or paged tensor of signature ``s``, each an expression over the rules' locals; a need
+    that is None (a dynamic dimension, a storage only an extension type describes) asks nothing, and
+    ``what.format(*arguments)`` names the need (formatted only on a finding)."""
+    layout, rank = s.layout, s.rank
     out = []
-    if values is not None:
-        out.append((0, values, "{} values", (layout.nnz,)))
-    if isinstance(layout, CooLayout):
-        out.append((1, layout.nnz * rank * _INDEX_BYTES, "{}x{} uint64 indices", (layout.nnz, rank)))
-    elif isinstance(layout, (CsrLayout, CscLayout)) and rank == 2:
-        out.append((1, layout.nnz * _INDEX_BYTES, "{} uint64 indices", (layout.nnz,)))
-        axis = 0 if isinstance(layout, CsrLayout) else 1
-        if shape[axis] != DYNAMIC_DIMENSION:
-            out.append((2, (shape[axis] + 1) * _INDEX_BYTES, "{} uint64 pointers", (shape[axis] + 1,)))
-    elif isinstance(layout, CsfLayout) and rank >= 3:
-        out.append((1, 2 * _INDEX_BYTES, "pos_0 (2 uint64)", ()))
-        out.append((2 * rank, layout.nnz * _INDEX_BYTES, "{} leaf coordinates", (layout.nnz,)))
-    elif isinstance(layout, BlockPagedLayout) and rank == 3 and not dynamic(desc):
-        n = layout.num_pages * layout.page_size * shape[1] * shape[2]
-        pool = storage_bytes(desc, n)
-        if pool is not None:
-            out.append((0, pool, "{} page-pool elements", (n,)))
-        width = 8 if layout.block_table_index_type == BlockTableIndexType.UINT64 else 4
-        out.append((2, (layout.num_seqs + 1) * width, "{} seq_ptr entries", (layout.num_seqs + 1,)))
-    return out
+    if issubclass(layout, (CooLayout, CsrLayout, CscLayout, CsfLayout)):
+        values = storage_source(s, "layout.nnz")
+        out.append((0, values or f"{s.const(storage_bytes)}(desc, layout.nnz)", values is None,
+                    "{} values", ("layout.nnz",)))
+    if issubclass(layout, CooLayout):
+        out.append((1, f"layout.nnz * {rank * _INDEX_BYTES}", False, "{}x{} uint64 indices",
+                    ("layout.nnz", str(rank))))
+    elif issubclass(layout, (CsrLayout, CscLayout)) and rank == 2:
+        out.append((1, f"layout.nnz * {_INDEX_BYTES}", False, "{} uint64 indices", ("layout.nnz",)))
+        axis = 0 if issubclass(layout, CsrLayout) else 1
+        out.append((2, f"(None if shape[{axis}] == {DYNAMIC_DIMENSION} else (shape[{axis}] + 1) * {_INDEX_BYTES})",
+                    True, "{} uint64 pointers", (f"shape[{axis}] + 1",)))
+    elif issubclass(layout, CsfLayout) and rank >= 3:
+        out.append((1, str(2 * _INDEX_BYTES), False, "pos_0 (2 uint64)", ()))
+        out.append((2 * rank, f"layout.nnz * {_INDEX_BYTES}", False, "{} leaf coordinates", ("layout.nnz",)))
+    elif issubclass(layout, BlockPagedLayout) and rank == 3:
+        pages = "layout.num_pages * layout.page_size * shape[1] * shape[2]"
+        pool = storage_source(s, f"({pages})") or f"{s.const(storage_bytes)}(desc, {pages})"
+        out.append((0, f"(None if {DYNAMIC_DIMENSION} in shape else {pool})", True, "{} page-pool elements",
+                    (pages,)))
+        width = f"({_UINT64_INDEX_BYTES} if layout.block_table_index_type == {_UINT64_INDEX} else {_UINT32_INDEX_BYTES})"
+        out.append((2, f"(None if {DYNAMIC_DIMENSION} in shape else (layout.num_seqs + 1) * {width})", True,
+                    "{} seq_ptr entries", ("layout.num_seqs + 1",)))
+    return [need for need in out if need[0] < s.buffer_count]
+
+
+def _need_holds(index: int, need: str, optional: bool) -> str:
+    """Buffer ``index`` holds at least ``need`` bytes (an ``optional`` need that is None asks nothing)."""
+    if optional:
+        return f"((m := {need}) is None or buffers[{index}].byte_size >= m)"
+    return f"buffers[{index}].byte_size >= {need}"
+
+
+def _sparse_size_form(s):
+    if not issubclass(s.layout, PAGED_LAYOUTS):
+        return True
+    return " and ".join(_need_holds(*need[:3]) for need in _sparse_needs(s)) or True
+
+
+def _sparse_report_form(s) -> str:
+    """For the report: each need of :func:`_sparse_needs` as ``(holds, index, need, what, arguments)``."""
+    rows = [f"({_need_holds(index, need, optional)}, {index}, {need}, {what!r}, ({''.join(a + ', ' for a in args)}))"
+            for index, need, optional, what, args in _sparse_needs(s)]
+    return "[" + ", ".join(rows) + "]"
 
 
 @descriptor_rule("layout.sparse.buffer_size", MUST, "layouts/coo.md § Buffer Size",
                  "Each buffer of a COO, CSR, CSC, CSF or block-paged tensor is large enough for the elements its "
                  "layout page assigns to it (values for nnz, index arrays, pointer arrays, page pool).",
-                 when=When(layouts=PAGED_LAYOUTS), fast=lambda s: _sparse_size_source(s))
+                 when=When(layouts=PAGED_LAYOUTS), passes=_sparse_size_form)
 def _sparse_size(desc, ctx):
-    if not isinstance(desc.layout, PAGED_LAYOUTS):
-        return
-    buffers = desc.buffers
-    for index, need, what, args in _sparse_needs(desc):
-        if index < len(buffers) and buffers[index].byte_size < need:
-            return f"buffer {index} holds {buffers[index].byte_size} bytes, {need} needed for {what.format(*args)}", \
-                ctx.buffer(index)
-
-
-def _sparse_size_source(s):
-    """The needs of :func:`_sparse_needs` for COO, CSR and CSC (the others call the check)."""
-    if not issubclass(s.layout, PAGED_LAYOUTS):
-        return True
-    if not issubclass(s.layout, (CooLayout, CsrLayout, CscLayout)):
-        return None
-    values = storage_source(s, "layout.nnz")
-    if values is None:
-        return None
-    count, rank = s.buffer_count, s.rank
-    needs = [f"h0.byte_size >= {values}"] if count > 0 else []
-    if issubclass(s.layout, CooLayout):
-        if count > 1:
-            needs.append(f"h1.byte_size >= layout.nnz * {rank * _INDEX_BYTES}")
-    elif rank == 2:
-        if count > 1:
-            needs.append(f"h1.byte_size >= layout.nnz * {_INDEX_BYTES}")
-        axis = 0 if issubclass(s.layout, CsrLayout) else 1
-        if count > 2:
-            needs.append(f"(shape[{axis}] == {DYNAMIC_DIMENSION} or h2.byte_size >= (shape[{axis}] + 1) * {_INDEX_BYTES})")
-    return " and ".join(needs) or True
+    for holds, index, need, what, args in evaluated("layout.sparse.buffer_size", desc, _sparse_report_form):
+        if not holds:
+            return f"buffer {index} holds {desc.buffers[index].byte_size} bytes, {need} needed for " \
+                f"{what.format(*args)}", ctx.buffer(index)
 
 
 _NOT_EMPTIED = (MortonLayout, UnknownLayout, ExtensionLayout, BlockPagedLayout, CompositeLayout)
@@ -362,12 +410,7 @@ page pool is sized by pages; a head owns no buffer; private layouts are opaque).
                  "The data buffer of an empty tensor (a dimension is 0) has byte_size 0 -- sub-byte types "
                  "included, with no partial trailing byte; for sparse layouts this is the values buffer.",
                  when=When(facts={Fact.EMPTY}),
-                 fast=lambda s: not s.buffer_count or not s.empty or issubclass(s.layout, _NOT_EMPTIED)
+                 passes=lambda s: not s.buffer_count or not s.empty or issubclass(s.layout, _NOT_EMPTIED)
                  or "h0.byte_size == 0")
 def _empty_size(desc, ctx):
-    h = data_handle(desc)
-    if h is None or not desc.is_empty or h.byte_size == 0:
-        return
-    if isinstance(desc.layout, _NOT_EMPTIED):
-        return
-    return f"empty tensor (shape {list(desc.shape)}) but buffer 0 holds {h.byte_size} bytes", ctx.buffer(0)
+    return f"empty tensor (shape {list(desc.shape)}) but buffer 0 holds {desc.buffers[0].byte_size} bytes", ctx.buffer(0)

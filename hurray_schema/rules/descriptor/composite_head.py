@@ -4,11 +4,9 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import attrs
 
-from ...model import CombineOp, CompositeLayout, CompositionRule, DescriptorFlag
+from ...model import OPEN_COMPOSITE, CombineOp, CompositeLayout, CompositionRule, DescriptorFlag
 from ..engine import Level
 from .dispatch import When, descriptor_rule
 from ...structs.tags import is_private_tag
@@ -19,9 +17,7 @@ FIELDS_REF = "layouts/composite.md § Head Layout-Specific Fields"
 _SCOPE = "composite.head"
 _HEAD = When(layouts={CompositeLayout})
 _HAS_COMPOSITE_MEMBER = int(DescriptorFlag.HAS_COMPOSITE_MEMBER)
-_INVALID_RULES = frozenset({0x00, 0xFF})
 _LAST_ASSIGNED_RULE = int(max(CompositionRule))
-_OPEN_COMPOSITE = 0xFFFF_FFFF
 # plain ints: comparing with enum members costs more on the decode path
 _NO_COMBINE = frozenset({int(CompositionRule.PARTITION), int(CompositionRule.GROUP)})
 _OVERLAY = int(CompositionRule.OVERLAY)
@@ -30,97 +26,79 @@ _OVERLAY_OPS = frozenset({int(CombineOp.REPLACE), int(CombineOp.ADD)})
 
 
 def _on_head(form):
-    """A fast form: the rule passes on every layout but a head; on a head, ``form(signature)``."""
+    """A condition that holds on every layout but a head; on a head, ``form(signature)``."""
     return lambda s: s.layout is not CompositeLayout or form(s)
 
 
-def _head(desc) -> Optional[CompositeLayout]:
-    return desc.layout if isinstance(desc.layout, CompositeLayout) else None
-
-
-def _reserved_rule(rule: int) -> bool:
-    """Neither an assigned nor a private composition rule (0x00 and 0xFF are invalid)."""
-    return rule in _INVALID_RULES or (rule > _LAST_ASSIGNED_RULE and not is_private_tag(rule))
+_RESERVED_ZEROS = bytes(len(attrs.fields_dict(CompositeLayout)['_reserved'].default))
 
 
 @descriptor_rule("composite.head.buffer_count_zero", MUST, HEAD_REF, "A composite head has buffer_count 0.",
-                 scope=_SCOPE, when=_HEAD, fast=_on_head(lambda s: s.buffer_count == 0))
+                 scope=_SCOPE, when=_HEAD, passes=_on_head(lambda s: s.buffer_count == 0))
 def _head_buffers(desc, ctx):
-    if _head(desc) and desc.buffers:
-        return f"composite head has buffer_count {len(desc.buffers)}", ctx.buffer_count()
+    return f"composite head has buffer_count {len(desc.buffers)}", ctx.buffer_count()
 
 
 @descriptor_rule("composite.head.byte_offset_zero", MUST, HEAD_REF, "A composite head has byte_offset 0.",
-                 scope=_SCOPE, when=_HEAD, fast=_on_head(lambda s: "byte_offset == 0"))
+                 scope=_SCOPE, when=_HEAD, passes=_on_head(lambda s: "byte_offset == 0"))
 def _head_offset(desc, ctx):
-    if _head(desc) and desc.byte_offset:
-        return f"composite head has byte_offset {desc.byte_offset}", ctx.byte_offset()
+    return f"composite head has byte_offset {desc.byte_offset}", ctx.byte_offset()
 
 
 @descriptor_rule("composite.head.no_member_section", MUST_NOT, HEAD_REF,
                  "A composite head does not set HAS_COMPOSITE_MEMBER.", scope=_SCOPE, when=_HEAD,
-                 fast=_on_head(lambda s: not s.has("composite_member")))  # unparsed_flags are 0 there
+                 passes=_on_head(lambda s: not s.has("composite_member")
+                                 and f"not desc.unparsed_flags & {_HAS_COMPOSITE_MEMBER}"))
 def _head_member(desc, ctx):
-    if _head(desc) and (desc.composite_member is not None or desc.unparsed_flags & _HAS_COMPOSITE_MEMBER):
-        return "composite head sets HAS_COMPOSITE_MEMBER", ctx.header("flags")
+    return "composite head sets HAS_COMPOSITE_MEMBER", ctx.header("flags")
 
 
 @descriptor_rule("composite.head.no_quantization", MUST_NOT, HEAD_REF,
                  "A composite head does not set HAS_QUANTIZATION.", scope=_SCOPE, when=_HEAD,
-                 fast=_on_head(lambda s: s.scheme is None))
+                 passes=_on_head(lambda s: s.scheme is None))
 def _head_quant(desc, ctx):
-    if _head(desc) and desc.quantization is not None:
-        return "composite head sets HAS_QUANTIZATION", ctx.header("flags")
+    return "composite head sets HAS_QUANTIZATION", ctx.header("flags")
 
 
 @descriptor_rule("composite.head.rule_reserved", MUST, FIELDS_REF,
                  "composition_rule 0x00, 0xFF and 0x04-0xEF are rejected.", scope=_SCOPE, when=_HEAD,
-                 fast=_on_head(lambda s: f"0 < layout.composition_rule <= {_LAST_ASSIGNED_RULE}"))
+                 passes=_on_head(lambda s: f"(0 < layout.composition_rule <= {_LAST_ASSIGNED_RULE} or "
+                                 f"{s.const(is_private_tag)}(layout.composition_rule))"))
 def _head_rule(desc, ctx):
-    h = _head(desc)
-    if h and _reserved_rule(h.composition_rule):
-        return f"composition_rule 0x{h.composition_rule:02X} is reserved or invalid", ctx.layout("composition_rule")
+    return f"composition_rule 0x{desc.layout.composition_rule:02X} is reserved or invalid", \
+        ctx.layout("composition_rule")
 
 
 @descriptor_rule("composite.head.rule_private", MUST, FIELDS_REF,
                  "A private composition_rule (0xF0-0xFE) is rejected unless permissive with an out-of-band "
                  "agreement.", scope=_SCOPE, permissive=True, when=_HEAD,
-                 fast=_on_head(lambda s: f"layout.composition_rule <= {_LAST_ASSIGNED_RULE}"))
+                 passes=_on_head(lambda s: f"(layout.composition_rule <= {_LAST_ASSIGNED_RULE} or not "
+                                 f"{s.const(is_private_tag)}(layout.composition_rule))"))
 def _head_private(desc, ctx):
-    h = _head(desc)
-    if h and h.composition_rule > _LAST_ASSIGNED_RULE and is_private_tag(h.composition_rule):
-        return f"private composition_rule 0x{h.composition_rule:02X} is not known here", ctx.layout("composition_rule")
+    return f"private composition_rule 0x{desc.layout.composition_rule:02X} is not known here", \
+        ctx.layout("composition_rule")
 
 
 @descriptor_rule("composite.head.combine_op", MUST, FIELDS_REF,
                  "combine_op is 0x00 for partition and group, 0x01 or 0x02 for overlay.", scope=_SCOPE, when=_HEAD,
-                 fast=_on_head(lambda s: f"(layout.combine_op == {_NO_OP} if layout.composition_rule in "
-                               f"{s.const(_NO_COMBINE)} else layout.composition_rule == {_OVERLAY} and "
-                               f"layout.combine_op in {s.const(_OVERLAY_OPS)})"))
+                 passes=_on_head(lambda s: f"(layout.combine_op == {_NO_OP} if layout.composition_rule in "
+                                 f"{s.const(_NO_COMBINE)} else layout.composition_rule != {_OVERLAY} or "
+                                 f"layout.combine_op in {s.const(_OVERLAY_OPS)})"))
 def _head_combine(desc, ctx):
-    h = _head(desc)
-    if not h:
-        return
-    rule, op = h.composition_rule, h.combine_op
-    if rule in _NO_COMBINE and op != _NO_OP:
-        return f"combine_op 0x{op:02X} for composition_rule 0x{rule:02X} (must be 0x00)", ctx.layout("combine_op")
-    elif rule == _OVERLAY and op not in _OVERLAY_OPS:
+    rule, op = desc.layout.composition_rule, desc.layout.combine_op
+    if rule == _OVERLAY:
         return f"combine_op 0x{op:02X} for an overlay (must be 0x01 or 0x02)", ctx.layout("combine_op")
+    return f"combine_op 0x{op:02X} for composition_rule 0x{rule:02X} (must be 0x00)", ctx.layout("combine_op")
 
 
 @descriptor_rule("composite.head.reserved", MUST, FIELDS_REF, "The head's _reserved bytes are zero.",
-                 scope=_SCOPE, when=_HEAD,
-                 fast=_on_head(lambda s: f"layout._reserved == {bytes(len(attrs.fields_dict(CompositeLayout)['_reserved'].default))!r}"))
+                 scope=_SCOPE, when=_HEAD, passes=_on_head(lambda s: f"layout._reserved == {_RESERVED_ZEROS!r}"))
 def _head_reserved(desc, ctx):
-    h = _head(desc)
-    if h and any(h._reserved):
-        return f"composite head _reserved bytes are {h._reserved.hex()}", ctx.layout("_reserved")
+    return f"composite head _reserved bytes are {desc.layout._reserved.hex()}", ctx.layout("_reserved")
 
 
 @descriptor_rule("composite.head.open_sentinel", MUST, FIELDS_REF,
                  "member_count 0xFFFFFFFF (open composite, reserved for a future version) is rejected.",
-                 scope=_SCOPE, when=_HEAD, fast=_on_head(lambda s: f"layout.member_count != {_OPEN_COMPOSITE}"))
+                 scope=_SCOPE, when=_HEAD, passes=_on_head(lambda s: f"layout.member_count != {OPEN_COMPOSITE}"))
 def _head_open(desc, ctx):
-    h = _head(desc)
-    if h and h.member_count == _OPEN_COMPOSITE:
-        return "member_count is the reserved open-composite sentinel 0xFFFFFFFF", ctx.layout("member_count")
+    return "member_count is the reserved open-composite sentinel 0xFFFFFFFF", ctx.layout("member_count")

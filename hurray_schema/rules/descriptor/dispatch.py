@@ -3,18 +3,19 @@
 * :class:`When` -- what a rule declares about the descriptors it can fire on (layouts,
   quantization schemes, facts such as "has a shard section" or "is empty").  The
   dispatch reads only these declarations; it never looks at a rule's id.
-* :func:`descriptor_rule` -- declares a rule whose check yields ``(message, offset)``
-  pairs, with its ``when``.
+* :func:`descriptor_rule` -- declares a rule with its ``when``, written once: its condition
+  (``passes``, an expression) and the report of a finding, or its whole check.
 * :class:`DescriptorContext` -- where each field sits, from the wire declarations
   (:func:`hurray_schema.structs.wire.descriptor_spans` for the parts,
   :func:`~hurray_schema.structs._declare.static_offset` and the declarations' plans for a
   field inside its part).  Offsets are computed only when a rule fires.
 * :func:`check_descriptor` / :func:`first_error` -- run the rules that can fire on a
   descriptor, in declaration order.  The list of those rules (its *plan*) is built from
-  the ``when`` declarations once per combination of the facts it depends on.
-* :class:`Signature` / :func:`signature_pass_source` -- the rules of one compiled header as
-  one expression, from each rule's optional ``fast`` form (for the checked decoders of
-  :mod:`hurray_schema.signature`).
+  the ``when`` declarations once per signature, with their conditions compiled into one
+  expression that says whether any would report.
+* :class:`Signature` / :func:`signature_pass_source` -- the same expression for the
+  checked decoders compiled per header (:mod:`hurray_schema.signature`): both read each
+  rule's one condition.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ from typing import Callable, Iterator, Optional
 import attrs
 
 from ...codecache import compiled
+from ...memo import MEMO
 from ...model import (
-    BufferHandle, DeviceTag, ExtensionLayout, LayoutTag, TensorDescriptor, TiledLayout, UnknownLayout, UnknownQuantization,
+    BufferHandle, DeviceTag, LayoutTag, TensorDescriptor, TiledLayout,
 )
 from ...structs import layouts as layout_tables
-from ...structs.descriptor import MIN_BUFFER_ALIGNMENT
 from ...structs import quantization as quantization_tables
 from ...structs._declare import Plan, plan, select, static_offset
 from ...structs.descriptor import BUFFER_COUNT, BUFFER_HANDLE, BYTE_OFFSET, FIXED_HEADER, SHAPE
@@ -41,8 +42,9 @@ from ..engine import Finding, Level, Mode, Rule, as_mode, declare
 
 __all__ = [
     "Fact", "When", "ALWAYS", "descriptor_rule", "DESCRIPTOR_RULES", "DescriptorContext", "check_descriptor",
-    "first_error", "passed", "Signature", "FAST_LOCALS", "signature_pass_source", "plain_buffers_source",
-    "mark_passed", "on_declare", "plain_buffers",
+    "first_error", "Signature", "signature_of", "condition_of", "FAST_LOCALS", "signature_pass_source",
+    "plain_buffers_source",
+    "on_declare", "plain_buffers", "evaluated",
 ]
 
 
@@ -113,58 +115,18 @@ the findings of :func:`check_descriptor`."""
 _RAW: dict[str, Callable] = {}
 """Rule id -> its check yielding ``(message, offset)`` (the registered check wraps it into Findings)."""
 
-_PREDICATES: dict[str, Callable] = {}
-"""Rule id -> its check as declared (returning its finding or None, or yielding findings)."""
+_CHECKS: dict[str, Callable] = {}
+"""Rule id -> the function declared with it: its whole check, or its report where it has a condition."""
 
-_FAST: dict[str, Callable] = {}
-"""Rule id -> its fast form (see :class:`Signature`), for the rules that declare one."""
+_FORMS: dict = {}
+"""Rule id -> its condition (``descriptor_rule(passes=...)``), for the rules written that way."""
 
 _ON_DECLARE: list[Callable[[], None]] = []
 """Called after each declaration: what was generated from the rules so far is stale."""
 
-_PLANS: dict = {}
-"""Facts key (:func:`_rules_for`) -> :class:`_Plan`: the ``(rule, raw check)`` pairs that
+_PLANS = MEMO.plans
+"""Signature and facts (:func:`_plan`) -> :class:`_Plan`: the ``(rule, raw check)`` pairs that
 can fire and the function that says whether all of them pass; emptied by each declaration."""
-
-MAX_PASSED = 4096
-_PASSED: dict = {}
-"""id(descriptor) -> descriptor, for the last :data:`MAX_PASSED` descriptor objects on which
-no rule reported anything in strict mode, SHOULD-level rules included (the entry keeps the
-object alive, so its id is not reused); emptied by each declaration."""
-_REMEMBER_PASSED = [True]
-
-
-_SMALL_COUNT = 64
-"""Most buffers, and most bytes of quantization padding or trailing data, of a descriptor
-the passed table keeps alive (it never holds a large object on behalf of the input)."""
-
-
-def rememberable(desc: TensorDescriptor) -> bool:
-    """Whether the passed table may keep ``desc`` alive (small: see :data:`_SMALL_COUNT`)."""
-    layout, q = desc.layout, desc.quantization
-    return (len(desc.buffers) <= _SMALL_COUNT and len(desc.trailing) <= _SMALL_COUNT
-            and not isinstance(layout, (UnknownLayout, ExtensionLayout))
-            and (q is None or (not isinstance(q, UnknownQuantization)
-                               and len(getattr(q, "padding", b"")) <= _SMALL_COUNT)))
-
-
-def passed(desc: TensorDescriptor) -> bool:
-    """True when no rule reported anything on this very object in strict mode (in
-    :func:`first_error`, or the decoder generated per header checked it) and it is still
-    remembered: it has no finding in either mode, so :func:`first_error` would return None
-    and leave its ``notes`` as they were."""
-    return _PASSED.get(id(desc)) is desc
-
-
-def mark_passed(desc: TensorDescriptor, known_rememberable: bool = False) -> None:
-    """Remember that ``desc`` passes every rule in strict mode (the decoder generated per header
-    checked it), as :func:`first_error` would have, when the table is on.
-    ``known_rememberable``: the caller knows :func:`rememberable` is true of ``desc`` (the
-    decoder of one header makes descriptors of one size)."""
-    if _REMEMBER_PASSED[0] and (known_rememberable or rememberable(desc)):
-        if len(_PASSED) >= MAX_PASSED:
-            _PASSED.clear()
-        _PASSED[id(desc)] = desc
 
 
 def on_declare(hook: Callable[[], None]) -> None:
@@ -172,32 +134,31 @@ def on_declare(hook: Callable[[], None]) -> None:
     _ON_DECLARE.append(hook)
 
 
-def remember_passed(enabled: bool) -> bool:
-    """Whether :func:`first_error` remembers the descriptor objects that passed (emptying
-    the table); returns the previous setting.  Off, every call runs the rules."""
-    previous = _REMEMBER_PASSED[0]
-    _REMEMBER_PASSED[0] = bool(enabled)
-    _PASSED.clear()
-    return previous
-
-
 def descriptor_rule(id: str, level: Level, citation: str, summary: str, *, when: When, scope: str = "descriptor",
-                    permissive: bool = False, fast: Optional[Callable] = None):
+                    permissive: bool = False, passes=None):
     """Declare a descriptor rule that can fire only on the descriptors ``when`` describes.
 
-    Its check is ``check(desc, ctx)``, written one of two ways: a rule with at most one
-    finding *returns* ``(message, offset)`` when it fires and ``None`` when it passes (a
-    plain predicate: what the compiled plans of :func:`first_error` call); a rule that can
-    report several findings (one per buffer handle, per tiling level) *yields* them.
+    A rule is written in one of two forms, never both:
 
-    ``fast(signature)`` (optional) states the same check for the descriptors of one compiled
-    header as source text, for the decoder generated per header (:class:`Signature`)."""
+    * ``passes`` given: the rule's condition, once, as an expression over :data:`FAST_LOCALS`
+      (and ``h0``, ``h1``, ... the buffer handles) that is true when the rule passes -- a
+      string, or a function of the :class:`Signature` of the descriptors it is read for that
+      gives such a string, or ``True`` / ``False`` where the signature decides alone.  The
+      decorated function is then the rule's *report*, ``report(desc, ctx) -> (message,
+      offset)``, called only on a descriptor whose condition is false.  The plans of
+      :func:`first_error` and the decoders compiled per header read the same condition.
+    * no ``passes``: the decorated function is the whole check, ``check(desc, ctx)``: it
+      *returns* ``(message, offset)`` when it fires and ``None`` when it passes, or *yields*
+      one pair per finding (one per buffer handle, per tiling level).  Plans call it."""
     if not isinstance(when, When):
         raise TypeError(f"rule {id!r}: when= takes a When, not {when!r}")
 
     def wrap(fn: Callable) -> Rule:
         holder: list[Rule] = []
-        raw = fn if inspect.isgeneratorfunction(fn) else _findings_of(fn)
+        if passes is None:
+            raw = fn if inspect.isgeneratorfunction(fn) else _findings_of(fn)
+        else:
+            raw = _reported(id, fn, inspect.isgeneratorfunction(fn))
 
         def check(desc: TensorDescriptor, ctx: DescriptorContext) -> Iterator[Finding]:
             rule = holder[0]
@@ -208,18 +169,36 @@ def descriptor_rule(id: str, level: Level, citation: str, summary: str, *, when:
         holder.append(rule)
         DESCRIPTOR_RULES.append(rule)
         _RAW[id] = raw
-        _PREDICATES[id] = fn
-        if fast is not None:
-            _FAST[id] = fast
+        _CHECKS[id] = fn
+        if passes is not None:
+            _FORMS[id] = passes
         else:
-            _FAST.pop(id, None)
+            _FORMS.pop(id, None)
         _PLANS.clear()
-        _PASSED.clear()
+        _CONDITIONS.clear()
         for hook in _ON_DECLARE:
             hook()
         return rule
 
     return wrap
+
+
+def _reported(id: str, report: Callable, several: bool) -> Callable:
+    """The ``(message, offset)`` pairs of a rule declared with ``passes``: its report, where the
+    condition compiled for the descriptor's signature is false (see :func:`condition_of`); a report
+    that yields gives one pair per finding."""
+
+    def findings(desc, ctx):
+        if not condition_of(id, desc)(desc):
+            if several:
+                yield from report(desc, ctx)
+                return
+            found = report(desc, ctx)
+            if found is not None:
+                yield found
+
+    findings.__name__ = getattr(report, "__name__", "findings")
+    return findings
 
 
 def _findings_of(fn: Callable) -> Callable:
@@ -248,7 +227,7 @@ _HANDLE_SIZE = plan(BUFFER_HANDLE).fixed_size
 _COUNT_SIZE = plan(BUFFER_COUNT).fixed_size
 _QLEN_SIZE = plan(quantization_tables.QUANTIZATION_LENGTH).fixed_size
 _TILED_PLAN = plan(layout_tables.TILED)
-_PREFIXES: dict[tuple[int, str], tuple] = {}
+_PREFIXES = MEMO.prefixes
 
 
 def _subfield(decl, name: str):
@@ -260,8 +239,8 @@ def _subfield(decl, name: str):
 
 def _prefix_plan(decl, name: str) -> Plan:
     """The plan of the fields of ``decl`` before ``name`` (cached with its declaration)."""
-    entry = _PREFIXES.get((id(decl), name))
-    if entry is None or entry[0] is not decl:
+    entry = _PREFIXES.get((decl, name))
+    if entry is None:
         names = []
         for sub in decl.subcons:
             if sub.name == name:
@@ -269,8 +248,8 @@ def _prefix_plan(decl, name: str) -> Plan:
             names.append(sub.name)
         else:
             raise KeyError(name)
-        entry = _PREFIXES[(id(decl), name)] = (decl, plan(select(decl, *names)))
-    return entry[1]
+        entry = _PREFIXES[(decl, name)] = plan(select(decl, *names))
+    return entry
 
 
 def field_offset(decl, name: str, values: dict) -> int:
@@ -363,18 +342,17 @@ class DescriptorContext:
 _LAST_NAMED_DEVICE = int(max(DeviceTag))
 
 
-_UNUSUAL_HANDLE = ("{h[device_tag]} != {first[device_tag]} or {h[sync_mode]} or {h[memory_class]} or {h[_reserved]}"
-                   " or {first[device_tag]} > {last} or {h[alignment]} <= 0 or {h[alignment]} & ({h[alignment]} - 1)"
-                   " or ({h[alignment]} < {minimum} and {h[byte_size]})")
-"""True for a handle ``h`` on which a rule on the handles' own fields could fire: not CPU or a
-named device, not producer-synced, not STANDARD memory, a non-zero reserved byte, an alignment
-that is no power of two or is below 64 for a non-empty buffer, or another device than the
-first handle ``first``.  One text for :func:`_plain_buffers` and :func:`plain_buffers_source`
-(``h`` and ``first`` map each field name to the expression of its value)."""
+_UNUSUAL_HANDLE = "{h[device_tag]} > {last} or {h[sync_mode]} or {h[memory_class]}"
+"""True for a handle ``h`` outside the shape the decoders compiled per header build: a device that is
+not a named one, a sync mode or a memory class other than 0.  Only such a handle can break a rule on a
+handle's device, sync mode or memory class (those rules declare :attr:`Fact.UNUSUAL_BUFFERS`); the
+rules on every handle's reserved byte, alignment and colocation state their own conditions.  One text
+for :func:`_plain_buffers` and :func:`plain_buffers_source` (``h`` maps each field name to the
+expression of its value)."""
 
 
-def _unusual(h: dict, first: dict) -> str:
-    return _UNUSUAL_HANDLE.format(h=h, first=first, last=_LAST_NAMED_DEVICE, minimum=MIN_BUFFER_ALIGNMENT)
+def _unusual(h: dict) -> str:
+    return _UNUSUAL_HANDLE.format(h=h, last=_LAST_NAMED_DEVICE)
 
 
 def _attributes_of(name: str) -> dict:
@@ -382,8 +360,8 @@ def _attributes_of(name: str) -> dict:
 
 
 def _make_plain_buffers() -> Callable:
-    unusual = _unusual(_attributes_of("h"), _attributes_of("first"))
-    source = ("def _plain_buffers(handles):\n    if not handles:\n        return True\n    first = handles[0]\n"
+    unusual = _unusual(_attributes_of("h"))
+    source = ("def _plain_buffers(handles):\n"
               f"    for h in handles:\n        if {unusual}:\n            return False\n"
               "    return True\n")
     namespace: dict = {}
@@ -404,73 +382,88 @@ def plain_buffers_source(handles: list) -> str:
     handle, field name -> the expression of its value)."""
     if not handles:
         return "True"
-    return " and ".join(f"not ({_unusual(h, handles[0])})" for h in handles)
+    return " and ".join(f"not ({_unusual(h)})" for h in handles)
 
 
 _FACT_SLOTS = (Fact.UNUSUAL_BUFFERS, Fact.STATISTICS, Fact.EXTENSION_TYPE, Fact.COMPOSITE_MEMBER, Fact.SHARD,
                Fact.SCALAR, Fact.EMPTY, Fact.PRIVATE_TYPE)
-"""The facts in the order :func:`_rules_for` puts them in its key, after the layout tag and scheme."""
+"""The facts in the order :func:`_plan` puts them in its key, after what the :class:`Signature` takes."""
+
+MAX_PLANS = MEMO.limit("plans")
+"""Most plans kept at once (one per signature met); past it the table is emptied and fills again."""
 
 
 class _Plan:
-    """The rules that can fire on one combination of facts, in declaration order.
+    """The rules that can fire on the descriptors of one :class:`Signature`, in declaration order.
 
-    ``passes(desc, ctx)`` calls each rule's check as declared -- a returning check once, a
-    yielding one up to its first finding -- and answers False as soon as any would report
-    something.  It decides nothing about findings: when it says False the caller runs ``pairs``
-    through the general loop, which makes every finding (ids, levels, offsets, messages, order)
-    as before.  It is a closure over the checks, not generated code: a process that reads one
-    file pays for no compilation."""
+    ``pairs`` are ``(rule, raw check)``; ``passes(desc, ctx)`` is one compiled expression --
+    the conjunction of :func:`signature_pass_source` -- true only when no rule would report
+    anything.  It decides nothing about findings: when it says False the caller runs
+    ``pairs`` through the general loop, which makes every finding (ids, levels, offsets,
+    messages, order)."""
 
     __slots__ = ("pairs", "passes")
 
-    def __init__(self, pairs: list):
+    def __init__(self, pairs: list, passes: Callable):
         self.pairs = pairs
-        self.passes = _passes_of(tuple(_PREDICATES[rule.id] for rule, _ in pairs))
+        self.passes = passes
 
 
-def _passes_of(checks: tuple) -> Callable:
-    """``passes(desc, ctx)`` over ``checks``: False at the first that would report."""
-    returning = tuple(check for check in checks if not inspect.isgeneratorfunction(check))
-    if len(returning) == len(checks):  # the common case: one call each, no generator
-
-        def passes(desc, ctx) -> bool:
-            for check in returning:
-                if check(desc, ctx) is not None:
-                    return False
-            return True
-
-        return passes
-    kinds = tuple((check, inspect.isgeneratorfunction(check)) for check in checks)
-
-    def passes_mixed(desc, ctx) -> bool:
-        for check, yields in kinds:
-            if yields:
-                for _ in check(desc, ctx):
-                    return False
-            elif check(desc, ctx) is not None:
-                return False
-        return True
-
-    return passes_mixed
+def _never(desc, ctx) -> bool:
+    return False
 
 
-def _plan_for(key: tuple) -> _Plan:
-    layout_tag, scheme, *present = key
-    facts = frozenset(fact for fact, holds in zip(_FACT_SLOTS, present) if holds)
-    return _Plan([(rule, _RAW[rule.id]) for rule in DESCRIPTOR_RULES if rule.when.holds(layout_tag, scheme, facts)])
+def _plan_for(sig: "Signature", facts: frozenset) -> _Plan:
+    rules = [rule for rule in DESCRIPTOR_RULES if rule.when.holds(sig.tag, sig.scheme, facts)]
+    pairs = [(rule, _specialized(rule, sig)) for rule in rules]
+    conjunction = _conjunction(sig, rules)
+    if conjunction is None:
+        return _Plan(pairs, _never)
+    expression, _ = conjunction
+    source = f"def passes(desc, ctx):\n{_bind_locals(sig)}    return bool({expression})\n"
+    namespace = dict(sig.names)
+    exec(compiled(source, f"<hurray_schema rule plan {sig.tag:#04x}/rank {sig.rank}>"), namespace)
+    return _Plan(pairs, namespace["passes"])
+
+
+def _specialized(rule: Rule, sig: "Signature") -> Callable:
+    """The raw check of ``rule`` for the descriptors of ``sig``: its report behind its condition
+    compiled for ``sig``, or its whole check."""
+    if rule.id not in _FORMS:
+        return _RAW[rule.id]
+    holds = _condition(rule.id, sig)
+    report = _CHECKS[rule.id]
+    if inspect.isgeneratorfunction(report):
+        def several(desc, ctx):
+            if not holds(desc):
+                yield from report(desc, ctx)
+
+        return several
+
+    def findings(desc, ctx):
+        if not holds(desc):
+            found = report(desc, ctx)
+            if found is not None:
+                yield found
+
+    return findings
 
 
 def _plan(desc: TensorDescriptor) -> _Plan:
-    """The :class:`_Plan` of ``desc`` (cached per combination of the facts the declarations depend on)."""
+    """The :class:`_Plan` of ``desc`` (kept per signature and facts)."""
     q = desc.quantization
     shape = desc.shape
-    key = (desc.layout.tag, None if q is None else q.__class__, not _plain_buffers(desc.buffers),
+    layout = desc.layout
+    key = (layout.__class__, layout.tag, None if q is None else q.__class__, None if q is None else q.scheme_version,
+           len(shape), desc.type_tag, len(desc.buffers), not _plain_buffers(desc.buffers),
            desc.statistics is not None, desc.extension_type is not None, desc.composite_member is not None,
-           desc.shard is not None, not shape, 0 in shape, is_private_type(desc.type_tag))
+           desc.shard is not None, 0 in shape)
     plan_ = _PLANS.get(key)
     if plan_ is None:
-        plan_ = _PLANS[key] = _plan_for(key)
+        if len(_PLANS) >= MAX_PLANS:
+            _PLANS.clear()
+        sig = signature_of(desc)
+        plan_ = _PLANS[key] = _plan_for(sig, sig.facts(unusual_buffers=key[7]))
     return plan_
 
 
@@ -501,16 +494,9 @@ def first_error(desc: TensorDescriptor, mode="strict", *, base: int = 0,
     (before the first error when there is one, else all of them) -- what a reader records
     beside the descriptor it keeps.
 
-    The plan's generated ``passes`` answers first; only a descriptor on which some rule
+    The plan's compiled ``passes`` answers first; only a descriptor on which some rule
     would report goes through the general loop (so a descriptor with no finding costs no
-    more with ``notes``).  A descriptor object on which no rule reports anything in strict
-    mode has no finding in either mode (the rules are functions of the frozen value; the
-    mode only decides what is tolerated), so the last :data:`MAX_PASSED` such objects are
-    not checked twice: a stream of repeated descriptors gives the decoder's one object per
-    distinct descriptor (:func:`hurray_schema.signature.decode_known`).  A descriptor with
-    a SHOULD-level finding is never remembered: each reading reports it again."""
-    if _PASSED.get(id(desc)) is desc:
-        return None
+    more with ``notes``)."""
     mode = as_mode(mode)
     ctx = DescriptorContext(desc, mode, base)
     plan_ = _plan(desc)
@@ -522,11 +508,6 @@ def first_error(desc: TensorDescriptor, mode="strict", *, base: int = 0,
                     return finding
                 if notes is not None:
                     notes.append(finding)
-        return None
-    if mode is Mode.STRICT and _REMEMBER_PASSED[0] and rememberable(desc):
-        if len(_PASSED) >= MAX_PASSED:
-            _PASSED.clear()
-        _PASSED[id(desc)] = desc
     return None
 
 
@@ -536,25 +517,27 @@ def first_error(desc: TensorDescriptor, mode="strict", *, base: int = 0,
 
 FAST_LOCALS = ("desc", "type_tag", "shape", "byte_offset", "buffers", "layout", "q", "shard", "statistics",
                "extension_type", "composite_member")
-"""The names a fast form's expression reads, besides ``h0`` ... (the buffer handles): the
+"""The names a rule's condition reads, besides ``h0`` ... (the buffer handles): the
 descriptor, its fields, ``q`` its quantization, each section by its attribute name."""
+
+_SECTION_NAMES = ("shard", "statistics", "extension_type", "composite_member")
+_BOUND_HANDLES = 3
+"""Handles bound to ``h0`` ... by the plans of :func:`first_error` (the conditions read at most ``h2``;
+the decoders compiled per header bind every handle)."""
 
 
 @attrs.frozen(slots=True)
 class Signature:
-    """What every descriptor decoded under one compiled header shares
-    (:mod:`hurray_schema.signature`): the fixed header fixes the element type, rank, layout
-    and which sections follow; the compiled decoder guards buffer_count, the scheme and its
-    version; every handle is plain (:func:`_plain_buffers`) and ``empty`` says whether a
-    dimension is 0.  Nothing else: every field value may be anything.
+    """What the descriptors a condition is read for share: the element type, rank, layout class,
+    scheme (and its version), buffer count and which sections are present, and whether a dimension
+    is 0.  Nothing else: every other field value may be anything.  A decoder compiled per header
+    (:mod:`hurray_schema.signature`) reads the rules under the signature of its header, every
+    handle plain; a plan of :func:`first_error`, under the signature of the descriptor it checks.
 
-    A rule's ``fast(signature)`` answers for those descriptors with ``True`` (the rule cannot
-    fire on any of them), ``None`` (no fast form: its check is called) or the source of an
-    expression over :data:`FAST_LOCALS` and ``h0`` ... that is true only if the rule passes.
-    A false expression is not a finding: the rule's own check is called then, and any
-    finding sends the descriptor to the general engine, which reports it.  Objects the
-    expression needs are named with :meth:`const`.
-    """
+    A rule's condition given as a function is called with a signature and answers ``True`` (the
+    rule passes on all of them), ``False`` (it fires on all of them) or the source of an expression
+    over :data:`FAST_LOCALS` and ``h0`` ... that is true exactly when the rule passes.  Objects the
+    expression needs are named with :meth:`const`."""
 
     layout: type
     rank: int
@@ -564,7 +547,12 @@ class Signature:
     type_tag: int
     sections: frozenset
     empty: bool
+    tag: int = attrs.field(default=None)
     names: dict = attrs.field(factory=dict, eq=False, repr=False)
+
+    def __attrs_post_init__(self):
+        if self.tag is None:
+            object.__setattr__(self, "tag", self.layout.tag)
 
     def const(self, obj) -> str:
         """A name the generated code reads ``obj`` by."""
@@ -578,35 +566,114 @@ class Signature:
     def has(self, section: str) -> bool:
         return section in self.sections
 
+    def facts(self, unusual_buffers: bool = False) -> frozenset:
+        """The :class:`Fact` s true of the descriptors of this signature."""
+        holds = {Fact.STATISTICS: self.has("statistics"), Fact.EXTENSION_TYPE: self.has("extension_type"),
+                 Fact.COMPOSITE_MEMBER: self.has("composite_member"), Fact.SHARD: self.has("shard"),
+                 Fact.SCALAR: self.rank == 0, Fact.EMPTY: self.empty, Fact.PRIVATE_TYPE: is_private_type(self.type_tag),
+                 Fact.UNUSUAL_BUFFERS: unusual_buffers}
+        return frozenset(fact for fact, true in holds.items() if true)
 
-def _returns_nothing(check: Callable, desc: TensorDescriptor) -> bool:
-    return check(desc, DescriptorContext(desc)) is None
+
+def signature_of(desc: TensorDescriptor) -> Signature:
+    """The :class:`Signature` of one descriptor."""
+    q = desc.quantization
+    return Signature(desc.layout.__class__, desc.rank, None if q is None else q.__class__,
+                     None if q is None else q.scheme_version, len(desc.buffers), int(desc.type_tag),
+                     frozenset(name for name in _SECTION_NAMES if getattr(desc, name) is not None), 0 in desc.shape,
+                     desc.layout.tag)
 
 
-def _yields_nothing(check: Callable, desc: TensorDescriptor) -> bool:
-    return next(iter(check(desc, DescriptorContext(desc))), None) is None
+def _bind_locals(sig: Signature) -> str:
+    """The lines binding :data:`FAST_LOCALS` and the first handles from ``desc``."""
+    lines = ["    type_tag, shape, byte_offset, buffers = desc.type_tag, desc.shape, desc.byte_offset, desc.buffers",
+             "    layout, q = desc.layout, desc.quantization"]
+    lines += [f"    {name} = desc.{name}" for name in _SECTION_NAMES]
+    lines += [f"    h{i} = buffers[{i}]" for i in range(min(sig.buffer_count, _BOUND_HANDLES))]
+    return "\n".join(lines) + "\n"
 
 
-def signature_pass_source(sig: Signature) -> Optional[str]:
-    """One expression, true only when no rule that can fire on the descriptors of ``sig``
-    reports anything in strict mode (so in either mode): each rule's fast form, or its
-    check called when it has none or the fast form says no.  ``None`` when some rule fires
-    on every such descriptor.  The names it reads are added to ``sig.names``."""
-    facts = {Fact.STATISTICS: sig.has("statistics"), Fact.EXTENSION_TYPE: sig.has("extension_type"),
-             Fact.COMPOSITE_MEMBER: sig.has("composite_member"), Fact.SHARD: sig.has("shard"),
-             Fact.SCALAR: sig.rank == 0, Fact.EMPTY: sig.empty, Fact.PRIVATE_TYPE: is_private_type(sig.type_tag),
-             Fact.UNUSUAL_BUFFERS: False}
-    key = (sig.layout.tag, sig.scheme, *(facts[fact] for fact in _FACT_SLOTS))
+def _form(rule_id: str, sig: Signature):
+    """The condition of ``rule_id`` read under ``sig``: True, False or an expression."""
+    form = _FORMS[rule_id]
+    return form(sig) if callable(form) else form
+
+
+def _condition(rule_id: str, sig: Signature) -> Callable:
+    """``holds(desc)`` for the descriptors of ``sig``: the condition of ``rule_id``, compiled."""
+    form = _form(rule_id, sig)
+    if form is True or form is False:
+        return (lambda desc: True) if form else (lambda desc: False)
+    source = f"def holds(desc):\n{_bind_locals(sig)}    return bool({form})\n"
+    namespace = dict(sig.names)
+    exec(compiled(source, f"<hurray_schema rule {rule_id}>"), namespace)
+    return namespace["holds"]
+
+
+MAX_CONDITIONS = MEMO.limit("conditions")
+_CONDITIONS = MEMO.conditions
+"""``(rule id, signature)`` -> the condition compiled for it, for :func:`condition_of` and :func:`evaluated`."""
+
+
+def condition_of(rule_id: str, desc: TensorDescriptor) -> Callable:
+    """``holds(desc)``: the condition of the rule ``rule_id`` (declared with ``passes``) compiled for
+    the signature of ``desc``, for a rule's check called on its own (the plans compile their own)."""
+    key = (rule_id, signature_of(desc))
+    holds = _CONDITIONS.get(key)
+    if holds is None:
+        if len(_CONDITIONS) >= MAX_CONDITIONS:
+            _CONDITIONS.clear()
+        holds = _CONDITIONS[key] = _condition(rule_id, key[1])
+    return holds
+
+
+def evaluated(name: str, desc: TensorDescriptor, build: Callable):
+    """The value for ``desc`` of the expression ``build(signature)`` gives (over :data:`FAST_LOCALS`),
+    compiled once per signature: what a rule's report reads from the same sources as its condition."""
+    sig = signature_of(desc)
+    key = (name, sig, build)
+    value = _CONDITIONS.get(key)
+    if value is None:
+        if len(_CONDITIONS) >= MAX_CONDITIONS:
+            _CONDITIONS.clear()
+        source = f"def value(desc):\n{_bind_locals(sig)}    return {build(sig)}\n"
+        namespace = dict(sig.names)
+        exec(compiled(source, f"<hurray_schema {name}>"), namespace)
+        value = _CONDITIONS[key] = namespace["value"]
+    return value(desc)
+
+
+def _yields_nothing(check: Callable, desc: TensorDescriptor, ctx) -> bool:
+    return next(iter(check(desc, ctx)), None) is None
+
+
+def _conjunction(sig: Signature, rules) -> Optional[tuple[str, bool]]:
+    """One expression over :data:`FAST_LOCALS`, ``h0`` ... and ``ctx``, true only when none of
+    ``rules`` reports anything on a descriptor of ``sig``: each rule's condition, or its whole
+    check called; and whether it reads ``ctx``.  ``None`` when some rule fires on every such
+    descriptor.  The names it reads are added to ``sig.names``."""
     parts = []
-    for rule, _ in _plan_for(key).pairs:
-        fast = _FAST.get(rule.id)
-        form = fast(sig) if fast is not None else None
-        if form is True:
+    reads_ctx = False
+    for rule in rules:
+        if rule.id in _FORMS:
+            form = _form(rule.id, sig)
+            if form is True:
+                continue
+            if form is False:
+                return None
+            parts.append(f"({form})")
             continue
-        if form is False:
-            return None
-        check = _PREDICATES[rule.id]
-        alone = _yields_nothing if inspect.isgeneratorfunction(check) else _returns_nothing
-        call = f"{sig.const(alone)}({sig.const(check)}, desc)"
-        parts.append(call if form is None else f"({form} or {call})")
-    return " and ".join(parts) if parts else "True"
+        check = _CHECKS[rule.id]
+        reads_ctx = True
+        if inspect.isgeneratorfunction(check):
+            parts.append(f"{sig.const(_yields_nothing)}({sig.const(check)}, desc, ctx)")
+        else:
+            parts.append(f"{sig.const(check)}(desc, ctx) is None")
+    return (" and ".join(parts) if parts else "True"), reads_ctx
+
+
+def signature_pass_source(sig: Signature) -> Optional[tuple[str, bool]]:
+    """For the decoders compiled per header: the expression of :func:`_conjunction` over the rules
+    that can fire on the descriptors of ``sig`` with plain handles, and whether it reads ``ctx``
+    (a :class:`DescriptorContext` of ``desc``); ``None`` when some rule fires on all of them."""
+    return _conjunction(sig, [rule for rule in DESCRIPTOR_RULES if rule.when.holds(sig.tag, sig.scheme, sig.facts())])

@@ -40,12 +40,11 @@ def _byte_offset_zero(layout_cls, page: str, name: str):
         f"layouts/{page}.md § Buffer Size"
 
     @descriptor_rule(f"layout.{name}.byte_offset", MUST, citation, f"A {_words(name)} tensor has byte_offset 0.",
-                     when=When(layouts={layout_cls}), fast=lambda s: s.layout is not layout_cls or "byte_offset == 0")
-    def check(desc, ctx):
-        if isinstance(desc.layout, layout_cls) and desc.byte_offset != 0:
-            return f"byte_offset is {desc.byte_offset}, not 0, for a {_words(name)} tensor", ctx.byte_offset()
+                     when=When(layouts={layout_cls}), passes=lambda s: s.layout is not layout_cls or "byte_offset == 0")
+    def report(desc, ctx):
+        return f"byte_offset is {desc.byte_offset}, not 0, for a {_words(name)} tensor", ctx.byte_offset()
 
-    return check
+    return report
 
 
 def _reserved_zero(layout_cls, page: str, name: str):
@@ -55,14 +54,12 @@ def _reserved_zero(layout_cls, page: str, name: str):
 
     @descriptor_rule(f"layout.{name}.reserved", MUST, f"layouts/{page}.md § Additional Descriptor Fields",
                      f"The {reserved} bytes of the {_words(name)} layout fields are zero.",
-                     when=When(layouts={layout_cls}), fast=lambda s: s.layout is not layout_cls
+                     when=When(layouts={layout_cls}), passes=lambda s: s.layout is not layout_cls
                      or f"layout.{reserved} == {zeros!r}")
-    def check(desc, ctx):
-        if isinstance(desc.layout, layout_cls) and any(getattr(desc.layout, reserved)):
-            value = getattr(desc.layout, reserved)
-            return f"{_words(name)} {reserved} bytes are {value.hex()}", ctx.layout(reserved)
+    def report(desc, ctx):
+        return f"{_words(name)} {reserved} bytes are {getattr(desc.layout, reserved).hex()}", ctx.layout(reserved)
 
-    return check
+    return report
 
 
 _RELATIONS = {"==": operator.eq, ">=": operator.ge}
@@ -81,38 +78,33 @@ def _buffer_count_exact(layout_cls, page: str, name: str, base: Callable[[int], 
     @descriptor_rule(f"layout.{name}.buffer_count", MUST, f"layouts/{page}.md § Buffer Table",
                      f"A {_words(name)} descriptor has buffer_count {words} (plus the quantization-parameter "
                      "buffers of its scheme, if quantized).", when=When(layouts={layout_cls}),
-                     fast=lambda s: s.layout is not layout_cls or _count_source(s.buffer_count, "==", base(s.rank), s))
-    def check(desc, ctx):
-        if not isinstance(desc.layout, layout_cls):
-            return
+                     passes=lambda s: s.layout is not layout_cls or _count_source(s.buffer_count, "==", base(s.rank), s))
+    def report(desc, ctx):
         want = base(desc.rank) + quantization_parameter_count(desc.quantization)
-        if len(desc.buffers) != want:
-            return f"buffer_count is {len(desc.buffers)}, expected {want}", ctx.buffer_count()
+        return f"buffer_count is {len(desc.buffers)}, expected {want}", ctx.buffer_count()
 
-    return check
+    return report
 
 
 def _rank_rule(layout_cls, page: str, name: str, ok: Callable[[int], bool], words: str, section: str = "Description"):
     @descriptor_rule(f"layout.{name}.rank", MUST, f"layouts/{page}.md § {section}",
                      f"A {_words(name)} tensor has rank {words}.", when=When(layouts={layout_cls}),
-                     fast=lambda s: s.layout is not layout_cls or ok(s.rank))
-    def check(desc, ctx):
-        if isinstance(desc.layout, layout_cls) and not ok(desc.rank):
-            return f"{_words(name)} tensor of rank {desc.rank}; rank {words} required", ctx.header("rank")
+                     passes=lambda s: s.layout is not layout_cls or ok(s.rank))
+    def report(desc, ctx):
+        return f"{_words(name)} tensor of rank {desc.rank}; rank {words} required", ctx.header("rank")
 
-    return check
+    return report
 
 
 def _no_shard(layout_cls, page: str, name: str):
     @descriptor_rule(f"layout.{name}.shard", MUST_NOT, f"layouts/{page}.md § Sharding",
                      f"A {_words(name)} tensor carries no shard section in this version.",
                      when=When(layouts={layout_cls}, facts={Fact.SHARD}),
-                     fast=lambda s: s.layout is not layout_cls or not s.has("shard"))
-    def check(desc, ctx):
-        if isinstance(desc.layout, layout_cls) and desc.shard is not None:
-            return f"a {_words(name)} tensor carries a shard section", ctx.part("shard")
+                     passes=lambda s: s.layout is not layout_cls or not s.has("shard"))
+    def report(desc, ctx):
+        return f"a {_words(name)} tensor carries a shard section", ctx.part("shard")
 
-    return check
+    return report
 
 
 # --- tiled ---------------------------------------------------------------------------
@@ -174,12 +166,10 @@ _MORTON = When(layouts={MortonLayout})
 
 @descriptor_rule("layout.morton.bits", MUST, "layouts/morton.md § Additional Descriptor Fields",
                  "Every morton_bits value is greater than 0.", when=_MORTON,
-                 fast=lambda s: s.layout is not MortonLayout or "0 not in layout.morton_bits")
+                 passes=lambda s: s.layout is not MortonLayout or "0 not in layout.morton_bits")
 def _morton_bits(desc, ctx):
-    if isinstance(desc.layout, MortonLayout):
-        for k, b in enumerate(desc.layout.morton_bits):
-            if b == 0:
-                return f"morton_bits[{k}] is 0", ctx.layout("morton_bits", k)
+    k = desc.layout.morton_bits.index(0)
+    return f"morton_bits[{k}] is 0", ctx.layout("morton_bits", k)
 
 
 @descriptor_rule("layout.morton.shape", MUST, "layouts/morton.md § Dimension Size Constraints",
@@ -230,29 +220,25 @@ def _csf_mode_order(desc, ctx):
 
 @descriptor_rule("layout.block_paged.paged_axis", MUST, "layouts/block-paged.md § Additional Descriptor Fields",
                  "paged_axis is 0 in this version.", when=_PAGED,
-                 fast=lambda s: s.layout is not BlockPagedLayout or "layout.paged_axis == 0")
+                 passes=lambda s: s.layout is not BlockPagedLayout or "layout.paged_axis == 0")
 def _paged_axis(desc, ctx):
-    if isinstance(desc.layout, BlockPagedLayout) and desc.layout.paged_axis != 0:
-        return f"paged_axis is {desc.layout.paged_axis}, not 0", ctx.layout("paged_axis")
+    return f"paged_axis is {desc.layout.paged_axis}, not 0", ctx.layout("paged_axis")
 
 
 @descriptor_rule("layout.block_paged.page_size", MUST, "layouts/block-paged.md § Additional Descriptor Fields",
                  "page_size is at least 1.", when=_PAGED,
-                 fast=lambda s: s.layout is not BlockPagedLayout or "layout.page_size >= 1")
+                 passes=lambda s: s.layout is not BlockPagedLayout or "layout.page_size >= 1")
 def _page_size(desc, ctx):
-    if isinstance(desc.layout, BlockPagedLayout) and desc.layout.page_size < 1:
-        return "page_size is 0", ctx.layout("page_size")
+    return "page_size is 0", ctx.layout("page_size")
 
 
 @descriptor_rule("layout.block_paged.buffer_count", MUST, "layouts/block-paged.md § Buffer Table",
                  "A block-paged descriptor has buffer_count >= 3 (page pool, block table, seq_ptr), plus its "
                  "quantization-parameter buffers.", when=_PAGED,
-                 fast=lambda s: s.layout is not BlockPagedLayout or _count_source(s.buffer_count, ">=", 3, s))
+                 passes=lambda s: s.layout is not BlockPagedLayout or _count_source(s.buffer_count, ">=", 3, s))
 def _paged_count(desc, ctx):
-    if isinstance(desc.layout, BlockPagedLayout):
-        want = 3 + quantization_parameter_count(desc.quantization)
-        if len(desc.buffers) < want:
-            return f"buffer_count is {len(desc.buffers)}, at least {want} required", ctx.buffer_count()
+    want = 3 + quantization_parameter_count(desc.quantization)
+    return f"buffer_count is {len(desc.buffers)}, at least {want} required", ctx.buffer_count()
 
 
 @descriptor_rule("layout.block_paged.quantization", MUST, "layouts/block-paged.md § Per-scheme composition",
@@ -275,21 +261,17 @@ _HILBERT = When(layouts={HilbertLayout})
 
 @descriptor_rule("layout.hilbert.order", MUST, "layouts/hilbert.md § Validity Constraints",
                  "hilbert_order is greater than 0.", when=_HILBERT,
-                 fast=lambda s: s.layout is not HilbertLayout or "layout.hilbert_order != 0")
+                 passes=lambda s: s.layout is not HilbertLayout or "layout.hilbert_order != 0")
 def _hilbert_order(desc, ctx):
-    if isinstance(desc.layout, HilbertLayout) and desc.layout.hilbert_order == 0:
-        return "hilbert_order is 0", ctx.layout("hilbert_order")
+    return "hilbert_order is 0", ctx.layout("hilbert_order")
 
 
 @descriptor_rule("layout.hilbert.rank", MUST, "layouts/hilbert.md § Validity Constraints",
                  "hilbert_rank equals the tensor's rank and is at least 2.", when=_HILBERT,
-                 fast=lambda s: s.layout is not HilbertLayout or (s.rank >= 2 and f"layout.hilbert_rank == {s.rank}"))
+                 passes=lambda s: s.layout is not HilbertLayout or (s.rank >= 2 and f"layout.hilbert_rank == {s.rank}"))
 def _hilbert_rank(desc, ctx):
-    if isinstance(desc.layout, HilbertLayout):
-        hr = desc.layout.hilbert_rank
-        if hr != desc.rank or hr < 2:
-            return (f"hilbert_rank {hr} with tensor rank {desc.rank} (must be equal and >= 2)",
-                    ctx.layout("hilbert_rank"))
+    return (f"hilbert_rank {desc.layout.hilbert_rank} with tensor rank {desc.rank} (must be equal and >= 2)",
+            ctx.layout("hilbert_rank"))
 
 
 @descriptor_rule("layout.hilbert.shape", MUST, "layouts/hilbert.md § Validity Constraints",

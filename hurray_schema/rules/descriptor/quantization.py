@@ -8,6 +8,7 @@ parameter buffers it references are data beside the scheme declarations
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import attrs
 
@@ -18,10 +19,10 @@ from ...model import (
 from ...structs import quantization as quantization_tables
 from ...structs.element_types import element_type_info
 from ..engine import Level
-from .dispatch import When, descriptor_rule
+from .dispatch import When, descriptor_rule, evaluated
 from .sizes import (
-    SYMMETRIC, axis_in_rank, data_handle, dynamic, layout_buffer_count, layout_class_buffer_count,
-    parameter_indices_source, power_of_two, quantization_buffer_indices, storage_bytes,
+    SYMMETRIC, layout_class_buffer_count,
+    failing_parameter_index, parameter_indices_source, power_of_two_source, storage_bytes,
 )
 
 MUST, SHOULD = Level.MUST, Level.SHOULD
@@ -43,7 +44,7 @@ _BLOCKED_AFFINE_OR_NF4 = When(schemes={PerBlockAffine, Nf4})
 
 
 def _known(s) -> bool:
-    """A scheme this reader knows is present under ``s`` (the fast forms' first question)."""
+    """A scheme this reader knows is present under ``s`` (the conditions' first question)."""
     return s.scheme is not None and s.scheme is not UnknownQuantization
 
 
@@ -65,52 +66,42 @@ def _hex_list(tags) -> str:
 @descriptor_rule("quantization.flags.reserved", MUST, "quantization.md § Descriptor Header",
                  "Quantization flag bits the scheme does not define are 0 (bits 1-15 for per-channel and per-block "
                  "affine, every bit for per-tensor affine, NF4 and MXFP).", when=_KNOWN,
-                 fast=lambda s: not _known(s) or f"not q.flags & {~quantization_tables.DEFINED_FLAGS[s.scheme.scheme]}")
+                 passes=lambda s: not _known(s) or f"not q.flags & {~quantization_tables.DEFINED_FLAGS[s.scheme.scheme]}")
 def _qflags(desc, ctx):
     q = desc.quantization
-    if q is None or isinstance(q, UnknownQuantization):
-        return
-    allowed = quantization_tables.DEFINED_FLAGS[q.scheme]
-    if q.flags & ~allowed:
-        return f"reserved quantization flag bits 0x{q.flags & ~allowed:04X} are set", ctx.quantization("flags")
+    return f"reserved quantization flag bits 0x{q.flags & ~quantization_tables.DEFINED_FLAGS[q.scheme]:04X} are set", \
+        ctx.quantization("flags")
 
 
 @descriptor_rule("quantization.scheme_version.value", MUST, "quantization/per-tensor-affine.md § Binary Encoding",
                  "scheme_version of every scheme defined here is 0x01 (a newer one is the structural rule "
                  "quantization.scheme_version; 0x00 is not a version).", when=_KNOWN,
-                 fast=lambda s: not _known(s) or s.scheme_version != 0)  # the compiled decoder guards the version
+                 passes=lambda s: not _known(s) or s.scheme_version != 0)
 def _qversion(desc, ctx):
-    q = desc.quantization
-    if q is not None and not isinstance(q, UnknownQuantization) and q.scheme_version == 0:
-        return "scheme_version is 0x00, not 0x01", ctx.quantization("scheme_version")
+    return "scheme_version is 0x00, not 0x01", ctx.quantization("scheme_version")
 
 
 @descriptor_rule("quantization.reserved", MUST, "quantization/per-channel-affine.md § Validity Constraints",
                  "The _reserved bytes of a per-tensor, per-channel or per-block affine descriptor are zero.",
-                 when=_AFFINE, fast=lambda s: s.scheme not in (PerTensorAffine, PerChannelAffine, PerBlockAffine)
+                 when=_AFFINE, passes=lambda s: s.scheme not in (PerTensorAffine, PerChannelAffine, PerBlockAffine)
                  or f"q._reserved == {_zeros_of(s.scheme, '_reserved')!r}")
 def _qreserved(desc, ctx):
-    q = desc.quantization
-    if isinstance(q, (PerTensorAffine, PerChannelAffine, PerBlockAffine)) and any(q._reserved):
-        return f"quantization _reserved bytes are {q._reserved.hex()}", ctx.quantization("_reserved")
+    return f"quantization _reserved bytes are {desc.quantization._reserved.hex()}", ctx.quantization("_reserved")
 
 
 @descriptor_rule("quantization.axis", MUST, "quantization/per-block-affine.md § Validity Constraints",
                  "The quantization axis of a per-channel, per-block, NF4 or MXFP descriptor is below rank.",
-                 when=_WITH_AXIS, fast=lambda s: not _with_axis(s) or f"q.axis < {s.rank}")
+                 when=_WITH_AXIS, passes=lambda s: not _with_axis(s) or f"q.axis < {s.rank}")
 def _qaxis(desc, ctx):
-    q = desc.quantization
-    if hasattr(q, "axis") and q.axis >= desc.rank:
-        return f"quantization axis {q.axis} is not below rank {desc.rank}", ctx.quantization("axis")
+    return f"quantization axis {desc.quantization.axis} is not below rank {desc.rank}", ctx.quantization("axis")
 
 
 @descriptor_rule("quantization.axis.dynamic", MUST, "data-model.md § Dynamic Dimensions",
                  "A scheme needing the size of its axis rejects a dynamic shape[axis].", when=_WITH_AXIS,
-                 fast=lambda s: not _with_axis(s) or f"(q.axis >= {s.rank} or shape[q.axis] != {_DYNAMIC})")
+                 passes=lambda s: not _with_axis(s) or f"(q.axis >= {s.rank} or shape[q.axis] != {_DYNAMIC})")
 def _qaxis_dynamic(desc, ctx):
-    q = desc.quantization
-    if axis_in_rank(desc) and desc.shape[q.axis] == _DYNAMIC:
-        return f"shape[{q.axis}] (the quantization axis) is dynamic", ctx.shape(q.axis)
+    axis = desc.quantization.axis
+    return f"shape[{axis}] (the quantization axis) is dynamic", ctx.shape(axis)
 
 
 def _block_size_rule(scheme: QuantScheme, name: str):
@@ -120,16 +111,12 @@ def _block_size_rule(scheme: QuantScheme, name: str):
 
     @descriptor_rule(f"quantization.{name}.block_size", MUST, f"quantization/{page}.md § Validity Constraints",
                      f"block_size is {words}.", when=When(schemes={cls}),
-                     fast=lambda s: s.scheme is not cls or f"(q.block_size >= {max(low, 1)} and "
-                     f"q.block_size & (q.block_size - 1) == 0{'' if high is None else f' and q.block_size <= {high}'})")
-    def check(desc, ctx):
-        q = desc.quantization
-        if isinstance(q, cls):
-            b = q.block_size
-            if not power_of_two(b) or b < low or (high is not None and b > high):
-                return f"block_size {b} is not {words}", ctx.quantization("block_size")
+                     passes=lambda s: s.scheme is not cls or f"(q.block_size >= {max(low, 1)} and "
+                     f"{power_of_two_source('q.block_size')}{'' if high is None else f' and q.block_size <= {high}'})")
+    def report(desc, ctx):
+        return f"block_size {desc.quantization.block_size} is not {words}", ctx.quantization("block_size")
 
-    return check
+    return report
 
 
 _block_size_rule(QuantScheme.PER_BLOCK_AFFINE, "per_block")
@@ -140,14 +127,11 @@ _block_size_rule(QuantScheme.MXFP, "mxfp")
 @descriptor_rule("quantization.block_size.upper", MUST, "quantization/per-block-affine.md § Validity Constraints",
                  "For per-block affine and NF4, block_size is at most shape[axis] when shape[axis] > 0; the bound "
                  "is waived for an empty axis (ADR-007 § 8).", when=_BLOCKED_AFFINE_OR_NF4,
-                 fast=lambda s: s.scheme not in (PerBlockAffine, Nf4)
+                 passes=lambda s: s.scheme not in (PerBlockAffine, Nf4)
                  or f"(q.axis >= {s.rank} or not 0 < shape[q.axis] != {_DYNAMIC} or q.block_size <= shape[q.axis])")
 def _block_upper(desc, ctx):
     q = desc.quantization
-    if isinstance(q, (PerBlockAffine, Nf4)) and axis_in_rank(desc):
-        size = desc.shape[q.axis]
-        if 0 < size != _DYNAMIC and q.block_size > size:
-            return f"block_size {q.block_size} exceeds shape[{q.axis}] = {size}", ctx.quantization("block_size")
+    return f"block_size {q.block_size} exceeds shape[{q.axis}] = {desc.shape[q.axis]}", ctx.quantization("block_size")
 
 
 @descriptor_rule("quantization.block_padding", MUST, "quantization/per-block-affine.md § Padding",
@@ -155,36 +139,39 @@ def _block_upper(desc, ctx):
                  "column-major tensor still holds full blocks: ceil(shape[axis] / block_size) * block_size "
                  "elements along the axis.",
                  when=When(layouts={RowMajorLayout, ColumnMajorLayout}, schemes={PerBlockAffine, Nf4}),
-                 fast=lambda s: s.scheme not in (PerBlockAffine, Nf4) or f"(q.axis >= {s.rank} or q.block_size <= 0 "
-                 "or shape[q.axis] % q.block_size == 0)")  # no partial block: nothing to pad
+                 passes=lambda s: _block_padding_form(s))
 def _block_padding(desc, ctx):
     q = desc.quantization
-    h = data_handle(desc)
-    if (h is None or not isinstance(q, (PerBlockAffine, Nf4)) or not axis_in_rank(desc) or dynamic(desc)
-            or q.block_size <= 0 or not isinstance(desc.layout, (RowMajorLayout, ColumnMajorLayout))):
-        return
-    size = desc.shape[q.axis]
-    if size % q.block_size == 0:
-        return
-    padded = -(-size // q.block_size) * q.block_size
-    n = padded * math.prod(d for k, d in enumerate(desc.shape) if k != q.axis)
-    need = storage_bytes(desc, n)
-    if need is not None and desc.byte_offset + need > h.byte_size:
-        return (f"buffer 0 holds {h.byte_size} bytes; shape[{q.axis}] = {size} padded to {padded} needs "
-                f"{desc.byte_offset + need}"), ctx.buffer(0)
+    size, padded, need = desc.shape[q.axis], *_padded_need(desc)
+    return (f"buffer 0 holds {desc.buffers[0].byte_size} bytes; shape[{q.axis}] = {size} padded to {padded} needs "
+            f"{desc.byte_offset + need}"), ctx.buffer(0)
+
+
+def _padded_need(desc) -> tuple[int, Optional[int]]:
+    """The padded length of the quantization axis and the bytes of every element of the padded tensor
+    (None where only an extension type describes the storage)."""
+    q = desc.quantization
+    padded = -(-desc.shape[q.axis] // q.block_size) * q.block_size
+    return padded, storage_bytes(desc, padded * math.prod(d for k, d in enumerate(desc.shape) if k != q.axis))
+
+
+def _block_padding_form(s):
+    """No partial trailing block (nothing to pad), or buffer 0 holds the padded tensor after byte_offset."""
+    if s.scheme not in (PerBlockAffine, Nf4) or not s.buffer_count or not issubclass(
+            s.layout, (RowMajorLayout, ColumnMajorLayout)):
+        return True
+    return (f"(q.axis >= {s.rank} or q.block_size <= 0 or {_DYNAMIC} in shape or shape[q.axis] % q.block_size == 0"
+            f" or (m := {s.const(_padded_need)}(desc)[1]) is None or byte_offset + m <= h0.byte_size)")
 
 
 @descriptor_rule("quantization.mxfp.multiple", MUST, "quantization/mxfp.md § Validity Constraints",
                  "shape[axis] of an MXFP tensor is a multiple of block_size (no partial block); an empty axis is "
                  "accepted per ADR-007 § 8.", when=When(schemes={Mxfp}),
-                 fast=lambda s: s.scheme is not Mxfp or f"(q.axis >= {s.rank} or q.block_size <= 0 or "
+                 passes=lambda s: s.scheme is not Mxfp or f"(q.axis >= {s.rank} or q.block_size <= 0 or "
                  f"shape[q.axis] == {_DYNAMIC} or shape[q.axis] % q.block_size == 0)")
 def _mxfp_multiple(desc, ctx):
     q = desc.quantization
-    if isinstance(q, Mxfp) and axis_in_rank(desc) and q.block_size > 0:
-        size = desc.shape[q.axis]
-        if size != _DYNAMIC and size % q.block_size:
-            return f"shape[{q.axis}] = {size} is not a multiple of block_size {q.block_size}", ctx.shape(q.axis)
+    return f"shape[{q.axis}] = {desc.shape[q.axis]} is not a multiple of block_size {q.block_size}", ctx.shape(q.axis)
 
 
 _PER_TENSOR = When(schemes={PerTensorAffine})
@@ -192,11 +179,9 @@ _PER_TENSOR = When(schemes={PerTensorAffine})
 
 @descriptor_rule("quantization.per_tensor.scale", MUST, "quantization/per-tensor-affine.md § Validity Constraints",
                  "The per-tensor scale is finite and non-zero.", when=_PER_TENSOR,
-                 fast=lambda s: s.scheme is not PerTensorAffine or f"{s.const(math.isfinite)}(q.scale) and q.scale != 0.0")
+                 passes=lambda s: s.scheme is not PerTensorAffine or f"{s.const(math.isfinite)}(q.scale) and q.scale != 0.0")
 def _pt_scale(desc, ctx):
-    q = desc.quantization
-    if isinstance(q, PerTensorAffine) and (not math.isfinite(q.scale) or q.scale == 0.0):
-        return f"scale {q.scale!r} is not finite and non-zero", ctx.quantization("scale")
+    return f"scale {desc.quantization.scale!r} is not finite and non-zero", ctx.quantization("scale")
 
 
 def _integer_range(tag: int) -> tuple[int, int]:
@@ -214,14 +199,11 @@ _ZERO_POINT_RANGE = {tag: _integer_range(tag) for tag in _STORAGE[QuantScheme.PE
 @descriptor_rule("quantization.per_tensor.zero_point", MUST,
                  "quantization/per-tensor-affine.md § Validity Constraints",
                  "The per-tensor zero_point lies in the range of the storage type.", when=_PER_TENSOR,
-                 fast=lambda s: s.scheme is not PerTensorAffine or s.type_tag not in _ZERO_POINT_RANGE
+                 passes=lambda s: s.scheme is not PerTensorAffine or s.type_tag not in _ZERO_POINT_RANGE
                  or "{} <= q.zero_point <= {}".format(*_ZERO_POINT_RANGE[s.type_tag]))
 def _pt_zero(desc, ctx):
-    q = desc.quantization
-    if isinstance(q, PerTensorAffine) and desc.type_tag in _ZERO_POINT_RANGE:
-        lo, hi = _ZERO_POINT_RANGE[desc.type_tag]
-        if not lo <= q.zero_point <= hi:
-            return f"zero_point {q.zero_point} is outside [{lo}, {hi}]", ctx.quantization("zero_point")
+    lo, hi = _ZERO_POINT_RANGE[desc.type_tag]
+    return f"zero_point {desc.quantization.zero_point} is outside [{lo}, {hi}]", ctx.quantization("zero_point")
 
 
 def _scale_type_rule(scheme: QuantScheme, name: str, summary: str):
@@ -230,13 +212,12 @@ def _scale_type_rule(scheme: QuantScheme, name: str, summary: str):
 
     @descriptor_rule(f"quantization.{name}.scale_type", MUST, f"quantization/{page}.md § Validity Constraints",
                      summary, when=When(schemes={cls}),
-                     fast=lambda s: s.scheme is not cls or f"q.scale_type_tag in {s.const(allowed)}")
-    def check(desc, ctx):
-        q = desc.quantization
-        if isinstance(q, cls) and q.scale_type_tag not in allowed:
-            return f"scale_type_tag 0x{q.scale_type_tag:02X} is not {words}", ctx.quantization("scale_type_tag")
+                     passes=lambda s: s.scheme is not cls or f"q.scale_type_tag in {s.const(allowed)}")
+    def report(desc, ctx):
+        return f"scale_type_tag 0x{desc.quantization.scale_type_tag:02X} is not {words}", \
+            ctx.quantization("scale_type_tag")
 
-    return check
+    return report
 
 
 _scale_type_rule(QuantScheme.PER_CHANNEL_AFFINE, "per_channel",
@@ -249,15 +230,13 @@ def _symmetric_index_rule(scheme: QuantScheme, name: str, level: Level, summary:
 
     @descriptor_rule(f"quantization.{name}.symmetric_index", level, f"quantization/{page}.md § Binary Encoding",
                      summary, when=When(schemes={cls}),
-                     fast=lambda s: s.scheme is not cls
+                     passes=lambda s: s.scheme is not cls
                      or f"(not q.flags & {SYMMETRIC} or q.zero_point_buffer_index == {NO_BUFFER_INDEX})")
-    def check(desc, ctx):
-        q = desc.quantization
-        if isinstance(q, cls) and q.symmetric and q.zero_point_buffer_index != NO_BUFFER_INDEX:
-            return f"symmetric but zero_point_buffer_index is {q.zero_point_buffer_index}", \
-                ctx.quantization("zero_point_buffer_index")
+    def report(desc, ctx):
+        return f"symmetric but zero_point_buffer_index is {desc.quantization.zero_point_buffer_index}", \
+            ctx.quantization("zero_point_buffer_index")
 
-    return check
+    return report
 
 
 _symmetric_index_rule(QuantScheme.PER_CHANNEL_AFFINE, "per_channel", MUST,
@@ -272,12 +251,11 @@ def _storage_rule(scheme: QuantScheme, name: str):
 
     @descriptor_rule(f"quantization.{name}.storage_type", MUST, f"quantization/{page}.md § Valid Storage Types",
                      f"The storage type_tag of a {page} tensor is one of {allowed}.", when=When(schemes={cls}),
-                     fast=lambda s: s.scheme is not cls or s.type_tag in storage)
-    def check(desc, ctx):
-        if isinstance(desc.quantization, cls) and desc.type_tag not in storage:
-            return f"storage type 0x{desc.type_tag:02X} is not valid for {page}", ctx.header("type_tag")
+                     passes=lambda s: s.scheme is not cls or s.type_tag in storage)
+    def report(desc, ctx):
+        return f"storage type 0x{desc.type_tag:02X} is not valid for {page}", ctx.header("type_tag")
 
-    return check
+    return report
 
 
 _storage_rule(QuantScheme.PER_TENSOR_AFFINE, "per_tensor")
@@ -289,41 +267,50 @@ _storage_rule(QuantScheme.MXFP, "mxfp")
 
 @descriptor_rule("quantization.buffer_index.range", MUST, "quantization/per-channel-affine.md § Referenced Buffers",
                  "Every parameter buffer index (scale, and zero point unless symmetric) is below buffer_count.",
-                 when=_WITH_AXIS, fast=lambda s: parameter_indices_source(s, f"{{index}} < {s.buffer_count}") or True)
+                 when=_WITH_AXIS, passes=lambda s: parameter_indices_source(s, _below_count(s)) or True)
 def _qindex_range(desc, ctx):
-    for name, index in quantization_buffer_indices(desc.quantization):
-        if index >= len(desc.buffers):
-            return f"{name} {index} is not below buffer_count {len(desc.buffers)}", ctx.quantization(name)
+    name, index = failing_parameter_index(desc, "quantization.buffer_index.range", _below_count)
+    return f"{name} {index} is not below buffer_count {len(desc.buffers)}", ctx.quantization(name)
+
+
+def _below_count(s) -> str:
+    return f"{{index}} < {s.buffer_count}"
 
 
 @descriptor_rule("quantization.buffer_index.data", MUST, "quantization.md § Buffer Table Placement Rules",
                  "A quantization-parameter buffer is distinct from the buffers the layout uses for the tensor data.",
-                 when=_WITH_AXIS, fast=lambda s: _index_data_source(s))
+                 when=_WITH_AXIS, passes=lambda s: _index_data_form(s))
 def _qindex_data(desc, ctx):
-    base = layout_buffer_count(desc)
-    if base is None:
-        return
-    for name, index in quantization_buffer_indices(desc.quantization):
-        if index < base:
-            return f"{name} {index} points at a buffer the layout uses for data", ctx.quantization(name)
+    name, index = failing_parameter_index(desc, "quantization.buffer_index.data", _past_layout_buffers)
+    return f"{name} {index} points at a buffer the layout uses for data", ctx.quantization(name)
 
 
-def _index_data_source(s):
-    base = layout_class_buffer_count(s.layout, s.rank)
-    return base is None or parameter_indices_source(s, f"{{index}} >= {base}") or True
+def _past_layout_buffers(s) -> str:
+    return f"{{index}} >= {layout_class_buffer_count(s.layout, s.rank)}"
+
+
+def _index_data_form(s):
+    return layout_class_buffer_count(s.layout, s.rank) is None or parameter_indices_source(
+        s, _past_layout_buffers(s)) or True
+
+
+def _on_data_device_test(s) -> str:
+    """A parameter buffer index inside the table, other than 0, names a buffer on buffer 0's device."""
+    return f"(not 0 < {{index}} < {s.buffer_count} or buffers[{{index}}].device_tag == h0.device_tag)"
+
+
+def _on_data_device(s):
+    return not s.buffer_count or parameter_indices_source(s, _on_data_device_test(s)) or True
 
 
 @descriptor_rule("quantization.buffer.device", MUST, "quantization.md § Buffer Table Placement Rules",
                  "A quantization-parameter buffer has the same device_tag as the tensor data buffer.",
-                 when=_WITH_AXIS, fast=lambda s: True)  # a signature's handles are plain: one device
+                 when=_WITH_AXIS, passes=_on_data_device)
 def _qdevice(desc, ctx):
-    h = data_handle(desc)
-    if h is None:
-        return
-    for name, index in quantization_buffer_indices(desc.quantization):
-        if 0 < index < len(desc.buffers) and desc.buffers[index].device_tag != h.device_tag:
-            return f"parameter buffer {index} is on device 0x{desc.buffers[index].device_tag:02X}, data on " \
-                  f"0x{h.device_tag:02X}", ctx.buffer(index, "device_tag")
+    buffers = desc.buffers
+    _, index = failing_parameter_index(desc, "quantization.buffer.device", _on_data_device_test)
+    return f"parameter buffer {index} is on device 0x{buffers[index].device_tag:02X}, data on " \
+        f"0x{buffers[0].device_tag:02X}", ctx.buffer(index, "device_tag")
 
 
 def _width(element_type) -> int:
@@ -339,43 +326,14 @@ _ZERO_POINT_WIDTH = {SCHEMES[scheme]: _width(element_type)
                      for scheme, element_type in quantization_tables.ZERO_POINT_BUFFER_TYPES.items()}
 
 
-def _param_sizes(desc) -> dict[int, int]:
-    """Exact byte size each parameter buffer index must have (empty when not computable)."""
-    q = desc.quantization
-    shape = desc.shape
-    axis = getattr(q, "axis", None)
-    if axis is None or axis >= len(shape) or _DYNAMIC in shape:
-        return {}
-    cls = q.__class__
-    if cls in _BLOCK_CLASSES:
-        if q.block_size <= 0:
-            return {}
-        others = 1
-        for k, d in enumerate(shape):
-            if k != axis:
-                others *= d
-        count = -(-shape[axis] // q.block_size) * others  # partial trailing block counted
-    else:  # one parameter per channel
-        count = shape[axis]
-    width = _SCALE_WIDTH[cls]
-    if width is None:
-        width = _SCALE_TYPE_WIDTH[cls].get(q.scale_type_tag)
-        if width is None:
-            return {}
-    sizes = {q.scale_buffer_index: count * width}
-    zero_point_width = _ZERO_POINT_WIDTH.get(cls)
-    if zero_point_width is not None and not q.flags & SYMMETRIC:
-        index = q.zero_point_buffer_index  # one shared entry holds [scales | zero_points] end to end
-        sizes[index] = sizes.get(index, 0) + count * zero_point_width
-    return sizes
-
-
-def _qsize_source(s):
-    """:func:`_param_sizes` met by the scale buffer, for a scheme without zero points or a
-    symmetric one (a separate zero-point buffer is left to the check)."""
-    cls, rank = s.scheme, s.rank
-    if cls not in _SCALE_WIDTH or issubclass(s.layout, BlockPagedLayout) or rank == 0:
-        return True  # no parameter buffer to size (rank 0: no axis below the rank)
+def _qsize_parts(s) -> tuple[str, list[tuple[str, str, str]]]:
+    """The exemption and the ``(holds, buffer index, size)`` clauses of ``quantization.buffer.size``
+    under ``s``, as expressions: the scale buffer holds ``count * width`` bytes; a zero-point
+    buffer (unless symmetric) ``count * zero-point width``, and one entry shared by both holds the
+    two end to end.  ``count`` is one parameter per channel, or per block with a partial trailing
+    block counted.  Exempt: no axis below the rank, a dynamic dimension, a block size of 0 or a
+    scale type whose width is not known."""
+    cls, rank, count_ = s.scheme, s.rank, s.buffer_count
     exempt = f"q.axis >= {rank} or {_DYNAMIC} in shape"
     count = "shape[q.axis]"
     if cls in _BLOCK_CLASSES:
@@ -384,22 +342,49 @@ def _qsize_source(s):
         count = f"-(-shape[q.axis] // q.block_size) * {others}"
     width = _SCALE_WIDTH[cls]
     if width is None:
-        width = f"{s.const(_SCALE_TYPE_WIDTH[cls])}.get(q.scale_type_tag, -1)"  # -1: unknown, the check decides
-    scale = (f"(q.scale_buffer_index >= {s.buffer_count} or "
-             f"buffers[q.scale_buffer_index].byte_size == ({count}) * {width})")
-    if cls in _ZERO_POINT_WIDTH:
-        scale = f"(q.flags & {SYMMETRIC} and {scale})"
-    return f"({exempt} or {scale})"
+        exempt += f" or (w := {s.const(_SCALE_TYPE_WIDTH[cls])}.get(q.scale_type_tag)) is None"
+        width = "w"
+    scale = f"({count}) * {width}"
+    zero_point_width = _ZERO_POINT_WIDTH.get(cls)
+    if zero_point_width is None:
+        return exempt, [(f"(q.scale_buffer_index >= {count_} or buffers[q.scale_buffer_index].byte_size == {scale})",
+                         "q.scale_buffer_index", scale)]
+    separate = f"(q.flags & {SYMMETRIC} or q.zero_point_buffer_index != q.scale_buffer_index)"
+    zero_points = f"({count}) * {zero_point_width}"
+    scale = f"({scale} + (0 if {separate} else {zero_points}))"
+    return exempt, [
+        (f"(q.scale_buffer_index >= {count_} or buffers[q.scale_buffer_index].byte_size == {scale})",
+         "q.scale_buffer_index", scale),
+        (f"(q.flags & {SYMMETRIC} or q.zero_point_buffer_index == q.scale_buffer_index or "
+         f"q.zero_point_buffer_index >= {count_} or buffers[q.zero_point_buffer_index].byte_size == {zero_points})",
+         "q.zero_point_buffer_index", zero_points),
+    ]
+
+
+def _sized_here(s) -> bool:
+    """Whether ``quantization.buffer.size`` sizes parameter buffers under ``s`` (not for a block-paged
+    tensor, whose per-page-slot parameters the page pool sizes: ``layouts/block-paged.md``)."""
+    return s.scheme in _SCALE_WIDTH and not issubclass(s.layout, BlockPagedLayout) and s.rank > 0
+
+
+def _qsize_form(s):
+    if not _sized_here(s):
+        return True
+    exempt, clauses = _qsize_parts(s)
+    return f"({exempt} or ({' and '.join(holds for holds, _, _ in clauses)}))"
+
+
+def _qsize_report_form(s) -> str:
+    exempt, clauses = _qsize_parts(s)
+    return f"([] if ({exempt}) else [{', '.join(f'({h}, {i}, {n})' for h, i, n in clauses)}])"
 
 
 @descriptor_rule("quantization.buffer.size", MUST, "quantization/per-block-affine.md § Referenced Buffers",
                  "Each scale / zero-point buffer has exactly the byte size its scheme derives from the shape "
                  "(0 bytes when the quantization axis is empty, ADR-007 § 8); not checked while a dimension is "
-                 "dynamic or for block-paged tensors.", when=_WITH_AXIS, fast=lambda s: _qsize_source(s))
+                 "dynamic or for block-paged tensors.", when=_WITH_AXIS, passes=_qsize_form)
 def _qsize(desc, ctx):
-    if isinstance(desc.layout, BlockPagedLayout):
-        return  # per-page-slot parameters: sized by the page pool (layouts/block-paged.md)
-    for index, size in _param_sizes(desc).items():
-        if index < len(desc.buffers) and desc.buffers[index].byte_size != size:
+    for holds, index, size in evaluated("quantization.buffer.size", desc, _qsize_report_form):
+        if not holds:
             return f"parameter buffer {index} holds {desc.buffers[index].byte_size} bytes, exactly {size} required", \
                 ctx.buffer(index)

@@ -31,22 +31,23 @@ def _zeros(cls, name: str) -> bytes:
 
 
 def _on_section(section: str, form):
-    """A fast form that holds where ``section`` is absent (its rules then pass) and is ``form`` otherwise."""
+    """A condition that holds where ``section`` is absent (its rules then pass) and is ``form`` otherwise."""
     return lambda s: not s.has(section) or form(s)
 
 
 # --- shard ---------------------------------------------------------------------------
 
 
+def _shard_within(s):
+    bounds = " and ".join(f"shard.shard_offset[{k}] + shape[{k}] <= shard.parent_shape[{k}]" for k in range(s.rank))
+    return f"({_DYNAMIC} in shape or {_DYNAMIC} in shard.parent_shape or {bounds or 'True'})"
+
+
 @descriptor_rule("metadata.shard.bounds", MUST, "metadata.md § Shard Section",
                  "shard_offset[k] + shape[k] <= parent_shape[k] for every dimension.", when=When(facts={Fact.SHARD}),
-                 fast=_on_section("shard", lambda s: f"{_DYNAMIC} in shape or {_DYNAMIC} in shard.parent_shape or ("
-                                  + " and ".join(f"shard.shard_offset[{k}] + shape[{k}] <= shard.parent_shape[{k}]"
-                                                 for k in range(s.rank)) + (")" if s.rank else "True)")))
+                 passes=_on_section("shard", _shard_within))
 def _shard_bounds(desc, ctx):
     s = desc.shard
-    if s is None or _DYNAMIC in desc.shape or _DYNAMIC in s.parent_shape:
-        return
     for k, (o, d, p) in enumerate(zip(s.shard_offset, desc.shape, s.parent_shape)):
         if o + d > p:
             return f"shard_offset[{k}] + shape[{k}] = {o + d} exceeds parent_shape[{k}] = {p}", \
@@ -64,59 +65,48 @@ def _statistics_field(ctx, name: str) -> int:
 
 @descriptor_rule("metadata.statistics.mask_reserved", MUST, "metadata.md § computed_mask",
                  "computed_mask bits 6-31 are 0.", when=_STATISTICS,
-                 fast=_on_section("statistics", lambda s: f"not statistics.computed_mask & {~_STATS_KNOWN}"))
+                 passes=_on_section("statistics", lambda s: f"not statistics.computed_mask & {~_STATS_KNOWN}"))
 def _stats_mask(desc, ctx):
-    s = desc.statistics
-    if s is not None and s.computed_mask & ~_STATS_KNOWN:
-        return f"reserved computed_mask bits 0x{s.computed_mask & ~_STATS_KNOWN:08X}", \
-            _statistics_field(ctx, "computed_mask")
+    return f"reserved computed_mask bits 0x{desc.statistics.computed_mask & ~_STATS_KNOWN:08X}", \
+        _statistics_field(ctx, "computed_mask")
 
 
 @descriptor_rule("metadata.statistics.reserved", MUST, "metadata.md § Statistics Section › Field Encoding",
                  "The _reserved and _reserved2 fields of the statistics section are zero.", when=_STATISTICS,
-                 fast=_on_section("statistics", lambda s: "not statistics._reserved and statistics._reserved2 == "
-                                  f"{_zeros(Statistics, '_reserved2')!r}"))
+                 passes=_on_section("statistics", lambda s: "not statistics._reserved and statistics._reserved2 == "
+                                    f"{_zeros(Statistics, '_reserved2')!r}"))
 def _stats_reserved(desc, ctx):
     s = desc.statistics
-    if s is None:
-        return
     if s._reserved:
         return f"statistics _reserved is 0x{s._reserved:08X}", _statistics_field(ctx, "_reserved")
-    elif any(s._reserved2):
-        return f"statistics _reserved2 is {s._reserved2.hex()}", _statistics_field(ctx, "_reserved2")
+    return f"statistics _reserved2 is {s._reserved2.hex()}", _statistics_field(ctx, "_reserved2")
 
 
 @descriptor_rule("metadata.statistics.nm", MUST, "metadata.md § Statistics Section › Field Encoding",
                  "With NM_SPARSITY_VALID, nm_n <= nm_m.", when=_STATISTICS,
-                 fast=_on_section("statistics", lambda s: f"(not statistics.computed_mask & {_NM_SPARSITY_VALID} "
-                                  "or statistics.nm_n <= statistics.nm_m)"))
+                 passes=_on_section("statistics", lambda s: f"(not statistics.computed_mask & {_NM_SPARSITY_VALID} "
+                                    "or statistics.nm_n <= statistics.nm_m)"))
 def _stats_nm(desc, ctx):
     s = desc.statistics
-    if s is not None and s.computed_mask & _NM_SPARSITY_VALID and s.nm_n > s.nm_m:
-        return f"nm_n {s.nm_n} exceeds nm_m {s.nm_m}", _statistics_field(ctx, "nm_n")
+    return f"nm_n {s.nm_n} exceeds nm_m {s.nm_m}", _statistics_field(ctx, "nm_n")
 
 
 @descriptor_rule("metadata.statistics.stddev", MUST, "metadata.md § Statistics Section › Field Encoding",
                  "With VALUE_STATS_VALID, value_stddev >= 0.0 (a NaN is not).", when=_STATISTICS,
-                 fast=_on_section("statistics", lambda s: f"(not statistics.computed_mask & {_VALUE_STATS_VALID} "
-                                  "or statistics.value_stddev >= 0.0)"))
+                 passes=_on_section("statistics", lambda s: f"(not statistics.computed_mask & {_VALUE_STATS_VALID} "
+                                    "or statistics.value_stddev >= 0.0)"))
 def _stats_stddev(desc, ctx):
-    s = desc.statistics
-    if s is not None and s.computed_mask & _VALUE_STATS_VALID and not s.value_stddev >= 0.0:
-        return f"value_stddev {s.value_stddev!r} is not >= 0", _statistics_field(ctx, "value_stddev")
+    return f"value_stddev {desc.statistics.value_stddev!r} is not >= 0", _statistics_field(ctx, "value_stddev")
 
 
 @descriptor_rule("layout.sparse.statistics_nnz", MUST, "layouts/coo.md § Interaction with Statistics Section",
                  "For COO, CSR, CSC and CSF, a valid statistics nnz equals the layout's nnz (which is "
                  "authoritative).", when=When(layouts=SPARSE_LAYOUTS, facts={Fact.STATISTICS}),
-                 fast=_on_section("statistics", lambda s: not issubclass(s.layout, SPARSE_LAYOUTS)
-                                  or f"(not statistics.computed_mask & {_NNZ_VALID} or statistics.nnz == layout.nnz)"))
+                 passes=_on_section("statistics", lambda s: not issubclass(s.layout, SPARSE_LAYOUTS)
+                                    or f"(not statistics.computed_mask & {_NNZ_VALID} or statistics.nnz == layout.nnz)"))
 def _stats_nnz(desc, ctx):
-    s = desc.statistics
-    if s is not None and isinstance(desc.layout, SPARSE_LAYOUTS) and s.computed_mask & _NNZ_VALID:
-        if s.nnz != desc.layout.nnz:
-            return f"statistics nnz {s.nnz} differs from the layout's nnz {desc.layout.nnz}", \
-                _statistics_field(ctx, "nnz")
+    return f"statistics nnz {desc.statistics.nnz} differs from the layout's nnz {desc.layout.nnz}", \
+        _statistics_field(ctx, "nnz")
 
 
 # --- extension type ------------------------------------------------------------------
@@ -131,68 +121,57 @@ def _extension_field(ctx, name: str) -> int:
 
 
 @descriptor_rule("metadata.extension_type.bit_width", MUST, EXTENSION_TYPE_REF, "bit_width is greater than 0.",
-                 when=_EXTENSION_TYPE, fast=_on_section("extension_type", lambda s: "extension_type.bit_width != 0"))
+                 when=_EXTENSION_TYPE, passes=_on_section("extension_type", lambda s: "extension_type.bit_width != 0"))
 def _ext_width(desc, ctx):
-    e = desc.extension_type
-    if e is not None and e.bit_width == 0:
-        return "bit_width is 0", _extension_field(ctx, "bit_width")
+    return "bit_width is 0", _extension_field(ctx, "bit_width")
 
 
 @descriptor_rule("metadata.extension_type.packing", MUST, EXTENSION_TYPE_REF,
                  "packing_factor is 1 for bit_width >= 8; a sub-byte bit_width is 1, 2 or 4 with packing_factor "
                  "8/bit_width.", when=_EXTENSION_TYPE,
-                 fast=_on_section("extension_type", lambda s: "(extension_type.packing_factor == 1 "
-                                  "if extension_type.bit_width >= 8 else extension_type.bit_width in "
-                                  f"{_SUB_BYTE_WIDTHS} and extension_type.packing_factor == 8 // extension_type.bit_width)"))
+                 passes=_on_section("extension_type", lambda s: "(extension_type.bit_width == 0 or ("
+                                    "extension_type.packing_factor == 1 if extension_type.bit_width >= 8 else "
+                                    f"extension_type.bit_width in {_SUB_BYTE_WIDTHS} and extension_type.packing_factor"
+                                    " == 8 // extension_type.bit_width))"))
 def _ext_packing(desc, ctx):
     e = desc.extension_type
-    if e is None or e.bit_width == 0:
-        return
     if e.bit_width >= 8:
-        if e.packing_factor != 1:
-            return f"packing_factor {e.packing_factor} for a {e.bit_width}-bit type (must be 1)", \
-                _extension_field(ctx, "packing_factor")
-    elif e.bit_width not in _SUB_BYTE_WIDTHS:
+        return f"packing_factor {e.packing_factor} for a {e.bit_width}-bit type (must be 1)", \
+            _extension_field(ctx, "packing_factor")
+    if e.bit_width not in _SUB_BYTE_WIDTHS:
         return f"sub-byte bit_width {e.bit_width} is not 1, 2 or 4", _extension_field(ctx, "bit_width")
-    elif e.packing_factor != 8 // e.bit_width:
-        return f"packing_factor {e.packing_factor} is not 8/{e.bit_width}", _extension_field(ctx, "packing_factor")
+    return f"packing_factor {e.packing_factor} is not 8/{e.bit_width}", _extension_field(ctx, "packing_factor")
+
+
+_INTEGER_ZERO_FIELDS = ("sign_bits", "exponent_bits", "mantissa_bits", "exponent_bias")
 
 
 @descriptor_rule("metadata.extension_type.float_fields", MUST, EXTENSION_TYPE_REF,
                  "A float type has is_signed 0 and sign_bits 0 or 1; an integer type has sign_bits, exponent_bits, "
                  "mantissa_bits and exponent_bias all 0.", when=_EXTENSION_TYPE,
-                 fast=_on_section("extension_type", lambda s: "(not extension_type.is_signed and "
-                                  "extension_type.sign_bits <= 1 if extension_type.is_float else not ("
-                                  "extension_type.sign_bits or extension_type.exponent_bits or "
-                                  "extension_type.mantissa_bits or extension_type.exponent_bias))"))
+                 passes=_on_section("extension_type", lambda s: "(not extension_type.is_signed and "
+                                    "extension_type.sign_bits <= 1 if extension_type.is_float else not ("
+                                    + " or ".join(f"extension_type.{name}" for name in _INTEGER_ZERO_FIELDS) + "))"))
 def _ext_fields(desc, ctx):
     e = desc.extension_type
-    if e is None:
-        return
     if e.is_float:
         if e.is_signed:
             return "is_signed is set on a float type", _extension_field(ctx, "is_signed")
-        elif e.sign_bits > 1:
-            return f"sign_bits {e.sign_bits} is not 0 or 1", _extension_field(ctx, "sign_bits")
-    else:
-        for name in ("sign_bits", "exponent_bits", "mantissa_bits", "exponent_bias"):
-            if getattr(e, name):
-                return f"{name} is {getattr(e, name)} on an integer type (must be 0)", _extension_field(ctx, name)
+        return f"sign_bits {e.sign_bits} is not 0 or 1", _extension_field(ctx, "sign_bits")
+    name = next(name for name in _INTEGER_ZERO_FIELDS if getattr(e, name))
+    return f"{name} is {getattr(e, name)} on an integer type (must be 0)", _extension_field(ctx, name)
 
 
 @descriptor_rule("metadata.extension_type.reserved", MUST, EXTENSION_TYPE_REF,
                  "The _reserved and _reserved2 bytes of the Extension Type section are zero.", when=_EXTENSION_TYPE,
-                 fast=_on_section("extension_type", lambda s: "extension_type._reserved == "
-                                  f"{_zeros(ExtensionType, '_reserved')!r} and extension_type._reserved2 == "
-                                  f"{_zeros(ExtensionType, '_reserved2')!r}"))
+                 passes=_on_section("extension_type", lambda s: "extension_type._reserved == "
+                                    f"{_zeros(ExtensionType, '_reserved')!r} and extension_type._reserved2 == "
+                                    f"{_zeros(ExtensionType, '_reserved2')!r}"))
 def _ext_reserved(desc, ctx):
     e = desc.extension_type
-    if e is None:
-        return
     if any(e._reserved):
         return f"_reserved is {e._reserved.hex()}", _extension_field(ctx, "_reserved")
-    elif any(e._reserved2):
-        return f"_reserved2 is {e._reserved2.hex()}", _extension_field(ctx, "_reserved2")
+    return f"_reserved2 is {e._reserved2.hex()}", _extension_field(ctx, "_reserved2")
 
 
 # --- composite member ----------------------------------------------------------------
@@ -205,21 +184,17 @@ _MEMBER_ROLES = frozenset(valid_of(_COMPOSITE_MEMBER_SECTION, "member_role").any
 
 @descriptor_rule("metadata.composite_member.role", MUST, COMPOSITE_MEMBER_REF,
                  "member_role is 0x00 (correction) or 0x01 (base).", when=_COMPOSITE_MEMBER,
-                 fast=_on_section("composite_member",
-                                  lambda s: f"composite_member.member_role in {s.const(_MEMBER_ROLES)}"))
+                 passes=_on_section("composite_member",
+                                    lambda s: f"composite_member.member_role in {s.const(_MEMBER_ROLES)}"))
 def _member_role(desc, ctx):
-    m = desc.composite_member
-    if m is not None and m.member_role not in _MEMBER_ROLES:
-        return f"member_role 0x{m.member_role:02X} is reserved", \
-            ctx.section("composite_member", _COMPOSITE_MEMBER_SECTION, "member_role")
+    return f"member_role 0x{desc.composite_member.member_role:02X} is reserved", \
+        ctx.section("composite_member", _COMPOSITE_MEMBER_SECTION, "member_role")
 
 
 @descriptor_rule("metadata.composite_member.reserved", MUST, COMPOSITE_MEMBER_REF,
                  "The 15 _reserved bytes of the Composite Member section are zero.", when=_COMPOSITE_MEMBER,
-                 fast=_on_section("composite_member", lambda s: "composite_member._reserved == "
-                                  f"{_zeros(CompositeMember, '_reserved')!r}"))
+                 passes=_on_section("composite_member", lambda s: "composite_member._reserved == "
+                                    f"{_zeros(CompositeMember, '_reserved')!r}"))
 def _member_reserved(desc, ctx):
-    m = desc.composite_member
-    if m is not None and any(m._reserved):
-        return f"_reserved is {m._reserved.hex()}", \
-            ctx.section("composite_member", _COMPOSITE_MEMBER_SECTION, "_reserved")
+    return f"_reserved is {desc.composite_member._reserved.hex()}", \
+        ctx.section("composite_member", _COMPOSITE_MEMBER_SECTION, "_reserved")

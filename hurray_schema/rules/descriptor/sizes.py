@@ -5,7 +5,7 @@ quantization scheme references, and the layout families.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from ...model import (
     DYNAMIC_DIMENSION, SCHEMES, BlockPagedLayout, ColumnMajorLayout, CompositeLayout, CooLayout, CscLayout, CsfLayout,
@@ -14,6 +14,7 @@ from ...model import (
 )
 from ...structs import quantization as quantization_tables
 from ...structs.element_types import element_type_info, is_private_type
+from .dispatch import evaluated
 
 __all__ = ["storage_bytes", "layout_buffer_count", "quantization_buffer_indices"]
 
@@ -36,8 +37,13 @@ def dynamic(desc) -> bool:
     return _DYNAMIC in desc.shape
 
 
-def power_of_two(v: int) -> bool:
-    return v > 0 and v & (v - 1) == 0
+def power_of_two_source(value: str) -> str:
+    """``value`` (an expression) is a power of two, as source."""
+    return f"({value} > 0 and {value} & ({value} - 1) == 0)"
+
+
+power_of_two = eval(f"lambda v: {power_of_two_source('v')}")
+"""``power_of_two(v)``: the same test as :func:`power_of_two_source`, as a function."""
 
 
 def data_handle(desc):
@@ -95,7 +101,7 @@ def quantization_buffer_indices(q) -> list[tuple[str, int]]:
     return out
 
 
-# -- the same measures as source text, for the fast forms of the rules (dispatch.Signature) --
+# -- the same measures as source text, for the rules' conditions (dispatch.Signature) --
 
 def storage_source(sig, count: str) -> Optional[str]:
     """:func:`storage_bytes` of ``count`` (an expression) elements under ``sig``, as source;
@@ -122,16 +128,35 @@ def parameter_count_source(sig):
     return f"(1 if q.flags & {SYMMETRIC} or q.zero_point_buffer_index == q.scale_buffer_index else 2)"
 
 
-def parameter_indices_source(sig, test: str) -> Optional[str]:
-    """``test`` (a format with ``{index}``) holding for every parameter buffer index
-    :func:`quantization_buffer_indices` gives under ``sig``, as source; None when it gives none."""
+def parameter_index_clauses(sig, test: str) -> list[tuple[str, str]]:
+    """``(source, field name)`` per parameter buffer index :func:`quantization_buffer_indices` gives
+    under ``sig``: ``test`` (a format with ``{index}``) holding for it -- for the zero point, only
+    unless symmetric -- as source."""
     cls = sig.scheme
     if cls is None or cls not in _SCALE_CLASSES:
-        return None
-    out = test.format(index="q.scale_buffer_index")
+        return []
+    out = [(test.format(index="q.scale_buffer_index"), "scale_buffer_index")]
     if cls in _ZERO_POINT_CLASSES:
-        out += f" and (q.flags & {SYMMETRIC} or {test.format(index='q.zero_point_buffer_index')})"
+        out.append((f"(q.flags & {SYMMETRIC} or {test.format(index='q.zero_point_buffer_index')})",
+                    "zero_point_buffer_index"))
     return out
+
+
+def parameter_indices_source(sig, test: str) -> Optional[str]:
+    """The clauses of :func:`parameter_index_clauses` all holding, as source; None when there are none."""
+    clauses = parameter_index_clauses(sig, test)
+    return " and ".join(source for source, _ in clauses) if clauses else None
+
+
+def failing_parameter_index(desc, name: str, test: Callable[[object], str]) -> tuple[str, int]:
+    """``(field name, index)`` of the first parameter buffer index of ``desc`` on which the clause
+    ``test(signature)`` builds (see :func:`parameter_index_clauses`) does not hold: what a rule's
+    report names, read from the same source as its condition."""
+    def clauses(sig) -> str:
+        return "[" + "".join(f"({source}, {field!r}, q.{field}), "
+                             for source, field in parameter_index_clauses(sig, test(sig))) + "]"
+
+    return next((field, index) for holds, field, index in evaluated(name, desc, clauses) if not holds)
 
 
 def quantization_parameter_count(q) -> int:
