@@ -31,6 +31,16 @@ from .structs.tags import (  # noqa: F401  (re-exported: the tag tables belong t
 )
 from .structs.wire import encoded_length as _encoded_length
 
+__all__ = [
+    "BlockTableIndexType", "CombineOp", "CompositionRule", "DescriptorFlag", "DeviceTag", "ElementType", "KvRole",
+    "LayoutTag", "MemberRole", "MemoryClass", "QuantFlag", "QuantScheme", "StatisticsMask", "SyncMode",
+    "DYNAMIC_DIMENSION", "OPEN_COMPOSITE", "NO_BUFFER_INDEX", "NOT_LAYER_SCOPED", "BufferHandle", "RowMajorLayout",
+    "ColumnMajorLayout", "StridedLayout", "TiledLayout", "MortonLayout", "CooLayout", "CsrLayout", "CscLayout",
+    "CsfLayout", "BlockPagedLayout", "CompositeLayout", "HilbertLayout", "ExtensionLayout", "UnknownLayout", "Layout",
+    "PerTensorAffine", "PerChannelAffine", "PerBlockAffine", "Nf4", "Mxfp", "UnknownQuantization", "Quantization",
+    "Shard", "Statistics", "ExtensionType", "CompositeMember", "TensorDescriptor",
+]
+
 DYNAMIC_DIMENSION = 0xFFFF_FFFF_FFFF_FFFF
 """The dynamic-dimension sentinel (``metadata.md § shape``); never the same as ``0``."""
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Union
 import numpy as np
 
 
-from ..errors import HurraySchemaError
+from ..errors import ClosedFileError, HurraySchemaError
 from .crc import crc32c
 from ..limits import Limits, resolve_limits
 from ..model import CompositionRule, TensorDescriptor
@@ -69,11 +69,6 @@ def _align(n: int, a: int) -> int:
 # --------------------------------------------------------------------------------------
 # Reader
 # --------------------------------------------------------------------------------------
-
-
-class ClosedFileError(HurraySchemaError, ValueError):
-    """An access to a :class:`HurrayFile` after :meth:`~HurrayFile.close` (a ``ValueError``,
-    as for a closed Python file)."""
 
 
 class TensorSlice:
