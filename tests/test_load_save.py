@@ -206,6 +206,17 @@ def test_metadata_round_trips(tmp_path):
         assert f.metadata() == {}
 
 
+def test_write_file_takes_metadata_and_kv_for_one_release(tmp_path):
+    items = {"x": np.zeros(2, np.float32)}
+    write_file(tmp_path / "m.hrry", items, metadata={"k": "v"})
+    with pytest.warns(DeprecationWarning, match=r"write_file\(kv=\) is now write_file\(metadata=\)"):
+        write_file(tmp_path / "o.hrry", items, kv={"k": "v"})
+    assert (tmp_path / "o.hrry").read_bytes() == (tmp_path / "m.hrry").read_bytes()
+    with pytest.raises(TypeError, match="not both"):
+        write_file(tmp_path / "p.hrry", items, metadata={"k": "v"}, kv={"k": "w"})
+    assert not (tmp_path / "p.hrry").exists()
+
+
 def test_save_refuses_what_it_cannot_write_and_keeps_the_previous_file(tmp_path):
     path = tmp_path / "k.hrry"
     hs.save(path, {"x": np.ones(3, np.float32)})

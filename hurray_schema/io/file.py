@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Union
 import numpy as np
 
 
+from .._deprecation import renamed_keyword
 from ..errors import ClosedFileError, HurraySchemaError
 from .crc import crc32c
 from ..limits import Limits, resolve_limits
@@ -718,14 +719,16 @@ def _write_body(out: Sink, encoded: list[EncodedNode], flags: FileFlag, alignmen
     return ordered
 
 
-def write_file(path, items: Union[Mapping[str, Item], Iterable[Item]], *, kv: Optional[Mapping[str, Any]] = None,
-               sorted_index: bool = False, data_buffer_alignment: int = MIN_DATA_BUFFER_ALIGNMENT,
+@renamed_keyword("kv", "metadata")
+def write_file(path, items: Union[Mapping[str, Item], Iterable[Item]], *,
+               metadata: Optional[Mapping[str, Any]] = None, sorted_index: bool = False, data_buffer_alignment: int = MIN_DATA_BUFFER_ALIGNMENT,
                pad_after_composite_head: bool = False, validate: bool = True) -> list[IndexEntry]:
     """Write a ``.hrry`` file in one forward pass and return its index entries.
 
     ``items`` maps names to tensors and composites (or is an iterable of named ones);
     composite members are written after their head, named ``<name>.<i>`` unless they
-    carry a name.
+    carry a name.  ``metadata`` (str keys; bool, int, float, str, bytes values or lists of one
+    of them) becomes the KV section (``kv=`` is its deprecated former name).
 
     Nothing is lost: the file is written to a temporary file beside ``path``, flushed,
     fsynced and renamed over ``path``; on any error the previous file is untouched and
@@ -751,7 +754,7 @@ def write_file(path, items: Union[Mapping[str, Item], Iterable[Item]], *, kv: Op
     if a & (a - 1) or not MIN_DATA_BUFFER_ALIGNMENT <= a <= MAX_DATA_BUFFER_ALIGNMENT:
         raise HurraySchemaError(f"data_buffer_alignment {a} is not a power of two in [4096, 2 MiB]")
     nodes = _file_nodes(items)
-    kv_bytes = encode_kv(kv) if kv else b""
+    kv_bytes = encode_kv(metadata) if metadata else b""
     if len(kv_bytes) > 0xFFFF_FFFF:
         raise HurraySchemaError("the KV section exceeds the 4 GiB kv_length can express")
     flags = FileFlag.HAS_INDEX_CRC32C

@@ -33,7 +33,7 @@ def save(path, tensors: Mapping[str, Any], metadata: Optional[Mapping[str, Any]]
     (:func:`write_file`).  Returns the index entries."""
     if not isinstance(tensors, Mapping):
         raise HurraySchemaError(f"save takes a mapping of names to arrays or tensors, not {type(tensors).__name__}")
-    return write_file(path, tensors, kv=metadata)
+    return write_file(path, tensors, metadata=metadata)
 
 
 def load(path, *, limits: Optional[Limits] = None) -> dict:
