@@ -333,7 +333,7 @@ def test_hurray_file_mapping(tmp_path):
     with read_file(tmp_path / "f.hrry") as f:
         assert list(f) == ["x", "g"] and len(f) == 2 and "g.0" not in f and "x" in f
         assert [e.name for e in f.entries()] == ["x", "g", "g.0", "g.0.0", "g.1"]
-        assert f.tensor("g.1").same_content(g.members[1]) and f.descriptor("g").is_composite_head
+        assert f.get_item("g.1").same_content(g.members[1]) and f.descriptor("g").is_composite_head
         assert f.kv == {"k": 1} and f.data_buffer_alignment == 4096
         x = f["x"]
         assert bytes(x.buffers[0]) == struct.pack("<2f", 1, 2)

@@ -185,7 +185,7 @@ def test_stepped_slice_and_get_slice_fetch_only_what_they_decode(nginx):
     whole = np.arange(1024 * 2048, dtype=np.float32).reshape(1024, 2048)
     with hs.read_file(url) as f:
         before = len(nginx.requests(name_of(url)))
-        same_bits(f.get_slice("w")[::256, 5:9], whole[::256, 5:9])
+        same_bits(f.get_item("w")[::256, 5:9], whole[::256, 5:9])
         same_bits(f["w"][100:103, ::-500], whole[100:103, ::-500])
         served = nginx.requests(name_of(url))[before:]
         assert sum(sent for _, _, sent, _ in served) <= 8 * 64 * 1024 + 3 * 2048 * 4 + 2 * 64 * 1024

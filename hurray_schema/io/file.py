@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Union
 import numpy as np
 
 
-from .._deprecation import renamed_keyword
+from .._deprecation import deprecated, renamed_keyword
 from ..errors import ClosedFileError, HurraySchemaError
 from .crc import crc32c
 from ..limits import Limits, resolve_limits
@@ -109,16 +109,16 @@ class HurrayFile(Mapping):
     """A read-only mapping ``name -> Tensor | Composite`` over a ``.hrry`` file.
 
     Composite members are reachable through their composite (and by
-    :meth:`tensor`), not as keys.  ``entries()`` lists every index entry.  ``kv`` is the
+    :meth:`get_item`), not as keys.  ``entries()`` lists every index entry.  ``kv`` is the
     decoded KV section; ``findings`` what the mode tolerated plus SHOULD-level notes, of
     the container, descriptor and composite rules alike: what ``audit`` reports on the file
     (same rule, level and offset, each descriptor's in audit's order), but for the rules
     only audit runs (:data:`hurray_schema.rules.interop.AUDIT_ONLY`).
 
-    Lazy access in the manner of safetensors' ``safe_open``: :meth:`keys`,
-    :meth:`metadata` (the KV section), :meth:`get_tensor` (an array) and
-    :meth:`get_slice` (shape and dtype now, data on indexing).  After :meth:`close`
-    (the end of a ``with`` block) every access raises :class:`ClosedFileError`.
+    Items are read lazily: ``f[name]`` (a top-level item) and :meth:`get_item` (members too)
+    read no data; indexing an item reads only what the index needs.  :meth:`metadata` is a
+    copy of the KV section.  ``tensor``, ``get_tensor`` and ``get_slice`` are deprecated.
+    After :meth:`close` (the end of a ``with`` block) every access raises :class:`ClosedFileError`.
 
     A local path is memory-mapped, or with ``mmap=False`` read by range through a
     :class:`~.source.LocalFileSource` (``os.pread``, never mapped: see :func:`read_file`).
@@ -456,7 +456,8 @@ class HurrayFile(Mapping):
         return self._check(name)[0]
 
     def tensor(self, name: str) -> Tensor:
-        """Any non-head entry as a :class:`Tensor` (members included)."""
+        """Deprecated: :meth:`get_item` (any item, members included)."""
+        deprecated("HurrayFile.tensor(name) is now HurrayFile.get_item(name)")
         self._check_open()
         return self.tensor_of(self._check(name)[0], name)
 
@@ -484,14 +485,13 @@ class HurrayFile(Mapping):
             raise KeyError(name) from None
 
     def get_tensor(self, name: str, *, limits: Optional[Limits] = None):
-        """The array of ``name`` (a top-level item or a member): a tensor's
-        :meth:`~hurray_schema.io.tensor.Tensor.to_numpy`, a partition's or overlay's merged
-        array.  A group has no single array: its members are read by their names."""
+        """Deprecated: ``np.asarray(f.get_item(name))`` (or the item's ``to_numpy`` / ``materialize``)."""
+        deprecated("HurrayFile.get_tensor(name) is now np.asarray(HurrayFile.get_item(name))")
         return item_array(self.get_item(name), limits=limits)
 
     def get_slice(self, name: str) -> TensorSlice:
-        """``name`` (a top-level item or a member) for indexing: ``f.get_slice("w")[0:2]``
-        reads only what the index needs (the item's own ``__getitem__``)."""
+        """Deprecated: ``f.get_item(name)[index]`` reads only what the index needs."""
+        deprecated("HurrayFile.get_slice(name)[index] is now HurrayFile.get_item(name)[index]")
         return TensorSlice(self.get_item(name))
 
     @property
@@ -579,7 +579,7 @@ class HurrayFile(Mapping):
         ``f[name].to_dask()`` is the same graph."""
         from ..evaluate.dask_graph import to_dask
 
-        item = self[name] if name in self else self.tensor(name)
+        item = self[name] if name in self else self.tensor_of(self.descriptor(name), name)
         return to_dask(item, chunks, chunk_bytes=chunk_bytes, limits=limits, locate=locate_buffers)
 
 

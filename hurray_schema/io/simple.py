@@ -4,7 +4,7 @@
 (atomic, every descriptor and composite checked first) with ``metadata`` as the file's KV
 section (``file-format.md § KV Metadata Section``).  ``load(path)`` is :func:`read_file` with every
 item turned into a NumPy array, the file closed on return.  Lazy access is ``read_file``
-itself (``keys()``, ``metadata()``, ``get_tensor``, ``get_slice``).
+itself (``keys()``, ``metadata()``, ``f[name]``, ``get_item``).
 """
 
 from __future__ import annotations
