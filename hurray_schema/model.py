@@ -14,7 +14,6 @@ enumeration member matches, so a permissive reader can carry it.
 
 from __future__ import annotations
 
-import enum
 import math
 from typing import ClassVar, Optional, Union
 
@@ -62,14 +61,6 @@ _GATED_ATTRIBUTES = tuple((part.attribute, int(part.flag))  # plain ints: IntFla
                           for part in _descriptor.DESCRIPTOR_PARTS if part.flag is not None)
 """``(descriptor attribute, flag bit)`` of every flag-gated part: ``flags`` follows from them."""
 _SYMMETRIC = int(QuantFlag.SYMMETRIC)  # plain int: IntFlag arithmetic is slow on hot paths
-
-
-def as_tag(enum_type: type[enum.IntEnum], value: int) -> Union[enum.IntEnum, int]:
-    """``value`` as a member of ``enum_type`` when the spec assigns it, else the plain int."""
-    try:
-        return enum_type(value)
-    except ValueError:
-        return int(value)
 
 
 def _tag(enum_type):

@@ -64,11 +64,6 @@ def _tables(parts, decl) -> list[Part]:
     return [p for p in parts if p.decl is decl and p.kind != "fault"]
 
 
-def _field(parts, decl, name: str, nth: int = 0) -> int:
-    """Where field ``name`` of the ``nth`` located ``decl`` table sits."""
-    return _tables(parts, decl)[nth].start + static_offset(decl, name)
-
-
 def _message_headers(data: bytes) -> list[Part]:
     return _tables(_stream_parts(data, "messages"), MESSAGE_HEADER)
 
