@@ -8,8 +8,8 @@ written twice: N - 1 small ones (``--shape``, [16, 16] by default) and one large
 (``--big``, [4096, 64]) in the middle of the name order, ours with ``hs.save``, theirs with
 ``safetensors.numpy.save_file``.  The task, on both sides inside a ``with`` block:
 
-* ours   -- ``hs.read_file(path)`` then ``f.get_slice("big")[row]``
-  (also ``f["big"][row]``, the top-level mapping without ``get_slice``'s member lookup);
+* ours   -- ``hs.read_file(path)`` then ``f.get_item("big")[row]``
+  (also ``f["big"][row]``, the top-level mapping without ``get_item``'s member lookup);
 * theirs -- ``safetensors.safe_open(path, framework="numpy")`` then ``get_slice("big")[row]``.
 
 The rows are checked equal (value and dtype) outside any timing.  Four parts:
@@ -62,7 +62,7 @@ import numpy as np
 BIG = "big"
 
 # what a user types, in a fresh process: {path!r} and {row} filled in
-OURS_CMD = "import hurray_schema as hs\nwith hs.read_file({path!r}) as f:\n    f.get_slice({big!r})[{row}]"
+OURS_CMD = "import hurray_schema as hs\nwith hs.read_file({path!r}) as f:\n    f.get_item({big!r})[{row}]"
 THEIRS_CMD = ("from safetensors import safe_open\nwith safe_open({path!r}, framework='numpy') as f:\n"
               "    f.get_slice({big!r})[{row}]")
 
@@ -95,7 +95,7 @@ before = status()
 start = time.perf_counter()
 f = opener(path)
 opened = time.perf_counter()
-value = f.get_slice(BIG)[row]
+value = (f.get_item if side == "ours" else f.get_slice)(BIG)[row]
 done = time.perf_counter()
 after = status()
 report = {"open_s": opened - start, "row_s": done - opened, "rss": after["VmRSS"] - before["VmRSS"],
@@ -135,7 +135,7 @@ for n in range(2):
     before = set(sys.modules)
     start = time.perf_counter()
     with hs.read_file(path) as f:
-        f.get_slice(BIG)[row]
+        f.get_item(BIG)[row]
     report["passes"].append({"s": time.perf_counter() - start, "calls": list(calls),
                              "new_modules": len(set(sys.modules) - before)})
 builtins.compile, builtins.exec = real_compile, real_exec
@@ -189,7 +189,7 @@ def our_row(path: Path, row: int):
     import hurray_schema as hs
 
     with hs.read_file(path) as f:
-        return np.array(f.get_slice(BIG)[row])
+        return np.array(f.get_item(BIG)[row])
 
 
 def our_row_by_key(path: Path, row: int):
@@ -377,7 +377,7 @@ def main() -> None:
         verdicts: list = []  # (what, ratio, goal) for the summary at the end
         print(f"\n1. in process: open + one row, median of {args.repeat} (ms); ratio ours/theirs, "
               "target <= 2x, moonshot 1x")
-        print(f"{'N':>7} {'ours get_slice':>15} {'ours f[name]':>13} {'safetensors':>12} {'ratio':>7} "
+        print(f"{'N':>7} {'ours get_item':>15} {'ours f[name]':>13} {'safetensors':>12} {'ratio':>7} "
               f"{'ratio f[name]':>14}")
         for count in counts:
             ours, theirs = files[count]

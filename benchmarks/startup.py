@@ -190,7 +190,7 @@ def operations() -> dict[str, tuple[str, str]]:
                                     "item.materialize()")
     ops["merge overlay spqr"] = ("f = hs.read_file(FIX + '/composites.hrry')\nitem = f['spqr']",
                                  "item.materialize()")
-    ops["slice spqr [64,64] box"] = ("f = hs.read_file(FIX + '/composites.hrry')\ns = f.get_slice('spqr')",
+    ops["slice spqr [64,64] box"] = ("f = hs.read_file(FIX + '/composites.hrry')\ns = f.get_item('spqr')",
                                      "s[64:128, 64:128]")
     for name, call in QUANTIZE.items():
         ops[f"quantize {name}"] = (_LOAD_W, call)

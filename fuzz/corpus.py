@@ -146,7 +146,7 @@ def seed_files(directory: Path) -> list[bytes]:
         (items[:1], None, False), (items[:4], KV, True), (items[4:], {"k": "v"}, False), ([], None, False),
     )):
         path = directory / f"ours{i}.hrry"
-        write_file(path, {f"x{j}": item for j, item in enumerate(chosen)}, kv=kv, sorted_index=sort)
+        write_file(path, {f"x{j}": item for j, item in enumerate(chosen)}, metadata=kv, sorted_index=sort)
         seeds.append(path.read_bytes())
     ref = _pyhurray_items()
     if ref is not None:

@@ -100,7 +100,7 @@ def files(draw, directory) -> bytes:
                                                                st.binary(max_size=8), st.booleans()),
                                                      max_size=3)))
     path = directory / "hypothesis.hrry"
-    write_file(path, {f"t{i}": item for i, item in enumerate(chosen)}, kv=kv,
+    write_file(path, {f"t{i}": item for i, item in enumerate(chosen)}, metadata=kv,
                sorted_index=draw(st.booleans()))
     return path.read_bytes()
 

@@ -51,8 +51,7 @@ from .structs.tags import is_invalid_tag, is_reserved_tag
 from .structs.wire import descriptor_spans, encode_descriptor_bytes
 
 __all__ = ["Decoder", "DECODER", "decode_descriptor", "encode_descriptor", "parse_descriptor", "check_semantics",
-           "peek_descriptor_length", "known_length", "remembered_descriptor", "checked_descriptor", "checked_by",
-           "descriptor_spans"]
+           "peek_descriptor_length", "known_length", "checked_descriptor", "checked_by", "descriptor_spans"]
 
 
 def _builder(cls):
@@ -176,17 +175,6 @@ def known_length(header: bytes) -> Optional[int]:
     None otherwise (:func:`peek_descriptor_length` then reads and checks them)."""
     compiled = signature.lookup(header)
     return None if compiled is None else compiled.length
-
-
-def remembered_descriptor(data: bytes, limits: Limits) -> Optional[TensorDescriptor]:
-    """The descriptor :func:`parse_descriptor` gave for exactly these bytes (``data``: one
-    whole descriptor, as a stream reader frames it) when the by-value table still holds it
-    and its header's compiled decoder meets ``limits``; None otherwise (then parse it)."""
-    compiled = _compiled_for(data[:FIXED_HEADER_SIZE])
-    if compiled is None or compiled.length != len(data) or not (
-            compiled.fits_default if limits is DEFAULT_LIMITS else compiled.fits(limits)):
-        return None
-    return _remembered(data)
 
 
 def parse_descriptor(data, *, mode="strict", base: int = 0,

@@ -16,7 +16,8 @@ __all__ = ["HurraySchemaError", "SpecViolation", "LimitExceeded", "EncodeError",
            "InvalidDtype", "CopyRequired", "NotAnArray", "NoSuchItem", "DLPackUnsupported", "SourceError", "SourceChanged",
            "ShortRead", "RangeNotSupported", "SourceUnavailable", "RemoteError", "ProtocolVersionMismatch",
            "UnknownTensor", "LayoutUnavailable", "TranscodeLimitExceeded", "DeviceUnavailable", "InvalidMessage",
-           "MessageTooLarge", "ShardMismatch", "SessionError", "SessionTimeout"]
+           "MessageTooLarge", "ShardMismatch", "SessionError", "SessionTimeout", "ClosedFileError",
+           "DecodedTypeMismatch", "NoExactForm"]
 
 
 class HurraySchemaError(Exception):
@@ -234,3 +235,20 @@ class SessionError(HurraySchemaError, ConnectionError):
 
 class SessionTimeout(SessionError, TimeoutError):
     """The peer sent nothing within the session's timeout."""
+
+
+class ClosedFileError(HurraySchemaError, ValueError):
+    """An access to a :class:`~hurray_schema.io.file.HurrayFile` after its ``close()`` (a
+    ``ValueError``, as for a closed Python file)."""
+
+
+class DecodedTypeMismatch(HurraySchemaError):
+    """The type a caller asked a tensor's values to decode to is not one they decode to
+    (``to_numpy(dtype=...)``, ``decode_target``); a composite member whose decoded type
+    differs from its head's is the binder's ``composite.member.decoded_type``."""
+
+
+class NoExactForm(HurraySchemaError):
+    """A tensor whose values Hurray cannot hold exactly in its own form (a GGUF type with a float
+    offset, a zero scale over zeros of both signs, a non-finite scale): the caller decides whether to
+    store it decoded (``dequantize``) or to quantize it again (``requantize``)."""

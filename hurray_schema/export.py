@@ -84,15 +84,15 @@ def export_zarr(source, store, *, name: Optional[str] = None, memory: Optional[i
 
 def find_item(container, name: str):
     """A top-level item of the file ``container`` by name, else any index entry (a composite's
-    member) as a tensor; :class:`NoSuchItem` when there is none."""
+    member); :class:`NoSuchItem` when there is none."""
     try:
         return container[name]
     except KeyError:
         pass
-    tensor = getattr(container, "tensor", None)
-    if tensor is not None:
+    get_item = getattr(container, "get_item", None)
+    if get_item is not None:
         try:
-            return tensor(name)
+            return get_item(name)
         except KeyError:
             pass
     raise NoSuchItem(f"no tensor or composite named {name!r}")

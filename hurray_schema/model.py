@@ -14,7 +14,6 @@ enumeration member matches, so a permissive reader can carry it.
 
 from __future__ import annotations
 
-import enum
 import math
 from typing import ClassVar, Optional, Union
 
@@ -30,6 +29,16 @@ from .structs.tags import (  # noqa: F401  (re-exported: the tag tables belong t
     StatisticsMask, SyncMode, is_private_tag,
 )
 from .structs.wire import encoded_length as _encoded_length
+
+__all__ = [
+    "BlockTableIndexType", "CombineOp", "CompositionRule", "DescriptorFlag", "DeviceTag", "ElementType", "KvRole",
+    "LayoutTag", "MemberRole", "MemoryClass", "QuantFlag", "QuantScheme", "StatisticsMask", "SyncMode",
+    "DYNAMIC_DIMENSION", "OPEN_COMPOSITE", "NO_BUFFER_INDEX", "NOT_LAYER_SCOPED", "BufferHandle", "RowMajorLayout",
+    "ColumnMajorLayout", "StridedLayout", "TiledLayout", "MortonLayout", "CooLayout", "CsrLayout", "CscLayout",
+    "CsfLayout", "BlockPagedLayout", "CompositeLayout", "HilbertLayout", "ExtensionLayout", "UnknownLayout", "Layout",
+    "PerTensorAffine", "PerChannelAffine", "PerBlockAffine", "Nf4", "Mxfp", "UnknownQuantization", "Quantization",
+    "Shard", "Statistics", "ExtensionType", "CompositeMember", "TensorDescriptor",
+]
 
 DYNAMIC_DIMENSION = 0xFFFF_FFFF_FFFF_FFFF
 """The dynamic-dimension sentinel (``metadata.md § shape``); never the same as ``0``."""
@@ -52,14 +61,6 @@ _GATED_ATTRIBUTES = tuple((part.attribute, int(part.flag))  # plain ints: IntFla
                           for part in _descriptor.DESCRIPTOR_PARTS if part.flag is not None)
 """``(descriptor attribute, flag bit)`` of every flag-gated part: ``flags`` follows from them."""
 _SYMMETRIC = int(QuantFlag.SYMMETRIC)  # plain int: IntFlag arithmetic is slow on hot paths
-
-
-def as_tag(enum_type: type[enum.IntEnum], value: int) -> Union[enum.IntEnum, int]:
-    """``value`` as a member of ``enum_type`` when the spec assigns it, else the plain int."""
-    try:
-        return enum_type(value)
-    except ValueError:
-        return int(value)
 
 
 def _tag(enum_type):

@@ -150,7 +150,7 @@ def test_export_npy_writes_what_merge_writes(name, tmp_path):
     assert _cli("merge", str(path), name, "-o", str(by_command)).exit_code == 0
     assert by_library.read_bytes() == by_command.read_bytes()
     with hs.read_file(path) as f:
-        expected = f[name].materialize() if name == "weights" else f.tensor(name).to_numpy()
+        expected = f[name].materialize() if name == "weights" else f.get_item(name).to_numpy()
     assert np.array_equal(np.load(by_library), expected)
     assert (done.path, done.shape, done.chunked) == (str(by_library), expected.shape, False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cli.npy", "lib.npy"]  # no temporary left

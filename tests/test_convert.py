@@ -294,7 +294,7 @@ def test_gguf_q4_0_zero_block_keeps_negative_zero(tmp_path):
     got = hs.load(dst)["z"]
     assert_bits_equal(got, reference)
     with hs.read_file(dst) as f:
-        scales = np.frombuffer(f.tensor("z").buffers[1], "<f4")
+        scales = np.frombuffer(f.get_item("z").buffers[1], "<f4")
     assert np.all(scales == -1)
     assert_clean_audit(dst)
 
@@ -503,7 +503,7 @@ def test_q4_0_every_scale_class_decodes_bit_exact(tmp_path, monkeypatch):
     signs = np.signbit(reference["w"].reshape(-1, 32)[where[0, :4]])
     assert signs.tolist() == [[False] * 32, [True] * 32, [True] * 32, [False] * 32]
     with hs.read_file(dst) as f:
-        scales = np.frombuffer(f.tensor("w").buffers[1], "<f4")
+        scales = np.frombuffer(f.get_item("w").buffers[1], "<f4")
     assert scales[where[0, :4]].tolist() == [1.0, -1.0, -1.0, 1.0]  # zero scales made +-1 of the values' sign
     assert {row.type_out for row in report.tensors} == {"int4 per_block_affine"}
     assert_clean_audit(dst)

@@ -240,7 +240,7 @@ def test_group_is_a_tuple_of_arrays(tmp_path, client):
 def test_a_member_entry_of_a_file(tmp_path):
     item = irregular_partition()
     with read_file(saved(tmp_path, item)) as f:
-        assert same_bits(f.to_dask("x.3").compute(), f.tensor("x.3").to_numpy())
+        assert same_bits(f.to_dask("x.3").compute(), f.get_item("x.3").to_numpy())
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -405,7 +405,7 @@ def _file(tmp_path: Path, kv=None, sorted_index=False, names=("a", "b")) -> byte
     from hurray_schema.io.tensor import Tensor
 
     path = tmp_path / "seed.hrry"
-    write_file(path, {n: Tensor.dense(F32, (4,), bytes(16)) for n in names}, kv=kv, sorted_index=sorted_index)
+    write_file(path, {n: Tensor.dense(F32, (4,), bytes(16)) for n in names}, metadata=kv, sorted_index=sorted_index)
     return bytearray(path.read_bytes())
 
 

@@ -61,7 +61,7 @@ def messages() -> bytes:
 
 def hrry(tmp_path) -> bytes:
     path = tmp_path / "clean.hrry"
-    write_file(path, {"a": tensors()[0], "b": tensors()[1]}, kv={"k": "v"})
+    write_file(path, {"a": tensors()[0], "b": tensors()[1]}, metadata={"k": "v"})
     return path.read_bytes()
 
 

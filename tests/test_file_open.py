@@ -80,7 +80,7 @@ def test_a_reserved_byte_deep_in_a_large_file_raises_on_first_read_with_audits_r
             f[name(DEEP)]
         assert (on_read.value.rule_id, on_read.value.offset) == audited[0]
         with pytest.raises(SpecViolation) as again:  # not remembered as read: every access says so
-            f.get_slice(name(DEEP))
+            f.get_item(name(DEEP))
         assert (again.value.rule_id, again.value.offset) == audited[0]
     with hs.read_file(path) as f:
         with pytest.raises(SpecViolation) as listed:

@@ -25,7 +25,7 @@ def _items():
 @pytest.fixture(scope="module")
 def clean_file(tmp_path_factory) -> bytes:
     path = tmp_path_factory.mktemp("fz") / "c.hrry"
-    write_file(path, _items(), kv={"k": "v", "n": [1, 2]})
+    write_file(path, _items(), metadata={"k": "v", "n": [1, 2]})
     return path.read_bytes()
 
 

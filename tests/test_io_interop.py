@@ -140,7 +140,7 @@ def test_our_file_loads_in_pyhurray(tmp_path):
     items = all_items()
     ours = {name: from_py(t) for name, t in items.items()}
     path = str(tmp_path / "ours.hrry")
-    write_file(path, ours, kv=KV)
+    write_file(path, ours, metadata=KV)
     loaded = hurray.load(path)
     assert list(loaded) == list(items)
     for name, py in items.items():
@@ -156,8 +156,8 @@ def test_our_file_loads_in_pyhurray(tmp_path):
 
 def test_uint64_kv_reads_in_pyhurray(tmp_path):
     path = str(tmp_path / "u.hrry")
-    write_file(path, {"x": Tensor.dense(0x11, [1], b"\x07")}, kv={"u": UInt64(5), "huge": 2 ** 64 - 1,
-                                                                      "lu": [UInt64(1), UInt64(2 ** 63)]})
+    write_file(path, {"x": Tensor.dense(0x11, [1], b"\x07")}, metadata={"u": UInt64(5), "huge": 2 ** 64 - 1,
+                                                                            "lu": [UInt64(1), UInt64(2 ** 63)]})
     assert hurray.load_kv(path) == {"u": 5, "huge": 2 ** 64 - 1, "lu": [1, 2 ** 63]}
     with read_file(path) as f:
         assert isinstance(f.kv["u"], UInt64) and f.kv["huge"] == 2 ** 64 - 1

@@ -296,7 +296,7 @@ def test_limits():
 
 
 def test_file_limits(tmp_path):
-    write_file(tmp_path / "l.hrry", {"g": _group(), "x": t([1])}, kv={"k": "value", "a": [1, 2, 3]})
+    write_file(tmp_path / "l.hrry", {"g": _group(), "x": t([1])}, metadata={"k": "value", "a": [1, 2, 3]})
     for limits in (Limits(max_index_entries=3), Limits(max_index_bytes=20), Limits(max_kv_bytes=10),
                    Limits(max_kv_entries=1), Limits(max_kv_value_bytes=2), Limits(max_descriptor_bytes=30),
                    Limits(max_composite_depth=1)):
@@ -329,11 +329,11 @@ def test_remote_error_message():
 
 def test_hurray_file_mapping(tmp_path):
     g = _group()
-    write_file(tmp_path / "f.hrry", [t([1, 2], name="x"), g.with_name("g")], kv={"k": 1})
+    write_file(tmp_path / "f.hrry", [t([1, 2], name="x"), g.with_name("g")], metadata={"k": 1})
     with read_file(tmp_path / "f.hrry") as f:
         assert list(f) == ["x", "g"] and len(f) == 2 and "g.0" not in f and "x" in f
         assert [e.name for e in f.entries()] == ["x", "g", "g.0", "g.0.0", "g.1"]
-        assert f.tensor("g.1").same_content(g.members[1]) and f.descriptor("g").is_composite_head
+        assert f.get_item("g.1").same_content(g.members[1]) and f.descriptor("g").is_composite_head
         assert f.kv == {"k": 1} and f.data_buffer_alignment == 4096
         x = f["x"]
         assert bytes(x.buffers[0]) == struct.pack("<2f", 1, 2)
@@ -364,9 +364,9 @@ def test_write_file_refuses_bad_items(tmp_path):
     with pytest.raises(HurraySchemaError):
         write_file(tmp_path / "a", {"a": t([1])}, data_buffer_alignment=1000)
     with pytest.raises(HurraySchemaError):
-        write_file(tmp_path / "a", {"a": t([1])}, kv={"x": []})
+        write_file(tmp_path / "a", {"a": t([1])}, metadata={"x": []})
     with pytest.raises(HurraySchemaError):
-        write_file(tmp_path / "a", {"a": t([1])}, kv={"x": [1, "a"]})
+        write_file(tmp_path / "a", {"a": t([1])}, metadata={"x": [1, "a"]})
     with pytest.raises(HurraySchemaError):
         write_file(tmp_path / "a", {"a": "not a tensor"})
 

@@ -136,7 +136,7 @@ def test_clean_reference_file_passes_every_rule(tmp_path, clean):
 def test_clean_own_file_passes_every_rule(tmp_path, clean):
     with read_file(write(tmp_path, clean)) as f:
         path = tmp_path / "ours.hrry"
-        write_file(path, f, kv=f.kv, sorted_index=True)
+        write_file(path, f, metadata=f.kv, sorted_index=True)
     with read_file(path) as g:
         assert list(g) == ["big", "p", "w"] and g.findings == []  # kv.flag passes too
 

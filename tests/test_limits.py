@@ -301,7 +301,7 @@ def _small_file(tmp_path, kv=None) -> bytes:
     from hurray_schema.io.tensor import Tensor
 
     path = tmp_path / "seed.hrry"
-    write_file(path, {"t": Tensor.dense(F32, (4,), bytes(16))}, kv=kv)
+    write_file(path, {"t": Tensor.dense(F32, (4,), bytes(16))}, metadata=kv)
     return path.read_bytes()
 
 

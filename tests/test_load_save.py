@@ -187,8 +187,8 @@ def test_a_group_contributes_its_members_under_their_names(tmp_path):
     with read_file(tmp_path / "g.hrry") as f:
         assert list(f.keys()) == ["cache", "outer", "bias"]
         with pytest.raises(HurraySchemaError, match="group"):
-            f.get_tensor("cache")
-        assert_bits_equal(f.get_tensor("outer.0"), weight)  # a member, by its name
+            np.asarray(f["cache"])
+        assert_bits_equal(np.asarray(f.get_item("outer.0")), weight)  # a member, by its name
 
 
 def test_metadata_round_trips(tmp_path):
@@ -204,6 +204,17 @@ def test_metadata_round_trips(tmp_path):
     hs.save(tmp_path / "n.hrry", {"x": np.zeros(2, np.float32)})
     with read_file(tmp_path / "n.hrry") as f:
         assert f.metadata() == {}
+
+
+def test_write_file_takes_metadata_and_kv_for_one_release(tmp_path):
+    items = {"x": np.zeros(2, np.float32)}
+    write_file(tmp_path / "m.hrry", items, metadata={"k": "v"})
+    with pytest.warns(DeprecationWarning, match=r"write_file\(kv=\) is now write_file\(metadata=\)"):
+        write_file(tmp_path / "o.hrry", items, kv={"k": "v"})
+    assert (tmp_path / "o.hrry").read_bytes() == (tmp_path / "m.hrry").read_bytes()
+    with pytest.raises(TypeError, match="not both"):
+        write_file(tmp_path / "p.hrry", items, metadata={"k": "v"}, kv={"k": "w"})
+    assert not (tmp_path / "p.hrry").exists()
 
 
 def test_save_refuses_what_it_cannot_write_and_keeps_the_previous_file(tmp_path):
@@ -244,24 +255,38 @@ def test_read_file_is_the_lazy_access(tmp_path):
     with hs.read_file(tmp_path / "l.hrry") as f:
         assert list(f.keys()) == ["w", "p"] and "p.0" not in f.keys()
         assert f.metadata() == {"v": "1"}
-        assert_bits_equal(f.get_tensor("w"), weight)
-        assert_bits_equal(f.get_tensor("p"), weight)
-        assert_bits_equal(f.get_tensor("p.1"), weight[2:])
+        assert_bits_equal(np.asarray(f["w"]), weight)
+        assert_bits_equal(np.asarray(f.get_item("p")), weight)
+        assert_bits_equal(np.asarray(f.get_item("p.1")), weight[2:])
         with pytest.raises(KeyError):
-            f.get_tensor("nope")
-        sliced = f.get_slice("p")
-        assert sliced.shape == (4, 6) and sliced.get_shape() == [4, 6]
+            f.get_item("nope")
+        assert f.get_item("p").shape == (4, 6)
 
 
-def test_get_slice_indexes_like_numpy(tmp_path):
+def test_an_item_indexes_like_numpy(tmp_path):
     weight = np.arange(48, dtype=np.float32).reshape(6, 8)
     hs.save(tmp_path / "s.hrry", {"w": weight, "p": hs.partition(weight, grid=(3, 2))})
     with hs.read_file(tmp_path / "s.hrry") as f:
         for name in ("w", "p"):
-            sliced = f.get_slice(name)
-            assert sliced.dtype == np.float32 and sliced.get_dtype() == "float32"
+            item = f.get_item(name)
+            assert item.dtype == np.float32
             for index in [(1,), (slice(1, 5, 2), slice(None, None, -3)), (Ellipsis, 2), (-1, None, slice(2, 6))]:
-                assert_bits_equal(np.asarray(sliced[index]), weight[index])
+                assert_bits_equal(np.asarray(item[index]), weight[index])
+
+
+def test_the_deprecated_accessors_still_work_with_a_warning(tmp_path):
+    weight = np.arange(24, dtype=np.float32).reshape(4, 6)
+    hs.save(tmp_path / "d.hrry", {"w": weight, "p": hs.partition(weight, grid=(2, 1))})
+    with hs.read_file(tmp_path / "d.hrry") as f:
+        with pytest.warns(DeprecationWarning, match=r"get_tensor\(name\) is now"):
+            assert_bits_equal(f.get_tensor("p"), weight)
+        with pytest.warns(DeprecationWarning, match=r"get_slice\(name\)\[index\] is now"):
+            sliced = f.get_slice("p.1")
+        assert sliced.get_shape() == [2, 6] and sliced.get_dtype() == "float32"
+        assert_bits_equal(np.asarray(sliced[1, ::2]), weight[3, ::2])
+        with pytest.warns(DeprecationWarning, match=r"tensor\(name\) is now .*get_item\(name\)"):
+            member = f.tensor("p.0")
+        assert member.same_content(f.get_item("p.0"))
 
 
 # --------------------------------------------------------------------------------------
@@ -451,6 +476,7 @@ def saved(tmp_path_factory):
 
 @pytest.mark.parametrize("access", sorted(ACCESSES))
 @pytest.mark.parametrize("opened", ["with", "close", "over"])
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # tensor, get_tensor, get_slice
 def test_every_access_to_a_closed_file_raises(saved, access, opened):
     if opened == "with":
         with read_file(saved) as f:

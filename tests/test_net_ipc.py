@@ -402,7 +402,8 @@ def test_a_client_maps_each_file_once(served):
 
 
 def test_segment_helpers_seal_and_refuse():
-    segment, offsets = shm.new_segment([A.tobytes(), b"", b"xyz"])
+    fd, offsets, total = shm.sealed_memfd([A.tobytes(), b"", b"xyz"], "hurray")
+    segment = shm.Segment(fd, total)
     assert offsets == [0, A.nbytes, A.nbytes] and bytes(segment.view(offsets[2], 3)) == b"xyz"
     assert shm.check_sealed(segment.fd, [A.nbytes, 0, 3], 0) == segment.size
     with pytest.raises(hs.SpecViolation):

@@ -69,12 +69,12 @@ def test_every_item_reads_back_equal_unmapped_and_mapped(tmp_path):
     with hs.read_file(path, mmap=False) as unmapped, hs.read_file(path) as mapped:
         assert list(unmapped.keys()) == list(mapped.keys()) == list(EXPECTED)
         for name, want in EXPECTED.items():
-            got = unmapped.get_tensor(name)
+            got = np.asarray(unmapped.get_item(name))
             assert got.dtype == want.dtype and got.shape == want.shape
             assert_array_equal(got, want)
-            assert_array_equal(mapped.get_tensor(name), want)
-        assert_array_equal(unmapped.get_slice("grid")[1:5, 2:7], EXPECTED["grid"][1:5, 2:7])
-        assert_array_equal(unmapped.get_slice("big")[::97, 3], BIG[::97, 3])
+            assert_array_equal(np.asarray(mapped.get_item(name)), want)
+        assert_array_equal(unmapped.get_item("grid")[1:5, 2:7], EXPECTED["grid"][1:5, 2:7])
+        assert_array_equal(unmapped.get_item("big")[::97, 3], BIG[::97, 3])
         assert [e.name for e in unmapped.entries()] == [e.name for e in mapped.entries()]
         for entry in unmapped.entries():
             assert unmapped.descriptor(entry.name) == mapped.descriptor(entry.name)
@@ -99,7 +99,7 @@ def test_mmap_false_with_a_url_reads_it_as_before(tmp_path):
         with hs.read_file(url, mmap=False) as f, hs.read_file(url) as g:
             assert type(f._reader.source) is type(g._reader.source) is sources.FsspecSource
             for name, want in EXPECTED.items():
-                assert_array_equal(f.get_tensor(name), want)
+                assert_array_equal(np.asarray(f.get_item(name)), want)
     finally:
         fs.rm(url)
 
@@ -129,7 +129,7 @@ def test_no_mapping_names_the_file_after_an_unmapped_open_and_read(tmp_path):
     path = written(tmp_path)
     real = os.path.realpath(path)
     with hs.read_file(path, mmap=False) as f:
-        values = {name: f.get_tensor(name) for name in f}
+        values = {name: np.asarray(f.get_item(name)) for name in f}
         assert not [line for line in mapped_lines() if line.endswith(real)]
     assert_array_equal(values["big"], BIG)
     with hs.read_file(path) as f:  # the check sees a mapping when there is one
@@ -145,13 +145,13 @@ def test_a_file_truncated_inside_a_tensor_after_open_raises_a_typed_error(tmp_pa
     path = written(tmp_path)
     with hs.read_file(path, mmap=False) as f:
         (offset, size), = f.buffer_ranges("big")
-        assert_array_equal(f.get_tensor("dense"), EXPECTED["dense"])  # small: fetched at open
+        assert_array_equal(np.asarray(f.get_item("dense")), EXPECTED["dense"])  # small: fetched at open
         os.truncate(path, offset + size // 2)
         with pytest.raises(hs.HurraySchemaError) as raised:
-            f.get_tensor("big")
+            np.asarray(f.get_item("big"))
         assert isinstance(raised.value, (ShortRead, SourceChanged))
         with pytest.raises((ShortRead, SourceChanged)):
-            f.get_slice("big")[300]  # a row past the cut (not in the tail read at open)
+            f.get_item("big")[300]  # a row past the cut (not in the tail read at open)
 
 
 def test_a_file_changed_in_place_after_open_raises_source_changed(tmp_path):
@@ -164,7 +164,7 @@ def test_a_file_changed_in_place_after_open_raises_source_changed(tmp_path):
         status = path.stat()
         os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns + 10**9))  # a coarse clock too
         with pytest.raises(SourceChanged):
-            f.get_tensor("big")
+            np.asarray(f.get_item("big"))
 
 
 @pytest.mark.parametrize("mmap", [False, True])
@@ -230,7 +230,7 @@ def test_opening_many_tensors_by_range_makes_no_mapping_per_tensor(tmp_path):
         names = list(f.keys())
         assert len(names) == count
         for i in (0, 1, 2, count // 2, count - 2, count - 1):
-            assert_array_equal(f.get_tensor(names[i]), np.full(1, i, np.int32))
+            assert_array_equal(np.asarray(f.get_item(names[i])), np.full(1, i, np.int32))
         grown = len(mapped_lines()) - before
     assert grown < count // 20, f"{grown} new mappings for {count} tensors"
 

@@ -40,7 +40,7 @@ def serve(nginx, items, kv=None) -> tuple[str, str]:
     """Write ``items`` into nginx's folder; (local path, URL)."""
     name = f"{uuid.uuid4().hex}.hrry"
     path = nginx.root / name
-    hs.write_file(path, items, kv=kv)
+    hs.write_file(path, items, metadata=kv)
     return str(path), nginx.url(name)
 
 
@@ -185,7 +185,7 @@ def test_stepped_slice_and_get_slice_fetch_only_what_they_decode(nginx):
     whole = np.arange(1024 * 2048, dtype=np.float32).reshape(1024, 2048)
     with hs.read_file(url) as f:
         before = len(nginx.requests(name_of(url)))
-        same_bits(f.get_slice("w")[::256, 5:9], whole[::256, 5:9])
+        same_bits(f.get_item("w")[::256, 5:9], whole[::256, 5:9])
         same_bits(f["w"][100:103, ::-500], whole[100:103, ::-500])
         served = nginx.requests(name_of(url))[before:]
         assert sum(sent for _, _, sent, _ in served) <= 8 * 64 * 1024 + 3 * 2048 * 4 + 2 * 64 * 1024
@@ -319,7 +319,7 @@ def corrupt(data: bytes, at: int, value: int) -> bytes:
 def test_bad_files_get_the_local_rule_ids(nginx, tmp_path):
     good = tmp_path / "good.hrry"
     hs.write_file(good, {"a": hs.Tensor.from_numpy(np.arange(6, dtype=np.int32)),
-                         "b": hs.Tensor.from_numpy(np.ones((2, 3), np.float32))}, kv={"k": 1})
+                         "b": hs.Tensor.from_numpy(np.ones((2, 3), np.float32))}, metadata={"k": 1})
     data = good.read_bytes()
     entries = hs.read_file(good).entries()
     mutants = [corrupt(data, len(data) - 1, 0), corrupt(data, len(data) - 12, data[-12] ^ 1),

@@ -252,7 +252,7 @@ def test_buffers_that_do_not_match_their_handles_are_an_encode_error(tmp_path):
 
 def _previous(tmp_path):
     path = tmp_path / "model.hrry"
-    write_file(path, {"w": good_partition(), "b": dense((6,), fill=7)}, kv={"k": "v"})
+    write_file(path, {"w": good_partition(), "b": dense((6,), fill=7)}, metadata={"k": "v"})
     return path, path.read_bytes()
 
 
@@ -315,7 +315,7 @@ def test_a_file_is_rewritten_from_its_own_mapped_tensors(tmp_path):
     with read_file(path) as f:
         items = {name: f[name] for name in f}
         bias = f["b"].to_numpy()
-        write_file(path, items, kv=f.kv)  # the views map the file being replaced
+        write_file(path, items, metadata=f.kv)  # the views map the file being replaced
         assert path.read_bytes() == before  # same content, same layout
         write_file(path, {**items, "extra": dense((3,), fill=9)})
         np.testing.assert_array_equal(f["b"].to_numpy(), bias)  # the old maps still see the old bytes

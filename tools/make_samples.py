@@ -72,7 +72,7 @@ def faulty() -> bytes:
 def render(outdir: Path) -> list[Path]:
     outdir.mkdir(parents=True, exist_ok=True)
     content = items()
-    write_file(outdir / "sample.hrry", content, kv={"producer": "hurray-schema samples", "layers": 1})
+    write_file(outdir / "sample.hrry", content, metadata={"producer": "hurray-schema samples", "layers": 1})
     (outdir / "member.bin").write_bytes(encode_descriptor(content["weights"].members[1].descriptor))
     write_stream(outdir / "sample.stream", [content["weights"].with_name("weights"), content["bias"]])
     (outdir / "faulty.stream").write_bytes(faulty())

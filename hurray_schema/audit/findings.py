@@ -131,7 +131,7 @@ def _audit_file(data, mode: Mode) -> tuple[Finding, ...]:
         reader = HurrayFile.over(data, mode=mode)
         findings += reader.findings  # every tensor checked, as each one's first read checks it
         findings += interop.file_findings(reader.entries(), reader.descriptor,
-                                          lambda name: reader.tensor(name).buffers)
+                                          lambda name: reader.tensor_of(reader.descriptor(name), name).buffers)
     except SpecViolation as exc:
         findings = [violation_finding(exc)]
     except LimitExceeded as exc:

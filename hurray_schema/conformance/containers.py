@@ -64,11 +64,6 @@ def _tables(parts, decl) -> list[Part]:
     return [p for p in parts if p.decl is decl and p.kind != "fault"]
 
 
-def _field(parts, decl, name: str, nth: int = 0) -> int:
-    """Where field ``name`` of the ``nth`` located ``decl`` table sits."""
-    return _tables(parts, decl)[nth].start + static_offset(decl, name)
-
-
 def _message_headers(data: bytes) -> list[Part]:
     return _tables(_stream_parts(data, "messages"), MESSAGE_HEADER)
 
@@ -175,7 +170,7 @@ NAMES = ("a", "b")
 
 def clean_file(**options) -> bytes:
     """Two tensors "a" and "b" and a KV section of a string, a bool and an array."""
-    return hrry(dict(zip(NAMES, tensors())), kv=KV, **options)
+    return hrry(dict(zip(NAMES, tensors())), metadata=KV, **options)
 
 
 def _trailer_at(data: bytes, name: str) -> int:
@@ -276,7 +271,7 @@ def _index_misaligned():
 
 def _unsorted_sorted_index():
     """SORTED_INDEX set over an index written in the order "b", "a"."""
-    good = hrry({"b": tensors()[0], "a": tensors()[1]}, kv=KV)
+    good = hrry({"b": tensors()[0], "a": tensors()[1]}, metadata=KV)
     flags = _header(good, "file_flags") | FileFlag.SORTED_INDEX
     return good, put(good, _header_at("file_flags"), FILE_HEADER, "file_flags", flags)
 

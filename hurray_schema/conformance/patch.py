@@ -84,11 +84,12 @@ def messages(items: Iterable, **options) -> bytes:
     return write_stream(None, list(items), framing="messages", validate=False, **options)
 
 
-def hrry(items, *, kv: Optional[dict] = None, **options) -> bytes:
-    """The bytes of a ``.hrry`` file of ``items`` (a name → item mapping), written without validation."""
+def hrry(items, **options) -> bytes:
+    """The bytes of a ``.hrry`` file of ``items`` (a name → item mapping), written without validation
+    (``options``: the writer's, ``metadata=`` included)."""
     with tempfile.TemporaryDirectory(prefix="hurray-vectors-") as scratch:
         path = Path(scratch) / "vector.hrry"
-        write_file(path, items, kv=kv, validate=False, **options)
+        write_file(path, items, validate=False, **options)
         return path.read_bytes()
 
 

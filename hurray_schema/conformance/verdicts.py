@@ -83,7 +83,7 @@ def _file(data: bytes, mode: Mode) -> Verdict:
         with read_file(scratch_file(data, scratch), mode=mode) as opened:
             findings = list(opened.findings)
             findings += interop.file_findings(opened.entries(), opened.descriptor,
-                                              lambda name: opened.tensor(name).buffers)
+                                              lambda name: opened.tensor_of(opened.descriptor(name), name).buffers)
     return _accepted(findings)
 
 

@@ -40,7 +40,7 @@ def into_hurray(src: str, dst: str, source_format: str, options: ConvertOptions,
             done += source.bytes_in
             if progress is not None:
                 progress(done, total)
-        write_file(dst, items, kv=metadata or None)
+        write_file(dst, items, metadata=metadata or None)
     finally:
         items.clear()
         spill.close()

@@ -6,15 +6,9 @@ from typing import Callable
 
 import attrs
 
-from ..errors import HurraySchemaError
+from ..errors import NoExactForm
 
 __all__ = ["SourceTensor", "NoExactForm"]
-
-
-class NoExactForm(HurraySchemaError):
-    """A tensor whose values Hurray cannot hold exactly in its own form (a GGUF type with a float
-    offset, a zero scale over zeros of both signs, a non-finite scale): the caller decides whether to
-    store it decoded (``dequantize``) or to quantize it again (``requantize``)."""
 
 
 @attrs.frozen(slots=True)

@@ -27,7 +27,7 @@ import operator
 import attrs
 import numpy as np
 
-from ..errors import HurraySchemaError, LimitExceeded
+from ..errors import DecodedTypeMismatch, HurraySchemaError, LimitExceeded
 from ..limits import EVALUATION_EXPANSION, HARD_MAXIMUM, Limits
 from ..model import DYNAMIC_DIMENSION, ElementType, LayoutTag
 from ..rules.composite import decoded_type as rules_decoded_type
@@ -48,12 +48,6 @@ QUANTIZED_DECODE_TYPES = frozenset({ElementType.FLOAT16, ElementType.BFLOAT16, E
                                     ElementType.FLOAT64})
 """The types a quantized tensor can be asked to decode to (float32 arithmetic, then one rounding
 or a widening: :mod:`hurray_schema.evaluate.tensor`)."""
-
-
-class DecodedTypeMismatch(HurraySchemaError):
-    """The type a caller asked a tensor's values to decode to is not one they decode to
-    (``to_numpy(dtype=...)``, :func:`decode_target`); a composite member whose decoded type
-    differs from its head's is the binder's ``composite.member.decoded_type``."""
 
 
 # ------------------------------------------------------------------------------------

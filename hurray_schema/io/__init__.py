@@ -18,41 +18,21 @@ The names below are imported on first use (PEP 562): reading a file loads no str
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
-_EXPORTS: dict[str, tuple[str, ...]] = {
-    ".file": ("ClosedFileError", "HurrayFile", "IndexEntry", "TensorSlice", "read_file", "write_file"),
-    ".walk.kv": ("UInt64",),
+from .._lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    ".tensor": ("Tensor", "Composite"),
+    ".file": ("HurrayFile", "IndexEntry", "read_file", "write_file", "TensorSlice"),
+    ".stream": ("read_stream", "write_stream", "StreamReader", "StreamWriter"),
     ".simple": ("load", "save"),
-    ".stream": ("RemoteError", "StreamReader", "StreamWriter", "read_stream", "write_stream"),
-    ".tensor": ("Composite", "Tensor"),
-}
-_HOME = {name: module for module, names in _EXPORTS.items() for name in names}
-
-
-def __getattr__(name: str):
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
-
+    ".walk.kv": ("UInt64",),
+}, unlisted={"..errors": ("ClosedFileError", "RemoteError")})  # errors live in hurray_schema.errors
 
 if TYPE_CHECKING:
-    from .file import ClosedFileError, HurrayFile, IndexEntry, TensorSlice, read_file, write_file
-    from .walk.kv import UInt64
+    from .file import HurrayFile, IndexEntry, TensorSlice, read_file, write_file
     from .simple import load, save
-    from .stream import RemoteError, StreamReader, StreamWriter, read_stream, write_stream
+    from .stream import StreamReader, StreamWriter, read_stream, write_stream
     from .tensor import Composite, Tensor
-
-__all__ = [
-    "Tensor", "Composite", "HurrayFile", "IndexEntry", "read_file", "write_file", "read_stream",
-    "write_stream", "StreamReader", "StreamWriter", "RemoteError", "UInt64", "load", "save", "ClosedFileError",
-    "TensorSlice",
-]
+    from .walk.kv import UInt64

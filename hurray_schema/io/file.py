@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Union
 import numpy as np
 
 
-from ..errors import HurraySchemaError
+from .._deprecation import deprecated, renamed_keyword
+from ..errors import ClosedFileError, HurraySchemaError
 from .crc import crc32c
 from ..limits import Limits, resolve_limits
 from ..model import CompositionRule, TensorDescriptor
@@ -71,11 +72,6 @@ def _align(n: int, a: int) -> int:
 # --------------------------------------------------------------------------------------
 
 
-class ClosedFileError(HurraySchemaError, ValueError):
-    """An access to a :class:`HurrayFile` after :meth:`~HurrayFile.close` (a ``ValueError``,
-    as for a closed Python file)."""
-
-
 class TensorSlice:
     """What :meth:`HurrayFile.get_slice` returns: the item's ``shape`` and ``dtype`` (also
     as ``get_shape()`` / ``get_dtype()``, as safetensors spells them) without reading data,
@@ -113,16 +109,16 @@ class HurrayFile(Mapping):
     """A read-only mapping ``name -> Tensor | Composite`` over a ``.hrry`` file.
 
     Composite members are reachable through their composite (and by
-    :meth:`tensor`), not as keys.  ``entries()`` lists every index entry.  ``kv`` is the
+    :meth:`get_item`), not as keys.  ``entries()`` lists every index entry.  ``kv`` is the
     decoded KV section; ``findings`` what the mode tolerated plus SHOULD-level notes, of
     the container, descriptor and composite rules alike: what ``audit`` reports on the file
     (same rule, level and offset, each descriptor's in audit's order), but for the rules
     only audit runs (:data:`hurray_schema.rules.interop.AUDIT_ONLY`).
 
-    Lazy access in the manner of safetensors' ``safe_open``: :meth:`keys`,
-    :meth:`metadata` (the KV section), :meth:`get_tensor` (an array) and
-    :meth:`get_slice` (shape and dtype now, data on indexing).  After :meth:`close`
-    (the end of a ``with`` block) every access raises :class:`ClosedFileError`.
+    Items are read lazily: ``f[name]`` (a top-level item) and :meth:`get_item` (members too)
+    read no data; indexing an item reads only what the index needs.  :meth:`metadata` is a
+    copy of the KV section.  ``tensor``, ``get_tensor`` and ``get_slice`` are deprecated.
+    After :meth:`close` (the end of a ``with`` block) every access raises :class:`ClosedFileError`.
 
     A local path is memory-mapped, or with ``mmap=False`` read by range through a
     :class:`~.source.LocalFileSource` (``os.pread``, never mapped: see :func:`read_file`).
@@ -460,7 +456,8 @@ class HurrayFile(Mapping):
         return self._check(name)[0]
 
     def tensor(self, name: str) -> Tensor:
-        """Any non-head entry as a :class:`Tensor` (members included)."""
+        """Deprecated: :meth:`get_item` (any item, members included)."""
+        deprecated("HurrayFile.tensor(name) is now HurrayFile.get_item(name)")
         self._check_open()
         return self.tensor_of(self._check(name)[0], name)
 
@@ -488,14 +485,13 @@ class HurrayFile(Mapping):
             raise KeyError(name) from None
 
     def get_tensor(self, name: str, *, limits: Optional[Limits] = None):
-        """The array of ``name`` (a top-level item or a member): a tensor's
-        :meth:`~hurray_schema.io.tensor.Tensor.to_numpy`, a partition's or overlay's merged
-        array.  A group has no single array: its members are read by their names."""
+        """Deprecated: ``np.asarray(f.get_item(name))`` (or the item's ``to_numpy`` / ``materialize``)."""
+        deprecated("HurrayFile.get_tensor(name) is now np.asarray(HurrayFile.get_item(name))")
         return item_array(self.get_item(name), limits=limits)
 
     def get_slice(self, name: str) -> TensorSlice:
-        """``name`` (a top-level item or a member) for indexing: ``f.get_slice("w")[0:2]``
-        reads only what the index needs (the item's own ``__getitem__``)."""
+        """Deprecated: ``f.get_item(name)[index]`` reads only what the index needs."""
+        deprecated("HurrayFile.get_slice(name)[index] is now HurrayFile.get_item(name)[index]")
         return TensorSlice(self.get_item(name))
 
     @property
@@ -583,7 +579,7 @@ class HurrayFile(Mapping):
         ``f[name].to_dask()`` is the same graph."""
         from ..evaluate.dask_graph import to_dask
 
-        item = self[name] if name in self else self.tensor(name)
+        item = self[name] if name in self else self.tensor_of(self.descriptor(name), name)
         return to_dask(item, chunks, chunk_bytes=chunk_bytes, limits=limits, locate=locate_buffers)
 
 
@@ -723,14 +719,16 @@ def _write_body(out: Sink, encoded: list[EncodedNode], flags: FileFlag, alignmen
     return ordered
 
 
-def write_file(path, items: Union[Mapping[str, Item], Iterable[Item]], *, kv: Optional[Mapping[str, Any]] = None,
-               sorted_index: bool = False, data_buffer_alignment: int = MIN_DATA_BUFFER_ALIGNMENT,
+@renamed_keyword("kv", "metadata")
+def write_file(path, items: Union[Mapping[str, Item], Iterable[Item]], *,
+               metadata: Optional[Mapping[str, Any]] = None, sorted_index: bool = False, data_buffer_alignment: int = MIN_DATA_BUFFER_ALIGNMENT,
                pad_after_composite_head: bool = False, validate: bool = True) -> list[IndexEntry]:
     """Write a ``.hrry`` file in one forward pass and return its index entries.
 
     ``items`` maps names to tensors and composites (or is an iterable of named ones);
     composite members are written after their head, named ``<name>.<i>`` unless they
-    carry a name.
+    carry a name.  ``metadata`` (str keys; bool, int, float, str, bytes values or lists of one
+    of them) becomes the KV section (``kv=`` is its deprecated former name).
 
     Nothing is lost: the file is written to a temporary file beside ``path``, flushed,
     fsynced and renamed over ``path``; on any error the previous file is untouched and
@@ -756,7 +754,7 @@ def write_file(path, items: Union[Mapping[str, Item], Iterable[Item]], *, kv: Op
     if a & (a - 1) or not MIN_DATA_BUFFER_ALIGNMENT <= a <= MAX_DATA_BUFFER_ALIGNMENT:
         raise HurraySchemaError(f"data_buffer_alignment {a} is not a power of two in [4096, 2 MiB]")
     nodes = _file_nodes(items)
-    kv_bytes = encode_kv(kv) if kv else b""
+    kv_bytes = encode_kv(metadata) if metadata else b""
     if len(kv_bytes) > 0xFFFF_FFFF:
         raise HurraySchemaError("the KV section exceeds the 4 GiB kv_length can express")
     flags = FileFlag.HAS_INDEX_CRC32C

@@ -4,7 +4,7 @@
 (atomic, every descriptor and composite checked first) with ``metadata`` as the file's KV
 section (``file-format.md § KV Metadata Section``).  ``load(path)`` is :func:`read_file` with every
 item turned into a NumPy array, the file closed on return.  Lazy access is ``read_file``
-itself (``keys()``, ``metadata()``, ``get_tensor``, ``get_slice``).
+itself (``keys()``, ``metadata()``, ``f[name]``, ``get_item``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def save(path, tensors: Mapping[str, Any], metadata: Optional[Mapping[str, Any]]
     (:func:`write_file`).  Returns the index entries."""
     if not isinstance(tensors, Mapping):
         raise HurraySchemaError(f"save takes a mapping of names to arrays or tensors, not {type(tensors).__name__}")
-    return write_file(path, tensors, kv=metadata)
+    return write_file(path, tensors, metadata=metadata)
 
 
 def load(path, *, limits: Optional[Limits] = None) -> dict:

@@ -38,7 +38,7 @@ from ..structs._declare import plan
 from ..structs.stream import (
     MESSAGE_HEADER, RESERVED_STREAM_ID, TENSOR_DATA_HEADER, TENSOR_DESCRIPTOR_FIELDS, MessageType,
 )
-from ._write import EncodedNode, Sink, as_item, checked_buffers, decoded, encode_nodes, replacing
+from ._write import EncodedNode, Sink, as_item, decoded, encode_nodes, replacing
 from .tensor import Composite, Item, Tensor, walk
 from ..errors import RemoteError
 from .walk.bare import walk_bare
@@ -244,16 +244,6 @@ def read_stream(source, *, framing: Optional[str] = None, mode="strict", **optio
 # Writer
 # --------------------------------------------------------------------------------------
 
-
-def tensor_parts(item: Item):
-    """``(node, descriptor_bytes, buffers)`` of each tensor of ``item`` in pre-order, after
-    checking that every buffer matches its handle's ``byte_size``."""
-    for part in encode_nodes(walk(item)):
-        yield part.node, part.descriptor, part.buffers
-
-
-node_buffers = checked_buffers
-"""The buffers of a node once they match its handles (see :func:`hurray_schema.io._write.checked_buffers`)."""
 
 _COUNT_ONLY = object()
 """A :class:`StreamWriter` destination that writes nothing: the writer lays the stream out

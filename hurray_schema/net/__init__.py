@@ -12,16 +12,8 @@ session.
 * :mod:`.server`, :mod:`.client`.
 """
 
-__all__ = ["Server", "Session", "connect", "serve"]
+from .._lazy import lazy_exports
 
-_HOMES = {"Server": "server", "serve": "server", "Session": "client", "connect": "client"}
-
-
-def __getattr__(name):
-    """The server and the client, imported on first use (``audit`` needs only the checker)."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f".{home}", __name__), name)
+# the server and the client, imported on first use (``audit`` needs only the checker)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {".server": ("Server", "serve"),
+                                                        ".client": ("Session", "connect")})

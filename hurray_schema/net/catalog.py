@@ -776,10 +776,3 @@ def dense_shards(tensor: Tensor, holder, count: int,
         nodes.append(Node(encode_descriptor(sub), sub, (data,) if handle.byte_size else (), handle.byte_size,
                           shard_index=i, total_shards=n))
     return tuple(nodes)
-
-
-def advertised_layouts(catalog: Catalog) -> tuple[m.LayoutEntry, ...]:
-    return m.layout_entries(catalog.layouts())
-
-
-

@@ -24,7 +24,7 @@ from typing import Iterable
 from ..errors import HurraySchemaError, ShortRead
 from ..rules import session as rules
 
-__all__ = ["Segment", "new_segment", "sealed_memfd", "check_sealed", "is_sealed", "cut_short", "read_range",
+__all__ = ["Segment", "sealed_memfd", "check_sealed", "is_sealed", "cut_short", "read_range",
            "read_ranges", "read_ranges_into", "sealed_copy", "Mappings", "send_with_fd", "receive_fds", "MAX_FDS",
            "SEALS", "ALIGNMENT", "SHARED_CHUNK_BYTES"]
 
@@ -96,12 +96,6 @@ def sealed_memfd(buffers: Iterable, name: str = "hurray") -> tuple[int, list[int
     except BaseException:
         os.close(fd)
         raise
-
-
-def new_segment(buffers: Iterable, name: str = "hurray") -> tuple[Segment, list[int]]:
-    """A sealed memfd holding ``buffers``, mapped read-only, and each buffer's offset in it."""
-    fd, offsets, total = sealed_memfd(buffers, name)
-    return Segment(fd, total), offsets
 
 
 def _new_memfd(size: int, name: str) -> int:

@@ -138,12 +138,6 @@ def numpy_dtype_of(tag) -> Optional["np.dtype"]:
     return np.dtype(getattr(ml_dtypes, name))
 
 
-def numpy_dtypes() -> dict:
-    """Element type -> the NumPy / ``ml_dtypes`` dtype of its decoded array, for every type that has
-    one (:func:`numpy_dtype_of`; imports ``ml_dtypes``)."""
-    return {tag: numpy_dtype_of(tag) for tag in (*_NUMPY_NAMES, *_ML_DTYPES_NAMES)}
-
-
 @functools.cache
 def _plain_element_types() -> dict:
     return {numpy_dtype_of(tag): tag for tag in _NUMPY_NAMES}

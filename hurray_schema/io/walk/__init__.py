@@ -42,10 +42,11 @@ The names below are imported on first use (PEP 562): a file read loads no stream
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
-_EXPORTS: dict[str, tuple[str, ...]] = {
+from ..._lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
     ".common": (
         "BUFFER", "DATA", "DATA_HEADER", "DESCRIPTOR", "ENTRY", "ENTRY_START", "FAULT", "MESSAGE",
         "MESSAGE_HEADER_PART", "NAME", "PAYLOAD", "TABLE", "TENSOR_END", "TRANSPORT", "VALUE", "Faults", "Part",
@@ -61,22 +62,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "buffer_spans", "check_ends", "check_tensor", "walk_file", "walk_index",
     ),
     ".kinds": ("DETECT_BYTES", "KIND_EXTENSIONS", "KindChoice", "choose_kind", "detect_kind"),
-}
-_HOME = {name: module for module, names in _EXPORTS.items() for name in names}
-
-
-def __getattr__(name: str):
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
-
+})
 
 if TYPE_CHECKING:
     from ...errors import RemoteError
@@ -93,15 +79,3 @@ if TYPE_CHECKING:
     )
     from .kinds import DETECT_BYTES, KIND_EXTENSIONS, KindChoice, choose_kind, detect_kind
     from .messages import REMOTE_ERRORS, TensorFrames, check_message_header, remote_error, walk_messages
-
-__all__ = [
-    "BUFFER", "DATA", "DATA_HEADER", "DESCRIPTOR", "DETECT_BYTES", "Describe", "ENTRY", "ENTRY_START", "FAULT",
-    "FILE_HEADER_PART", "Faults", "INDEX_PART", "IndexEntry", "KIND_EXTENSIONS", "KV_PART", "KindChoice",
-    "MESSAGE", "MESSAGE_HEADER_PART", "NAME", "Nesting", "PAYLOAD", "Part", "REMOTE_ERRORS", "RemoteError",
-    "TABLE", "TENSOR_DATA", "TENSOR_END", "TRAILER_PART", "TRANSPORT", "TensorFrames", "TensorRegion", "VALUE",
-    "Window", "as_view", "buffer_spans", "check_ends", "check_message_header", "check_tensor", "choose_kind",
-    "collect_descriptor", "detect_kind", "fault", "fault_at", "memory_input", "part_from_fields",
-    "remote_error", "strict_describer", "strict_descriptor", "violation_finding", "walk_bare",
-    "walk_descriptor", "walk_file", "walk_index", "walk_messages",
-]
-assert set(__all__) == set(_HOME), set(__all__) ^ set(_HOME)  # the list above is the exports', written out for linters
