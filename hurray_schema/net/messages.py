@@ -181,7 +181,8 @@ def _entries(values) -> tuple[LayoutEntry, ...]:
 
 def decode_hello(payload, at: int, *, server: bool) -> Hello:
     """A CLIENT_HELLO (``server=False``) or SERVER_HELLO payload; the memory class list may be
-    absent (the payload ends after the devices)."""
+    absent (the payload ends after the devices).  An extension layout entry is kept whether or
+    not this side knows it, read past by its ext_metadata_length (``session.layouts.extension_skip``)."""
     decl = SERVER_HELLO if server else CLIENT_HELLO
     name = "SERVER_HELLO" if server else "CLIENT_HELLO"
     try:
