@@ -39,9 +39,9 @@ from ..structs.tags import CompositionRule
 from . import messages as m
 from .devices import check_placement
 
-__all__ = ["Side", "SessionChecker", "check_min_alignment", "Transfer", "ClosedStreams", "CLIENT_SENDS", "SERVER_SENDS", "message_name",
-           "recorded_side", "recorded_side_of", "recorded_locally", "check_recorded", "other_direction",
-           "PeerRecording"]
+__all__ = ["Side", "SessionChecker", "Transfer", "ClosedStreams", "CLIENT_SENDS", "SERVER_SENDS", "message_name",
+           "check_min_alignment", "recorded_side", "recorded_side_of", "recorded_locally", "check_recorded",
+           "other_direction", "PeerRecording"]
 
 
 class Side(str, enum.Enum):
