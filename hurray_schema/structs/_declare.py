@@ -92,13 +92,15 @@ class Valid:
         """The constraint in words, for the documentation ("" when there is none)."""
         if self.zero:
             return "all zero"
-        words = ["a power of two"] if self.power_of_two else []
+        words = []
         if self.lowest is not None and self.highest is not None:
             words.append(f"{self.lowest} to {self.highest}")
         elif self.lowest is not None:
             words.append(f">= {self.lowest}")
         elif self.highest is not None:
             words.append(f"<= {self.highest}")
+        if self.power_of_two:
+            words.append("a power of two")
         if self.any_of is not None:
             words.append("one of " + ", ".join(f"0x{int(m):02X}" for m in self.any_of))
         if self.size_of is not None:

@@ -16,7 +16,7 @@ import enum
 
 from construct import Array, Bytes, If, Int8ul, Int16ul, Int32ul, Int64ul, Rebuild, Struct, len_, this
 
-from ._declare import field
+from ._declare import Valid, field
 from .layouts import is_extension_layout
 from .tags import PRIVATE_TAG_FIRST, PRIVATE_TAG_LAST, DeviceTag, LayoutTag, MemoryClass
 
@@ -166,7 +166,8 @@ TENSOR_REQUEST = Struct(
     field("preferred_layouts", Array(this.layout_count, LAYOUT_ENTRY),
           "Layouts the client wants, most preferred first.", REQUEST_REF),
     field("preferred_device", Int8ul, "Where the client wants the response buffer.", REQUEST_REF, tags=DeviceTag),
-    field("min_alignment", Int32ul, "Smallest buffer alignment the client needs; a power of two.", REQUEST_REF),
+    field("min_alignment", Int32ul, "Smallest buffer alignment the client needs; a power of two.", REQUEST_REF,
+          valid=Valid(power_of_two=True)),
     field("request_flags", Int32ul, "What the client allows (bits 2-31 are zero).", REQUEST_REF, tags=RequestFlag),
 )
 """Client to server: one tensor, by key, with layout and device preferences."""
