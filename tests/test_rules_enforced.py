@@ -52,3 +52,16 @@ def test_enforced_by_resolves_to_a_function_that_names_the_rule(rule):
         assert callable(target), path
         source = inspect.getsource(inspect.unwrap(target))
         assert pattern.search(source), f"{path} does not mention {sorted(words)}"
+
+
+def test_the_client_refuses_a_min_alignment_by_the_session_rule():
+    from hurray_schema.errors import SpecViolation
+    from hurray_schema.net.checker import check_min_alignment
+    from hurray_schema.net.client import Session
+
+    for bad in (0, 3, 48):
+        with pytest.raises(SpecViolation) as caught:
+            check_min_alignment(bad)
+        assert caught.value.rule_id == "session.request.alignment" and caught.value.offset is None
+    check_min_alignment(4096)
+    assert "check_min_alignment(min_alignment)" in inspect.getsource(Session.get)
