@@ -10,8 +10,7 @@ import re
 
 import pytest
 
-from hurray_schema.rules import registry
-from hurray_schema.rules.engine import enforcer
+from hurray_schema.rules import enforcer, registry
 
 AREAS = ("structure", "container", "session", "composite", "interop")
 

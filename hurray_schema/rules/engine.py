@@ -27,7 +27,7 @@ import attrs
 from ..errors import SpecViolation
 
 __all__ = [
-    "Level", "Mode", "Rule", "Finding", "Report", "declare", "registry", "get_rule", "as_mode", "enforcer",
+    "Level", "Mode", "Rule", "Finding", "Report", "declare", "registry", "get_rule", "as_mode",
 ]
 
 
@@ -118,7 +118,8 @@ class Rule:
     """Where a rule without ``check`` is enforced: the functions that raise it (or, for a rule
     that binds a server's own choice, make that choice), each as ``"module:qualname"``
     (``"hurray_schema.net.checker:SessionChecker.request"``).  Strings, not references, so the
-    rules layer never imports the layers that fire its rules; :func:`enforcer` resolves one."""
+    rules layer never imports the layers that fire its rules; :func:`hurray_schema.rules.enforcer`
+    resolves one."""
 
     def finding(self, message: str, offset: Optional[int] = None, mode: Mode = Mode.STRICT) -> Finding:
         tolerated = self.permissive and mode is Mode.PERMISSIVE
@@ -154,18 +155,6 @@ def declare(
     _REGISTRY[id] = rule
     _AREA[id] = _area_of(sys._getframe(1).f_globals.get("__name__", ""))
     return rule
-
-
-def enforcer(path: str) -> Callable:
-    """The function a :attr:`Rule.enforced_by` entry names (``"package.module:Class.method"``),
-    imported on demand."""
-    import importlib
-
-    module, _, qualname = path.partition(":")
-    target = importlib.import_module(module)
-    for name in qualname.split("."):
-        target = getattr(target, name)
-    return target
 
 
 def _area_of(module: str) -> int:
