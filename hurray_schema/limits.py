@@ -44,8 +44,11 @@ from typing import Optional
 import attrs
 
 from .errors import LimitExceeded
+from .structs.descriptor import MAX_RANK
+from .structs.layouts import MAX_TILED_DEPTH
 
-__all__ = ["Limits", "DEFAULT_LIMITS", "HARD_MAXIMUM", "MAX_COMPOSITE_DEPTH", "EVALUATION_EXPANSION", "resolve_limits"]
+__all__ = ["Limits", "DEFAULT_LIMITS", "HARD_MAXIMUM", "MAX_COMPOSITE_DEPTH", "EVALUATION_EXPANSION",
+           "DEFAULT_MAX_MESSAGE_BYTES", "resolve_limits"]
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
@@ -58,11 +61,15 @@ EVALUATION_EXPANSION = 64
 budget applies (``max_evaluation_bytes``): beyond both, the output is one the input is far
 smaller than, and it is refused (see the module docstring)."""
 
+DEFAULT_MAX_MESSAGE_BYTES = 64 * MiB
+"""The largest interchange payload accepted unless told otherwise: a reader's
+``max_message_bytes`` and the ``max_message_size`` a server advertises (``--max-message-bytes``)."""
+
 U8, U16, U32, U64 = (1 << 8) - 1, (1 << 16) - 1, (1 << 32) - 1, (1 << 64) - 1
 
 HARD_MAXIMUM = {
     "max_descriptor_bytes": U32,  # descriptor_length is a uint32 (metadata.md § Fixed Header)
-    "max_rank": 64,  # normative cap (data-model.md § Rank)
+    "max_rank": MAX_RANK,  # normative cap (data-model.md § Rank)
     "max_buffer_count": U8,  # buffer_count is a uint8 (metadata.md § Buffer Table)
     "max_composite_depth": MAX_COMPOSITE_DEPTH,  # normative (layouts/composite.md § Binding)
     "max_tiled_depth": 64,  # our recursion guard; the spec leaves the limit to the reader
@@ -103,12 +110,12 @@ class Limits:
 
     max_descriptor_bytes: int = _limit(16 * MiB, "Largest descriptor_length accepted (a descriptor is "
                                                  "read whole before decoding).")
-    max_rank: int = _limit(64, "Largest rank accepted; the spec cap (64) can only be lowered.")
+    max_rank: int = _limit(MAX_RANK, f"Largest rank accepted; the spec cap ({MAX_RANK}) can only be lowered.")
     max_buffer_count: int = _limit(U8, "Largest buffer_count accepted (uint8 on the wire).")
     max_composite_depth: int = _limit(MAX_COMPOSITE_DEPTH, "Deepest composite nesting accepted (a head is depth 1); "
-                                         "the spec's 8 can only be lowered.")
-    max_tiled_depth: int = _limit(8, "Deepest tiled recursion accepted (the outer tiled level is 1); "
-                                     "the spec recommends 8.")
+                                         f"the spec's {MAX_COMPOSITE_DEPTH} can only be lowered.")
+    max_tiled_depth: int = _limit(MAX_TILED_DEPTH, "Deepest tiled recursion accepted (the outer tiled level is 1); "
+                                     f"the spec recommends {MAX_TILED_DEPTH}.")
     max_composite_members: int = _limit(1 << 20, "Largest member_count of a composite head accepted.")
     max_buffer_bytes: int = _limit(U64, "Largest single buffer byte_size a stream reader reads "
                                         "(it is always also checked against the input that remains).")
@@ -117,7 +124,7 @@ class Limits:
     max_kv_value_bytes: int = _limit(16 * MiB, "Largest string or bytes KV value (and array element count).")
     max_index_bytes: int = _limit(256 * MiB, "Largest index section (index_length) of a file.")
     max_index_entries: int = _limit(1 << 20, "Largest index_entry_count of a file.")
-    max_message_bytes: int = _limit(64 * MiB, "Largest interchange message payload_length accepted.")
+    max_message_bytes: int = _limit(DEFAULT_MAX_MESSAGE_BYTES, "Largest interchange message payload_length accepted.")
     max_stream_tensors: int = _limit(U64, "Most top-level tensors read from one stream.")
     max_evaluation_bytes: int = _limit(256 * MiB, "Most bytes one evaluation step allocates (its output plus the "
                                                   "per-element tables it builds: to_numpy, densify, materialize, "

@@ -326,7 +326,7 @@ def _declared_constraints():
                 seen.add(id(table))
                 for f in fields(table):
                     v = f.valid
-                    if v is not None and (v.zero or v.any_of is not None or v.bounds is not None):
+                    if v is not None and (v.zero or v.any_of is not None or v.bounds is not None or v.power_of_two):
                         found.append((table, f))
     return found
 
@@ -341,8 +341,10 @@ def _outside(f, raw: bytes) -> bytes:
         value = max(int(m) for m in v.any_of) + 1
     elif v.highest is not None:
         value = v.highest + 1
-    else:
+    elif v.lowest is not None:
         value = v.lowest - 1
+    else:  # power_of_two alone
+        value = 3
     return value.to_bytes(size, "little")
 
 

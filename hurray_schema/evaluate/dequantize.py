@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import HurraySchemaError
 from ..model import (NO_BUFFER_INDEX, CombineOp, ElementType, Mxfp, Nf4, PerBlockAffine, PerChannelAffine,
                      PerTensorAffine, QuantFlag)
+from ..structs._declare import power_of_two
 from ..structs.element_types import element_type_info
 from ..structs.quantization import NF4_LEVELS
 from . import jit
@@ -177,7 +178,7 @@ def param_byte_spans(desc, select) -> Optional[list[tuple[int, int, int]]]:
             spans += _index_spans(q.zero_point_buffer_index, index, _ZERO_POINT.itemsize, skip)
         return spans
     block = int(q.block_size)
-    if block < 1 or block & (block - 1):
+    if not power_of_two(block):
         return None
     nb = -(-shape[axis] // block)
     count = nb * (math.prod(shape) // shape[axis]) if shape[axis] else 0
@@ -234,7 +235,7 @@ def quant_params(desc, buffers, param_count=None, select=None) -> QuantParams:
         return QuantParams(VAL_INT, NF4_TABLE, scales.astype(np.float32), zps.astype(np.int32),
                            PK_CHANNEL, axis, 1, 1, bits, signed)
     block = int(q.block_size)
-    if block < 1 or block & (block - 1):
+    if not power_of_two(block):
         raise HurraySchemaError("block_size must be a power of two")
     nb = -(-shape[axis] // block)
     count = nb * (math.prod(shape) // shape[axis]) if shape[axis] else 0

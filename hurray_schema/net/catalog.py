@@ -614,7 +614,8 @@ def plan_response(item: Item, holder, request: m.Request, *, transcoding: bool, 
                   parallel_shards: int, parallel_min_bytes: int) -> Answer:
     """The answer to ``request`` for ``item`` held by ``holder`` (an open file, a memfd, or None)
     (``interchange.md § Server Layout Selection``): the first preferred layout the item is stored in,
-    or that it may be transcoded to within ``transcode_limit`` bytes; else the stored layout."""
+    or that it may be transcoded to within ``transcode_limit`` bytes; else the stored layout
+    (``session.layout.selection``)."""
     native = int(item.descriptor.layout_tag)
     allow = transcoding and bool(request.flags & RequestFlag.ALLOW_TRANSCODE)
     for entry in request.layouts:
@@ -671,7 +672,8 @@ def transcoded(item: Item, holder, target: int, limit: int) -> Optional[tuple[No
     it element for element (a group, a quantized or private-typed tensor, a layout it does not
     read exactly) or not within ``limit`` bytes: the output, the stored bytes it is computed from
     (read into memory first: :func:`read_copy`) and what the evaluation allocates
-    (``session.transcode.limit``: the caller falls through to the next layout)."""
+    (``session.transcode.limit``: the caller falls through to the next layout).  The output keeps the
+    item's shape and element type and every value (``session.transcode.elements``): anything else is None."""
     if target not in TRANSCODE_TARGETS or not _transcodable(item):
         return None
     desc = item.descriptor

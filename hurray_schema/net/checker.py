@@ -29,7 +29,7 @@ from ..rules import container as container_rules
 from ..rules import session as rules
 from ..rules.composite import validate_preorder
 from ..rules.engine import Mode
-from ..structs._declare import static_offset
+from ..structs._declare import power_of_two, static_offset
 from ..structs.session import (
     CLIENT_HELLO, KNOWN_CAPABILITY_FLAGS, KNOWN_REQUEST_FLAGS, PROTOCOL_VERSION, TENSOR_REQUEST, CapabilityFlag,
     RequestFlag, ShmMessageType,
@@ -40,8 +40,8 @@ from . import messages as m
 from .devices import check_placement
 
 __all__ = ["Side", "SessionChecker", "Transfer", "ClosedStreams", "CLIENT_SENDS", "SERVER_SENDS", "message_name",
-           "recorded_side", "recorded_side_of", "recorded_locally", "check_recorded", "other_direction",
-           "PeerRecording"]
+           "check_min_alignment", "recorded_side", "recorded_side_of", "recorded_locally", "check_recorded",
+           "other_direction", "PeerRecording"]
 
 
 class Side(str, enum.Enum):
@@ -75,6 +75,13 @@ def check_capabilities(flags: int, at: int) -> None:
             f"capability_flags 0x{flags:016X} sets reserved bits 0x{flags & ~KNOWN_CAPABILITY_FLAGS:016X}", at)
     if flags & CapabilityFlag.RDMA_GPUDIRECT and not flags & CapabilityFlag.RDMA_DATA_PLANE:
         raise rules.CAPABILITY_GPUDIRECT.violation("RDMA_GPUDIRECT is set without RDMA_DATA_PLANE", at)
+
+
+def check_min_alignment(min_alignment: int, at: Optional[int] = None) -> None:
+    """``interchange.md § TENSOR_REQUEST Payload``: min_alignment is a power of two (a request
+    received, at byte ``at``, or one the client is about to send: ``at`` None)."""
+    if not power_of_two(min_alignment):
+        raise rules.REQUEST_ALIGNMENT.violation(f"min_alignment {min_alignment} is not a power of two", at)
 
 
 _CAPS_AT = m.HEADER_SIZE + static_offset(CLIENT_HELLO, "capability_flags")
@@ -207,9 +214,7 @@ class SessionChecker:
         if req.flags & ~KNOWN_REQUEST_FLAGS:
             raise rules.REQUEST_FLAGS_RESERVED.violation(
                 f"request_flags 0x{req.flags:08X} sets reserved bits", end - _FLAGS_BACK)
-        if req.min_alignment < 1 or req.min_alignment & (req.min_alignment - 1):
-            raise rules.REQUEST_ALIGNMENT.violation(f"min_alignment {req.min_alignment} is not a power of two",
-                                                    end - _ALIGNMENT_BACK)
+        check_min_alignment(req.min_alignment, end - _ALIGNMENT_BACK)
         return req
 
     def put(self, stream_id: int, payload, at: int, *, shared: bool = False) -> tuple[m.Put, object]:

@@ -29,17 +29,18 @@ import attrs
 from ..errors import HurraySchemaError, LimitExceeded, RemoteError, SessionError, SpecViolation
 from ..io.tensor import Composite, Item, Tensor, walk
 from ..io.walk import strict_describer
-from ..limits import Limits, resolve_limits
+from ..limits import HARD_MAXIMUM, Limits, resolve_limits
 from ..model import TensorDescriptor
 from ..rules import container as container_rules
 from ..rules import session as rules
 from ..rules.composite import CompositeBinder
 from ..rules.engine import Mode
+from ..structs.descriptor import MIN_BUFFER_ALIGNMENT
 from ..structs.session import PROTOCOL_VERSION, CapabilityFlag, ErrorCode, RequestFlag, ShmMessageType
 from ..structs.stream import MessageType
 from ..structs.tags import LayoutTag
 from . import messages as m
-from .checker import LOCAL_MARK, SHM_SERVER_TYPES, SessionChecker, Side, message_name
+from .checker import LOCAL_MARK, SHM_SERVER_TYPES, SessionChecker, Side, check_min_alignment, message_name
 from .devices import parse_devices
 from .options import CLIENT_MAX_MESSAGE_BYTES, CLIENT_TIMEOUT, physical_memory
 from .shm import Mappings, is_sealed, read_ranges_into, sealed_memfd
@@ -104,7 +105,7 @@ class Session:
                  server_hostname: Optional[str] = None, layouts: Sequence = (), record=None, shm: bool = True,
                  trust_server_files: bool = False):
         host, port, tls = parse_url(url)
-        if not m.DATA_HEADER_SIZE < max_message_bytes <= 0xFFFF_FFFF:
+        if not m.DATA_HEADER_SIZE < max_message_bytes <= HARD_MAXIMUM["max_message_bytes"]:
             raise HurraySchemaError("max_message_bytes must be between 9 and 4 GiB - 1")
         if timeout is not None and timeout <= 0:
             raise HurraySchemaError(f"timeout must be positive (or None), not {timeout}")
@@ -266,7 +267,7 @@ class Session:
 
     # --- GET ----------------------------------------------------------------------------
     def get(self, key: str, *, layouts: Sequence = (), transcode: bool = True, parallel: bool = False,
-            device="cpu", min_alignment: int = 64, out=None) -> Item:
+            device="cpu", min_alignment: int = MIN_BUFFER_ALIGNMENT, out=None) -> Item:
         """The tensor or composite served by ``key``: the same kind of item
         ``hs.read_file(path)[key]`` gives, validated as it arrived.  ``layouts`` are the layout
         tags preferred, most preferred first (``LayoutTag.ROW_MAJOR``, ...); ``transcode`` lets
@@ -279,8 +280,7 @@ class Session:
         raises :class:`HurraySchemaError` once it has arrived (the session goes on)."""
         target = _out_view(out) if out is not None else None
         (dev,) = parse_devices((device,))
-        if min_alignment < 1 or min_alignment & (min_alignment - 1):
-            raise HurraySchemaError(f"min_alignment {min_alignment} is not a power of two")
+        check_min_alignment(min_alignment)
         flags = (RequestFlag.ALLOW_TRANSCODE if transcode else 0) | (RequestFlag.PARALLEL_OK if parallel else 0)
         request = m.Request(key, m.layout_entries(layouts), dev, min_alignment, int(flags))
         item = self._call(self._get, request, target)

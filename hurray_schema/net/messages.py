@@ -17,6 +17,7 @@ import construct
 from ..errors import SpecViolation
 from ..rules import session as rules
 from ..structs._declare import plan, static_offset, static_size
+from ..structs.descriptor import MIN_BUFFER_ALIGNMENT
 from ..structs.session import (
     CLIENT_HELLO, ERROR, HELLO_WITHOUT_CLASSES, RDMA_REGISTER, SHM_DATA, SERVER_HELLO, TENSOR_PUT,
     TENSOR_REQUEST, ErrorCode, is_extension_layout,
@@ -87,7 +88,7 @@ class Request:
     key: str
     layouts: tuple[LayoutEntry, ...] = ()
     device: int = 0
-    min_alignment: int = 64
+    min_alignment: int = MIN_BUFFER_ALIGNMENT
     flags: int = 0
 
 
@@ -180,7 +181,8 @@ def _entries(values) -> tuple[LayoutEntry, ...]:
 
 def decode_hello(payload, at: int, *, server: bool) -> Hello:
     """A CLIENT_HELLO (``server=False``) or SERVER_HELLO payload; the memory class list may be
-    absent (the payload ends after the devices)."""
+    absent (the payload ends after the devices).  An extension layout entry is kept whether or
+    not this side knows it, read past by its ext_metadata_length (``session.layouts.extension_skip``)."""
     decl = SERVER_HELLO if server else CLIENT_HELLO
     name = "SERVER_HELLO" if server else "CLIENT_HELLO"
     try:

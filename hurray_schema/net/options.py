@@ -21,6 +21,7 @@ from typing import Optional
 import attrs
 
 from ..errors import HurraySchemaError
+from ..limits import DEFAULT_MAX_MESSAGE_BYTES, HARD_MAXIMUM
 from ..structs.stream import TENSOR_DATA_HEADER_SIZE
 from .shm import SHARED_CHUNK_BYTES
 from .wire import GROW_STEP
@@ -104,7 +105,7 @@ class ServerOptions:
         64 * KiB, "bytes", "A CLIENT_HELLO's payload (its layouts, devices and memory classes).",
         "ERROR MESSAGE_TOO_LARGE (`session.message.size`); the connection is closed.", minimum=1)
     max_message_bytes: int = _option(
-        64 * MiB, "bytes", "Any other payload: the `max_message_size` SERVER_HELLO advertises. A payload's "
+        DEFAULT_MAX_MESSAGE_BYTES, "bytes", "Any other payload: the `max_message_size` SERVER_HELLO advertises. A payload's "
         f"buffer grows with the bytes that arrive, from {GROW_STEP >> 10} KiB.",
         "ERROR MESSAGE_TOO_LARGE (`session.message.size`); the connection is closed.",
         minimum=TENSOR_DATA_HEADER_SIZE + 1)
@@ -156,7 +157,7 @@ class ServerOptions:
             value = getattr(self, field.name)
             if value is not None and value < field.metadata["minimum"]:
                 raise HurraySchemaError(f"{field.name} must be at least {field.metadata['minimum']}, not {value}")
-        if self.max_message_bytes > 0xFFFF_FFFF:
+        if self.max_message_bytes > HARD_MAXIMUM["max_message_bytes"]:
             raise HurraySchemaError("max_message_bytes must fit payload_length (uint32)")
 
     @classmethod

@@ -5,6 +5,9 @@ Each spec area's module declares its rules when it is imported; :func:`registry`
 from is complete whichever modules were imported before.
 """
 
+import importlib
+from typing import Callable
+
 from . import engine
 from .engine import Finding, Level, Mode, Report, Rule, get_rule, registry
 
@@ -15,4 +18,15 @@ def _declare_every_rule() -> None:
 
 engine.declare_every_rule = _declare_every_rule
 
-__all__ = ["Finding", "Level", "Mode", "Report", "Rule", "get_rule", "registry"]
+
+def enforcer(path: str) -> Callable:
+    """The function a :attr:`Rule.enforced_by` entry names (``"package.module:Class.method"``),
+    imported when asked for (the rules layer imports nothing above it)."""
+    module, _, qualname = path.partition(":")
+    target = importlib.import_module(module)
+    for name in qualname.split("."):
+        target = getattr(target, name)
+    return target
+
+
+__all__ = ["Finding", "Level", "Mode", "Report", "Rule", "get_rule", "registry", "enforcer"]

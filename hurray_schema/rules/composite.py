@@ -70,56 +70,73 @@ PM = "layouts/composite.md § Composition Semantics › Partition"
 
 MEMBER_SHARD = declare(
     "composite.member.shard", MUST, "layouts/composite.md § Members",
-    "Every partition and overlay member carries a shard section.", scope="composite.member")
+    "Every partition and overlay member carries a shard section.", scope="composite.member",
+    enforced_by="hurray_schema.rules.composite:CompositeValidator._check_box")
 MEMBER_PARENT = declare(
     "composite.member.parent_shape", MUST, V,
-    "A partition or overlay member's parent_shape equals the head's shape (check 1).", scope="composite.member")
+    "A partition or overlay member's parent_shape equals the head's shape (check 1).", scope="composite.member",
+    enforced_by="hurray_schema.rules.composite:CompositeValidator._check_box")
 MEMBER_BOUNDS = declare(
     "composite.member.box_bounds", MUST, V,
     "A partition or overlay member's box lies inside the head (check 1): its extent is definite (no dynamic "
     "dimension).  A definite box past the head is the member's shard past its parent_shape, which equals the "
-    "head's shape: metadata.shard.bounds, the one rule for that fault.", scope="composite.member")
+    "head's shape: metadata.shard.bounds, the one rule for that fault.", scope="composite.member",
+    enforced_by="hurray_schema.rules.composite:CompositeValidator._check_box")
 MEMBER_TYPE = declare(
     "composite.member.decoded_type", MUST, V,
     "A partition or overlay member's decoded value type (after dequantization) equals the head's type_tag "
-    "(check 2).", scope="composite.member")
+    "(check 2).", scope="composite.member",
+    enforced_by="hurray_schema.rules.composite:CompositeValidator.push_member")
 MEMBER_OVERLAY_SECTION = declare(
     "composite.member.overlay_section", MUST, "layouts/composite.md § Composite Member Section",
     "Every overlay member carries a Composite Member section (check 4); a nested composite head, which must "
-    "not carry one, takes its role from its position.", scope="composite.member")
+    "not carry one, takes its role from its position.", scope="composite.member",
+    enforced_by="hurray_schema.rules.composite:CompositeValidator._check_overlay")
 MEMBER_BASE_FIRST = declare(
     "composite.member.overlay_base_first", MUST, V,
-    "The first overlay member has member_role 0x01 (base) (check 4).", scope="composite.member")
+    "The first overlay member has member_role 0x01 (base) (check 4).", scope="composite.member",
+    enforced_by="hurray_schema.rules.composite:CompositeValidator._check_overlay")
 MEMBER_BASE_SPAN = declare(
     "composite.member.overlay_base_span", MUST, V,
     "The overlay base spans the index space: all-zero shard_offset and shape equal to the head's (check 4).",
-    scope="composite.member")
+    scope="composite.member",
+    enforced_by="hurray_schema.rules.composite:CompositeValidator._check_overlay")
 MEMBER_CORRECTION = declare(
     "composite.member.overlay_correction_role", MUST, V,
-    "Every overlay member after the first has member_role 0x00 (correction) (check 4).", scope="composite.member")
+    "Every overlay member after the first has member_role 0x00 (correction) (check 4).", scope="composite.member",
+    enforced_by="hurray_schema.rules.composite:CompositeValidator._check_overlay")
 MEMBER_NO_SECTION = declare(
     "composite.member.no_member_section", MUST_NOT, V,
-    "A partition or group member does not set HAS_COMPOSITE_MEMBER (check 5).", scope="composite.member")
+    "A partition or group member does not set HAS_COMPOSITE_MEMBER (check 5).", scope="composite.member",
+    enforced_by="hurray_schema.rules.composite:CompositeValidator.push_member")
 NESTING_DEPTH = declare(
     "composite.nesting.depth", MUST, "layouts/composite.md § Binding",
     f"Composites nest at most {MAX_COMPOSITE_DEPTH} levels deep (a head counts as one level), in streams and "
-    "files alike.", scope="composite.member")
+    "files alike.", scope="composite.member",
+    enforced_by="hurray_schema.rules.composite:_too_deep")
 CLOSE_GAP = declare(
     "composite.close.partition_gap", MUST, PM,
     "At close, the partition members' boxes cover every index of the head (exact cover); a permissive "
-    "reader may keep a violating composite.", scope="composite.close", permissive=True)
+    "reader may keep a violating composite.", scope="composite.close", permissive=True,
+    enforced_by="hurray_schema.rules.composite:partition_check")
 CLOSE_OVERLAP = declare(
     "composite.close.partition_overlap", MUST_NOT, PM,
     "At close, no two partition members' boxes share an index; a permissive reader may keep a violating "
-    "composite.", scope="composite.close", permissive=True)
+    "composite.", scope="composite.close", permissive=True,
+    enforced_by="hurray_schema.rules.composite:partition_check")
 CLOSE_OVERLAY_EMPTY = declare(
     "composite.close.overlay_empty", MUST, V,
-    "An overlay head with member_count 0 is rejected: it has no base member.", scope="composite.close")
+    "An overlay head with member_count 0 is rejected: it has no base member.", scope="composite.close",
+    enforced_by="hurray_schema.rules.composite:CompositeValidator.close")
 TORN = declare(
     "composite.torn", MUST, "layouts/composite.md § Validation › Torn composite",
     "A composite whose input (stream or file) ends before all member_count members arrived is rejected; a "
     "permissive reader exposes the arrived members as independent shards, never as a complete composite.",
-    scope="composite.close", permissive=True)
+    scope="composite.close", permissive=True,
+    enforced_by=(
+        "hurray_schema.rules.composite:CompositeValidator.torn",
+        "hurray_schema.rules.composite:CompositeBinder.finish",
+    ))
 
 _HEAD_RULES = [r for r in DESCRIPTOR_RULES if r.scope == "composite.head"]
 _SHARD_BOUNDS = next(r for r in DESCRIPTOR_RULES if r.id == "metadata.shard.bounds")

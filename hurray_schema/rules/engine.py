@@ -114,6 +114,12 @@ class Rule:
     when: Optional[object] = attrs.field(default=None, eq=False, repr=False)
     """On which inputs ``check`` can fire at all, in the terms of the scope's dispatch
     (``None``: always)."""
+    enforced_by: tuple[str, ...] = attrs.field(default=(), eq=False, repr=False)
+    """Where a rule without ``check`` is enforced: the functions that raise it (or, for a rule
+    that binds a server's own choice, make that choice), each as ``"module:qualname"``
+    (``"hurray_schema.net.checker:SessionChecker.request"``).  Strings, not references, so the
+    rules layer never imports the layers that fire its rules; :func:`hurray_schema.rules.enforcer`
+    resolves one."""
 
     def finding(self, message: str, offset: Optional[int] = None, mode: Mode = Mode.STRICT) -> Finding:
         tolerated = self.permissive and mode is Mode.PERMISSIVE
@@ -135,13 +141,17 @@ their declaration order; the areas are ordered so whatever order they were impor
 def declare(
     id: str, level: Level, citation: str, summary: str, *, scope: str = "descriptor",
     permissive: bool = False, check: Optional[Callable[..., Iterable[Finding]]] = None,
-    when: Optional[object] = None,
+    when: Optional[object] = None, enforced_by: str | tuple[str, ...] = (),
 ) -> Rule:
     """Create and register a rule; ids are unique.  ``when`` says on which inputs ``check``
-    can fire (read by the dispatch of the rule's scope, never parsed from the id)."""
+    can fire (read by the dispatch of the rule's scope, never parsed from the id);
+    ``enforced_by`` names the function (or functions) that enforce a rule without ``check``
+    (:attr:`Rule.enforced_by`)."""
     if id in _REGISTRY:
         raise ValueError(f"rule {id!r} declared twice")
-    rule = Rule(id, level, citation, summary, scope, permissive, check, when)
+    if isinstance(enforced_by, str):
+        enforced_by = (enforced_by,)
+    rule = Rule(id, level, citation, summary, scope, permissive, check, when, tuple(enforced_by))
     _REGISTRY[id] = rule
     _AREA[id] = _area_of(sys._getframe(1).f_globals.get("__name__", ""))
     return rule

@@ -36,11 +36,13 @@ BOOL_UNPACKED = declare(
     "element_types.boolean.unpacked", Level.SHOULD, "element-types.md § Boolean Type",
     "A bool buffer is packed 8 elements per byte, LSB-first; a dense bool buffer of exactly one byte per "
     "element whose bytes are all 0x00/0x01 and whose packed reading differs from its byte-wise reading looks "
-    "written unpacked (lint: the bytes are valid, the buffer size is only a minimum).", scope="data")
+    "written unpacked (lint: the bytes are valid, the buffer size is only a minimum).", scope="data",
+    enforced_by="hurray_schema.rules.interop:bool_packing_findings")
 HEAD_PADDING = declare(
     "file.composite.head_padding", Level.MUST_NOT, "file-format.md § Composite Tensors",
     "A writer does not pad after a composite head's descriptor: its first member's descriptor follows at the "
-    "next 8-byte boundary (readers still read such files: membership is positional).", scope="file")
+    "next 8-byte boundary (readers still read such files: membership is positional).", scope="file",
+    enforced_by="hurray_schema.rules.interop:head_padding_findings")
 
 AUDIT_ONLY = frozenset({BOOL_UNPACKED.id, HEAD_PADDING.id})
 """The rules only ``audit`` runs (the one list of them): lints on inputs every reader rule

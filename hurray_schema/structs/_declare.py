@@ -31,7 +31,14 @@ import construct
 
 from ..errors import FieldRangeError
 
-__all__ = ["field", "reserved", "Valid", "ZERO", "Field", "fields", "tags_of", "valid_of", "select", "joined", "static_offset", "static_size", "Plan", "plan"]
+__all__ = ["power_of_two", "field", "reserved", "Valid", "ZERO", "Field", "fields", "tags_of", "valid_of", "select", "joined", "static_offset", "static_size", "Plan", "plan"]
+
+
+def power_of_two(n: int) -> bool:
+    """``n`` is a power of two (1, 2, 4, ...): the one test of every alignment and block size
+    the spec wants a power of two (buffer handles, ``data_buffer_alignment``, ``min_alignment``,
+    ``block_size``)."""
+    return n > 0 and n & (n - 1) == 0
 
 
 class Valid:
@@ -41,6 +48,7 @@ class Valid:
     * ``zero`` -- reserved: every byte is zero;
     * ``lowest`` / ``highest`` -- the value's range, either end open (``None``);
     * ``any_of`` -- the tag table (an ``IntEnum``) whose values are the only ones allowed;
+    * ``power_of_two`` -- the value is a power of two (:func:`power_of_two`);
     * ``size_of`` / ``count_of`` -- the field holds the byte length / the number of entries
       of what it names (``"the whole descriptor"``, ``"buffer handles"``): an encoder derives
       it, a reader bounds what follows by it.
@@ -48,11 +56,13 @@ class Valid:
     Declarations only: the codec still decodes the field to a plain value, and the rules,
     the documentation and the Kaitai Struct schema read the constraint from here."""
 
-    __slots__ = ("zero", "lowest", "highest", "any_of", "size_of", "count_of")
+    __slots__ = ("zero", "lowest", "highest", "any_of", "power_of_two", "size_of", "count_of")
 
     def __init__(self, *, zero: bool = False, lowest: Optional[int] = None, highest: Optional[int] = None,
-                 any_of: Optional[type] = None, size_of: Optional[str] = None, count_of: Optional[str] = None):
+                 any_of: Optional[type] = None, power_of_two: bool = False, size_of: Optional[str] = None,
+                 count_of: Optional[str] = None):
         self.zero = zero
+        self.power_of_two = power_of_two
         self.lowest = lowest
         self.highest = highest
         self.any_of = any_of
@@ -72,6 +82,8 @@ class Valid:
             return not (any(value) if isinstance(value, (bytes, bytearray)) else value)
         if self.lowest is not None and value < self.lowest or self.highest is not None and value > self.highest:
             return False
+        if self.power_of_two and not power_of_two(value):
+            return False
         if self.any_of is not None:
             return value in {int(m) for m in self.any_of}
         return True
@@ -87,6 +99,8 @@ class Valid:
             words.append(f">= {self.lowest}")
         elif self.highest is not None:
             words.append(f"<= {self.highest}")
+        if self.power_of_two:
+            words.append("a power of two")
         if self.any_of is not None:
             words.append("one of " + ", ".join(f"0x{int(m):02X}" for m in self.any_of))
         if self.size_of is not None:

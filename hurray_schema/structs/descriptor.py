@@ -82,7 +82,7 @@ BUFFER_COUNT = Struct(
 BUFFER_HANDLE = Struct(
     field("byte_size", Int64ul, "Buffer size in bytes; 0 for an empty buffer.", HANDLE_REF),
     field("alignment", Int32ul, f"Guaranteed base alignment, a power of two, >= {MIN_BUFFER_ALIGNMENT} unless empty.",
-          HANDLE_REF),
+          HANDLE_REF, valid=Valid(power_of_two=True)),
     field("device_tag", Int8ul, "Device holding the buffer.", "buffer-protocol.md § Device Tags", tags=DeviceTag),
     field("sync_mode", Int8ul, "How the producer synchronised before hand-off.",
           "buffer-protocol.md § Stream and Event Synchronisation", tags=SyncMode),

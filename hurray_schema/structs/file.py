@@ -13,7 +13,7 @@ import enum
 
 from construct import Bytes, Const, Float64l, Int8ul, Int16ul, Int32ul, Int64sl, Int64ul, Struct
 
-from ._declare import field, plan, reserved
+from ._declare import Valid, field, plan, reserved
 
 __all__ = [
     "FILE_MAGIC", "TRAILER_MAGIC", "FileFlag", "KNOWN_FILE_FLAGS", "KvTag", "FILE_HEADER", "FILE_HEADER_SIZE",
@@ -77,7 +77,7 @@ FILE_HEADER = Struct(
     reserved("_reserved", Bytes(2), HEADER_REF),
     field("file_flags", Int32ul, "File-level flag bits 0-2; bits 3-31 reserved.", FLAGS_REF, tags=FileFlag),
     field("data_buffer_alignment", Int32ul, "Alignment of every data buffer: a power of two in [4096, 2 MiB].", HEADER_REF,
-          bounds=(MIN_DATA_BUFFER_ALIGNMENT, MAX_DATA_BUFFER_ALIGNMENT)),
+          valid=Valid(lowest=MIN_DATA_BUFFER_ALIGNMENT, highest=MAX_DATA_BUFFER_ALIGNMENT, power_of_two=True)),
     field("first_descriptor_offset", Int64ul, "Absolute offset of the first descriptor, >= 64 and 8-aligned.", HEADER_REF),
     field("tensor_count_hint", Int64ul, "Tensor count if known when writing, else all ones; advisory.", HEADER_REF),
     reserved("_reserved_header", Bytes(28), HEADER_REF),

@@ -57,6 +57,9 @@ def _payload_field(ref: str, name: str, sub, doc: str, extra=None) -> Field:
     return field(name, sub, doc, ref, extra)
 
 
+_POWER_OF_TWO = Valid(power_of_two=True)
+"""A block size's constraint (its range per scheme is :data:`BLOCK_SIZE_BOUNDS`)."""
+
 PER_TENSOR_AFFINE = _scheme(
     SCHEME_PAGES[QuantScheme.PER_TENSOR_AFFINE],
     ("scale", Float32l, "Dequantization scale; finite and non-zero."),
@@ -77,7 +80,7 @@ PER_CHANNEL_AFFINE = _scheme(
 PER_BLOCK_AFFINE = _scheme(
     SCHEME_PAGES[QuantScheme.PER_BLOCK_AFFINE],
     ("axis", Int32ul, "Axis cut into blocks, < rank."),
-    ("block_size", Int32ul, "Logical elements per block; a power of two >= 2."),
+    ("block_size", Int32ul, "Logical elements per block; a power of two >= 2.", _POWER_OF_TWO),
     ("scale_buffer_index", Int32ul, "Buffer holding one scale per block."),
     ("zero_point_buffer_index", Int32ul, "Buffer holding one int32 zero point per block; 0xFFFFFFFF when symmetric."),
     ("scale_type_tag", Int8ul, "Scale element type: 0x01 float16, 0x02 bfloat16 or 0x03 float32.", ElementType),
@@ -88,14 +91,14 @@ PER_BLOCK_AFFINE = _scheme(
 NF4 = _scheme(
     SCHEME_PAGES[QuantScheme.NF4],
     ("axis", Int32ul, "Axis cut into blocks, < rank."),
-    ("block_size", Int32ul, "Logical elements per block; a power of two >= 8."),
+    ("block_size", Int32ul, "Logical elements per block; a power of two >= 8.", _POWER_OF_TWO),
     ("scale_buffer_index", Int32ul, "Buffer holding one float32 absmax per block."),
 )
 
 MXFP = _scheme(
     SCHEME_PAGES[QuantScheme.MXFP],
     ("axis", Int32ul, "Axis cut into microscaling blocks, < rank."),
-    ("block_size", Int32ul, "Elements per block; a power of two in [16, 2048]."),
+    ("block_size", Int32ul, "Elements per block; a power of two in [16, 2048].", _POWER_OF_TWO),
     ("scale_buffer_index", Int32ul, "Buffer holding one float8_e8m0 scale per block."),
 )
 

@@ -16,8 +16,9 @@ import enum
 
 from construct import Array, Bytes, If, Int8ul, Int16ul, Int32ul, Int64ul, Rebuild, Struct, len_, this
 
-from ._declare import field
-from .tags import DeviceTag, LayoutTag, MemoryClass
+from ._declare import Valid, field
+from .layouts import is_extension_layout
+from .tags import PRIVATE_TAG_FIRST, PRIVATE_TAG_LAST, DeviceTag, LayoutTag, MemoryClass
 
 __all__ = [
     "PROTOCOL_VERSION", "CapabilityFlag", "KNOWN_CAPABILITY_FLAGS", "RequestFlag", "KNOWN_REQUEST_FLAGS",
@@ -43,18 +44,14 @@ READY_REF = "interchange.md § RDMA_READY Payload"
 PROTOCOL_VERSION = 1
 """The protocol version this implementation speaks (``interchange.md § CLIENT_HELLO Payload``)."""
 
-PRIVATE_MESSAGE_FIRST = 0xF0
-PRIVATE_MESSAGE_LAST = 0xFE
+PRIVATE_MESSAGE_FIRST, PRIVATE_MESSAGE_LAST = PRIVATE_TAG_FIRST, PRIVATE_TAG_LAST
 INVALID_MESSAGE_TYPE = 0xFF
-"""Message types kept for private extensions, and the one never used (``§ Message Types``)."""
+"""Message types kept for private extensions (the private range of every tag table,
+:data:`~.tags.PRIVATE_TAG_FIRST`), and the one never used (``§ Message Types``)."""
 
-EXTENSION_LAYOUT_FIRST = 0xF0
-EXTENSION_LAYOUT_LAST = 0xFE
-
-
-def is_extension_layout(tag: int) -> bool:
-    """``tag`` is in the extension range, whose layout entries carry a length and metadata."""
-    return EXTENSION_LAYOUT_FIRST <= tag <= EXTENSION_LAYOUT_LAST
+EXTENSION_LAYOUT_FIRST, EXTENSION_LAYOUT_LAST = PRIVATE_TAG_FIRST, PRIVATE_TAG_LAST
+"""The extension layouts of a layout entry, whose entries carry a length and metadata
+(:func:`~.layouts.is_extension_layout`)."""
 
 
 class CapabilityFlag(enum.IntFlag):
@@ -169,7 +166,8 @@ TENSOR_REQUEST = Struct(
     field("preferred_layouts", Array(this.layout_count, LAYOUT_ENTRY),
           "Layouts the client wants, most preferred first.", REQUEST_REF),
     field("preferred_device", Int8ul, "Where the client wants the response buffer.", REQUEST_REF, tags=DeviceTag),
-    field("min_alignment", Int32ul, "Smallest buffer alignment the client needs; a power of two.", REQUEST_REF),
+    field("min_alignment", Int32ul, "Smallest buffer alignment the client needs; a power of two.", REQUEST_REF,
+          valid=Valid(power_of_two=True)),
     field("request_flags", Int32ul, "What the client allows (bits 2-31 are zero).", REQUEST_REF, tags=RequestFlag),
 )
 """Client to server: one tensor, by key, with layout and device preferences."""

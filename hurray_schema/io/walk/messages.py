@@ -31,10 +31,11 @@ from ...rules import session as session_rules
 from ...rules.engine import Mode
 from ...structs._declare import plan, static_offset
 from ...structs.descriptor import FIXED_HEADER_SIZE
-from ...structs.session import ERROR_HEADER, PRIVATE_MESSAGE_FIRST, PRIVATE_MESSAGE_LAST, ErrorCode
+from ...structs.session import ERROR_HEADER, ErrorCode
 from ...structs.stream import (
     MESSAGE_HEADER, RESERVED_STREAM_ID, TENSOR_DATA_HEADER, TENSOR_DESCRIPTOR_FIELDS, MessageType,
 )
+from ...structs.tags import is_private_tag
 from .common import (
     DATA, DATA_HEADER, MESSAGE, MESSAGE_HEADER_PART, PAYLOAD, TENSOR_END, TRANSPORT, Describe, Faults, Part,
     Window, fault, fault_at, new_part,
@@ -202,7 +203,7 @@ def check_message_header(h: dict, at: int, limits: Limits, *, max_payload: Optio
     kind = MESSAGE_TYPES.get(raw)
     if kind is not None:
         return kind
-    if PRIVATE_MESSAGE_FIRST <= raw <= PRIVATE_MESSAGE_LAST:
+    if is_private_tag(raw):
         if raw in private:
             return raw
         raise session_rules.MESSAGE_PRIVATE.violation(
