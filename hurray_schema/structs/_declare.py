@@ -34,10 +34,16 @@ from ..errors import FieldRangeError
 __all__ = ["power_of_two", "field", "reserved", "Valid", "ZERO", "Field", "fields", "tags_of", "valid_of", "select", "joined", "static_offset", "static_size", "Plan", "plan"]
 
 
+def power_of_two_source(value: str) -> str:
+    """The test of :func:`power_of_two` on ``value`` (an expression), as source: what the rules'
+    conditions compile (``hurray_schema.rules.descriptor``)."""
+    return f"({value} > 0 and {value} & ({value} - 1) == 0)"
+
+
 def power_of_two(n: int) -> bool:
     """``n`` is a power of two (1, 2, 4, ...): the one test of every alignment and block size
     the spec wants a power of two (buffer handles, ``data_buffer_alignment``, ``min_alignment``,
-    ``block_size``)."""
+    ``block_size``); its source is :func:`power_of_two_source`."""
     return n > 0 and n & (n - 1) == 0
 
 

@@ -13,6 +13,7 @@ from ...model import (
     TensorDescriptor, TiledLayout, UnknownLayout, UnknownQuantization,
 )
 from ...structs import quantization as quantization_tables
+from ...structs._declare import power_of_two_source as power_of_two_source
 from ...structs.element_types import element_type_info, is_private_type
 from .dispatch import evaluated
 
@@ -35,15 +36,6 @@ def known_layout(desc) -> bool:
 
 def dynamic(desc) -> bool:
     return _DYNAMIC in desc.shape
-
-
-def power_of_two_source(value: str) -> str:
-    """``value`` (an expression) is a power of two, as source."""
-    return f"({value} > 0 and {value} & ({value} - 1) == 0)"
-
-
-power_of_two = eval(f"lambda v: {power_of_two_source('v')}")
-"""``power_of_two(v)``: the same test as :func:`power_of_two_source`, as a function."""
 
 
 def data_handle(desc):
