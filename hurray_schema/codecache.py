@@ -35,6 +35,7 @@ import types
 import warnings
 from typing import Optional
 
+from .memo import MEMO
 from .private_folder import open_private, read_private, remove_files, still_private, user_cache_root, write_private
 
 __all__ = ["compiled", "cache_root", "MAX_FILES", "forget"]
@@ -43,9 +44,20 @@ MAX_FILES = 4096
 """Most files written into one version folder."""
 
 _MAGIC = b"HSCODE1\0"
-_MEMORY: dict = {}  # key -> code object, this process
-_FOLDER: list = []  # [fd of the verified version folder, or None when there is none]; empty: not looked yet
-_WRITTEN = [0]  # files this process may still write: set from the folder's count when it is opened
+_MEMORY = MEMO.code  # key -> code object, this process (bounded: the decoder's memo)
+_MAX_MEMORY = MEMO.limit("code")
+
+
+class _Folder:
+    """The version folder this process checked: ``fd`` (None when there is none or it is not
+    trusted), ``looked`` once, and how many files it may still write (from the folder's count)."""
+
+    fd: Optional[int] = None
+    looked = False
+    writable = 0
+
+
+_STATE = _Folder()
 
 
 def compiled(source: str, filename: str) -> types.CodeType:
@@ -53,6 +65,8 @@ def compiled(source: str, filename: str) -> types.CodeType:
     key = hashlib.sha256(f"{filename}\0{source}".encode("utf-8", "surrogatepass")).hexdigest()
     code = _MEMORY.get(key)
     if code is None:
+        if len(_MEMORY) >= _MAX_MEMORY:  # every input picks its headers: held code is bounded too
+            _MEMORY.clear()
         code = _MEMORY[key] = _load_or_compile(key, source, filename)
     return code
 
@@ -60,9 +74,9 @@ def compiled(source: str, filename: str) -> types.CodeType:
 def forget() -> None:
     """Drop what this process holds (its compiled code and the folder it checked); the files stay."""
     _MEMORY.clear()
-    if _FOLDER and _FOLDER[0] is not None:
-        os.close(_FOLDER[0])
-    _FOLDER.clear()
+    if _STATE.fd is not None:
+        os.close(_STATE.fd)
+    _STATE.fd, _STATE.looked = None, False
 
 
 def cache_root() -> str:
@@ -89,15 +103,15 @@ def _load_or_compile(key: str, source: str, filename: str) -> types.CodeType:
 
 def _folder() -> Optional[int]:
     """The descriptor of the verified version folder, or None (cache off or not trusted)."""
-    if not _FOLDER:
+    if not _STATE.looked:
         wanted = os.environ.get("HURRAY_SCHEMA_CODE_CACHE", "1") != "0"
-        _FOLDER.append(_open_folder() if wanted else None)
-    fd = _FOLDER[0]
+        _STATE.fd, _STATE.looked = (_open_folder() if wanted else None), True
+    fd = _STATE.fd
     if fd is not None and not still_private(fd):
         warnings.warn("hurray_schema: generated code is not cached: its folder changed owner or mode; it is "
                       "compiled in memory", RuntimeWarning, stacklevel=4)
         os.close(fd)
-        fd = _FOLDER[0] = None
+        fd = _STATE.fd = None
     return fd
 
 
@@ -116,7 +130,7 @@ def _open_folder() -> Optional[int]:
     if len(held) >= MAX_FILES:  # full (sources of earlier versions, or input that made ever new ones): start again
         remove_files(fd, held)
         held = []
-    _WRITTEN[0] = MAX_FILES - len(held)
+    _STATE.writable = MAX_FILES - len(held)
     return fd
 
 
@@ -137,7 +151,7 @@ def _load(folder: int, key: str, filename: str) -> Optional[types.CodeType]:
 
 def _store(folder: int, key: str, code: types.CodeType) -> None:
     """Write ``code`` as file ``key``; skipped past :data:`MAX_FILES`."""
-    if _WRITTEN[0] <= 0:
+    if _STATE.writable <= 0:
         return
-    _WRITTEN[0] -= 1
+    _STATE.writable -= 1
     write_private(folder, key, _MAGIC + key.encode() + marshal.dumps(code))

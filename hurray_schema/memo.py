@@ -33,6 +33,8 @@ MAX_VALUE_BYTES = 1024
 hundred), so a by-value table holds at most ``MAX_VALUES * MAX_VALUE_BYTES`` bytes of keys."""
 MAX_SHAPES_PER_LAYOUT = 8
 """Most compiled encoders tried by layout class before an encoder's key is built."""
+MAX_CODE = 8192
+"""Most code objects held (each compiled once per process, or loaded from the cache folder)."""
 MAX_TILINGS = 256
 MAX_BINDINGS = 1024
 
@@ -79,6 +81,8 @@ _TABLES = {
     "field_names": (dict, None, "value class -> its wire field names (one per class)"),
     "tilings": (set, MAX_TILINGS, "partition boxes found to tile their head exactly"),
     "bindings": (IdentityTable, MAX_BINDINGS, "composite head object -> the members it bound cleanly, per check"),
+    # generated code (hurray_schema.codecache): decoders, encoders, plans, conditions, constructors
+    "code": (dict, MAX_CODE, "hash of (name, source) -> its code object"),
     # the writers (hurray_schema.io)
     "written": (dict, MAX_VALUES, "descriptor bytes a strict reader accepted -> the descriptor"),
 }

@@ -64,3 +64,21 @@ def test_the_client_refuses_a_min_alignment_by_the_session_rule():
         assert caught.value.rule_id == "session.request.alignment" and caught.value.offset is None
     check_min_alignment(4096)
     assert "check_min_alignment(min_alignment)" in inspect.getsource(Session.get)
+
+
+def test_every_rule_id_leads_to_its_code_in_one_step():
+    """``hurray_schema.rules.located`` (``hurray-schema rules ID``): every rule names the function
+    declared with it, or the functions that enforce it, each at a file and line that exist."""
+    from pathlib import Path
+
+    from hurray_schema.rules import located, registry
+
+    root = Path(__file__).resolve().parents[1]
+    for rule in registry():
+        where = located(rule.id)
+        places = where["declared"] + [entry.rsplit("(", 1)[1].rstrip(")") for entry in where["enforced_by"]]
+        assert len(places) >= 1, rule.id
+        for place in places:
+            path, line = place.rsplit(":", 1)
+            lines = (root / path).read_text().splitlines()
+            assert 1 <= int(line) <= len(lines), (rule.id, place)

@@ -12,11 +12,17 @@ import click
 
 
 @click.command()
+@click.argument("rule_ids", nargs=-1, metavar="[RULE_ID]...")
 @click.option("--json", "as_json", is_flag=True, help="Print the registry as a JSON list.")
 @click.option("--scope", default=None, help="Only rules of this scope (descriptor, composite.head, file, ...).")
-def rules(as_json: bool, scope: Optional[str]) -> None:
-    """The rule registry: id, level, citation and summary of every rule."""
+def rules(rule_ids: tuple, as_json: bool, scope: Optional[str]) -> None:
+    """The rule registry: id, level, citation and summary of every rule; given rule ids, where each
+    one is declared and what enforces it."""
     from ..rules.engine import registry
+
+    if rule_ids:
+        _show_where(rule_ids)
+        return
 
     chosen = [r for r in registry() if scope is None or r.scope == scope]
     if as_json:
@@ -36,6 +42,24 @@ def rules(as_json: bool, scope: Optional[str]) -> None:
         for line in textwrap.wrap(r.summary, width=max(30, width - len(indent))):
             click.echo(indent + line)
     click.echo(f"{len(chosen)} rules")
+
+
+def _show_where(rule_ids: tuple) -> None:
+    from ..errors import HurraySchemaError
+    from ..rules import located
+
+    for rule_id in rule_ids:
+        try:
+            where = located(rule_id)
+        except (KeyError, HurraySchemaError):
+            raise click.BadParameter(f"no rule {rule_id!r}", param_hint="RULE_ID") from None
+        rule = where["rule"]
+        click.echo(f"{rule.id}  {rule.level.value}  {rule.citation}")
+        click.echo(f"  {rule.summary}")
+        for place in where["declared"]:
+            click.echo(f"  {'condition and report' if where['condition'] else 'check'}: {place}")
+        for place in where["enforced_by"]:
+            click.echo(f"  enforced by: {place}")
 
 
 def _terminal_width() -> int:

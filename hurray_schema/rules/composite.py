@@ -699,15 +699,9 @@ def partition_check(head_shape: Sequence[int], offsets, shapes) -> list[tuple]:
     return [(CLOSE_GAP if kind == geometry.GAP else CLOSE_OVERLAP, message) for kind, message in faults]
 
 
-_geometry: list = []
-""":mod:`.composite_geometry` once a partition was checked: imported then, not with this module (a reader
-of files without a partition never loads it)."""
-
-
 def _partition_geometry():
-    """:mod:`.composite_geometry`, imported on the first call."""
-    if not _geometry:
-        from . import composite_geometry
+    """:mod:`.composite_geometry`, imported by the first partition checked, not with this module (a
+    reader of files without a partition never loads it)."""
+    from . import composite_geometry
 
-        _geometry.append(composite_geometry)
-    return _geometry[0]
+    return composite_geometry

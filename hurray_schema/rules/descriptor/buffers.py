@@ -96,6 +96,7 @@ def _on_every_handle(condition: str, first_only: bool = False):
                         return
 
         findings.__name__ = report.__name__
+        findings.__wrapped__ = report  # where the rule is read: its report
         return findings
 
     return form, decorate
