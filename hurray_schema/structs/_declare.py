@@ -82,17 +82,28 @@ class Valid:
             return None
         return self.lowest, self.highest
 
-    def allows(self, value) -> bool:
-        """Whether ``value`` (as the codec decodes it) meets the declared constraint."""
+    def source(self, value: str, width: Optional[int] = None) -> str:
+        """The constraint on ``value`` (an expression) as source, true when it is met: what the
+        rules of a declared field compile (``width``: the byte length of a reserved bytes field,
+        None for a number)."""
         if self.zero:
-            return not (any(value) if isinstance(value, (bytes, bytearray)) else value)
-        if self.lowest is not None and value < self.lowest or self.highest is not None and value > self.highest:
-            return False
-        if self.power_of_two and not power_of_two(value):
-            return False
+            return f"{value} == {bytes(width)!r}" if width is not None else f"{value} == 0"
+        tests = []
+        if self.lowest is not None:
+            tests.append(f"{value} >= {self.lowest}")
+        if self.highest is not None:
+            tests.append(f"{value} <= {self.highest}")
+        if self.power_of_two:
+            tests.append(power_of_two_source(value))
         if self.any_of is not None:
-            return value in {int(m) for m in self.any_of}
-        return True
+            tests.append(f"{value} in {tuple(sorted(int(m) for m in self.any_of))}")
+        return "(" + " and ".join(tests) + ")" if tests else "True"
+
+    def allows(self, value) -> bool:
+        """Whether ``value`` (as the codec decodes it) meets the declared constraint (:meth:`source`)."""
+        if self.zero and isinstance(value, (bytes, bytearray)):
+            return not any(value)
+        return eval(self.source("value"), {}, {"value": value})  # noqa: S307 -- our own declaration's text
 
     def text(self) -> str:
         """The constraint in words, for the documentation ("" when there is none)."""
@@ -172,6 +183,19 @@ def tags_of(decl: construct.Construct, name: str) -> Optional[type]:
     for sub in fields(decl):
         if sub.name == name:
             return sub.tags
+    raise KeyError(name)
+
+
+def valid_source(decl: construct.Construct, name: str, value: str) -> str:
+    """The constraint declared on field ``name`` of ``decl`` as source over ``value`` (an
+    expression), true when it is met (:meth:`Valid.source`): a rule whose condition is the
+    field's declaration compiles this, so the two cannot differ."""
+    for sub in fields(decl):
+        if sub.name == name:
+            if sub.valid is None:
+                raise KeyError(f"{name} declares no constraint")
+            width = sub.subcon.sizeof() if sub.valid.zero and isinstance(sub.subcon, construct.Bytes) else None
+            return sub.valid.source(value, width)
     raise KeyError(name)
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional
 
-from ...structs.descriptor import MIN_BUFFER_ALIGNMENT
+from ...structs._declare import valid_source
+from ...structs.descriptor import BUFFER_HANDLE, MIN_BUFFER_ALIGNMENT
 from ...structs.tags import is_private_tag
 from ...model import (
     DYNAMIC_DIMENSION, BlockPagedLayout, BlockTableIndexType, ColumnMajorLayout, CompositeLayout, CooLayout, CscLayout, CsfLayout, CsrLayout, DeviceTag,
@@ -102,7 +103,7 @@ def _on_every_handle(condition: str, first_only: bool = False):
     return form, decorate
 
 
-_RESERVED_FORM, _each_reserved = _on_every_handle("h._reserved == 0")
+_RESERVED_FORM, _each_reserved = _on_every_handle(valid_source(BUFFER_HANDLE, "_reserved", "h._reserved"))
 
 
 @descriptor_rule("buffer.reserved", MUST, "buffer-protocol.md § Buffer Handle",
@@ -112,7 +113,7 @@ def _handle_reserved(desc, ctx, i, h):
     return f"buffer {i} _reserved 0x{h._reserved:02X} is not zero", ctx.buffer(i, "_reserved")
 
 
-_POWER_OF_TWO_FORM, _each_power_of_two = _on_every_handle(power_of_two_source("h.alignment"))
+_POWER_OF_TWO_FORM, _each_power_of_two = _on_every_handle(valid_source(BUFFER_HANDLE, "alignment", "h.alignment"))
 
 
 @descriptor_rule("buffer.alignment.power_of_two", MUST, "buffer-protocol.md § Buffer Handle",

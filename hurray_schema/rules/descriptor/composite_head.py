@@ -4,11 +4,11 @@
 
 from __future__ import annotations
 
-import attrs
-
 from ...model import OPEN_COMPOSITE, CombineOp, CompositeLayout, CompositionRule, DescriptorFlag
 from ..engine import Level
 from .dispatch import When, descriptor_rule
+from ...structs._declare import valid_source
+from ...structs.layouts import COMPOSITE
 from ...structs.tags import is_private_tag
 
 MUST, MUST_NOT = Level.MUST, Level.MUST_NOT
@@ -30,7 +30,6 @@ def _on_head(form):
     return lambda s: s.layout is not CompositeLayout or form(s)
 
 
-_RESERVED_ZEROS = bytes(len(attrs.fields_dict(CompositeLayout)['_reserved'].default))
 
 
 @descriptor_rule("composite.head.buffer_count_zero", MUST, HEAD_REF, "A composite head has buffer_count 0.",
@@ -92,7 +91,7 @@ def _head_combine(desc, ctx):
 
 
 @descriptor_rule("composite.head.reserved", MUST, FIELDS_REF, "The head's _reserved bytes are zero.",
-                 scope=_SCOPE, when=_HEAD, passes=_on_head(lambda s: f"layout._reserved == {_RESERVED_ZEROS!r}"))
+                 scope=_SCOPE, when=_HEAD, passes=_on_head(lambda s: valid_source(COMPOSITE, "_reserved", "layout._reserved")))
 def _head_reserved(desc, ctx):
     return f"composite head _reserved bytes are {desc.layout._reserved.hex()}", ctx.layout("_reserved")
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 import operator
 from typing import Callable
 
-import attrs
 
 from ...model import (
     DYNAMIC_DIMENSION, BlockPagedLayout, CooLayout, CscLayout, CsfLayout, CsrLayout, HilbertLayout, LayoutTag,
     MortonLayout, PerBlockAffine, TiledLayout,
 )
-from ...structs._declare import fields
+from ...structs._declare import fields, valid_source
 from ...structs.layouts import LAYOUT_FIELDS
 from ..engine import Level
 from .dispatch import Fact, When, descriptor_rule
@@ -50,12 +49,12 @@ def _byte_offset_zero(layout_cls, page: str, name: str):
 def _reserved_zero(layout_cls, page: str, name: str):
     """The rule that the field its layout table declares reserved (:data:`~...structs._declare.ZERO`) is zero."""
     (reserved,) = [f.name for f in fields(LAYOUT_FIELDS[layout_cls.tag]) if f.reserved]
-    zeros = bytes(len(attrs.fields_dict(layout_cls)[reserved].default))
+    condition = valid_source(LAYOUT_FIELDS[layout_cls.tag], reserved, f"layout.{reserved}")
 
     @descriptor_rule(f"layout.{name}.reserved", MUST, f"layouts/{page}.md § Additional Descriptor Fields",
                      f"The {reserved} bytes of the {_words(name)} layout fields are zero.",
                      when=When(layouts={layout_cls}), passes=lambda s: s.layout is not layout_cls
-                     or f"layout.{reserved} == {zeros!r}")
+                     or condition)
     def report(desc, ctx):
         return f"{_words(name)} {reserved} bytes are {getattr(desc.layout, reserved).hex()}", ctx.layout(reserved)
 

@@ -17,12 +17,13 @@ from ...model import (
     PerChannelAffine, PerTensorAffine, QuantScheme, RowMajorLayout, UnknownQuantization,
 )
 from ...structs import quantization as quantization_tables
+from ...structs._declare import valid_source
 from ...structs.element_types import element_type_info
 from ..engine import Level
 from .dispatch import When, descriptor_rule, evaluated
 from .sizes import (
     SYMMETRIC, layout_class_buffer_count,
-    failing_parameter_index, parameter_indices_source, power_of_two_source, storage_bytes,
+    failing_parameter_index, parameter_indices_source, storage_bytes,
 )
 
 MUST, SHOULD = Level.MUST, Level.SHOULD
@@ -52,11 +53,6 @@ def _with_axis(s) -> bool:
     return s.scheme is not None and "axis" in attrs.fields_dict(s.scheme)
 
 
-def _zeros_of(cls, name: str) -> bytes:
-    """The zero bytes of the reserved field ``name`` of ``cls`` as decoded (its default)."""
-    return bytes(len(attrs.fields_dict(cls)[name].default))
-
-
 def _hex_list(tags) -> str:
     """``0x01, 0x02 or 0x03``."""
     names = [f"0x{tag:02X}" for tag in sorted(tags)]
@@ -84,7 +80,7 @@ def _qversion(desc, ctx):
 @descriptor_rule("quantization.reserved", MUST, "quantization/per-channel-affine.md § Validity Constraints",
                  "The _reserved bytes of a per-tensor, per-channel or per-block affine descriptor are zero.",
                  when=_AFFINE, passes=lambda s: s.scheme not in (PerTensorAffine, PerChannelAffine, PerBlockAffine)
-                 or f"q._reserved == {_zeros_of(s.scheme, '_reserved')!r}")
+                 or valid_source(quantization_tables.SCHEMES[s.scheme.scheme], "_reserved", "q._reserved"))
 def _qreserved(desc, ctx):
     return f"quantization _reserved bytes are {desc.quantization._reserved.hex()}", ctx.quantization("_reserved")
 
@@ -111,8 +107,9 @@ def _block_size_rule(scheme: QuantScheme, name: str):
 
     @descriptor_rule(f"quantization.{name}.block_size", MUST, f"quantization/{page}.md § Validity Constraints",
                      f"block_size is {words}.", when=When(schemes={cls}),
-                     passes=lambda s: s.scheme is not cls or f"(q.block_size >= {max(low, 1)} and "
-                     f"{power_of_two_source('q.block_size')}{'' if high is None else f' and q.block_size <= {high}'})")
+                     passes=lambda s: s.scheme is not cls or f"(q.block_size >= {low} and "
+                     f"{valid_source(quantization_tables.SCHEMES[scheme], 'block_size', 'q.block_size')}"
+                     f"{'' if high is None else f' and q.block_size <= {high}'})")
     def report(desc, ctx):
         return f"block_size {desc.quantization.block_size} is not {words}", ctx.quantization("block_size")
 

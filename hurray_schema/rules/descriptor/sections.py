@@ -3,11 +3,10 @@ statistics, extension type (a private element type's description) and composite 
 
 from __future__ import annotations
 
-import attrs
 
-from ...model import DYNAMIC_DIMENSION, CompositeMember, ExtensionType, Statistics, StatisticsMask
+from ...model import DYNAMIC_DIMENSION, StatisticsMask
 from ...structs import sections as section_tables
-from ...structs._declare import valid_of
+from ...structs._declare import valid_source
 from ..engine import Level
 from .dispatch import Fact, When, descriptor_rule
 from .sizes import SPARSE_LAYOUTS
@@ -25,9 +24,9 @@ _EXTENSION_TYPE_SECTION = section_tables.EXTENSION_TYPE_SECTION
 _COMPOSITE_MEMBER_SECTION = section_tables.COMPOSITE_MEMBER_SECTION
 
 
-def _zeros(cls, name: str) -> bytes:
-    """The zero bytes of the reserved field ``name`` of ``cls`` as decoded (its default)."""
-    return bytes(len(attrs.fields_dict(cls)[name].default))
+def _all_valid(decl, section: str, *names: str) -> str:
+    """The constraints the section's declaration ``decl`` puts on its fields ``names``, as one condition."""
+    return " and ".join(f"({valid_source(decl, name, f'{section}.{name}')})" for name in names)
 
 
 def _on_section(section: str, form):
@@ -73,8 +72,8 @@ def _stats_mask(desc, ctx):
 
 @descriptor_rule("metadata.statistics.reserved", MUST, "metadata.md § Statistics Section › Field Encoding",
                  "The _reserved and _reserved2 fields of the statistics section are zero.", when=_STATISTICS,
-                 passes=_on_section("statistics", lambda s: "not statistics._reserved and statistics._reserved2 == "
-                                    f"{_zeros(Statistics, '_reserved2')!r}"))
+                 passes=_on_section("statistics", lambda s: _all_valid(_STATISTICS_SECTION, "statistics",
+                                                                          "_reserved", "_reserved2")))
 def _stats_reserved(desc, ctx):
     s = desc.statistics
     if s._reserved:
@@ -164,9 +163,8 @@ def _ext_fields(desc, ctx):
 
 @descriptor_rule("metadata.extension_type.reserved", MUST, EXTENSION_TYPE_REF,
                  "The _reserved and _reserved2 bytes of the Extension Type section are zero.", when=_EXTENSION_TYPE,
-                 passes=_on_section("extension_type", lambda s: "extension_type._reserved == "
-                                    f"{_zeros(ExtensionType, '_reserved')!r} and extension_type._reserved2 == "
-                                    f"{_zeros(ExtensionType, '_reserved2')!r}"))
+                 passes=_on_section("extension_type", lambda s: _all_valid(_EXTENSION_TYPE_SECTION, "extension_type",
+                                                                              "_reserved", "_reserved2")))
 def _ext_reserved(desc, ctx):
     e = desc.extension_type
     if any(e._reserved):
@@ -178,14 +176,12 @@ def _ext_reserved(desc, ctx):
 
 COMPOSITE_MEMBER_REF = "metadata.md § Composite Member Section"
 _COMPOSITE_MEMBER = When(facts={Fact.COMPOSITE_MEMBER})
-_MEMBER_ROLES = frozenset(valid_of(_COMPOSITE_MEMBER_SECTION, "member_role").any_of)
-"""The roles the member section's declaration allows (``metadata.md § Composite Member Section``)."""
 
 
 @descriptor_rule("metadata.composite_member.role", MUST, COMPOSITE_MEMBER_REF,
                  "member_role is 0x00 (correction) or 0x01 (base).", when=_COMPOSITE_MEMBER,
                  passes=_on_section("composite_member",
-                                    lambda s: f"composite_member.member_role in {s.const(_MEMBER_ROLES)}"))
+                                    lambda s: _all_valid(_COMPOSITE_MEMBER_SECTION, "composite_member", "member_role")))
 def _member_role(desc, ctx):
     return f"member_role 0x{desc.composite_member.member_role:02X} is reserved", \
         ctx.section("composite_member", _COMPOSITE_MEMBER_SECTION, "member_role")
@@ -193,8 +189,8 @@ def _member_role(desc, ctx):
 
 @descriptor_rule("metadata.composite_member.reserved", MUST, COMPOSITE_MEMBER_REF,
                  "The 15 _reserved bytes of the Composite Member section are zero.", when=_COMPOSITE_MEMBER,
-                 passes=_on_section("composite_member", lambda s: "composite_member._reserved == "
-                                    f"{_zeros(CompositeMember, '_reserved')!r}"))
+                 passes=_on_section("composite_member", lambda s: _all_valid(_COMPOSITE_MEMBER_SECTION,
+                                                                                "composite_member", "_reserved")))
 def _member_reserved(desc, ctx):
     return f"_reserved is {desc.composite_member._reserved.hex()}", \
         ctx.section("composite_member", _COMPOSITE_MEMBER_SECTION, "_reserved")
