@@ -69,14 +69,15 @@ def _per_handle(field: str, bad: Callable[[int], bool], what: str):
     return check
 
 
+_HANDLE_REF = "buffer-protocol.md § Buffer Handle"
 _UNROLLED_HANDLES = 8
 """Up to this many handles, a condition on every handle is written out once per handle."""
 
 
-def _on_every_handle(condition: str, first_only: bool = False):
-    """A rule whose ``condition`` (an expression over one handle ``h`` and the first handle ``first``)
-    holds for every buffer handle, reported once per handle where it does not (only the first such
-    handle with ``first_only``).  Returns the decorator of its report, ``report(desc, ctx, i, h)``."""
+def _on_every_handle(rule_id: str, citation: str, summary: str, condition: str, first_only: bool = False):
+    """Declare the rule ``rule_id`` whose ``condition`` (an expression over one handle ``h`` and the
+    first handle ``first``) holds for every buffer handle, reported once per handle where it does not
+    (only the first such handle with ``first_only``).  Decorates its report, ``report(desc, ctx, i, h)``."""
     holds = eval(f"lambda h, first: {condition}")
 
     def form(s):
@@ -87,7 +88,7 @@ def _on_every_handle(condition: str, first_only: bool = False):
         return " and ".join("(" + condition.replace("first", "buffers[0]").replace("h.", f"buffers[{i}].") + ")"
                             for i in range(s.buffer_count))
 
-    def decorate(report):
+    def declare(report):
         def findings(desc, ctx):
             buffers = desc.buffers
             for i, h in enumerate(buffers):
@@ -98,40 +99,27 @@ def _on_every_handle(condition: str, first_only: bool = False):
 
         findings.__name__ = report.__name__
         findings.__wrapped__ = report  # where the rule is read: its report
-        return findings
+        return descriptor_rule(rule_id, MUST, citation, summary, when=ALWAYS, passes=form)(findings)
 
-    return form, decorate
-
-
-_RESERVED_FORM, _each_reserved = _on_every_handle(valid_source(BUFFER_HANDLE, "_reserved", "h._reserved"))
+    return declare
 
 
-@descriptor_rule("buffer.reserved", MUST, "buffer-protocol.md § Buffer Handle",
-                 "The reserved byte of every buffer handle is zero.", when=ALWAYS, passes=_RESERVED_FORM)
-@_each_reserved
+@_on_every_handle("buffer.reserved", _HANDLE_REF, "The reserved byte of every buffer handle is zero.",
+                  valid_source(BUFFER_HANDLE, "_reserved", "h._reserved"))
 def _handle_reserved(desc, ctx, i, h):
     return f"buffer {i} _reserved 0x{h._reserved:02X} is not zero", ctx.buffer(i, "_reserved")
 
 
-_POWER_OF_TWO_FORM, _each_power_of_two = _on_every_handle(valid_source(BUFFER_HANDLE, "alignment", "h.alignment"))
-
-
-@descriptor_rule("buffer.alignment.power_of_two", MUST, "buffer-protocol.md § Buffer Handle",
-                 "alignment is a power of two (empty buffers included).", when=ALWAYS, passes=_POWER_OF_TWO_FORM)
-@_each_power_of_two
+@_on_every_handle("buffer.alignment.power_of_two", _HANDLE_REF, "alignment is a power of two (empty buffers included).",
+                  valid_source(BUFFER_HANDLE, "alignment", "h.alignment"))
 def _align_pow2(desc, ctx, i, h):
     return f"buffer {i} alignment {h.alignment} is not a power of two", ctx.buffer(i, "alignment")
 
 
-_MINIMUM_FORM, _each_minimum = _on_every_handle(
-    f"(h.alignment >= {MIN_BUFFER_ALIGNMENT} or h.byte_size == 0 or not {power_of_two_source('h.alignment')})")
-
-
-@descriptor_rule("buffer.alignment.minimum", MUST, "buffer-protocol.md § Buffer Handle",
-                 f"alignment is at least {MIN_BUFFER_ALIGNMENT} for a non-empty buffer; an empty buffer (byte_size 0) "
-                 "may declare any "
-                 "power of two (ADR-007 § 4).", when=ALWAYS, passes=_MINIMUM_FORM)
-@_each_minimum
+@_on_every_handle("buffer.alignment.minimum", _HANDLE_REF,
+                  f"alignment is at least {MIN_BUFFER_ALIGNMENT} for a non-empty buffer; an empty buffer (byte_size 0) "
+                  "may declare any power of two (ADR-007 § 4).",
+                  f"(h.alignment >= {MIN_BUFFER_ALIGNMENT} or h.byte_size == 0 or not {power_of_two_source('h.alignment')})")
 def _align_min(desc, ctx, i, h):
     return f"buffer {i} alignment {h.alignment} is below {MIN_BUFFER_ALIGNMENT} for a {h.byte_size}-byte buffer", \
         ctx.buffer(i, "alignment")
@@ -207,14 +195,9 @@ def _mc_device(desc, ctx):
                    f"0x{h.device_tag:02X}"), ctx.buffer(i, "memory_class")
 
 
-_COLOCATION_FORM, _first_apart = _on_every_handle(
-    "h.device_tag == first.device_tag and h.memory_class == first.memory_class", first_only=True)
-
-
-@descriptor_rule("buffer.colocation", MUST, "buffer-protocol.md § Device Colocation",
-                 "All buffers of one descriptor share the same device_tag and the same memory_class.", when=ALWAYS,
-                 passes=_COLOCATION_FORM)
-@_first_apart
+@_on_every_handle("buffer.colocation", "buffer-protocol.md § Device Colocation",
+                  "All buffers of one descriptor share the same device_tag and the same memory_class.",
+                  "h.device_tag == first.device_tag and h.memory_class == first.memory_class", first_only=True)
 def _colocation(desc, ctx, i, h):
     first = desc.buffers[0]
     if h.device_tag != first.device_tag:
