@@ -1,18 +1,24 @@
-"""The suite's own shape: test modules share code through tests/support only.
+"""The suite's own shape: test modules share code through tests/support only, and the
+tests run in a random order.
 
 A test module that imports another runs that module's top level (its fixtures, its
 hypothesis settings, its module-level state) wherever it is imported, and makes the order of
-collection matter; what two modules share lives in ``tests/support/``.
+collection matter; what two modules share lives in ``tests/support/``.  pytest-randomly (the
+``test`` extra) shuffles the tests at every run, and nothing in the README's test command or
+in .ci/run switches it off.
 """
 
 from __future__ import annotations
 
 import ast
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
 
 TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
 MODULES = sorted(TESTS.glob("test_*.py"))
 
 
@@ -75,3 +81,17 @@ def test_the_check_finds_every_form_of_import(source):
 ])
 def test_the_check_lets_support_and_libraries_pass(source):
     assert imported_test_modules(source) == []
+
+
+def test_the_tests_run_in_a_random_order():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert any(re.match(r"pytest-randomly\b", need) for need in project["project"]["optional-dependencies"]["test"])
+    addopts = project["tool"]["pytest"]["ini_options"]["addopts"]
+    commands = [line for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+                if "pytest" in line and not line.lstrip().startswith("#")]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    test_command = readme.split("Run the tests:", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    assert "python -m pytest" in test_command
+    assert len(commands) >= 3
+    for command in [addopts, test_command, *commands]:
+        assert "no:randomly" not in command and "randomly-dont-reorganize" not in command, command
