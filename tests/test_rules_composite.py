@@ -386,12 +386,13 @@ def test_partition_with_empty_member_inside_is_rejected_by_both_sides():
         assert ref.stream(on_edge) is None
 
 
-def test_resolve_on_an_irregular_rank3_partition():
+def test_resolve_on_an_irregular_rank3_partition(monkeypatch):
     import random
-    import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    # for this test only: benchmarks/ holds modules named like packages (dask.py, io.py, support.py)
+    # that would shadow them for whatever runs later in this process (a dask worker it spawns)
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from partition_validation import guillotine
 
     shape = (16, 12, 10)
