@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from support.cli import CLI, out, run
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "hurray_schema" / "samples"
@@ -24,27 +25,6 @@ ROW_MAJOR_F32_3X4 = bytes.fromhex(
     "4852525901003d000000000000000301020000000300000000000000"
     "040000000000000000000000000000000130000000000000004000000000000000"
 )
-
-
-def _command() -> list[str]:
-    script = Path(sys.executable).parent / "hurray-schema"
-    if script.is_file() and os.access(script, os.X_OK):
-        return [str(script)]
-    found = shutil.which("hurray-schema")
-    if found and Path(found).resolve().parent == Path(sys.executable).resolve().parent:
-        return [found]
-    return [sys.executable, "-m", "hurray_schema"]
-
-
-CLI = _command()
-
-
-def run(*args, input: bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *map(str, args)], input=input, capture_output=True, timeout=120)
-
-
-def out(done: subprocess.CompletedProcess) -> str:
-    return done.stdout.decode("utf-8")
 
 
 # --------------------------------------------------------------------------------------

@@ -22,10 +22,8 @@ from hurray_schema.codec import decode_descriptor as decode_checked
 from hurray_schema.codec import encode_descriptor, parse_descriptor
 from hurray_schema.errors import SpecViolation
 from hurray_schema.model import (
-    DYNAMIC_DIMENSION, OPEN_COMPOSITE, BlockPagedLayout, BufferHandle, ColumnMajorLayout, CompositeLayout,
-    CompositeMember, CooLayout, CscLayout, CsfLayout, CsrLayout, ElementType, ExtensionLayout, ExtensionType,
-    HilbertLayout, LayoutTag, MortonLayout, Mxfp, Nf4, PerBlockAffine, PerChannelAffine, PerTensorAffine,
-    RowMajorLayout, Shard, Statistics, StridedLayout, TensorDescriptor, TiledLayout,
+    DYNAMIC_DIMENSION, BlockPagedLayout, BufferHandle, CompositeLayout, CsfLayout, ElementType, ExtensionLayout,
+    TensorDescriptor,
 )
 import hurray_schema.structs as structs_pkg
 from hurray_schema.structs import descriptor as D
@@ -34,129 +32,8 @@ from hurray_schema.structs import quantization as Q
 from hurray_schema.structs import sections as X
 from hurray_schema.structs._declare import Field, plan
 from hurray_schema.structs.wire import descriptor_spans
-from support.sizes import size
-
-U8, U16, U32, U64 = (st.integers(0, 2**b - 1) for b in (8, 16, 32, 64))
-I64 = st.integers(-(2**63), 2**63 - 1)
-F64 = st.floats(allow_nan=True, allow_infinity=True)
-F32 = st.floats(width=32, allow_nan=False, allow_infinity=True)
-
-# --------------------------------------------------------------------------------------
-# Strategies
-# --------------------------------------------------------------------------------------
-
-DIM = st.one_of(st.integers(0, 16), st.just(0), st.just(DYNAMIC_DIMENSION), U64)
-SHAPES = st.one_of(st.lists(DIM, min_size=0, max_size=5), st.lists(DIM, min_size=64, max_size=64))
-
-
-def zeros_or(n: int):
-    """Reserved bytes: zeros, as a valid writer emits them."""
-    return st.just(bytes(n))
-
-
-def tiled(rank: int, depth: int = 1):
-    simple = st.sampled_from([0x01, 0x02, 0x03])
-    inner_choices = [0x01, 0x02, 0x03] + ([0x04] if depth < L.MAX_TILED_DEPTH else [])
-
-    @st.composite
-    def build(draw):
-        outer = draw(simple)
-        inner_layout = draw(st.sampled_from(inner_choices))
-        strides = st.lists(I64, min_size=rank, max_size=rank)
-        return TiledLayout(
-            tile_shape=draw(st.lists(st.integers(1, 2**64 - 1), min_size=rank, max_size=rank)),
-            outer_layout=outer,
-            inner_layout=inner_layout,
-            outer_strides=draw(strides) if outer == 0x03 else None,
-            inner_strides=draw(strides) if inner_layout == 0x03 else None,
-            inner=draw(tiled(rank, depth + 1)) if inner_layout == 0x04 else None,
-        )
-
-    return build()
-
-
-def layouts(rank: int):
-    """Every layout tag's fields for a tensor of ``rank`` (structurally valid)."""
-    n = st.integers(0, 2**64 - 1)
-    choices = [
-        st.just(RowMajorLayout()),
-        st.just(ColumnMajorLayout()),
-        st.builds(StridedLayout, st.lists(I64, min_size=rank, max_size=rank)),
-        tiled(rank),
-        st.builds(MortonLayout, st.lists(U32, min_size=rank, max_size=rank)),
-        st.builds(CooLayout, n, st.sampled_from([0, 1])),
-        st.builds(CsrLayout, n),
-        st.builds(CscLayout, n),
-        st.builds(CsfLayout, n, st.permutations(range(rank))),
-        st.builds(BlockPagedLayout, page_size=U32, num_pages=U64, num_seqs=U32, paged_axis=st.just(0),
-                  kv_role=st.sampled_from([0, 1, 2]), layer_index=U32, block_table_index_type=st.sampled_from([0, 1])),
-        st.builds(CompositeLayout, st.sampled_from([1, 2, 3]), st.integers(0, OPEN_COMPOSITE - 1),
-                  st.sampled_from([0, 1, 2])),
-        st.builds(HilbertLayout, U32, U32),
-        st.builds(ExtensionLayout, st.integers(0xF0, 0xFE), U64, st.binary(max_size=24)),
-    ]
-    return st.one_of(choices)
-
-
-HANDLES = st.builds(
-    BufferHandle, byte_size=U64, alignment=st.integers(0, 31).map(lambda e: 1 << e),
-    device_tag=st.integers(0, 8) | st.integers(0xF0, 0xFE), sync_mode=st.sampled_from([0, 1, 2]),
-    memory_class=st.sampled_from([0, 1, 2, 3]),
-)
-
-PADDING = st.one_of(st.just(b""), st.binary(max_size=12))
-QUANTIZATIONS = st.one_of(
-    st.builds(PerTensorAffine, scale=F32.filter(lambda x: x != 0), zero_point=st.integers(-(2**31), 2**31 - 1),
-              padding=PADDING),
-    st.builds(PerChannelAffine, axis=U32, scale_buffer_index=U32, zero_point_buffer_index=U32,
-              flags=st.sampled_from([0, 1]), padding=PADDING),
-    st.builds(PerBlockAffine, axis=U32, block_size=U32, scale_buffer_index=U32, zero_point_buffer_index=U32,
-              flags=st.sampled_from([0, 1]), scale_type_tag=st.sampled_from([1, 2, 3]), padding=PADDING),
-    st.builds(Nf4, axis=U32, block_size=U32, scale_buffer_index=U32, padding=PADDING),
-    st.builds(Mxfp, axis=U32, block_size=U32, scale_buffer_index=U32, padding=PADDING),
-)
-
-STATISTICS = st.builds(
-    Statistics, computed_mask=st.integers(0, 0x3F), nnz=U64, sparsity_ratio=F64, value_min=F64, value_max=F64,
-    value_abs_max=F64, value_mean=F64, value_stddev=F64, nm_n=U8, nm_m=U8, has_nan=st.sampled_from([0, 1]),
-    has_inf=st.sampled_from([0, 1]),
-)
-
-EXTENSION_TYPES = st.builds(
-    ExtensionType, bit_width=st.integers(1, 2**32 - 1), packing_factor=U8, is_float=st.sampled_from([0, 1]),
-    is_signed=st.sampled_from([0, 1]), sign_bits=st.sampled_from([0, 1]), exponent_bits=U8, mantissa_bits=U8,
-    exponent_bias=U32, has_nan=st.sampled_from([0, 1]), has_inf=st.sampled_from([0, 1]),
-)
-
-
-@st.composite
-def descriptors(draw, layout=None):
-    """A structurally valid descriptor; ``layout`` pins one layout strategy."""
-    shape = draw(SHAPES)
-    rank = len(shape)
-    lay = draw(layout(rank) if layout is not None else layouts(rank))
-    private_type = draw(st.integers(0, 3)) == 0
-    type_tag = draw(st.integers(0xF0, 0xFE)) if private_type else draw(st.sampled_from(list(ElementType)))
-    is_head = lay.tag == LayoutTag.COMPOSITE
-    maybe = lambda s: draw(st.one_of(st.none(), s))  # noqa: E731
-    return TensorDescriptor(
-        type_tag=type_tag,
-        shape=shape,
-        layout=lay,
-        buffers=() if is_head else draw(st.lists(HANDLES, min_size=1, max_size=6)),
-        byte_offset=draw(U64),
-        quantization=maybe(QUANTIZATIONS),
-        shard=maybe(st.builds(Shard, st.lists(U64, min_size=rank, max_size=rank),
-                              st.lists(U64, min_size=rank, max_size=rank))),
-        statistics=maybe(STATISTICS),
-        extension_type=draw(EXTENSION_TYPES) if private_type else None,
-        composite_member=maybe(st.builds(CompositeMember, st.sampled_from([0, 1]))),
-    )
-
-
-def _mode(desc: TensorDescriptor) -> str:
-    """Private extension layouts are unknown to a strict reader (metadata.md § Extension Layouts)."""
-    return "permissive" if isinstance(desc.layout, ExtensionLayout) else "strict"
+from support.descriptors import EDGE_CASES
+from support.strategies import DESCRIPTOR_SETTINGS, U8, U32, U64, descriptors, reader_mode, tiled
 
 
 def decode_descriptor(data, mode="strict"):
@@ -166,44 +43,9 @@ def decode_descriptor(data, mode="strict"):
     return parse_descriptor(data, mode=mode)[0]
 
 
-SETTINGS = settings(max_examples=size(60, 150), deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-
 # --------------------------------------------------------------------------------------
 # Properties
 # --------------------------------------------------------------------------------------
-
-def _nested_tiled(depth: int) -> TiledLayout:
-    """``depth`` tiling levels of 1x1 tiles, innermost row-major."""
-    level = TiledLayout((1, 1))
-    for _ in range(depth - 1):
-        level = TiledLayout((1, 1), inner_layout=0x04, inner=level)
-    return level
-
-
-EDGE_CASES = {
-    "empty-1d": TensorDescriptor(ElementType.FLOAT32, (0,), buffers=[BufferHandle(0)]),
-    "empty-3x0x5": TensorDescriptor(ElementType.FLOAT32, (3, 0, 5), buffers=[BufferHandle(0)]),
-    "scalar": TensorDescriptor(ElementType.FLOAT64, (), buffers=[BufferHandle(8)]),
-    "scalar-strided": TensorDescriptor(ElementType.INT8, (), StridedLayout(()), buffers=[BufferHandle(1)]),
-    "csr-nnz0": TensorDescriptor(ElementType.FLOAT32, (3, 3), CsrLayout(0),
-                                 buffers=[BufferHandle(0), BufferHandle(0), BufferHandle(32)]),
-    "int4-zero-elements": TensorDescriptor(ElementType.INT4, (7, 0), buffers=[BufferHandle(0)]),
-    "bool-zero-elements": TensorDescriptor(ElementType.BOOL, (0,), buffers=[BufferHandle(0, alignment=1)]),
-    "float6-zero-elements": TensorDescriptor(ElementType.FLOAT6_E2M3, (0, 3), buffers=[BufferHandle(0)]),
-    "per-block-axis-0": TensorDescriptor(ElementType.INT4, (0, 64), buffers=[BufferHandle(0), BufferHandle(0)],
-                                         quantization=PerBlockAffine(0, 32, 1, flags=1, scale_type_tag=1)),
-    "dynamic": TensorDescriptor(ElementType.FLOAT32, (DYNAMIC_DIMENSION, 4), buffers=[BufferHandle(0)]),
-    "dynamic-and-zero": TensorDescriptor(ElementType.FLOAT32, (DYNAMIC_DIMENSION, 0), buffers=[BufferHandle(0)]),
-    "rank-64": TensorDescriptor(ElementType.UINT8, (1,) * 64, buffers=[BufferHandle(1)]),
-    "tiled-depth-8": TensorDescriptor(ElementType.FLOAT32, (2, 2), buffers=[BufferHandle(16)],
-                                      layout=_nested_tiled(8)),
-    "composite-head": TensorDescriptor(ElementType.FLOAT32, (8, 8), CompositeLayout(1, 2)),
-    "all-sections": TensorDescriptor(0xF3, (2,), buffers=[BufferHandle(3)], quantization=Nf4(0, 64, 1),
-                                     shard=Shard((4,), (2,)), statistics=Statistics(0x3F, nnz=1),
-                                     extension_type=ExtensionType(12), composite_member=CompositeMember(1)),
-}
-
 
 @pytest.mark.parametrize("name", sorted(EDGE_CASES))
 def test_edge_cases_round_trip(name):
@@ -237,13 +79,13 @@ def test_tiled_depth_8_has_8_levels():
     assert decode_descriptor(encode_descriptor(EDGE_CASES["tiled-depth-8"])).layout.depth == 8
 
 
-@SETTINGS
+@DESCRIPTOR_SETTINGS
 @given(descriptors())
 def test_decode_encode_round_trip(desc):
     wire = encode_descriptor(desc)
     assert len(wire) == desc.encoded_length
     assert int.from_bytes(wire[6:10], "little") == len(wire)
-    back, findings = parse_descriptor(wire, mode=_mode(desc))
+    back, findings = parse_descriptor(wire, mode=reader_mode(desc))
     assert back == desc
     assert encode_descriptor(back) == wire
     spans = descriptor_spans(desc)  # contiguous, in wire order, covering every byte
@@ -251,7 +93,7 @@ def test_decode_encode_round_trip(desc):
     assert spans[-1][2] == len(wire)
     order = [part.name for part in D.DESCRIPTOR_PARTS]
     assert [order.index(name) for name, _, _ in spans] == sorted(order.index(name) for name, _, _ in spans)
-    assert [f.rule_id for f in findings] == (["descriptor.layout.extension_unknown"] if _mode(desc) != "strict" else [])
+    assert [f.rule_id for f in findings] == (["descriptor.layout.extension_unknown"] if reader_mode(desc) != "strict" else [])
 
 
 LAYOUT_STRATEGIES = {
@@ -270,11 +112,11 @@ def test_round_trip_per_layout(kind, data):
     """Each structurally richer layout gets its own budget of examples."""
     desc = data.draw(descriptors(layout=LAYOUT_STRATEGIES[kind]))
     wire = encode_descriptor(desc)
-    back = decode_descriptor(wire, mode=_mode(desc))
+    back = decode_descriptor(wire, mode=reader_mode(desc))
     assert back == desc and encode_descriptor(back) == wire
 
 
-@SETTINGS
+@DESCRIPTOR_SETTINGS
 @given(descriptors(), st.data())
 def test_any_mutation_that_decodes_reencodes_identically(desc, data):
     """Flip one byte of a valid descriptor: the decoder raises SpecViolation (and nothing
@@ -292,7 +134,7 @@ def test_any_mutation_that_decodes_reencodes_identically(desc, data):
         assert encode_descriptor(back) == wire
 
 
-@SETTINGS
+@DESCRIPTOR_SETTINGS
 @given(st.binary(min_size=0, max_size=200), st.sampled_from(["strict", "permissive"]))
 def test_arbitrary_bytes_raise_only_spec_violation(raw, mode):
     framed = b"HRRY\x01\x00" + struct.pack("<I", len(raw) + 10) + raw  # past the magic/length checks

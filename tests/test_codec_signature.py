@@ -27,7 +27,8 @@ from hurray_schema.structs._declare import static_offset
 from hurray_schema.structs.descriptor import BUFFER_COUNT, FIXED_HEADER_SIZE
 from hurray_schema.structs.wire import descriptor_spans
 
-from test_codec_roundtrip import SETTINGS, U8, _mode, descriptors
+from support.rule_cases import DESCRIPTOR_CASES
+from support.strategies import DESCRIPTOR_SETTINGS, U8, descriptors, reader_mode
 
 
 def _general(data, mode: str):
@@ -58,10 +59,10 @@ def _same_repr(a, b) -> bool:
     return a == b and repr(a) == repr(b)
 
 
-@SETTINGS
+@DESCRIPTOR_SETTINGS
 @given(descriptors(), st.data())
 def test_compiled_decoder_agrees_with_the_general_decoder(desc, data):
-    mode = _mode(desc)
+    mode = reader_mode(desc)
     wire = encode_descriptor(desc)
     _warm(wire, mode)
     compiled = signature.lookup(wire[:FIXED_HEADER_SIZE])
@@ -225,7 +226,7 @@ def _encode_outcome(fn, desc):
         return ("error", type(exc))
 
 
-@SETTINGS
+@DESCRIPTOR_SETTINGS
 @given(descriptors())
 def test_compiled_encoder_gives_the_general_encoders_bytes(desc):
     want = encode_descriptor_bytes(desc)
@@ -236,7 +237,7 @@ def test_compiled_encoder_gives_the_general_encoders_bytes(desc):
         assert compiled(desc) == want
 
 
-@SETTINGS
+@DESCRIPTOR_SETTINGS
 @given(st.lists(descriptors(), min_size=2, max_size=6))
 def test_encoders_of_one_layout_class_tell_each_others_descriptors_apart(descs):
     """Encoders are tried by layout class, each refusing a descriptor of another key: a run
@@ -352,7 +353,7 @@ def _decoded(data, mode: str):
     return ("ok", desc, repr(desc))
 
 
-@SETTINGS
+@DESCRIPTOR_SETTINGS
 @given(descriptors(), st.data())
 def test_the_value_tables_change_no_outcome(desc, data):
     """A descriptor decoded again and again (compiled header, by-value table, passed-rules
@@ -425,9 +426,7 @@ def test_long_descriptors_are_not_remembered_by_value():
 
 
 def _rule_cases():
-    from test_rules_descriptor import CASES
-
-    return CASES
+    return DESCRIPTOR_CASES
 
 
 def _checked_agrees(wire: bytes) -> None:
@@ -497,7 +496,7 @@ def test_a_checked_decoder_refuses_what_a_rule_refuses():
     assert _decoded(small, "strict")[2] == "layout.dense.buffer_size"
 
 
-@SETTINGS
+@DESCRIPTOR_SETTINGS
 @given(descriptors(), st.data())
 def test_checked_decoders_agree_on_generated_descriptors(desc, data):
     """Generated descriptors (most break some rule) and one-byte changes of them, under a

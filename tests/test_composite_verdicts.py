@@ -33,9 +33,10 @@ from hurray_schema.io import Composite, Tensor, read_file, read_stream, write_fi
 from hurray_schema.io.tensor import walk
 from hurray_schema.limits import MAX_COMPOSITE_DEPTH
 from hurray_schema.model import (
-    CombineOp, CompositeLayout, CompositeMember, CompositionRule, ElementType, MemberRole, Shard, TensorDescriptor,
+    CombineOp, CompositeMember, CompositionRule, ElementType, MemberRole, Shard, TensorDescriptor,
 )
 from hurray_schema.rules.composite import CompositeValidator, validate_preorder
+from support.descriptors import head
 
 F32, F16 = ElementType.FLOAT32, ElementType.FLOAT16
 PARTITION, OVERLAY = CompositionRule.PARTITION, CompositionRule.OVERLAY
@@ -61,10 +62,6 @@ def member(size: int, offset: int = 0, parent: int = 4, *, type_tag=F32, role: O
     if role is None:
         return tensor
     return Tensor(attrs.evolve(tensor.descriptor, composite_member=CompositeMember(role)), tensor.buffers)
-
-
-def head(rule, count: int, shape=(4,), op=CombineOp.NONE, shard: Optional[Shard] = None) -> TensorDescriptor:
-    return TensorDescriptor(F32, tuple(shape), CompositeLayout(rule, count, op), shard=shard)
 
 
 def composite(head_desc: TensorDescriptor, members: list) -> Composite:
@@ -107,31 +104,31 @@ def _member_role(desc):
 
 
 FAULTS = {
-    "torn": Fault("composite.torn", lambda: composite(head(PARTITION, 3), [member(2), member(2, 2)]), 0),
+    "torn": Fault("composite.torn", lambda: composite(head(PARTITION, 3, (4,)), [member(2), member(2, 2)]), 0),
     "nesting 9 deep": Fault("composite.nesting.depth", lambda: nested(MAX_COMPOSITE_DEPTH + 1), MAX_COMPOSITE_DEPTH),
-    "gap": Fault("composite.close.partition_gap", lambda: Composite(head(PARTITION, 1), [member(2)]), 0),
+    "gap": Fault("composite.close.partition_gap", lambda: Composite(head(PARTITION, 1, (4,)), [member(2)]), 0),
     "overlap": Fault("composite.close.partition_overlap",
-                     lambda: Composite(head(PARTITION, 2), [member(3), member(2, 2)]), 0),
+                     lambda: Composite(head(PARTITION, 2, (4,)), [member(3), member(2, 2)]), 0),
     # a member box past the head is the member's shard past its parent_shape (= the head's shape): one rule
     "member out of bounds": Fault("metadata.shard.bounds",
-                                  lambda: Composite(head(PARTITION, 2), [member(2), member(4, 2)]), 2, _shard_offset),
+                                  lambda: Composite(head(PARTITION, 2, (4,)), [member(2), member(4, 2)]), 2, _shard_offset),
     "wrong parent shape": Fault("composite.member.parent_shape",
-                                lambda: Composite(head(PARTITION, 2), [member(2), member(2, 2, parent=6)]), 2,
+                                lambda: Composite(head(PARTITION, 2, (4,)), [member(2), member(2, 2, parent=6)]), 2,
                                 _parent_shape),
     "overlay base not first": Fault(
         "composite.member.overlay_base_first",
-        lambda: Composite(head(OVERLAY, 2, op=CombineOp.ADD),
+        lambda: Composite(head(OVERLAY, 2, (4,), op=CombineOp.ADD),
                           [member(4, role=MemberRole.CORRECTION), member(1, 1, role=MemberRole.CORRECTION)]),
         1, _member_role),
     "wrong member type": Fault("composite.member.decoded_type",
-                               lambda: Composite(head(PARTITION, 2), [member(2), member(2, 2, type_tag=F16)]), 2),
+                               lambda: Composite(head(PARTITION, 2, (4,)), [member(2), member(2, 2, type_tag=F16)]), 2),
     "member section on a partition member": Fault(
         "composite.member.no_member_section",
-        lambda: Composite(head(PARTITION, 2), [member(2, role=MemberRole.BASE), member(2, 2)]), 1),
+        lambda: Composite(head(PARTITION, 2, (4,)), [member(2, role=MemberRole.BASE), member(2, 2)]), 1),
     "zero-member overlay": Fault("composite.close.overlay_empty",
-                                 lambda: Composite(head(OVERLAY, 0, op=CombineOp.REPLACE), []), 0),
+                                 lambda: Composite(head(OVERLAY, 0, (4,), op=CombineOp.REPLACE), []), 0),
     # no member covers the head's four indices (spec-map.md § Interpretations: zero-member heads)
-    "zero-member partition": Fault("composite.close.partition_gap", lambda: Composite(head(PARTITION, 0), []), 0),
+    "zero-member partition": Fault("composite.close.partition_gap", lambda: Composite(head(PARTITION, 0, (4,)), []), 0),
 }
 
 
@@ -249,9 +246,9 @@ def test_one_rule_one_offset(name, tmp_path):
 def test_the_clean_counterparts_pass(tmp_path):
     """The same shapes without the fault: every entry point accepts them."""
     clean = [
-        Composite(head(PARTITION, 2), [member(2), member(2, 2)]),
+        Composite(head(PARTITION, 2, (4,)), [member(2), member(2, 2)]),
         nested(MAX_COMPOSITE_DEPTH),
-        Composite(head(OVERLAY, 2, op=CombineOp.ADD),
+        Composite(head(OVERLAY, 2, (4,), op=CombineOp.ADD),
                   [member(4, role=MemberRole.BASE), member(1, 1, role=MemberRole.CORRECTION)]),
         Composite(head(PARTITION, 0, (0,)), []),  # an empty head: no index to cover
     ]
@@ -376,7 +373,7 @@ def test_the_verdict_is_kept_and_readers_mark_what_they_bound(monkeypatch):
         return validate_preorder(descs, **options)
 
     monkeypatch.setattr(tensor_module, "validate_preorder", counting)
-    item = Composite(head(PARTITION, 2), [member(2), member(2, 2)])
+    item = Composite(head(PARTITION, 2, (4,)), [member(2), member(2, 2)])
     assert item.materialize().tolist() == [1.0, 2.0, 1.0, 2.0]
     assert item.lookup((3,)) == 2.0 and item.read([(1, 3)]).tolist() == [2.0, 1.0]
     assert len(runs) == 1  # validated once, on first evaluation

@@ -32,7 +32,7 @@ from fuzz.mutate import hot_regions, mutate, refresh_index_crc
 from hurray_schema.model import (
     DYNAMIC_DIMENSION, NO_BUFFER_INDEX, BlockPagedLayout, BufferHandle, CompositeLayout, CooLayout, CscLayout,
     CsfLayout, CsrLayout, ElementType, ExtensionLayout, ExtensionType, Mxfp, PerBlockAffine,
-    PerChannelAffine, QuantFlag, Shard, Statistics, StatisticsMask, TensorDescriptor,
+    PerChannelAffine, QuantFlag, Statistics, StatisticsMask, TensorDescriptor,
 )
 from hurray_schema.structs._declare import plan, static_offset
 from hurray_schema.structs.descriptor import FIXED_HEADER
@@ -40,6 +40,7 @@ from hurray_schema.structs.file import (
     FILE_HEADER, INDEX_COUNT, INDEX_ENTRY_FIELDS, INDEX_NAME_LENGTH, KV_COUNT, TRAILER, TRAILER_SIZE, FileFlag,
 )
 from hurray_schema.structs.tags import PRIVATE_TAG_FIRST, PRIVATE_TAG_LAST
+from support.descriptors import dense, head, member
 from support.sizes import size
 
 pytestmark = pytest.mark.skipif(not reference.available(), reason="pyhurray is not installed")
@@ -380,24 +381,13 @@ def _patch(data: bytes, at: int, value: bytes) -> bytes:
     return bytes(data[:at]) + value + bytes(data[at + len(value):])
 
 
-def _dense(**kw) -> TensorDescriptor:
-    kw.setdefault("buffers", (BufferHandle(48),))
-    return TensorDescriptor(F32, (3, 4), **kw)
-
-
 def _newer_minor(data: bytes) -> bytes:
     return _patch(data, _MINOR, b"\x01")
 
 
-def _head(rule: int, n: int, shape=(8, 8)) -> bytes:
-    return _enc(TensorDescriptor(F32, shape, CompositeLayout(rule, n)))
-
-
 def _shard_tensor(shape, parent, offset) -> bytes:
-    n = 4
-    for s in shape:
-        n *= s
-    return _enc(TensorDescriptor(F32, shape, buffers=(BufferHandle(n),), shard=Shard(parent, offset))) + bytes(n)
+    desc = member(shape, offset, parent)
+    return _enc(desc) + bytes(desc.buffers[0].byte_size)
 
 
 def _file(tmp_path: Path, kv=None, sorted_index=False, names=("a", "b")) -> bytearray:
@@ -486,7 +476,7 @@ def _huge_member_count(tmp_path: Path) -> bytes:
 
 def _group_chain(levels: int) -> bytes:
     """A bare stream of ``levels`` nested one-member group heads around one float32 [4] tensor."""
-    heads = b"".join(_head(0x03, 1, (4,)) for _ in range(levels))
+    heads = b"".join(_enc(head(0x03, 1, (4,))) for _ in range(levels))
     return heads + _enc(TensorDescriptor(F32, (4,), buffers=(BufferHandle(16),))) + bytes(16)
 
 
@@ -529,7 +519,7 @@ def _unpadded_last_block() -> bytes:
 
 def _private_memory_class() -> bytes:
     """A private memory class on a private device (buffer-protocol.md § Memory Class Values)."""
-    return _enc(_dense(buffers=(BufferHandle(48, device_tag=PRIVATE_TAG_FIRST, memory_class=PRIVATE_TAG_LAST),)))
+    return _enc(dense((3, 4), buffers=(BufferHandle(48, device_tag=PRIVATE_TAG_FIRST, memory_class=PRIVATE_TAG_LAST),)))
 
 
 def _unknown_extension_layout() -> bytes:
@@ -539,13 +529,13 @@ def _unknown_extension_layout() -> bytes:
 
 
 def _with_statistics(**fields) -> bytes:
-    return _enc(_dense(statistics=Statistics(**fields)))
+    return _enc(dense((3, 4), statistics=Statistics(**fields)))
 
 
 # (id, kind, build(tmp_path) -> bytes, our expected rule or None for "accepts", mode,
 #  pyhurray expectation: None accepts / regex of its error / ABORT)
 CASES = [
-    ("DIV-BUFSIZE", "descriptor", lambda _: _enc(_dense(buffers=(BufferHandle(47),))), "layout.dense.buffer_size",
+    ("DIV-BUFSIZE", "descriptor", lambda _: _enc(dense((3, 4), buffers=(BufferHandle(47),))), "layout.dense.buffer_size",
      "strict", None),
     ("DIV-LAYOUT", "descriptor",
      lambda _: _enc(TensorDescriptor(F32, (3, 3), CsrLayout(3), (BufferHandle(12), BufferHandle(24), BufferHandle(32)),
@@ -579,13 +569,13 @@ CASES = [
     ("DIV-STATS", "descriptor",
      lambda _: _enc(_csr(statistics=Statistics(computed_mask=int(StatisticsMask.NNZ_VALID), nnz=5))),
      "layout.sparse.statistics_nnz", "strict", None),
-    ("DIV-MINOR", "descriptor", lambda _: _newer_minor(_enc(_dense())), "descriptor.version_minor", "strict", None),
-    ("DIV-MINOR", "descriptor", lambda _: _newer_minor(_enc(_dense())), None, "permissive", None),
+    ("DIV-MINOR", "descriptor", lambda _: _newer_minor(_enc(dense((3, 4)))), "descriptor.version_minor", "strict", None),
+    ("DIV-MINOR", "descriptor", lambda _: _newer_minor(_enc(dense((3, 4)))), None, "permissive", None),
     ("DIV-MINOR-TRUNC", "descriptor",
-     lambda _: _patch(_newer_minor(_enc(_dense())), _LENGTH, struct.pack("<I", len(_enc(_dense())) + 8)),
+     lambda _: _patch(_newer_minor(_enc(dense((3, 4)))), _LENGTH, struct.pack("<I", len(_enc(dense((3, 4)))) + 8)),
      "descriptor.truncated", "permissive", None),
     ("DIV-TRUNC", "descriptor",
-     lambda _: _patch(_enc(_dense()), _LENGTH, struct.pack("<I", len(_enc(_dense())) + 8)),
+     lambda _: _patch(_enc(dense((3, 4))), _LENGTH, struct.pack("<I", len(_enc(dense((3, 4)))) + 8)),
      "descriptor.truncated", "strict", r"descriptor_length mismatch"),
     ("DIV-AXIS-DYNAMIC", "descriptor",
      lambda _: _enc(TensorDescriptor(0x10, (DYNAMIC_DIMENSION, 64), buffers=(BufferHandle(64), BufferHandle(4)),
@@ -609,13 +599,13 @@ CASES = [
                                      (BufferHandle(384), BufferHandle(12), BufferHandle(12)))),
      None, "strict", r"block-paged: unknown kv_role"),
     ("DIV-NEWFLAGS", "descriptor",
-     lambda _: _patch(_newer_minor(_enc(_dense())), _FLAGS, struct.pack("<I", 1 << 5)), None, "permissive",
+     lambda _: _patch(_newer_minor(_enc(dense((3, 4)))), _FLAGS, struct.pack("<I", 1 << 5)), None, "permissive",
      r"reserved flag bits set"),
     ("DIV-STREAM-ABORT", "stream_default",
      lambda _: _enc(TensorDescriptor(0x11, (2**48,), buffers=(BufferHandle(2**48),))) + bytes(64),
      "stream.truncated", "strict", ABORT),
     ("DIV-STREAM-ABORT", "stream_default",
-     lambda _: _head(0x03, 10**9, (4,)) + _enc(TensorDescriptor(F32, (4,), buffers=(BufferHandle(16),))) + bytes(16),
+     lambda _: _enc(head(0x03, 10**9, (4,))) + _enc(TensorDescriptor(F32, (4,), buffers=(BufferHandle(16),))) + bytes(16),
      "limit:max_composite_members", "strict", ABORT),
     ("DIV-NESTING", "stream", lambda _: _group_chain(9), "composite.nesting.depth", "strict", None),
     ("DIV-NESTING", "stream", lambda _: _group_chain(64), "composite.nesting.depth", "strict", None),
@@ -714,7 +704,7 @@ def test_known_rule_ids_exist():
 def test_sync_mode_is_not_a_divergence(device_tag, sync_mode, ours_rule, ref):
     """pyhurray rejects sync_mode 1 and 2 only on CPU buffers -- as the spec does
     (buffer-protocol.md § Producer Requirement); on device buffers both sides accept them."""
-    data = _enc(_dense(buffers=(BufferHandle(48, device_tag=device_tag, sync_mode=sync_mode),)))
+    data = _enc(dense((3, 4), buffers=(BufferHandle(48, device_tag=device_tag, sync_mode=sync_mode),)))
     ours = _ours(hs.decode_descriptor, data)
     theirs = ref.descriptor(data)
     assert (None if ours is None else _our_rule(ours)) == ours_rule
@@ -728,7 +718,7 @@ def test_sync_mode_is_not_a_divergence(device_tag, sync_mode, ours_rule, ref):
 ])
 def test_composite_validation_agrees(members, pattern, ref):
     """Partition coverage in a bare stream: both sides reject (or accept) the same composites."""
-    data = _head(0x01, 2) + b"".join(_shard_tensor(shape, (8, 8), offset) for shape, offset in members)
+    data = _enc(head(0x01, 2)) + b"".join(_shard_tensor(shape, (8, 8), offset) for shape, offset in members)
     ours = _ours(targets.run_read_stream, data, "strict", "bare")
     theirs = ref.stream(data)
     if pattern is None:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from support.evaluate_reference import dense_tensor, handles
+from support.evaluate_reference import dense_tensor, described, handles
 from hurray_schema.errors import HurraySchemaError
 from hurray_schema.evaluate import tensor_to_numpy
 from hurray_schema.evaluate.dense import hilbert_coords, hilbert_index
@@ -30,8 +30,7 @@ def place(values: np.ndarray, offset_of, size: int, byte_offset_elems: int = 0, 
 
 
 def tensor(tag, shape, layout, buf: np.ndarray, byte_offset=0):
-    b = np.frombuffer(buf.tobytes(), np.uint8)
-    return TensorDescriptor(tag, shape, layout, handles([b]), byte_offset=byte_offset), [memoryview(b)]
+    return described(tag, shape, [buf], layout, byte_offset=byte_offset)
 
 
 @pytest.mark.parametrize("layout", ["row", "col", "strided_rev"])

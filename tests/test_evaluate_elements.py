@@ -9,11 +9,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from support.evaluate_reference import handles
+from support.evaluate_reference import described
 from hurray_schema.evaluate import UnsupportedEvaluation, tensor_to_numpy
 from hurray_schema.evaluate import elements as el
 from hurray_schema.model import ElementType as E
-from hurray_schema.model import RowMajorLayout, TensorDescriptor
 
 ALL16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
 
@@ -107,8 +106,7 @@ def test_float4_value_map():
 
 
 def raw(tag, shape, data: bytes):
-    buf = np.frombuffer(bytes(data), np.uint8)
-    return TensorDescriptor(tag, shape, RowMajorLayout(), handles([buf])), [memoryview(buf)]
+    return described(tag, shape, [bytes(data)])
 
 
 def test_uint4_example():

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from support.evaluate_reference import block_affine_int4_tensor, handles, pack_int4
+from support.evaluate_reference import block_affine_int4_tensor, described, pack_int4
 from hurray_schema.errors import HurraySchemaError
 from hurray_schema.evaluate import tensor_to_numpy
 from hurray_schema.evaluate.elements import numpy_dtype
@@ -24,9 +24,7 @@ TARGETS = [(E.FLOAT32, np.float32), (E.FLOAT16, np.float16), (E.BFLOAT16, ml_dty
 
 
 def make(tag, shape, q, arrays, layout=None):
-    bufs = [np.frombuffer(np.ascontiguousarray(a).tobytes(), np.uint8) for a in arrays]
-    d = TensorDescriptor(tag, shape, layout or RowMajorLayout(), handles(bufs), quantization=q)
-    return d, [memoryview(b) for b in bufs]
+    return described(tag, shape, arrays, layout, quantization=q)
 
 
 def finish(x32, dtype):

@@ -34,7 +34,9 @@ from hurray_schema.structs._declare import field, fields
 from hurray_schema.structs.walker import part_named
 from hurray_schema.conformance import build_corpus
 from support.sizes import size
-from test_codec_roundtrip import EDGE_CASES, EXTENSION_TYPES, QUANTIZATIONS, STATISTICS, U64, descriptors, layouts
+from support.descriptors import EDGE_CASES
+from support.sessions import EXTENSION_METADATA, session_stream
+from support.strategies import EXTENSION_TYPES, QUANTIZATIONS, STATISTICS, U64, descriptors, layouts
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "docs" / "ksy"
@@ -347,18 +349,10 @@ def test_every_stream_attribute_has_doc_and_doc_ref():
             assert attribute.get("doc") and attribute.get("doc-ref"), (name, attribute["id"])
 
 
-def _session_stream() -> bytes:
-    from test_cli_hexview import session_stream
-
-    return session_stream()
-
-
 def test_a_recorded_session_parses_field_by_field():
     """The compiled Python parser reads each session message as its table says (values typed
     from the encoders' inputs in ``session_stream`` and the spec's tables)."""
-    from test_cli_hexview import EXTENSION_METADATA
-
-    parsed = kaitai.parse("messages", _session_stream())
+    parsed = kaitai.parse("messages", session_stream())
     messages = parsed.messages
     assert [int(msg.message_type) for msg in messages] == [0x01, 0x03, 0x09, 0x0A, 0x0B, 0x09, 0x02, 0x08]
     assert [msg.stream_id for msg in messages] == [1, 3, 3, 5, 5, 7, 1, 9]
@@ -392,4 +386,4 @@ def test_a_recorded_session_agrees_with_inspect_field_by_field():
     """Kaitai's positions and values against the annotated walk ``inspect`` prints."""
     kaitai.python_parsers()
     header_fields = 3 * 8  # eight messages
-    assert kaitai.compare(_session_stream(), "messages") > 2 * header_fields
+    assert kaitai.compare(session_stream(), "messages") > 2 * header_fields

@@ -31,6 +31,7 @@ from hurray_schema.structs.file import (
     INDEX_COUNT, KV_COUNT, KV_KEY_LENGTH, KV_VALUE_TAG, TRAILER, TRAILER_SIZE,
 )
 from hurray_schema.structs.wire import descriptor_spans
+from support.descriptors import dense, head
 
 F32 = 0x03
 GROUP = 0x03
@@ -152,12 +153,6 @@ def test_tiled_depth_is_the_configured_limit():
 # Crafted descriptors
 # ---------------------------------------------------------------------------------------
 
-def _dense(shape=(3, 4)) -> TensorDescriptor:
-    n = 1
-    for s in shape:
-        n *= s
-    return TensorDescriptor(F32, tuple(shape), buffers=(BufferHandle(4 * n),))
-
 
 def _patch(data: bytes, at: int, value: bytes) -> bytes:
     return data[:at] + value + data[at + len(value):]
@@ -165,13 +160,13 @@ def _patch(data: bytes, at: int, value: bytes) -> bytes:
 
 def crafted_rank() -> bytes:
     """A fixed header announcing rank 2**32 - 1 (and nothing after it)."""
-    data = hs.encode_descriptor(_dense(()))
+    data = hs.encode_descriptor(dense(()))
     return _patch(data, static_offset(FIXED_HEADER, "rank"), struct.pack("<I", 2**32 - 1))
 
 
 def crafted_buffer_count() -> bytes:
     """A 61-byte descriptor whose buffer_count says 255 (4080 bytes of handles)."""
-    desc = _dense()
+    desc = dense((3, 4))
     at = dict((n, a) for n, a, _ in descriptor_spans(desc))["buffer_table"]
     return _patch(hs.encode_descriptor(desc), at, plan(BUFFER_COUNT).pack(buffer_count=255))
 
@@ -229,7 +224,7 @@ def test_a_huge_buffer_in_a_short_stream_file_is_not_read_into_memory(tmp_path):
 
 
 def _head(members: int) -> bytes:
-    return hs.encode_descriptor(TensorDescriptor(F32, (4,), CompositeLayout(GROUP, members)))
+    return hs.encode_descriptor(head(GROUP, members, (4,)))
 
 
 def _leaf() -> tuple[bytes, bytes]:

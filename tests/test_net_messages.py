@@ -12,8 +12,8 @@ from hurray_schema.errors import SpecViolation
 from hurray_schema.net import messages as m
 from hurray_schema.structs import session as S
 from support.peers import spec_wire as w
+from support.strategies import U8, U32, U64
 
-U8, U16, U32, U64 = (st.integers(0, 2**b - 1) for b in (8, 16, 32, 64))
 TAGS = st.one_of(st.integers(0, 0xEF), st.integers(0xFF, 0xFF))
 EXT = st.tuples(st.integers(0xF0, 0xFE), st.binary(max_size=40))
 ENTRIES = st.lists(st.one_of(TAGS.map(lambda t: (t, None)), EXT), max_size=6)

@@ -32,15 +32,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hurray_schema as hs
+from support.descriptors import MEMBER_KINDS, column_major, member_builder
 from support.evaluate_reference import dense_tensor
 from support.reference_decode import code_values, reference_array
+from support.strategies import (SMALL_SHAPES, boxes, overlay_composites, quantized_tensors, sparse_tensors,
+                                stepped_boxes)
 from hurray_schema.errors import HurraySchemaError, LimitExceeded
 from hurray_schema.evaluate import basic_index, materialize, read_box, read_index, tensor_to_numpy
 from hurray_schema.evaluate import tensor as tensor_module
 from hurray_schema.limits import Limits
-from hurray_schema.structs.quantization import BLOCK_SIZE_BOUNDS
-from hurray_schema.model import (ColumnMajorLayout, ElementType, MortonLayout, QuantScheme, StridedLayout, TensorDescriptor,
-                                 TiledLayout)
+from hurray_schema.model import ElementType, MortonLayout, StridedLayout, TensorDescriptor, TiledLayout
 
 E = ElementType
 QUIET = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -49,36 +50,6 @@ QUIET = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, Hea
 # ------------------------------------------------------------------------------------
 # Helpers
 # ------------------------------------------------------------------------------------
-
-
-@st.composite
-def boxes(draw, shape):
-    """A box [lo, hi) of ``shape``: often empty or touching an edge."""
-    lo, hi = [], []
-    for n in shape:
-        kind = draw(st.sampled_from(["any", "any", "edge_lo", "edge_hi", "empty", "whole"]))
-        if kind == "whole":
-            a, b = 0, n
-        elif kind == "empty":
-            a = draw(st.integers(0, n))
-            b = a
-        else:
-            a = 0 if kind == "edge_lo" else draw(st.integers(0, n))
-            b = n if kind == "edge_hi" else draw(st.integers(a, n))
-        lo.append(a)
-        hi.append(b)
-    return tuple(lo), tuple(hi)
-
-
-@st.composite
-def stepped_boxes(draw, shape):
-    """(lo, hi, steps) of ``shape``: a box of :func:`boxes` and, most often, steps (positive, one per
-    dimension; 1, small, or beyond the axis); ``None`` (a unit-step read) otherwise."""
-    lo, hi = draw(boxes(shape))
-    if draw(st.integers(0, 3)) == 0:
-        return lo, hi, None
-    steps = tuple(draw(st.one_of(st.just(1), st.integers(2, 4), st.integers(max(n, 1), n + 5))) for n in shape)
-    return lo, hi, steps
 
 
 def assert_stepped_box_of(whole: np.ndarray, got: np.ndarray, lo, hi, steps) -> None:
@@ -120,18 +91,6 @@ def check_composite(c, lo, hi, steps=None) -> None:
     check_box(reference_array(c), c, lo, hi, steps)
 
 
-def column_major(t):
-    """The tensor whose column-major storage is ``t``'s row-major storage: ``t``'s array transposed
-    (a quantization axis ``k`` of ``t`` becomes axis ``rank - 1 - k``)."""
-    desc = t.descriptor
-    rank = len(desc.shape)
-    q = desc.quantization
-    if q is not None and hasattr(q, "axis"):
-        q = attrs.evolve(q, axis=rank - 1 - q.axis)
-    return hs.Tensor(attrs.evolve(desc, shape=tuple(reversed(desc.shape)), layout=ColumnMajorLayout(),
-                                  quantization=q), t.buffers)
-
-
 def pack_codes(codes: np.ndarray, bits: int) -> bytes:
     """Sub-byte codes packed LSB-first in C order (``element-types.md § Sub-Byte Types``)."""
     flat = np.asarray(codes, np.uint8).reshape(-1) & ((1 << bits) - 1)
@@ -140,9 +99,6 @@ def pack_codes(codes: np.ndarray, bits: int) -> bytes:
     padded[:flat.size] = flat
     groups = padded.reshape(-1, per).astype(np.uint16)
     return (groups << (np.arange(per) * bits)).sum(axis=1).astype(np.uint8).tobytes()
-
-
-shapes = st.lists(st.integers(1, 9), min_size=1, max_size=3).map(tuple)
 
 
 # ------------------------------------------------------------------------------------
@@ -155,7 +111,7 @@ SUB_BYTE = {E.INT4: 4, E.UINT4: 4, E.INT2: 2, E.UINT2: 2, E.FLOAT4_E2M1: 4, E.FL
 
 
 @settings(QUIET, max_examples=120)
-@given(data=st.data(), shape=shapes, tag=st.sampled_from(sorted(WHOLE_BYTE)),
+@given(data=st.data(), shape=SMALL_SHAPES, tag=st.sampled_from(sorted(WHOLE_BYTE)),
        layout=st.sampled_from(["row", "col", "strided_rev", "strided_bcast"]))
 def test_whole_byte_affine_boxes(data, shape, tag, layout):
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
@@ -167,7 +123,7 @@ def test_whole_byte_affine_boxes(data, shape, tag, layout):
 
 
 @settings(QUIET, max_examples=120)
-@given(data=st.data(), shape=shapes, tag=st.sampled_from(sorted(SUB_BYTE) + [E.BOOL]), col=st.booleans())
+@given(data=st.data(), shape=SMALL_SHAPES, tag=st.sampled_from(sorted(SUB_BYTE) + [E.BOOL]), col=st.booleans())
 def test_code_type_boxes(data, shape, tag, col):
     """Sub-byte and narrow-float codes: a box starting inside a byte included (odd shapes)."""
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
@@ -229,42 +185,8 @@ def test_rank0_tensor():
 # ------------------------------------------------------------------------------------
 
 
-@st.composite
-def quantized(draw):
-    """(tensor, shape): a quantized tensor of every scheme, row- or column-major, odd shapes included."""
-    scheme = draw(st.sampled_from(["per_tensor", "per_channel", "per_block", "nf4", "mxfp"]))
-    shape = list(draw(shapes))
-    axis = draw(st.integers(0, len(shape) - 1))
-    kwargs = {"axis": axis}
-    if scheme == "per_tensor":
-        kwargs["storage"] = draw(st.sampled_from(["int8", "int4", "uint8", "int2"]))
-    elif scheme == "per_channel":
-        kwargs["storage"] = draw(st.sampled_from(["int8", "int4", "uint4"]))
-    elif scheme == "per_block":
-        kwargs["storage"] = draw(st.sampled_from(["int4", "int8", "uint4", "int2"]))
-        kwargs["block_size"] = draw(st.sampled_from([2, 4, 16]))
-        shape[axis] = max(shape[axis], kwargs["block_size"])  # per-block-affine.md: block_size <= shape[axis]
-        kwargs["scale_type"] = draw(st.sampled_from(["float16", "bfloat16", "float32"]))
-    elif scheme == "nf4":
-        block = BLOCK_SIZE_BOUNDS[QuantScheme.NF4][0]  # nf4.md § Validity Constraints: the smallest block
-        kwargs["block_size"] = block
-        shape[axis] = max(shape[axis], block)
-    else:
-        smallest = BLOCK_SIZE_BOUNDS[QuantScheme.MXFP][0]  # mxfp.md § Validity Constraints
-        block = draw(st.sampled_from([smallest, 2 * smallest]))
-        kwargs["block_size"] = block
-        kwargs["storage"] = draw(st.sampled_from(["float8_e4m3", "int4", "float4_e2m1"]))
-        shape[axis] = block * draw(st.integers(1, 3))
-    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
-    values = (rng.standard_normal(shape) * 3).astype(np.float32)
-    t = hs.quantize(values, scheme, **kwargs)
-    if draw(st.booleans()):
-        t = column_major(t)
-    return t, tuple(t.descriptor.shape)
-
-
 @settings(QUIET, max_examples=200)
-@given(data=st.data(), item=quantized(), vector=st.booleans())
+@given(data=st.data(), item=quantized_tensors(), vector=st.booleans())
 def test_quantized_boxes(data, item, vector):
     t, shape = item
     saved = tensor_module.INT4_VECTOR
@@ -288,31 +210,8 @@ def test_per_block_box_decodes_whole_blocks_with_the_row_kernel():
 # ------------------------------------------------------------------------------------
 
 
-@st.composite
-def sparse(draw):
-    """(tensor, the dense array its entries were taken from): COO (sorted or not), CSR or CSC."""
-    kind = draw(st.sampled_from(["coo_sorted", "coo_unsorted", "csr", "csc"]))
-    shape = draw(shapes) if kind.startswith("coo") else draw(st.lists(st.integers(1, 9), min_size=2,
-                                                                      max_size=2).map(tuple))
-    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
-    dense = rng.standard_normal(shape).astype(draw(st.sampled_from([np.float32, np.float16, np.int32])))
-    dense[rng.random(shape) < 0.6] = 0
-    coords = np.argwhere(dense != 0)
-    if kind == "coo_unsorted":
-        coords = coords[rng.permutation(len(coords))]
-    if kind.startswith("coo"):
-        return hs.sparse_coo(coords, dense[tuple(coords.T)], shape, sort=kind == "coo_sorted"), dense
-    major = 0 if kind == "csr" else 1
-    counts = np.bincount(coords[:, major], minlength=shape[major]) if len(coords) else np.zeros(shape[major], int)
-    order = np.lexsort((coords[:, 1 - major], coords[:, major]))
-    coords = coords[order]
-    indptr = np.concatenate([[0], np.cumsum(counts)])
-    build = hs.sparse_csr if major == 0 else hs.sparse_csc
-    return build(dense[tuple(coords.T)], coords[:, 1 - major], indptr, shape), dense
-
-
 @settings(QUIET, max_examples=150)
-@given(data=st.data(), item=sparse())
+@given(data=st.data(), item=sparse_tensors())
 def test_sparse_boxes(data, item):
     t, dense = item
     check_box(dense, t, *data.draw(stepped_boxes(dense.shape)))
@@ -363,33 +262,6 @@ def test_a_sorted_coo_box_checks_the_order_of_the_box_rows_only():
 # Composites
 # ------------------------------------------------------------------------------------
 
-MEMBER_KINDS = ["dense", "col", "quant", "coo", "csr", "nested"]
-
-
-def member_builder(kind: str):
-    def build(sub):
-        block = BLOCK_SIZE_BOUNDS[QuantScheme.PER_BLOCK_AFFINE][0]
-        if kind == "quant" and sub.dtype != np.float32 and sub.shape[-1] >= block:  # block_size <= shape[axis]
-            return hs.quantize(sub, "per_block", block_size=block, scale_type=sub.dtype.name)
-        if kind == "quant" and sub.dtype == np.float32:
-            return hs.quantize(sub, "per_tensor")
-        if kind == "quant":  # too narrow for a block: a dense member of the head's type
-            return hs.Tensor.from_numpy(sub)
-        if kind == "col":
-            return column_major(hs.Tensor.from_numpy(np.ascontiguousarray(sub.T)))
-        if kind in ("coo", "csr") and sub.ndim == 2:
-            thin = np.where(np.abs(sub.astype(np.float32)) > 0.7, sub, 0).astype(sub.dtype)
-            coords = np.argwhere(thin != 0)
-            if kind == "coo":
-                return hs.sparse_coo(coords, thin[tuple(coords.T)], sub.shape)
-            indptr = np.concatenate([[0], np.cumsum(np.bincount(coords[:, 0], minlength=sub.shape[0]))])
-            return hs.sparse_csr(thin[tuple(coords.T)], coords[:, 1], indptr, sub.shape)
-        if kind == "nested" and min(sub.shape) > 1:
-            return hs.partition(sub, grid=(2,) + (1,) * (sub.ndim - 1), member=member_builder("quant"))
-        return hs.Tensor.from_numpy(np.ascontiguousarray(sub))
-    return build
-
-
 @settings(QUIET, max_examples=80)
 @given(data=st.data(), shape=st.lists(st.integers(2, 10), min_size=2, max_size=2).map(tuple),
        dtype=st.sampled_from([np.float32, np.float16, ml_dtypes.bfloat16]),
@@ -414,26 +286,8 @@ def test_spqr_overlay_boxes(data, rows, cols, dtype, combine, bits):
     check_composite(c, *data.draw(stepped_boxes((rows, cols))))
 
 
-@st.composite
-def overlays(draw):
-    """An overlay of a random [2..9, 2..9] base of float16, bfloat16, float32 or int32 and up to
-    four corrections of every kind (dense, column-major, COO, CSR) at random offsets, replace or add."""
-    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
-    shape = draw(st.lists(st.integers(2, 9), min_size=2, max_size=2).map(tuple))
-    dtype = draw(st.sampled_from([np.float16, ml_dtypes.bfloat16, np.float32, np.int32]))
-    base = (rng.standard_normal(shape) * 100).astype(dtype)
-    corrections = []
-    for _ in range(draw(st.integers(0, 4))):
-        size = tuple(int(rng.integers(1, n + 1)) for n in shape)
-        offset = tuple(int(rng.integers(0, n - s + 1)) for n, s in zip(shape, size))
-        sub = (rng.standard_normal(size) * 3).astype(dtype)
-        kind = draw(st.sampled_from(["dense", "col", "coo", "csr"]))
-        corrections.append((member_builder(kind)(sub), offset))
-    return hs.overlay(base, corrections, draw(st.sampled_from(["replace", "add"])))
-
-
 @settings(QUIET, max_examples=60)
-@given(data=st.data(), c=overlays())
+@given(data=st.data(), c=overlay_composites())
 def test_overlay_boxes_dense_and_sparse_corrections(data, c):
     """Corrections of every kind at random offsets, applied in emission order; float16 / bfloat16
     additions round at every step (``layouts/composite.md § Overlay``)."""
@@ -462,7 +316,7 @@ def test_stepped_reads_skip_members_holding_no_selected_position(data, rule):
     selected positions (even one inside the bounding box): those members, their buffers emptied,
     do not change the result, which is the whole view sliced ``lo:hi:steps``."""
     if rule == "overlay":
-        c = data.draw(overlays())
+        c = data.draw(overlay_composites())
     else:
         rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
         values = (rng.standard_normal(data.draw(st.tuples(st.integers(2, 10), st.integers(2, 10)))) * 2)
@@ -729,12 +583,12 @@ def stepped_indices(draw, shape):
 @st.composite
 def indexed_items(draw):
     """(item, its logical array): a tensor of a whole-byte or code type on an affine layout, a
-    quantized or sparse tensor, a partition of mixed members or an overlay (:func:`overlays`).
+    quantized or sparse tensor, a partition of mixed members or an overlay (:func:`overlay_composites`).
     The array is the one the item was built from, or its reference decoding (:func:`reference_array`)."""
     kind = draw(st.sampled_from(["whole_byte", "code", "quantized", "sparse", "partition", "overlay"]))
     rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
     if kind == "whole_byte":
-        shape = draw(shapes)
+        shape = draw(SMALL_SHAPES)
         tag = draw(st.sampled_from(sorted(WHOLE_BYTE)))
         layout = draw(st.sampled_from(["row", "col", "strided_rev", "strided_bcast"]))
         values = (rng.standard_normal(shape) * 50).astype(WHOLE_BYTE[tag])
@@ -743,23 +597,23 @@ def indexed_items(draw):
         reference = dense_tensor(values, tag, layout)
         return hs.Tensor(reference.descriptor, reference.buffers), values
     elif kind == "code":
-        shape = draw(shapes)
+        shape = draw(SMALL_SHAPES)
         tag = draw(st.sampled_from(sorted(SUB_BYTE)))
         codes = rng.integers(0, 1 << SUB_BYTE[tag], size=shape)
         bits = SUB_BYTE[tag]
         item = hs.Tensor.dense(tag, shape, pack_codes(codes, bits) if bits < 8 else codes.astype(np.uint8).tobytes())
         return item, code_values(codes, tag)
     elif kind == "quantized":
-        item = draw(quantized())[0]
+        item = draw(quantized_tensors())[0]
     elif kind == "sparse":
-        return draw(sparse())
+        return draw(sparse_tensors())
     elif kind == "partition":
         values = (rng.standard_normal(draw(st.tuples(st.integers(2, 9), st.integers(2, 9)))) * 2).astype(np.float16)
         pieces = iter(draw(st.lists(st.sampled_from(MEMBER_KINDS), min_size=4, max_size=4)))
         composite = hs.partition(values, grid=(2, 2), member=lambda sub: member_builder(next(pieces))(sub))
         return composite, reference_array(composite)
     else:
-        composite = draw(overlays())
+        composite = draw(overlay_composites())
         return composite, reference_array(composite)
     return item, reference_array(item)
 

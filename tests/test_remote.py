@@ -1,7 +1,7 @@
 """Files read by URL: nginx over HTTP, moto's S3, and a misbehaving server of ours, all on loopback.
 
 What a URL gives is compared bit for bit with what the same file gives read locally, over the
-region-read strategies of tests/test_region.py (stepped boxes of quantized, sparse, partition and
+region-read strategies of tests/support/strategies.py (stepped boxes of quantized, sparse, partition and
 overlay items).  What was fetched is counted on the server's side: nginx's access log, moto's and
 our server's counters.  Items read from files pickle as their source and compute on a two-process
 cluster from an http:// URL.  A server that cuts a response short, answers 500, ignores ``Range``,
@@ -25,7 +25,9 @@ from hypothesis import strategies as st
 import hurray_schema as hs
 from hurray_schema.errors import (HurraySchemaError, RangeNotSupported, ShortRead, SourceChanged, SourceError,
                                   SourceUnavailable, SpecViolation)
-from test_region import member_builder, overlays, quantized, sparse, stepped_boxes
+from support.cli import out, run
+from support.descriptors import member_builder
+from support.strategies import overlay_composites, quantized_tensors, sparse_tensors, stepped_boxes
 
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")
@@ -75,21 +77,21 @@ def check_box_over_url(nginx, item, lo, hi, steps) -> None:
 
 
 @settings(QUIET, max_examples=15)
-@given(data=st.data(), item=quantized())
+@given(data=st.data(), item=quantized_tensors())
 def test_quantized_boxes_over_http(nginx, data, item):
     t, shape = item
     check_box_over_url(nginx, t, *data.draw(stepped_boxes(shape)))
 
 
 @QUIET
-@given(data=st.data(), item=sparse())
+@given(data=st.data(), item=sparse_tensors())
 def test_sparse_boxes_over_http(nginx, data, item):
     t, dense = item
     check_box_over_url(nginx, t, *data.draw(stepped_boxes(dense.shape)))
 
 
 @QUIET
-@given(data=st.data(), c=overlays())
+@given(data=st.data(), c=overlay_composites())
 def test_overlay_boxes_over_http(nginx, data, c):
     check_box_over_url(nginx, c, *data.draw(stepped_boxes(tuple(c.shape))))
 
@@ -398,8 +400,6 @@ def test_a_missing_url_is_file_not_found(nginx):
 
 def test_the_command_line_takes_urls(nginx, tmp_path):
     import json
-
-    from test_cli import out, run
 
     spqr = hs.spqr(RNG.standard_normal((48, 64)).astype(np.float16), bits=4, block_size=16, outliers=0.03)
     path, url = serve(nginx, {"s": spqr, "w": hs.Tensor.from_numpy(np.arange(12, dtype=np.int32))}, kv={"k": "v"})

@@ -14,30 +14,18 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import hurray_schema as hs
 from hurray_schema.codec import decode_descriptor, encode_descriptor
 from hurray_schema.model import (
-    DYNAMIC_DIMENSION, BufferHandle as B, CombineOp, CompositeLayout, CompositeMember, CompositionRule, CooLayout,
-    ElementType as T, PerBlockAffine, PerTensorAffine, Shard, TensorDescriptor as D,
+    BufferHandle as B, CombineOp, CompositeLayout, CompositeMember, CompositionRule, CooLayout,
+    ElementType as T, PerBlockAffine, Shard, TensorDescriptor as D,
 )
 from hurray_schema.rules.composite import CompositeValidator, decoded_type, partition_check, validate_preorder
 from hurray_schema.rules.engine import get_rule
+from support.descriptors import head, member
+from support.rule_cases import COMPOSITE_CASES as CASES, M0, M1
 
 ev = attrs.evolve
 F32, F16 = T.FLOAT32, T.FLOAT16
 
 
-def head(rule=CompositionRule.PARTITION, n=2, shape=(8, 8), t=F32, op=CombineOp.NONE):
-    return D(t, shape, CompositeLayout(rule, n, op))
-
-
-def member(shape=(8, 4), offset=(0, 0), parent=(8, 8), t=F32, size=None, role=None, **kw):
-    size = size if size is not None else 4 * int(np.prod(shape))
-    return D(t, shape, buffers=[B(size)], shard=Shard(parent, offset),
-             composite_member=None if role is None else CompositeMember(role), **kw)
-
-
-M0, M1 = member(offset=(0, 0)), member(offset=(0, 4))
-OV_HEAD = head(CompositionRule.OVERLAY, 2, op=CombineOp.ADD)
-BASE = member((8, 8), role=1)
-CORR = member((2, 2), (3, 3), role=0)
 GROUP = head(CompositionRule.GROUP, 2)
 
 
@@ -55,29 +43,6 @@ def fired(h, members, **kw):
         v.push_member(m)
     v.close()
     return v.findings
-
-
-# (rule id, head, passing members, firing members)
-CASES = [
-    ("composite.member.shard", head(), [M0, M1], [M0, ev(M1, shard=None)]),
-    ("composite.member.parent_shape", head(), [M0, M1], [M0, member(offset=(0, 4), parent=(8, 9))]),
-    ("composite.member.box_bounds", head(), [M0, M1], [M0, member((8, DYNAMIC_DIMENSION), (0, 4), size=0)]),
-    ("metadata.shard.bounds", head(), [M0, M1], [M0, member(offset=(0, 5))]),  # past the head = past parent_shape
-    ("composite.member.decoded_type", head(), [M0, ev(M1, type_tag=T.INT8, buffers=[B(32)],
-                                                       quantization=PerTensorAffine(0.1))],
-     [M0, ev(M1, type_tag=F16, buffers=[B(64)])]),
-    ("composite.member.overlay_section", OV_HEAD, [BASE, CORR], [BASE, ev(CORR, composite_member=None)]),
-    ("composite.member.overlay_base_first", OV_HEAD, [BASE, CORR],
-     [ev(BASE, composite_member=CompositeMember(0)), CORR]),
-    ("composite.member.overlay_base_span", OV_HEAD, [BASE, CORR], [member((8, 4), role=1), CORR]),
-    ("composite.member.overlay_correction_role", OV_HEAD, [BASE, CORR],
-     [BASE, ev(CORR, composite_member=CompositeMember(1))]),
-    ("composite.member.no_member_section", head(), [M0, M1], [M0, ev(M1, composite_member=CompositeMember(0))]),
-    ("composite.close.partition_gap", head(), [M0, M1], [M0, member((8, 3), (0, 4))]),
-    ("composite.close.partition_overlap", head(n=3), [member((8, 2)), member((8, 2), (0, 2)), member((8, 4), (0, 4))],
-     [member((8, 3)), member((8, 2), (0, 2)), member((8, 4), (0, 4))]),
-    ("composite.close.overlay_empty", head(CompositionRule.OVERLAY, 1, op=CombineOp.REPLACE), [BASE], []),
-]
 
 
 @pytest.mark.parametrize("rule_id,h,good,bad", CASES, ids=[c[0] for c in CASES])
@@ -421,12 +386,13 @@ def test_partition_with_empty_member_inside_is_rejected_by_both_sides():
         assert ref.stream(on_edge) is None
 
 
-def test_resolve_on_an_irregular_rank3_partition():
+def test_resolve_on_an_irregular_rank3_partition(monkeypatch):
     import random
-    import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    # for this test only: benchmarks/ holds modules named like packages (dask.py, io.py, support.py)
+    # that would shadow them for whatever runs later in this process (a dask worker it spawns)
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from partition_validation import guillotine
 
     shape = (16, 12, 10)

@@ -21,18 +21,10 @@ from hurray_schema.model import (
 )
 from hurray_schema.rules.descriptor import check_descriptor
 from hurray_schema.rules.engine import Level, get_rule
-from hurray_schema.conformance.descriptors import HEAD_RULES, SEMANTIC
+from support.descriptors import bufs, dense
+from support.rule_cases import DESCRIPTOR_CASES as CASES, PC
 
 ev = attrs.evolve
-
-
-def dense(shape=(4, 4), t=T.FLOAT32, size=64, **kw):
-    kw.setdefault("buffers", [B(size)])
-    return D(t, shape, **kw)
-
-
-def bufs(*sizes, **kw):
-    return [B(s, **kw) for s in sizes]
 
 
 GOOD = dense()
@@ -40,18 +32,10 @@ COO = D(T.FLOAT32, (4, 4), CooLayout(2), buffers=bufs(8, 32))  # values 2*4, ind
 CSR = D(T.FLOAT32, (3, 3), CsrLayout(3), buffers=bufs(12, 24, 32))  # values, 3 cols, 4 row_ptr
 CSC = D(T.FLOAT32, (3, 3), CscLayout(3), buffers=bufs(12, 24, 32))
 TILED = D(T.FLOAT32, (4, 4), TiledLayout((2, 2)), buffers=bufs(64))
-PC = D(T.INT8, (4, 4), buffers=bufs(16, 16, 16), quantization=PerChannelAffine(0, 1, 2))  # 4 scales, 4 zps
 PB_SYM = D(T.INT8, (4, 8), buffers=bufs(32, 32), quantization=PerBlockAffine(1, 4, 1, NO_BUFFER_INDEX, flags=1))
 NF4 = D(T.UINT4, (4, 16), buffers=bufs(32, 32), quantization=Nf4(1, 8, 1))  # 2 blocks x 4 rows, float32
 HEAD = D(T.FLOAT32, (8, 8), CompositeLayout(CompositionRule.PARTITION, 2))
 STATS = dense(statistics=Statistics(computed_mask=0x1F, nnz=16, nm_n=2, nm_m=4, value_stddev=0.5))
-
-CASES = SEMANTIC + HEAD_RULES + [
-    # not a conformance vector: every input breaking it breaks buffer.colocation first (vectors/corpus.py)
-    ("quantization.buffer.device", PC, ev(PC, buffers=[B(16), B(16, device_tag=1), B(16)])),
-]
-"""One passing and one firing input per descriptor rule: the conformance vectors' tables
-(``hurray_schema/conformance/descriptors.py``), plus the rule no vector can show first."""
 
 FIRED_HERE = {rule_id for rule_id, _, _ in CASES}
 
@@ -183,7 +167,7 @@ def test_adr007_zero_is_not_the_dynamic_sentinel():
     assert [f.rule_id for f in check_descriptor(dense((0, 4), size=64))] == ["adr007.empty.data_buffer_size"]
     # and a sharded tensor may be empty but never dynamic
     assert check_descriptor(dense((0, 4), size=0, shard=Shard((8, 4), (8, 0)))) == []
-    assert "data_model.shard.dynamic" in {f.rule_id for f in check_descriptor(dense((DYN, 4), shard=Shard((8, 4), (0, 0))))}
+    assert "data_model.shard.dynamic" in {f.rule_id for f in check_descriptor(dense((DYN, 4), size=64, shard=Shard((8, 4), (0, 0))))}
 
 
 def test_adr007_empty_tensor_still_needs_a_complete_descriptor():
@@ -421,9 +405,9 @@ def _plan_property():
     from hypothesis import given
     from hypothesis import strategies as st
 
-    from test_codec_roundtrip import SETTINGS, descriptors
+    from support.strategies import DESCRIPTOR_SETTINGS, descriptors
 
-    @SETTINGS
+    @DESCRIPTOR_SETTINGS
     @given(descriptors(), st.data())
     def check(desc, data):
         """Generated descriptors (most break some rule) and their one-byte mutations: the

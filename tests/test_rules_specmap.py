@@ -8,12 +8,7 @@ from pathlib import Path
 from hurray_schema.rules import registry
 from hurray_schema.rules import composite as composite_rules
 from hurray_schema.rules.descriptor import DESCRIPTOR_RULES
-
-try:  # pytest puts tests/ on sys.path (rootdir-relative "prepend" import mode)
-    import test_rules_composite as TC
-    import test_rules_descriptor as TD
-except ImportError:  # pragma: no cover - imported as a package module
-    from tests import test_rules_composite as TC, test_rules_descriptor as TD
+from support.rule_cases import COMPOSITE_CASES, DESCRIPTOR_CASES
 
 SPEC_MAP = Path(__file__).resolve().parents[1] / "spec-map.md"
 RULE_ID = re.compile(r"`([a-z0-9_]+(?:\.[a-z0-9_]+)+)`")
@@ -47,7 +42,7 @@ def test_every_rule_in_the_spec_map_exists():
 
 
 def test_every_engine_rule_has_a_test_that_fires_it():
-    fired = {c[0] for c in TD.CASES} | {c[0] for c in TC.CASES}
+    fired = {c[0] for c in DESCRIPTOR_CASES} | {c[0] for c in COMPOSITE_CASES}
     fired |= {composite_rules.NESTING_DEPTH.id, composite_rules.TORN.id}  # dedicated tests
     assert ENGINE_RULES - fired == set()
 

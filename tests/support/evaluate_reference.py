@@ -43,6 +43,16 @@ def handles(buffers):
     return tuple(BufferHandle(len(b)) for b in buffers)
 
 
+def described(tag, shape, buffers, layout=None, *, quantization=None, byte_offset=0):
+    """``(descriptor, buffers)`` of a tensor stored in ``buffers`` (bytes, or arrays taken as their
+    bytes in C order), one handle each of its length; row-major unless ``layout`` is given."""
+    bufs = [np.frombuffer(bytes(b) if isinstance(b, (bytes, bytearray, memoryview)) else
+                          np.ascontiguousarray(b).tobytes(), np.uint8) for b in buffers]
+    desc = TensorDescriptor(tag, shape, layout or RowMajorLayout(), handles(bufs), byte_offset=byte_offset,
+                            quantization=quantization)
+    return desc, [memoryview(b) for b in bufs]
+
+
 def member_sections(shape, shard_offset, parent_shape, role):
     kw = {}
     if shard_offset is not None:
