@@ -61,18 +61,18 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
 }, submodules=True)
 
 if TYPE_CHECKING:  # what static analysis sees: the listed names imported eagerly
-    from .audit import audit
-    from .builders import (
+    from .audit import audit  # noqa: F401
+    from .builders import (  # noqa: F401 (listed, imported lazily)
         from_scipy, group, overlay, partition, per_block_from_codes, per_block_from_packed, quantize, sparse_coo,
         sparse_csc, sparse_csr, spqr,
     )
-    from .codec import decode_descriptor, encode_descriptor
-    from .conversion import convert
-    from .errors import HurraySchemaError, SpecViolation
-    from .export import export_npy, export_zarr
-    from .io import (
+    from .codec import decode_descriptor, encode_descriptor  # noqa: F401
+    from .conversion import convert  # noqa: F401
+    from .errors import HurraySchemaError, SpecViolation  # noqa: F401
+    from .export import export_npy, export_zarr  # noqa: F401
+    from .io import (  # noqa: F401 (listed, imported lazily)
         Composite, HurrayFile, StreamReader, StreamWriter, Tensor, load, read_file, read_stream, save, write_file,
         write_stream,
     )
-    from .limits import DEFAULT_LIMITS, Limits
-    from .net import connect, serve
+    from .limits import DEFAULT_LIMITS, Limits  # noqa: F401
+    from .net import connect, serve  # noqa: F401

@@ -31,8 +31,8 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
 }, unlisted={"..errors": ("ClosedFileError", "RemoteError")})  # errors live in hurray_schema.errors
 
 if TYPE_CHECKING:
-    from .file import HurrayFile, IndexEntry, TensorSlice, read_file, write_file
-    from .simple import load, save
-    from .stream import StreamReader, StreamWriter, read_stream, write_stream
-    from .tensor import Composite, Tensor
-    from .walk.kv import UInt64
+    from .file import HurrayFile, IndexEntry, TensorSlice, read_file, write_file  # noqa: F401
+    from .simple import load, save  # noqa: F401
+    from .stream import StreamReader, StreamWriter, read_stream, write_stream  # noqa: F401
+    from .tensor import Composite, Tensor  # noqa: F401
+    from .walk.kv import UInt64  # noqa: F401

@@ -17,7 +17,7 @@ from ..structs.descriptor import MAGIC
 from ..structs.walker import HEADER_PART, NOTHING, SECTION_PARTS, walk_descriptor
 from .formats import _CompilingVisitor, _fixed_size, _NotCompilable, _pack_calls
 from ..memo import MEMO
-from .tables import MAX_SHAPES_PER_LAYOUT, MAX_SIGNATURES, MAX_VALUE_BYTES, MAX_VALUES
+from .tables import MAX_SHAPES_PER_LAYOUT, MAX_SIGNATURES, MAX_VALUE_BYTES
 
 _BY_LAYOUT, _ENCODED, _ENCODERS, _LAST_HIT = MEMO.by_layout, MEMO.encoded, MEMO.encoders, MEMO.last_hit
 

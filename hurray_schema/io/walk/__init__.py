@@ -65,17 +65,17 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
 })
 
 if TYPE_CHECKING:
-    from ...errors import RemoteError
-    from .bare import walk_bare
-    from .common import (
+    from ...errors import RemoteError  # noqa: F401
+    from .bare import walk_bare  # noqa: F401
+    from .common import (  # noqa: F401 (listed, imported lazily)
         BUFFER, DATA, DATA_HEADER, DESCRIPTOR, ENTRY, ENTRY_START, FAULT, MESSAGE, MESSAGE_HEADER_PART, NAME,
         PAYLOAD, TABLE, TENSOR_END, TRANSPORT, VALUE, Describe, Faults, Nesting, Part, Window, as_view, fault,
         fault_at, memory_input, part_from_fields, violation_finding,
     )
-    from .descriptor import collect_descriptor, strict_describer, strict_descriptor, walk_descriptor
-    from .file import (
+    from .descriptor import collect_descriptor, strict_describer, strict_descriptor, walk_descriptor  # noqa: F401
+    from .file import (  # noqa: F401 (listed, imported lazily)
         FILE_HEADER_PART, INDEX_PART, KV_PART, TENSOR_DATA, TRAILER_PART, IndexEntry, TensorRegion, buffer_spans,
         check_ends, check_tensor, walk_file, walk_index,
     )
-    from .kinds import DETECT_BYTES, KIND_EXTENSIONS, KindChoice, choose_kind, detect_kind
-    from .messages import REMOTE_ERRORS, TensorFrames, check_message_header, remote_error, walk_messages
+    from .kinds import DETECT_BYTES, KIND_EXTENSIONS, KindChoice, choose_kind, detect_kind  # noqa: F401
+    from .messages import REMOTE_ERRORS, TensorFrames, check_message_header, remote_error, walk_messages  # noqa: F401
