@@ -31,6 +31,7 @@ import tempfile
 from typing import Any, Iterable, Optional
 
 from .docs import presence, spec_type
+from .memo import MEMO
 from .hexview import Node, annotate_descriptor, descriptor_extent, render_value, session_payload_nodes
 from .io.walk.kv import walk_kv
 from .io.source import merged_spans
@@ -69,15 +70,14 @@ _KV_FIELDS = {"key": ("UTF-8 key.", "file-format.md § KV Section Encoding"),
 _INDEX_FIELDS = {"name": ("UTF-8 tensor name.", "file-format.md § Index Encoding")}
 
 
-_LAYOUTS: dict[int, tuple[Any, Optional[tuple]]] = {}
+_LAYOUTS = MEMO.view_layouts
 
 
 def _layout(decl) -> Optional[tuple]:
     """Where each field of the fixed-size table ``decl`` sits: ``(field, offset, size,
     wire type)`` per field (``None`` when a field's size or presence depends on the others)."""
-    entry = _LAYOUTS.get(id(decl))
-    if entry is not None and entry[0] is decl:
-        return entry[1]
+    if decl in _LAYOUTS:
+        return _LAYOUTS[decl]
     slots, offset = [], 0
     for f in fields(decl):
         size = static_size(f.subcon)
@@ -87,19 +87,19 @@ def _layout(decl) -> Optional[tuple]:
         slots.append((f, offset, size, spec_type(f)))
         offset += size
     layout = tuple(slots) if slots is not None else None
-    _LAYOUTS[id(decl)] = (decl, layout)
+    _LAYOUTS[decl] = layout
     return layout
 
 
-_PREFIX_PLANS: dict[tuple[int, int], tuple[Any, Any]] = {}
+_PREFIX_PLANS = MEMO.view_prefixes
 
 
 def _prefix_plan(decl, layout: tuple, count: int):
     """The codec of the first ``count`` fields of ``decl``."""
-    entry = _PREFIX_PLANS.get((id(decl), count))
-    if entry is None or entry[0] is not decl:
-        entry = _PREFIX_PLANS[(id(decl), count)] = (decl, Plan(select(decl, *[f.name for f, *_ in layout[:count]])))
-    return entry[1]
+    plan_ = _PREFIX_PLANS.get((decl, count))
+    if plan_ is None:
+        plan_ = _PREFIX_PLANS[(decl, count)] = Plan(select(decl, *[f.name for f, *_ in layout[:count]]))
+    return plan_
 
 
 def _value_text(f, value, size: int) -> str:

@@ -81,6 +81,11 @@ _TABLES = {
     "field_names": (dict, None, "value class -> its wire field names (one per class)"),
     "tilings": (set, MAX_TILINGS, "partition boxes found to tile their head exactly"),
     "bindings": (IdentityTable, MAX_BINDINGS, "composite head object -> the members it bound cleanly, per check"),
+    # the annotated views (hurray_schema.hexview, hurray_schema.htmlview)
+    "field_errors": (dict, MAX_VALUES, "descriptor bytes -> the field errors of its annotated view"),
+    "view_plans": (dict, None, "declared field -> its codec alone (one per field)"),
+    "view_layouts": (dict, None, "fixed table -> where each field sits (one per table)"),
+    "view_prefixes": (dict, None, "(table, field count) -> the codec of its first fields (one per table and count)"),
     # generated code (hurray_schema.codecache): decoders, encoders, plans, conditions, constructors
     "code": (dict, MAX_CODE, "hash of (name, source) -> its code object"),
     # the writers (hurray_schema.io)

@@ -90,7 +90,8 @@ def test_every_table_is_bounded_or_keyed_by_the_packages_classes():
         assert what
         assert bound is None or bound > 0
     bounded = {name for name, (_, bound, _) in DECODER.stats().items() if bound is None}
-    assert bounded == {"constructors", "by_layout", "last_hit", "prefixes", "field_names"}
+    assert bounded == {"constructors", "by_layout", "last_hit", "prefixes", "field_names", "view_plans", "view_layouts",
+                       "view_prefixes"}
 
 
 def test_the_tables_stay_within_their_bounds_on_many_distinct_descriptors():

@@ -16,6 +16,7 @@ import struct
 from typing import Optional
 
 from ..errors import HurraySchemaError
+from ..memo import MEMO
 from ..model import CompositionRule, ElementType, LayoutTag
 from ..structs._declare import Field, fields, plan, select, static_offset
 from ..structs.descriptor import FIXED_HEADER, FIXED_HEADER_SIZE, MAGIC, MAX_RANK
@@ -116,8 +117,8 @@ def annotate_descriptor(data, base: int = 0, depth: int = 0, label: str = "descr
     return nodes, desc, end
 
 
-_FIELD_ERRORS: dict[bytes, tuple] = {}
-_FIELD_ERRORS_KEPT = 4096
+_FIELD_ERRORS = MEMO.field_errors
+_FIELD_ERRORS_KEPT = MEMO.limit("field_errors")
 
 
 def _field_errors(view: memoryview, cacheable: bool) -> tuple:

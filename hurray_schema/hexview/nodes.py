@@ -19,6 +19,7 @@ import attrs
 import construct
 
 from ..docs import entry_table, optional_fields, presence, private_values, spec_type
+from ..memo import MEMO
 from ..model import DYNAMIC_DIMENSION
 from ..structs._declare import Field, Plan, fields, static_size
 
@@ -51,14 +52,14 @@ class _Stop(Exception):
     """A field does not fit in what remains: the walk of this part ends here."""
 
 
-_FIELD_PLANS: dict[int, tuple[Field, Plan]] = {}
+_FIELD_PLANS = MEMO.view_plans
 
 
 def _field_plan(f: Field) -> Plan:
-    entry = _FIELD_PLANS.get(id(f))
-    if entry is None or entry[0] is not f:
-        entry = _FIELD_PLANS[id(f)] = (f, Plan(construct.Struct(f)))
-    return entry[1]
+    plan_ = _FIELD_PLANS.get(f)
+    if plan_ is None:
+        plan_ = _FIELD_PLANS[f] = Plan(construct.Struct(f))
+    return plan_
 
 
 _TEXT_FIELDS = ("magic", "trailer_magic", "key", "name", "tensor_key", "message")
