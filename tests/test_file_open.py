@@ -1,4 +1,4 @@
-"""What a file reader checks at open and what on a tensor's first read (``io/file_index.py``).
+"""What a file reader checks at open and what on a tensor's first read (``io/file/index.py``).
 
 A fault deep in a large file gives one rule and one offset whichever entry point meets it: the
 tensor's first read, ``hs.load``, the reader's ``findings``, and ``audit``.  The byte offsets

@@ -39,8 +39,8 @@ from ...structs.file import (
     SECTION_ALIGNMENT, SUPPORTED_CONTAINER_MAJOR, TRAILER, TRAILER_MAGIC, TRAILER_SIZE, FileFlag,
 )
 from ..crc import crc32c
-from .kv import decode_kv
-from .common import ENTRY, ENTRY_START, FAULT, NAME, TABLE, Describe, Faults, Nesting, Part, part_from_fields
+from ..walk.kv import decode_kv
+from ..walk.common import ENTRY, ENTRY_START, FAULT, NAME, TABLE, Describe, Faults, Nesting, Part, part_from_fields
 
 __all__ = ["walk_file", "walk_index", "check_ends", "check_index", "check_kv", "check_tensor", "buffer_spans",
            "IndexEntry", "TensorRegion", "FILE_HEADER_PART", "TRAILER_PART", "INDEX_PART", "KV_PART", "TENSOR_DATA"]
@@ -365,7 +365,7 @@ def check_tensor(view, e: IndexEntry, describe: Describe, region: TensorRegion, 
     region, ``data_length`` what its buffers span); the first fault raises.  Returns the
     descriptor part, the ``(offset, size)`` of each buffer and where the tensor ends.  The file
     reader runs it on every tensor at open, or on a tensor's first read
-    (:mod:`hurray_schema.io.file_index`), with the same rule and offset either way.  One
+    (:mod:`.index`), with the same rule and offset either way.  One
     function, not one per placement: it runs once per tensor on the reader's path."""
     off, first, region_end, a = e.descriptor_offset, region.first, region.end, region.alignment
     if off % DESCRIPTOR_ALIGNMENT:

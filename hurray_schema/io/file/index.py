@@ -13,7 +13,7 @@ What a file reader checks when it opens a file (``file-format.md § Reader Proto
   descriptor decoded and every descriptor rule run, and its buffers against the entry's
   ``data_length``.
 
-Both halves are :func:`~.walk.file.check_tensor`, the reader's own per-tensor code: here the index is
+Both halves are :func:`~.walk.check_tensor`, the reader's own per-tensor code: here the index is
 parsed, and the placement checked, as NumPy arrays, and anything those find wrong -- or a file
 they cannot vouch for -- is handed to the exact per-entry code, which raises the rule and byte
 offset ``audit`` reports (or, in permissive mode, records what the mode tolerates).
@@ -25,13 +25,13 @@ from typing import Optional
 
 import numpy as np
 
-from ..limits import Limits
-from ..structs._declare import plan
-from ..structs.descriptor import FIXED_HEADER, FIXED_HEADER_SIZE
-from ..structs.descriptor import MAGIC as DESCRIPTOR_MAGIC
-from ..structs.file import DESCRIPTOR_ALIGNMENT
-from ..structs.tags import LayoutTag
-from .walk.file import (
+from ...limits import Limits
+from ...structs._declare import plan
+from ...structs.descriptor import FIXED_HEADER, FIXED_HEADER_SIZE
+from ...structs.descriptor import MAGIC as DESCRIPTOR_MAGIC
+from ...structs.file import DESCRIPTOR_ALIGNMENT
+from ...structs.tags import LayoutTag
+from .walk import (
     COUNT_PLAN, ENTRY_PLAN, MIN_ENTRY_SIZE, NAME_LENGTH_CODEC, NAME_LENGTH_PLAN, SORTED_INDEX, IndexEntry, TensorRegion,
     check_ends, check_index, check_kv,
 )
@@ -50,7 +50,7 @@ class FileIndex:
     """The index entries of a file in index order: ``names`` (a list), ``position`` (name ->
     index position), ``fields`` (a structured array of the fixed entry fields, the declaration's
     names) and ``fields_at`` (the absolute offset of each entry's fixed fields, after its name).
-    :meth:`entry` builds one :class:`~.walk.file.IndexEntry` when a caller needs it."""
+    :meth:`entry` builds one :class:`~.walk.IndexEntry` when a caller needs it."""
 
     __slots__ = ("names", "position", "fields", "fields_at")
 
@@ -62,7 +62,7 @@ class FileIndex:
 
     @classmethod
     def of(cls, entries: list) -> "FileIndex":
-        """The index of entries parsed one by one (:func:`~.walk.file.check_index`)."""
+        """The index of entries parsed one by one (:func:`~.walk.check_index`)."""
         fields = np.zeros(len(entries), _ENTRY_DTYPE)
         for name in _ENTRY_DTYPE.names:
             fields[name] = [getattr(e, name) for e in entries]
@@ -90,7 +90,7 @@ def _name_bytes(name: str) -> int:
 def read_index(view, header: dict, trailer: dict, limits: Limits) -> FileIndex:
     """The index section (``file-format.md § Index Encoding``) as a :class:`FileIndex`, every
     entry rule checked: parsed in one pass over its bytes, then checked as arrays; when anything is
-    off, the section is parsed again entry by entry (:func:`~.walk.file.check_index`), which raises
+    off, the section is parsed again entry by entry (:func:`~.walk.check_index`), which raises
     the first fault as the reader always has."""
     index = _fast_index(view, header, trailer, limits)
     if index is None:
@@ -231,8 +231,8 @@ def place_tensors(view, index: FileIndex, region: TensorRegion) -> Optional[Plac
 def front_sections(view, mode, limits: Limits):
     """The sections a reader checks before any tensor (``file-format.md § Reader Protocol``): the
     header, the trailer (with the index CRC), the index and the KV section, each raising its
-    first fault as :func:`~.walk.file.walk_file` does.  Returns the header and trailer fields, the
-    :class:`FileIndex`, the KV part and the :class:`~.walk.file.TensorRegion`."""
+    first fault as :func:`~.walk.walk_file` does.  Returns the header and trailer fields, the
+    :class:`FileIndex`, the KV part and the :class:`~.walk.TensorRegion`."""
     header, trailer = check_ends(view, limits)
     index = read_index(view, header, trailer, limits)
     kv_part = check_kv(view, header, trailer, mode, limits)
