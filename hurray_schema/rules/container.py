@@ -43,7 +43,7 @@ FILE_FLAGS_RESERVED = declare(
 FILE_ALIGNMENT = declare(
     "file.header.alignment", MUST, H,
     "data_buffer_alignment is a power of two between 4096 and 2 MiB.", scope="file",
-    enforced_by="hurray_schema.io.file.walk:_check_header")
+    enforced_by="hurray_schema.io.file.walk:check_data_buffer_alignment")
 FILE_FIRST_DESCRIPTOR = declare(
     "file.header.first_descriptor_offset", MUST, H,
     "first_descriptor_offset is at least 64, a multiple of 8 and inside the file.", scope="file",

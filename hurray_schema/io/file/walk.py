@@ -30,7 +30,7 @@ from ...limits import DEFAULT_LIMITS, Limits
 from ...model import TensorDescriptor
 from ...rules import container as container_rules
 from ...rules.engine import Mode
-from ...structs._declare import plan, static_offset
+from ...structs._declare import plan, power_of_two, static_offset
 from ...structs.descriptor import FIXED_HEADER_SIZE
 from ...structs.descriptor import MAGIC as DESCRIPTOR_MAGIC
 from ...structs.file import (
@@ -43,6 +43,7 @@ from ..walk.kv import decode_kv
 from ..walk.common import ENTRY, ENTRY_START, FAULT, NAME, TABLE, Describe, Faults, Nesting, Part, part_from_fields
 
 __all__ = ["walk_file", "walk_index", "check_ends", "check_index", "check_kv", "check_tensor", "buffer_spans",
+           "check_data_buffer_alignment",
            "IndexEntry", "TensorRegion", "FILE_HEADER_PART", "TRAILER_PART", "INDEX_PART", "KV_PART", "TENSOR_DATA"]
 
 FILE_HEADER_PART = "file header"
@@ -237,16 +238,22 @@ def _check_header(h: dict, size: int) -> None:
     if flags & _UNKNOWN_FILE_FLAGS:
         raise container_rules.FILE_FLAGS_RESERVED.violation(
             f"reserved file_flags bits 0x{flags & _UNKNOWN_FILE_FLAGS:08X} are set", _H["file_flags"])
-    a = h["data_buffer_alignment"]
-    if a & (a - 1) or not MIN_DATA_BUFFER_ALIGNMENT <= a <= MAX_DATA_BUFFER_ALIGNMENT:
-        raise container_rules.FILE_ALIGNMENT.violation(
-            f"data_buffer_alignment {a} is not a power of two in [{MIN_DATA_BUFFER_ALIGNMENT}, "
-            f"{MAX_DATA_BUFFER_ALIGNMENT}]", _H["data_buffer_alignment"])
+    check_data_buffer_alignment(h["data_buffer_alignment"])
     first = h["first_descriptor_offset"]
     if first < FILE_HEADER_SIZE or first % DESCRIPTOR_ALIGNMENT or first > size - TRAILER_SIZE:
         raise container_rules.FILE_FIRST_DESCRIPTOR.violation(
             f"first_descriptor_offset {first} is not an 8-aligned offset in [{FILE_HEADER_SIZE}, "
             f"{size - TRAILER_SIZE}]", _H["first_descriptor_offset"])
+
+
+def check_data_buffer_alignment(a: int) -> None:
+    """The header's ``data_buffer_alignment`` (``file-format.md § File Header``): a power of two
+    within the bounds :mod:`hurray_schema.structs.file` declares, else the rule raises at the
+    header field -- for the reader of a header and for the writer about to lay one out alike."""
+    if not power_of_two(a) or not MIN_DATA_BUFFER_ALIGNMENT <= a <= MAX_DATA_BUFFER_ALIGNMENT:
+        raise container_rules.FILE_ALIGNMENT.violation(
+            f"data_buffer_alignment {a} is not a power of two in [{MIN_DATA_BUFFER_ALIGNMENT}, "
+            f"{MAX_DATA_BUFFER_ALIGNMENT}]", _H["data_buffer_alignment"])
 
 
 def _check_trailer(view: memoryview, h: dict, t: dict, limits: Limits) -> None:
@@ -525,7 +532,7 @@ def _scan_region(view: memoryview, header: dict, end: int) -> list[IndexEntry]:
     each descriptor on an 8-byte boundary, its buffers each on ``data_buffer_alignment``
     (``file-format.md § Descriptor Placement``, ``§ Data Buffer Placement``)."""
     align = header["data_buffer_alignment"]
-    if align < 1 or align & (align - 1):
+    if not power_of_two(align):
         return []
     pos, found = header["first_descriptor_offset"], []
     while pos + FIXED_HEADER_SIZE <= end and bytes(view[pos : pos + len(DESCRIPTOR_MAGIC)]) == DESCRIPTOR_MAGIC:

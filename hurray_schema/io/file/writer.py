@@ -14,15 +14,16 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
 
 from ..._deprecation import renamed_keyword
 from ...errors import HurraySchemaError
+from ...limits import HARD_MAXIMUM
 from ...structs._declare import plan
 from ...structs.file import (
     DESCRIPTOR_ALIGNMENT, FILE_HEADER, FILE_HEADER_SIZE, FILE_MAGIC, INDEX_COUNT, INDEX_ENTRY_FIELDS,
-    INDEX_NAME_LENGTH, MAX_DATA_BUFFER_ALIGNMENT, MIN_DATA_BUFFER_ALIGNMENT, SECTION_ALIGNMENT, SUPPORTED_CONTAINER_MAJOR,
+    INDEX_NAME_LENGTH, MIN_DATA_BUFFER_ALIGNMENT, SECTION_ALIGNMENT, SUPPORTED_CONTAINER_MAJOR,
     SUPPORTED_CONTAINER_MINOR, TRAILER, TRAILER_MAGIC, FileFlag,
 )
 from ..crc import crc32c
 from ..tensor import Composite, Item, Tensor, walk
-from .walk import IndexEntry
+from .walk import IndexEntry, check_data_buffer_alignment
 
 if TYPE_CHECKING:  # the writer's modules are imported by write_file: reading needs none of them
     from .._write import EncodedNode, Sink
@@ -147,12 +148,12 @@ def write_file(path, items: Union[Mapping[str, Item], Iterable[Item]], *,
     from ..walk.kv import encode_kv
 
     a = data_buffer_alignment
-    if a & (a - 1) or not MIN_DATA_BUFFER_ALIGNMENT <= a <= MAX_DATA_BUFFER_ALIGNMENT:
-        raise HurraySchemaError(f"data_buffer_alignment {a} is not a power of two in [4096, 2 MiB]")
+    check_data_buffer_alignment(a)  # the rule a reader of the header would raise, at that field
     nodes = _file_nodes(items)
     kv_bytes = encode_kv(metadata) if metadata else b""
-    if len(kv_bytes) > 0xFFFF_FFFF:
-        raise HurraySchemaError("the KV section exceeds the 4 GiB kv_length can express")
+    if len(kv_bytes) > HARD_MAXIMUM["max_kv_bytes"]:
+        raise HurraySchemaError(f"the KV section's {len(kv_bytes)} bytes exceed the {HARD_MAXIMUM['max_kv_bytes']} "
+                                "kv_length can express")
     flags = FileFlag.HAS_INDEX_CRC32C
     if kv_bytes:
         flags |= FileFlag.HAS_KV_METADATA
