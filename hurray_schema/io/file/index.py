@@ -41,8 +41,16 @@ __all__ = ["FileIndex", "Placement", "front_sections", "place_tensors", "read_in
 _ENTRY_DTYPE = ENTRY_PLAN.numpy_dtype()
 _HEADER_DTYPE = plan(FIXED_HEADER).numpy_dtype()
 _NAME_LENGTH_SIZE = NAME_LENGTH_PLAN.fixed_size
+assert NAME_LENGTH_CODEC.format == "<H", NAME_LENGTH_CODEC.format  # _entries reads it as two bytes
+_COUNT_SIZE = COUNT_PLAN.fixed_size
 _ENTRY_SIZE = ENTRY_PLAN.fixed_size
 _MAGIC_WORD = np.frombuffer(DESCRIPTOR_MAGIC, "<u4")[0]  # the magic compared as one 32-bit word
+_PLACED_DTYPE = np.dtype({  # the fixed header's fields placement reads, the magic as that word
+    "names": ["magic", "descriptor_length", "layout_tag"],
+    "formats": [_MAGIC_WORD.dtype] + [_HEADER_DTYPE.fields[name][0] for name in ("descriptor_length", "layout_tag")],
+    "offsets": [_HEADER_DTYPE.fields[name][1] for name in ("magic", "descriptor_length", "layout_tag")],
+    "itemsize": _HEADER_DTYPE.itemsize})
+_DESCRIPTOR_MISALIGNED = DESCRIPTOR_ALIGNMENT - 1  # the low bits of an offset off an 8-byte boundary
 _COMPOSITE = int(LayoutTag.COMPOSITE)  # compared with a uint8 array: an IntEnum member costs a slow conversion
 
 
@@ -103,10 +111,10 @@ def _fast_index(view, header: dict, trailer: dict, limits: Limits) -> Optional[F
     index_at = trailer["index_offset"]
     section = bytes(view[index_at : index_at + trailer["index_length"]])
     count = COUNT_PLAN.unpack(section, 0)[0]["index_entry_count"]
-    if count * MIN_ENTRY_SIZE > len(section) - COUNT_PLAN.fixed_size or count > limits.max_index_entries:
+    if count * MIN_ENTRY_SIZE > len(section) - _COUNT_SIZE or count > limits.max_index_entries:
         return None
-    fields_at, raw, names = _entries_and_names(section, count)
-    if fields_at is None:
+    names, fields_at = _entries(section, count)
+    if names is None:
         return None
     position = dict(zip(names, range(count)))
     if len(position) != count or "" in position:
@@ -120,38 +128,34 @@ def _fast_index(view, header: dict, trailer: dict, limits: Limits) -> Optional[F
     return FileIndex(names, position, fields, fields_at + index_at)
 
 
-def _entries_and_names(section: bytes, count: int):
-    """Where each entry's fixed fields start, each name's bytes and each name; ``(None, None, None)``
-    when the entries do not exactly fill the section or a name is not UTF-8."""
-    fields_at: list = []
-    raw: list = []
-    keep_at, keep_name = fields_at.append, raw.append
-    unpack, length_size, entry_size = NAME_LENGTH_CODEC.unpack_from, _NAME_LENGTH_SIZE, _ENTRY_SIZE
-    pos = COUNT_PLAN.fixed_size
+def _entries(section: bytes, count: int):
+    """Each entry's name and where its fixed fields start (``file-format.md § Index Encoding``);
+    ``(None, None)`` when the entries do not exactly fill the section or a name is not UTF-8.
+
+    One pass over the name lengths, each name cut from the section read as Latin-1 (one character
+    per byte); names that are all ASCII are then their UTF-8 decoding as they stand, any other is
+    decoded from its bytes."""
+    text = section.decode("latin-1")
+    names = [""] * count
+    fields_at = [0] * count
+    pos, entry_size = _COUNT_SIZE, _ENTRY_SIZE
     try:
-        for _ in range(count):
-            at = pos + length_size
-            pos = at + unpack(section, pos)[0]
-            keep_name(section[at:pos])
-            keep_at(pos)
+        for i in range(count):
+            at = pos + _NAME_LENGTH_SIZE
+            pos = at + (section[pos] | section[pos + 1] << 8)  # name_length, little-endian uint16
+            names[i] = text[at:pos]
+            fields_at[i] = pos
             pos += entry_size
-    except Exception:  # noqa: BLE001 - a name length past the end: the exact parse names the fault
-        return None, None, None
+    except IndexError:  # a name length past the end: the exact parse names the fault
+        return None, None
     if pos != len(section):
-        return None, None, None
-    try:
-        return fields_at, raw, _decode_names(raw)
-    except UnicodeDecodeError:  # the exact parse names the entry
-        return None, None, None
-
-
-def _decode_names(raw: list) -> list:
-    """Each name's bytes decoded as UTF-8 (strict).  One decode for all of them, joined by NUL,
-    when no name holds a NUL byte (then the joined text splits back into exactly the names)."""
-    joined = b"\0".join(raw)
-    if joined.count(b"\0") == len(raw) - 1:
-        return joined.decode("utf-8").split("\0") if raw else []
-    return [name.decode("utf-8") for name in raw]
+        return None, None
+    if not "".join(names).isascii():
+        try:
+            names = [name.encode("latin-1").decode("utf-8") for name in names]
+        except UnicodeDecodeError:  # the exact parse names the entry
+            return None, None
+    return names, fields_at
 
 
 def _gather(data, positions, dtype: np.dtype) -> np.ndarray:
@@ -202,27 +206,27 @@ def place_tensors(view, index: FileIndex, region: TensorRegion) -> Optional[Plac
         length = fields["descriptor_length"][order]
         data_at = fields["data_offset"][order]
         data_length = fields["data_length"][order]
-    descriptor_end = offset + length
     if not len(order):
         return Placement(order, offset, offset.astype(bool))
+    descriptor_end = offset + length
     # offsets are sorted: their extremes are the first and the last
-    if (offset[0] < first or offset[-1] > size or (offset % DESCRIPTOR_ALIGNMENT).any()
+    if (offset[0] < first or offset[-1] > size or (offset & _DESCRIPTOR_MISALIGNED).any()
             or length.min() < FIXED_HEADER_SIZE or descriptor_end.max() > region_end
             or data_at.max() > size or data_length.max() > size):
         return None
-    headers = _gather(view, offset, _HEADER_DTYPE)
-    has_data = data_length > 0
+    headers = _gather(view, offset, _PLACED_DTYPE)
+    has_data = data_length != 0
     data_end = data_at + data_length
-    # a data-less tensor may end where its data would start (padding up to it)
-    padded = (descriptor_end <= data_at) & (data_at <= region_end)
-    end = np.where(has_data, data_end, np.where(padded, data_at, descriptor_end))
+    # a data-less tensor may end where its data would start (padding up to it), where its data_end is
+    end = np.where(has_data | ((descriptor_end <= data_at) & (data_at <= region_end)), data_end, descriptor_end)
     previous_end = np.empty_like(end)
-    previous_end[:1] = first
+    previous_end[0] = first
     previous_end[1:] = end[:-1]
-    if ((headers["magic"].view(_MAGIC_WORD.dtype) != _MAGIC_WORD) | (headers["descriptor_length"] != length)
-            | (offset < previous_end)
-            | (has_data & ((data_at % region.alignment != 0) | (data_at < descriptor_end) | (data_end > region_end)))
-            ).any():
+    # the data's checks where there is data: alignment (a power of two, checked with the header),
+    # after its descriptor, inside the region
+    misplaced = ((data_at & (region.alignment - 1)) != 0) | (data_at < descriptor_end) | (data_end > region_end)
+    if ((headers["magic"] != _MAGIC_WORD) | (headers["descriptor_length"] != length) | (offset < previous_end)
+            | (misplaced & has_data)).any():
         return None
     at_open = ~has_data | (headers["layout_tag"] == _COMPOSITE)
     return Placement(order, previous_end, at_open, in_order)
