@@ -170,21 +170,27 @@ def _gather(data, positions, dtype: np.dtype) -> np.ndarray:
 
 
 class Placement:
-    """The tensors in descriptor order (``order``: index positions), where the tensor before
-    each one ends (``previous_end``, by its index entry) and which must be decoded at open
-    (``at_open``: composite heads, and entries declaring no data)."""
+    """The tensors in descriptor order (``order``: index positions; ``rank``: each position's place
+    in that order), where each one ends (``end``, by its index entry: :meth:`previous_end` is where
+    the tensor before it ends) and which must be decoded at open (``at_open``: composite heads,
+    and entries declaring no data)."""
 
-    __slots__ = ("order", "rank", "previous_end", "at_open")
+    __slots__ = ("order", "rank", "first", "end", "at_open")
 
-    def __init__(self, order: np.ndarray, previous_end: np.ndarray, at_open: np.ndarray, in_order: bool = False):
+    def __init__(self, order: np.ndarray, first: int, end: np.ndarray, at_open: np.ndarray, in_order: bool = False):
         self.order = order
         if in_order:  # the index lists the tensors in descriptor order: ranks and positions coincide
             self.rank = order
         else:
             self.rank = np.empty_like(order)
             self.rank[order] = np.arange(len(order))
-        self.previous_end = previous_end
+        self.first = first
+        self.end = end
         self.at_open = at_open
+
+    def previous_end(self, rank: int) -> int:
+        """Where the tensor before the one of descriptor rank ``rank`` ends (the region's start for the first)."""
+        return int(self.end[rank - 1]) if rank else self.first
 
 
 def place_tensors(view, index: FileIndex, region: TensorRegion) -> Optional[Placement]:
@@ -192,44 +198,58 @@ def place_tensors(view, index: FileIndex, region: TensorRegion) -> Optional[Plac
     read as arrays (``file-format.md § Descriptor Placement``, ``§ Data Buffer Placement``);
     None when any check fails (the caller walks the file entry by entry, which raises the fault).
 
-    The fields stay unsigned 64-bit: a value past the end of the file fails a check, so a sum that
-    wraps around only ever belongs to a tensor already refused."""
-    fields, size, first, region_end = index.fields, len(view), region.first, region.end
+    Tried in index order first (as writers lay files out); when the tensors do not pass there and
+    their descriptors are not in index order, again in descriptor order (the exact walk's
+    ``sorted()``: ties keep index order)."""
+    fields = index.fields
+    if not len(fields):
+        order = np.arange(0)
+        return Placement(order, region.first, fields["descriptor_offset"], order.astype(bool), True)
+    placed = _placed(view, fields, region)
+    if placed is not None:
+        return Placement(np.arange(len(fields)), region.first, *placed, True)
     offset = fields["descriptor_offset"]
-    in_order = bool((offset[1:] >= offset[:-1]).all())  # as writers lay files out: no sort needed
-    if in_order:
-        order = np.arange(len(offset))
-        length, data_at, data_length = fields["descriptor_length"], fields["data_offset"], fields["data_length"]
-    else:
-        order = np.argsort(offset, kind="stable")  # the exact walk's sorted(): ties keep index order
-        offset = offset[order]
-        length = fields["descriptor_length"][order]
-        data_at = fields["data_offset"][order]
-        data_length = fields["data_length"][order]
-    if not len(order):
-        return Placement(order, offset, offset.astype(bool))
-    descriptor_end = offset + length
-    # offsets are sorted: their extremes are the first and the last
-    if (offset[0] < first or offset[-1] > size or (offset & _DESCRIPTOR_MISALIGNED).any()
-            or length.min() < FIXED_HEADER_SIZE or descriptor_end.max() > region_end
-            or data_at.max() > size or data_length.max() > size):
-        return None
-    headers = _gather(view, offset, _PLACED_DTYPE)
+    if (offset[1:] >= offset[:-1]).all():
+        return None  # in descriptor order already: what failed is the placement itself
+    order = np.argsort(offset, kind="stable")
+    placed = _placed(view, fields[order], region)
+    return None if placed is None else Placement(order, region.first, *placed)
+
+
+def _placed(view, fields: np.ndarray, region: TensorRegion) -> Optional[tuple]:
+    """``(end, at_open)`` of the entries ``fields`` taken as descriptor order, or None when they are
+    not in that order or any is misplaced.
+
+    Most rules are one test: the tensor region's start, then per tensor its descriptor's offset and
+    end, where its data starts (its descriptor's end when it has none) and where it ends, then the
+    region's end never decrease -- each descriptor after the tensor before it and inside the region,
+    each tensor's data after its descriptor and inside the region.  A data-less tensor ends at its
+    descriptor's end, or where its data would start when that lies between it and the region's end
+    (a writer that padded).  Sums stay unsigned 64-bit: one that wraps around breaks the order.
+    Then the alignments, the smallest descriptor, and each fixed header's magic and length."""
+    offset, length = fields["descriptor_offset"], fields["descriptor_length"]
+    data_at, data_length = fields["data_offset"], fields["data_length"]
+    count, region_end = len(offset), region.end
+    chain = np.empty(4 * count + 2, np.uint64)
+    chain[0], chain[-1] = region.first, region_end
+    steps = chain[1:-1].reshape(count, 4)  # per tensor: offset, descriptor end, data start, end
+    steps[:, 0] = offset
+    descriptor_end = steps[:, 1]
+    np.add(offset, length, out=descriptor_end)
     has_data = data_length != 0
     data_end = data_at + data_length
-    # a data-less tensor may end where its data would start (padding up to it), where its data_end is
+    steps[:, 2] = np.where(has_data, data_at, descriptor_end)
     end = np.where(has_data | ((descriptor_end <= data_at) & (data_at <= region_end)), data_end, descriptor_end)
-    previous_end = np.empty_like(end)
-    previous_end[0] = first
-    previous_end[1:] = end[:-1]
-    # the data's checks where there is data: alignment (a power of two, checked with the header),
-    # after its descriptor, inside the region
-    misplaced = ((data_at & (region.alignment - 1)) != 0) | (data_at < descriptor_end) | (data_end > region_end)
-    if ((headers["magic"] != _MAGIC_WORD) | (headers["descriptor_length"] != length) | (offset < previous_end)
-            | (misplaced & has_data)).any():
+    steps[:, 3] = end
+    if not (chain[1:] >= chain[:-1]).all():
         return None
-    at_open = ~has_data | (headers["layout_tag"] == _COMPOSITE)
-    return Placement(order, previous_end, at_open, in_order)
+    if ((offset & _DESCRIPTOR_MISALIGNED) | np.where(has_data, data_at & (region.alignment - 1), 0)).any() \
+            or length.min() < FIXED_HEADER_SIZE:
+        return None
+    headers = _gather(view, offset, _PLACED_DTYPE)  # inside the region: the order above holds
+    if ((headers["magic"] != _MAGIC_WORD) | (headers["descriptor_length"] != length)).any():
+        return None
+    return end, ~has_data | (headers["layout_tag"] == _COMPOSITE)
 
 
 def front_sections(view, mode, limits: Limits):

@@ -328,7 +328,7 @@ class HurrayFile(Mapping):
             rank = int(placement.rank[i])
             previous = index.names[placement.order[rank - 1]] if rank else None
             part, spans, _ = check_tensor(self._view, index.entry(i), self._describe, self._region,
-                                          int(placement.previous_end[rank]), previous)
+                                          placement.previous_end(rank), previous)
             checked = self._checked[name] = (part.value, spans, part.findings)
         return checked
 
