@@ -31,7 +31,7 @@ from typing import Iterable
 from ..errors import HurraySchemaError, LimitExceeded, SpecViolation
 from ..rules.composite import CompositeBinder, validate_preorder  # first: the rule registry lists rules in import order
 from ..rules.engine import Finding, Level, Mode, as_mode
-from ..io.file.walk import INDEX_PART, KV_PART, TENSOR_DATA, walk_file
+from ..io.file.walk import checked_file, walk_file
 from ..net.checker import check_recorded, other_direction, recorded_locally, recorded_side_of
 from ..io.stream import read_stream
 from ..io.walk import (
@@ -149,32 +149,21 @@ def _audit_file(data, mode: Mode) -> tuple[Finding, ...]:
 
 def _checked_file(view: memoryview, mode: Mode) -> list[Finding]:
     """What the file reader reports on ``view`` (``HurrayFile.findings``), read off the parts of its
-    walk as they pass: the KV section's findings, each descriptor's in descriptor order, then those
-    of binding the composites (``layouts/composite.md § Binding``, the reader's binder), then the
-    lints audit alone runs (:func:`~hurray_schema.rules.interop.file_findings`).  The first fault
-    the mode does not tolerate raises, as it does in the reader."""
-    kv: list[Finding] = []
-    found: list[Finding] = []
-    described = None
-    tensors: dict[str, tuple] = {}  # name -> (descriptor, buffer spans), in descriptor order
-    entries: tuple = ()
+    walk (:func:`~hurray_schema.io.file.walk.checked_file`): the KV section's findings, each
+    descriptor's in descriptor order, then those of binding the composites
+    (``layouts/composite.md § Binding``, as the reader binds them), then the lints audit alone
+    runs (:func:`~hurray_schema.rules.interop.file_findings`).  The first fault the mode does not
+    tolerate raises, as it does in the reader."""
+    found = checked_file(view, strict_describer(mode=mode), mode=mode)
+    tensors = found.tensors
     binder = CompositeBinder(mode=mode, limits=DEFAULT_LIMITS)
-    for part in walk_file(view, strict_describer(mode=mode), faults=Faults.RAISE, mode=mode):
-        kind = part.kind
-        if kind == DESCRIPTOR:
-            described = part
-        elif kind == TENSOR_DATA:
-            found.extend(described.findings)
-            tensors[part.note] = (described.value, part.value, described.start)
-        elif kind == INDEX_PART:
-            entries = part.value
-        elif kind == KV_PART:
-            kv = list(part.findings)
-    for desc, _, offset in tensors.values():
+    findings = list(found.kv.findings)
+    for desc, _, offset, described in tensors.values():
+        findings.extend(described)
         binder.add(desc, offset)
     binder.finish()
-    return kv + found + binder.findings + interop.file_findings(
-        entries, lambda name: tensors[name][0],
+    return findings + binder.findings + interop.file_findings(
+        found.entries, lambda name: tensors[name][0],
         lambda name: [view[at : at + size] for at, size in tensors[name][1]])
 
 

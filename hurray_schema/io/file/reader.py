@@ -35,10 +35,10 @@ from ...rules.engine import Finding, as_mode
 from ...structs.file import FILE_HEADER_SIZE, TRAILER, TRAILER_SIZE, FileFlag
 from ...structs._declare import plan
 from ..tensor import Composite, Item, SourcedTensor, Tensor, locate_buffers, walk
-from ..walk.common import DESCRIPTOR, ENTRY, Faults, as_view, is_url
+from ..walk.common import ENTRY, as_view, is_url
 from ..walk.descriptor import strict_describer
 from .index import FileIndex, front_sections, place_tensors
-from .walk import FILE_HEADER_PART, INDEX_PART, KV_PART, TENSOR_DATA, TRAILER_PART, IndexEntry, check_tensor, walk_file, walk_index
+from .walk import IndexEntry, check_tensor, checked_file, walk_index
 
 __all__ = ["ClosedFileError", "HurrayFile", "IndexEntry", "TensorSlice", "item_array", "read_file"]
 
@@ -278,32 +278,17 @@ class HurrayFile(Mapping):
         self._finish_binding(binder, bound)
 
     def _open_walked(self, view, validate_composites: bool) -> None:
-        """Every tensor walked and checked in descriptor order (the reader protocol as written),
-        then the composites bound."""
-        ordered: list[tuple] = []  # (name, descriptor offset, descriptor) in descriptor order
-        entries: list = []
-        for part in walk_file(view, self._describe, faults=Faults.RAISE, mode=self.mode, limits=self.limits):
-            kind = part.kind
-            if kind == DESCRIPTOR:
-                described = part
-            elif kind == TENSOR_DATA:
-                name, desc = part.note, described.value
-                self._checked[name] = (desc, part.value, described.findings)
-                ordered.append((name, described.start, desc))
-            elif kind == FILE_HEADER_PART:
-                self.header = part.value
-            elif kind == TRAILER_PART:
-                self.trailer = part.value
-            elif kind == INDEX_PART:
-                entries = list(part.value)
-            elif kind == KV_PART:
-                self._kv_part = part
-        self._index = FileIndex.of(entries)
+        """Every tensor walked and checked in descriptor order (the reader protocol as written:
+        :func:`~hurray_schema.io.file.walk.checked_file`), then the composites bound."""
+        found = checked_file(view, self._describe, mode=self.mode, limits=self.limits)
+        self.header, self.trailer, self._kv_part = found.header, found.trailer, found.kv
+        self._index = FileIndex.of(list(found.entries))
         binder = self._binder(validate_composites)
-        for name, offset, desc in ordered:
+        for name, (desc, spans, offset, findings) in found.tensors.items():
+            self._checked[name] = (desc, spans, findings)
             for item in binder.add(desc, offset, name):
                 self._items[item.name] = item
-        self._finish_binding(binder, [name for name, _, _ in ordered])
+        self._finish_binding(binder, list(found.tensors))
 
     def _finish_binding(self, binder: CompositeBinder, bound: list) -> None:
         """The binder closed (a composite still open is torn), and which of the ``bound`` entries

@@ -40,10 +40,10 @@ from ...structs.file import (
 )
 from ..crc import crc32c
 from ..walk.kv import decode_kv
-from ..walk.common import ENTRY, ENTRY_START, FAULT, NAME, TABLE, Describe, Faults, Nesting, Part, part_from_fields
+from ..walk.common import DESCRIPTOR, ENTRY, ENTRY_START, FAULT, NAME, TABLE, Describe, Faults, Nesting, Part, part_from_fields
 
 __all__ = ["walk_file", "walk_index", "check_ends", "check_index", "check_kv", "check_tensor", "buffer_spans",
-           "check_data_buffer_alignment",
+           "check_data_buffer_alignment", "CheckedFile", "checked_file",
            "IndexEntry", "TensorRegion", "FILE_HEADER_PART", "TRAILER_PART", "INDEX_PART", "KV_PART", "TENSOR_DATA"]
 
 FILE_HEADER_PART = "file header"
@@ -191,6 +191,47 @@ def _walk(view: memoryview, describe: Describe, faults: Faults, mode: Mode, limi
 # --------------------------------------------------------------------------------------
 # RAISE: the reader
 # --------------------------------------------------------------------------------------
+
+
+class CheckedFile:
+    """What the checked walk of a file (``RAISE``) found, taken off its parts as they pass
+    (:func:`checked_file`): the header and trailer fields, the index entries in index order,
+    the ``kv`` part (value: the metadata; its findings) and per tensor, in descriptor order,
+    ``name -> (descriptor, buffer spans, descriptor offset, findings)``.  The file reader's walked
+    open and ``audit`` both read a file through it."""
+
+    __slots__ = ("header", "trailer", "entries", "kv", "tensors")
+
+    def __init__(self):
+        self.header: dict = {}
+        self.trailer: dict = {}
+        self.entries: tuple = ()
+        self.kv: Optional[Part] = None
+        self.tensors: dict[str, tuple] = {}
+
+
+def checked_file(view: memoryview, describe: Describe, *, mode: Mode, limits: Limits = DEFAULT_LIMITS) -> CheckedFile:
+    """The file walked once under ``RAISE`` (:func:`walk_file`: every container rule, each
+    descriptor through ``describe``; the first fault raises) and what its parts hold."""
+    found = CheckedFile()
+    tensors = found.tensors
+    described = None
+    for part in walk_file(view, describe, faults=Faults.RAISE, mode=mode, limits=limits):
+        kind = part.kind
+        if kind == DESCRIPTOR:
+            described = part
+        elif kind == TENSOR_DATA:
+            tensors[part.note] = (described.value, part.value, described.start, described.findings)
+        elif kind == FILE_HEADER_PART:
+            found.header = part.value
+        elif kind == TRAILER_PART:
+            found.trailer = part.value
+        elif kind == INDEX_PART:
+            found.entries = part.value
+        elif kind == KV_PART:
+            found.kv = part
+    return found
+
 
 
 def _checked_front(view: memoryview, mode: Mode, limits: Limits):
