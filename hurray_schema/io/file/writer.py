@@ -23,6 +23,7 @@ from ...structs.file import (
 )
 from ..crc import crc32c
 from ..tensor import Composite, Item, Tensor, walk
+from ..walk.kv import encode_kv
 from .walk import IndexEntry, check_data_buffer_alignment
 
 if TYPE_CHECKING:  # the writer's modules are imported by write_file: reading needs none of them
@@ -145,7 +146,6 @@ def write_file(path, items: Union[Mapping[str, Item], Iterable[Item]], *,
     padding after a head, which the spec forbids -- only for interop experiments.
     """
     from .._write import Sink, check_nodes, encode_nodes, replacing
-    from ..walk.kv import encode_kv
 
     a = data_buffer_alignment
     check_data_buffer_alignment(a)  # the rule a reader of the header would raise, at that field
