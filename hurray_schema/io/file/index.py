@@ -138,10 +138,10 @@ def _entries(section: bytes, count: int):
     text = section.decode("latin-1")
     names = [""] * count
     fields_at = [0] * count
-    pos, entry_size = _COUNT_SIZE, _ENTRY_SIZE
+    pos, length_size, entry_size = _COUNT_SIZE, _NAME_LENGTH_SIZE, _ENTRY_SIZE
     try:
         for i in range(count):
-            at = pos + _NAME_LENGTH_SIZE
+            at = pos + length_size
             pos = at + (section[pos] | section[pos + 1] << 8)  # name_length, little-endian uint16
             names[i] = text[at:pos]
             fields_at[i] = pos
