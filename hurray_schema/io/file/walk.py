@@ -40,7 +40,9 @@ from ...structs.file import (
 )
 from ..crc import crc32c
 from ..walk.kv import decode_kv
-from ..walk.common import DESCRIPTOR, ENTRY, ENTRY_START, FAULT, NAME, TABLE, Describe, Faults, Nesting, Part, part_from_fields
+from ..walk.common import (
+    DESCRIPTOR, ENTRY, ENTRY_START, FAULT, NAME, TABLE, Describe, Faults, Nesting, Part, part_from_fields,
+)
 
 __all__ = ["walk_file", "walk_index", "check_ends", "check_index", "check_kv", "check_tensor", "buffer_spans",
            "check_data_buffer_alignment", "CheckedFile", "checked_file",
