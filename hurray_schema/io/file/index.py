@@ -163,10 +163,8 @@ def _gather(data, positions, dtype: np.dtype) -> np.ndarray:
     size = len(data) - dtype.itemsize + 1
     if not len(positions) or size <= 0:
         return np.zeros(0, dtype)
-    # every record-sized window of the bytes as a row of bytes (a view); the positions' rows are
-    # copied out as plain bytes, then read as records
-    windows = np.ndarray((size, dtype.itemsize), np.uint8, buffer=data, strides=(1, 1))
-    return windows[positions].view(dtype)[:, 0]
+    # a record starting at every byte (a view, the records overlapping); the positions' are copied out
+    return np.ndarray((size,), dtype, buffer=data, strides=(1,))[positions]
 
 
 class Placement:
