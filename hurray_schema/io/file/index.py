@@ -163,8 +163,10 @@ def _gather(data, positions, dtype: np.dtype) -> np.ndarray:
     size = len(data) - dtype.itemsize + 1
     if not len(positions) or size <= 0:
         return np.zeros(0, dtype)
-    # a record starting at every byte (a view, the records overlapping); the positions' are copied out
-    return np.ndarray((size,), dtype, buffer=data, strides=(1,))[positions]
+    # a record-sized run of plain bytes starting at every byte (a view, the runs overlapping); the
+    # positions' runs are copied out, then read as records
+    runs = np.ndarray((size,), np.dtype((np.void, dtype.itemsize)), buffer=data, strides=(1,))
+    return runs[positions].view(dtype)
 
 
 class Placement:
