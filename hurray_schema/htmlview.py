@@ -35,10 +35,10 @@ from .memo import MEMO
 from .hexview import Node, annotate_descriptor, descriptor_extent, render_value, session_payload_nodes
 from .io.walk.kv import walk_kv
 from .io.source import merged_spans
+from .io.file.walk import FILE_HEADER_PART, INDEX_PART, KV_PART, TENSOR_DATA, TRAILER_PART, walk_file, walk_index
 from .io.walk import (
-    BUFFER, DATA, DATA_HEADER, DESCRIPTOR, ENTRY, ENTRY_START, FAULT, FILE_HEADER_PART, INDEX_PART, KV_PART,
-    MESSAGE, MESSAGE_HEADER_PART, NAME, PAYLOAD, TABLE, TENSOR_DATA, TRAILER_PART, TRANSPORT, VALUE, Faults, Part,
-    Window, as_view, walk_bare, walk_descriptor, walk_file, walk_index, walk_messages,
+    BUFFER, DATA, DATA_HEADER, DESCRIPTOR, ENTRY, ENTRY_START, FAULT, MESSAGE, MESSAGE_HEADER_PART, NAME, PAYLOAD,
+    TABLE, TRANSPORT, VALUE, Faults, Part, Window, as_view, walk_bare, walk_descriptor, walk_messages,
 )
 from .rules.engine import Mode
 from .structs import file as file_structs

@@ -28,8 +28,6 @@ ALLOWED = {
     # Files another change is rewriting at the time of writing; each restates a constant named here.
     # Once that rewrite imports the declaration, remove the entry: test_allow_list_is_still_needed
     # fails for an entry that no longer restates anything.
-    "io/file.py": "data_buffer_alignment's power-of-two idiom (rules.container FILE_ALIGNMENT)",
-    "io/walk/file.py": "data_buffer_alignment's and a buffer alignment's power-of-two idiom",
 }
 
 DECLARED_IN = {

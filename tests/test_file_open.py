@@ -1,4 +1,4 @@
-"""What a file reader checks at open and what on a tensor's first read (``io/file_index.py``).
+"""What a file reader checks at open and what on a tensor's first read (``io/file/index.py``).
 
 A fault deep in a large file gives one rule and one offset whichever entry point meets it: the
 tensor's first read, ``hs.load``, the reader's ``findings``, and ``audit``.  The byte offsets
@@ -166,3 +166,45 @@ def test_tensors_read_alike_whether_the_index_follows_descriptor_order_or_not(tm
         assert (offsets == sorted(offsets)) is not sorted_index
         for name, array in arrays.items():
             np.testing.assert_array_equal(np.asarray(f[name]), array)
+
+
+@pytest.mark.parametrize("sorted_index", [False, True])
+def test_names_beyond_ascii_are_read_as_utf8(tmp_path, sorted_index):
+    """``file-format.md § Index Encoding``: names are UTF-8; a sorted index orders them by their bytes."""
+    names = ["z", "é", "日本", "a\x00b", "ascii"]
+    path = tmp_path / "names.hrry"
+    hs.write_file(path, {n: hs.Tensor.from_numpy(np.full(3, i, np.int16)) for i, n in enumerate(names)},
+                  sorted_index=sorted_index)
+    with hs.read_file(path) as f:
+        listed = sorted(names, key=lambda n: n.encode("utf-8")) if sorted_index else names
+        assert list(f) == listed
+        for i, n in enumerate(names):
+            np.testing.assert_array_equal(np.asarray(f[n]), np.full(3, i, np.int16))
+
+
+def test_the_writer_refuses_an_alignment_with_the_header_rule(tmp_path):
+    """``file-format.md § File Header``: data_buffer_alignment is a power of two in its bounds; the
+    writer raises what a reader of that header would, at the field (after magic 8, versions 1 + 1,
+    _reserved 2, file_flags 4)."""
+    for alignment in (1000, 2048, 4 << 20, 0):
+        with pytest.raises(SpecViolation) as refused:
+            hs.write_file(tmp_path / "a.hrry", {"a": np.zeros(2, np.float32)}, data_buffer_alignment=alignment)
+        assert (refused.value.rule_id, refused.value.offset) == ("file.header.alignment", 16)
+    assert not (tmp_path / "a.hrry").exists()
+
+
+def test_audit_of_a_file_opens_no_reader(tmp_path, clean, monkeypatch):
+    """Audit takes the findings off the one walk of the file: no HurrayFile is opened on the bytes."""
+    from hurray_schema.io.file import HurrayFile
+
+    descriptor = index_entries(clean)[name(DEEP)][1]
+    fault = descriptor + FIXED_HEADER + 1 * DIM + BYTE_OFFSET + BUFFER_COUNT + HANDLE_RESERVED
+    path = tmp_path / "deep.hrry"
+    path.write_bytes(clean[:fault] + b"\x01" + clean[fault + 1 :])
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("audit opened a reader")
+
+    monkeypatch.setattr(HurrayFile, "__init__", refuse)
+    monkeypatch.setattr(HurrayFile, "over", classmethod(refuse))
+    assert [(f.rule_id, f.offset) for f in hs.audit(path).findings if f.is_error] == [("buffer.reserved", fault)]

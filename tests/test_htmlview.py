@@ -27,7 +27,8 @@ from hurray_schema.errors import HurraySchemaError
 from hurray_schema.hexview import annotate, detect_kind
 from hurray_schema.htmlview import ELIDED_KEEP, page_model, render_page
 from hurray_schema.io import Tensor, write_file, write_stream
-from hurray_schema.io.walk import ENTRY, walk_index
+from hurray_schema.io.file.walk import walk_index
+from hurray_schema.io.walk import ENTRY
 from hurray_schema.model import ElementType
 from hurray_schema.structs import file as file_structs
 from hurray_schema.structs._declare import fields, static_offset, static_size

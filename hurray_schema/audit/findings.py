@@ -10,8 +10,9 @@ finding kept instead of stopping at the first.
   TENSOR_DESCRIPTOR messages and the composites they bind, then the framing rules as
   :func:`hurray_schema.io.read_stream` sees them (a recorded session direction: the checks its
   receiver ran live, :func:`hurray_schema.net.checker.check_recorded`);
-* a **file** (``file-format.md``): the container rules of :func:`hurray_schema.io.read_file`;
-  when the reader stops at a fault, every descriptor of the tensor region (located through
+* a **file** (``file-format.md``): the container rules of :func:`hurray_schema.io.read_file`,
+  taken from the findings of the reader's walk of the file (one pass, no reader opened on it);
+  when that walk stops at a fault, every descriptor of the tensor region (located through
   the index, or by walking the region) is audited as in a stream and the composites are
   bound in descriptor order, so one report lists every fault.
 
@@ -28,17 +29,18 @@ import os
 from typing import Iterable
 
 from ..errors import HurraySchemaError, LimitExceeded, SpecViolation
-from ..rules.composite import validate_preorder  # first: the rule registry lists rules in import order
+from ..rules.composite import CompositeBinder, validate_preorder  # first: the rule registry lists rules in import order
 from ..rules.engine import Finding, Level, Mode, as_mode
-from ..io.file import HurrayFile
+from ..io.file.walk import checked_file, walk_file
 from ..net.checker import check_recorded, other_direction, recorded_locally, recorded_side_of
 from ..io.stream import read_stream
 from ..io.walk import (
-    DESCRIPTOR, FAULT, Faults, Part, Window, collect_descriptor, strict_describer,
-    violation_finding, walk_bare, walk_descriptor, walk_file, walk_messages,
+    DESCRIPTOR, FAULT, Faults, Part, Window, as_view, collect_descriptor, strict_describer,
+    violation_finding, walk_bare, walk_descriptor, walk_messages,
 )
 from ..rules import interop
 from ..codec import peek_descriptor_length
+from ..limits import DEFAULT_LIMITS
 from ..structs.descriptor import FIXED_HEADER_SIZE
 
 __all__ = ["KINDS", "find", "audit_descriptor", "input_name"]
@@ -122,25 +124,19 @@ def _descriptors(parts: Iterable[Part], findings: list) -> tuple[list, list]:
 
 
 def _audit_file(data, mode: Mode) -> tuple[Finding, ...]:
-    """The container rules as the file reader checks them (up to its first fault); after a
-    fault, every tensor the file locates is audited and the composites bound in descriptor
-    order, so one report lists every fault."""
+    """The container rules as the file reader checks them, up to its first fault: the findings of
+    the reader's own walk (:func:`~hurray_schema.io.file.walk.walk_file`, fault policy ``RAISE``),
+    taken from its parts -- no reader is opened on top of it; after a fault, every tensor the file
+    locates is audited and the composites bound in descriptor order, so one report lists every fault."""
     findings: list[Finding] = []
-    reader = None
     try:
-        reader = HurrayFile.over(data, mode=mode)
-        findings += reader.findings  # every tensor checked, as each one's first read checks it
-        findings += interop.file_findings(reader.entries(), reader.descriptor,
-                                          lambda name: reader.tensor_of(reader.descriptor(name), name).buffers)
+        findings = _checked_file(memoryview(as_view(data)), mode)
     except SpecViolation as exc:
         findings = [violation_finding(exc)]
     except LimitExceeded as exc:
         findings = [_limit_finding(exc)]
     except HurraySchemaError as exc:
         findings = [Finding("file.unreadable", Level.MUST, "file-format.md", str(exc))]
-    finally:
-        if reader is not None:
-            reader.close()
     if any(f.is_error for f in findings):  # the reader stopped at its first fault: audit every tensor
         located: list[Finding] = []
         parts = walk_file(data, _collect(mode), faults=Faults.COLLECT, mode=mode)
@@ -149,6 +145,26 @@ def _audit_file(data, mode: Mode) -> tuple[Finding, ...]:
             located += validate_preorder(descs, mode=mode, collect=True, bases=bases, check_heads=False)
         findings += _dedup(findings, located)
     return tuple(findings)
+
+
+def _checked_file(view: memoryview, mode: Mode) -> list[Finding]:
+    """What the file reader reports on ``view`` (``HurrayFile.findings``), read off the parts of its
+    walk (:func:`~hurray_schema.io.file.walk.checked_file`): the KV section's findings, each
+    descriptor's in descriptor order, then those of binding the composites
+    (``layouts/composite.md § Binding``, as the reader binds them), then the lints audit alone
+    runs (:func:`~hurray_schema.rules.interop.file_findings`).  The first fault the mode does not
+    tolerate raises, as it does in the reader."""
+    found = checked_file(view, strict_describer(mode=mode), mode=mode)
+    tensors = found.tensors
+    binder = CompositeBinder(mode=mode, limits=DEFAULT_LIMITS)
+    findings = list(found.kv.findings)
+    for desc, _, offset, described in tensors.values():
+        findings.extend(described)
+        binder.add(desc, offset)
+    binder.finish()
+    return findings + binder.findings + interop.file_findings(
+        found.entries, lambda name: tensors[name][0],
+        lambda name: [view[at : at + size] for at, size in tensors[name][1]])
 
 
 def _stream_framing(data, mode: Mode) -> list[Finding]:

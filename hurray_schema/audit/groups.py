@@ -126,26 +126,28 @@ def _message_groups(view, located) -> list[Group]:
 def _file_groups(view, located) -> list[Group]:
     """A file: its header, each tensor by its index entry's name (data end: the end of its data
     region within the file), the KV metadata and index sections the view can show, the trailer."""
+    from ..io.file import walk as file_walk  # the file's walk lives in the file package
+
     groups: list[Group] = []
     size, name, tensor_at = len(view), "", None
-    sections = {located.KV_PART: "kv metadata", located.INDEX_PART: "index"}
-    for part in located.walk_file(view, _peek, faults=located.Faults.ANNOTATE, mode=Mode.PERMISSIVE):
+    sections = {file_walk.KV_PART: "kv metadata", file_walk.INDEX_PART: "index"}
+    for part in file_walk.walk_file(view, _peek, faults=located.Faults.ANNOTATE, mode=Mode.PERMISSIVE):
         kind = part.kind
-        if kind == located.FILE_HEADER_PART or kind == located.FAULT and part.decl is not None:
+        if kind == file_walk.FILE_HEADER_PART or kind == located.FAULT and part.decl is not None:
             groups.append(_section_group("file header", 0, part.end))
         elif kind == located.ENTRY:
             name = part.value.name
         elif kind == located.DESCRIPTOR:
             tensor_at = len(groups)
             groups.append(_tensor_group(f"tensor {name!r}", part.value, part.start, part.end, part.depth))
-        elif kind == located.TENSOR_DATA and tensor_at is not None:
+        elif kind == file_walk.TENSOR_DATA and tensor_at is not None:
             start = part.start
             end = min(size, part.end) if start <= size else start
             groups[tensor_at] = _with_data_end(groups[tensor_at], max(end, start))
         elif kind in sections:
             if part.start <= size and part.end - part.start <= size - part.start:  # else the view shows an error
                 groups.append(_section_group(sections[kind], part.start, part.end))
-        elif kind == located.TRAILER_PART:
+        elif kind == file_walk.TRAILER_PART:
             groups.append(_section_group("trailer", part.start, part.end))
     return groups
 

@@ -21,7 +21,8 @@ from ..io.crc import crc32c
 from ..io.walk.kv import walk_kv
 from ..limits import MAX_COMPOSITE_DEPTH
 from ..io.walk.common import ENTRY_START, NAME, TABLE, VALUE, Faults, Part, as_view
-from ..io.walk import Window, collect_descriptor, walk_bare, walk_index, walk_messages
+from ..io.file.walk import walk_index
+from ..io.walk import Window, collect_descriptor, walk_bare, walk_messages
 from ..model import CompositeLayout, CompositionRule, ElementType, Shard, TensorDescriptor
 from ..rules.engine import Mode
 from ..structs._declare import static_offset

@@ -4,10 +4,11 @@
   and the writers take;
 * :mod:`.stream` -- :func:`read_stream` / :func:`write_stream` (bare and message framing);
 * :mod:`.stream` also has :class:`StreamWriter`, one item (or composite member) at a time;
-* :mod:`.file` -- :func:`read_file` / :func:`write_file` and :class:`HurrayFile`
-  (:mod:`.file_index`: the index as arrays, what is checked at open and on first read);
+* :mod:`.file` -- :func:`read_file` / :func:`write_file` and :class:`HurrayFile`, with the walk of
+  a file (:mod:`.file.walk`) and its index as arrays (:mod:`.file.index`: what is checked at open
+  and on first read), one package importing one way (walk <- index <- reader);
 * :mod:`.simple` -- :func:`save` / :func:`load`: a dict of arrays in, a dict of arrays out;
-* :mod:`.walk` -- the walk of each container kind, one module each (:mod:`.walk.common`: what
+* :mod:`.walk` -- the walk of each stream kind, one module each (:mod:`.walk.common`: what
   they yield; :mod:`.walk.kv`: the file's KV metadata section, where :class:`UInt64` forces value
   tag 0x03), which the readers, ``audit``, ``inspect`` and the command line all consume;
 * :mod:`.tensor` also has the buffers made as they are written (``ProducedTensor``); the

@@ -188,7 +188,7 @@ def check_nodes(encoded: Sequence[EncodedNode], bases: Sequence[int], *, file_or
     arrives.  A file reader (``file_order=True``) checks at open the tensors it must decode to
     bind composites -- heads, members, and tensors with no data bytes -- binding them as they come
     in descriptor order, and every other tensor when it is first read
-    (:mod:`hurray_schema.io.file_index`): those come after, in descriptor order."""
+    (:mod:`hurray_schema.io.file.index`): those come after, in descriptor order."""
     if not file_order:
         validate_preorder((decoded(item.descriptor, base) for item, base in zip(encoded, bases)), mode="strict",
                           bases=list(bases), check_heads=False)
@@ -208,7 +208,7 @@ def check_nodes(encoded: Sequence[EncodedNode], bases: Sequence[int], *, file_or
 
 def _decoded_at_open(item: EncodedNode) -> bool:
     """Whether a file reader decodes this top-level node at open: a composite head, or a tensor with
-    no data bytes (``hurray_schema.io.file_index``); a composite's members follow their head."""
+    no data bytes (``hurray_schema.io.file.index``); a composite's members follow their head."""
     return isinstance(item.node, Composite) or not any(handle.byte_size for handle in item.node.descriptor.buffers)
 
 

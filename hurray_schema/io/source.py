@@ -19,7 +19,7 @@ URL (``https://``, ``s3://``, any fsspec protocol; the ``[remote]`` extra) is re
   to blocks of ``block_size``, blocks near each other fetched by one request, the requests of a
   batch sent concurrently, small reads kept in a least-recently-used block cache bounded by
   ``cache_bytes``;
-* :class:`SourceView` is the file as the one walk of the file (:func:`.walk.file.walk_file`) reads
+* :class:`SourceView` is the file as the one walk of the file (:func:`hurray_schema.io.file.walk.walk_file`) reads
   it: its length and its slices, each slice fetched through the reader;
 * :class:`SourcedBuffers` are one tensor's buffers: an anonymous mapping per buffer, made on
   first use (pages cost nothing until written) into which the byte ranges a read decodes are

@@ -26,109 +26,109 @@ TREG = "file-format.md § Tensor Region"
 FILE_TOO_SHORT = declare(
     "file.size", MUST, "file-format.md § File Layout",
     "A file holds at least the 64-byte header and the 40-byte trailer.", scope="file",
-    enforced_by="hurray_schema.io.walk.file:check_ends")
+    enforced_by="hurray_schema.io.file.walk:check_ends")
 FILE_MAGIC = declare(
     "file.header.magic", MUST, H, "A file starts with the eight bytes \"HRRYFILE\".", scope="file",
-    enforced_by="hurray_schema.io.walk.file:check_ends")
+    enforced_by="hurray_schema.io.file.walk:check_ends")
 FILE_VERSION = declare(
     "file.header.version", MUST, H,
     "A container_version_major newer than the reader's (1) is rejected.", scope="file",
-    enforced_by="hurray_schema.io.walk.file:_check_header")
+    enforced_by="hurray_schema.io.file.walk:_check_header")
 FILE_HEADER_RESERVED = declare(
     "file.header.reserved", MUST, H, "The header's reserved bytes are zero.", scope="file",
-    enforced_by="hurray_schema.io.walk.file:_check_header")
+    enforced_by="hurray_schema.io.file.walk:_check_header")
 FILE_FLAGS_RESERVED = declare(
     "file.flags.reserved", MUST, FL, "file_flags bits 3-31 are zero.", scope="file",
-    enforced_by="hurray_schema.io.walk.file:_check_header")
+    enforced_by="hurray_schema.io.file.walk:_check_header")
 FILE_ALIGNMENT = declare(
     "file.header.alignment", MUST, H,
     "data_buffer_alignment is a power of two between 4096 and 2 MiB.", scope="file",
-    enforced_by="hurray_schema.io.walk.file:_check_header")
+    enforced_by="hurray_schema.io.file.walk:check_data_buffer_alignment")
 FILE_FIRST_DESCRIPTOR = declare(
     "file.header.first_descriptor_offset", MUST, H,
     "first_descriptor_offset is at least 64, a multiple of 8 and inside the file.", scope="file",
-    enforced_by="hurray_schema.io.walk.file:_check_header")
+    enforced_by="hurray_schema.io.file.walk:_check_header")
 
 # --- file: trailer, index, KV ---------------------------------------------------------
 TRAILER_MAGIC = declare(
     "file.trailer.magic", MUST, TR, "The file's last 4 bytes are \"HRRY\" (checked before any trailer field).",
     scope="file",
-    enforced_by="hurray_schema.io.walk.file:_check_trailer")
+    enforced_by="hurray_schema.io.file.walk:_check_trailer")
 TRAILER_RESERVED = declare(
     "file.trailer.reserved", MUST, TR, "The trailer's reserved bytes are zero.", scope="file",
-    enforced_by="hurray_schema.io.walk.file:_check_trailer")
+    enforced_by="hurray_schema.io.file.walk:_check_trailer")
 INDEX_BOUNDS = declare(
     "file.index.bounds", MUST, TR,
     "The index lies after the header and ends before the trailer (index_offset + index_length <= size - 40).",
     scope="file",
-    enforced_by="hurray_schema.io.walk.file:_check_trailer")
+    enforced_by="hurray_schema.io.file.walk:_check_trailer")
 INDEX_ALIGNMENT = declare(
     "file.index.alignment", MUST, IX, "The index section starts on a multiple of 8.", scope="file",
-    enforced_by="hurray_schema.io.walk.file:_check_trailer")
+    enforced_by="hurray_schema.io.file.walk:_check_trailer")
 INDEX_CRC = declare(
     "file.index.crc", MUST, FL,
     "With HAS_INDEX_CRC32C set, index_crc32c equals the CRC-32C of the index bytes.", scope="file",
-    enforced_by="hurray_schema.io.walk.file:_check_trailer")
+    enforced_by="hurray_schema.io.file.walk:_check_trailer")
 INDEX_CRC_UNSET = declare(
     "file.index.crc_unset", MUST, TR,
     "With HAS_INDEX_CRC32C clear, index_crc32c is zero.", scope="file",
-    enforced_by="hurray_schema.io.walk.file:_check_trailer")
+    enforced_by="hurray_schema.io.file.walk:_check_trailer")
 INDEX_TRUNCATED = declare(
     "file.index.truncated", MUST, IX,
     "The index entries announced by index_entry_count fit exactly in index_length bytes.", scope="file",
-    enforced_by="hurray_schema.io.walk.file:check_index")
+    enforced_by="hurray_schema.io.file.walk:check_index")
 INDEX_NAME = declare(
     "file.index.name", MUST, IX, "A tensor name is 1 or more bytes of valid UTF-8.", scope="file",
-    enforced_by="hurray_schema.io.walk.file:_entry_name")
+    enforced_by="hurray_schema.io.file.walk:_entry_name")
 INDEX_DUPLICATE = declare(
     "file.index.duplicate", MUST, IX, "Tensor names are unique (byte-exact).", scope="file",
-    enforced_by="hurray_schema.io.walk.file:_entry_name")
+    enforced_by="hurray_schema.io.file.walk:_entry_name")
 INDEX_FLAGS = declare(
     "file.index.flags", MUST, IX, "An index entry's flags field is zero.", scope="file",
-    enforced_by="hurray_schema.io.walk.file:check_index")
+    enforced_by="hurray_schema.io.file.walk:check_index")
 INDEX_SORTED = declare(
     "file.index.sorted", MUST_NOT, FL,
     "SORTED_INDEX is not set unless the entries are in UTF-8 byte order of name.", scope="file",
-    enforced_by="hurray_schema.io.walk.file:check_index")
+    enforced_by="hurray_schema.io.file.walk:check_index")
 INDEX_DESCRIPTOR_LENGTH = declare(
     "file.index.descriptor_length", MUST, IX,
     "An entry's descriptor_length equals the descriptor's own descriptor_length.", scope="file",
-    enforced_by="hurray_schema.io.walk.file:check_tensor")
+    enforced_by="hurray_schema.io.file.walk:check_tensor")
 INDEX_DESCRIPTOR_BOUNDS = declare(
     "file.index.descriptor_bounds", MUST, TREG,
     "A descriptor lies inside the tensor region (after first_descriptor_offset, before the KV/index sections).",
     scope="file",
-    enforced_by="hurray_schema.io.walk.file:check_tensor")
+    enforced_by="hurray_schema.io.file.walk:check_tensor")
 INDEX_OVERLAP = declare(
     "file.index.overlap", MUST, TREG,
     "Two entries do not share a descriptor_offset, and no tensor's data overlaps the next descriptor.",
     scope="file",
-    enforced_by="hurray_schema.io.walk.file:check_tensor")
+    enforced_by="hurray_schema.io.file.walk:check_tensor")
 DESCRIPTOR_ALIGNMENT = declare(
     "file.descriptor.alignment", MUST, "file-format.md § Descriptor Placement",
     "Every descriptor starts on a multiple of 8.", scope="file",
-    enforced_by="hurray_schema.io.walk.file:check_tensor")
+    enforced_by="hurray_schema.io.file.walk:check_tensor")
 DATA_ALIGNMENT = declare(
     "file.data.alignment", MUST, "file-format.md § Data Buffer Placement",
     "Every data buffer (an empty one too) starts on a multiple of data_buffer_alignment.", scope="file",
-    enforced_by="hurray_schema.io.walk.file:check_tensor")
+    enforced_by="hurray_schema.io.file.walk:check_tensor")
 DATA_LENGTH = declare(
     "file.data.length", MUST, IX,
     "data_length equals the buffers' byte sizes plus the alignment padding between them.", scope="file",
-    enforced_by="hurray_schema.io.walk.file:check_tensor")
+    enforced_by="hurray_schema.io.file.walk:check_tensor")
 DATA_BOUNDS = declare(
     "file.data.bounds", MUST, TREG,
     "A tensor's data buffers lie inside the tensor region (no truncated buffer).", scope="file",
-    enforced_by="hurray_schema.io.walk.file:check_tensor")
+    enforced_by="hurray_schema.io.file.walk:check_tensor")
 KV_FLAG = declare(
     "file.kv.flag", SHOULD, FL,
     "HAS_KV_METADATA is set exactly when the trailer locates a KV section (pyhurray never sets it).",
     scope="file",
-    enforced_by="hurray_schema.io.walk.file:check_kv")
+    enforced_by="hurray_schema.io.file.walk:check_kv")
 KV_BOUNDS = declare(
     "file.kv.bounds", MUST, KV,
     "The KV section lies after the header, before the index, and starts on a multiple of 8.", scope="file",
-    enforced_by="hurray_schema.io.walk.file:check_kv")
+    enforced_by="hurray_schema.io.file.walk:check_kv")
 KV_TRUNCATED = declare(
     "file.kv.truncated", MUST, "file-format.md § KV Section Encoding",
     "The KV entries announced by kv_count fit exactly in kv_length bytes.", scope="file",

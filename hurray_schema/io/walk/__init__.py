@@ -14,8 +14,9 @@ One module per container kind, each with one walk that serves every reader of th
 * :mod:`.bare` -- :func:`walk_bare`;
 * :mod:`.messages` -- :func:`walk_messages`, and what a receiver checks (:class:`TensorFrames`,
   :func:`check_message_header`, :func:`remote_error`);
-* :mod:`.file` -- :func:`walk_file`, :func:`walk_index`, and the checks the file reader also
-  runs on their own (:func:`check_ends`, :func:`check_tensor`);
+* a file's walk lives with the file reader and its index, in :mod:`hurray_schema.io.file.walk`
+  (its names still resolve here: :func:`walk_file`, :func:`walk_index`, :func:`check_ends`,
+  :func:`check_tensor`, ...);
 * :mod:`.kv` -- the file's KV metadata section: ``walk_kv``, ``decode_kv``, ``encode_kv``;
 * :mod:`.kinds` -- which kind an input is (:func:`detect_kind`, :func:`choose_kind`);
 * :mod:`.common` -- what they share: the parts a walk yields and the fault policy, the input (:class:`Window`,
@@ -57,11 +58,12 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     ".descriptor": ("collect_descriptor", "strict_describer", "strict_descriptor", "walk_descriptor"),
     ".bare": ("walk_bare",),
     ".messages": ("REMOTE_ERRORS", "TensorFrames", "check_message_header", "remote_error", "walk_messages"),
-    ".file": (
+    ".kinds": ("DETECT_BYTES", "KIND_EXTENSIONS", "KindChoice", "choose_kind", "detect_kind"),
+}, unlisted={  # the file's walk, which moved to the file package (it imports this one, not the reverse)
+    "..file.walk": (
         "FILE_HEADER_PART", "INDEX_PART", "KV_PART", "TENSOR_DATA", "TRAILER_PART", "IndexEntry", "TensorRegion",
         "buffer_spans", "check_ends", "check_tensor", "walk_file", "walk_index",
     ),
-    ".kinds": ("DETECT_BYTES", "KIND_EXTENSIONS", "KindChoice", "choose_kind", "detect_kind"),
 })
 
 if TYPE_CHECKING:
@@ -73,9 +75,5 @@ if TYPE_CHECKING:
         fault_at, memory_input, part_from_fields, violation_finding,
     )
     from .descriptor import collect_descriptor, strict_describer, strict_descriptor, walk_descriptor  # noqa: F401
-    from .file import (  # noqa: F401 (listed, imported lazily)
-        FILE_HEADER_PART, INDEX_PART, KV_PART, TENSOR_DATA, TRAILER_PART, IndexEntry, TensorRegion, buffer_spans,
-        check_ends, check_tensor, walk_file, walk_index,
-    )
     from .kinds import DETECT_BYTES, KIND_EXTENSIONS, KindChoice, choose_kind, detect_kind  # noqa: F401
     from .messages import REMOTE_ERRORS, TensorFrames, check_message_header, remote_error, walk_messages  # noqa: F401

@@ -1,20 +1,17 @@
-"""Read and write ``.hrry`` files (``file-format.md``).
+"""Read ``.hrry`` files (``file-format.md``): :class:`HurrayFile` and :func:`read_file`.
 
 Reading follows the random-access protocol (``§ Reader Protocol``): header, trailer,
 index (CRC-checked), KV, then every descriptor -- but no data.  The file is memory-
 mapped; a tensor's buffers are ``memoryview`` slices of the map, so bytes are paged in
 only when used (and a file cut short under the map kills the process with ``SIGBUS`` when
 those pages are touched).  With ``mmap=False`` a local file is read by range instead, as a
-URL is (:mod:`.source`, :class:`~.source.LocalFileSource`: ``os.pread`` into the reader's own
-memory), and a file cut short or changed raises a typed error.  Composite membership is
-recovered from descriptor-offset order (``§ Composite Tensors``) whether or not the index
-is sorted.
+URL is (:mod:`..source`, :class:`~hurray_schema.io.source.LocalFileSource`: ``os.pread`` into
+the reader's own memory), and a file cut short or changed raises a typed error.  Composite
+membership is recovered from descriptor-offset order (``§ Composite Tensors``) whether or not
+the index is sorted.
 
-Writing is one forward pass (``§ Writer Protocol``): header, tensors (descriptor 8-aligned,
-data buffers aligned to ``data_buffer_alignment``, no padding after a composite head),
-KV section, index, CRC-32C of the index, trailer -- into a temporary file renamed over
-the target once complete, after every tensor passed the strict reader's rules
-(:mod:`hurray_schema.io._write`).
+The reader takes the index and placement checks of :mod:`.index` and, where those cannot vouch
+for a file, the walk of :mod:`.walk`; neither imports this module.
 """
 
 from __future__ import annotations
@@ -25,51 +22,27 @@ import mmap as _mmap  # "mmap" is also the readers' keyword argument
 import os
 import stat
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Union
+from typing import Iterator, Optional
 
 import numpy as np
 
+from ..._deprecation import deprecated
+from ...errors import ClosedFileError, HurraySchemaError
+from ...limits import Limits, resolve_limits
+from ...model import CompositionRule, TensorDescriptor
+from ...rules.composite import CompositeBinder
+from ...rules.engine import Finding, as_mode
+from ...structs.file import FILE_HEADER_SIZE, TRAILER, TRAILER_SIZE, FileFlag
+from ...structs._declare import plan
+from ..tensor import Composite, Item, SourcedTensor, Tensor, locate_buffers, walk
+from ..walk.common import ENTRY, as_view, is_url
+from ..walk.descriptor import strict_describer
+from .index import FileIndex, front_sections, place_tensors
+from .walk import IndexEntry, check_tensor, checked_file, walk_index
 
-from .._deprecation import deprecated, renamed_keyword
-from ..errors import ClosedFileError, HurraySchemaError
-from .crc import crc32c
-from ..limits import Limits, resolve_limits
-from ..model import CompositionRule, TensorDescriptor
-from ..rules.composite import CompositeBinder
-from ..rules.engine import Finding, as_mode
-from ..structs._declare import plan
-from ..structs.file import (
-    DESCRIPTOR_ALIGNMENT, FILE_HEADER, FILE_HEADER_SIZE, FILE_MAGIC, INDEX_COUNT, INDEX_ENTRY_FIELDS,
-    INDEX_NAME_LENGTH, MAX_DATA_BUFFER_ALIGNMENT, MIN_DATA_BUFFER_ALIGNMENT, SECTION_ALIGNMENT,
-    SUPPORTED_CONTAINER_MAJOR, SUPPORTED_CONTAINER_MINOR, TRAILER, TRAILER_MAGIC, TRAILER_SIZE, FileFlag,
-)
-if TYPE_CHECKING:  # the writer's modules are imported by write_file: reading needs none of them
-    from ._write import EncodedNode, Sink
-from .tensor import Composite, Item, SourcedTensor, Tensor, locate_buffers, walk
-from .file_index import FileIndex, front_sections, place_tensors
-from .walk.common import DESCRIPTOR, ENTRY, Faults, as_view, is_url
-from .walk.descriptor import strict_describer
-from .walk.file import (
-    FILE_HEADER_PART, INDEX_PART, KV_PART, TENSOR_DATA, TRAILER_PART, IndexEntry, buffer_spans,  # noqa: F401  (buffer_spans: was defined here)
-    check_tensor, walk_file, walk_index,
-)
+__all__ = ["ClosedFileError", "HurrayFile", "IndexEntry", "TensorSlice", "item_array", "read_file"]
 
-__all__ = ["ClosedFileError", "HurrayFile", "IndexEntry", "TensorSlice", "read_file", "write_file"]
-
-_HEADER = plan(FILE_HEADER)
 _TRAILER = plan(TRAILER)
-_COUNT = plan(INDEX_COUNT)
-_NAME_LEN = plan(INDEX_NAME_LENGTH)
-_ENTRY = plan(INDEX_ENTRY_FIELDS)
-
-
-def _align(n: int, a: int) -> int:
-    return -(-n // a) * a
-
-
-# --------------------------------------------------------------------------------------
-# Reader
-# --------------------------------------------------------------------------------------
 
 
 class TensorSlice:
@@ -160,7 +133,7 @@ class HurrayFile(Mapping):
         """A URL or an open fsspec file, read by byte range (:mod:`.source`): the trailer, index, KV
         section and every descriptor fetched first in few requests, then the same walk as a local
         file's over those bytes; buffers are fetched when a read needs them."""
-        from . import source as sources
+        from .. import source as sources
 
         opened = sources.open_source(url, storage_options,
                                      timeout=sources.DEFAULT_TIMEOUT if timeout is None else timeout)
@@ -171,7 +144,7 @@ class HurrayFile(Mapping):
         """A local path read by range and never mapped (``mmap=False``): a :class:`~.source.LocalFileSource`
         (``os.pread`` on one descriptor, which :meth:`fileno` gives and :meth:`close` closes) under the
         reader a URL has; no fsspec."""
-        from .source import LocalFileSource
+        from ..source import LocalFileSource
 
         self._setup(path, mode, limits)
         self._local_source = LocalFileSource(path)
@@ -180,7 +153,7 @@ class HurrayFile(Mapping):
     def _read_by_range(self, opened, validate_composites, block_size, cache_bytes) -> None:
         """The file whose bytes the :class:`~.source.ByteSource` ``opened`` gives, through a
         :class:`~.source.RangeReader` (this process's reader of it): sections prefetched, then the walk."""
-        from . import source as sources
+        from .. import source as sources
 
         self.source = opened.ref
         options = {"block_size": block_size, "cache_bytes": cache_bytes}
@@ -253,9 +226,9 @@ class HurrayFile(Mapping):
     # -- opening -------------------------------------------------------------------
     def _open(self, view, validate_composites: bool) -> None:
         """The sections, the index and every tensor's placement checked, and the composites bound
-        (:mod:`.file_index`); the other tensors' descriptors are decoded and checked on first read.
+        (:mod:`.index`); the other tensors' descriptors are decoded and checked on first read.
         A file read by range, or one whose placement the arrays cannot vouch for, is walked tensor by
-        tensor (:func:`~hurray_schema.io.walk.file.walk_file`), which raises the first fault."""
+        tensor (:func:`~hurray_schema.io.file.walk.walk_file`), which raises the first fault."""
         self._view = view
         self.size = len(view)
         self._describe = strict_describer(mode=self.mode, limits=self.limits)
@@ -305,32 +278,17 @@ class HurrayFile(Mapping):
         self._finish_binding(binder, bound)
 
     def _open_walked(self, view, validate_composites: bool) -> None:
-        """Every tensor walked and checked in descriptor order (the reader protocol as written),
-        then the composites bound."""
-        ordered: list[tuple] = []  # (name, descriptor offset, descriptor) in descriptor order
-        entries: list = []
-        for part in walk_file(view, self._describe, faults=Faults.RAISE, mode=self.mode, limits=self.limits):
-            kind = part.kind
-            if kind == DESCRIPTOR:
-                described = part
-            elif kind == TENSOR_DATA:
-                name, desc = part.note, described.value
-                self._checked[name] = (desc, part.value, described.findings)
-                ordered.append((name, described.start, desc))
-            elif kind == FILE_HEADER_PART:
-                self.header = part.value
-            elif kind == TRAILER_PART:
-                self.trailer = part.value
-            elif kind == INDEX_PART:
-                entries = list(part.value)
-            elif kind == KV_PART:
-                self._kv_part = part
-        self._index = FileIndex.of(entries)
+        """Every tensor walked and checked in descriptor order (the reader protocol as written:
+        :func:`~hurray_schema.io.file.walk.checked_file`), then the composites bound."""
+        found = checked_file(view, self._describe, mode=self.mode, limits=self.limits)
+        self.header, self.trailer, self._kv_part = found.header, found.trailer, found.kv
+        self._index = FileIndex.of(list(found.entries))
         binder = self._binder(validate_composites)
-        for name, offset, desc in ordered:
+        for name, (desc, spans, offset, findings) in found.tensors.items():
+            self._checked[name] = (desc, spans, findings)
             for item in binder.add(desc, offset, name):
                 self._items[item.name] = item
-        self._finish_binding(binder, [name for name, _, _ in ordered])
+        self._finish_binding(binder, list(found.tensors))
 
     def _finish_binding(self, binder: CompositeBinder, bound: list) -> None:
         """The binder closed (a composite still open is torn), and which of the ``bound`` entries
@@ -346,7 +304,7 @@ class HurrayFile(Mapping):
 
     def _check(self, name: str) -> tuple:
         """``(descriptor, buffer spans, findings)`` of entry ``name``, its descriptor decoded and
-        checked with its placement on first use (:func:`~hurray_schema.io.walk.file.check_tensor`:
+        checked with its placement on first use (:func:`~hurray_schema.io.file.walk.check_tensor`:
         the rule and offset the walk at open, and ``audit``, report)."""
         checked = self._checked.get(name)
         if checked is None:
@@ -355,7 +313,7 @@ class HurrayFile(Mapping):
             rank = int(placement.rank[i])
             previous = index.names[placement.order[rank - 1]] if rank else None
             part, spans, _ = check_tensor(self._view, index.entry(i), self._describe, self._region,
-                                          int(placement.previous_end[rank]), previous)
+                                          placement.previous_end(rank), previous)
             checked = self._checked[name] = (part.value, spans, part.findings)
         return checked
 
@@ -397,7 +355,7 @@ class HurrayFile(Mapping):
         buffers are fetched by range."""
         spans = self._check(name)[1]
         if self._reader is not None:
-            from .source import SourcedBuffers
+            from ..source import SourcedBuffers
 
             return SourcedTensor.over(desc, SourcedBuffers(self._reader, spans), name=name)
         view = self._view
@@ -550,7 +508,7 @@ class HurrayFile(Mapping):
         if local is None:
             return
         if self._reader is not None:
-            from .source import unregister
+            from ..source import unregister
 
             unregister(self._reader)
         local.close()
@@ -577,7 +535,7 @@ class HurrayFile(Mapping):
         (:func:`hurray_schema.evaluate.dask_graph.to_dask`); for a URL (or a path read with
         ``mmap=False``), tasks that fetch their own byte ranges (:class:`~.source.RemoteBuffers`).
         ``f[name].to_dask()`` is the same graph."""
-        from ..evaluate.dask_graph import to_dask
+        from ...evaluate.dask_graph import to_dask
 
         item = self[name] if name in self else self.tensor_of(self.descriptor(name), name)
         return to_dask(item, chunks, chunk_bytes=chunk_bytes, limits=limits, locate=locate_buffers)
@@ -633,139 +591,3 @@ def read_file(path, *, mode="strict", limits: Optional[Limits] = None, validate_
     return HurrayFile(path, mode=mode, limits=limits, validate_composites=validate_composites,
                       storage_options=storage_options, block_size=block_size, cache_bytes=cache_bytes,
                       timeout=timeout, mmap=mmap)
-
-
-# --------------------------------------------------------------------------------------
-# Writer
-# --------------------------------------------------------------------------------------
-
-
-def _named_items(items) -> list[tuple[str, Item]]:
-    from ._write import as_item
-
-    if isinstance(items, Mapping):
-        pairs = [(name, item) for name, item in items.items()]
-    else:
-        if isinstance(items, (Tensor, Composite)):
-            items = (items,)
-        pairs = [(item.name, item) for item in items]
-    named = []
-    for name, item in pairs:
-        try:
-            item = as_item(item)
-        except HurraySchemaError as exc:
-            raise HurraySchemaError(f"{name!r}: {exc}") from None
-        if not name:
-            raise HurraySchemaError(f"{item!r} has no name; a file needs one for every tensor")
-        named.append((name, item))
-    return named
-
-
-def _file_nodes(items) -> list[tuple[str, Item]]:
-    """Every tensor of the file in pre-order, named, each name used once."""
-    nodes: list[tuple[str, Item]] = []
-    seen: set[str] = set()
-    for name, item in _named_items(items):
-        for node_name, node in walk(item, name):
-            if node_name in seen:
-                raise HurraySchemaError(f"tensor name {node_name!r} is used twice")
-            if not node_name.encode("utf-8") or len(node_name.encode("utf-8")) > 0xFFFF:
-                raise HurraySchemaError(f"tensor name {node_name!r} must be 1 to 65535 UTF-8 bytes")
-            seen.add(node_name)
-            nodes.append((node_name, node))
-    return nodes
-
-
-def _write_body(out: Sink, encoded: list[EncodedNode], flags: FileFlag, alignment: int, pad_after_head: bool,
-                kv_bytes: bytes, sorted_index: bool) -> list[IndexEntry]:
-    """Header, tensors, KV section, index and trailer (``file-format.md § Writer
-    Protocol``) into ``out``; the index entries in index order.  A :class:`Sink` without
-    a file lays the same file out without writing it."""
-    out.write(_HEADER.pack(
-        magic=FILE_MAGIC, container_version_major=SUPPORTED_CONTAINER_MAJOR,
-        container_version_minor=SUPPORTED_CONTAINER_MINOR, _reserved=bytes(2), file_flags=int(flags),
-        data_buffer_alignment=alignment, first_descriptor_offset=FILE_HEADER_SIZE, tensor_count_hint=len(encoded),
-        _reserved_header=bytes(28)))
-    entries: list[IndexEntry] = []
-    for item in encoded:
-        out.pad(DESCRIPTOR_ALIGNMENT)
-        desc_off = out.pos
-        out.write(item.descriptor)
-        if item.node.descriptor.buffers or pad_after_head:
-            out.pad(alignment)  # an empty tensor still has one (0-byte) buffer to align
-        data_off = out.pos
-        for i, b in enumerate(item.buffers):
-            if i:
-                out.pad(alignment)
-            out.write(b)
-        entries.append(IndexEntry(item.name, desc_off, len(item.descriptor), data_off, out.pos - data_off))
-    kv_off = 0
-    if kv_bytes:
-        out.pad(SECTION_ALIGNMENT)
-        kv_off = out.pos
-        out.write(kv_bytes)
-    out.pad(SECTION_ALIGNMENT)
-    index_off = out.pos
-    ordered = sorted(entries, key=lambda e: e.name.encode("utf-8")) if sorted_index else entries
-    index = _COUNT.pack(index_entry_count=len(ordered)) + b"".join(
-        _NAME_LEN.pack(name_length=len(e.name.encode("utf-8"))) + e.name.encode("utf-8")
-        + _ENTRY.pack(descriptor_offset=e.descriptor_offset, descriptor_length=e.descriptor_length,
-                      data_offset=e.data_offset, data_length=e.data_length, flags=0)
-        for e in ordered)
-    out.write(index)
-    out.write(_TRAILER.pack(
-        index_offset=index_off, index_length=len(index), kv_offset=kv_off, kv_length=len(kv_bytes),
-        index_crc32c=crc32c(index), _reserved=bytes(4), trailer_magic=TRAILER_MAGIC))
-    return ordered
-
-
-@renamed_keyword("kv", "metadata")
-def write_file(path, items: Union[Mapping[str, Item], Iterable[Item]], *,
-               metadata: Optional[Mapping[str, Any]] = None, sorted_index: bool = False, data_buffer_alignment: int = MIN_DATA_BUFFER_ALIGNMENT,
-               pad_after_composite_head: bool = False, validate: bool = True) -> list[IndexEntry]:
-    """Write a ``.hrry`` file in one forward pass and return its index entries.
-
-    ``items`` maps names to tensors and composites (or is an iterable of named ones);
-    composite members are written after their head, named ``<name>.<i>`` unless they
-    carry a name.  ``metadata`` (str keys; bool, int, float, str, bytes values or lists of one
-    of them) becomes the KV section (``kv=`` is its deprecated former name).
-
-    Nothing is lost: the file is written to a temporary file beside ``path``, flushed,
-    fsynced and renamed over ``path``; on any error the previous file is untouched and
-    the temporary file is removed.  Tensors read from ``path`` itself (memory-mapped) may
-    be written back to it.  A :class:`~hurray_schema.io.tensor.ProducedTensor`'s buffers are
-    made as they are written, piece by piece.
-
-    Nothing invalid is written: before the first byte, every descriptor must decode and
-    pass the strict reader's rules and every composite ``layouts/composite.md
-    § Validation``; the first fault raises the :class:`~hurray_schema.errors.SpecViolation`
-    :func:`read_file` would raise for it (same rule id), at the byte offset it would have
-    in the file.  Buffers that do not match their handles raise
-    :class:`~hurray_schema.errors.EncodeError`, values that do not fit their wire field
-    :class:`~hurray_schema.errors.FieldRangeError` (also with ``validate=False``).
-    ``validate=False`` skips the rules and the buffer check: it exists to produce faulty
-    test inputs.  ``pad_after_composite_head=True`` reproduces the reference writer's
-    padding after a head, which the spec forbids -- only for interop experiments.
-    """
-    from ._write import Sink, check_nodes, encode_nodes, replacing
-    from .walk.kv import encode_kv
-
-    a = data_buffer_alignment
-    if a & (a - 1) or not MIN_DATA_BUFFER_ALIGNMENT <= a <= MAX_DATA_BUFFER_ALIGNMENT:
-        raise HurraySchemaError(f"data_buffer_alignment {a} is not a power of two in [4096, 2 MiB]")
-    nodes = _file_nodes(items)
-    kv_bytes = encode_kv(metadata) if metadata else b""
-    if len(kv_bytes) > 0xFFFF_FFFF:
-        raise HurraySchemaError("the KV section exceeds the 4 GiB kv_length can express")
-    flags = FileFlag.HAS_INDEX_CRC32C
-    if kv_bytes:
-        flags |= FileFlag.HAS_KV_METADATA
-    if sorted_index:
-        flags |= FileFlag.SORTED_INDEX
-    encoded = list(encode_nodes(nodes, validate, produced=True))
-    layout = (encoded, flags, a, pad_after_composite_head, kv_bytes, sorted_index)
-    if validate:
-        placed = {e.name: e.descriptor_offset for e in _write_body(Sink(), *layout)}
-        check_nodes(encoded, [placed[item.name] for item in encoded], file_order=True)
-    with replacing(path) as f:
-        return _write_body(Sink(f), *layout)

@@ -30,7 +30,7 @@ from ...limits import DEFAULT_LIMITS, Limits
 from ...model import TensorDescriptor
 from ...rules import container as container_rules
 from ...rules.engine import Mode
-from ...structs._declare import plan, static_offset
+from ...structs._declare import plan, power_of_two, static_offset
 from ...structs.descriptor import FIXED_HEADER_SIZE
 from ...structs.descriptor import MAGIC as DESCRIPTOR_MAGIC
 from ...structs.file import (
@@ -39,10 +39,13 @@ from ...structs.file import (
     SECTION_ALIGNMENT, SUPPORTED_CONTAINER_MAJOR, TRAILER, TRAILER_MAGIC, TRAILER_SIZE, FileFlag,
 )
 from ..crc import crc32c
-from .kv import decode_kv
-from .common import ENTRY, ENTRY_START, FAULT, NAME, TABLE, Describe, Faults, Nesting, Part, part_from_fields
+from ..walk.kv import decode_kv
+from ..walk.common import (
+    DESCRIPTOR, ENTRY, ENTRY_START, FAULT, NAME, TABLE, Describe, Faults, Nesting, Part, part_from_fields,
+)
 
 __all__ = ["walk_file", "walk_index", "check_ends", "check_index", "check_kv", "check_tensor", "buffer_spans",
+           "check_data_buffer_alignment", "CheckedFile", "checked_file",
            "IndexEntry", "TensorRegion", "FILE_HEADER_PART", "TRAILER_PART", "INDEX_PART", "KV_PART", "TENSOR_DATA"]
 
 FILE_HEADER_PART = "file header"
@@ -192,6 +195,47 @@ def _walk(view: memoryview, describe: Describe, faults: Faults, mode: Mode, limi
 # --------------------------------------------------------------------------------------
 
 
+class CheckedFile:
+    """What the checked walk of a file (``RAISE``) found, taken off its parts as they pass
+    (:func:`checked_file`): the header and trailer fields, the index entries in index order,
+    the ``kv`` part (value: the metadata; its findings) and per tensor, in descriptor order,
+    ``name -> (descriptor, buffer spans, descriptor offset, findings)``.  The file reader's walked
+    open and ``audit`` both read a file through it."""
+
+    __slots__ = ("header", "trailer", "entries", "kv", "tensors")
+
+    def __init__(self):
+        self.header: dict = {}
+        self.trailer: dict = {}
+        self.entries: tuple = ()
+        self.kv: Optional[Part] = None
+        self.tensors: dict[str, tuple] = {}
+
+
+def checked_file(view: memoryview, describe: Describe, *, mode: Mode, limits: Limits = DEFAULT_LIMITS) -> CheckedFile:
+    """The file walked once under ``RAISE`` (:func:`walk_file`: every container rule, each
+    descriptor through ``describe``; the first fault raises) and what its parts hold."""
+    found = CheckedFile()
+    tensors = found.tensors
+    described = None
+    for part in walk_file(view, describe, faults=Faults.RAISE, mode=mode, limits=limits):
+        kind = part.kind
+        if kind == DESCRIPTOR:
+            described = part
+        elif kind == TENSOR_DATA:
+            tensors[part.note] = (described.value, part.value, described.start, described.findings)
+        elif kind == FILE_HEADER_PART:
+            found.header = part.value
+        elif kind == TRAILER_PART:
+            found.trailer = part.value
+        elif kind == INDEX_PART:
+            found.entries = part.value
+        elif kind == KV_PART:
+            found.kv = part
+    return found
+
+
+
 def _checked_front(view: memoryview, mode: Mode, limits: Limits):
     """The parts before the tensors (header, trailer, index, kv), checked; returns the index
     entries in descriptor order, the :class:`TensorRegion` and no parts after the tensors."""
@@ -237,16 +281,22 @@ def _check_header(h: dict, size: int) -> None:
     if flags & _UNKNOWN_FILE_FLAGS:
         raise container_rules.FILE_FLAGS_RESERVED.violation(
             f"reserved file_flags bits 0x{flags & _UNKNOWN_FILE_FLAGS:08X} are set", _H["file_flags"])
-    a = h["data_buffer_alignment"]
-    if a & (a - 1) or not MIN_DATA_BUFFER_ALIGNMENT <= a <= MAX_DATA_BUFFER_ALIGNMENT:
-        raise container_rules.FILE_ALIGNMENT.violation(
-            f"data_buffer_alignment {a} is not a power of two in [{MIN_DATA_BUFFER_ALIGNMENT}, "
-            f"{MAX_DATA_BUFFER_ALIGNMENT}]", _H["data_buffer_alignment"])
+    check_data_buffer_alignment(h["data_buffer_alignment"])
     first = h["first_descriptor_offset"]
     if first < FILE_HEADER_SIZE or first % DESCRIPTOR_ALIGNMENT or first > size - TRAILER_SIZE:
         raise container_rules.FILE_FIRST_DESCRIPTOR.violation(
             f"first_descriptor_offset {first} is not an 8-aligned offset in [{FILE_HEADER_SIZE}, "
             f"{size - TRAILER_SIZE}]", _H["first_descriptor_offset"])
+
+
+def check_data_buffer_alignment(a: int) -> None:
+    """The header's ``data_buffer_alignment`` (``file-format.md § File Header``): a power of two
+    within the bounds :mod:`hurray_schema.structs.file` declares, else the rule raises at the
+    header field -- for the reader of a header and for the writer about to lay one out alike."""
+    if not power_of_two(a) or not MIN_DATA_BUFFER_ALIGNMENT <= a <= MAX_DATA_BUFFER_ALIGNMENT:
+        raise container_rules.FILE_ALIGNMENT.violation(
+            f"data_buffer_alignment {a} is not a power of two in [{MIN_DATA_BUFFER_ALIGNMENT}, "
+            f"{MAX_DATA_BUFFER_ALIGNMENT}]", _H["data_buffer_alignment"])
 
 
 def _check_trailer(view: memoryview, h: dict, t: dict, limits: Limits) -> None:
@@ -365,7 +415,7 @@ def check_tensor(view, e: IndexEntry, describe: Describe, region: TensorRegion, 
     region, ``data_length`` what its buffers span); the first fault raises.  Returns the
     descriptor part, the ``(offset, size)`` of each buffer and where the tensor ends.  The file
     reader runs it on every tensor at open, or on a tensor's first read
-    (:mod:`hurray_schema.io.file_index`), with the same rule and offset either way.  One
+    (:mod:`.index`), with the same rule and offset either way.  One
     function, not one per placement: it runs once per tensor on the reader's path."""
     off, first, region_end, a = e.descriptor_offset, region.first, region.end, region.alignment
     if off % DESCRIPTOR_ALIGNMENT:
@@ -525,7 +575,7 @@ def _scan_region(view: memoryview, header: dict, end: int) -> list[IndexEntry]:
     each descriptor on an 8-byte boundary, its buffers each on ``data_buffer_alignment``
     (``file-format.md § Descriptor Placement``, ``§ Data Buffer Placement``)."""
     align = header["data_buffer_alignment"]
-    if align < 1 or align & (align - 1):
+    if not power_of_two(align):
         return []
     pos, found = header["first_descriptor_offset"], []
     while pos + FIXED_HEADER_SIZE <= end and bytes(view[pos : pos + len(DESCRIPTOR_MAGIC)]) == DESCRIPTOR_MAGIC:
