@@ -473,6 +473,7 @@ composites (the decoder gives one object per distinct descriptor bytes) is valid
 :data:`MAX_CLEAN_BINDINGS` entries, emptied when full; the entry keeps its objects alive."""
 
 MAX_CLEAN_BINDINGS = MEMO.limit("bindings")
+_binding_of = dict.get.__get__(_BINDINGS)  # the table is emptied in place, never replaced
 
 
 def _payload_itself(desc, payload):
@@ -594,7 +595,7 @@ class CompositeBinder:
         if self.validate:
             if not self.collect:
                 key = (self.mode, depth, self.check_heads, CompositeValidator)  # the checks that ran
-                entry = _BINDINGS.get(id(desc))  # IdentityTable.lookup, inline: every head comes here
+                entry = _binding_of(id(desc))  # IdentityTable.lookup, inline: every head comes here
                 known = entry[1].get(key) if entry is not None and entry[0] is desc else None
                 if known is not None:  # bound cleanly before: expect the same members
                     frame = _Frame(desc, offset, payload, None, key)

@@ -205,10 +205,11 @@ def encoder(general: Callable[[TensorDescriptor], bytes], name: str = "encode",
     them is for ``desc``.  A closure over ``general``, so that a caller's encode is one call
     (``codec.encode_descriptor``), named ``name`` in ``module``."""
     encoded, memo, last_hit = _ENCODED, MEMO, _LAST_HIT
+    known_bytes = dict.get.__get__(encoded)  # the table is emptied in place, never replaced
 
     def encode(desc: TensorDescriptor) -> bytes:
         if memo.values_on:
-            known = encoded.get(id(desc))  # IdentityTable.lookup, inline: every descriptor written comes here
+            known = known_bytes(id(desc))  # IdentityTable.lookup, inline: every descriptor written comes here
             if known is not None and known[0] is desc:
                 return known[1]
         compiled = last_hit.get(desc.layout.__class__)
