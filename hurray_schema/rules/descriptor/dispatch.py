@@ -428,20 +428,21 @@ def _plan_for(sig: "Signature", facts: frozenset) -> _Plan:
 
 def _specialized(rule: Rule, sig: "Signature") -> Callable:
     """The raw check of ``rule`` for the descriptors of ``sig``: its report behind its condition
-    compiled for ``sig``, or its whole check."""
+    compiled for ``sig`` (when a descriptor first needs it: only one some rule reports on goes
+    through the general loop), or its whole check."""
     if rule.id not in _FORMS:
         return _RAW[rule.id]
-    holds = _condition(rule.id, sig)
     report = _CHECKS[rule.id]
-    if inspect.isgeneratorfunction(report):
-        def several(desc, ctx):
-            if not holds(desc):
-                yield from report(desc, ctx)
-
-        return several
+    several = inspect.isgeneratorfunction(report)
+    compiled_holds: list = []
 
     def findings(desc, ctx):
-        if not holds(desc):
+        if not compiled_holds:
+            compiled_holds.append(_condition(rule.id, sig))
+        if not compiled_holds[0](desc):
+            if several:
+                yield from report(desc, ctx)
+                return
             found = report(desc, ctx)
             if found is not None:
                 yield found
