@@ -158,7 +158,7 @@ def descriptor_rule(id: str, level: Level, citation: str, summary: str, *, when:
         if passes is None:
             raw = fn if inspect.isgeneratorfunction(fn) else _findings_of(fn)
         else:
-            raw = _reported(id, fn, inspect.isgeneratorfunction(fn))
+            raw = _behind(lambda desc: condition_of(id, desc), fn)
 
         def check(desc: TensorDescriptor, ctx: DescriptorContext) -> Iterator[Finding]:
             rule = holder[0]
@@ -183,13 +183,14 @@ def descriptor_rule(id: str, level: Level, citation: str, summary: str, *, when:
     return wrap
 
 
-def _reported(id: str, report: Callable, several: bool) -> Callable:
-    """The ``(message, offset)`` pairs of a rule declared with ``passes``: its report, where the
-    condition compiled for the descriptor's signature is false (see :func:`condition_of`); a report
-    that yields gives one pair per finding."""
+def _behind(condition: Callable, report: Callable) -> Callable:
+    """The ``(message, offset)`` pairs of a rule declared with ``passes``: its report, where its
+    condition (``condition(desc)``, the compiled ``holds``) is false; a report that yields gives one
+    pair per finding."""
+    several = inspect.isgeneratorfunction(report)
 
     def findings(desc, ctx):
-        if not condition_of(id, desc)(desc):
+        if not condition(desc)(desc):
             if several:
                 yield from report(desc, ctx)
                 return
@@ -432,22 +433,14 @@ def _specialized(rule: Rule, sig: "Signature") -> Callable:
     through the general loop), or its whole check."""
     if rule.id not in _FORMS:
         return _RAW[rule.id]
-    report = _CHECKS[rule.id]
-    several = inspect.isgeneratorfunction(report)
     compiled_holds: list = []
 
-    def findings(desc, ctx):
+    def holds(desc) -> Callable:
         if not compiled_holds:
             compiled_holds.append(_condition(rule.id, sig))
-        if not compiled_holds[0](desc):
-            if several:
-                yield from report(desc, ctx)
-                return
-            found = report(desc, ctx)
-            if found is not None:
-                yield found
+        return compiled_holds[0]
 
-    return findings
+    return _behind(holds, _CHECKS[rule.id])
 
 
 def _plan(desc: TensorDescriptor) -> _Plan:
