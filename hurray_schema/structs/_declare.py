@@ -99,12 +99,6 @@ class Valid:
             tests.append(f"{value} in {tuple(sorted(int(m) for m in self.any_of))}")
         return "(" + " and ".join(tests) + ")" if tests else "True"
 
-    def allows(self, value) -> bool:
-        """Whether ``value`` (as the codec decodes it) meets the declared constraint (:meth:`source`)."""
-        if self.zero and isinstance(value, (bytes, bytearray)):
-            return not any(value)
-        return eval(self.source("value"), {}, {"value": value})  # noqa: S307 -- our own declaration's text
-
     def text(self) -> str:
         """The constraint in words, for the documentation ("" when there is none)."""
         if self.zero:

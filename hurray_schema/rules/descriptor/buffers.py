@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional
 
-from ...structs._declare import valid_source
+from ...structs._declare import power_of_two_source, valid_source
 from ...structs.descriptor import BUFFER_HANDLE, MIN_BUFFER_ALIGNMENT
 from ...structs.tags import is_private_tag
 from ...model import (
@@ -21,7 +21,7 @@ from ..engine import Level
 from .dispatch import ALWAYS, Fact, When, descriptor_rule, evaluated
 from .sizes import (
     DENSE_LAYOUTS, PAGED_LAYOUTS, data_handle, dynamic, element_count_source, parameter_count_source,
-    power_of_two_source, quantization_parameter_count, storage_bytes, storage_source,
+    quantization_parameter_count, storage_bytes, storage_source,
 )
 
 MUST, MUST_NOT = Level.MUST, Level.MUST_NOT

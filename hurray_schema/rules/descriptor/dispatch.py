@@ -69,7 +69,7 @@ class Fact(enum.Enum):
     COMPOSITE_MEMBER = "composite_member"
     UNUSUAL_BUFFERS = "unusual_buffers"
     """Some buffer handle is not a plain one (see :func:`_plain_buffers`): only then can a
-    rule on the handles' own fields fire."""
+    rule on a handle's device, sync mode or memory class fire."""
 
 
 def _tags(layouts) -> Optional[frozenset]:
@@ -388,7 +388,7 @@ def plain_buffers_source(handles: list) -> str:
 
 _FACT_SLOTS = (Fact.UNUSUAL_BUFFERS, Fact.STATISTICS, Fact.EXTENSION_TYPE, Fact.COMPOSITE_MEMBER, Fact.SHARD,
                Fact.SCALAR, Fact.EMPTY, Fact.PRIVATE_TYPE)
-"""The facts in the order :func:`_plan` puts them in its key, after what the :class:`Signature` takes."""
+"""Every fact, in the order :meth:`Signature.facts` reads them."""
 
 MAX_PLANS = MEMO.limit("plans")
 """Most plans kept at once (one per signature met); past it the table is emptied and fills again."""
@@ -562,11 +562,9 @@ class Signature:
 
     def facts(self, unusual_buffers: bool = False) -> frozenset:
         """The :class:`Fact` s true of the descriptors of this signature."""
-        holds = {Fact.STATISTICS: self.has("statistics"), Fact.EXTENSION_TYPE: self.has("extension_type"),
-                 Fact.COMPOSITE_MEMBER: self.has("composite_member"), Fact.SHARD: self.has("shard"),
-                 Fact.SCALAR: self.rank == 0, Fact.EMPTY: self.empty, Fact.PRIVATE_TYPE: is_private_type(self.type_tag),
-                 Fact.UNUSUAL_BUFFERS: unusual_buffers}
-        return frozenset(fact for fact, true in holds.items() if true)
+        holds = (unusual_buffers, self.has("statistics"), self.has("extension_type"), self.has("composite_member"),
+                 self.has("shard"), self.rank == 0, self.empty, is_private_type(self.type_tag))
+        return frozenset(fact for fact, true in zip(_FACT_SLOTS, holds) if true)
 
 
 def signature_of(desc: TensorDescriptor) -> Signature:

@@ -9,11 +9,10 @@ from typing import Callable, Optional
 
 from ...model import (
     DYNAMIC_DIMENSION, SCHEMES, BlockPagedLayout, ColumnMajorLayout, CompositeLayout, CooLayout, CscLayout, CsfLayout,
-    CsrLayout, ExtensionLayout, HilbertLayout, MortonLayout, QuantFlag, RowMajorLayout, StridedLayout,
-    TensorDescriptor, TiledLayout, UnknownLayout, UnknownQuantization,
+    CsrLayout, HilbertLayout, MortonLayout, QuantFlag, RowMajorLayout, StridedLayout,
+    TensorDescriptor, TiledLayout, UnknownQuantization,
 )
 from ...structs import quantization as quantization_tables
-from ...structs._declare import power_of_two_source as power_of_two_source
 from ...structs.element_types import element_type_info, is_private_type
 from .dispatch import evaluated
 
@@ -28,10 +27,6 @@ DENSE_TAGS = frozenset(cls.tag for cls in DENSE_LAYOUTS)
 _DYNAMIC = DYNAMIC_DIMENSION
 # plain ints: IntFlag arithmetic costs a microsecond per operation on the decode path
 SYMMETRIC = int(QuantFlag.SYMMETRIC)
-
-
-def known_layout(desc) -> bool:
-    return not isinstance(desc.layout, (UnknownLayout, ExtensionLayout))
 
 
 def dynamic(desc) -> bool:
