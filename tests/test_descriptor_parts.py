@@ -16,7 +16,8 @@ import pytest
 
 from hurray_schema import model
 from hurray_schema.codec import decode_descriptor, encode_descriptor
-from hurray_schema.docs import render_pages, tag_table
+from hurray_schema.docs import tag_table
+from support.corpus import rendered_pages
 from hurray_schema.model import (
     BlockTableIndexType, BufferHandle, CombineOp, CompositeLayout, CompositeMember, CompositionRule, DescriptorFlag,
     DeviceTag, ElementType, ExtensionType, KvRole, LayoutTag, MemberRole, MemoryClass, PerBlockAffine, QuantFlag,
@@ -152,7 +153,7 @@ def test_private_tag_range(tag, private):
 
 
 def test_docs_private_range_text_comes_from_the_predicate_bounds():
-    assert "0xF0–0xFE are implementation-private" in render_pages()["element-types.md"]
+    assert "0xF0–0xFE are implementation-private" in rendered_pages()["element-types.md"]
 
 
 def test_tag_enums_live_in_tags_and_the_model_re_exports_them():

@@ -12,19 +12,10 @@ from pathlib import Path
 
 import pytest
 
-import functools
 
 from hurray_schema.docs import check_docs
-from hurray_schema.docs import render_pages as _render_pages
-
-@functools.lru_cache(maxsize=1)
-def _pages() -> tuple:
-    return tuple(_render_pages().items())
-
-
-def render_pages() -> dict:
-    """One render shared by the tests of this module (rendering walks every declaration)."""
-    return dict(_pages())
+from support.corpus import corpus
+from support.corpus import rendered_pages as render_pages
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,7 +39,7 @@ def _table(page: str, struct: str) -> list[dict]:
 
 
 def test_committed_pages_equal_a_fresh_render():
-    stale = check_docs(COMMITTED)
+    stale = check_docs(COMMITTED, corpus())
     assert not stale, f"docs/format is out of date ({stale}); run `hurray-schema docs docs/format`"
 
 

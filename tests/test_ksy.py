@@ -32,7 +32,7 @@ from hurray_schema.structs import descriptor as descriptor_structs
 from hurray_schema.structs import sections as section_structs
 from hurray_schema.structs._declare import field, fields
 from hurray_schema.structs.walker import part_named
-from hurray_schema.conformance import build_corpus
+from support.corpus import corpus
 from support.sizes import size
 from support.descriptors import EDGE_CASES
 from support.sessions import EXTENSION_METADATA, session_stream
@@ -42,9 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "docs" / "ksy"
 
 
-@functools.lru_cache(maxsize=1)
 def _corpus():
-    return build_corpus()
+    return corpus()
 
 
 # --------------------------------------------------------------------------------------

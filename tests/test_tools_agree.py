@@ -25,12 +25,11 @@ import construct
 import pytest
 
 from support import kaitai
-from hurray_schema import docs
+from support.corpus import corpus, rendered_pages
 from hurray_schema.codec import parse_descriptor
 from hurray_schema.hexview import annotate
 from hurray_schema.structs.descriptor import MAGIC, OVERALL_REF
 from hurray_schema.structs.wire import descriptor_spans
-from hurray_schema.conformance import build_corpus
 
 # --------------------------------------------------------------------------------------
 # The docs, as a reader sees them
@@ -77,7 +76,7 @@ def _type_size(text: str, rank: int):
 def doc_tables() -> tuple[DocTable, ...]:
     """Every table of the rendered pages with a Field column."""
     tables = []
-    for page, text in docs.render_pages().items():
+    for page, text in rendered_pages().items():
         name, selected, header, rows = None, (), None, []
         for line in text.splitlines() + ["## `END`"]:
             heading = _HEADING.match(line)
@@ -252,7 +251,7 @@ def descriptors_in(data: bytes, kind: str) -> list[bytes]:
 
 @lru_cache(maxsize=1)
 def passing_vectors() -> tuple:
-    return tuple(v for v in build_corpus().vectors if v.role == "pass")
+    return tuple(v for v in corpus().vectors if v.role == "pass")
 
 
 @pytest.mark.parametrize("kind", ["descriptor", "stream", "messages", "file"])

@@ -22,6 +22,7 @@ from hurray_schema import audit
 from hurray_schema.rules.engine import get_rule, registry
 from hurray_schema.conformance import LINTS, MANIFEST, NO_VECTOR, SCHEMA, hex_around, read_verdict, write_corpus
 from hurray_schema.conformance.reference import DIVERGENCES
+from support.corpus import rendered_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 AUDIT_KIND = {"descriptor": "descriptor", "stream": "stream", "messages": "messages"}
@@ -251,9 +252,7 @@ def test_a_violating_vector_differs_from_its_passing_one(manifest, corpus_dir):
 
 
 def test_the_docs_link_every_rule_to_its_vectors_with_the_bytes_around_the_fault(manifest, corpus_dir):
-    from hurray_schema.docs import render_pages
-
-    pages = render_pages()
+    pages = rendered_pages()
     page, index = pages["vectors.md"], pages["index.md"]
     for rule in registry():
         anchor = "vectors-" + re.sub(r"[^\w-]", "-", rule.id)

@@ -31,9 +31,12 @@ def _render_into(outdir: str, check: bool, command: str, write, stale, what: str
 @click.option("--check", is_flag=True, help=_CHECK_HELP)
 def docs(outdir: str, check: bool) -> None:
     """Write the format documentation generated from the declarations into OUTDIR."""
+    from ..conformance import build_corpus
     from ..docs import check_docs, write_docs
 
-    _render_into(outdir, check, "docs", write_docs, check_docs, "pages")
+    corpus = build_corpus()
+    _render_into(outdir, check, "docs", lambda out: write_docs(out, corpus), lambda out: check_docs(out, corpus),
+                 "pages")
 
 
 @click.command()

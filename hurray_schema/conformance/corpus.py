@@ -21,6 +21,7 @@ from typing import Iterable, Optional
 
 import attrs
 
+from ..docs.markdown import hex_around
 from ..rules import interop
 from ..rules.engine import get_rule, registry
 from ..rules.session import SESSION_RULES
@@ -87,6 +88,13 @@ class Corpus:
     @property
     def covered(self) -> set[str]:
         return {v.rule_id for v in self.vectors if v.role == "fail"}
+
+    @property
+    def reasons(self) -> dict[str, str]:
+        """Rule id → why it has no violating vector: no input can show it (:data:`NO_VECTOR`), or its
+        case did not give one (:attr:`missing`)."""
+        covered = self.covered
+        return {rule_id: why for rule_id, why in {**NO_VECTOR, **self.missing}.items() if rule_id not in covered}
 
 
 def all_cases() -> list[Case]:
@@ -281,19 +289,3 @@ def check_corpus(outdir, *, reference: bool = True) -> list[str]:
     stale = [name for name, data in files.items() if not (out / name).is_file() or (out / name).read_bytes() != data]
     extra = sorted(p.name for p in out.iterdir() if p.is_file() and p.name not in files) if out.is_dir() else []
     return stale + extra
-
-
-def hex_around(data: bytes, offset: int, width: int = 16) -> tuple[int, str]:
-    """``(start, hex)``: the ``width``-byte row of ``data`` holding ``offset``, and the row
-    after it when the fault is in the row's second half, the faulty byte in brackets."""
-    start = max(0, min(offset, len(data)) // width * width)
-    end = min(len(data), start + (2 * width if offset % width >= width // 2 else width))
-    cells = []
-    for at in range(start, max(end, start)):
-        cell = f"{data[at]:02x}"
-        cells.append(f"[{cell}]" if at == offset else cell)
-    if offset >= len(data):
-        cells.append("[end]")
-    return start, " ".join(cells)
-
-

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..conformance import build_corpus
 from .catalog import struct_modules
 from .markdown import _page_title
 from .rule_pages import VECTORS_PAGE, _index_page, _vectors_page, rule_structs
@@ -14,8 +13,10 @@ from .tables import struct_docs
 __all__ = ["render_pages", "write_rendered", "stale_rendered", "write_docs", "check_docs"]
 
 
-def render_pages() -> dict[str, str]:
-    """File name → Markdown text of every page."""
+def render_pages(corpus) -> dict[str, str]:
+    """File name → Markdown text of every page; ``corpus`` is the conformance corpus the rules link
+    to (:func:`hurray_schema.conformance.build_corpus`: its ``covered`` rules, ``of_rule`` and the
+    ``reasons`` a rule has no violating vector), passed in by the tool above this layer."""
     from ..rules.engine import registry
 
     docs = struct_docs()
@@ -37,7 +38,6 @@ def render_pages() -> dict[str, str]:
     titles.append(("element-types.md", "Element types"))
     pages["tags.md"] = _tags_page(docs)
     titles.append(("tags.md", "Tag tables"))
-    corpus = build_corpus()
     pages[VECTORS_PAGE] = _vectors_page(corpus)
     titles.append((VECTORS_PAGE, "Conformance vectors"))
     pages["index.md"] = _index_page(docs, titles, frozenset(corpus.covered))
@@ -66,11 +66,11 @@ def stale_rendered(outdir, texts: dict[str, str], suffix: str) -> list[str]:
     return stale + extra
 
 
-def write_docs(outdir) -> list[Path]:
+def write_docs(outdir, corpus) -> list[Path]:
     """Write every page into ``outdir`` (created if needed); returns the paths written."""
-    return write_rendered(outdir, render_pages())
+    return write_rendered(outdir, render_pages(corpus))
 
 
-def check_docs(outdir) -> list[str]:
+def check_docs(outdir, corpus) -> list[str]:
     """Names of pages in ``outdir`` that differ from (or are missing against) a fresh render."""
-    return stale_rendered(outdir, render_pages(), ".md")
+    return stale_rendered(outdir, render_pages(corpus), ".md")
