@@ -24,9 +24,12 @@ import attrs
 from ..docs.markdown import hex_around
 from ..rules import interop
 from ..rules.engine import get_rule, registry
-from ..rules.session import SESSION_RULES
 from .case import EXTENSIONS, Case
 from .reference import ABORT, divergence_of, reference_verdicts
+from .sessions import (
+    SERVED_FILE, is_session_file, record_sessions, served_file_bytes, session_cases, session_manifest,
+    session_vectors,
+)
 from .verdicts import Verdict, read_verdict
 
 __all__ = [
@@ -37,24 +40,44 @@ __all__ = [
 MANIFEST = "manifest.json"
 SCHEMA = "hurray-schema-vectors/1"
 
-NO_VECTOR: dict[str, str] = {
-    "quantization.buffer.device":
+SHADOWED = "shadowed"
+"""Why a rule has no violating vector: every input that breaks it breaks an earlier rule first."""
+NOT_IN_BYTES = "not in the bytes"
+"""Why a rule has no violating vector: what breaks it is not in the bytes a recording keeps."""
+BEHAVIOUR = "a server's choice"
+"""Why a rule has no violating vector: it binds what a server chooses, which depends on what it
+stores and how it is configured, not on what a recording shows."""
+
+NO_VECTOR: dict[str, tuple[str, str]] = {
+    "quantization.buffer.device": (
+        SHADOWED,
         "Every input that breaks it also breaks buffer.colocation (all buffers of a descriptor share one "
-        "device_tag), which is checked first: no input has it as first finding.",
-    "composite.member.box_bounds":
+        "device_tag), which is checked first: no input has it as first finding."),
+    "composite.member.box_bounds": (
+        SHADOWED,
         "A member's box is indefinite only through a dynamic dimension, and a member carrying a shard section "
         "with a dynamic dimension breaks data_model.shard.dynamic first (a member without a shard breaks "
-        "composite.member.shard); a definite box past the head is metadata.shard.bounds.",
-    "stream.sync_mode.cross_machine":
-        "Depends on how the stream travels, not on its bytes: it fires only when the reader is told the stream "
-        "crosses machines (read_stream(..., cross_machine=True)).",
+        "composite.member.shard); a definite box past the head is metadata.shard.bounds."),
+    "session.shm.sealed": (
+        NOT_IN_BYTES,
+        "The seals and the size of the memory file an SHM_PUT passes are properties of the file descriptor "
+        "that travels beside the bytes (SCM_RIGHTS); a recording keeps the bytes only."),
+    "session.transcode.limit": (
+        BEHAVIOUR,
+        "Whether a transcoded output would pass the server's transcoding memory limit depends on that limit, "
+        "which no message carries; serving the next preference is also what a server without the layout does."),
+    "session.layout.selection": (
+        BEHAVIOUR,
+        "Which preference a server must serve depends on the layouts it stores the tensor in and on its "
+        "transcoding limit, neither of which a session carries; tests/test_net_session.py checks our server's "
+        "choice."),
+    "session.transcode.elements": (
+        BEHAVIOUR,
+        "Whether a transcoded tensor keeps every element of the stored one needs the stored tensor, which "
+        "the session does not carry; tests/test_net_session.py compares our server's transcodes with NumPy."),
 }
-NO_VECTOR.update({
-    rule.id: "A transport session rule: what breaks it is a session between two peers, judged with what the "
-             "receiver sent (its hello, its requests), so its vector is a pair of recorded directions, not one "
-             "file; tests/test_net_rules.py records a firing and a passing session for each and audits them."
-    for rule in SESSION_RULES})
-"""Rules no input can have as its first finding, with the reason (left out of the coverage base)."""
+"""Rules no input can have as its first finding: ``(why, reason)`` (:data:`SHADOWED`,
+:data:`NOT_IN_BYTES`, :data:`BEHAVIOUR`)."""
 
 
 @attrs.frozen(slots=True)
@@ -65,11 +88,19 @@ class Vector:
     kind: str
     rule_id: str
     role: str
-    """``fail``: violates ``rule_id`` (and nothing before it); ``pass``: fully valid."""
+    """``fail``: violates ``rule_id`` (and nothing before it); ``pass``: fully valid; ``peer``: the
+    other direction of a violating session (what its faulty direction answers or is answered by)."""
     data: bytes = attrs.field(repr=False)
     strict: Verdict
     permissive: Verdict
     note: Optional[str] = None
+    session: Optional[str] = None
+    """A session vector's name: its two direction files are ``<session>.client.msgs`` and
+    ``<session>.server.msgs`` (:mod:`.sessions`); None for a one-file vector."""
+    direction: Optional[str] = None
+    """Which direction of its session this file is: ``client`` (what the client sent) or ``server``."""
+    error_code: Optional[int] = None
+    """The ERROR code the recording server refused a violating client direction with."""
 
     @property
     def offset(self) -> Optional[int]:
@@ -94,7 +125,9 @@ class Corpus:
         """Rule id → why it has no violating vector: no input can show it (:data:`NO_VECTOR`), or its
         case did not give one (:attr:`missing`)."""
         covered = self.covered
-        return {rule_id: why for rule_id, why in {**NO_VECTOR, **self.missing}.items() if rule_id not in covered}
+        reasons = {rule_id: f"{why}: {text}" for rule_id, (why, text) in NO_VECTOR.items()}
+        reasons.update(self.missing)
+        return {rule_id: text for rule_id, text in reasons.items() if rule_id not in covered}
 
 
 def all_cases() -> list[Case]:
@@ -152,13 +185,24 @@ def _vectors_of(case: Case, index: int) -> tuple[list[Vector], Optional[str]]:
             for role, data in (("pass", good), ("fail", bad))], None
 
 
-def build_corpus(cases: Optional[Iterable[Case]] = None) -> Corpus:
-    """Every vector the cases give, and why each remaining triggerable rule has none."""
+def build_corpus(cases: Optional[Iterable[Case]] = None, sessions: Optional[Iterable] = None) -> Corpus:
+    """Every vector the cases give (one-file ``cases`` and :mod:`.sessions` cases, all of both by
+    default; ``sessions`` defaults to none when ``cases`` are given), and why each remaining
+    triggerable rule has none."""
     vectors: list[Vector] = []
     failures: dict[str, str] = {}
     seen: dict[str, int] = {}
     for case in (all_cases() if cases is None else cases):
         made, reason = _vectors_of(case, seen.get(case.rule_id, 0))
+        if made:
+            seen[case.rule_id] = seen.get(case.rule_id, 0) + 1
+            vectors += made
+        else:
+            failures.setdefault(case.rule_id, reason)
+    if sessions is None and cases is None:
+        sessions = session_cases()
+    for case, passing, violating in record_sessions(list(sessions or ())):
+        made, reason = session_vectors(case, passing, violating, seen.get(case.rule_id, 0), _expected(case.rule_id))
         if made:
             seen[case.rule_id] = seen.get(case.rule_id, 0) + 1
             vectors += made
@@ -206,28 +250,38 @@ def _vector_entry(vector: Vector, reference: dict) -> dict:
     }
     if vector.note:
         entry["note"] = vector.note
+    if vector.session is not None:
+        entry.update(session=vector.session, direction=vector.direction,
+                     receiver="server" if vector.direction == "client" else "client")
+        if vector.error_code is not None:
+            entry["error_code"] = vector.error_code
     if reference:
         entry["reference"] = _reference_entry(vector, reference.get(vector.file))
     return entry
 
 
 def _coverage(corpus: Corpus) -> dict:
+    """How many rules have a violating vector: of every registered rule (``percent``), and of those
+    an input can trigger (``percent_of_triggerable``)."""
     rules = registry()
     triggerable = [r for r in rules if r.id not in NO_VECTOR]
-    covered = len(corpus.covered & {r.id for r in triggerable})
+    covered = len(corpus.covered & {r.id for r in rules})
     return {
         "registered_rules": len(rules),
         "triggerable_rules": len(triggerable),
         "rules_with_violating_vector": covered,
-        "percent": round(100.0 * covered / len(triggerable), 1),
+        "percent": round(100.0 * covered / len(rules), 1),
+        "percent_of_triggerable": round(100.0 * len(corpus.covered & {r.id for r in triggerable}) / len(triggerable),
+                                        1),
     }
 
 
 def _without_vector(corpus: Corpus) -> list[dict]:
-    rows = [(rule_id, False, reason) for rule_id, reason in NO_VECTOR.items()]
-    rows += [(rule_id, True, reason) for rule_id, reason in corpus.missing.items()]
+    rows = [(rule_id, False, why, text) for rule_id, (why, text) in NO_VECTOR.items()]
+    rows += [(rule_id, True, "no qualifying case", reason) for rule_id, reason in corpus.missing.items()]
     return [{"rule_id": rule_id, "level": get_rule(rule_id).level.value, "citation": get_rule(rule_id).citation,
-             "triggerable": triggerable, "reason": reason} for rule_id, triggerable, reason in sorted(rows)]
+             "triggerable": triggerable, "because": why, "reason": reason}
+            for rule_id, triggerable, why, reason in sorted(rows)]
 
 
 def _version() -> str:
@@ -246,6 +300,7 @@ def manifest(corpus: Corpus, *, reference: bool = True) -> dict:
         "generator": f"hurray_schema {_version()}",
         "reference": "pyhurray" if verdicts else None,
         "coverage": _coverage(corpus),
+        "sessions": session_manifest(),
         "vectors": [_vector_entry(v, verdicts) for v in corpus.vectors],
         "rules_without_vector": _without_vector(corpus),
     }
@@ -253,15 +308,21 @@ def manifest(corpus: Corpus, *, reference: bool = True) -> dict:
 
 def _render(corpus: Corpus, reference: bool) -> dict[str, bytes]:
     files = {v.file: v.data for v in corpus.vectors}
+    if any(v.session is not None for v in corpus.vectors):
+        files[SERVED_FILE] = served_file_bytes()
     text = json.dumps(manifest(corpus, reference=reference), indent=2, sort_keys=True) + "\n"
     files[MANIFEST] = text.encode("utf-8")
     return files
 
 
 def _is_vector_name(name: str) -> bool:
-    """True for a name this module writes vectors under (``<rule>.pass.<ext>``, ``<rule>.fail.<ext>``)."""
+    """True for a name this module writes vectors under (``<rule>.pass.<ext>``, ``<rule>.fail.<ext>``,
+    a session's ``<rule>.fail.client.msgs`` ...) and for the file the session vectors were served from."""
+    if name == SERVED_FILE:
+        return True
+    session = is_session_file(name)
     stem, _, ext = name.rpartition(".")
-    return ext in EXTENSIONS.values() and stem.endswith((".pass", ".fail"))
+    return session or (ext in EXTENSIONS.values() and stem.endswith((".pass", ".fail")))
 
 
 def write_corpus(outdir, *, reference: bool = True, corpus: Optional[Corpus] = None) -> list[Path]:

@@ -531,7 +531,7 @@ def _peer_recording(data: bytes) -> PeerRecording:
     hello, requests, puts, last, putting = None, {}, {}, None, set()
     parts = walk_messages(Window(data), _lenient, faults=Faults.COLLECT, mode=Mode.PERMISSIVE)
     for at, raw, payload, cut in recorded_messages(parts, data):
-        if cut is not None:
+        if cut is not None or payload is None:  # the recording ends inside this message
             break
         kind, sid, _ = m.unpack_header(raw)
         try:
