@@ -33,7 +33,7 @@ KINDS = ("auto", "descriptor", "stream", "messages", "file")
 
 COMMANDS = {
     "audit": "audit", "inspect": "inspect", "rules": "rules", "docs": "render", "ksy": "render", "vectors": "render",
-    "merge": "merge", "convert": "convert", "serve": "serve", "get": "get", "put": "put",
+    "merge": "merge", "convert": "convert", "serve": "serve", "get": "get", "put": "put", "replay": "replay",
 }
 """Each command and the module of this package that defines it (a function of the same name)."""
 

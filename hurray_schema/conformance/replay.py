@@ -176,23 +176,49 @@ def compare(sent: bytes, recorded: bytes, received: bytes, *, name: str = "repla
         if kind == kind2 == MessageType.ERROR and _error_code(payload, at) != _error_code(payload2, at2):
             yield (f"ERROR at byte {at2}: error_code {_error_code(payload2, at2)}, recorded "
                    f"{_error_code(payload, at)}")
+    if _tensors(recorded) != _tensors(received):
+        yield "the tensors served differ from the recorded ones (element type, shape, layout or data)"
     expected = [rule for rule, _ in audit_direction(sent, recorded, name)]
     found = [rule for rule, _ in audit_direction(sent, received, name)]
     if expected != found:
         yield f"audit of the server direction: recorded {expected}, received {found}"
 
 
+def _tensors(data: bytes) -> list[tuple]:
+    """``(element type, shape, layout tag, data bytes)`` of every tensor a server direction carries,
+    in the order their descriptors arrived; the data joined by its frames' offsets, however the
+    server cut them."""
+    from ..codec import decode_descriptor
+    from ..errors import HurraySchemaError
+
+    found, open_ = [], {}
+    for at, kind, sid, payload in messages_of(data):
+        if kind == MessageType.TENSOR_DESCRIPTOR:
+            try:
+                desc = decode_descriptor(bytes(payload[: len(payload) - m.TRANSPORT_SIZE]), mode="permissive")
+            except HurraySchemaError:
+                continue
+            open_[sid] = [int(desc.type_tag), tuple(desc.shape), int(desc.layout_tag), {}]
+            found.append(open_[sid])
+        elif kind == MessageType.TENSOR_DATA and sid in open_ and len(payload) >= m.DATA_HEADER_SIZE:
+            open_[sid][3][m.unpack_offset_in_buffer(payload)] = bytes(payload[m.DATA_HEADER_SIZE:])
+    return [(t, s, layout, b"".join(chunk for _, chunk in sorted(frames.items()))) for t, s, layout, frames in found]
+
+
 class RecordedServer:
-    """A listening socket that plays the server direction of session ``base`` to each client that
+    """A listening socket that plays the server direction of session ``base`` to the client that
     connects: the messages up to the first SERVER_HELLO or ERROR once the client's first message
     arrived, the rest once its next message arrived (a client under test sends its hello, then its
-    request).  A context manager; ``address`` is ``(host, port)``."""
+    request).  The recorded stream ids follow the live client's: the stream of the recorded client's
+    n-th message becomes that of the live client's n-th message (the bytes keep their length, so
+    every offset stays the recording's).  A context manager; ``address`` is ``(host, port)``."""
 
-    def __init__(self, base, *, host: str = "127.0.0.1", timeout: float = 5.0):
-        _, server = session_files(base)
+    def __init__(self, base, *, host: str = "127.0.0.1", port: int = 0, timeout: float = 5.0):
+        client, server = session_files(base)
         self.recorded = server.read_bytes()
+        self.recorded_streams = [sid for _, _, sid, _ in messages_of(client.read_bytes())]
         self.timeout = timeout
-        self._listener = socket.create_server((host, 0))
+        self._listener = socket.create_server((host, port))
         self.address = self._listener.getsockname()[:2]
         self._thread = threading.Thread(target=self._serve, name="recorded-server", daemon=True)
         self._thread.start()
@@ -205,6 +231,17 @@ class RecordedServer:
                 return self.recorded[:end], self.recorded[end:]
         return self.recorded, b""
 
+    def _renumbered(self, data: bytes, live: list[int]) -> bytes:
+        """``data`` with each recorded client stream id replaced by the live client's."""
+        mapping: dict[int, int] = {}
+        for recorded, now in zip(self.recorded_streams, live):
+            mapping.setdefault(recorded, now)
+        out = bytearray(data)
+        for at, kind, sid, payload in messages_of(data):
+            if sid in mapping:
+                out[at: at + m.HEADER_SIZE] = m.header(kind, mapping[sid], len(payload))
+        return bytes(out)
+
     def _serve(self) -> None:
         try:
             conn, _ = self._listener.accept()
@@ -212,16 +249,22 @@ class RecordedServer:
             return
         with conn:
             conn.settimeout(self.timeout)
-            first, rest = self._parts()
+            live: list[int] = []
             try:
-                for part in (first, rest):
-                    if not _read_one(conn):
+                for part in self._parts():
+                    sid = _read_one(conn)
+                    if sid is None:
                         return
+                    live.append(sid)
                     if part:
-                        conn.sendall(part)
+                        conn.sendall(self._renumbered(part, live))
                 _drain(conn)
             except OSError:
                 return
+
+    def wait(self) -> None:
+        """Until the client that connected has closed (or the listener was closed)."""
+        self._thread.join()
 
     def close(self) -> None:
         self._listener.close()
@@ -244,13 +287,15 @@ def _read_exactly(conn: socket.socket, n: int) -> Optional[bytes]:
     return bytes(got)
 
 
-def _read_one(conn: socket.socket) -> bool:
-    """Read one whole message; False when the client closed first."""
+def _read_one(conn: socket.socket) -> Optional[int]:
+    """Read one whole message: its stream id, or None when the client closed first."""
     raw = _read_exactly(conn, m.HEADER_SIZE)
     if raw is None:
-        return False
-    _, _, plen = m.unpack_header(raw)
-    return plen == 0 or _read_exactly(conn, plen) is not None
+        return None
+    _, sid, plen = m.unpack_header(raw)
+    if plen and _read_exactly(conn, plen) is None:
+        return None
+    return sid
 
 
 def _drain(conn: socket.socket) -> None:
