@@ -5,7 +5,9 @@ drift (:func:`check_corpus`).  The vectors are generated (:mod:`.descriptors`,
 :mod:`.composites`, :mod:`.containers`) from the writers with ``validate=False`` and
 field patches located through the declarations (:mod:`.patch`); their expected verdicts
 come from our readers (:mod:`.verdicts`) and, when installed, pyhurray's
-(:mod:`.reference`).  The manifest schema is in README.md (§ Conformance vectors).
+(:mod:`.reference`).  The transport rules' vectors are recorded sessions (:mod:`.sessions`), played
+at this project's own server; :mod:`.replay` plays one at a server or a client under test
+(``hurray-schema replay``).  The manifest schema is in README.md (§ Conformance vectors).
 """
 
 from .case import EXTENSIONS, KINDS, Case

@@ -1,5 +1,5 @@
-"""One conformance case: the rule it exercises, the container kind, and how to build its
-passing and violating inputs."""
+"""One conformance case (the rule it exercises, the container kind, how to build its passing and
+violating inputs) and one vector of the corpus (an input and what our readers say about it)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from typing import Callable, Optional
 import attrs
 
 from ..io.walk import KIND_EXTENSIONS
+from .verdicts import Verdict
 
-__all__ = ["Case", "KINDS", "EXTENSIONS"]
+__all__ = ["Case", "Vector", "KINDS", "EXTENSIONS"]
 
 KINDS = ("descriptor", "stream", "messages", "file")
 """The smallest containers a rule can need: a lone descriptor, a bare stream, a message
@@ -32,3 +33,30 @@ class Case:
     build: Callable[[], tuple[bytes, bytes]] = attrs.field(eq=False, repr=False)
     note: Optional[str] = None
     """What the violating input does, in a few words (kept in the manifest)."""
+
+
+@attrs.frozen(slots=True)
+class Vector:
+    """One input of the corpus and what our readers say about it."""
+
+    file: str
+    kind: str
+    rule_id: str
+    role: str
+    """``fail``: violates ``rule_id`` (and nothing before it); ``pass``: fully valid; ``peer``: the
+    other direction of a violating session (what its faulty direction answers or is answered by)."""
+    data: bytes = attrs.field(repr=False)
+    strict: Verdict
+    permissive: Verdict
+    note: Optional[str] = None
+    session: Optional[str] = None
+    """A session vector's name: its two direction files are ``<session>.client.msgs`` and
+    ``<session>.server.msgs`` (:mod:`.sessions`); None for a one-file vector."""
+    direction: Optional[str] = None
+    """Which direction of its session this file is: ``client`` (what the client sent) or ``server``."""
+    error_code: Optional[int] = None
+    """The ERROR code the recording server refused a violating client direction with."""
+
+    @property
+    def offset(self) -> Optional[int]:
+        return self.strict.offset

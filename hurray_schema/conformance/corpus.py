@@ -24,7 +24,7 @@ import attrs
 from ..docs.markdown import hex_around
 from ..rules import interop
 from ..rules.engine import get_rule, registry
-from .case import EXTENSIONS, Case
+from .case import EXTENSIONS, Case, Vector
 from .reference import ABORT, divergence_of, reference_verdicts
 from .sessions import (
     SERVED_FILE, is_session_file, record_sessions, served_file_bytes, session_cases, session_manifest,
@@ -78,33 +78,6 @@ NO_VECTOR: dict[str, tuple[str, str]] = {
 }
 """Rules no input can have as its first finding: ``(why, reason)`` (:data:`SHADOWED`,
 :data:`NOT_IN_BYTES`, :data:`BEHAVIOUR`)."""
-
-
-@attrs.frozen(slots=True)
-class Vector:
-    """One input of the corpus and what our readers say about it."""
-
-    file: str
-    kind: str
-    rule_id: str
-    role: str
-    """``fail``: violates ``rule_id`` (and nothing before it); ``pass``: fully valid; ``peer``: the
-    other direction of a violating session (what its faulty direction answers or is answered by)."""
-    data: bytes = attrs.field(repr=False)
-    strict: Verdict
-    permissive: Verdict
-    note: Optional[str] = None
-    session: Optional[str] = None
-    """A session vector's name: its two direction files are ``<session>.client.msgs`` and
-    ``<session>.server.msgs`` (:mod:`.sessions`); None for a one-file vector."""
-    direction: Optional[str] = None
-    """Which direction of its session this file is: ``client`` (what the client sent) or ``server``."""
-    error_code: Optional[int] = None
-    """The ERROR code the recording server refused a violating client direction with."""
-
-    @property
-    def offset(self) -> Optional[int]:
-        return self.strict.offset
 
 
 @attrs.frozen(slots=True)
@@ -261,18 +234,17 @@ def _vector_entry(vector: Vector, reference: dict) -> dict:
 
 
 def _coverage(corpus: Corpus) -> dict:
-    """How many rules have a violating vector: of every registered rule (``percent``), and of those
-    an input can trigger (``percent_of_triggerable``)."""
+    """How many rules have a violating vector: of those an input can trigger (``percent``), and of
+    every registered rule, the session rules included (``percent_of_all_rules``)."""
     rules = registry()
     triggerable = [r for r in rules if r.id not in NO_VECTOR]
-    covered = len(corpus.covered & {r.id for r in rules})
+    covered = len(corpus.covered & {r.id for r in triggerable})
     return {
         "registered_rules": len(rules),
         "triggerable_rules": len(triggerable),
         "rules_with_violating_vector": covered,
-        "percent": round(100.0 * covered / len(rules), 1),
-        "percent_of_triggerable": round(100.0 * len(corpus.covered & {r.id for r in triggerable}) / len(triggerable),
-                                        1),
+        "percent": round(100.0 * covered / len(triggerable), 1),
+        "percent_of_all_rules": round(100.0 * len(corpus.covered & {r.id for r in rules}) / len(rules), 1),
     }
 
 

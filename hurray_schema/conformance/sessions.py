@@ -35,6 +35,7 @@ from ..structs._declare import static_size
 from ..structs.session import RDMA_REGISTER, CapabilityFlag, ErrorCode, RequestFlag, ShmMessageType
 from ..structs.stream import TENSOR_DESCRIPTOR_FIELDS, MessageType as T
 from ..structs.tags import DeviceTag, MemoryClass, SyncMode
+from .case import Vector
 from .replay import CLIENT_SUFFIX, SERVER_SUFFIX, messages_of
 
 __all__ = ["SessionCase", "Recorded", "session_cases", "record_sessions", "SERVED", "SERVED_FILE", "SERVER_OPTIONS",
@@ -524,8 +525,6 @@ def session_vectors(case: SessionCase, passing: Recorded, violating: Recorded, i
     """``(vectors, None)``: the four direction files of ``case`` (``expected``: whether the strict and
     the permissive receiver accept a session whose first finding is the case's rule), or
     ``([], why not)``."""
-    from .corpus import Vector
-
     names = {role: session_name(case.rule_id, index, role, case.local) for role in ("pass", "fail")}
     try:
         verdicts = {role: direction_verdicts(session, names[role])

@@ -117,7 +117,8 @@ def _verdict_cell(verdict) -> str:
 
 def _vector_lines(vector) -> list[str]:
     """One vector: its file, our verdicts and, for a violating one, the bytes around the fault."""
-    line = (f"- `{vector.file}` ({vector.kind}, {len(vector.data)} bytes): strict {_verdict_cell(vector.strict)}; "
+    kind = vector.kind if vector.session is None else f"{vector.role} {vector.direction} direction"
+    line = (f"- `{vector.file}` ({kind}, {len(vector.data)} bytes): strict {_verdict_cell(vector.strict)}; "
             f"permissive {_verdict_cell(vector.permissive)}")
     if vector.note:
         line += f" -- {vector.note}"
@@ -136,8 +137,11 @@ def _vectors_page(corpus) -> str:
     out += [
         "For every rule, the inputs `hurray-schema vectors OUTDIR` writes: a passing one (`.pass.`) and one "
         "that violates that rule and nothing before it (`.fail.`), as a descriptor (`.desc`), a bare stream "
-        "(`.stream`), a message stream (`.msgs`) or a file (`.hrry`). Each line gives our strict and permissive "
-        "readers' verdicts (the rule and byte offset of the first finding); under a violating vector, the "
+        "(`.stream`), a message stream (`.msgs`), a file (`.hrry`) or, for a transport rule, a recorded session: "
+        "what the client sent (`.client.msgs`) and what the server sent (`.server.msgs`), the direction without "
+        "the fault listed as `peer`. Each line gives our strict and permissive "
+        "readers' verdicts, the rule and byte offset of the first finding (for a session direction, `audit`'s, with "
+        "the other direction beside it); under a violating vector, the "
         "16-byte row holding the fault (the next row too when the fault is in the row's second half), the "
         "faulty byte in brackets. The manifest (`manifest.json`) also carries pyhurray's verdicts. "
         f"Rules without a violating vector: {len(corpus.reasons)}; see their reasons below.",
