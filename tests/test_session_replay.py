@@ -138,3 +138,37 @@ def test_replay_command_reports_a_server_that_answers_otherwise(vectors, tmp_pat
                                "--server", f"{srv.host}:{srv.port}"])
     assert result.exit_code == 1, result.output
     assert "differs" in result.output and "audit" not in result.output.split("differs")[0]
+
+
+def test_a_server_that_never_stops_sending_is_cut_at_the_replay_budget(vectors):
+    """A hostile server announcing a 4 GiB message and streaming it: the replay reads at most twice
+    the recording plus a slack, and reports the difference instead of holding what it is sent."""
+    import socket
+    import struct
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def flood():
+        conn, _ = listener.accept()
+        with conn:
+            try:
+                conn.sendall(struct.pack("<III", 0x02, 1, 0xFFFFFFFF))
+                while not stop.is_set():
+                    conn.sendall(bytes(1 << 16))
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=flood, daemon=True)
+    thread.start()
+    try:
+        base = vectors / "session.request.alignment.pass"
+        recorded = (vectors / "session.request.alignment.pass.server.msgs").read_bytes()
+        result = replay_at(base, listener.getsockname()[:2], timeout=30)
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(5)
+    assert len(result.received) <= 2 * len(recorded) + (1 << 20)
+    assert not result.agrees and "messages (type, stream)" in result.differences[0]

@@ -34,6 +34,12 @@ from ..structs.stream import MessageType
 __all__ = ["Replay", "messages_of", "replay_at", "compare", "RecordedServer", "session_files", "audit_direction",
            "CLIENT_SUFFIX", "SERVER_SUFFIX"]
 
+_SLACK = 1 << 20
+"""Bytes an answer may exceed twice the recorded one by (other hellos, other framing) before the
+replay stops reading it."""
+_DISCARD = 1 << 16
+"""The most bytes the recorded-server player holds of a message it reads and drops."""
+
 CLIENT_SUFFIX = ".client.msgs"
 SERVER_SUFFIX = ".server.msgs"
 
@@ -65,23 +71,30 @@ def _count(data: bytes) -> int:
     return sum(1 for _ in messages_of(data))
 
 
-def _read_messages(sock: socket.socket, count: int, deadline: float) -> bytes:
-    """What the peer sends until ``count`` whole messages arrived, it closed, or ``deadline`` passed."""
+def _read_messages(sock: socket.socket, count: int, deadline: float, budget: int) -> bytes:
+    """What the peer sends until ``count`` whole messages arrived, it closed, ``deadline`` passed or
+    ``budget`` bytes arrived (a peer that announces or sends more than any answer to the recording
+    needs is cut there: the comparison then names the difference)."""
     got = bytearray()
-    while _count(bytes(got)) < count:
+    whole, at = 0, 0  # messages complete so far, and where the next one starts
+    while whole < count and len(got) < budget:
         left = deadline - time.monotonic()
         if left <= 0:
             break
         sock.settimeout(left)
         try:
-            chunk = sock.recv(1 << 16)
-        except socket.timeout:
-            break
-        except (ConnectionResetError, BrokenPipeError):
+            chunk = sock.recv(min(1 << 16, budget - len(got)))
+        except (socket.timeout, ConnectionResetError, BrokenPipeError):
             break
         if not chunk:
             break
         got += chunk
+        while at + m.HEADER_SIZE <= len(got):
+            _, _, plen = m.unpack_header(bytes(got[at: at + m.HEADER_SIZE]))
+            if at + m.HEADER_SIZE + plen > len(got):
+                break
+            at += m.HEADER_SIZE + plen
+            whole += 1
     return bytes(got)
 
 
@@ -94,16 +107,17 @@ def _connect(address, timeout: float) -> socket.socket:
     return socket.create_connection(address, timeout=timeout)
 
 
-def exchange(address, sent: bytes, *, expect: int, timeout: float = 5.0) -> bytes:
+def exchange(address, sent: bytes, *, expect: int, budget: int, timeout: float = 5.0) -> bytes:
     """Send ``sent`` to the server at ``address`` (``(host, port)`` or a Unix socket path) and
-    return what it sends back: ``expect`` messages, or less when it closes or ``timeout`` passes."""
+    return what it sends back: ``expect`` messages, or less when it closes, ``timeout`` passes or
+    ``budget`` bytes arrived."""
     deadline = time.monotonic() + timeout
     with _connect(address, timeout) as sock:
         try:
             sock.sendall(sent)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the server closed part way: what it answered before is still to be read
-        return _read_messages(sock, expect, deadline)
+        return _read_messages(sock, expect, deadline, budget)
 
 
 @attrs.frozen(slots=True)
@@ -136,7 +150,7 @@ def replay_at(base, address, *, timeout: float = 5.0) -> Replay:
     answer with the recorded server direction (:func:`compare`)."""
     client, server = session_files(base)
     sent, recorded = client.read_bytes(), server.read_bytes()
-    received = exchange(address, sent, expect=_count(recorded), timeout=timeout)
+    received = exchange(address, sent, expect=_count(recorded), budget=2 * len(recorded) + _SLACK, timeout=timeout)
     name = client.name[: -len(CLIENT_SUFFIX)]
     return Replay(name, sent, recorded, received, tuple(compare(sent, recorded, received, name=name)))
 
@@ -287,15 +301,24 @@ def _read_exactly(conn: socket.socket, n: int) -> Optional[bytes]:
     return bytes(got)
 
 
+def _skip(conn: socket.socket, n: int) -> bool:
+    """Read and drop ``n`` bytes, holding at most :data:`_DISCARD` at once; False when the client
+    closed first."""
+    while n:
+        chunk = conn.recv(min(n, _DISCARD))
+        if not chunk:
+            return False
+        n -= len(chunk)
+    return True
+
+
 def _read_one(conn: socket.socket) -> Optional[int]:
     """Read one whole message: its stream id, or None when the client closed first."""
     raw = _read_exactly(conn, m.HEADER_SIZE)
     if raw is None:
         return None
     _, sid, plen = m.unpack_header(raw)
-    if plen and _read_exactly(conn, plen) is None:
-        return None
-    return sid
+    return sid if _skip(conn, plen) else None
 
 
 def _drain(conn: socket.socket) -> None:
