@@ -52,7 +52,8 @@ def test_peers_never_import_the_project():
 
 def test_importing_the_peers_loads_no_project_module():
     code = ("import sys; sys.path.insert(0, 'tests'); "
-            "import support.peers.spec_wire, support.peers.spec_client, support.peers.spec_server; "
+            "import support.peers.spec_wire, support.peers.spec_client, support.peers.spec_server, "
+            "support.peers.spec_session; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('hurray_schema', 'hurray')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[1], capture_output=True,
                          text=True, timeout=60, check=True)

@@ -9,5 +9,7 @@ outside, so sharing its codec, enums or constants would make the check circular.
   minimal tensor-descriptor builder and reader;
 * :mod:`support.peers.spec_client` -- :class:`~support.peers.spec_client.SpecClient`, a blocking client;
 * :mod:`support.peers.spec_server` -- :class:`~peers.spec_server.SpecServer`, a scripted server
-  that can answer correctly or break the protocol on purpose.
+  that can answer correctly or break the protocol on purpose;
+* :mod:`support.peers.spec_session` -- :func:`~support.peers.spec_session.judge`, the first fault
+  a receiver finds in one recorded direction of a session (the corpus's session vectors).
 """
