@@ -241,6 +241,34 @@ def test_rdma_agreed(server):
     _server_fires(server, HELLO + reg, "session.rdma.agreed", len(HELLO))
 
 
+def test_rdma_messages_pass_a_recording_where_both_hellos_agreed_to_it(tmp_path):
+    """``session.rdma.agreed`` forbids RDMA messages only where RDMA_DATA_PLANE was not advertised by
+    both peers (spec-map § Interpretations): a recorded pair where both hellos advertised it is clean
+    for that rule (this server advertises none, so live it always refuses them: test_rdma_agreed)."""
+    rdma = w.CAP_RDMA_DATA_PLANE
+    client = (w.encode_message(w.CLIENT_HELLO, 1, w.encode_hello(capability_flags=rdma))
+              + w.encode_message(w.RDMA_REGISTER, 3, w.encode_rdma_register(0x1000, 48, b"key")))
+    for served_caps, expected in ((rdma, set()), (0, {("session.rdma.agreed", len(HELLO))})):
+        (tmp_path / "s.client.msgs").write_bytes(client)
+        (tmp_path / "s.server.msgs").write_bytes(w.encode_message(w.SERVER_HELLO, 1,
+                                                                  w.encode_hello(capability_flags=served_caps)))
+        found = {f for f in _audited(str(tmp_path / "s.client.msgs")) if f[0] == "session.rdma.agreed"}
+        assert found == expected
+
+
+def test_an_error_text_that_is_not_utf8_still_ends_the_stream_with_its_code(tmp_path):
+    """The ERROR table types its text as UTF-8 without a rule of its own: a receiver keeps the code
+    and reads the text with replacement characters (spec-map § Interpretations), live and in audit."""
+    bad_text = struct.pack("<II", w.ERR_UNKNOWN_TENSOR, 2) + b"\xff\xfe"
+    peer = _respond(lambda sid: [w.encode_message(w.ERROR, sid, bad_text)])
+    with peer, hs.connect(f"hurray://127.0.0.1:{peer.port}", timeout=5, record=tmp_path / "rec") as session:
+        with pytest.raises(hs.errors.RemoteError) as info:
+            session.get("x")
+    assert info.value.error_code == w.ERR_UNKNOWN_TENSOR and "\ufffd" in str(info.value)
+    (recorded,) = glob.glob(str(tmp_path / "rec" / "*.server.msgs"))
+    assert hs.audit(recorded).findings == ()
+
+
 # --------------------------------------------------------------------------------------
 # The client's rules, through the independent server
 # --------------------------------------------------------------------------------------

@@ -163,7 +163,7 @@ class SessionChecker:
                 raise rules.SERVER_HELLO_FIRST.violation("SERVER_HELLO again", at)
             if kind in CLIENT_SENDS:
                 raise rules.MESSAGE_DIRECTION.violation(f"{message_name(kind)} travels from client to server", at)
-        if kind in _RDMA:
+        if kind in _RDMA and not self.rdma_agreed:
             raise rules.RDMA_AGREED.violation(
                 f"{message_name(kind)} without RDMA_DATA_PLANE advertised by both peers", at)
         if self.is_closed(stream_id):
@@ -172,6 +172,13 @@ class SessionChecker:
             raise rules.PUT_FLOW.violation(
                 f"{message_name(kind)} on stream {stream_id} before the TENSOR_DATA_END of its TENSOR_PUT", at)
         return kind, stream_id, plen
+
+    @property
+    def rdma_agreed(self) -> bool:
+        """Both hellos advertised RDMA_DATA_PLANE (``interchange.md § RDMA Data Plane``); this
+        implementation never does, so live it is never agreed."""
+        hellos = (self.hello, self.sent_hello)
+        return all(h is not None and h.capability_flags & CapabilityFlag.RDMA_DATA_PLANE for h in hellos)
 
     def is_closed(self, stream_id: int) -> bool:
         """``stream_id`` is a stream an ERROR ended, and no exchange holds it open."""

@@ -48,8 +48,8 @@ SERVER_HELLO_FIRST = _session(
     enforced_by="hurray_schema.net.checker:SessionChecker.header")
 HELLO_VERSION = _session(
     "session.hello.version", MUST, "interchange.md § SERVER_HELLO Payload",
-    "SERVER_HELLO's protocol_version is at least 1 and at most the client's; a server that has no such "
-    "version answers ERROR PROTOCOL_VERSION_MISMATCH and closes.",
+    "A hello's protocol_version is at least 1, SERVER_HELLO's at most the client's; a server that has no "
+    "such version answers ERROR PROTOCOL_VERSION_MISMATCH and closes.",
     enforced_by=(
         "hurray_schema.net.checker:SessionChecker.client_hello",
         "hurray_schema.net.checker:SessionChecker.server_hello",
@@ -89,7 +89,7 @@ MESSAGE_PRIVATE = _session(
     "A private message type (0xF0-0xFE) is not sent to a peer that has not agreed to it.",
     enforced_by="hurray_schema.io.walk.messages:check_message_header")
 KEY_UTF8 = _session(
-    "session.key.utf8", MUST, REQ, "A tensor_key (and an ERROR message) is valid UTF-8.",
+    "session.key.utf8", MUST, REQ, "A tensor_key (TENSOR_REQUEST, TENSOR_PUT) is valid UTF-8.",
     enforced_by="hurray_schema.net.messages:_text")
 ERROR_CLOSES = _session(
     "session.error.closes", MUST, "interchange.md § Error Handling",
