@@ -142,7 +142,10 @@ class Session:
             self.server_hello = self._handshake()
             self.wire.deadline = None
         except BaseException:
-            sock.close()
+            if getattr(self, "wire", None) is not None:
+                self.wire.close()  # the recording too: a refused handshake is audited like any session
+            else:
+                sock.close()
             raise
 
     # --- lifecycle ----------------------------------------------------------------------
