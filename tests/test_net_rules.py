@@ -16,6 +16,9 @@ import numpy as np
 import pytest
 
 import hurray_schema as hs
+from hurray_schema.io import Composite, Tensor
+from hurray_schema.model import ElementType, Shard
+from hurray_schema.net.messages import LayoutEntry
 from hurray_schema.rules import registry
 from hurray_schema.rules.session import SESSION_RULES
 from support.peers import spec_server as ss
@@ -386,6 +389,169 @@ def test_client_message_size(tmp_path):
 def test_client_rejects_a_put_ack_in_a_response(tmp_path):
     peer = _respond(lambda sid: [w.encode_message(w.TENSOR_PUT_ACK, sid)] + _dense(sid))
     _client_fires(tmp_path, peer, "session.put.flow")
+
+
+# --------------------------------------------------------------------------------------
+# What the server did with the client's own messages: read from the client's side
+# --------------------------------------------------------------------------------------
+
+
+def _acking_server(hello_reply=None):
+    """A scripted server that stores and acknowledges every PUT, whatever it holds."""
+    return ss.SpecServer(ss.StoreScript(), hello_reply=hello_reply)
+
+
+def _rank_65() -> Tensor:
+    return Tensor.dense(ElementType.FLOAT32, (1,) * 65, bytes(4))
+
+
+def _box(offset, parent) -> Tensor:
+    """A 4 x 3 float32 member at ``offset`` of a ``parent``-shaped partition."""
+    return Tensor.dense(ElementType.FLOAT32, (4, 3), bytes(48), shard=Shard(parent, offset))
+
+
+def _server_recording(tmp_path) -> bytes:
+    (recorded,) = glob.glob(str(tmp_path / "rec" / "*.server.msgs"))
+    with open(recorded, "rb") as f:
+        return f.read()
+
+
+def test_put_accepted_client_side(tmp_path):
+    """``session.put.accepted``: a server that ACKs a PUT every reader rejects (rank 65), at the ACK
+    (the last message the server sent), live and in audit of the recording with the client's beside it."""
+    fault = _client_fires(tmp_path, _acking_server(), "session.put.accepted",
+                          get=lambda s: s.put("bad", _rank_65(), validate=False))
+    assert "descriptor.rank.cap" in fault.message
+    assert fault.offset == len(_server_recording(tmp_path)) - w.HEADER_SIZE
+
+
+def test_put_accepted_judges_a_composite_at_its_last_put(tmp_path):
+    """A partition whose first member names another parent shape (a fault in every mode): the head's and
+    that member's ACKs pass (a server may hold its verdict until the composite is whole), the last
+    member's completes the composite and is the fault."""
+    mismatched = Composite.build("partition", [_box((0, 0), (4, 7)), _box((0, 3), (4, 6))], shape=(4, 6),
+                                 type_tag=ElementType.FLOAT32)
+    fault = _client_fires(tmp_path, _acking_server(), "session.put.accepted",
+                          get=lambda s: s.put("bad", mismatched, validate=False))
+    assert "composite.member.parent_shape" in fault.message
+    data = _server_recording(tmp_path)
+    assert data[-w.HEADER_SIZE:] == w.encode_message(w.TENSOR_PUT_ACK, 1)
+    assert fault.offset == len(data) - w.HEADER_SIZE
+    assert data.count(w.encode_message(w.TENSOR_PUT_ACK, 1)) == 3
+
+
+def test_put_accepted_passes_what_a_permissive_server_may_take(tmp_path):
+    """A valid PUT, and a partition with a gap (a strict reader rejects it, a permissive one may keep
+    it), acknowledged: no fault, live or in audit."""
+    gap = Composite.build("partition", [_box((0, 0), (4, 7)), _box((0, 4), (4, 7))], shape=(4, 7),
+                          type_tag=ElementType.FLOAT32)
+
+    def push(session):
+        session.put("good", DATA)
+        session.put("gap", gap, validate=False)
+
+    _client_passes(tmp_path, _acking_server(), get=push)
+
+
+EXTENSIONS = [LayoutEntry(0xF3, b"\x01\x02\x03"), LayoutEntry(0xFE, b""), LayoutEntry(w.LAYOUT_ROW_MAJOR)]
+"""A layout list with two extension entries, then row-major."""
+WIRE_EXTENSIONS = [w.LayoutEntry(e.tag, e.metadata) for e in EXTENSIONS]
+"""The same entries, as the struct peer writes them."""
+
+
+def _refusing_hello(code):
+    return ss.error_reply(1, code, "no")[0]
+
+
+def test_extension_skip_client_side_hello(tmp_path):
+    """``session.layouts.extension_skip``: ERROR INVALID_MESSAGE in place of SERVER_HELLO for a valid hello
+    carrying extension entries, at the ERROR (byte 0 of what the server sent)."""
+    fault = _client_fires(tmp_path, _acking_server(_refusing_hello(w.ERR_INVALID_MESSAGE)),
+                          "session.layouts.extension_skip", get=lambda s: None, layouts=EXTENSIONS)
+    assert fault.offset == 0
+
+
+@pytest.mark.parametrize("code, layouts", [(w.ERR_INVALID_MESSAGE, [w.LAYOUT_ROW_MAJOR]),
+                                           (w.ERR_PROTOCOL_VERSION_MISMATCH, EXTENSIONS),
+                                           (w.ERR_LAYOUT_UNAVAILABLE, EXTENSIONS)])
+def test_extension_skip_client_side_hello_other_refusals(tmp_path, code, layouts):
+    """A hello without extension entries refused, or one with them refused for another reason: the
+    server's ERROR, not the rule, live and in audit."""
+    with _acking_server(_refusing_hello(code)) as peer, pytest.raises(hs.RemoteError) as info:
+        hs.connect(f"hurray://127.0.0.1:{peer.port}", timeout=5, record=tmp_path / "rec", layouts=layouts)
+    assert info.value.error_code == code
+    (recorded,) = glob.glob(str(tmp_path / "rec" / "*.server.msgs"))
+    assert hs.audit(recorded).findings == ()
+
+
+def _answer_requests(code):
+    """A scripted server answering every TENSOR_REQUEST with ERROR ``code``."""
+
+    def script(message_type, stream_id, payload, conn):
+        if message_type == w.TENSOR_REQUEST:
+            conn.play(ss.error_reply(stream_id, code))
+        elif message_type == w.PING:
+            conn.send(w.PONG, stream_id, payload)
+
+    return ss.SpecServer(script)
+
+
+def test_extension_skip_client_side_request(tmp_path):
+    """ERROR INVALID_MESSAGE for a valid request carrying extension entries, at the ERROR."""
+    fault = _client_fires(tmp_path, _answer_requests(w.ERR_INVALID_MESSAGE), "session.layouts.extension_skip",
+                          get=lambda s: s.get("x", layouts=EXTENSIONS))
+    assert fault.offset == len(_server_recording(tmp_path)) - len(ss.error_reply(1, w.ERR_INVALID_MESSAGE)[0])
+
+
+@pytest.mark.parametrize("code, layouts", [(w.ERR_INVALID_MESSAGE, [w.LAYOUT_ROW_MAJOR]),
+                                           (w.ERR_INVALID_MESSAGE, EXTENSIONS + [LayoutEntry(0xFF)]),
+                                           (w.ERR_UNKNOWN_TENSOR, EXTENSIONS),
+                                           (w.ERR_LAYOUT_UNAVAILABLE, EXTENSIONS)])
+def test_extension_skip_client_side_request_other_refusals(tmp_path, code, layouts):
+    """No extension entry, an entry the spec calls invalid (0xFF) beside them, or a refusal for another
+    reason: the server's ERROR, not the rule, live and in audit; the session goes on."""
+    with _answer_requests(code) as peer, hs.connect(f"hurray://127.0.0.1:{peer.port}", timeout=5,
+                                                    record=tmp_path / "rec") as s:
+        with pytest.raises(hs.RemoteError) as info:
+            s.get("x", layouts=layouts)
+        assert s.ping(b"on") == b"on"  # the stream ended, not the session
+    assert info.value.error_code == code
+    (recorded,) = glob.glob(str(tmp_path / "rec" / "*.server.msgs"))
+    assert hs.audit(recorded).findings == ()
+
+
+def test_extension_skip_passes_a_server_that_skips_them(tmp_path):
+    got = _client_passes(tmp_path, _respond(_dense), get=lambda s: s.get("x", layouts=EXTENSIONS),
+                         layouts=EXTENSIONS)
+    np.testing.assert_array_equal(np.asarray(got), DATA)
+
+
+def _pair(tmp_path, client: list, server: list) -> str:
+    """A recorded pair written by hand from the struct peer's messages: the server's direction's path."""
+    (tmp_path / "pair.client.msgs").write_bytes(b"".join(client))
+    (tmp_path / "pair.server.msgs").write_bytes(b"".join(server))
+    return str(tmp_path / "pair.server.msgs")
+
+
+def test_extension_skip_audit_of_a_foreign_client(tmp_path):
+    """A client of another making: its valid hello or request with extension entries refused
+    INVALID_MESSAGE is the rule; the same hello with a reserved capability bit, the same request with
+    min_alignment 3, or followed on its stream by a stray frame (the server's answer may be right) is not."""
+    refused = ss.error_reply(1, w.ERR_INVALID_MESSAGE)[0]
+    ext_hello = w.encode_message(w.CLIENT_HELLO, 1, w.encode_hello(layouts=WIRE_EXTENSIONS))
+    assert _audited(_pair(tmp_path, [ext_hello], [refused])) == {("session.layouts.extension_skip", 0)}
+    bad_hello = w.encode_message(w.CLIENT_HELLO, 1, w.encode_hello(layouts=WIRE_EXTENSIONS, capability_flags=1 << 9))
+    assert hs.audit(_pair(tmp_path, [bad_hello], [refused])).findings == ()
+    hello = w.encode_message(w.SERVER_HELLO, 1, w.encode_hello())
+    refusal = ss.error_reply(3, w.ERR_INVALID_MESSAGE)[0]
+    valid = w.encode_message(w.TENSOR_REQUEST, 3, w.encode_tensor_request("x", layouts=WIRE_EXTENSIONS))
+    path = _pair(tmp_path, [HELLO, valid], [hello, refusal])
+    assert _audited(path) == {("session.layouts.extension_skip", len(hello))}
+    invalid = w.encode_message(w.TENSOR_REQUEST, 3, w.encode_tensor_request("x", layouts=WIRE_EXTENSIONS,
+                                                                          min_alignment=3))
+    assert hs.audit(_pair(tmp_path, [HELLO, invalid], [hello, refusal])).findings == ()
+    stray = w.encode_message(w.TENSOR_DATA, 3, w.encode_tensor_data(0, b"x"))  # INVALID_MESSAGE may answer it
+    assert hs.audit(_pair(tmp_path, [HELLO, valid, stray], [hello, refusal])).findings == ()
 
 
 # --------------------------------------------------------------------------------------

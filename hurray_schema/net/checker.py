@@ -5,7 +5,10 @@ Protocol through § Error Handling).
 server runs one on what its client sends, the client on what its server sends, and ``audit``
 on a recorded direction.  Each fault raises the rule's :class:`~hurray_schema.errors.SpecViolation`
 at the byte offset the message has in that direction (the connection's first byte is 0), so
-the three entry points name the same rule at the same byte.
+the three entry points name the same rule at the same byte.  The client side also judges what the
+server made of the client's own messages, where the bytes show it: an ACK for a PUT no server may
+accept (:class:`PushJudge`), an ERROR refusing a layout list for its extension entries; ``audit``
+reads the client's messages from its recording beside the server's (:func:`other_direction`).
 
 What a tensor's messages must be (descriptor, contiguous frames, end) is
 :class:`~hurray_schema.io.walk.TensorFrames`, the check the stream reader runs on a recorded
@@ -16,32 +19,36 @@ from __future__ import annotations
 
 import enum
 import os
+from collections import deque
 from typing import Callable, Iterable, Iterator, Optional
 
 import attrs
 
 from ..errors import HurraySchemaError, SpecViolation
 from ..io.walk.common import FAULT, MESSAGE, MESSAGE_HEADER_PART, Faults
-from ..io.walk import TensorFrames, Window, check_message_header, collect_descriptor, remote_error, walk_messages
-from ..limits import DEFAULT_LIMITS, Limits
+from ..io.walk import (
+    TensorFrames, Window, check_message_header, collect_descriptor, remote_error, strict_describer, walk_messages,
+)
+from ..limits import DEFAULT_LIMITS, HARD_MAXIMUM, Limits
 from ..model import CompositeLayout, TensorDescriptor
 from ..rules import container as container_rules
 from ..rules import session as rules
-from ..rules.composite import validate_preorder
+from ..rules.composite import CompositeBinder, validate_preorder
 from ..rules.engine import Mode
 from ..structs._declare import power_of_two, static_offset
 from ..structs.session import (
     CLIENT_HELLO, KNOWN_CAPABILITY_FLAGS, KNOWN_REQUEST_FLAGS, PROTOCOL_VERSION, TENSOR_REQUEST, CapabilityFlag,
-    RequestFlag, ShmMessageType,
+    ErrorCode, RequestFlag, ShmMessageType, is_extension_layout,
 )
 from ..structs.stream import MessageType
-from ..structs.tags import CompositionRule
+from ..structs.tags import CompositionRule, LayoutTag
 from . import messages as m
 from .devices import check_placement
 
 __all__ = ["Side", "SessionChecker", "Transfer", "ClosedStreams", "CLIENT_SENDS", "SERVER_SENDS", "message_name",
            "check_min_alignment", "recorded_side", "recorded_side_of", "recorded_locally", "check_recorded",
-           "other_direction", "PeerRecording"]
+           "other_direction", "PeerRecording", "PushJudge", "described_put",
+           "refused_for_extensions"]
 
 
 class Side(str, enum.Enum):
@@ -84,6 +91,35 @@ def check_min_alignment(min_alignment: int, at: Optional[int] = None) -> None:
         raise rules.REQUEST_ALIGNMENT.violation(f"min_alignment {min_alignment} is not a power of two", at)
 
 
+_NAMED_LAYOUTS = frozenset(int(t) for t in LayoutTag)
+
+
+def refused_for_extensions(entries) -> bool:
+    """A reader that refuses the layout list ``entries`` refuses it for its extension entries, which it
+    must skip instead (``interchange.md § Layout Entry Encoding``): the list has some, and otherwise
+    only layouts the spec names (``memory-layout.md § Named Layout Tags``), none it may call invalid."""
+    extension = False
+    for entry in entries:
+        if is_extension_layout(entry.tag):
+            extension = True
+        elif entry.tag not in _NAMED_LAYOUTS:
+            return False
+    return extension
+
+
+def described_put(payload, at: int, describe: Callable) -> tuple[m.Put, object]:
+    """A TENSOR_PUT's table (``interchange.md § TENSOR_PUT Payload``, at byte ``at``) and its
+    descriptor's part as ``describe`` takes it, whose buffers hold ``total_data_bytes``."""
+    put = m.decode_put(payload, at)
+    part = describe(put.descriptor, put.descriptor_at, 0)
+    total = sum(b.byte_size for b in part.value.buffers)
+    if put.total_data_bytes != total:
+        raise container_rules.TOTAL_DATA_BYTES.violation(
+            f"total_data_bytes {put.total_data_bytes} but the buffers hold {total} bytes",
+            put.descriptor_at + len(put.descriptor))
+    return put, part
+
+
 _CAPS_AT = m.HEADER_SIZE + static_offset(CLIENT_HELLO, "capability_flags")
 _FLAGS_BACK = m.tail_offset(TENSOR_REQUEST, "request_flags")
 _ALIGNMENT_BACK = m.tail_offset(TENSOR_REQUEST, "min_alignment")
@@ -122,8 +158,17 @@ class SessionChecker:
         self.awaited: dict[int, int] = {}
         """Client side: per request stream, the tensors its answer still owes (a composite head
         adds its member_count); the request is answered when it owes none."""
-        self.acks_due: dict[int, int] = {}
-        """Client side: per stream, the whole PUTs awaiting their ACK."""
+        self.acks_due: dict[int, deque] = {}
+        """Client side: per stream, the whole PUTs awaiting their ACK, oldest first: for each, None, or
+        the fault for which no server may accept it (:class:`PushJudge`)."""
+        self.sent_refusable = False
+        """Client side: the client sent a PUT no server may accept, which an INVALID_MESSAGE may answer."""
+        self.hello_extended = False
+        """Client side: the client's hello was valid, and a refusal of its layout list a refusal for its
+        extension entries (:func:`refused_for_extensions`)."""
+        self.extended: set[int] = set()
+        """Client side: the streams of valid requests whose layout lists are so (:func:`refused_for_extensions`),
+        until their answer starts."""
         self.transfers: dict[int, Transfer] = {}
         """Client side: the open parallel transfer of each shard stream."""
         self.private: frozenset = frozenset()
@@ -228,13 +273,8 @@ class SessionChecker:
         """A TENSOR_PUT: its table and descriptor; its frames are expected next on the stream
         (an SHM_PUT, ``shared``: its data came with it, nothing follows).  Returns the PUT and the
         descriptor's part."""
-        put = m.decode_put(payload, at)
-        part = self.describe(put.descriptor, put.descriptor_at, 0)
-        total = sum(b.byte_size for b in part.value.buffers)
-        if put.total_data_bytes != total:
-            raise container_rules.TOTAL_DATA_BYTES.violation(
-                f"total_data_bytes {put.total_data_bytes} but the buffers hold {total} bytes",
-                put.descriptor_at + len(put.descriptor))
+        put, part = described_put(payload, at, self.describe)
+        total = put.total_data_bytes
         if not shared:
             self.puts[stream_id] = put
             self.tensors[stream_id] = TensorFrames(part.value, at, total, {"total_data_bytes": total})
@@ -266,6 +306,8 @@ class SessionChecker:
     def error(self, stream_id: int, payload, at: int):
         """An ERROR: the stream is closed; returns the typed exception to raise or report."""
         code, text = m.decode_error(payload, at)
+        if self.side is Side.CLIENT:
+            self._check_extension_skip(stream_id, code, at)
         self.closed.add(stream_id)
         self.tensors.pop(stream_id, None)
         self.puts.pop(stream_id, None)
@@ -274,31 +316,63 @@ class SessionChecker:
         return remote_error(code, text, at)
 
     # --- what the client sent (client side) ---------------------------------------------
+    def sent_client_hello(self, hello: m.Hello) -> None:
+        """The client sent its (valid) ``hello``: the version rule and the layout list it carried."""
+        self.sent_hello = hello
+        self.hello_extended = refused_for_extensions(hello.layouts)
+
     def sent_request(self, stream_id: int, request: m.Request) -> None:
-        """The client sent ``request`` (a TENSOR_REQUEST or an SHM_REQUEST) on ``stream_id``: its
+        """The client sent ``request`` (a valid TENSOR_REQUEST or SHM_REQUEST) on ``stream_id``: its
         response may now arrive."""
         self.requests[stream_id] = request
         self.awaited[stream_id] = 1
         self.last_request = stream_id
+        if refused_for_extensions(request.layouts):
+            self.extended.add(stream_id)
 
-    def sent_put(self, stream_id: int) -> None:
-        """The client sent a whole TENSOR_PUT on ``stream_id``: an ACK or ERROR may now arrive."""
-        self.acks_due[stream_id] = self.acks_due.get(stream_id, 0) + 1
+    def sent_put(self, stream_id: int, refused: Optional[SpecViolation] = None) -> None:
+        """The client sent a whole TENSOR_PUT on ``stream_id``: an ACK or ERROR may now arrive.
+        ``refused``: the fault for which no server may accept it (:meth:`PushJudge.judge`)."""
+        self.acks_due.setdefault(stream_id, deque()).append(refused)
+        if refused is not None:
+            self.sent_refusable = True
 
     def ack(self, stream_id: int, plen: int, at: int) -> None:
-        """A TENSOR_PUT_ACK: empty, and for a PUT the client sent whole (``§ TENSOR_PUT Flow``)."""
-        if not self.acks_due.get(stream_id) and not self.recording_without_requests:
+        """A TENSOR_PUT_ACK: empty, and for a PUT the client sent whole (``§ TENSOR_PUT Flow``) that a
+        server may accept (``session.put.accepted``, ``interchange.md § TENSOR_PUT_ACK Payload``)."""
+        due = self.acks_due.get(stream_id)
+        if not due and not self.recording_without_requests:
             raise rules.PUT_FLOW.violation(f"TENSOR_PUT_ACK on stream {stream_id}, where no TENSOR_PUT is awaiting "
                                            "one", at)
         if plen:
             raise rules.PAYLOAD_LENGTH.violation(f"TENSOR_PUT_ACK carries {plen} payload bytes",
                                                  at + m.PAYLOAD_LENGTH_AT)
-        due = self.acks_due.get(stream_id)
-        if due:
-            if due == 1:
-                del self.acks_due[stream_id]
-            else:
-                self.acks_due[stream_id] = due - 1
+        if not due:
+            return
+        refused = due.popleft()
+        if not due:
+            del self.acks_due[stream_id]
+        if refused is not None:
+            raise rules.PUT_ACCEPTED.violation(
+                f"TENSOR_PUT_ACK on stream {stream_id} for a PUT no server may accept: [{refused.rule_id}] "
+                f"{refused.message}", at)
+
+    def _check_extension_skip(self, stream_id: int, code: int, at: int) -> None:
+        """An ERROR INVALID_MESSAGE in place of SERVER_HELLO, answering a valid hello, or on the stream of
+        a valid request the server has not started answering, when the hello or request carried extension
+        layout entries: a list refused for them (``session.layouts.extension_skip``, ``interchange.md
+        § Layout Entry Encoding``).  Any other code may have another reason (see spec-map § Interpretations)."""
+        if code != ErrorCode.INVALID_MESSAGE:
+            return
+        if self.hello is None:
+            if self.hello_extended:
+                raise rules.LAYOUT_EXTENSION_SKIP.violation(
+                    "ERROR INVALID_MESSAGE answers a valid CLIENT_HELLO whose layout list carries extension entries",
+                    at)
+        elif stream_id in self.extended and stream_id in self.requests and not self.sent_refusable:
+            raise rules.LAYOUT_EXTENSION_SKIP.violation(
+                f"ERROR INVALID_MESSAGE answers the valid TENSOR_REQUEST on stream {stream_id}, whose layout list "
+                "carries extension entries", at)
 
     # --- a tensor's messages ------------------------------------------------------------
     def descriptor(self, stream_id: int, payload, at: int):
@@ -312,6 +386,7 @@ class SessionChecker:
         transfer = None
         if self.side is Side.CLIENT:
             request, transfer = self._response_of(stream_id, frames.transport["total_shards"], at)
+            self.extended.discard(stream_id if transfer is None else transfer.request)
             if request is not None:
                 self._check_placement(part.value, request, at + m.HEADER_SIZE)
             if transfer is None and stream_id in self.awaited:
@@ -506,15 +581,63 @@ def recorded_side(data) -> Optional[Side]:
     return SESSION_OPENERS.get(kind)
 
 
+ANY_READER = Limits(**HARD_MAXIMUM)
+"""The widest limits a reader may be configured with: what no server may accept breaks a rule under them."""
+
+
+class PushJudge:
+    """What a client pushes, judged as every server must judge it (``interchange.md § TENSOR_PUT_ACK
+    Payload``): each PUT's descriptor and ``total_data_bytes`` as the most tolerant reader takes them
+    (permissive, :data:`ANY_READER` limits; on a cross-machine connection, producer-synced buffers
+    only), and the composite a head and its members pushed on one stream bind to (the one binder,
+    permissive).  What a permissive reader tolerates, a server may accept."""
+
+    def __init__(self, *, local: bool):
+        self.describe = strict_describer(mode=Mode.PERMISSIVE, limits=ANY_READER, cross_machine=not local)
+        self.binders: dict[int, CompositeBinder] = {}
+        """Per stream, the composite its PUTs are pushing."""
+
+    def judge(self, stream_id: int, payload) -> Optional[SpecViolation]:
+        """The fault for which no server may ACK the TENSOR_PUT ``payload`` sent on ``stream_id``
+        (``session.put.accepted``), or None: its own descriptor's, or for the PUT that completes a
+        composite, the composite's (a server may hold its verdict until then).  A limit breach alone
+        is not judged."""
+        try:
+            _, part = described_put(payload, 0, self.describe)
+        except SpecViolation as fault:
+            self.binders.pop(stream_id, None)
+            return fault
+        except HurraySchemaError:
+            self.binders.pop(stream_id, None)
+            return None
+        binder = self.binders.get(stream_id)
+        if binder is None:
+            binder = self.binders[stream_id] = CompositeBinder(mode=Mode.PERMISSIVE, collect=True)
+        if not binder.add(part.value, 0):
+            return None
+        del self.binders[stream_id]
+        return next((f.to_violation() for f in binder.findings if f.is_error), None)
+
+    def forget(self, stream_id: int) -> None:
+        """The push on ``stream_id`` is over, whole or not: a composite it left open is dropped."""
+        self.binders.pop(stream_id, None)
+
+
 @attrs.frozen
 class PeerRecording:
     """What the receiver of a recorded direction sent, read from the other direction's recording:
-    its hello, and on the client's side its requests and whole PUTs (by stream)."""
+    its hello, and on the client's side its requests and whole PUTs (by stream, each PUT's
+    :meth:`PushJudge.judge` verdict in order); for the rule on extension layout entries, whether its
+    hello was valid with a list :func:`refused_for_extensions`, the streams carrying nothing a server
+    may refuse but such a request, and whether it sent anything a server must refuse at all."""
 
     hello: Optional[m.Hello]
     requests: dict
     puts: dict
     last_request: Optional[int]
+    hello_extended: bool = False
+    extended: frozenset = frozenset()
+    sent_refusable: bool = False
 
 
 def other_direction(path) -> Optional[PeerRecording]:
@@ -528,34 +651,88 @@ def other_direction(path) -> Optional[PeerRecording]:
         if name.endswith(mine):
             try:
                 with open(name[: -len(mine)] + theirs, "rb") as f:
-                    return _peer_recording(f.read())
+                    return _peer_recording(f.read(), local=recorded_locally(name))
             except OSError:
                 return None
     return None
 
 
-def _peer_recording(data: bytes) -> PeerRecording:
-    hello, requests, puts, last, putting = None, {}, {}, None, set()
-    parts = walk_messages(Window(data), _lenient, faults=Faults.COLLECT, mode=Mode.PERMISSIVE)
+_UNREFUSED = frozenset({MessageType.PING, MessageType.PONG, MessageType.ERROR})
+"""Messages a server answers with no ERROR when they are well formed (the client's direction is
+checked for that): what a request's stream may carry besides the request."""
+
+
+def _peer_recording(data: bytes, local: bool = False) -> PeerRecording:
+    """What ``data`` (one recorded direction) says its sender sent, read leniently; a client's
+    PUTs judged (:class:`PushJudge`) and its messages checked as a server checks them
+    (:func:`_first_fault`)."""
+    judge = PushJudge(local=local)
+    parts = list(walk_messages(Window(data), _lenient, faults=Faults.COLLECT, mode=Mode.PERMISSIVE))
+    sent = _Sent()
     for at, raw, payload, cut in recorded_messages(parts, data):
         if cut is not None or payload is None:  # the recording ends inside this message
             break
+        sent.take(at, raw, payload, judge)
+    puts = {sid: tuple(verdicts) for sid, verdicts in sent.puts.items()}
+    if recorded_side(data) is not Side.SERVER:  # a server's direction: what it sent is not judged
+        return PeerRecording(sent.hello, sent.requests, puts, sent.last_request)
+    fault = _first_fault(parts, data, judge.describe, local)
+    hello_valid = fault is None or fault >= sent.hello_end
+    extended = frozenset(sid for sid, request in sent.requests.items()
+                         if sent.refusable_on.get(sid) == 1 and refused_for_extensions(request.layouts))
+    refused_put = any(v is not None for verdicts in puts.values() for v in verdicts)
+    return PeerRecording(sent.hello, sent.requests, puts, sent.last_request,
+                         hello_extended=hello_valid and sent.hello is not None
+                         and refused_for_extensions(sent.hello.layouts),
+                         extended=extended, sent_refusable=fault is not None or refused_put)
+
+
+@attrs.define
+class _Sent:
+    """What one recorded direction's messages say their sender sent, read leniently (a message that
+    does not decode is passed over)."""
+
+    hello: Optional[m.Hello] = None
+    hello_end: int = 0
+    requests: dict = attrs.Factory(dict)
+    last_request: Optional[int] = None
+    puts: dict = attrs.Factory(dict)
+    """Per stream, the :meth:`PushJudge.judge` verdict of each whole PUT, in order."""
+    putting: dict = attrs.Factory(dict)
+    """Per stream, the TENSOR_PUT payload whose frames are arriving."""
+    refusable_on: dict = attrs.Factory(dict)
+    """Per stream, how many messages after the hello a server may refuse (:data:`_UNREFUSED` aside)."""
+
+    def take(self, at: int, raw, payload, judge: PushJudge) -> None:
+        """The message at ``at`` (header ``raw``, then ``payload``)."""
         kind, sid, _ = m.unpack_header(raw)
+        if at and kind not in _UNREFUSED:
+            self.refusable_on[sid] = self.refusable_on.get(sid, 0) + 1
         try:
             if at == 0 and kind in SESSION_OPENERS:
-                hello = m.decode_hello(payload, at, server=kind == MessageType.SERVER_HELLO)
+                self.hello_end = m.HEADER_SIZE + len(payload)
+                self.hello = m.decode_hello(payload, at, server=kind == MessageType.SERVER_HELLO)
             elif kind in (MessageType.TENSOR_REQUEST, ShmMessageType.SHM_REQUEST):
-                requests[sid], last = m.decode_request(payload, at), sid
+                self.requests[sid], self.last_request = m.decode_request(payload, at), sid
             elif kind == ShmMessageType.SHM_PUT:
-                puts[sid] = puts.get(sid, 0) + 1
+                self.puts.setdefault(sid, []).append(judge.judge(sid, payload))
             elif kind == MessageType.TENSOR_PUT:
-                putting.add(sid)
-            elif kind == MessageType.TENSOR_DATA_END and sid in putting:
-                putting.discard(sid)
-                puts[sid] = puts.get(sid, 0) + 1
+                self.putting[sid] = payload
+            elif kind == MessageType.TENSOR_DATA_END and sid in self.putting:
+                self.puts.setdefault(sid, []).append(judge.judge(sid, self.putting.pop(sid)))
         except HurraySchemaError:
             pass
-    return PeerRecording(hello, requests, puts, last)
+
+
+def _first_fault(parts: list, data, describe: Callable, local: bool) -> Optional[int]:
+    """The offset of the first fault a server's checker finds in a client's recorded direction
+    (``describe`` taking its PUTs' descriptors, the limits :data:`ANY_READER`), or None."""
+    try:
+        check_recorded(parts, data, Side.SERVER, describe, ANY_READER, local=local)
+    except HurraySchemaError as fault:
+        offset = getattr(fault, "offset", None)
+        return 0 if offset is None else offset
+    return None
 
 
 def _lenient(buf, base: int, depth: int):
@@ -622,7 +799,10 @@ def check_recorded(parts: Iterable, data, side: Side, describe: Callable, limits
         else:
             checker.requests = dict(peer.requests)
             checker.last_request = peer.last_request
-            checker.acks_due = dict(peer.puts)
+            checker.acks_due = {sid: deque(verdicts) for sid, verdicts in peer.puts.items()}
+            checker.hello_extended = peer.hello_extended
+            checker.extended = set(peer.extended)
+            checker.sent_refusable = peer.sent_refusable
     for at, raw, payload, cut in recorded_messages(parts, data):
         if cut is not None:
             raise cut.to_violation()

@@ -40,7 +40,7 @@ from ..structs.session import PROTOCOL_VERSION, CapabilityFlag, ErrorCode, Reque
 from ..structs.stream import MessageType
 from ..structs.tags import LayoutTag
 from . import messages as m
-from .checker import LOCAL_MARK, SHM_SERVER_TYPES, SessionChecker, Side, check_min_alignment, message_name
+from .checker import LOCAL_MARK, SHM_SERVER_TYPES, PushJudge, SessionChecker, Side, check_min_alignment, message_name
 from .devices import parse_devices
 from .options import CLIENT_MAX_MESSAGE_BYTES, CLIENT_TIMEOUT, physical_memory
 from .shm import Mappings, is_sealed, read_ranges_into, sealed_memfd
@@ -87,7 +87,9 @@ class Session:
     ``get``, ``put`` or ``ping`` -- whatever the server sends meanwhile; None: no bound),
     ``max_message_bytes`` (the client's max_message_size), ``max_response_bytes`` (the most
     data one response may announce, checked before anything is allocated; by default this
-    machine's physical memory), ``devices`` (advertised; ``("cpu",)``), ``limits`` (the
+    machine's physical memory), ``devices`` (advertised; ``("cpu",)``), ``layouts`` (advertised, most
+    preferred first: layout tags, or :class:`~.messages.LayoutEntry` values for extension entries and
+    their metadata), ``limits`` (the
     readers' :class:`~hurray_schema.limits.Limits`), ``mode`` ("strict"; "permissive" keeps what
     the spec lets a permissive reader keep), and for TLS ``tls_ca`` (the CA file that signs the
     server's certificate; the system's by default), ``tls_cert`` / ``tls_key`` (this client's,
@@ -135,6 +137,8 @@ class Session:
             """Shared memory agreed: over a Unix socket with ``shm`` (spec-map § Interpretations)."""
             if self.shared:
                 self.checker.private = SHM_SERVER_TYPES
+            self.pushes = PushJudge(local=self.wire.local)
+            """What this client pushed, judged as every server must (``session.put.accepted``)."""
             self.mappings = Mappings()
             self.hello = m.Hello(PROTOCOL_VERSION, max_message_bytes, 0, m.layout_entries(layouts),
                                  parse_devices(devices), ())
@@ -142,7 +146,10 @@ class Session:
             self.server_hello = self._handshake()
             self.wire.deadline = None
         except BaseException:
-            sock.close()
+            if getattr(self, "wire", None) is not None:
+                self.wire.close()  # the recording too: a refused handshake is audited like any session
+            else:
+                sock.close()
             raise
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -171,7 +178,7 @@ class Session:
         return tuple(e.tag for e in self.server_hello.layouts)
 
     def _handshake(self) -> m.Hello:
-        self.checker.sent_hello = self.hello
+        self.checker.sent_client_hello(self.hello)
         self.wire.send(MessageType.CLIENT_HELLO, 1, m.encode_hello(self.hello, server=False))
         try:
             at, raw = self.wire.read_header()
@@ -301,7 +308,8 @@ class Session:
         """Push ``item`` (a :class:`Tensor`, a :class:`Composite` or a NumPy array) to the
         server under ``key`` (``interchange.md § TENSOR_PUT Flow``): a composite as its head's
         PUT, then each member's, on one stream.  Returns once the server acknowledged the whole
-        item; its ERROR raises.  ``validate=False`` sends what a strict reader might reject."""
+        item; its ERROR raises.  ``validate=False`` sends what a strict reader might reject; a server
+        that acknowledges what every reader rejects raises ``session.put.accepted``."""
         from ..io._write import as_item, check_nodes, encode_nodes
 
         item = as_item(item)
@@ -312,27 +320,34 @@ class Session:
 
     def _put(self, key: str, encoded) -> None:
         sid = self._stream = self._new_stream()
+        try:
+            for node in encoded:
+                self._push(sid, key, node)
+        finally:
+            self.pushes.forget(sid)  # the item was pushed whole, or its push ended (an ERROR, a fault)
+
+    def _push(self, sid: int, key: str, node) -> None:
+        """One encoded node of the item: its TENSOR_PUT, frames and TENSOR_DATA_END (or its SHM_PUT),
+        then its ACK."""
         limit = self.server_hello.max_message_size - m.DATA_HEADER_SIZE
-        for node in encoded:
-            total = sum(len(b) for b in node.buffers)
-            payload = m.encode_put(key, node.descriptor, total)
-            if len(payload) > self.server_hello.max_message_size:
-                raise HurraySchemaError(f"the TENSOR_PUT of {len(payload)} bytes exceeds the server's "
-                                        f"max_message_size {self.server_hello.max_message_size}")
-            if self.shared:
-                self._put_shared(sid, payload, node.buffers)
-                continue
-            self.wire.send(MessageType.TENSOR_PUT, sid, payload)
-            pos = 0
-            for buf in node.buffers:
-                view = memoryview(buf).cast("B") if len(buf) else memoryview(b"")
-                for start in range(0, len(view), limit):
-                    piece = view[start : start + limit]
-                    self.wire.send_frame(sid, pos, [piece])
-                    pos += len(piece)
-            self.wire.send(MessageType.TENSOR_DATA_END, sid)
-            self.checker.sent_put(sid)
-            self._await_ack(sid)
+        total = sum(len(b) for b in node.buffers)
+        payload = m.encode_put(key, node.descriptor, total)
+        if len(payload) > self.server_hello.max_message_size:
+            raise HurraySchemaError(f"the TENSOR_PUT of {len(payload)} bytes exceeds the server's "
+                                    f"max_message_size {self.server_hello.max_message_size}")
+        if self.shared:
+            return self._put_shared(sid, payload, node.buffers)
+        self.wire.send(MessageType.TENSOR_PUT, sid, payload)
+        pos = 0
+        for buf in node.buffers:
+            view = memoryview(buf).cast("B") if len(buf) else memoryview(b"")
+            for start in range(0, len(view), limit):
+                piece = view[start : start + limit]
+                self.wire.send_frame(sid, pos, [piece])
+                pos += len(piece)
+        self.wire.send(MessageType.TENSOR_DATA_END, sid)
+        self.checker.sent_put(sid, self.pushes.judge(sid, payload))
+        return self._await_ack(sid)
 
     def _put_shared(self, sid: int, payload: bytes, buffers) -> None:
         """SHM_PUT (our extension): one copy of the buffers into a sealed memfd passed beside the
@@ -342,7 +357,7 @@ class Session:
             self.wire.send_with_fd(ShmMessageType.SHM_PUT, sid, payload, fd)
         finally:
             os.close(fd)
-        self.checker.sent_put(sid)
+        self.checker.sent_put(sid, self.pushes.judge(sid, payload))
         self._await_ack(sid)
 
     def _await_ack(self, sid: int) -> None:

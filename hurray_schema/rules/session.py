@@ -64,7 +64,10 @@ LAYOUT_EXTENSION_SKIP = _session(
     "session.layouts.extension_skip", MUST_NOT, ENTRY,
     "A layout list is not rejected for extension entries the reader does not understand: they are skipped "
     "by their ext_metadata_length.",
-    enforced_by="hurray_schema.net.messages:decode_hello")
+    enforced_by=(
+        "hurray_schema.net.messages:decode_hello",
+        "hurray_schema.net.checker:SessionChecker._check_extension_skip",
+    ))
 
 # --- every message --------------------------------------------------------------------
 PAYLOAD_LENGTH = _session(
@@ -165,7 +168,11 @@ PUT_ACCEPTED = _session(
     "session.put.accepted", MUST, "interchange.md § TENSOR_PUT_ACK Payload",
     "A server that cannot accept a pushed tensor (policy, validation, resources) answers ERROR, not "
     "TENSOR_PUT_ACK.",
-    enforced_by="hurray_schema.net.server:_Connection._put_refusal")
+    enforced_by=(
+        "hurray_schema.net.server:_Connection._put_refusal",
+        "hurray_schema.net.checker:SessionChecker.ack",
+        "hurray_schema.net.checker:PushJudge.judge",
+    ))
 
 # --- RDMA -----------------------------------------------------------------------------
 RDMA_AGREED = _session(
