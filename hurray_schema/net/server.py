@@ -34,7 +34,6 @@ from ..io.walk import strict_describer
 from ..limits import DEFAULT_LIMITS, Limits
 from ..rules import container as container_rules
 from ..rules import session as rules
-from ..rules.composite import CompositeBinder
 from ..rules.engine import Mode
 from ..structs.session import PROTOCOL_VERSION, CapabilityFlag, ErrorCode, PrivateErrorCode, ShmMessageType
 from ..structs.stream import MessageType
@@ -423,7 +422,6 @@ class _Connection:
         """PUT streams this server ended whose frames may still arrive (dropped unanswered); the
         latest ``max_put_streams`` only (a bounded memory of what it refused)."""
         self.puts: dict[int, _Put] = {}
-        self.binders: dict[int, CompositeBinder] = {}
         self.client: Optional[m.Hello] = None
         self.checker: Optional[SessionChecker] = None
         self.last_stream = 1
@@ -494,7 +492,8 @@ class _Connection:
         wire.pace = (options.message_timeout, options.min_rate)
         describe = strict_describer(mode=Mode.STRICT, limits=self.server.limits, cross_machine=not wire.local)
         self.checker = SessionChecker(Side.SERVER, describe=describe, limits=self.server.limits,
-                                      max_payload=options.max_message_bytes)
+                                      max_payload=options.max_message_bytes,
+                                      nodes=(Tensor.bound, Composite.from_binder))
         self.checker.max_hello = options.max_hello_bytes
         if wire.local:  # the shared-memory extension, over a Unix socket only (spec-map § Interpretations)
             self.checker.private = SHM_CLIENT_TYPES
@@ -697,8 +696,6 @@ class _Connection:
             except MemoryError:
                 refusal = (PrivateErrorCode.SERVER_BUSY, f"no memory for a {put.total_data_bytes}-byte PUT now")
         if refusal is not None:
-            self.checker.tensors.pop(sid, None)
-            self.checker.puts.pop(sid, None)
             self._forget_item(sid)
             self._refused(sid)
             return self._error(sid, *refusal)
@@ -715,11 +712,11 @@ class _Connection:
     def _put_refusal(self, sid: int, put: m.Put, part) -> Optional[tuple]:
         """Why this server does not accept the PUT (``session.put.accepted``), or None."""
         held = sum(self.held.values())
-        catalog, options = self.server.catalog, self.options
+        catalog, options, binders = self.server.catalog, self.options, self.checker.binders
         refusal = None
         if not catalog.writable:
             refusal = (PrivateErrorCode.PUT_REFUSED, "this server was not started with a writable store")
-        elif put.key in catalog.read_only and sid not in self.binders:
+        elif put.key in catalog.read_only and sid not in binders:
             refusal = (PrivateErrorCode.PUT_REFUSED, f"{put.key!r} names a served file's item, which is read-only")
         elif any(b.device_tag != DeviceTag.CPU for b in part.value.buffers):
             refusal = (ErrorCode.DEVICE_UNAVAILABLE, "this server accepts tensors in CPU memory only")
@@ -730,7 +727,7 @@ class _Connection:
             refusal = (PrivateErrorCode.PUT_REFUSED,
                        f"total_data_bytes {put.total_data_bytes} and the {held} bytes this connection's unfinished "
                        f"PUTs hold exceed max_put_bytes {options.max_put_bytes}")
-        elif sid not in self.binders and len(self.binders.keys() | self.puts.keys()) >= options.max_put_streams:
+        elif sid not in binders and len(binders.keys() | self.puts.keys()) >= options.max_put_streams:
             refusal = (PrivateErrorCode.PUT_REFUSED,
                        f"this connection has max_put_streams ({options.max_put_streams}) PUT streams open")
         return refusal
@@ -808,16 +805,14 @@ class _Connection:
         return self._put_arrived(sid, put, pending.desc, pending.buffers, None)
 
     def _put_arrived(self, sid: int, put: m.Put, desc, buffers: list, shared) -> None:
-        """A whole pushed tensor: bound (a composite's head and members on one stream), and once
-        its item is whole, stored; each PUT is acknowledged (``interchange.md § TENSOR_PUT Flow``).
-        ``shared``: the client's segment and the buffers' ranges in it (an SHM_PUT)."""
-        binder = self.binders.get(sid)
-        if binder is None:  # the stream's first PUT: its key names the item (a composite's head)
-            binder = self.binders[sid] = CompositeBinder(mode=Mode.STRICT, validate=True, leaf=Tensor.bound,
-                                                         assemble=Composite.from_binder)
+        """A whole pushed tensor: bound by the checker (a composite's head and members on one
+        stream, :meth:`~.checker.SessionChecker.bind_put`), and once its item is whole, stored;
+        each PUT is acknowledged (``interchange.md § TENSOR_PUT Flow``).  ``shared``: the client's
+        segment and the buffers' ranges in it (an SHM_PUT)."""
+        if sid not in self.checker.binders:  # the stream's first PUT: its key names the item (a composite's head)
             self.put_keys[sid] = put.key
         try:
-            done = binder.add(desc, put.descriptor_at, buffers)
+            done = self.checker.bind_put(sid, put, desc, buffers)
         except SpecViolation as fault:
             self._forget_item(sid)
             return self._send_error(sid, fault)
@@ -843,15 +838,14 @@ class _Connection:
         self._send_error(sid, fault)
 
     def _drop_put(self, sid: int) -> None:
+        """Stream ``sid`` is over: the PUT arriving on it, and the item it was pushing, are dropped."""
         self.puts.pop(sid, None)
         self._forget_item(sid)
-        self.checker.tensors.pop(sid, None)
-        self.checker.puts.pop(sid, None)
 
     def _forget_item(self, sid: int) -> None:
-        """The item a PUT on ``sid`` was pushing is over (stored, refused or abandoned): what it
-        held goes back to the server."""
-        self.binders.pop(sid, None)
+        """The item a PUT on ``sid`` was pushing is over (stored, refused or abandoned): the checker
+        forgets its binding and frames, and what it held goes back to the server."""
+        self.checker.drop_put(sid)
         self.put_keys.pop(sid, None)
         self.held.pop(sid, None)
         charged = self.charged.pop(sid, 0)
