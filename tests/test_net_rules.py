@@ -309,6 +309,28 @@ def test_a_pushed_descriptor_is_audited_where_the_server_found_it(server, desc, 
     assert all(tolerated == (mode == "permissive" and r == "descriptor.version_minor") for r, _, tolerated in audited)
 
 
+def _renamed_local(recording: str, folder) -> str:
+    """Both directions of ``recording`` copied under a name made over a Unix socket; returns the
+    copy of ``recording``."""
+    base = recording.rsplit(".", 2)[0]  # NAME of NAME.client.msgs / NAME.server.msgs
+    os.makedirs(folder, exist_ok=True)
+    for direction in (".client.msgs", ".server.msgs"):
+        with open(base + direction, "rb") as src, open(os.path.join(folder, "x-unix" + direction), "wb") as dst:
+            dst.write(src.read())
+    return os.path.join(folder, "x-unix" + recording[len(base):])
+
+
+def test_a_pushed_descriptor_crosses_machines_over_tcp(server):
+    """A TCP connection crosses machines (spec-map § Interpretations): a PUT whose buffer is not
+    producer-synced fires ``stream.sync_mode.cross_machine`` live and in audit of the recording;
+    audited as a Unix-socket recording, it does not."""
+    desc = w.dense_descriptor("float32", (3, 4), device_tag=w.DEVICE_CUDA, sync_mode=w.SYNC_EVENT)
+    _server_fires(server, HELLO + _pushed(9, desc, DATA.tobytes()), "stream.sync_mode.cross_machine",
+                  len(HELLO) + PUT_DESCRIPTOR_AT)
+    local = _renamed_local(_recording(server, ".client.msgs"), os.path.join(server.folder, "local"))
+    assert hs.audit(local).findings == ()
+
+
 def test_rdma_agreed(server):
     reg = w.encode_message(w.RDMA_REGISTER, 3, w.encode_rdma_register(0x1000, 48, b"key"))
     _server_fires(server, HELLO + reg, "session.rdma.agreed", len(HELLO))
@@ -426,6 +448,17 @@ def test_shards_pass(tmp_path):
 def test_client_message_size(tmp_path):
     peer = _respond(lambda sid: [w.encode_header(w.TENSOR_DATA, sid, 1 << 20)])
     _client_fires(tmp_path, peer, "session.message.size", max_message_bytes=1 << 16)
+
+
+def test_a_received_descriptor_crosses_machines_over_tcp(tmp_path):
+    """The client over TCP, and audit of its recording, take a descriptor whose buffer is not
+    producer-synced as ``stream.sync_mode.cross_machine``; audited as a Unix-socket recording,
+    the rule does not fire."""
+    peer = _respond(lambda sid: _dense(sid, device_tag=w.DEVICE_CUDA, sync_mode=w.SYNC_EVENT))
+    _client_fires(tmp_path, peer, "stream.sync_mode.cross_machine", devices=("cpu", "cuda"))
+    (recorded,) = glob.glob(str(tmp_path / "rec" / "*.server.msgs"))
+    local = _renamed_local(recorded, tmp_path / "local")
+    assert "stream.sync_mode.cross_machine" not in {f.rule_id for f in hs.audit(local).findings}
 
 
 def test_client_rejects_a_put_ack_in_a_response(tmp_path):

@@ -189,11 +189,15 @@ def _session_framing(parts: list, data, side, mode: Mode, name=None) -> list[Fin
     live (:func:`hurray_schema.net.checker.check_recorded`, over the walk's ``parts``), up to the
     first fault; the
     receiver's own hello comes from the other direction's recording beside it, when there is one
-    (``NAME.client.msgs`` / ``NAME.server.msgs``, as ``serve --record`` writes them)."""
+    (``NAME.client.msgs`` / ``NAME.server.msgs``, as ``serve --record`` writes them).  A
+    recording made over TCP crosses machines, as the live peers take it; one over a Unix socket
+    does not (:func:`~hurray_schema.net.checker.recorded_locally`)."""
     findings: list[Finding] = []
+    local = recorded_locally(name)
+    describe = strict_describer(mode=mode, findings=findings, cross_machine=not local)
     try:
-        check_recorded(parts, data, side, strict_describer(mode=mode, findings=findings), peer=other_direction(name),
-                       local=recorded_locally(name), mode=mode, findings=findings)
+        check_recorded(parts, data, side, describe, peer=other_direction(name), local=local, mode=mode,
+                       findings=findings)
     except SpecViolation as exc:
         findings.append(violation_finding(exc))
     except LimitExceeded as exc:
