@@ -331,6 +331,23 @@ def test_a_pushed_descriptor_crosses_machines_over_tcp(server):
     assert hs.audit(local).findings == ()
 
 
+def test_nothing_more_is_answered_on_a_stream_the_server_ended(server):
+    """``session.error.closes``: once the server answered a stream with ERROR it sends nothing
+    more on it; what the client had pipelined there (the composite's members, a PING, a message
+    of an unknown type) is dropped unanswered, and the other streams are served."""
+    head, first, second = w.partition_descriptors("float32", (4,), [((0,), (2,)), ((2,), (2,))])
+    pipelined = (_pushed(9, head, total=4) + _pushed(9, first, bytes(8)) + _pushed(9, second, bytes(8))
+                 + w.encode_message(w.PING, 9, b"p") + w.encode_message(0x0E, 9, b"?") + _request())
+    replies = _exchange(server, HELLO + pipelined)
+    assert [t for t, s, _ in replies if s == 9] == [w.ERROR]
+    answer = [t for t, s, _ in replies if s == 3]
+    assert (answer[0], answer[-1]) == (w.TENSOR_DESCRIPTOR, w.TENSOR_DATA_END)
+    fault = _FAULT.match(next(w.decode_error(p)[1] for t, s, p in replies if s == 9))
+    assert _audited_findings(server)[0][:2] == (fault["rule"], int(fault["offset"])) == (
+        "stream.data.total_bytes", len(HELLO) + PUT_DESCRIPTOR_AT + len(head))
+    assert hs.audit(_recording(server, ".server.msgs")).findings == ()
+
+
 def test_rdma_agreed(server):
     reg = w.encode_message(w.RDMA_REGISTER, 3, w.encode_rdma_register(0x1000, 48, b"key"))
     _server_fires(server, HELLO + reg, "session.rdma.agreed", len(HELLO))

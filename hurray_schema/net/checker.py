@@ -187,8 +187,7 @@ class SessionChecker:
 
     def is_closed(self, stream_id: int) -> bool:
         """``stream_id`` is a stream an ERROR ended, and no exchange holds it open."""
-        closed = self.closed
-        return (stream_id in closed or stream_id <= closed.floor) and not self.holds(stream_id)
+        return self.closed.covers(stream_id) and not self.holds(stream_id)
 
     def holds(self, stream_id: int) -> bool:
         """An exchange on ``stream_id`` is under way: a tensor arriving, a PUT, a request awaiting
@@ -441,7 +440,7 @@ class ClosedStreams(dict):
     """The stream ids an ERROR closed, in bounded memory however many it closes: the latest
     :attr:`RECENT` exactly (the dict's keys, oldest first), and every id at or below the highest
     one forgotten (:attr:`floor`), as a stream numbering that only grows would have it (spec-map §
-    Interpretations).  ``sid in closed or sid <= closed.floor`` is a closed stream."""
+    Interpretations): :meth:`covers`."""
 
     RECENT = 1024
 
@@ -456,6 +455,10 @@ class ClosedStreams(dict):
             oldest = next(iter(self))
             del self[oldest]
             self.floor = max(self.floor, oldest)
+
+    def covers(self, stream_id: int) -> bool:
+        """``stream_id`` is closed: one of the latest, or at or below the floor."""
+        return stream_id in self or stream_id <= self.floor
 
 
 class Transfer:
