@@ -353,6 +353,25 @@ def test_shm_put_needs_a_sealed_memory_file(served):
         np.testing.assert_array_equal(np.asarray(session.get("raw")), A)
 
 
+def test_shared_memory_puts_of_a_stream_bind_as_audit_binds_them(tmp_path):
+    """SHM_PUTs on one stream push one item, a partition's head and then its members (bound as
+    each arrives): overlapping members are one fault at the head's descriptor, in the server's
+    ERROR and in audit of the Unix-socket recording."""
+    path = tmp_path / "x.hrry"
+    hs.save(path, {"x": A})
+    head, first, second = w.partition_descriptors("float32", (4,), [((0,), (2,)), ((1,), (3,))])
+    with hs.serve([path], unix=tmp_path / "s.sock", memory_store=True, record=tmp_path / "rec") as server:
+        with _raw_session(str(server.unix)) as sock:
+            replies = [_shm_put(sock, 5, d, bytes(n), seal=True) for d, n in ((head, 0), (first, 8), (second, 12))]
+    assert [(k, sid) for k, sid, _ in replies] == [(w.TENSOR_PUT_ACK, 5), (w.TENSOR_PUT_ACK, 5), (w.ERROR, 5)]
+    head_at = len(w.encode_message(w.CLIENT_HELLO, 1, w.encode_hello())) + w.HEADER_SIZE + 4 + len(b"raw") + 4
+    assert w.decode_error(replies[-1][2])[1].startswith("[composite.close.partition_overlap] ")
+    assert f" at byte {head_at} " in w.decode_error(replies[-1][2])[1]
+    (recorded,) = (tmp_path / "rec").glob("*-unix.client.msgs")
+    assert [(f.rule_id, f.offset) for f in hs.audit(recorded).findings] == [("composite.close.partition_overlap",
+                                                                             head_at)]
+
+
 def test_shm_data_must_match_the_buffers(tmp_path):
     """``session.shm.segments``, on the client: a scripted Unix-socket server answers an
     SHM_REQUEST with segments that do not fit the descriptor's buffers, or without a file."""

@@ -239,6 +239,118 @@ def test_put_frames_follow_the_container_rules(server):
     _server_fires(server, HELLO + b"".join(gap), "stream.data.frame", len(HELLO) + len(gap[0]) + len(gap[1]) + 12)
 
 
+# --------------------------------------------------------------------------------------
+# Pushed items: bound per stream and audited as the server takes them
+# --------------------------------------------------------------------------------------
+
+
+PUT_DESCRIPTOR_AT = w.HEADER_SIZE + 4 + len(b"mine") + 4
+"""Where the descriptor of a TENSOR_PUT of key "mine" starts in its message (§ TENSOR_PUT Payload)."""
+
+
+def _pushed(sid: int, desc: bytes, data: bytes = b"", total=None) -> bytes:
+    """A whole PUT of key "mine": TENSOR_PUT, one frame when there is data, TENSOR_DATA_END."""
+    put = w.encode_message(w.TENSOR_PUT, sid, w.encode_tensor_put("mine", desc, len(data) if total is None else total))
+    frame = w.encode_message(w.TENSOR_DATA, sid, w.encode_tensor_data(0, data)) if data else b""
+    return put + frame + w.encode_message(w.TENSOR_DATA_END, sid)
+
+
+def _partition_put(sid: int, boxes) -> bytes:
+    """A partition of a float32 (4,) vector pushed on ``sid``: its head, then a member per box."""
+    head, *members = w.partition_descriptors("float32", (4,), boxes)
+    return _pushed(sid, head) + b"".join(_pushed(sid, d, bytes(4 * box[0])) for d, (_, box) in zip(members, boxes))
+
+
+def _audited_findings(server, mode="strict") -> list:
+    """Audit of the recorded client direction: ``(rule id, offset, tolerated)`` of every finding."""
+    server.close()
+    findings = hs.audit(_recording(server, ".client.msgs"), mode=mode).findings
+    return [(f.rule_id, f.offset, f.tolerated) for f in findings]
+
+
+def test_pushed_partition_members_that_overlap(server):
+    """The server binds a stream's PUTs into one item; audit of the recording binds them the same
+    way: the overlap is one fault, at the head's descriptor, live and audited."""
+    head_at = len(HELLO) + PUT_DESCRIPTOR_AT
+    assert _server_fault(server, HELLO + _partition_put(9, [((0,), (2,)), ((1,), (3,))])) == (
+        w.ERR_INVALID_MESSAGE, "composite.close.partition_overlap", head_at)
+    assert _audited_findings(server) == [("composite.close.partition_overlap", head_at, False)]
+    assert hs.audit(_recording(server, ".client.msgs"), mode="permissive").findings[0].tolerated
+
+
+def test_pushed_partition_that_tiles_is_stored(server):
+    """Each PUT of the item is acknowledged, and the item stored is the partition pushed."""
+    replies = _server_passes(server, HELLO + _partition_put(9, [((0,), (2,)), ((2,), (2,))]) + _request("mine"))
+    assert [(t, s) for t, s, _ in replies[:4]] == [(w.SERVER_HELLO, 1)] + [(w.TENSOR_PUT_ACK, 9)] * 3
+    served = [w.parse_descriptor(w.decode_descriptor_message(p)["descriptor"])
+              for t, s, p in replies if (t, s) == (w.TENSOR_DESCRIPTOR, 3)]
+    assert [(d.is_composite_head, d.composite and d.composite.member_count) for d in served] == [
+        (True, 2), (False, None), (False, None)]
+
+
+@pytest.mark.parametrize("desc, rules", [
+    (w.build_descriptor("float32", (3, 4), buffers=[w.BufferSpec(48)], extra_flags=1 << 9),
+     ["descriptor.flags.reserved"]),
+    (w.build_descriptor("float32", (3, 4), buffers=[w.BufferSpec(48)], version=(1, 1)), ["descriptor.version_minor"]),
+    (w.build_descriptor("float32", (3, 4), buffers=[w.BufferSpec(48, alignment=48, reserved=1)]),
+     ["buffer.reserved", "buffer.alignment.power_of_two"]),
+], ids=["reserved-flag", "minor-version", "two-faults"])
+@pytest.mark.parametrize("mode", ["strict", "permissive"])
+def test_a_pushed_descriptor_is_audited_where_the_server_found_it(server, desc, rules, mode):
+    """A TENSOR_PUT's descriptor gets the descriptor rules in audit as a TENSOR_DESCRIPTOR's
+    does, every finding at its offset in the recording: the first is the server's ERROR, reported
+    once, and a second PUT's descriptor (past the first fault, where the checker stops) is audited too."""
+    second = w.build_descriptor("float32", (3, 4), buffers=[w.BufferSpec(48, reserved=2)])
+    data = HELLO + _pushed(9, desc, DATA.tobytes())
+    first_at, second_at = len(HELLO) + PUT_DESCRIPTOR_AT, len(data) + PUT_DESCRIPTOR_AT
+    _, rule, offset = _server_fault(server, data + _pushed(11, second, DATA.tobytes()))
+    assert rule == rules[0] and first_at <= offset < first_at + len(desc)
+    audited = _audited_findings(server, mode)
+    assert [r for r, _, _ in audited] == rules + ["buffer.reserved"]
+    assert audited[0][:2] == (rule, offset) and [a[:2] for a in audited].count((rule, offset)) == 1
+    assert second_at <= audited[-1][1] < second_at + len(second)
+    assert all(tolerated == (mode == "permissive" and r == "descriptor.version_minor") for r, _, tolerated in audited)
+
+
+def _renamed_local(recording: str, folder) -> str:
+    """Both directions of ``recording`` copied under a name made over a Unix socket; returns the
+    copy of ``recording``."""
+    base = recording.rsplit(".", 2)[0]  # NAME of NAME.client.msgs / NAME.server.msgs
+    os.makedirs(folder, exist_ok=True)
+    for direction in (".client.msgs", ".server.msgs"):
+        with open(base + direction, "rb") as src, open(os.path.join(folder, "x-unix" + direction), "wb") as dst:
+            dst.write(src.read())
+    return os.path.join(folder, "x-unix" + recording[len(base):])
+
+
+def test_a_pushed_descriptor_crosses_machines_over_tcp(server):
+    """A TCP connection crosses machines (spec-map § Interpretations): a PUT whose buffer is not
+    producer-synced fires ``stream.sync_mode.cross_machine`` live and in audit of the recording;
+    audited as a Unix-socket recording, it does not."""
+    desc = w.dense_descriptor("float32", (3, 4), device_tag=w.DEVICE_CUDA, sync_mode=w.SYNC_EVENT)
+    _server_fires(server, HELLO + _pushed(9, desc, DATA.tobytes()), "stream.sync_mode.cross_machine",
+                  len(HELLO) + PUT_DESCRIPTOR_AT)
+    local = _renamed_local(_recording(server, ".client.msgs"), os.path.join(server.folder, "local"))
+    assert hs.audit(local).findings == ()
+
+
+def test_nothing_more_is_answered_on_a_stream_the_server_ended(server):
+    """``session.error.closes``: once the server answered a stream with ERROR it sends nothing
+    more on it; what the client had pipelined there (the composite's members, a PING, a message
+    of an unknown type) is dropped unanswered, and the other streams are served."""
+    head, first, second = w.partition_descriptors("float32", (4,), [((0,), (2,)), ((2,), (2,))])
+    pipelined = (_pushed(9, head, total=4) + _pushed(9, first, bytes(8)) + _pushed(9, second, bytes(8))
+                 + w.encode_message(w.PING, 9, b"p") + w.encode_message(0x0E, 9, b"?") + _request())
+    replies = _exchange(server, HELLO + pipelined)
+    assert [t for t, s, _ in replies if s == 9] == [w.ERROR]
+    answer = [t for t, s, _ in replies if s == 3]
+    assert (answer[0], answer[-1]) == (w.TENSOR_DESCRIPTOR, w.TENSOR_DATA_END)
+    fault = _FAULT.match(next(w.decode_error(p)[1] for t, s, p in replies if s == 9))
+    assert _audited_findings(server)[0][:2] == (fault["rule"], int(fault["offset"])) == (
+        "stream.data.total_bytes", len(HELLO) + PUT_DESCRIPTOR_AT + len(head))
+    assert hs.audit(_recording(server, ".server.msgs")).findings == ()
+
+
 def test_rdma_agreed(server):
     reg = w.encode_message(w.RDMA_REGISTER, 3, w.encode_rdma_register(0x1000, 48, b"key"))
     _server_fires(server, HELLO + reg, "session.rdma.agreed", len(HELLO))
@@ -384,6 +496,17 @@ def test_shards_pass(tmp_path):
 def test_client_message_size(tmp_path):
     peer = _respond(lambda sid: [w.encode_header(w.TENSOR_DATA, sid, 1 << 20)])
     _client_fires(tmp_path, peer, "session.message.size", max_message_bytes=1 << 16)
+
+
+def test_a_received_descriptor_crosses_machines_over_tcp(tmp_path):
+    """The client over TCP, and audit of its recording, take a descriptor whose buffer is not
+    producer-synced as ``stream.sync_mode.cross_machine``; audited as a Unix-socket recording,
+    the rule does not fire."""
+    peer = _respond(lambda sid: _dense(sid, device_tag=w.DEVICE_CUDA, sync_mode=w.SYNC_EVENT))
+    _client_fires(tmp_path, peer, "stream.sync_mode.cross_machine", devices=("cpu", "cuda"))
+    (recorded,) = glob.glob(str(tmp_path / "rec" / "*.server.msgs"))
+    local = _renamed_local(recorded, tmp_path / "local")
+    assert "stream.sync_mode.cross_machine" not in {f.rule_id for f in hs.audit(local).findings}
 
 
 def test_client_rejects_a_put_ack_in_a_response(tmp_path):

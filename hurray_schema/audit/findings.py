@@ -7,9 +7,10 @@ finding kept instead of stopping at the first.
   the start of the stream, then the composites bound pre-order and validated per member and
   at close (:func:`hurray_schema.rules.composite.validate_preorder`, collecting);
 * a **message stream** (``interchange.md`` message framing): every descriptor of its
-  TENSOR_DESCRIPTOR messages and the composites they bind, then the framing rules as
-  :func:`hurray_schema.io.read_stream` sees them (a recorded session direction: the checks its
-  receiver ran live, :func:`hurray_schema.net.checker.check_recorded`);
+  TENSOR_DESCRIPTOR messages and the composites they bind, and every descriptor a TENSOR_PUT
+  carries, then the framing rules as :func:`hurray_schema.io.read_stream` sees them (a recorded
+  session direction: the checks its receiver ran live, pushed composites bound per stream as the
+  server binds them, :func:`hurray_schema.net.checker.check_recorded`);
 * a **file** (``file-format.md``): the container rules of :func:`hurray_schema.io.read_file`,
   taken from the findings of the reader's walk of the file (one pass, no reader opened on it);
   when that walk stops at a fault, every descriptor of the tensor region (located through
@@ -32,7 +33,7 @@ from ..errors import HurraySchemaError, LimitExceeded, SpecViolation
 from ..rules.composite import CompositeBinder, validate_preorder  # first: the rule registry lists rules in import order
 from ..rules.engine import Finding, Level, Mode, as_mode
 from ..io.file.walk import checked_file, walk_file
-from ..net.checker import check_recorded, other_direction, recorded_locally, recorded_side_of
+from ..net.checker import check_recorded, other_direction, recorded_locally, recorded_puts, recorded_side_of
 from ..io.stream import read_stream
 from ..io.walk import (
     DESCRIPTOR, FAULT, Faults, Part, Window, as_view, collect_descriptor, strict_describer,
@@ -188,11 +189,15 @@ def _session_framing(parts: list, data, side, mode: Mode, name=None) -> list[Fin
     live (:func:`hurray_schema.net.checker.check_recorded`, over the walk's ``parts``), up to the
     first fault; the
     receiver's own hello comes from the other direction's recording beside it, when there is one
-    (``NAME.client.msgs`` / ``NAME.server.msgs``, as ``serve --record`` writes them)."""
+    (``NAME.client.msgs`` / ``NAME.server.msgs``, as ``serve --record`` writes them).  A
+    recording made over TCP crosses machines, as the live peers take it; one over a Unix socket
+    does not (:func:`~hurray_schema.net.checker.recorded_locally`)."""
     findings: list[Finding] = []
+    local = recorded_locally(name)
+    describe = strict_describer(mode=mode, findings=findings, cross_machine=not local)
     try:
-        check_recorded(parts, data, side, strict_describer(mode=mode, findings=findings), peer=other_direction(name),
-                       local=recorded_locally(name))
+        check_recorded(parts, data, side, describe, peer=other_direction(name), local=local, mode=mode,
+                       findings=findings)
     except SpecViolation as exc:
         findings.append(violation_finding(exc))
     except LimitExceeded as exc:
@@ -204,19 +209,37 @@ def _session_framing(parts: list, data, side, mode: Mode, name=None) -> list[Fin
 
 def _audit_messages(data, mode: Mode, name=None) -> tuple[Finding, ...]:
     """A message stream: every descriptor of its TENSOR_DESCRIPTOR messages and the composites
-    they bind, and the framing as the stream reader sees it (up to its first fault), in
-    byte order."""
+    they bind, every descriptor its TENSOR_PUT messages carry, and the framing as the stream
+    reader sees it, or a recorded session direction as its receiver checked it (up to the
+    first fault: a pushed composite bound per stream, as the server binds it), in byte order."""
     found: list[Finding] = []
     parts = list(walk_messages(Window(data), _collect(mode), faults=Faults.COLLECT, mode=mode))
     descs, bases = _descriptors((p for p in parts if p.kind == DESCRIPTOR), found)
     if descs:
         found += validate_preorder(descs, mode=mode, collect=True, bases=bases, check_heads=False)
+    found += _put_descriptors(parts, data, mode)
     side = recorded_side_of(data, name)
-    framing = _session_framing(parts, data, side, mode, name) if side is not None else _stream_framing(data, mode)
-    # descriptor and composite rules are reported above; keep the stream's own framing rules
-    framing = [f for f in framing if f.rule_id.startswith(("stream.", "session.", "limit.max_message_bytes"))
-               and "composite" not in f.rule_id]
+    if side is None:  # descriptor and composite rules are reported above: the reader's own framing rules
+        framing = [f for f in _stream_framing(data, mode) if _framing_rule(f) and "composite" not in f.rule_id]
+    else:  # the checker binds no TENSOR_DESCRIPTOR composite: its descriptor faults are those above, once
+        framing = [f for f in _session_framing(parts, data, side, mode, name)
+                   if _framing_rule(f) or not f.rule_id.startswith("limit.")]
     return tuple(_merged(found, _dedup(found, framing)))
+
+
+def _framing_rule(f: Finding) -> bool:
+    """A rule of the message framing or of the session (or the message size limit)."""
+    return f.rule_id.startswith(("stream.", "session.", "limit.max_message_bytes"))
+
+
+def _put_descriptors(parts: list, data, mode: Mode) -> list[Finding]:
+    """Every finding of the descriptor each TENSOR_PUT (or SHM_PUT) carries, at its offset in
+    the input (``interchange.md § TENSOR_PUT Payload``), as a TENSOR_DESCRIPTOR's descriptor is
+    audited; a payload that does not decode is the session checker's finding."""
+    found: list[Finding] = []
+    for put in recorded_puts(parts, data):
+        found.extend(collect_descriptor(put.descriptor, put.descriptor_at, 0, mode).findings)
+    return found
 
 
 def _merged(found: list[Finding], framing: list[Finding]) -> list[Finding]:

@@ -47,7 +47,7 @@ from .devices import check_placement
 
 __all__ = ["Side", "SessionChecker", "Transfer", "ClosedStreams", "CLIENT_SENDS", "SERVER_SENDS", "message_name",
            "check_min_alignment", "recorded_side", "recorded_side_of", "recorded_locally", "check_recorded",
-           "other_direction", "PeerRecording", "PushJudge", "described_put",
+           "other_direction", "recorded_puts", "PeerRecording", "PushJudge", "described_put",
            "refused_for_extensions"]
 
 
@@ -73,6 +73,7 @@ LOCAL_MARK = "-unix"
 others travel either way (TENSOR_DATA and TENSOR_DATA_END too: a PUT's data goes to the server)."""
 
 _RDMA = frozenset({MessageType.RDMA_REGISTER, MessageType.RDMA_READY})
+_PUT_TYPES = frozenset({int(MessageType.TENSOR_PUT), int(ShmMessageType.SHM_PUT)})
 
 
 def check_capabilities(flags: int, at: int) -> None:
@@ -130,14 +131,25 @@ class SessionChecker:
 
     ``side`` is the receiver; ``max_payload`` the ``max_message_size`` it advertised (None
     until its hello is sent: the reader's limit applies); ``describe`` decodes a descriptor as
-    the readers do (:func:`~hurray_schema.io.walk.strict_describer`)."""
+    the readers do (:func:`~hurray_schema.io.walk.strict_describer`).
+
+    The tensors a client pushes are bound per stream (:meth:`bind_put`) under ``mode``;
+    ``nodes``, a ``(leaf, assemble)`` pair, is what the binder builds an item from (the
+    server's tensors and composites; None: descriptors alone, as ``audit`` binds them), and
+    ``findings`` receives what the mode tolerated in the binding (None: nobody asks)."""
 
     def __init__(self, side: Side, *, describe: Callable, limits: Limits = DEFAULT_LIMITS,
-                 max_payload: Optional[int] = None):
+                 max_payload: Optional[int] = None, mode: Mode = Mode.STRICT,
+                 nodes: Optional[tuple[Callable, Callable]] = None, findings: Optional[list] = None):
         self.side = Side(side)
         self.describe = describe
         self.limits = limits
         self.max_payload = max_payload
+        self.binders: dict[int, CompositeBinder] = {}
+        """Server side: per stream, the binder of the item its PUTs push (a composite's head, then
+        its members), from the stream's first whole PUT until the item is whole or over."""
+        self._binding = {"mode": mode, "validate": True, "findings": findings,
+                         **({} if nodes is None else {"leaf": nodes[0], "assemble": nodes[1]})}
         self.max_hello: Optional[int] = None
         """Server side: the largest CLIENT_HELLO payload this server is configured to accept (None:
         ``max_payload`` alone)."""
@@ -227,8 +239,7 @@ class SessionChecker:
 
     def is_closed(self, stream_id: int) -> bool:
         """``stream_id`` is a stream an ERROR ended, and no exchange holds it open."""
-        closed = self.closed
-        return (stream_id in closed or stream_id <= closed.floor) and not self.holds(stream_id)
+        return self.closed.covers(stream_id) and not self.holds(stream_id)
 
     def holds(self, stream_id: int) -> bool:
         """An exchange on ``stream_id`` is under way: a tensor arriving, a PUT, a request awaiting
@@ -280,6 +291,31 @@ class SessionChecker:
             self.tensors[stream_id] = TensorFrames(part.value, at, total, {"total_data_bytes": total})
         return put, part
 
+    def bind_put(self, stream_id: int, put: m.Put, desc, payload=None) -> list:
+        """A whole pushed tensor (its TENSOR_DATA_END arrived, or its SHM_PUT): its descriptor,
+        at ``put.descriptor_at``, bound into the item its stream pushes, a composite's head first
+        and then its members (``interchange.md § TENSOR_PUT Flow``, ``layouts/composite.md §
+        Binding``).  The stream's first PUT opens the item.  Returns the item's node once it is
+        whole, else [] (more members to come); a binding fault raises, and the item is over."""
+        binder = self.binders.get(stream_id)
+        if binder is None:
+            binder = self.binders[stream_id] = CompositeBinder(**self._binding)
+        try:
+            done = binder.add(desc, put.descriptor_at, payload)
+        except SpecViolation:
+            del self.binders[stream_id]
+            raise
+        if done:
+            del self.binders[stream_id]
+        return done
+
+    def drop_put(self, stream_id: int) -> None:
+        """The item a PUT on ``stream_id`` was pushing is over (stored, refused, abandoned or
+        ended by an ERROR): its frames are no longer expected and its binding is forgotten."""
+        self.tensors.pop(stream_id, None)
+        self.puts.pop(stream_id, None)
+        self.binders.pop(stream_id, None)
+
     def shm_data(self, stream_id: int, payload, at: int, file_size: Optional[int]) -> tuple[TensorFrames, list]:
         """An SHM_DATA (client side; agreed: ``session.message.private`` otherwise): inside a tensor, with a
         descriptor (``file_size`` its size; None: none came) and one segment per buffer of its
@@ -309,8 +345,7 @@ class SessionChecker:
         if self.side is Side.CLIENT:
             self._check_extension_skip(stream_id, code, at)
         self.closed.add(stream_id)
-        self.tensors.pop(stream_id, None)
-        self.puts.pop(stream_id, None)
+        self.drop_put(stream_id)
         self.acks_due.pop(stream_id, None)
         self._answered(stream_id)
         return remote_error(code, text, at)
@@ -487,7 +522,7 @@ class ClosedStreams(dict):
     """The stream ids an ERROR closed, in bounded memory however many it closes: the latest
     :attr:`RECENT` exactly (the dict's keys, oldest first), and every id at or below the highest
     one forgotten (:attr:`floor`), as a stream numbering that only grows would have it (spec-map §
-    Interpretations).  ``sid in closed or sid <= closed.floor`` is a closed stream."""
+    Interpretations): :meth:`covers`."""
 
     RECENT = 1024
 
@@ -502,6 +537,10 @@ class ClosedStreams(dict):
             oldest = next(iter(self))
             del self[oldest]
             self.floor = max(self.floor, oldest)
+
+    def covers(self, stream_id: int) -> bool:
+        """``stream_id`` is closed: one of the latest, or at or below the floor."""
+        return stream_id in self or stream_id <= self.floor
 
 
 class Transfer:
@@ -757,6 +796,18 @@ def recorded_messages(parts: Iterable, data) -> Iterator[tuple]:
             yield part.start, None, None, part.fault
 
 
+def recorded_puts(parts: Iterable, data) -> Iterator[m.Put]:
+    """The TENSOR_PUT and SHM_PUT messages of a message stream (walked into ``parts``) whose
+    payload decodes, in order, each with its descriptor's offset in ``data``."""
+    for at, raw, payload, _ in recorded_messages(parts, data):
+        if payload is None or m.unpack_header(raw)[0] not in _PUT_TYPES:
+            continue
+        try:
+            yield m.decode_put(payload, at)
+        except HurraySchemaError:
+            continue
+
+
 def recorded_locally(name) -> bool:
     """The recording named ``name`` was made over a Unix socket (its name ends so)."""
     if name is None:
@@ -778,15 +829,18 @@ def recorded_side_of(data, name=None) -> Optional[Side]:
 
 
 def check_recorded(parts: Iterable, data, side: Side, describe: Callable, limits: Limits = DEFAULT_LIMITS,
-                   peer: Optional[PeerRecording] = None, local: bool = False) -> None:
+                   peer: Optional[PeerRecording] = None, local: bool = False, mode: Mode = Mode.STRICT,
+                   findings: Optional[list] = None) -> None:
     """Run the checker ``side`` runs live over a recorded direction (``data``, walked into
     ``parts`` by :func:`~hurray_schema.io.walk.walk_messages`), message by message; the first
     fault raises, at the offset it has in ``data``, as it did live.
     ``peer`` is what the receiver sent (:func:`other_direction`): its hello gives the largest
     payload it accepted and the version it spoke, its requests what the responses answer.
     Without it the checks that need them are left out.  ``local``: recorded over a Unix socket,
-    where the shared-memory extension was agreed (:func:`recorded_locally`)."""
-    checker = SessionChecker(side, describe=describe, limits=limits)
+    where the shared-memory extension was agreed (:func:`recorded_locally`).  The pushed
+    tensors are bound per stream as the server binds them, under ``mode``, what it tolerates
+    going to ``findings``."""
+    checker = SessionChecker(side, describe=describe, limits=limits, mode=mode, findings=findings)
     if local:
         checker.private = SHM_SERVER_TYPES if side is Side.CLIENT else SHM_CLIENT_TYPES
     checker.fds_seen = False
@@ -817,7 +871,9 @@ def _replay(checker: SessionChecker, kind, sid: int, payload, at: int) -> None:
         offset = m.unpack_offset_in_buffer(payload) if len(payload) >= m.DATA_HEADER_SIZE else None
         checker.frame(sid, len(payload), offset, at)
     elif kind == MessageType.TENSOR_DATA_END:
-        checker.end(sid, len(payload), at)
+        frames, put = checker.end(sid, len(payload), at)
+        if put is not None:
+            checker.bind_put(sid, put, frames.desc)
     elif kind == MessageType.TENSOR_DESCRIPTOR:
         checker.descriptor(sid, payload, at)
     elif kind == MessageType.CLIENT_HELLO:
@@ -835,6 +891,7 @@ def _replay(checker: SessionChecker, kind, sid: int, payload, at: int) -> None:
     elif kind == ShmMessageType.SHM_REQUEST:
         checker.request(sid, payload, at)
     elif kind == ShmMessageType.SHM_PUT:
-        checker.put(sid, payload, at, shared=True)
+        put, part = checker.put(sid, payload, at, shared=True)
+        checker.bind_put(sid, put, part.value)
     elif kind == ShmMessageType.SHM_DATA:
         checker.shm_data(sid, payload, at, None)

@@ -34,14 +34,13 @@ from ..io.walk import strict_describer
 from ..limits import DEFAULT_LIMITS, Limits
 from ..rules import container as container_rules
 from ..rules import session as rules
-from ..rules.composite import CompositeBinder
 from ..rules.engine import Mode
 from ..structs.session import PROTOCOL_VERSION, CapabilityFlag, ErrorCode, PrivateErrorCode, ShmMessageType
 from ..structs.stream import MessageType
 from ..structs.tags import DeviceTag
 from . import messages as m
 from .catalog import Catalog, Node, StoreFull, plan_response
-from .checker import LOCAL_MARK, SHM_CLIENT_TYPES, SessionChecker, Side
+from .checker import LOCAL_MARK, SHM_CLIENT_TYPES, ClosedStreams, SessionChecker, Side
 from .devices import DeviceRefused, parse_devices, select_device
 from .options import SERVER_SWITCHES, ServerOptions
 from .shm import Segment, check_sealed, sealed_memfd
@@ -419,11 +418,10 @@ class _Connection:
         self.accepted = accepted
         self.wire: Optional[Wire] = None
         self.thread = threading.Thread(target=self.run, name=f"hurray-conn-{number}", daemon=True)
-        self.refused: collections.OrderedDict = collections.OrderedDict()
-        """PUT streams this server ended whose frames may still arrive (dropped unanswered); the
-        latest ``max_put_streams`` only (a bounded memory of what it refused)."""
+        self.ended = ClosedStreams()
+        """The streams this server ended with an ERROR: what still arrives on them (sent before
+        the client read the ERROR) is dropped unanswered (``interchange.md § Error Handling``)."""
         self.puts: dict[int, _Put] = {}
-        self.binders: dict[int, CompositeBinder] = {}
         self.client: Optional[m.Hello] = None
         self.checker: Optional[SessionChecker] = None
         self.last_stream = 1
@@ -451,7 +449,7 @@ class _Connection:
         except SpecViolation as fault:  # a fault of the framing: answered, then the connection ends
             self._send_error(self.last_stream, fault)
         except Exception as exc:  # never let one connection take the server down
-            self._try_send(MessageType.ERROR, 1, m.encode_error(PrivateErrorCode.INTERNAL, f"internal error: {exc!r}"))
+            self._error(1, PrivateErrorCode.INTERNAL, f"internal error: {exc!r}")
         finally:
             for sid in list(self.charged):
                 self._forget_item(sid)
@@ -468,7 +466,7 @@ class _Connection:
         if self.wire is not None and not self.wire.send_cut:
             self.wire.end_message()
             self.wire.deadline = Deadline(1.0, what="the last ERROR")
-            self._try_send(MessageType.ERROR, self.last_stream or 1, m.encode_error(code, text))
+            self._error(self.last_stream, code, text)
 
     def _session(self) -> None:
         sock, options = self.sock, self.options
@@ -494,7 +492,8 @@ class _Connection:
         wire.pace = (options.message_timeout, options.min_rate)
         describe = strict_describer(mode=Mode.STRICT, limits=self.server.limits, cross_machine=not wire.local)
         self.checker = SessionChecker(Side.SERVER, describe=describe, limits=self.server.limits,
-                                      max_payload=options.max_message_bytes)
+                                      max_payload=options.max_message_bytes,
+                                      nodes=(Tensor.bound, Composite.from_binder))
         self.checker.max_hello = options.max_hello_bytes
         if wire.local:  # the shared-memory extension, over a Unix socket only (spec-map § Interpretations)
             self.checker.private = SHM_CLIENT_TYPES
@@ -511,10 +510,8 @@ class _Connection:
                     raise
                 self._refuse_message(sid, fault, plen)
                 continue
-            if sid in self.refused and kind in (MessageType.TENSOR_DATA, MessageType.TENSOR_DATA_END):
-                wire.discard(plen)  # in flight when this server ended the stream
-                if kind == MessageType.TENSOR_DATA_END:
-                    del self.refused[sid]
+            if self.ended.covers(sid):
+                wire.discard(plen)  # in flight when this server ended the stream: dropped unanswered
             else:
                 self._dispatch(kind, sid, plen, at)
             if self.client is not None:
@@ -554,7 +551,8 @@ class _Connection:
     def _refuse_message(self, sid: int, fault: SpecViolation, n: int) -> None:
         """A well-framed message of a kind this server refuses: ERROR names its header's fault,
         then its ``n`` payload bytes are skipped.  A payload cut short ends the connection without
-        a second ERROR on the stream (``interchange.md § Error Handling``)."""
+        a second ERROR on the stream (``interchange.md § Error Handling``).  On a stream this server
+        ended already, nothing is answered (:meth:`_error`)."""
         self._send_error(sid, fault)
         try:
             self.wire.discard(n)
@@ -684,12 +682,7 @@ class _Connection:
 
     # --- PUT ----------------------------------------------------------------------------
     def _put(self, sid: int, payload, at: int) -> None:
-        try:
-            put, part = self.checker.put(sid, payload, at)
-        except SpecViolation:
-            self._forget_item(sid)
-            self._refused(sid)  # its frames and TENSOR_DATA_END are in flight: dropped, not answered again
-            raise
+        put, part = self.checker.put(sid, payload, at)  # a fault: its ERROR ends the stream and the item
         refusal = self._put_refusal(sid, put, part)
         if refusal is None:
             try:
@@ -697,29 +690,19 @@ class _Connection:
             except MemoryError:
                 refusal = (PrivateErrorCode.SERVER_BUSY, f"no memory for a {put.total_data_bytes}-byte PUT now")
         if refusal is not None:
-            self.checker.tensors.pop(sid, None)
-            self.checker.puts.pop(sid, None)
-            self._forget_item(sid)
-            self._refused(sid)
             return self._error(sid, *refusal)
         self.puts[sid] = _Put(put, part.value, buffers)
         self.held[sid] = self.held.get(sid, 0) + put.total_data_bytes
         return None
 
-    def _refused(self, sid: int) -> None:
-        """Remember that this server ended PUT stream ``sid`` (its frames in flight are dropped)."""
-        self.refused[sid] = True
-        while len(self.refused) > self.options.max_put_streams:
-            self.refused.popitem(last=False)
-
     def _put_refusal(self, sid: int, put: m.Put, part) -> Optional[tuple]:
         """Why this server does not accept the PUT (``session.put.accepted``), or None."""
         held = sum(self.held.values())
-        catalog, options = self.server.catalog, self.options
+        catalog, options, binders = self.server.catalog, self.options, self.checker.binders
         refusal = None
         if not catalog.writable:
             refusal = (PrivateErrorCode.PUT_REFUSED, "this server was not started with a writable store")
-        elif put.key in catalog.read_only and sid not in self.binders:
+        elif put.key in catalog.read_only and sid not in binders:
             refusal = (PrivateErrorCode.PUT_REFUSED, f"{put.key!r} names a served file's item, which is read-only")
         elif any(b.device_tag != DeviceTag.CPU for b in part.value.buffers):
             refusal = (ErrorCode.DEVICE_UNAVAILABLE, "this server accepts tensors in CPU memory only")
@@ -730,7 +713,7 @@ class _Connection:
             refusal = (PrivateErrorCode.PUT_REFUSED,
                        f"total_data_bytes {put.total_data_bytes} and the {held} bytes this connection's unfinished "
                        f"PUTs hold exceed max_put_bytes {options.max_put_bytes}")
-        elif sid not in self.binders and len(self.binders.keys() | self.puts.keys()) >= options.max_put_streams:
+        elif sid not in binders and len(binders.keys() | self.puts.keys()) >= options.max_put_streams:
             refusal = (PrivateErrorCode.PUT_REFUSED,
                        f"this connection has max_put_streams ({options.max_put_streams}) PUT streams open")
         return refusal
@@ -746,7 +729,6 @@ class _Connection:
             put, part = self.checker.put(sid, payload, at, shared=True)
             refusal = self._put_refusal(sid, put, part)
             if refusal is not None:
-                self._forget_item(sid)
                 return self._error(sid, *refusal)
             sizes = [b.byte_size for b in part.value.buffers]
             size = check_sealed(fd, sizes, at)
@@ -771,8 +753,7 @@ class _Connection:
 
     def _busy(self, sid: int, n: int) -> None:
         budget = self.server.inflight
-        self._drop_put(sid)
-        self._refused(sid)
+        self._drop_put(sid)  # first: what the message counts as held is what stays
         self._error(sid, PrivateErrorCode.SERVER_BUSY,
                     f"{n} more bytes of PUT data would pass max_inflight_bytes ({budget.limit}; {budget.used} held)")
 
@@ -785,7 +766,7 @@ class _Connection:
             frames, n = self.checker.frame(sid, plen, offset, at)
         except SpecViolation as fault:
             self.wire.discard(rest)
-            self._abandon_put(sid, fault)
+            self._send_error(sid, fault)
             return
         if not self._charge(sid, n):
             self.wire.discard(rest)
@@ -802,24 +783,21 @@ class _Connection:
                 self.wire.discard(plen)
             frames, put = self.checker.end(sid, plen, at)
         except SpecViolation as fault:
-            self._abandon_put(sid, fault)
+            self._send_error(sid, fault)
             return
         pending = self.puts.pop(sid)
         return self._put_arrived(sid, put, pending.desc, pending.buffers, None)
 
     def _put_arrived(self, sid: int, put: m.Put, desc, buffers: list, shared) -> None:
-        """A whole pushed tensor: bound (a composite's head and members on one stream), and once
-        its item is whole, stored; each PUT is acknowledged (``interchange.md § TENSOR_PUT Flow``).
-        ``shared``: the client's segment and the buffers' ranges in it (an SHM_PUT)."""
-        binder = self.binders.get(sid)
-        if binder is None:  # the stream's first PUT: its key names the item (a composite's head)
-            binder = self.binders[sid] = CompositeBinder(mode=Mode.STRICT, validate=True, leaf=Tensor.bound,
-                                                         assemble=Composite.from_binder)
+        """A whole pushed tensor: bound by the checker (a composite's head and members on one
+        stream, :meth:`~.checker.SessionChecker.bind_put`), and once its item is whole, stored;
+        each PUT is acknowledged (``interchange.md § TENSOR_PUT Flow``).  ``shared``: the client's
+        segment and the buffers' ranges in it (an SHM_PUT)."""
+        if sid not in self.checker.binders:  # the stream's first PUT: its key names the item (a composite's head)
             self.put_keys[sid] = put.key
         try:
-            done = binder.add(desc, put.descriptor_at, buffers)
+            done = self.checker.bind_put(sid, put, desc, buffers)
         except SpecViolation as fault:
-            self._forget_item(sid)
             return self._send_error(sid, fault)
         if not done:
             return self.wire.send(MessageType.TENSOR_PUT_ACK, sid)  # a head or a member: more to come
@@ -837,21 +815,15 @@ class _Connection:
         self.wire.send(MessageType.TENSOR_PUT_ACK, sid)
         return None
 
-    def _abandon_put(self, sid: int, fault: SpecViolation) -> None:
-        self._drop_put(sid)
-        self._refused(sid)
-        self._send_error(sid, fault)
-
     def _drop_put(self, sid: int) -> None:
+        """Stream ``sid`` is over: the PUT arriving on it, and the item it was pushing, are dropped."""
         self.puts.pop(sid, None)
         self._forget_item(sid)
-        self.checker.tensors.pop(sid, None)
-        self.checker.puts.pop(sid, None)
 
     def _forget_item(self, sid: int) -> None:
-        """The item a PUT on ``sid`` was pushing is over (stored, refused or abandoned): what it
-        held goes back to the server."""
-        self.binders.pop(sid, None)
+        """The item a PUT on ``sid`` was pushing is over (stored, refused or abandoned): the checker
+        forgets its binding and frames, and what it held goes back to the server."""
+        self.checker.drop_put(sid)
         self.put_keys.pop(sid, None)
         self.held.pop(sid, None)
         charged = self.charged.pop(sid, 0)
@@ -864,8 +836,16 @@ class _Connection:
         self._error(sid, code, f"[{fault.rule_id}] {fault.message} at byte {fault.offset} ({fault.citation})")
 
     def _error(self, sid: int, code: int, text: str) -> None:
-        """ERROR on ``sid`` (``interchange.md § Error Handling``): the stream is over."""
-        self._try_send(MessageType.ERROR, sid or 1, m.encode_error(code, text))
+        """ERROR on ``sid`` (``interchange.md § Error Handling``): the stream is over -- what a PUT
+        on it held is given back -- and nothing more is sent on it, not even an ERROR for what
+        still arrives there."""
+        if self.checker is not None:
+            self._drop_put(sid)
+        sid = sid or 1
+        if self.ended.covers(sid):
+            return
+        self.ended.add(sid)
+        self._try_send(MessageType.ERROR, sid, m.encode_error(code, text))
 
     def _try_send(self, kind, sid: int, payload: bytes) -> None:
         if self.wire is None:
