@@ -276,8 +276,8 @@ def _server_cases() -> list[SessionCase]:
         SessionCase("session.rdma.agreed", "server", h + ping, h + m.message(T.RDMA_REGISTER, 3, rdma),
                     note="RDMA_REGISTER without RDMA_DATA_PLANE advertised"),
         SessionCase("stream.sync_mode.cross_machine", "server", h + put(pushed, data),
-                    h + put(_pushed(sync_mode=SyncMode.EVENT), data),
-                    note="a PUT over TCP whose buffer is EVENT-synchronised (an event of one machine)"),
+                    h + put(_pushed(device_tag=DeviceTag.CUDA, sync_mode=SyncMode.EVENT), data),
+                    note="a PUT over TCP of a CUDA buffer synchronised by an EVENT (an event of one machine)"),
     ]
 
 
