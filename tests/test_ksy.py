@@ -188,7 +188,7 @@ def test_golden_vectors_read_as_their_manifest_says(conformance_dir, manifest):
 @pytest.mark.parametrize("kind", ["descriptor", "stream", "messages", "file"])
 def test_every_passing_corpus_vector_agrees_field_by_field(kind):
     kaitai.python_parsers()
-    vectors = [v for v in _corpus().vectors if v.role == "pass" and v.kind == kind]
+    vectors = [v for v in _corpus().vectors if v.role == "pass" and v.container == kind]
     assert vectors
     for vector in vectors:
         try:
@@ -222,11 +222,11 @@ def test_structural_faults_raise_or_parse_to_the_faulty_value():
     assert {v.rule_id for v in vectors} >= {"descriptor.magic", "descriptor.rank.cap", "file.header.magic"}
     raised = located = 0
     for vector in vectors:
-        ours = [leaf for leaf in kaitai.walk_leaves(vector.data, vector.kind)[0]
+        ours = [leaf for leaf in kaitai.walk_leaves(vector.data, vector.container)[0]
                 if leaf[1] <= vector.offset < leaf[2] or leaf[1] == vector.offset == leaf[2]]
         assert ours, vector.file
         try:
-            leaves = kaitai.kaitai_leaves(kaitai.parse(vector.kind, vector.data))
+            leaves = kaitai.kaitai_leaves(kaitai.parse(vector.container, vector.data))
         except ValidationFailedError as error:
             assert _validated_field(error) == ours[-1][0], (vector.file, error.src_path, ours)
             raised += 1

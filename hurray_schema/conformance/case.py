@@ -60,3 +60,8 @@ class Vector:
     @property
     def offset(self) -> Optional[int]:
         return self.strict.offset
+
+    @property
+    def container(self) -> str:
+        """The container kind the bytes are (a session direction is a message stream)."""
+        return "messages" if self.kind == "session" else self.kind
