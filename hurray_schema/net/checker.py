@@ -112,13 +112,19 @@ def described_put(payload, at: int, describe: Callable) -> tuple[m.Put, object]:
     """A TENSOR_PUT's table (``interchange.md § TENSOR_PUT Payload``, at byte ``at``) and its
     descriptor's part as ``describe`` takes it, whose buffers hold ``total_data_bytes``."""
     put = m.decode_put(payload, at)
+    return put, described(put, describe)
+
+
+def described(put: m.Put, describe: Callable):
+    """The part of ``put``'s descriptor as ``describe`` takes it, once its buffers hold the PUT's
+    ``total_data_bytes`` (``interchange.md § TENSOR_PUT Payload``)."""
     part = describe(put.descriptor, put.descriptor_at, 0)
     total = sum(b.byte_size for b in part.value.buffers)
     if put.total_data_bytes != total:
         raise container_rules.TOTAL_DATA_BYTES.violation(
             f"total_data_bytes {put.total_data_bytes} but the buffers hold {total} bytes",
             put.descriptor_at + len(put.descriptor))
-    return put, part
+    return part
 
 
 _CAPS_AT = m.HEADER_SIZE + static_offset(CLIENT_HELLO, "capability_flags")
@@ -636,13 +642,13 @@ class PushJudge:
         self.binders: dict[int, CompositeBinder] = {}
         """Per stream, the composite its PUTs are pushing."""
 
-    def judge(self, stream_id: int, payload) -> Optional[SpecViolation]:
-        """The fault for which no server may ACK the TENSOR_PUT ``payload`` sent on ``stream_id``
-        (``session.put.accepted``), or None: its own descriptor's, or for the PUT that completes a
-        composite, the composite's (a server may hold its verdict until then).  A limit breach alone
-        is not judged."""
+    def judge(self, stream_id: int, put) -> Optional[SpecViolation]:
+        """The fault for which no server may ACK the TENSOR_PUT sent on ``stream_id`` (``put``: its
+        payload, or the :class:`~.messages.Put` the client encoded it from), or None: its own
+        descriptor's, or for the PUT that completes a composite, the composite's (a server may hold
+        its verdict until then).  A limit breach alone is not judged."""
         try:
-            _, part = described_put(payload, 0, self.describe)
+            part = described(put if isinstance(put, m.Put) else m.decode_put(put, 0), self.describe)
         except SpecViolation as fault:
             self.binders.pop(stream_id, None)
             return fault

@@ -331,12 +331,13 @@ class Session:
         then its ACK."""
         limit = self.server_hello.max_message_size - m.DATA_HEADER_SIZE
         total = sum(len(b) for b in node.buffers)
+        put = m.Put(key, node.descriptor, total)
         payload = m.encode_put(key, node.descriptor, total)
         if len(payload) > self.server_hello.max_message_size:
             raise HurraySchemaError(f"the TENSOR_PUT of {len(payload)} bytes exceeds the server's "
                                     f"max_message_size {self.server_hello.max_message_size}")
         if self.shared:
-            return self._put_shared(sid, payload, node.buffers)
+            return self._put_shared(sid, put, payload, node.buffers)
         self.wire.send(MessageType.TENSOR_PUT, sid, payload)
         pos = 0
         for buf in node.buffers:
@@ -346,10 +347,10 @@ class Session:
                 self.wire.send_frame(sid, pos, [piece])
                 pos += len(piece)
         self.wire.send(MessageType.TENSOR_DATA_END, sid)
-        self.checker.sent_put(sid, self.pushes.judge(sid, payload))
+        self.checker.sent_put(sid, self.pushes.judge(sid, put))
         return self._await_ack(sid)
 
-    def _put_shared(self, sid: int, payload: bytes, buffers) -> None:
+    def _put_shared(self, sid: int, put: m.Put, payload: bytes, buffers) -> None:
         """SHM_PUT (our extension): one copy of the buffers into a sealed memfd passed beside the
         message; the server maps it and answers once it holds the tensor."""
         fd, _, _ = sealed_memfd(buffers, name="hurray-put")
@@ -357,7 +358,7 @@ class Session:
             self.wire.send_with_fd(ShmMessageType.SHM_PUT, sid, payload, fd)
         finally:
             os.close(fd)
-        self.checker.sent_put(sid, self.pushes.judge(sid, payload))
+        self.checker.sent_put(sid, self.pushes.judge(sid, put))
         self._await_ack(sid)
 
     def _await_ack(self, sid: int) -> None:
