@@ -175,3 +175,19 @@ def test_a_server_that_never_stops_sending_is_cut_at_the_replay_budget(vectors):
         thread.join(5)
     assert len(result.received) <= 2 * len(recorded) + (1 << 20)
     assert not result.agrees and "messages (type, stream)" in result.differences[0]
+
+
+def test_a_connection_from_elsewhere_during_the_recording_is_caught(monkeypatch):
+    """Recordings are matched to the sessions played in order: a client the generator did not start
+    would shift them, and the generation says so instead of writing vectors under the wrong names."""
+    from hurray_schema.conformance import sessions
+
+    real = sessions._play
+
+    def with_a_stranger(address, data, timeout=10.0):
+        real(address, sessions.hello())
+        return real(address, data, timeout)
+
+    monkeypatch.setattr(sessions, "_play", with_a_stranger)
+    with pytest.raises(hs.HurraySchemaError, match="another process connected"):
+        sessions.record_sessions(sessions.session_cases()[:1])

@@ -30,6 +30,7 @@ import attrs
 import numpy as np
 
 from ..codec import decode_descriptor, encode_descriptor
+from ..errors import HurraySchemaError
 from ..net import messages as m
 from ..structs._declare import static_size
 from ..structs.session import RDMA_REGISTER, CapabilityFlag, ErrorCode, RequestFlag, ShmMessageType
@@ -411,20 +412,29 @@ class _Recorder:
             True: serve([served], unix=self.unix_path, record=self.folders[True],
                         writable=os.path.join(scratch, "store-unix"), **SERVER_OPTIONS),
         }
-        self.played = {False: 0, True: 0}
+        self.sent: dict[bool, list[bytes]] = {False: [], True: []}
+        """Per transport, what each connection played sent, in order."""
 
     def play(self, data: bytes, local: bool = False) -> tuple[tuple[bool, int], bytes]:
         """Play ``data``: ``((transport, index), answer)``, the index of its recording."""
         server = self.servers[local]
         answer = _play(self.unix_path if local else (server.host, server.port), data)
-        self.played[local] += 1
-        return (local, self.played[local] - 1), answer
+        self.sent[local].append(data)
+        return (local, len(self.sent[local]) - 1), answer
 
     def close(self) -> dict:
-        """Stop both servers (every recording is then complete); the sessions per transport."""
+        """Stop both servers (every recording is then complete); the sessions per transport, each
+        checked to be the one played (a connection another process made would shift them)."""
         for server in self.servers.values():
             server.close()
-        return {local: _recordings(folder) for local, folder in self.folders.items()}
+        recorded = {local: _recordings(folder) for local, folder in self.folders.items()}
+        for local, sessions in recorded.items():
+            sent = self.sent[local]
+            if len(sessions) != len(sent) or any(not data.startswith(s.client) for s, data in zip(sessions, sent)):
+                raise HurraySchemaError(
+                    f"the recording server saw {len(sessions)} connections for the {len(sent)} sessions played: "
+                    "another process connected to it while the vectors were generated; run the generation again")
+        return recorded
 
 
 def record_sessions(cases: list[SessionCase]) -> list[tuple[SessionCase, Recorded, Recorded]]:
