@@ -166,6 +166,38 @@ def test_audit_survives_mutations(tmp_path):
     assert tally.accepted > 0, tally.rules
 
 
+def test_audit_of_recorded_sessions_survives_mutations(tmp_path):
+    """Both directions of every session vector, one of them damaged, written side by side as
+    ``serve --record`` writes them: ``audit`` of either direction (which reads the other as the
+    receiver's own messages) gives findings or a typed error, within its memory allowance."""
+    from support.corpus import corpus
+
+    pairs: dict[str, dict[str, bytes]] = {}
+    for vector in corpus().vectors:
+        if vector.session is not None:
+            pairs.setdefault(vector.session, {})[vector.direction] = vector.data
+    names = sorted(pairs)
+    rng = random.Random(48)
+    tally = Tally()
+    faulted = 0
+    for i in range(INPUTS_PER_ENTRY_POINT // 4):
+        name = rng.choice(names)
+        sides = dict(pairs[name])
+        damaged = rng.choice(("client", "server"))
+        sides[damaged] = mutate(rng, sides[damaged], hot=hot_regions(sides[damaged]))
+        for direction, data in sides.items():
+            targets.write_scratch(tmp_path / f"{name}.{direction}.msgs", data)
+        audited = "client" if i % 2 else "server"
+        data = sides[audited]
+        report = tally.run(targets.run_audit, data, _traced(i), tmp_path / f"{name}.{audited}.msgs",
+                           "permissive" if i % 4 >= 2 else "strict")
+        if not isinstance(report, hs.HurraySchemaError):
+            faulted += bool(report.findings)
+            for f in report.findings:
+                assert f.offset is None or 0 <= f.offset <= len(data), (f, len(data))
+    assert tally.accepted > faulted > 0, (tally.accepted, faulted)
+
+
 def test_refresh_index_crc_does_not_grow_the_plan_cache(tmp_path):
     """Regression: building ``plan(select(...))`` per call used to grow a global plan cache by
     three entries per input, ~300 MB over a 10-minute atheris run of read_file.  Plans now

@@ -184,7 +184,7 @@ def _stream_framing(data, mode: Mode) -> list[Finding]:
     return list(getattr(reader, "findings", [])) + framing
 
 
-def _session_framing(parts: list, data, side, mode: Mode, name=None) -> list[Finding]:
+def _session_framing(parts: Iterable[Part], data, side, mode: Mode, name=None) -> list[Finding]:
     """A recorded session direction (it starts with a hello): the checks the receiving side ran
     live (:func:`hurray_schema.net.checker.check_recorded`, over the walk's ``parts``), up to the
     first fault; the
@@ -213,16 +213,19 @@ def _audit_messages(data, mode: Mode, name=None) -> tuple[Finding, ...]:
     reader sees it, or a recorded session direction as its receiver checked it (up to the
     first fault: a pushed composite bound per stream, as the server binds it), in byte order."""
     found: list[Finding] = []
-    parts = list(walk_messages(Window(data), _collect(mode), faults=Faults.COLLECT, mode=mode))
-    descs, bases = _descriptors((p for p in parts if p.kind == DESCRIPTOR), found)
+
+    def walked():  # walked again by each pass: a walk's parts are never all held at once
+        return walk_messages(Window(data), _collect(mode), faults=Faults.COLLECT, mode=mode)
+
+    descs, bases = _descriptors((p for p in walked() if p.kind == DESCRIPTOR), found)
     if descs:
         found += validate_preorder(descs, mode=mode, collect=True, bases=bases, check_heads=False)
-    found += _put_descriptors(parts, data, mode)
+    found += _put_descriptors(walked(), data, mode)
     side = recorded_side_of(data, name)
     if side is None:  # descriptor and composite rules are reported above: the reader's own framing rules
         framing = [f for f in _stream_framing(data, mode) if _framing_rule(f) and "composite" not in f.rule_id]
     else:  # the checker binds no TENSOR_DESCRIPTOR composite: its descriptor faults are those above, once
-        framing = [f for f in _session_framing(parts, data, side, mode, name)
+        framing = [f for f in _session_framing(walked(), data, side, mode, name)
                    if _framing_rule(f) or not f.rule_id.startswith("limit.")]
     return tuple(_merged(found, _dedup(found, framing)))
 
@@ -232,7 +235,7 @@ def _framing_rule(f: Finding) -> bool:
     return f.rule_id.startswith(("stream.", "session.", "limit.max_message_bytes"))
 
 
-def _put_descriptors(parts: list, data, mode: Mode) -> list[Finding]:
+def _put_descriptors(parts: Iterable[Part], data, mode: Mode) -> list[Finding]:
     """Every finding of the descriptor each TENSOR_PUT (or SHM_PUT) carries, at its offset in
     the input (``interchange.md § TENSOR_PUT Payload``), as a TENSOR_DESCRIPTOR's descriptor is
     audited; a payload that does not decode is the session checker's finding."""

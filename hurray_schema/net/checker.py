@@ -712,16 +712,19 @@ def _peer_recording(data: bytes, local: bool = False) -> PeerRecording:
     PUTs judged (:class:`PushJudge`) and its messages checked as a server checks them
     (:func:`_first_fault`)."""
     judge = PushJudge(local=local)
-    parts = list(walk_messages(Window(data), _lenient, faults=Faults.COLLECT, mode=Mode.PERMISSIVE))
+
+    def walked():  # walked again by each pass: a walk's parts are never all held at once
+        return walk_messages(Window(data), _lenient, faults=Faults.COLLECT, mode=Mode.PERMISSIVE)
+
     sent = _Sent()
-    for at, raw, payload, cut in recorded_messages(parts, data):
+    for at, raw, payload, cut in recorded_messages(walked(), data):
         if cut is not None or payload is None:  # the recording ends inside this message
             break
         sent.take(at, raw, payload, judge)
     puts = {sid: tuple(verdicts) for sid, verdicts in sent.puts.items()}
     if recorded_side(data) is not Side.SERVER:  # a server's direction: what it sent is not judged
         return PeerRecording(sent.hello, sent.requests, puts, sent.last_request)
-    fault = _first_fault(parts, data, judge.describe, local)
+    fault = _first_fault(walked(), data, judge.describe, local)
     hello_valid = fault is None or fault >= sent.hello_end
     extended = frozenset(sid for sid, request in sent.requests.items()
                          if sent.refusable_on.get(sid) == 1 and refused_for_extensions(request.layouts))
@@ -769,7 +772,7 @@ class _Sent:
             pass
 
 
-def _first_fault(parts: list, data, describe: Callable, local: bool) -> Optional[int]:
+def _first_fault(parts: Iterable, data, describe: Callable, local: bool) -> Optional[int]:
     """The offset of the first fault a server's checker finds in a client's recorded direction
     (``describe`` taking its PUTs' descriptors, the limits :data:`ANY_READER`), or None."""
     try:
