@@ -191,3 +191,33 @@ def test_a_connection_from_elsewhere_during_the_recording_is_caught(monkeypatch)
     monkeypatch.setattr(sessions, "_play", with_a_stranger)
     with pytest.raises(hs.HurraySchemaError, match="another process connected"):
         sessions.record_sessions(sessions.session_cases()[:1])
+
+
+def test_replay_command_plays_the_server_direction_to_a_client(vectors, manifest):
+    """``replay NAME --client-port PORT``: the next client to connect gets the recorded server
+    direction, and our client raises the manifest's rule at the manifest's offset."""
+    import socket
+    import threading
+
+    entry = next(e for e in _sessions(manifest, "fail", "server") if e["rule_id"] == "session.memory_class")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = {}
+    thread = threading.Thread(target=lambda: done.setdefault("result", invoke(
+        ["replay", os.fspath(vectors / entry["session"]), "--client-port", str(port)])), daemon=True)
+    thread.start()
+    fault = None
+    for _ in range(400):  # until the command listens: a refused connection is tried again
+        try:
+            with hs.connect(f"hurray://127.0.0.1:{port}", timeout=5) as session:
+                session.get("x")
+        except hs.SpecViolation as exc:
+            fault = exc
+            break
+        except (OSError, hs.HurraySchemaError):
+            threading.Event().wait(0.025)
+    thread.join(10)
+    assert done["result"].exit_code == 0, done["result"].output
+    expected = entry["first_finding"]
+    assert fault is not None and (fault.rule_id, fault.offset) == (expected["rule_id"], expected["offset"])

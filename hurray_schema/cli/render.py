@@ -56,6 +56,7 @@ def ksy(outdir: str, check: bool) -> None:
 def vectors(outdir: str, check: bool, no_reference: bool) -> None:
     """Write the conformance corpus (a passing and a violating input per rule, manifest.json) into OUTDIR."""
     from ..conformance import MANIFEST, check_corpus, write_corpus
+    from ..conformance.sessions import SERVED_FILE
 
     if check:
         stale = check_corpus(outdir, reference=not no_reference)
@@ -66,4 +67,6 @@ def vectors(outdir: str, check: bool, no_reference: bool) -> None:
         click.echo(f"{outdir}: up to date")
         return
     written = write_corpus(outdir, reference=not no_reference)
-    click.echo(f"wrote {len(written) - 1} vectors and {MANIFEST} to {outdir}")
+    vectors = [p for p in written if p.name not in (MANIFEST, SERVED_FILE)]
+    click.echo(f"wrote {len(vectors)} vectors, {MANIFEST} and {SERVED_FILE} (what the session vectors were served "
+               f"from) to {outdir}")

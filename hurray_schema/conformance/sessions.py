@@ -32,9 +32,8 @@ import numpy as np
 from ..codec import decode_descriptor, encode_descriptor
 from ..errors import HurraySchemaError
 from ..net import messages as m
-from ..structs._declare import static_size
 from ..structs.session import RDMA_REGISTER, CapabilityFlag, ErrorCode, RequestFlag, ShmMessageType
-from ..structs.stream import TENSOR_DESCRIPTOR_FIELDS, MessageType as T
+from ..structs.stream import MessageType as T
 from ..structs.tags import DeviceTag, MemoryClass, SyncMode
 from .case import Vector
 from .replay import CLIENT_SUFFIX, SERVER_SUFFIX, messages_of
@@ -55,7 +54,6 @@ LOCAL = "-unix"
 _MARKER = 0x7FFF
 """The stream of the PING that ends every played client direction: its PONG says the server
 answered everything before it.  Neither is kept in the vectors."""
-_TRANSPORT_SIZE = static_size(TENSOR_DESCRIPTOR_FIELDS)
 _MAX = SERVER_OPTIONS["max_message_bytes"]
 
 
@@ -157,9 +155,9 @@ def _descriptors_changed(recorded: bytes, change: Callable) -> bytes:
     def one(kind, sid, payload):
         if kind != T.TENSOR_DESCRIPTOR:
             return kind, sid, payload
-        desc = decode_descriptor(payload[:-_TRANSPORT_SIZE])
+        desc = decode_descriptor(payload[:-m.TRANSPORT_SIZE])
         seen[0] += 1
-        return kind, sid, encode_descriptor(change(desc, seen[0] - 1)) + payload[-_TRANSPORT_SIZE:]
+        return kind, sid, encode_descriptor(change(desc, seen[0] - 1)) + payload[-m.TRANSPORT_SIZE:]
 
     return _replaced(recorded, one)
 
