@@ -643,8 +643,9 @@ class PushJudge:
         """Per stream, the composite its PUTs are pushing."""
 
     def judge(self, stream_id: int, put) -> Optional[SpecViolation]:
-        """The fault for which no server may ACK the TENSOR_PUT sent on ``stream_id`` (``put``: its
-        payload, or the :class:`~.messages.Put` the client encoded it from), or None: its own
+        """The fault for which no server may ACK the TENSOR_PUT sent on ``stream_id``
+        (``session.put.accepted``; ``put``: its payload, or the :class:`~.messages.Put` the client
+        encoded it from), or None: its own
         descriptor's, or for the PUT that completes a composite, the composite's (a server may hold
         its verdict until then).  A limit breach alone is not judged."""
         try:

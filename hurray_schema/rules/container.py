@@ -205,7 +205,7 @@ TOTAL_DATA_BYTES = declare(
     "stream.data.total_bytes", MUST, "interchange.md § TENSOR_DESCRIPTOR Payload",
     "total_data_bytes equals the sum of the descriptor's buffer byte sizes (0 for a head or an empty tensor); "
     "the buffers travel concatenated in buffer-table order.", scope="stream",
-    enforced_by=("hurray_schema.io.walk.messages:TensorFrames.open", "hurray_schema.net.checker:described_put"))
+    enforced_by=("hurray_schema.io.walk.messages:TensorFrames.open", "hurray_schema.net.checker:described"))
 DATA_FRAME = declare(
     "stream.data.frame", MUST, "interchange.md § TENSOR_DATA Payload",
     "A TENSOR_DATA payload holds the 8-byte byte_offset_in_buffer; frames are contiguous, ascending, "
