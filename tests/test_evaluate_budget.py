@@ -424,6 +424,7 @@ def test_a_huge_quantized_sparse_tensor_is_read_entry_by_entry():
     quant = hs.PerTensorAffine(0.5, 3)
     desc, buffers = _quantized_coo((1 << 30,), [[1 << 29]], [7], quant, b"")
     desc = TensorDescriptor(desc.type_tag, desc.shape, desc.layout, buffers=desc.buffers[:2], quantization=quant)
+    hs.evaluate.sparse_entries(desc, buffers[:2])  # untraced first: compiling the kernels is not the input's cost
     tracemalloc.start()
     try:
         coords, values = hs.evaluate.sparse_entries(desc, buffers[:2])
