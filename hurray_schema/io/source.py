@@ -919,9 +919,11 @@ class SourceView:
 
 
 def _subtract(have: list[tuple[int, int]], start: int, stop: int) -> list[tuple[int, int]]:
-    """The parts of ``[start, stop)`` not in the sorted disjoint spans ``have``."""
+    """The parts of ``[start, stop)`` not in the sorted disjoint spans ``have`` (those ending before
+    ``start`` skipped by bisection: a box read of many rows asks this for each row)."""
     missing, at = [], start
-    for first, last in have:
+    skip = bisect.bisect_right(have, (start, start)) - 1  # the last span starting at or before start
+    for first, last in have[max(skip, 0):]:
         if last <= at:
             continue
         if first >= stop:
@@ -943,10 +945,6 @@ def merged_spans(spans) -> list[tuple[int, int]]:
         else:
             merged.append([first, last])
     return [(a, b) for a, b in merged]
-
-
-def _add(have: list[tuple[int, int]], start: int, stop: int) -> list[tuple[int, int]]:
-    return merged_spans(have + [(start, stop)])
 
 
 class SourcedBuffers:
@@ -992,8 +990,10 @@ class SourcedBuffers:
                 out.append((offset + first, offset + last, (self, index, first, last)))
         return out
 
-    def _filled(self, index: int, first: int, last: int) -> None:
-        self._have[index] = _add(self._have[index], first, last)
+    def _filled(self, index: int, spans: list[tuple[int, int]]) -> None:
+        """Note the byte spans ``(first, last)`` of buffer ``index`` as held (all at once: a box of
+        many rows adds thousands)."""
+        self._have[index] = merged_spans(self._have[index] + spans)
 
     def ensure(self, spans) -> None:
         """Fetch the spans ``(buffer, start, stop)`` not held yet (one batch of requests)."""
@@ -1020,8 +1020,11 @@ def fill_all(requests) -> None:
                 continue
             reader.fill([(start, stop, buffers.views()[index][first:last])
                          for start, stop, (buffers, index, first, last) in wants])
+            filled: dict[tuple[int, int], tuple] = {}
             for _, _, (buffers, index, first, last) in wants:
-                buffers._filled(index, first, last)
+                filled.setdefault((id(buffers), index), (buffers, []))[1].append((first, last))
+            for (_, index), (buffers, spans) in filled.items():
+                buffers._filled(index, spans)
 
 
 def _reopen_buffers(ref: SourceRef, ranges) -> SourcedBuffers:
