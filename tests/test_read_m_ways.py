@@ -48,12 +48,12 @@ CASES = [
 
 @pytest.fixture(scope="module", params=CASES, ids=[case[0] for case in CASES])
 def saved(request, tmp_path_factory):
-    """(full array, path of a file holding it as the partition ``p``)."""
+    """(full array, path of a file holding it as the partition ``p``, the partition's grid)."""
     _, shape, dtype, grid = request.param
     full = values(shape, dtype)
     path = tmp_path_factory.mktemp("m-ways") / "p.hrry"
     hs.write_file(path, {"p": hs.partition(full, grid=grid)})
-    return full, path
+    return full, path, grid
 
 
 def rank_cuts(full: np.ndarray):
@@ -115,7 +115,7 @@ def test_a_partition_cut_by_its_own_grid_gives_each_rank_one_member(tmp_path):
 
 
 def test_each_rank_reads_its_box_from_a_mapped_file(saved):
-    full, path = saved
+    full, path, _ = saved
     with hs.read_file(path) as f:
         for dim, count, rank, part in rank_cuts(full):
             same_bits(f.shard("p", rank=rank, of=count, dim=dim), part)
@@ -124,7 +124,7 @@ def test_each_rank_reads_its_box_from_a_mapped_file(saved):
 
 
 def test_each_rank_fetches_only_its_box_from_a_local_file(saved):
-    full, path = saved
+    full, path, _ = saved
     for dim, count, rank, part in rank_cuts(full):
         with hs.read_file(path, mmap=False) as f:
             opened = f.bytes_fetched
@@ -158,7 +158,7 @@ def asked_bytes(log) -> int:
 
 
 def test_each_rank_fetches_only_its_box_over_http(saved, nginx):
-    full, path = saved
+    full, path, _ = saved
     name, url = served(nginx, path)
     for dim, count, rank, part in rank_cuts(full):
         before = len(nginx.requests(name))
@@ -235,8 +235,7 @@ def test_a_member_entry_is_read_by_its_own_box(tmp_path):
 
 def test_to_dask_chunks_follow_the_members_and_compute_to_numpy(saved, nginx):
     pytest.importorskip("dask.array")
-    full, path = saved
-    grid = next(case[3] for case in CASES if case[1] == full.shape)
+    full, path, grid = saved
     member_extents = tuple(tuple(len(piece) for piece in np.array_split(np.arange(n), pieces))
                            for n, pieces in zip(full.shape, grid))
     name, url = served(nginx, path)

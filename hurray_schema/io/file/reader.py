@@ -565,7 +565,10 @@ class HurrayFile(Mapping):
         byte ranges: the graph holds descriptors and offsets, no data
         (:func:`hurray_schema.evaluate.dask_graph.to_dask`); for a URL (or a path read with
         ``mmap=False``), tasks that fetch their own byte ranges (:class:`~.source.RemoteBuffers`).
-        ``f[name].to_dask()`` is the same graph."""
+        ``f[name].to_dask()`` is the same graph.  A partition without ``chunks=`` or
+        ``chunk_bytes=`` is chunked along its members: one chunk per member where the members
+        form a grid; otherwise at every member edge, each chunk inside one member (a member
+        spanning several cells is read as several chunks)."""
         from ...evaluate.dask_graph import to_dask
 
         item = self[name] if name in self else self.tensor_of(self.descriptor(name), name)
