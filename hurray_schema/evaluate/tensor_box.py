@@ -612,8 +612,9 @@ def _box_byte_spans(desc, lo, hi, steps) -> list[tuple[int, int, int]]:
             steps = [1] * len(shape)  # the gathered read: the unit-step box, every parameter
         else:  # the window's parameters, as _quantized_box selects them
             params = param_byte_spans(desc, _window_selector(shape, lo, hi, steps))
+    margin = 0 if desc.quantization is None and info.bit_width % 8 == 0 else WORD_MARGIN
     codes = _code_spans(strides, lo, hi, steps, info.bit_width, int(desc.byte_offset),
-                        int(desc.buffers[0].byte_size))
+                        int(desc.buffers[0].byte_size), margin)
     spans = [(0, start, stop) for start, stop in codes]
     if params is None:
         return spans + _whole_buffers(desc)[1:]
@@ -623,9 +624,11 @@ def _box_byte_spans(desc, lo, hi, steps) -> list[tuple[int, int, int]]:
                     if 0 < index < len(sizes)] + [span for span in _whole_buffers(desc)[1:] if span[0] not in held]
 
 
-def _code_spans(strides, lo, hi, steps, bits: int, byte_offset: int, size: int) -> list[tuple[int, int]]:
+def _code_spans(strides, lo, hi, steps, bits: int, byte_offset: int, size: int,
+                margin: int) -> list[tuple[int, int]]:
     """Byte spans of buffer 0 holding the codes of the stepped box: one span per line along the
-    dimension of smallest stride (when read at unit step), every selected element else."""
+    dimension of smallest stride (when read at unit step), every selected element else; each
+    widened by ``margin`` bytes either side."""
     counts = [-(-(b - a) // s) for a, b, s in zip(lo, hi, steps)]
     inner = min(range(len(strides)), key=lambda d: (abs(strides[d]) if counts[d] > 1 else 1 << 62, -d))
     line = counts[inner] if steps[inner] == 1 else 1
@@ -633,13 +636,14 @@ def _code_spans(strides, lo, hi, steps, bits: int, byte_offset: int, size: int) 
     if math.prod(counts[d] for d in outer) > MAX_SPAN_LINES:
         offsets = [sum(x * s for x, s in zip(corner, strides))
                    for corner in _corners(lo, [a + (n - 1) * s for a, n, s in zip(lo, counts, steps)])]
-        return [_byte_span(min(offsets), max(offsets) + 1, bits, byte_offset, size)]
+        return [_byte_span(min(offsets), max(offsets) + 1, bits, byte_offset, size, margin)]
     starts = np.zeros(1, np.int64) + sum(a * s for a, s in zip(lo, strides))
     for d in outer:
         starts = (starts[:, None] + np.arange(counts[d], dtype=np.int64)[None, :] * (steps[d] * strides[d])).reshape(-1)
     reach = (line - 1) * strides[inner] if line > 1 else 0
     firsts, lasts = np.minimum(starts, starts + reach), np.maximum(starts, starts + reach)
-    return [_byte_span(int(f), int(l) + 1, bits, byte_offset, size) for f, l in zip(firsts.tolist(), lasts.tolist())]
+    return [_byte_span(int(f), int(l) + 1, bits, byte_offset, size, margin)
+            for f, l in zip(firsts.tolist(), lasts.tolist())]
 
 
 def _corners(lo, last):
@@ -648,11 +652,18 @@ def _corners(lo, last):
     return itertools.product(*[(a, b) for a, b in zip(lo, last)])
 
 
-def _byte_span(first: int, stop: int, bits: int, byte_offset: int, size: int) -> tuple[int, int]:
+WORD_MARGIN = 8
+"""Bytes a span of packed (sub-byte) or quantized codes is widened by either side: a margin for the
+decoders of codes that share bytes or are decoded a block at a time.  An unquantized whole-byte
+type is read element by element (a view of the buffer, or its codes gathered one by one): its
+spans are exact."""
+
+
+def _byte_span(first: int, stop: int, bits: int, byte_offset: int, size: int, margin: int) -> tuple[int, int]:
     """Bytes of buffer 0 holding elements ``[first, stop)`` (a 6-bit code packs four to three bytes),
-    widened by a word either side and kept inside the buffer."""
+    widened by ``margin`` bytes either side and kept inside the buffer."""
     if bits == 6:
         start, end = (first // 4) * 3, -(-stop // 4) * 3
     else:
         start, end = (first * bits) // 8, -(-(stop * bits) // 8)
-    return max(0, byte_offset + start - 8), min(size, byte_offset + end + 8)
+    return max(0, byte_offset + start - margin), min(size, byte_offset + end + margin)

@@ -24,7 +24,8 @@ class ArrayProtocol:
     them) describe the logical array; ``t[index]`` takes a NumPy basic index and equals
     ``numpy.asarray(t)[index]``, reading only the box the index spans
     (:mod:`hurray_schema.evaluate.indexing`); :meth:`read` is the same with ``(start, stop)``
-    pairs allowed and a ``limits=`` budget.  ``__array__`` and ``__dlpack__`` hand the array to
+    pairs allowed and a ``limits=`` budget; :meth:`shard` reads the box of one rank of ``M``
+    (:mod:`.shards`).  ``__array__`` and ``__dlpack__`` hand the array to
     NumPy, torch, JAX...  The evaluator is imported at call time, so that a read that
     evaluates nothing does not load it.
     An object is always true (``bool`` does not look at its length).
@@ -75,6 +76,21 @@ class ArrayProtocol:
         self._require_array()
         selection = region_index(region, self.shape)
         return read_index(self._fetched(selection.lo, selection.hi, selection.steps), selection, limits=limits)
+
+    def shard_box(self, *, rank, of, dim=0):
+        """The box rank ``rank`` of ``of`` reads, cut along ``dim`` (a :class:`~.shards.ShardBox`:
+        ``offset`` and ``shape``; :func:`~.shards.rank_box` says the split rule); nothing is read."""
+        from .shards import rank_box
+
+        self._require_array()
+        return rank_box(self.shape, rank, of, dim)
+
+    def shard(self, *, rank, of, dim=0, limits=None):
+        """The array of the box rank ``rank`` of ``of`` reads along ``dim`` (:meth:`shard_box`), read
+        as :meth:`read` reads a region: a partition reads only the members that meet the box, each
+        over its part of it; a tensor or an overlay reads the box as its layout allows.  A group
+        has no one array: :class:`~hurray_schema.errors.NotAnArray` (shard its members)."""
+        return self.read(self.shard_box(rank=rank, of=of, dim=dim).region, limits=limits)
 
     def __array__(self, dtype=None, copy=None):
         """NumPy 2's array protocol: ``numpy.asarray(self, dtype, copy=copy)``."""

@@ -15,10 +15,12 @@ URL (``https://``, ``s3://``, any fsspec protocol; the ``[remote]`` extra) is re
   and never mapped (``read_file(path, mmap=False)``): a file that shrinks or changes under the
   reader raises :class:`~hurray_schema.errors.ShortRead` or
   :class:`~hurray_schema.errors.SourceChanged` where a mapped file's pages raise ``SIGBUS``;
-* a :class:`RangeReader` puts the ranges the reader asks for into requests: ranges rounded out
-  to blocks of ``block_size``, blocks near each other fetched by one request, the requests of a
-  batch sent concurrently, small reads kept in a least-recently-used block cache bounded by
-  ``cache_bytes``;
+* a :class:`RangeReader` puts the ranges the reader asks for into requests, the requests of a
+  batch sent concurrently: small reads rounded out to blocks of ``block_size``, blocks near each
+  other fetched by one request and kept in a least-recently-used block cache bounded by
+  ``cache_bytes``; the sections and descriptors read at open, and the data a read decodes (a box,
+  a member), fetched exactly, ranges closer than asking for them apart would cost joined
+  (:attr:`ByteSource.range_cost`);
 * :class:`SourceView` is the file as the one walk of the file (:func:`hurray_schema.io.file.walk.walk_file`) reads
   it: its length and its slices, each slice fetched through the reader;
 * :class:`SourcedBuffers` are one tensor's buffers: an anonymous mapping per buffer, made on
@@ -73,6 +75,21 @@ def tail_bytes(size: int, block_size: int) -> int:
 DEFAULT_TIMEOUT = 30.0
 """Seconds a connection may take to open, and a read to deliver its next bytes."""
 
+RANGE_COST = 4096
+"""What asking a source for one more range costs, counted in bytes one could fetch for nothing
+instead: a request of its own (an object store, a server answering one range per ``GET``).  A
+range reader fetches the gap between two ranges along with them rather than ask for them apart
+while that costs less (:meth:`RangeReader._bounded_runs`)."""
+
+PART_COST = 128
+""":data:`RANGE_COST` where one more range is cheap: a part of a ``multipart/byteranges`` answer
+(nginx's part headers are about 100 bytes), or one more ``os.pread``."""
+
+RUN_SLACK = 32
+"""A run of ranges fetched as one carries at most ``1 / RUN_SLACK`` more bytes than it asks for, plus
+one range's cost: a box read fetches at most about 3 % more than it decodes, and more only where
+its ranges lie closer together than a range costs (a box a few hundred bytes wide per row)."""
+
 MAX_CONCURRENT_REQUESTS = 16
 """Requests of one batch in flight at once."""
 
@@ -113,6 +130,8 @@ class ByteSource:
     ref: SourceRef
     requests = 0
     """Requests made for ranges so far (one per range, or fewer where one request asks several)."""
+    range_cost = RANGE_COST
+    """What one more range costs, in bytes (:data:`RANGE_COST`, :data:`PART_COST`)."""
 
     @property
     def size(self) -> int:
@@ -208,6 +227,11 @@ class HttpSource(ByteSource):
         if size is None:
             size, etag = _run(self.fs.loop, self._head(), self.timeout)
         self.ref = SourceRef(url, int(size), etag, tuple(sorted(options.items())))
+
+    @property
+    def range_cost(self) -> int:
+        """A part of a multi-range answer while the server gives those, else a request of its own."""
+        return PART_COST if self.multirange else RANGE_COST
 
     async def _session(self):
         return await self.fs.set_session()
@@ -459,6 +483,8 @@ class LocalFileSource(ByteSource):
     have (a :class:`SourceRef` opened again), else SourceChanged at once.  :meth:`close` releases
     the descriptor (again: nothing); a read after it raises SourceUnavailable."""
 
+    range_cost = PART_COST  # one more pread
+
     def __init__(self, path, *, size: Optional[int] = None):
         self.path = os.path.abspath(os.fsdecode(path))
         self.requests = 0
@@ -613,13 +639,22 @@ def unregister(reader: "RangeReader") -> None:
 
 
 class RangeReader:
-    """Byte ranges of a :class:`ByteSource` as few requests: every range rounded out to whole
-    ``block_size`` blocks, blocks at most ``merge_gap`` bytes apart fetched by one request, the
-    requests of one call sent together -- but for scattered small ranges (a box of a wide tensor),
-    whose blocks would be mostly other bytes, fetched exactly (ranges a sixteenth of a block apart
-    joined), past the cache.  Reads of at most a quarter of ``cache_bytes`` keep their
-    blocks in a least-recently-used cache of at most ``cache_bytes``; larger ones go straight to
-    their destination.  ``requests`` and ``bytes_fetched`` count what was asked of the source."""
+    """Byte ranges of a :class:`ByteSource` as few requests, the requests of one call sent together.
+
+    Two ways, by what is read:
+
+    * small reads -- :meth:`read` of at most a quarter of ``cache_bytes`` (the walk over the
+      sections and descriptors), and :meth:`fill` of under a sixteenth of a block within about one
+      block (an element, a short row) -- are rounded out to whole ``block_size`` blocks, blocks at
+      most ``merge_gap`` bytes apart fetched by one request, and kept in a least-recently-used
+      cache of at most ``cache_bytes``: the next small read nearby costs no request;
+    * every other :meth:`fill` (a box, a member, a whole buffer) takes what the cache and the
+      pinned ranges hold already and fetches the rest exactly (:meth:`_bounded_runs`): ranges
+      joined only while a run carries at most ``1 / RUN_SLACK`` more bytes than asked plus what one
+      more range costs the source (:attr:`ByteSource.range_cost`), so a box read of a partition
+      fetches its members' bytes in the box and about nothing else.
+
+    ``requests`` and ``bytes_fetched`` count what was asked of the source."""
 
     def __init__(self, source: ByteSource, *, block_size: int = DEFAULT_BLOCK_SIZE,
                  cache_bytes: int = DEFAULT_CACHE_BYTES, merge_gap: Optional[int] = None):
@@ -690,16 +725,40 @@ class RangeReader:
                     self._keep(b, data[first - start: last - start])
 
     def pin(self, ranges: Sequence[tuple[int, int]]) -> None:
-        """Fetch ``ranges`` exactly -- not rounded to blocks; ranges at most a block apart joined --
-        and keep them as long as the reader (what opening a file reads: its header and descriptors,
-        with the small tensors between them).  One batch of requests."""
+        """Fetch ``ranges`` exactly -- not rounded to blocks; ranges at most a sixteenth of a block
+        apart joined -- and keep them as long as the reader (what opening a file reads: its header
+        and descriptors, with the tensors of a few KiB between them; a partition's larger members
+        stay out).  A range the block cache holds whole (the file's tail, read first) is taken from
+        it.  One batch of requests."""
         with self._lock:
-            wanted = [(start, stop) for start, stop in ranges if stop > start and self._pinned(start, stop) is None]
-            runs = self._runs(wanted, self.block_size)
+            wanted = []
+            for start, stop in ranges:
+                if stop <= start or self._pinned(start, stop) is not None:
+                    continue
+                cached = self._cached(start, stop)
+                if cached is None:
+                    wanted.append((start, stop))
+                else:
+                    self._keep_pinned(start, cached)
+            runs = self._runs(wanted, self.block_size // 16)
             for (start, stop), data in zip(runs, self._fetch(runs)):
-                at = bisect.bisect_left(self._pins_at, start)
-                self._pins_at.insert(at, start)
-                self._pins.insert(at, data)
+                self._keep_pinned(start, data)
+
+    def _keep_pinned(self, start: int, data: bytes) -> None:
+        at = bisect.bisect_left(self._pins_at, start)
+        self._pins_at.insert(at, start)
+        self._pins.insert(at, data)
+
+    def _cached(self, start: int, stop: int) -> Optional[bytes]:
+        """Bytes ``[start, stop)`` when the block cache holds every block of them, else None."""
+        parts = []
+        for b in self._blocks_of(start, stop):
+            data = self._blocks.get(b)
+            if data is None:
+                return None
+            first, _ = self._block_span(b)
+            parts.append(memoryview(data)[max(start, first) - first: min(stop, first + len(data)) - first])
+        return b"".join(parts)
 
     def _pinned(self, start: int, stop: int) -> Optional[memoryview]:
         at = bisect.bisect_right(self._pins_at, start) - 1
@@ -745,36 +804,85 @@ class RangeReader:
 
     def fill(self, targets: Sequence[tuple[int, int, Any]]) -> None:
         """Copy bytes ``[start, stop)`` of the file into ``destination`` (a writable buffer of
-        ``stop - start`` bytes) for each ``(start, stop, destination)``: through the block cache
-        when the whole is small, else fetched in merged runs and copied straight."""
+        ``stop - start`` bytes) for each ``(start, stop, destination)``: what the pinned ranges and
+        the block cache hold copied from them; the rest, if small and within about one block,
+        through the block cache, else fetched exactly in bounded runs (:meth:`_bounded_runs`) and
+        copied straight."""
         targets = [(start, stop, dest) for start, stop, dest in targets if stop > start]
         for start, stop, _ in targets:
             self._check(start, stop)
-        if not targets:
-            return
-        held = [(start, stop, dest) for start, stop, dest in targets if self._pinned(start, stop) is not None]
-        for start, stop, dest in held:
-            dest[:] = self._pinned(start, stop)
-        targets = [target for target in targets if self._pinned(target[0], target[1]) is None]
-        if not targets:
-            return
-        total = sum(stop - start for start, stop, _ in targets)
-        blocks = {b for start, stop, _ in targets for b in self._blocks_of(start, stop)}
-        if len(blocks) * self.block_size > 4 * total + self.block_size:  # blocks: mostly bytes not asked for
-            runs = self._runs([(start, stop) for start, stop, _ in targets], self.block_size // 16)
-            with self._lock:
-                answers = self._fetch(runs)
-            self._copy(targets, runs, answers)
-            return
         with self._lock:
-            if total <= self.cache_bytes // 4:
+            targets = self._take_held(targets)
+            if not targets:
+                return
+            total = sum(stop - start for start, stop, _ in targets)
+            blocks = {b for start, stop, _ in targets for b in self._blocks_of(start, stop)}
+            if self._small(total, len(blocks)):
                 self.prefetch([(start, stop) for start, stop, _ in targets])
                 for start, stop, dest in targets:
                     dest[:] = self.read(start, stop)
                 return
-            runs = self._runs([self._block_span(b) for b in sorted(blocks)])
+            runs = self._bounded_runs([(start, stop) for start, stop, _ in targets])
             answers = self._fetch(runs)
         self._copy(targets, runs, answers)
+
+    def _small(self, total: int, blocks: int) -> bool:
+        """Whether a fill of ``total`` bytes over ``blocks`` blocks goes through the block cache: under
+        a sixteenth of a block, its blocks mostly bytes it asks for or a single one, and a cache
+        that holds a block."""
+        return (total < self.block_size // 16 and blocks * self.block_size <= 4 * total + self.block_size
+                and self.cache_bytes >= self.block_size)
+
+    def _take_held(self, targets: list) -> list:
+        """``targets`` less what the pinned ranges and the cached blocks hold, which is copied into
+        their destinations now: the pieces still to fetch, as ``(start, stop, destination)``."""
+        rest = []
+        for start, stop, dest in targets:
+            pinned = self._pinned(start, stop)
+            if pinned is not None:
+                dest[:] = pinned
+                continue
+            rest.extend(self._from_blocks(start, stop, dest))
+        return rest
+
+    def _from_blocks(self, start: int, stop: int, dest) -> list:
+        """Bytes ``[start, stop)`` copied into ``dest`` from the cached blocks holding them; the
+        pieces no cached block holds, as ``(start, stop, part of dest)``."""
+        if not self._blocks:
+            return [(start, stop, dest)]
+        missing: list = []
+        for b in self._blocks_of(start, stop):
+            first, last = self._block_span(b)
+            low, high = max(start, first), min(stop, last)
+            data = self._blocks.get(b)
+            if data is not None:
+                dest[low - start: high - start] = memoryview(data)[low - first: high - first]
+            elif missing and missing[-1][1] == low:
+                missing[-1][1] = high
+            else:
+                missing.append([low, high])
+        return [(low, high, dest[low - start: high - start]) for low, high in missing]
+
+    def _bounded_runs(self, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """``spans`` as the ranges that fetch them: overlapping and touching spans joined, and the
+        next span joined over a gap while the run stays within ``1 / RUN_SLACK`` of the bytes it
+        holds plus one range's cost (:attr:`ByteSource.range_cost`): every run's bytes not asked
+        for are bounded by what asking for them separately would cost."""
+        cost = int(getattr(self.source, "range_cost", RANGE_COST))
+        runs: list[list[int]] = []  # [start, stop, bytes asked]
+        for start, stop in sorted(spans):
+            if runs:
+                run = runs[-1]
+                if start <= run[1]:
+                    run[2] += max(0, stop - run[1])
+                    run[1] = max(run[1], stop)
+                    continue
+                asked = run[2] + stop - start
+                if (stop - run[0]) - asked <= asked // RUN_SLACK + cost:
+                    run[1], run[2] = stop, asked
+                    continue
+            runs.append([start, stop, stop - start])
+        return [(start, stop) for start, stop, _ in runs]
 
     @staticmethod
     def _copy(targets, runs, answers) -> None:
@@ -811,9 +919,11 @@ class SourceView:
 
 
 def _subtract(have: list[tuple[int, int]], start: int, stop: int) -> list[tuple[int, int]]:
-    """The parts of ``[start, stop)`` not in the sorted disjoint spans ``have``."""
+    """The parts of ``[start, stop)`` not in the sorted disjoint spans ``have`` (those ending before
+    ``start`` skipped by bisection: a box read of many rows asks this for each row)."""
     missing, at = [], start
-    for first, last in have:
+    skip = bisect.bisect_right(have, (start, start)) - 1  # the last span starting at or before start
+    for first, last in have[max(skip, 0):]:
         if last <= at:
             continue
         if first >= stop:
@@ -835,10 +945,6 @@ def merged_spans(spans) -> list[tuple[int, int]]:
         else:
             merged.append([first, last])
     return [(a, b) for a, b in merged]
-
-
-def _add(have: list[tuple[int, int]], start: int, stop: int) -> list[tuple[int, int]]:
-    return merged_spans(have + [(start, stop)])
 
 
 class SourcedBuffers:
@@ -884,8 +990,10 @@ class SourcedBuffers:
                 out.append((offset + first, offset + last, (self, index, first, last)))
         return out
 
-    def _filled(self, index: int, first: int, last: int) -> None:
-        self._have[index] = _add(self._have[index], first, last)
+    def _filled(self, index: int, spans: list[tuple[int, int]]) -> None:
+        """Note the byte spans ``(first, last)`` of buffer ``index`` as held (all at once: a box of
+        many rows adds thousands)."""
+        self._have[index] = merged_spans(self._have[index] + spans)
 
     def ensure(self, spans) -> None:
         """Fetch the spans ``(buffer, start, stop)`` not held yet (one batch of requests)."""
@@ -912,8 +1020,11 @@ def fill_all(requests) -> None:
                 continue
             reader.fill([(start, stop, buffers.views()[index][first:last])
                          for start, stop, (buffers, index, first, last) in wants])
+            filled: dict[tuple[int, int], tuple] = {}
             for _, _, (buffers, index, first, last) in wants:
-                buffers._filled(index, first, last)
+                filled.setdefault((id(buffers), index), (buffers, []))[1].append((first, last))
+            for (_, index), (buffers, spans) in filled.items():
+                buffers._filled(index, spans)
 
 
 def _reopen_buffers(ref: SourceRef, ranges) -> SourcedBuffers:

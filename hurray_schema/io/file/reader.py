@@ -27,7 +27,7 @@ from typing import Iterator, Optional
 import numpy as np
 
 from ..._deprecation import deprecated
-from ...errors import ClosedFileError, HurraySchemaError
+from ...errors import ClosedFileError, HurraySchemaError, NoSuchItem, NotAnArray
 from ...limits import Limits, resolve_limits
 from ...model import CompositionRule, TensorDescriptor
 from ...rules.composite import CompositeBinder
@@ -167,24 +167,27 @@ class HurrayFile(Mapping):
             raise
 
     def _prefetch_sections(self, sources) -> None:
-        """The bytes the walk will read, fetched in as few requests as the layout allows: the file's
-        tail (the trailer, and the index and KV section when they fit: :func:`~.source.tail_bytes`),
-        then the header and every descriptor the index locates (no rule checked here: the walk checks
-        them), fetched exactly (:meth:`~.source.RangeReader.pin`), in one batch."""
+        """The bytes the walk will read, fetched in as few requests as the layout allows, each exactly
+        (:meth:`~.source.RangeReader.pin`: no block rounding, so no tensor's data comes along but
+        those of a few KiB between descriptors): the file's tail (the trailer, and the index and KV
+        section when they fit: :func:`~.source.tail_bytes`), the index if it lies elsewhere, then
+        the header, the KV section and every descriptor the index locates, in one batch.  No rule is
+        checked here (the walk checks them); a section over its budget is not fetched (the walk
+        refuses it)."""
         reader, size = self._reader, self._reader.size
-        reader.prefetch([(size - sources.tail_bytes(size, reader.block_size), size)])
+        reader.pin([(size - sources.tail_bytes(size, reader.block_size), size)])
         if size < FILE_HEADER_SIZE + TRAILER_SIZE:
             return
         trailer, _ = _TRAILER.unpack(reader.read(size - TRAILER_SIZE, size), 0)
+        kv_at, kv_length = trailer["kv_offset"], trailer["kv_length"]
         hints = [(0, FILE_HEADER_SIZE)]
+        if 0 <= kv_at < kv_at + kv_length <= size - TRAILER_SIZE and kv_length <= self.limits.max_kv_bytes:
+            hints.append((kv_at, kv_at + kv_length))
         index_at, index_length = trailer["index_offset"], trailer["index_length"]
-        sections = [(trailer[f"{name}_offset"], trailer[f"{name}_offset"] + trailer[f"{name}_length"])
-                    for name in ("kv", "index")]
-        sections = [(start, stop) for start, stop in sections if 0 <= start < stop <= size - TRAILER_SIZE]
-        reader.prefetch(sections)
         if not 0 <= index_at < index_at + index_length <= size - TRAILER_SIZE or index_length > self.limits.max_index_bytes:
             reader.pin(hints)
             return
+        reader.pin([(index_at, index_at + index_length)])
         index = memoryview(reader.read(index_at, index_at + index_length))
         for part in walk_index(index, 0):
             if part.kind == ENTRY:
@@ -528,13 +531,44 @@ class HurrayFile(Mapping):
         """``(file offset, byte size)`` of each buffer of the non-head entry ``name``."""
         return tuple((int(offset), int(size)) for offset, size in self._check(name)[1])
 
+    def shard(self, name: str, *, rank, of, dim=0, limits: Optional[Limits] = None):
+        """The array of the box rank ``rank`` of ``of`` reads of item ``name`` (a top-level item or a
+        member), cut along ``dim`` by :func:`numpy.array_split`'s rule (:mod:`..shards`): of a
+        partition, only the members that meet the box are read, each over its part of the box
+        (their descriptors were read at open); of a tensor or an overlay, the box as their
+        :meth:`~..tensor.Tensor.read` reads it.  The same for a local file, mapped or not, and a
+        URL (its byte ranges fetched: :attr:`bytes_fetched`).  A group has no one array:
+        :class:`~hurray_schema.errors.NotAnArray` naming its members; a name the file lacks
+        :class:`~hurray_schema.errors.NoSuchItem`; a bad rank, count or dimension
+        :class:`~hurray_schema.errors.IndexRangeError` / ``IndexTypeError``."""
+        return self._array_item(name).shard(rank=rank, of=of, dim=dim, limits=limits)
+
+    def shard_box(self, name: str, *, rank, of, dim=0):
+        """The :class:`~..shards.ShardBox` (``offset``, ``shape``) :meth:`shard` reads; nothing is read."""
+        return self._array_item(name).shard_box(rank=rank, of=of, dim=dim)
+
+    def _array_item(self, name: str) -> Item:
+        """Item ``name`` (any entry), which must have one array: NoSuchItem when the file has no entry
+        by that name, NotAnArray naming the members of a group."""
+        try:
+            item = self.get_item(name)
+        except KeyError:
+            raise NoSuchItem(f"{self.path or 'the file'} has no tensor, composite or member named {name!r}") from None
+        if isinstance(item, Composite) and item.rule == CompositionRule.GROUP:
+            members = ", ".join(repr(member.name) for member in item.members)
+            raise NotAnArray(f"{name!r} is a group, not one array; read its members one by one: {members}")
+        return item
+
     def to_dask(self, name: str, chunks=None, *, chunk_bytes=None, limits=None):
         """Item ``name`` (or any member entry) as a lazy ``dask.array.Array`` (a tuple for a
         group; the ``[dask]`` extra) whose tasks map this file by path and read their buffers'
         byte ranges: the graph holds descriptors and offsets, no data
         (:func:`hurray_schema.evaluate.dask_graph.to_dask`); for a URL (or a path read with
         ``mmap=False``), tasks that fetch their own byte ranges (:class:`~.source.RemoteBuffers`).
-        ``f[name].to_dask()`` is the same graph."""
+        ``f[name].to_dask()`` is the same graph.  A partition without ``chunks=`` or
+        ``chunk_bytes=`` is chunked along its members: one chunk per member where the members
+        form a grid; otherwise at every member edge, each chunk inside one member (a member
+        spanning several cells is read as several chunks)."""
         from ...evaluate.dask_graph import to_dask
 
         item = self[name] if name in self else self.tensor_of(self.descriptor(name), name)
