@@ -323,3 +323,25 @@ def test_a_metadata_past_its_budget_is_not_read(checkpoint):
 def test_a_folder_without_metadata_is_a_typed_error(tmp_path):
     with pytest.raises(HurraySchemaError, match=".metadata"):
         hs.convert(tmp_path, tmp_path / "out.hrry")
+
+
+def test_a_pickle_cannot_change_a_stand_in():
+    """BUILD on an allowed callable (``torch.Size``) would set its attributes: refused, and the
+    stand-in still works afterwards."""
+    from hurray_schema.conversion.dcp_pickle import METADATA_GLOBALS, load_metadata
+
+    hostile = b"\x80\x02ctorch\nSize\n}X\x05\x00\x00\x00checkK\x01sb."
+    with pytest.raises(DcpError, match="cannot be given a state"):
+        load_metadata(hostile, "hostile.metadata")
+    assert METADATA_GLOBALS[("torch", "Size")]([2, 3]) == (2, 3)
+
+
+def test_a_value_sharing_its_parts_at_every_level_is_refused():
+    """Forty levels each holding the level below twice: a few hundred bytes of pickle, 2**40 nodes to walk."""
+    from hurray_schema.conversion.dcp_pickle import load_value
+
+    value: list = []
+    for _ in range(40):
+        value = [value, value]
+    with pytest.raises(DcpError, match="nests deeper|shares more parts"):
+        load_value(pickle.dumps(value, protocol=2), "shared.pkl")
