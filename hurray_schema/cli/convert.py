@@ -1,5 +1,5 @@
-"""``hurray-schema convert SOURCE DESTINATION``: safetensors or GGUF into Hurray, Hurray into
-safetensors, by :func:`hurray_schema.conversion.convert`, whose report is printed (``--json``: as
+"""``hurray-schema convert SOURCE DESTINATION``: safetensors, GGUF or a PyTorch Distributed
+Checkpoint folder into Hurray, Hurray into safetensors, by :func:`hurray_schema.conversion.convert`, whose report is printed (``--json``: as
 its JSON object, schema ``hurray-schema/convert/1``)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from .common import Bytes, fail, progress_threshold
 
 
 @click.command()
-@click.argument("source", type=click.Path(dir_okay=False, exists=True))
+@click.argument("source", type=click.Path(exists=True))
 @click.argument("destination", type=click.Path(dir_okay=False))
 @click.option("--to", "to", type=click.Choice(["hurray", "safetensors"]), default=None,
               help="Output format (default: from DESTINATION's extension, .safetensors or else Hurray).")
@@ -37,11 +37,15 @@ from .common import Bytes, fail, progress_threshold
 @click.option("--verify", is_flag=True, help="Decode every output tensor and measure it against the input's values.")
 @click.option("--memory", "memory", type=Bytes(), default=None,
               help="Converted bytes held in memory before the rest waits in a temporary file (default 1G).")
+@click.option("--no-validate", "no_validate", is_flag=True,
+              help="Write the file without the strict rules (a checkpoint whose chunks do not tile a tensor: "
+                   "`audit` then names the partition rule).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 def convert(source: str, destination: str, to: Optional[str], dequantize: bool, requantize: Optional[str],
             quantize: Optional[str], spqr: Optional[float], partition: Optional[str], select: tuple,
-            verify: bool, memory: Optional[int], as_json: bool) -> None:
-    """Convert SOURCE (safetensors, GGUF or Hurray) into DESTINATION (Hurray, or safetensors from Hurray).
+            verify: bool, memory: Optional[int], no_validate: bool, as_json: bool) -> None:
+    """Convert SOURCE (safetensors, GGUF, Hurray, or a folder saved by torch.distributed.checkpoint)
+    into DESTINATION (Hurray, or safetensors from Hurray).
 
     Prints a report per tensor: name, type in and out, bytes in and out, max absolute error and
     relative Frobenius error of the decoded values against the input's.  DESTINATION is replaced
@@ -52,7 +56,8 @@ def convert(source: str, destination: str, to: Optional[str], dequantize: bool, 
         try:
             report = run(source, destination, to=to, dequantize=dequantize, requantize=requantize,
                          quantize=quantize, spqr=spqr, partition=partition, select=select, verify=verify,
-                         memory=DEFAULT_MEMORY if memory is None else memory, progress=progress)
+                         memory=DEFAULT_MEMORY if memory is None else memory, progress=progress,
+                         validate=not no_validate)
         except (HurraySchemaError, OSError) as exc:
             fail(f"{source}: {exc}" if str(source) not in str(exc) else str(exc))
     click.echo(json.dumps(report.to_json(), indent=2) if as_json else report.text())
@@ -61,10 +66,11 @@ def convert(source: str, destination: str, to: Optional[str], dequantize: bool, 
 @contextlib.contextmanager
 def _convert_progress(source: str):
     """A progress callback drawing click's bar on stderr for a large input on a terminal, else None."""
-    if os.path.getsize(source) < progress_threshold() or not sys.stderr.isatty():
+    size = _input_bytes(source)
+    if size < progress_threshold() or not sys.stderr.isatty():
         yield None
         return
-    with click.progressbar(length=os.path.getsize(source), label="converting", file=sys.stderr) as bar:
+    with click.progressbar(length=size, label="converting", file=sys.stderr) as bar:
         state = {"done": 0}
 
         def advance(done: int, total: int) -> None:
@@ -73,3 +79,11 @@ def _convert_progress(source: str):
             state["done"] = done
 
         yield advance
+
+
+def _input_bytes(source: str) -> int:
+    """The size of the input: a file's, or the sum of a checkpoint folder's files."""
+    if not os.path.isdir(source):
+        return os.path.getsize(source)
+    with os.scandir(source) as entries:
+        return sum(entry.stat().st_size for entry in entries if entry.is_file())

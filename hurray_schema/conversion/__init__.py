@@ -1,14 +1,19 @@
-"""Conversion between Hurray files and the formats models ship in: safetensors and GGUF.
+"""Conversion between Hurray files and the formats models ship in: safetensors, GGUF and PyTorch
+Distributed Checkpoints.
 
-:func:`convert` reads safetensors (through the ``safetensors`` package) or GGUF (through the
-``gguf`` package's ``GGUFReader``) and writes a ``.hrry`` file, or reads a ``.hrry`` file and
-writes safetensors; it returns a :class:`ConvertReport` with a row per tensor.
+:func:`convert` reads safetensors (through the ``safetensors`` package), GGUF (through the
+``gguf`` package's ``GGUFReader``) or a DCP folder (without torch: :mod:`.dcp_format`) and writes
+a ``.hrry`` file, or reads a ``.hrry`` file and writes safetensors; it returns a
+:class:`ConvertReport` with a row per tensor.
 
 * safetensors -> Hurray: names, shapes and dtypes kept (:data:`.safetensors_format.SAFETENSORS_TYPES`),
   ``__metadata__`` into the KV section; bool packed 8 to a byte (``element-types.md § Boolean Type``).
 * GGUF -> Hurray: dense types as byte copies, the scale-times-integer block types as per-block
   affine tensors that decode to GGUF's float32 values bit for bit (:mod:`.gguf_blocks`), the rest
   refused unless ``dequantize`` (float32, exact) or ``requantize`` is given.
+* DCP -> Hurray: a tensor saved in N chunks as a partition composite of N members (one chunk
+  covering it: a plain tensor), the chunks' bytes as saved; non-tensor entries into the KV
+  section; both pickles read by allow-list unpicklers of stand-ins (:mod:`.dcp_pickle`).
 * Hurray -> safetensors: every tensor decoded, partitions and overlays merged, groups opened into
   their members' names (as :func:`hurray_schema.load` names them).
 
@@ -21,7 +26,8 @@ file after every descriptor passed the strict rules, :func:`hurray_schema.write_
 The modules: :mod:`.run` (:func:`convert`, the formats), :mod:`.options`, :mod:`.into_hurray`
 and :mod:`.into_safetensors` (the two pipelines), :mod:`.measure` (a tensor's form and how far
 its values moved), :mod:`.spill` (buffers waiting for the writer), :mod:`.report`; the formats
-read in :mod:`.safetensors_format`, :mod:`.gguf_format` and :mod:`.gguf_blocks`.
+read in :mod:`.safetensors_format`, :mod:`.gguf_format`, :mod:`.gguf_blocks`, :mod:`.dcp_format` and
+:mod:`.dcp_pickle`.
 
 The ``safetensors`` and ``gguf`` packages are imported only when a file of theirs is read
 (the ``[safetensors]`` and ``[gguf]`` extras).

@@ -1,4 +1,4 @@
-"""safetensors or GGUF into Hurray: each input tensor converted on its own (stored as it is,
+"""safetensors, GGUF or a PyTorch Distributed Checkpoint into Hurray: each input tensor converted on its own (stored as it is,
 re-packed, dequantized, requantized, quantized, SpQR'd or partitioned as the options say),
 measured, kept for the writer (:class:`~.spill.Spill`), then the file written once, replacing
 ``dst`` only after every descriptor passed the strict rules (:func:`hurray_schema.write_file`)."""
@@ -20,10 +20,12 @@ __all__ = ["into_hurray"]
 
 
 def into_hurray(src: str, dst: str, source_format: str, options: ConvertOptions, memory: int,
-                progress) -> ConvertReport:
-    """Convert the safetensors or GGUF file ``src`` into the Hurray file ``dst``; converted
-    buffers beyond ``memory`` bytes wait in a temporary file; ``progress(done, total)`` after
-    each tensor, in input bytes."""
+                progress, validate: bool = True) -> ConvertReport:
+    """Convert the safetensors or GGUF file or the DCP folder ``src`` into the Hurray file
+    ``dst``; converted buffers beyond ``memory`` bytes wait in a temporary file;
+    ``progress(done, total)`` after each tensor, in input bytes.  ``validate=False`` writes
+    without the strict rules (:func:`hurray_schema.write_file`): a DCP checkpoint whose chunks
+    do not tile a tensor is written as it is, for :func:`hurray_schema.audit` to report."""
     from ..io import write_file
 
     metadata, sources, keep_open = _read_source(src, source_format)
@@ -40,7 +42,7 @@ def into_hurray(src: str, dst: str, source_format: str, options: ConvertOptions,
             done += source.bytes_in
             if progress is not None:
                 progress(done, total)
-        write_file(dst, items, metadata=metadata or None)
+        write_file(dst, items, metadata=metadata or None, validate=validate)
     finally:
         items.clear()
         spill.close()
@@ -49,6 +51,10 @@ def into_hurray(src: str, dst: str, source_format: str, options: ConvertOptions,
 
 
 def _read_source(src: str, source_format: str):
+    if source_format == "dcp":
+        from .dcp_format import read_dcp
+
+        return read_dcp(src)
     if source_format == "gguf":
         from .gguf_format import read_gguf
 

@@ -14,21 +14,27 @@ from .report import ConvertReport
 
 __all__ = ["convert", "detect_format", "FORMATS", "DEFAULT_MEMORY"]
 
-FORMATS = ("hurray", "safetensors", "gguf")
+FORMATS = ("hurray", "safetensors", "gguf", "dcp")
 
 DEFAULT_MEMORY = 1 << 30
 """Bytes of converted buffers held in memory before the rest waits in a temporary file."""
 
 
 def detect_format(path, *, output: bool = False) -> str:
-    """"hurray", "safetensors" or "gguf": an input by its first bytes (then its extension), an
-    output by its extension (.safetensors, .gguf; anything else is a Hurray file)."""
+    """"hurray", "safetensors", "gguf" or "dcp": an input by its first bytes (then its extension),
+    a folder holding a ``.metadata`` as a PyTorch Distributed Checkpoint; an output by its
+    extension (.safetensors, .gguf; anything else is a Hurray file)."""
     from ..structs.file import FILE_MAGIC
+    from .dcp_format import is_dcp_folder
     from .gguf_format import GGUF_MAGIC
 
     ext = os.path.splitext(os.fspath(path))[1].lower()
     if output:
         return {".safetensors": "safetensors", ".gguf": "gguf"}.get(ext, "hurray")
+    if os.path.isdir(path):
+        if is_dcp_folder(path):
+            return "dcp"
+        raise HurraySchemaError(f"{path}: a folder without a .metadata file (a PyTorch Distributed Checkpoint's)")
     with open(path, "rb") as f:
         head = f.read(len(FILE_MAGIC))
     if head.startswith(GGUF_MAGIC):
@@ -43,12 +49,20 @@ def detect_format(path, *, output: bool = False) -> str:
 def convert(src, dst, *, to: Optional[str] = None, dequantize: bool = False, requantize=None, quantize=None,
             spqr: Optional[float] = None, partition=None, select: Optional[Sequence[str]] = None,
             verify: bool = False, memory: int = DEFAULT_MEMORY,
-            progress: Optional[Callable[[int, int], None]] = None) -> ConvertReport:
+            progress: Optional[Callable[[int, int], None]] = None, validate: bool = True) -> ConvertReport:
     """Convert the file ``src`` into ``dst`` and return the per-tensor report.
 
-    ``src``: safetensors, GGUF or Hurray (recognised by its first bytes); ``dst``: Hurray, or
-    safetensors when ``to="safetensors"`` or its name ends in ``.safetensors`` (from a Hurray
-    file only).
+    ``src``: safetensors, GGUF or Hurray (recognised by its first bytes), or a folder saved by
+    ``torch.distributed.checkpoint.save`` (read without torch, :mod:`.dcp_format`); ``dst``:
+    Hurray, or safetensors when ``to="safetensors"`` or its name ends in ``.safetensors`` (from a
+    Hurray file only).
+
+    A DCP tensor saved in several chunks becomes a partition composite, one member per distinct
+    chunk.  If its chunks leave a gap or overlap, the strict writer refuses the file with the
+    partition rule's :class:`~hurray_schema.errors.SpecViolation`
+    (``composite.close.partition_gap`` / ``composite.close.partition_overlap``) and writes
+    nothing; ``validate=False`` writes it anyway (no rule is checked), for
+    :func:`hurray_schema.audit` to report.
 
     GGUF types without an exact Hurray form are refused with :class:`NoExactForm` naming the
     tensor and its type, unless ``dequantize=True`` (stored as float32: gguf-py's values,
@@ -69,7 +83,7 @@ def convert(src, dst, *, to: Optional[str] = None, dequantize: bool = False, req
     Every error is a :class:`~hurray_schema.errors.HurraySchemaError`; on error nothing is
     written (the previous ``dst``, if any, is untouched)."""
     src, dst = os.fspath(src), os.fspath(dst)
-    if not os.path.isfile(src):
+    if not os.path.isfile(src) and not os.path.isdir(src):
         raise HurraySchemaError(f"{src}: no such file")
     source_format = detect_format(src)
     target = to or detect_format(dst, output=True)
@@ -83,6 +97,6 @@ def convert(src, dst, *, to: Optional[str] = None, dequantize: bool = False, req
             raise HurraySchemaError("quantize, spqr, partition and requantize apply on the way into Hurray")
         return into_safetensors(src, dst, progress)
     if target != "hurray" or source_format == "hurray":
-        raise HurraySchemaError(f"{source_format} -> {target} is not a conversion here: safetensors or GGUF "
-                                "into Hurray, Hurray into safetensors")
-    return into_hurray(src, dst, source_format, options, memory, progress)
+        raise HurraySchemaError(f"{source_format} -> {target} is not a conversion here: safetensors, GGUF or "
+                                "DCP into Hurray, Hurray into safetensors")
+    return into_hurray(src, dst, source_format, options, memory, progress, validate=bool(validate))
