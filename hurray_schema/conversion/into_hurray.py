@@ -1,7 +1,8 @@
-"""safetensors or GGUF into Hurray: each input tensor converted on its own (stored as it is,
-re-packed, dequantized, requantized, quantized, SpQR'd or partitioned as the options say),
-measured, kept for the writer (:class:`~.spill.Spill`), then the file written once, replacing
-``dst`` only after every descriptor passed the strict rules (:func:`hurray_schema.write_file`)."""
+"""safetensors (a file or a Hugging Face folder of shards, :mod:`.hf_folder`) or GGUF into Hurray:
+each input tensor converted on its own (stored as it is, re-packed, dequantized, requantized,
+quantized, SpQR'd or partitioned as the options say), measured, kept for the writer
+(:class:`~.spill.Spill`), then the file written once, replacing ``dst`` only after every
+descriptor passed the strict rules (:func:`hurray_schema.write_file`)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ __all__ = ["into_hurray"]
 
 def into_hurray(src: str, dst: str, source_format: str, options: ConvertOptions, memory: int,
                 progress) -> ConvertReport:
-    """Convert the safetensors or GGUF file ``src`` into the Hurray file ``dst``; converted
-    buffers beyond ``memory`` bytes wait in a temporary file; ``progress(done, total)`` after
+    """Convert the safetensors or GGUF file (or model folder) ``src`` into the Hurray file ``dst``;
+    converted buffers beyond ``memory`` bytes wait in a temporary file; ``progress(done, total)`` after
     each tensor, in input bytes."""
     from ..io import write_file
 
@@ -49,6 +50,11 @@ def into_hurray(src: str, dst: str, source_format: str, options: ConvertOptions,
 
 
 def _read_source(src: str, source_format: str):
+    """(KV metadata, the tensors, what keeps their bytes mapped) of the input."""
+    if source_format == "hf":
+        from .hf_folder import read_folder
+
+        return read_folder(src)
     if source_format == "gguf":
         from .gguf_format import read_gguf
 
