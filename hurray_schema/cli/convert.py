@@ -1,6 +1,7 @@
-"""``hurray-schema convert SOURCE DESTINATION``: safetensors, GGUF or a PyTorch Distributed
-Checkpoint folder into Hurray, Hurray into safetensors, by :func:`hurray_schema.conversion.convert`, whose report is printed (``--json``: as
-its JSON object, schema ``hurray-schema/convert/1``)."""
+"""``hurray-schema convert SOURCE DESTINATION``: safetensors (a file or a Hugging Face model folder),
+GGUF or a PyTorch Distributed Checkpoint folder into Hurray, Hurray into safetensors or a model
+folder, by :func:`hurray_schema.conversion.convert`, whose report is printed (``--json``: as its JSON
+object, schema ``hurray-schema/convert/1``)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,12 @@ from .common import Bytes, fail, progress_threshold
 
 @click.command()
 @click.argument("source", type=click.Path(exists=True))
-@click.argument("destination", type=click.Path(dir_okay=False))
-@click.option("--to", "to", type=click.Choice(["hurray", "safetensors"]), default=None,
-              help="Output format (default: from DESTINATION's extension, .safetensors or else Hurray).")
+@click.argument("destination", type=click.Path())
+@click.option("--to", "to", type=click.Choice(["hurray", "safetensors", "hf"]), default=None,
+              help="Output format (default: a model folder (hf) with --max-shard-size or when DESTINATION is an "
+                   "existing folder, else from DESTINATION's extension, .safetensors or else Hurray).")
+@click.option("--max-shard-size", "max_shard_size", type=Bytes(), default=None,
+              help="Into a model folder: the largest shard, as huggingface_hub cuts them (e.g. 2GB; default 5GB).")
 @click.option("--dequantize", is_flag=True,
               help="Store GGUF tensors that have no exact Hurray form (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K, IQ2/IQ3/IQ1 "
                    "...) decoded, as float32 (exact).")
@@ -43,9 +47,11 @@ from .common import Bytes, fail, progress_threshold
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 def convert(source: str, destination: str, to: Optional[str], dequantize: bool, requantize: Optional[str],
             quantize: Optional[str], spqr: Optional[float], partition: Optional[str], select: tuple,
-            verify: bool, memory: Optional[int], no_validate: bool, as_json: bool) -> None:
-    """Convert SOURCE (safetensors, GGUF, Hurray, or a folder saved by torch.distributed.checkpoint)
-    into DESTINATION (Hurray, or safetensors from Hurray).
+            verify: bool, memory: Optional[int], max_shard_size: Optional[int], no_validate: bool,
+            as_json: bool) -> None:
+    """Convert SOURCE (safetensors, GGUF, Hurray, a Hugging Face model folder or its
+    model.safetensors.index.json, or a folder saved by torch.distributed.checkpoint) into
+    DESTINATION (Hurray; from Hurray, safetensors or a model folder of shards and their index).
 
     Prints a report per tensor: name, type in and out, bytes in and out, max absolute error and
     relative Frobenius error of the decoded values against the input's.  DESTINATION is replaced
@@ -56,8 +62,8 @@ def convert(source: str, destination: str, to: Optional[str], dequantize: bool, 
         try:
             report = run(source, destination, to=to, dequantize=dequantize, requantize=requantize,
                          quantize=quantize, spqr=spqr, partition=partition, select=select, verify=verify,
-                         memory=DEFAULT_MEMORY if memory is None else memory, progress=progress,
-                         validate=not no_validate)
+                         memory=DEFAULT_MEMORY if memory is None else memory, max_shard_size=max_shard_size,
+                         progress=progress, validate=not no_validate)
         except (HurraySchemaError, OSError) as exc:
             fail(f"{source}: {exc}" if str(source) not in str(exc) else str(exc))
     click.echo(json.dumps(report.to_json(), indent=2) if as_json else report.text())
@@ -82,7 +88,7 @@ def _convert_progress(source: str):
 
 
 def _input_bytes(source: str) -> int:
-    """The size of the input: a file's, or the sum of a checkpoint folder's files."""
+    """The size of the input: a file's, or the sum of the files at the top of an input folder."""
     if not os.path.isdir(source):
         return os.path.getsize(source)
     with os.scandir(source) as entries:

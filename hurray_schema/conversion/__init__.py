@@ -16,6 +16,9 @@ a ``.hrry`` file, or reads a ``.hrry`` file and writes safetensors; it returns a
   section; both pickles read by allow-list unpicklers of stand-ins (:mod:`.dcp_pickle`).
 * Hurray -> safetensors: every tensor decoded, partitions and overlays merged, groups opened into
   their members' names (as :func:`hurray_schema.load` names them).
+* A Hugging Face model folder (``model.safetensors.index.json`` and its shards) -> Hurray, every
+  shard read as one safetensors file, the index checked against them, tied weights stored once
+  (:mod:`.hf_folder`); Hurray -> a folder, sharded as huggingface_hub shards (:mod:`.into_folder`).
 
 Each tensor is converted on its own; converted buffers beyond ``memory`` bytes wait in a
 temporary file beside the output rather than in memory, input bytes stored as they are
@@ -23,14 +26,14 @@ stay in the input's memory map, and GGUF Q4_0 tensors are re-packed from that ma
 the output is written (:class:`~hurray_schema.io.tensor.ProducedTensor`).  The output replaces ``dst`` only once complete (a Hurray
 file after every descriptor passed the strict rules, :func:`hurray_schema.write_file`).
 
-The modules: :mod:`.run` (:func:`convert`, the formats), :mod:`.options`, :mod:`.into_hurray`
-and :mod:`.into_safetensors` (the two pipelines), :mod:`.measure` (a tensor's form and how far
-its values moved), :mod:`.spill` (buffers waiting for the writer), :mod:`.report`; the formats
-read in :mod:`.safetensors_format`, :mod:`.gguf_format`, :mod:`.gguf_blocks`, :mod:`.dcp_format` and
-:mod:`.dcp_pickle`.
+The modules: :mod:`.run` (:func:`convert`, the formats), :mod:`.options`, :mod:`.into_hurray`,
+:mod:`.into_safetensors` and :mod:`.into_folder` (the pipelines), :mod:`.measure` (a tensor's form
+and how far its values moved), :mod:`.spill` (buffers waiting for the writer), :mod:`.report`; the
+formats read in :mod:`.safetensors_format`, :mod:`.hf_folder`, :mod:`.gguf_format`,
+:mod:`.gguf_blocks`, :mod:`.dcp_format` and :mod:`.dcp_pickle`.
 
 The ``safetensors`` and ``gguf`` packages are imported only when a file of theirs is read
-(the ``[safetensors]`` and ``[gguf]`` extras).
+(the ``[safetensors]`` and ``[gguf]`` extras); neither torch nor transformers is ever imported.
 """
 
 from __future__ import annotations

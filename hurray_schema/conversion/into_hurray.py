@@ -1,4 +1,5 @@
-"""safetensors, GGUF or a PyTorch Distributed Checkpoint into Hurray: each input tensor converted on its own (stored as it is,
+"""safetensors (a file or a Hugging Face folder of shards, :mod:`.hf_folder`), GGUF or a PyTorch
+Distributed Checkpoint into Hurray: each input tensor converted on its own (stored as it is,
 re-packed, dequantized, requantized, quantized, SpQR'd or partitioned as the options say),
 measured, kept for the writer (:class:`~.spill.Spill`), then the file written once, replacing
 ``dst`` only after every descriptor passed the strict rules (:func:`hurray_schema.write_file`)."""
@@ -21,8 +22,8 @@ __all__ = ["into_hurray"]
 
 def into_hurray(src: str, dst: str, source_format: str, options: ConvertOptions, memory: int,
                 progress, validate: bool = True) -> ConvertReport:
-    """Convert the safetensors or GGUF file or the DCP folder ``src`` into the Hurray file
-    ``dst``; converted buffers beyond ``memory`` bytes wait in a temporary file;
+    """Convert the safetensors or GGUF file, the model folder or the DCP folder ``src`` into the
+    Hurray file ``dst``; converted buffers beyond ``memory`` bytes wait in a temporary file;
     ``progress(done, total)`` after each tensor, in input bytes.  ``validate=False`` writes
     without the strict rules (:func:`hurray_schema.write_file`): a DCP checkpoint whose chunks
     do not tile a tensor is written as it is, for :func:`hurray_schema.audit` to report."""
@@ -51,10 +52,15 @@ def into_hurray(src: str, dst: str, source_format: str, options: ConvertOptions,
 
 
 def _read_source(src: str, source_format: str):
+    """(KV metadata, the tensors, what keeps their bytes mapped) of the input."""
     if source_format == "dcp":
         from .dcp_format import read_dcp
 
         return read_dcp(src)
+    if source_format == "hf":
+        from .hf_folder import read_folder
+
+        return read_folder(src)
     if source_format == "gguf":
         from .gguf_format import read_gguf
 

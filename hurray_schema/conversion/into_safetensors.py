@@ -10,7 +10,7 @@ from ..errors import HurraySchemaError
 from .measure import decoded, describe, stored_bytes
 from .report import ConvertReport, TensorReport
 
-__all__ = ["into_safetensors"]
+__all__ = ["into_safetensors", "named_arrays"]
 
 
 def into_safetensors(src: str, dst: str, progress) -> ConvertReport:
@@ -21,7 +21,7 @@ def into_safetensors(src: str, dst: str, progress) -> ConvertReport:
     from .safetensors_format import write_safetensors
 
     with read_file(src) as container:
-        leaves = list(_leaves(container))
+        leaves = list(named_arrays(container))
         names = [name for name, _ in leaves]
         if len(set(names)) != len(names):
             raise HurraySchemaError(f"{src}: two arrays would share a name in safetensors")
@@ -42,7 +42,7 @@ def into_safetensors(src: str, dst: str, progress) -> ConvertReport:
     return ConvertReport(src, dst, "hurray", "safetensors", tuple(rows))
 
 
-def _leaves(container):
+def named_arrays(container):
     """(name, item) of every array of a Hurray file, groups opened into their members (as
     :func:`hurray_schema.load` names them)."""
     from ..io import Composite

@@ -1,5 +1,5 @@
 """:func:`convert`: the formats told apart (:func:`detect_format`), the options checked, then one of
-the two pipelines run -- :mod:`.into_hurray` or :mod:`.into_safetensors`."""
+the pipelines run -- :mod:`.into_hurray`, :mod:`.into_safetensors` or :mod:`.into_folder`."""
 
 from __future__ import annotations
 
@@ -8,33 +8,42 @@ from typing import Callable, Optional, Sequence
 
 from ..errors import HurraySchemaError
 from .into_hurray import into_hurray
+from .into_folder import into_folder, resolve_shard_size
 from .into_safetensors import into_safetensors
 from .options import ConvertOptions, grid_option, scheme_option
 from .report import ConvertReport
 
 __all__ = ["convert", "detect_format", "FORMATS", "DEFAULT_MEMORY"]
 
-FORMATS = ("hurray", "safetensors", "gguf", "dcp")
+FORMATS = ("hurray", "safetensors", "gguf", "hf", "dcp")
+"""The formats: ``hf`` is a Hugging Face model folder (safetensors shards and their index), ``dcp``
+a PyTorch Distributed Checkpoint folder (an input only)."""
 
 DEFAULT_MEMORY = 1 << 30
 """Bytes of converted buffers held in memory before the rest waits in a temporary file."""
 
 
 def detect_format(path, *, output: bool = False) -> str:
-    """"hurray", "safetensors", "gguf" or "dcp": an input by its first bytes (then its extension),
-    a folder holding a ``.metadata`` as a PyTorch Distributed Checkpoint; an output by its
-    extension (.safetensors, .gguf; anything else is a Hurray file)."""
+    """"hurray", "safetensors", "gguf", "hf" or "dcp": an input folder holding a ``.metadata`` is a
+    PyTorch Distributed Checkpoint ("dcp"), any other input folder or index file (``*.index.json``)
+    "hf", any other input is told by its first bytes (then its extension); an output that is an
+    existing folder or ends with a path separator is "hf", any other is told by its extension
+    (.safetensors, .gguf; anything else is a Hurray file)."""
     from ..structs.file import FILE_MAGIC
     from .dcp_format import is_dcp_folder
     from .gguf_format import GGUF_MAGIC
+    from .hf_folder import is_folder_source
 
-    ext = os.path.splitext(os.fspath(path))[1].lower()
+    path = os.fspath(path)
+    ext = os.path.splitext(path)[1].lower()
     if output:
+        if os.path.isdir(path) or path.endswith((os.sep, "/")):
+            return "hf"
         return {".safetensors": "safetensors", ".gguf": "gguf"}.get(ext, "hurray")
-    if os.path.isdir(path):
-        if is_dcp_folder(path):
-            return "dcp"
-        raise HurraySchemaError(f"{path}: a folder without a .metadata file (a PyTorch Distributed Checkpoint's)")
+    if is_dcp_folder(path):
+        return "dcp"
+    if is_folder_source(path):
+        return "hf"
     with open(path, "rb") as f:
         head = f.read(len(FILE_MAGIC))
     if head.startswith(GGUF_MAGIC):
@@ -48,14 +57,22 @@ def detect_format(path, *, output: bool = False) -> str:
 
 def convert(src, dst, *, to: Optional[str] = None, dequantize: bool = False, requantize=None, quantize=None,
             spqr: Optional[float] = None, partition=None, select: Optional[Sequence[str]] = None,
-            verify: bool = False, memory: int = DEFAULT_MEMORY,
+            verify: bool = False, memory: int = DEFAULT_MEMORY, max_shard_size=None,
             progress: Optional[Callable[[int, int], None]] = None, validate: bool = True) -> ConvertReport:
-    """Convert the file ``src`` into ``dst`` and return the per-tensor report.
+    """Convert ``src`` into ``dst`` and return the per-tensor report.
 
-    ``src``: safetensors, GGUF or Hurray (recognised by its first bytes), or a folder saved by
-    ``torch.distributed.checkpoint.save`` (read without torch, :mod:`.dcp_format`); ``dst``:
-    Hurray, or safetensors when ``to="safetensors"`` or its name ends in ``.safetensors`` (from a
-    Hurray file only).
+    ``src``: safetensors, GGUF or Hurray (recognised by its first bytes); a Hugging Face model
+    folder -- the folder holding ``model.safetensors.index.json`` and the shards it names (or one
+    ``model.safetensors``), or the index file itself (:mod:`.hf_folder`: names leading out of the
+    folder, missing shards or tensors, a tensor in two shards are refused before anything is
+    written; tied weights stored once, the tie and the folder's ``config.json`` kept in the KV
+    section); or a folder saved by ``torch.distributed.checkpoint.save`` (read without torch,
+    :mod:`.dcp_format`).  ``dst``: Hurray; or safetensors when ``to="safetensors"`` or its name
+    ends in ``.safetensors``, or a model folder when ``to="hf"``, ``max_shard_size`` is given or
+    ``dst`` is an existing (empty) folder -- both from a Hurray file only.  The folder is sharded
+    as huggingface_hub shards (``max_shard_size``: bytes, or a string such as ``"2GB"``; 5 GB by
+    default) and loads with transformers' ``from_pretrained`` when the Hurray file carries the
+    model's ``config.json`` (:mod:`.into_folder`).
 
     A DCP tensor saved in several chunks becomes a partition composite, one member per distinct
     chunk.  If its chunks leave a gap or overlap, the strict writer refuses the file with the
@@ -83,20 +100,24 @@ def convert(src, dst, *, to: Optional[str] = None, dequantize: bool = False, req
     Every error is a :class:`~hurray_schema.errors.HurraySchemaError`; on error nothing is
     written (the previous ``dst``, if any, is untouched)."""
     src, dst = os.fspath(src), os.fspath(dst)
-    if not os.path.isfile(src) and not os.path.isdir(src):
-        raise HurraySchemaError(f"{src}: no such file")
+    if not (os.path.isfile(src) or os.path.isdir(src) or (os.path.exists(src) and src.endswith(".index.json"))):
+        raise HurraySchemaError(f"{src}: no such file or folder")
     source_format = detect_format(src)
-    target = to or detect_format(dst, output=True)
+    target = to or ("hf" if max_shard_size is not None else detect_format(dst, output=True))
     if target not in FORMATS:
         raise HurraySchemaError(f"unknown output format {target!r}; one of {FORMATS}")
+    if max_shard_size is not None and target != "hf":
+        raise HurraySchemaError("max_shard_size applies to a model folder output (to='hf')")
     options = ConvertOptions(bool(dequantize), scheme_option(requantize, "requantize"),
                              scheme_option(quantize, "quantize"), None if spqr is None else float(spqr),
                              grid_option(partition), tuple(select) if select else None, bool(verify))
-    if source_format == "hurray" and target == "safetensors":
+    if source_format == "hurray" and target in ("safetensors", "hf"):
         if options.transforms or options.requantize:
             raise HurraySchemaError("quantize, spqr, partition and requantize apply on the way into Hurray")
+        if target == "hf":
+            return into_folder(src, dst, resolve_shard_size(max_shard_size), progress)
         return into_safetensors(src, dst, progress)
     if target != "hurray" or source_format == "hurray":
-        raise HurraySchemaError(f"{source_format} -> {target} is not a conversion here: safetensors, GGUF or "
-                                "DCP into Hurray, Hurray into safetensors")
+        raise HurraySchemaError(f"{source_format} -> {target} is not a conversion here: safetensors (a file or a "
+                                "model folder), GGUF or DCP into Hurray, Hurray into safetensors or a model folder")
     return into_hurray(src, dst, source_format, options, memory, progress, validate=bool(validate))
