@@ -29,7 +29,7 @@ dcp = pytest.importorskip("torch.distributed.checkpoint")
 
 from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex  # noqa: E402
 
-from tests.support.dcp_checkpoint import NON_TENSORS, full_state  # noqa: E402
+from tests.support.dcp_checkpoint import NON_TENSORS, full_state, large_state  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,6 +41,16 @@ def checkpoint(tmp_path_factory) -> Path:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     subprocess.run([sys.executable, "-m", "tests.support.dcp_checkpoint", str(folder)], cwd=ROOT, env=env,
                    check=True, capture_output=True, timeout=300)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def large_checkpoint(tmp_path_factory) -> Path:
+    """The large checkpoint (``--large``: 5 MiB in two sharded tensors), saved by two gloo processes."""
+    folder = tmp_path_factory.mktemp("dcp-large") / "checkpoint"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    subprocess.run([sys.executable, "-m", "tests.support.dcp_checkpoint", str(folder), "--large"], cwd=ROOT,
+                   env=env, check=True, capture_output=True, timeout=300)
     return folder
 
 
@@ -345,3 +355,32 @@ def test_a_value_sharing_its_parts_at_every_level_is_refused():
         value = [value, value]
     with pytest.raises(DcpError, match="nests deeper|shares more parts"):
         load_value(pickle.dumps(value, protocol=2), "shared.pkl")
+
+
+BOX_SLACK = 1.05
+"""A rank's box read fetches at most this many times the box's own bytes (issue #49)."""
+
+
+def test_a_checkpoint_saved_two_ways_is_read_four_ways(large_checkpoint, tmp_path):
+    """Each of 4 ranks reads its box of each tensor, along either dimension, fetching at most 5 %
+    more than the box's own bytes once the file is open (a reader of its own per rank, reading by
+    range: ``mmap=False``); the box equals the slice of what ``dcp.load`` returns."""
+    from hurray_schema.io import source as sources
+
+    out = tmp_path / "large.hrry"
+    hs.convert(large_checkpoint, out)
+    state = {name: torch.zeros_like(tensor) for name, tensor in large_state().items()}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        dcp.load(state, checkpoint_id=str(large_checkpoint), no_dist=True)
+    for name, tensor in state.items():
+        whole = _torch_bits(tensor)
+        for dim in (0, 1):
+            for rank, expected in enumerate(np.array_split(whole, 4, axis=dim)):
+                with hs.read_file(out, mmap=False) as f:
+                    opened = f.bytes_fetched
+                    assert opened <= f.size - sum(e.data_length for e in f.entries()) + sources.tail_bytes(
+                        f.size, sources.DEFAULT_BLOCK_SIZE)
+                    got = np.asarray(f.shard(name, rank=rank, of=4, dim=dim))
+                    assert f.bytes_fetched - opened <= BOX_SLACK * got.nbytes, (name, dim, rank)
+                assert np.array_equal(_bits(got), expected), (name, dim, rank)

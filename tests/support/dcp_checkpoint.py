@@ -1,6 +1,6 @@
 """PyTorch Distributed Checkpoints made by PyTorch itself, for tests/test_convert_dcp.py.
 
-``python -m tests.support.dcp_checkpoint FOLDER`` starts two gloo processes (a file store
+``python -m tests.support.dcp_checkpoint FOLDER [--large]`` starts two gloo processes (a file store
 rendezvous, no port), places DTensors on a 1-D device mesh of the two CPU ranks
 (``Shard(0)`` float32 and bool, ``Shard(1)`` bfloat16, ``Replicate()``), adds a plain tensor and non-tensor entries, and
 saves them with ``torch.distributed.checkpoint.save`` (the default FileSystemWriter).
@@ -32,6 +32,36 @@ def full_state() -> dict:
     }
 
 
+def large_state() -> dict:
+    """The tensors of the large checkpoint (``--large``), whole: a float32 [2048, 512] saved
+    ``Shard(0)`` and a bfloat16 [256, 2048] saved ``Shard(1)`` (4 MiB and 1 MiB), for reading it
+    M ways with the bytes counted."""
+    import torch
+
+    return {
+        "rows": (torch.arange(2048 * 512, dtype=torch.float32).reshape(2048, 512) / 64) - 7,
+        "cols": torch.arange(256 * 2048, dtype=torch.float32).reshape(256, 2048).remainder(509).to(torch.bfloat16),
+    }
+
+
+def _large_rank(rank: int, folder: str, store: str) -> None:
+    """One rank of the large checkpoint: its two DTensors, then ``dcp.save``."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD_SIZE)
+    try:
+        mesh = init_device_mesh("cpu", (WORLD_SIZE,))
+        full = large_state()
+        dcp.save({"rows": distribute_tensor(full["rows"], mesh, [Shard(0)]),
+                  "cols": distribute_tensor(full["cols"], mesh, [Shard(1)])}, checkpoint_id=folder)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
 def _rank(rank: int, folder: str, store: str) -> None:
     """One rank: its DTensors placed on the mesh, then ``dcp.save`` into ``folder``."""
     import torch
@@ -58,13 +88,14 @@ def _rank(rank: int, folder: str, store: str) -> None:
         dist.destroy_process_group()
 
 
-def save(folder: str) -> None:
-    """Save the checkpoint into ``folder`` from two spawned processes."""
+def save(folder: str, large: bool = False) -> None:
+    """Save the checkpoint (``large``: the large one) into ``folder`` from two spawned processes."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as scratch:
-        mp.spawn(_rank, args=(folder, os.path.join(scratch, "store")), nprocs=WORLD_SIZE, join=True)
+        mp.spawn(_large_rank if large else _rank, args=(folder, os.path.join(scratch, "store")), nprocs=WORLD_SIZE,
+                 join=True)
 
 
 if __name__ == "__main__":
-    save(sys.argv[1])
+    save(sys.argv[1], large="--large" in sys.argv[2:])
