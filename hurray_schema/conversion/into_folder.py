@@ -101,14 +101,12 @@ def into_folder(src: str, dst: str, max_shard_size: int, progress) -> ConvertRep
     """Convert the Hurray file ``src`` into the model folder ``dst``; ``progress(done, total)``
     after each tensor, in stored bytes."""
     from ..io import read_file
-    from .into_safetensors import named_arrays
+    from .into_safetensors import unique_arrays
     from .safetensors_format import output_type
 
     with read_file(src) as container:
-        leaves = list(named_arrays(container))
+        leaves = unique_arrays(container, src)
         names = [name for name, _ in leaves]
-        if len(set(names)) != len(names):
-            raise HurraySchemaError(f"{src}: two arrays would share a name in safetensors")
         metadata = container.metadata()
         _check_ties(metadata, set(names), src)
         sizes = [math.prod(item.shape) * output_type(np.dtype(item.dtype))[1].itemsize for _, item in leaves]

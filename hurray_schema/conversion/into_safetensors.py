@@ -10,7 +10,7 @@ from ..errors import HurraySchemaError
 from .measure import decoded, describe, stored_bytes
 from .report import ConvertReport, TensorReport
 
-__all__ = ["into_safetensors", "named_arrays"]
+__all__ = ["into_safetensors", "named_arrays", "unique_arrays"]
 
 
 def into_safetensors(src: str, dst: str, progress) -> ConvertReport:
@@ -21,10 +21,7 @@ def into_safetensors(src: str, dst: str, progress) -> ConvertReport:
     from .safetensors_format import write_safetensors
 
     with read_file(src) as container:
-        leaves = list(named_arrays(container))
-        names = [name for name, _ in leaves]
-        if len(set(names)) != len(names):
-            raise HurraySchemaError(f"{src}: two arrays would share a name in safetensors")
+        leaves = unique_arrays(container, src)
         entries = [(name, tuple(item.shape), np.dtype(item.dtype)) for name, item in leaves]
         metadata = container.metadata()
         total = sum(stored_bytes(item) for _, item in leaves)
@@ -57,3 +54,13 @@ def named_arrays(container):
 
     for name, item in container.items():
         yield from opened(name, item)
+
+
+def unique_arrays(container, src: str) -> list:
+    """:func:`named_arrays` of the Hurray file ``src``, refused when two would share a name (a
+    safetensors file, or a model folder's index, keys each tensor by its name)."""
+    leaves = list(named_arrays(container))
+    names = [name for name, _ in leaves]
+    if len(set(names)) != len(names):
+        raise HurraySchemaError(f"{src}: two arrays would share a name in safetensors")
+    return leaves
