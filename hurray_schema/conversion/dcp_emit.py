@@ -332,7 +332,7 @@ def _tensor_pickle(dtype_name: str, sizes: tuple, itemsize: int) -> bytes:
     typed = _TYPED_STORAGES.get(dtype_name)
     storage_id = ("storage", typed or _UNTYPED_STORAGE, _STORAGE_KEY, _LOCATION,
                   numel if typed is not None else numel * itemsize)
-    args = [(_STORAGE_MARK, storage_id), 0, tuple(list(sizes)), contiguous_strides(sizes), False,
+    args = [(_STORAGE_MARK, storage_id), 0, tuple(list(sizes)), contiguous_strides(sizes), False,  # new tuples
             _EmptyOrderedDict()]
     if typed is None:
         args.append(dtype(dtype_name))

@@ -191,7 +191,7 @@ def _plain_values(kv: dict, tensor_names: set, src: str) -> dict:
 
 def _plain(value, key: str, src: str):
     """``value`` as plain data: None, bool, int, float, str, bytes, and lists, tuples and dicts of them."""
-    if isinstance(value, np.generic) or isinstance(value, np.ndarray):
+    if isinstance(value, (np.generic, np.ndarray)):
         value = value.tolist()
     if value is None or isinstance(value, (bool, int, float, str, bytes)):
         return value
