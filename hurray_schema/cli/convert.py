@@ -1,6 +1,6 @@
 """``hurray-schema convert SOURCE DESTINATION``: safetensors (a file or a Hugging Face model folder),
-GGUF or a PyTorch Distributed Checkpoint folder into Hurray, Hurray into safetensors or a model
-folder, by :func:`hurray_schema.conversion.convert`, whose report is printed (``--json``: as its JSON
+GGUF or a PyTorch Distributed Checkpoint folder into Hurray, Hurray into safetensors, a model
+folder or a Distributed Checkpoint folder, by :func:`hurray_schema.conversion.convert`, whose report is printed (``--json``: as its JSON
 object, schema ``hurray-schema/convert/1``)."""
 
 from __future__ import annotations
@@ -20,9 +20,13 @@ from .common import Bytes, fail, progress_threshold
 @click.command()
 @click.argument("source", type=click.Path(exists=True))
 @click.argument("destination", type=click.Path())
-@click.option("--to", "to", type=click.Choice(["hurray", "safetensors", "hf"]), default=None,
+@click.option("--to", "to", type=click.Choice(["hurray", "safetensors", "hf", "dcp"]), default=None,
               help="Output format (default: a model folder (hf) with --max-shard-size or when DESTINATION is an "
-                   "existing folder, else from DESTINATION's extension, .safetensors or else Hurray).")
+                   "existing folder, else from DESTINATION's extension, .safetensors or else Hurray; dcp: a "
+                   "PyTorch Distributed Checkpoint folder).")
+@click.option("--ranks", "ranks", type=click.IntRange(min=1), default=None,
+              help="Into a Distributed Checkpoint (--to dcp): the __<rank>_0.distcp files, member i of each "
+                   "partition in rank i mod RANKS's (default 1).")
 @click.option("--max-shard-size", "max_shard_size", type=Bytes(), default=None,
               help="Into a model folder: the largest shard, as huggingface_hub cuts them (e.g. 2GB; default 5GB).")
 @click.option("--dequantize", is_flag=True,
@@ -47,11 +51,12 @@ from .common import Bytes, fail, progress_threshold
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 def convert(source: str, destination: str, to: Optional[str], dequantize: bool, requantize: Optional[str],
             quantize: Optional[str], spqr: Optional[float], partition: Optional[str], select: tuple,
-            verify: bool, memory: Optional[int], max_shard_size: Optional[int], no_validate: bool,
-            as_json: bool) -> None:
+            verify: bool, memory: Optional[int], max_shard_size: Optional[int], ranks: Optional[int],
+            no_validate: bool, as_json: bool) -> None:
     """Convert SOURCE (safetensors, GGUF, Hurray, a Hugging Face model folder or its
     model.safetensors.index.json, or a folder saved by torch.distributed.checkpoint) into
-    DESTINATION (Hurray; from Hurray, safetensors or a model folder of shards and their index).
+    DESTINATION (Hurray; from Hurray, safetensors, a model folder of shards and their index, or with
+    --to dcp a folder torch.distributed.checkpoint.load reads).
 
     Prints a report per tensor: name, type in and out, bytes in and out, max absolute error and
     relative Frobenius error of the decoded values against the input's.  DESTINATION is replaced
@@ -63,7 +68,7 @@ def convert(source: str, destination: str, to: Optional[str], dequantize: bool, 
             report = run(source, destination, to=to, dequantize=dequantize, requantize=requantize,
                          quantize=quantize, spqr=spqr, partition=partition, select=select, verify=verify,
                          memory=DEFAULT_MEMORY if memory is None else memory, max_shard_size=max_shard_size,
-                         progress=progress, validate=not no_validate)
+                         progress=progress, validate=not no_validate, ranks=ranks)
         except (HurraySchemaError, OSError) as exc:
             fail(f"{source}: {exc}" if str(source) not in str(exc) else str(exc))
     click.echo(json.dumps(report.to_json(), indent=2) if as_json else report.text())

@@ -3,7 +3,8 @@ Distributed Checkpoints.
 
 :func:`convert` reads safetensors (through the ``safetensors`` package), GGUF (through the
 ``gguf`` package's ``GGUFReader``) or a DCP folder (without torch: :mod:`.dcp_format`) and writes
-a ``.hrry`` file, or reads a ``.hrry`` file and writes safetensors; it returns a
+a ``.hrry`` file, or reads a ``.hrry`` file and writes safetensors, a model folder or a DCP folder;
+it returns a
 :class:`ConvertReport` with a row per tensor.
 
 * safetensors -> Hurray: names, shapes and dtypes kept (:data:`.safetensors_format.SAFETENSORS_TYPES`),
@@ -16,6 +17,9 @@ a ``.hrry`` file, or reads a ``.hrry`` file and writes safetensors; it returns a
   section; both pickles read by allow-list unpicklers of stand-ins (:mod:`.dcp_pickle`).
 * Hurray -> safetensors: every tensor decoded, partitions and overlays merged, groups opened into
   their members' names (as :func:`hurray_schema.load` names them).
+* Hurray -> DCP (``to="dcp"``): a partition's members as the chunks of its tensor, other arrays as
+  one chunk, KV entries as non-tensor entries, written as torch writes them without torch
+  (:mod:`.into_dcp`, :mod:`.dcp_emit`).
 * A Hugging Face model folder (``model.safetensors.index.json`` and its shards) -> Hurray, every
   shard read as one safetensors file, the index checked against them, tied weights stored once
   (:mod:`.hf_folder`); Hurray -> a folder, sharded as huggingface_hub shards (:mod:`.into_folder`).
@@ -27,10 +31,10 @@ the output is written (:class:`~hurray_schema.io.tensor.ProducedTensor`).  The o
 file after every descriptor passed the strict rules, :func:`hurray_schema.write_file`).
 
 The modules: :mod:`.run` (:func:`convert`, the formats), :mod:`.options`, :mod:`.into_hurray`,
-:mod:`.into_safetensors` and :mod:`.into_folder` (the pipelines), :mod:`.measure` (a tensor's form
+:mod:`.into_safetensors`, :mod:`.into_folder` and :mod:`.into_dcp` (the pipelines), :mod:`.measure` (a tensor's form
 and how far its values moved), :mod:`.spill` (buffers waiting for the writer), :mod:`.report`; the
 formats read in :mod:`.safetensors_format`, :mod:`.hf_folder`, :mod:`.gguf_format`,
-:mod:`.gguf_blocks`, :mod:`.dcp_format` and :mod:`.dcp_pickle`.
+:mod:`.gguf_blocks`, :mod:`.dcp_format` and :mod:`.dcp_pickle` (written by :mod:`.dcp_emit`).
 
 The ``safetensors`` and ``gguf`` packages are imported only when a file of theirs is read
 (the ``[safetensors]`` and ``[gguf]`` extras); neither torch nor transformers is ever imported.

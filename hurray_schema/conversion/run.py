@@ -1,5 +1,6 @@
 """:func:`convert`: the formats told apart (:func:`detect_format`), the options checked, then one of
-the pipelines run -- :mod:`.into_hurray`, :mod:`.into_safetensors` or :mod:`.into_folder`."""
+the pipelines run -- :mod:`.into_hurray`, :mod:`.into_safetensors`, :mod:`.into_folder` or
+:mod:`.into_dcp`."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 from typing import Callable, Optional, Sequence
 
 from ..errors import HurraySchemaError
+from .into_dcp import into_dcp
 from .into_hurray import into_hurray
 from .into_folder import into_folder, resolve_shard_size
 from .into_safetensors import into_safetensors
@@ -17,7 +19,7 @@ __all__ = ["convert", "detect_format", "FORMATS", "DEFAULT_MEMORY"]
 
 FORMATS = ("hurray", "safetensors", "gguf", "hf", "dcp")
 """The formats: ``hf`` is a Hugging Face model folder (safetensors shards and their index), ``dcp``
-a PyTorch Distributed Checkpoint folder (an input only)."""
+a PyTorch Distributed Checkpoint folder."""
 
 DEFAULT_MEMORY = 1 << 30
 """Bytes of converted buffers held in memory before the rest waits in a temporary file."""
@@ -28,7 +30,8 @@ def detect_format(path, *, output: bool = False) -> str:
     PyTorch Distributed Checkpoint ("dcp"), any other input folder or index file (``*.index.json``)
     "hf", any other input is told by its first bytes (then its extension); an output that is an
     existing folder or ends with a path separator is "hf", any other is told by its extension
-    (.safetensors, .gguf; anything else is a Hurray file)."""
+    (.safetensors, .gguf; anything else is a Hurray file).  A DCP output is asked for by name
+    (``to="dcp"``): an empty folder says nothing of the format meant."""
     from ..structs.file import FILE_MAGIC
     from .dcp_format import is_dcp_folder
     from .gguf_format import GGUF_MAGIC
@@ -58,7 +61,8 @@ def detect_format(path, *, output: bool = False) -> str:
 def convert(src, dst, *, to: Optional[str] = None, dequantize: bool = False, requantize=None, quantize=None,
             spqr: Optional[float] = None, partition=None, select: Optional[Sequence[str]] = None,
             verify: bool = False, memory: int = DEFAULT_MEMORY, max_shard_size=None,
-            progress: Optional[Callable[[int, int], None]] = None, validate: bool = True) -> ConvertReport:
+            progress: Optional[Callable[[int, int], None]] = None, validate: bool = True,
+            ranks: Optional[int] = None) -> ConvertReport:
     """Convert ``src`` into ``dst`` and return the per-tensor report.
 
     ``src``: safetensors, GGUF or Hurray (recognised by its first bytes); a Hugging Face model
@@ -72,7 +76,11 @@ def convert(src, dst, *, to: Optional[str] = None, dequantize: bool = False, req
     ``dst`` is an existing (empty) folder -- both from a Hurray file only.  The folder is sharded
     as huggingface_hub shards (``max_shard_size``: bytes, or a string such as ``"2GB"``; 5 GB by
     default) and loads with transformers' ``from_pretrained`` when the Hurray file carries the
-    model's ``config.json`` (:mod:`.into_folder`).
+    model's ``config.json`` (:mod:`.into_folder`).  With ``to="dcp"`` (from a Hurray file only),
+    ``dst`` becomes a PyTorch Distributed Checkpoint folder that ``torch.distributed.checkpoint.load``
+    reads, written without torch (:mod:`.into_dcp`): a partition's members as the chunks of its
+    tensor, spread over ``ranks`` files ``__<rank>_0.distcp`` (member ``i`` on rank ``i mod ranks``;
+    default 1 file), other arrays as one chunk, the KV entries as non-tensor entries.
 
     A DCP tensor saved in several chunks becomes a partition composite, one member per distinct
     chunk.  If its chunks leave a gap or overlap, the strict writer refuses the file with the
@@ -108,16 +116,21 @@ def convert(src, dst, *, to: Optional[str] = None, dequantize: bool = False, req
         raise HurraySchemaError(f"unknown output format {target!r}; one of {FORMATS}")
     if max_shard_size is not None and target != "hf":
         raise HurraySchemaError("max_shard_size applies to a model folder output (to='hf')")
+    if ranks is not None and target != "dcp":
+        raise HurraySchemaError("ranks applies to a Distributed Checkpoint output (to='dcp')")
     options = ConvertOptions(bool(dequantize), scheme_option(requantize, "requantize"),
                              scheme_option(quantize, "quantize"), None if spqr is None else float(spqr),
                              grid_option(partition), tuple(select) if select else None, bool(verify))
-    if source_format == "hurray" and target in ("safetensors", "hf"):
+    if source_format == "hurray" and target in ("safetensors", "hf", "dcp"):
         if options.transforms or options.requantize:
             raise HurraySchemaError("quantize, spqr, partition and requantize apply on the way into Hurray")
+        if target == "dcp":
+            return into_dcp(src, dst, 1 if ranks is None else ranks, progress)
         if target == "hf":
             return into_folder(src, dst, resolve_shard_size(max_shard_size), progress)
         return into_safetensors(src, dst, progress)
     if target != "hurray" or source_format == "hurray":
         raise HurraySchemaError(f"{source_format} -> {target} is not a conversion here: safetensors (a file or a "
-                                "model folder), GGUF or DCP into Hurray, Hurray into safetensors or a model folder")
+                                "model folder), GGUF or DCP into Hurray, Hurray into safetensors, a model folder or "
+                                "DCP")
     return into_hurray(src, dst, source_format, options, memory, progress, validate=bool(validate))

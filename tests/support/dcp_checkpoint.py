@@ -5,6 +5,11 @@ rendezvous, no port), places DTensors on a 1-D device mesh of the two CPU ranks
 (``Shard(0)`` float32 and bool, ``Shard(1)`` bfloat16, ``Replicate()``), adds a plain tensor and non-tensor entries, and
 saves them with ``torch.distributed.checkpoint.save`` (the default FileSystemWriter).
 :func:`full_state` is what the test expects back: the same values, whole, made in one process.
+
+``python -m tests.support.dcp_checkpoint load FOLDER SPEC OUT`` is the other way (for
+tests/test_convert_dcp_out.py): two gloo processes each place zero DTensors sharded ``Shard(0)``
+on the 2-rank mesh, of the names, shapes and dtypes the JSON file SPEC lists, ``dcp.load`` the
+checkpoint FOLDER into them, and ``torch.save`` their local shards into ``OUT/rank<r>.pt``.
 """
 
 from __future__ import annotations
@@ -97,5 +102,41 @@ def save(folder: str, large: bool = False) -> None:
                  join=True)
 
 
+def _load_rank(rank: int, folder: str, spec: dict, out: str, store: str) -> None:
+    """One rank: zero DTensors sharded along dim 0 loaded from ``folder``; its local shards saved."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD_SIZE)
+    try:
+        mesh = init_device_mesh("cpu", (WORLD_SIZE,))
+        state = {name: distribute_tensor(torch.zeros(shape, dtype=getattr(torch, dtype)), mesh, [Shard(0)])
+                 for name, (shape, dtype) in spec.items()}
+        dcp.load(state, checkpoint_id=folder)
+        torch.save({name: tensor.to_local().contiguous() for name, tensor in state.items()},
+                   os.path.join(out, f"rank{rank}.pt"))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def load(folder: str, spec_path: str, out: str) -> None:
+    """Load the checkpoint ``folder`` in two spawned processes (see the module's docstring)."""
+    import json
+
+    import torch.multiprocessing as mp
+
+    with open(spec_path, encoding="utf-8") as f:
+        spec = json.load(f)
+    with tempfile.TemporaryDirectory() as scratch:
+        mp.spawn(_load_rank, args=(folder, spec, out, os.path.join(scratch, "store")), nprocs=WORLD_SIZE, join=True)
+
+
 if __name__ == "__main__":
-    save(sys.argv[1], large="--large" in sys.argv[2:])
+    if sys.argv[1] == "load":
+        load(*sys.argv[2:5])
+    else:
+        save(sys.argv[1], large="--large" in sys.argv[2:])
