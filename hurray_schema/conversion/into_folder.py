@@ -29,8 +29,8 @@ from ..errors import HurraySchemaError
 from .hf_folder import (
     FILE_PREFIX, INDEX_NAME, INDEX_PREFIX, KEY_PREFIX, SINGLE_NAME, TIED_PREFIX, plain_file_name,
 )
-from .measure import decoded, describe, stored_bytes
-from .report import ConvertReport, TensorReport
+from .measure import stored_bytes
+from .report import ConvertReport
 
 __all__ = ["into_folder", "cut_into_shards", "shard_file_names", "parse_shard_size", "resolve_shard_size",
            "DEFAULT_MAX_SHARD_SIZE"]
@@ -130,19 +130,10 @@ def into_folder(src: str, dst: str, max_shard_size: int, progress) -> ConvertRep
 
 def _write_shard(path: str, leaves: list, metadata: dict, progress, total: int, done: int) -> list:
     """Write one shard of ``leaves`` (decoded one at a time); its report rows."""
-    from .safetensors_format import write_safetensors
+    from .into_safetensors import write_leaves
 
-    entries = [(name, tuple(item.shape), np.dtype(item.dtype)) for name, item in leaves]
-    rows = []
     with open(path, "wb") as out:
-        for i, type_out, nbytes, _array in write_safetensors(out, entries, metadata,
-                                                             lambda i: decoded(leaves[i][1])):
-            name, item = leaves[i]
-            rows.append(TensorReport(name, describe(item), type_out, stored_bytes(item), nbytes,
-                                     0.0, 0.0, True, False))
-            done += stored_bytes(item)
-            if progress is not None:
-                progress(done, total)
+        rows = write_leaves(out, leaves, metadata, progress, total, done)
         out.flush()
         os.fsync(out.fileno())
     return rows

@@ -10,7 +10,7 @@ from ..errors import HurraySchemaError
 from .measure import decoded, describe, stored_bytes
 from .report import ConvertReport, TensorReport
 
-__all__ = ["into_safetensors", "named_arrays", "unique_arrays"]
+__all__ = ["into_safetensors", "named_arrays", "unique_arrays", "write_leaves"]
 
 
 def into_safetensors(src: str, dst: str, progress) -> ConvertReport:
@@ -18,25 +18,29 @@ def into_safetensors(src: str, dst: str, progress) -> ConvertReport:
     after each tensor, in stored bytes."""
     from ..io import read_file
     from ..io._write import replacing
-    from .safetensors_format import write_safetensors
 
     with read_file(src) as container:
         leaves = unique_arrays(container, src)
-        entries = [(name, tuple(item.shape), np.dtype(item.dtype)) for name, item in leaves]
-        metadata = container.metadata()
         total = sum(stored_bytes(item) for _, item in leaves)
-        rows = []
-        done = 0
         with replacing(dst) as out:
-            for i, type_out, nbytes, _array in write_safetensors(out, entries, metadata,
-                                                                 lambda i: decoded(leaves[i][1])):
-                name, item = leaves[i]
-                rows.append(TensorReport(name, describe(item), type_out, stored_bytes(item), nbytes,
-                                         0.0, 0.0, True, False))
-                done += stored_bytes(item)
-                if progress is not None:
-                    progress(done, total)
+            rows = write_leaves(out, leaves, container.metadata(), progress, total, 0)
     return ConvertReport(src, dst, "hurray", "safetensors", tuple(rows))
+
+
+def write_leaves(out, leaves: list, metadata: dict, progress, total: int, done: int) -> list:
+    """Write ``leaves`` (name, item) as one safetensors file into ``out``, each decoded in turn;
+    their report rows.  ``progress(done, total)`` after each, ``done`` counting on from the given."""
+    from .safetensors_format import write_safetensors
+
+    entries = [(name, tuple(item.shape), np.dtype(item.dtype)) for name, item in leaves]
+    rows = []
+    for i, type_out, nbytes, _array in write_safetensors(out, entries, metadata, lambda i: decoded(leaves[i][1])):
+        name, item = leaves[i]
+        rows.append(TensorReport(name, describe(item), type_out, stored_bytes(item), nbytes, 0.0, 0.0, True, False))
+        done += stored_bytes(item)
+        if progress is not None:
+            progress(done, total)
+    return rows
 
 
 def named_arrays(container):
