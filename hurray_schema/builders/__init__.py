@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from .composites import SPQR_MAX_PER_BLOCK, group, overlay, partition, spqr
 from .quantized import (
-    DEFAULT_BLOCK_SIZE, DEFAULT_STORAGE, SCHEME_NAMES, per_block_from_codes, per_block_from_packed, per_block_produced,
+    DEFAULT_BLOCK_SIZE, DEFAULT_STORAGE, SCHEME_NAMES, per_block_from_codes, quantized_from_codes, per_block_from_packed, per_block_produced,
     quantize,
 )
 from .sparse import from_scipy, sparse_coo, sparse_csc, sparse_csr
 
-__all__ = ["quantize", "per_block_from_codes", "per_block_from_packed", "per_block_produced", "sparse_coo",
+__all__ = ["quantize", "quantized_from_codes", "per_block_from_codes", "per_block_from_packed", "per_block_produced", "sparse_coo",
            "sparse_csr", "sparse_csc", "from_scipy", "partition", "overlay", "group", "spqr", "SCHEME_NAMES",
            "DEFAULT_STORAGE", "DEFAULT_BLOCK_SIZE", "SPQR_MAX_PER_BLOCK"]

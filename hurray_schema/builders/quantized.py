@@ -18,7 +18,7 @@ from ..structs.element_types import element_type_info
 from ..io.tensor import ProducedBuffer, ProducedTensor, Tensor
 from .common import SCALE_TYPES, checked, element_type, float_type, handle, little_endian
 
-__all__ = ["quantize", "per_block_from_codes", "per_block_from_packed", "per_block_produced", "per_block_parts",
+__all__ = ["quantize", "quantized_from_codes", "per_block_from_codes", "per_block_from_packed", "per_block_produced", "per_block_parts",
            "SCHEME_NAMES", "DEFAULT_STORAGE", "DEFAULT_BLOCK_SIZE"]
 
 SCHEME_NAMES = {
@@ -259,6 +259,93 @@ def per_block_parts(arr, storage, axis, block_size, symmetric, scale_type, shard
 
 
 _PACKED_INTEGERS = {ElementType.INT8: 8, ElementType.INT4: 4, ElementType.INT2: 2}
+
+
+_CODE_SCHEMES = (QuantScheme.PER_CHANNEL_AFFINE, QuantScheme.PER_BLOCK_AFFINE, QuantScheme.NF4)
+
+
+def quantized_from_codes(codes, scheme, *, storage, axis: int, scales, zero_points=None,
+                         block_size: Optional[int] = None, scale_type=None, name: Optional[str] = None) -> Tensor:
+    """A row-major quantized tensor of codes and parameters chosen elsewhere (another library's
+    checkpoint), stored as they are: nothing is rounded or re-derived.
+
+    ``codes``: an integer array of the tensor's shape, each code within ``storage`` (an integer
+    type of the scheme, ``quantization/<page>.md § Valid Storage Types``; uint4 for NF4).
+    ``scheme``: "per_channel", "per_block" or "nf4".  ``axis``: the channel or block axis.
+    ``scales``: one per channel (per-channel: ``(shape[axis],)``), or the tensor's shape with
+    ``axis`` replaced by the block count along it (per-block, NF4), so that block ``b`` of
+    ``§ Block Layout`` is ``scales`` with the axis moved last, flattened.  ``zero_points``: integers of the same shape
+    (affine schemes; None: symmetric).  ``block_size``: a power of two dividing ``shape[axis]``.
+    ``scale_type``: float16, bfloat16 or float32 (per-block; default the scales' own type);
+    per-channel scales and NF4 absmax are float32 (a float16 or bfloat16 scale widens exactly).
+
+    The descriptor is checked by the descriptor rules here; the scale values (finite, non-zero)
+    are the buffer rules', checked when the file is written."""
+    scheme = _scheme(scheme)
+    if scheme not in _CODE_SCHEMES:
+        raise HurraySchemaError("quantized_from_codes builds per-channel, per-block and NF4 tensors")
+    codes = np.asarray(codes)
+    if codes.ndim < 1 or codes.dtype.kind not in "iu":
+        raise HurraySchemaError("codes must be an integer array of rank >= 1")
+    storage = element_type(storage)
+    info = element_type_info(storage)
+    axis = _axis(axis, codes.ndim)
+    lo, hi = _storage_range(storage, info)
+    if codes.size and (int(codes.min()) < lo or int(codes.max()) > hi):
+        raise HurraySchemaError(f"codes outside [{lo}, {hi}] do not fit {storage.name.lower()}")
+    per_axis = codes.shape[axis]
+    if scheme != QuantScheme.PER_CHANNEL_AFFINE:
+        block = int(block_size or 0)
+        if block < 2 or block & (block - 1) or per_axis % block:
+            raise HurraySchemaError(f"block size {block_size} is not a power of two dividing the {per_axis} elements "
+                                    f"of axis {axis}")
+        per_axis //= block
+    expected = (per_axis,) if scheme == QuantScheme.PER_CHANNEL_AFFINE \
+        else codes.shape[:axis] + (per_axis,) + codes.shape[axis + 1:]
+    scale_values = np.asarray(scales)
+    if scale_values.shape != expected:
+        raise HurraySchemaError(f"scales of shape {scale_values.shape} given, {expected} expected")
+    block_order = 0 if scheme == QuantScheme.PER_CHANNEL_AFFINE else axis
+    flat_scales = np.moveaxis(scale_values, block_order, -1).reshape(-1)
+    if scheme == QuantScheme.PER_BLOCK_AFFINE:
+        scale_type = element_type(scale_type) if scale_type is not None else float_type(scale_values.dtype)
+        if scale_type not in SCALE_TYPES:
+            raise HurraySchemaError("per-block scales are float16, bfloat16 or float32")
+    else:
+        scale_type = ElementType.FLOAT32
+    from ..evaluate.elements import numpy_dtype
+
+    scale_dtype = numpy_dtype(scale_type)
+    scale_buffer = little_endian(flat_scales.astype(scale_dtype), scale_dtype)
+    buffers = [_packed(codes.reshape(-1), info.bit_width) if info.bit_width < 8
+               else little_endian(codes, _code_dtype(storage)), scale_buffer]
+    if zero_points is not None:
+        zero_values = np.asarray(zero_points)
+        if zero_values.shape != expected or zero_values.dtype.kind not in "iu":
+            raise HurraySchemaError(f"zero points must be integers of shape {expected}")
+        if scheme == QuantScheme.NF4:
+            raise HurraySchemaError("NF4 has no zero points (quantization/nf4.md)")
+        buffers.append(little_endian(np.moveaxis(zero_values, block_order, -1).reshape(-1), np.int32))
+    zero_index = NO_BUFFER_INDEX if zero_points is None else 2
+    flags = QuantFlag.SYMMETRIC if zero_points is None else 0
+    if scheme == QuantScheme.PER_CHANNEL_AFFINE:
+        q = PerChannelAffine(axis=axis, scale_buffer_index=1, zero_point_buffer_index=zero_index, flags=flags)
+    elif scheme == QuantScheme.PER_BLOCK_AFFINE:
+        q = PerBlockAffine(axis=axis, block_size=block, scale_buffer_index=1, zero_point_buffer_index=zero_index,
+                           flags=flags, scale_type_tag=scale_type)
+    else:
+        q = Nf4(axis=axis, block_size=block, scale_buffer_index=1)
+    desc = _descriptor(storage, codes.shape, buffers[0].size, [b.size for b in buffers[1:]], q, None)
+    return Tensor(desc, buffers, name=name)
+
+
+def _storage_range(storage, info) -> tuple[int, int]:
+    """The codes an integer storage type holds."""
+    if info.is_float or info.bit_width > 32:
+        raise HurraySchemaError(f"{storage.name.lower()} is no integer storage type")
+    if info.is_signed:
+        return -(1 << (info.bit_width - 1)), (1 << (info.bit_width - 1)) - 1
+    return 0, (1 << info.bit_width) - 1
 
 
 def per_block_from_codes(codes, scales, storage="int8", block_size: int = 32, *,

@@ -29,9 +29,13 @@ from .common import Bytes, fail, progress_threshold
                    "partition in rank i mod RANKS's (default 1).")
 @click.option("--max-shard-size", "max_shard_size", type=Bytes(), default=None,
               help="Into a model folder: the largest shard, as huggingface_hub cuts them (e.g. 2GB; default 5GB).")
+@click.option("--quantized-as", "quantized_as", default=None, metavar="METHOD",
+              help="Into a model folder: write quantized tensors as this method's parts (compressed-tensors, "
+                   "gptq, awq, bitsandbytes, hqq, quanto; default the method of the carried config.json).")
 @click.option("--dequantize", is_flag=True,
-              help="Store GGUF tensors that have no exact Hurray form (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K, IQ2/IQ3/IQ1 "
-                   "...) decoded, as float32 (exact).")
+              help="Store tensors that have no exact Hurray form decoded, exactly: GGUF types (Q4_1, Q5_1, "
+                   "Q2_K, Q4_K, Q5_K, IQ2/IQ3/IQ1 ...) as float32, a quantized checkpoint's linears as its "
+                   "library's dequantization, in its dtype.")
 @click.option("--requantize", metavar="SCHEME[:storage]", default=None,
               help="Quantize those tensors again instead (per_block, per_channel, per_tensor, nf4, mxfp).")
 @click.option("--quantize", metavar="SCHEME[:storage]", default=None,
@@ -52,7 +56,7 @@ from .common import Bytes, fail, progress_threshold
 def convert(source: str, destination: str, to: Optional[str], dequantize: bool, requantize: Optional[str],
             quantize: Optional[str], spqr: Optional[float], partition: Optional[str], select: tuple,
             verify: bool, memory: Optional[int], max_shard_size: Optional[int], ranks: Optional[int],
-            no_validate: bool, as_json: bool) -> None:
+            quantized_as: Optional[str], no_validate: bool, as_json: bool) -> None:
     """Convert SOURCE (safetensors, GGUF, Hurray, a Hugging Face model folder or its
     model.safetensors.index.json, or a folder saved by torch.distributed.checkpoint) into
     DESTINATION (Hurray; from Hurray, safetensors, a model folder of shards and their index, or with
@@ -68,7 +72,7 @@ def convert(source: str, destination: str, to: Optional[str], dequantize: bool, 
             report = run(source, destination, to=to, dequantize=dequantize, requantize=requantize,
                          quantize=quantize, spqr=spqr, partition=partition, select=select, verify=verify,
                          memory=DEFAULT_MEMORY if memory is None else memory, max_shard_size=max_shard_size,
-                         progress=progress, validate=not no_validate, ranks=ranks)
+                         progress=progress, validate=not no_validate, ranks=ranks, quantized_as=quantized_as)
         except (HurraySchemaError, OSError) as exc:
             fail(f"{source}: {exc}" if str(source) not in str(exc) else str(exc))
     click.echo(json.dumps(report.to_json(), indent=2) if as_json else report.text())

@@ -97,17 +97,19 @@ def shard_file_names(count: int) -> list:
     return [SHARD_PATTERN.format(suffix=f"-{i + 1:05d}-of-{count:05d}") for i in range(count)]
 
 
-def into_folder(src: str, dst: str, max_shard_size: int, progress) -> ConvertReport:
+def into_folder(src: str, dst: str, max_shard_size: int, progress, quantized_as: Optional[str] = None) -> ConvertReport:
     """Convert the Hurray file ``src`` into the model folder ``dst``; ``progress(done, total)``
-    after each tensor, in stored bytes."""
+    after each tensor, in stored bytes.  Quantized tensors are written as the parts of the method
+    ``quantized_as`` names, by default the method of the carried ``config.json``
+    (:func:`.quantized.checkpoint.outward`); without either, decoded."""
     from ..io import read_file
     from .into_safetensors import unique_arrays
+    from .quantized.checkpoint import outward
     from .safetensors_format import output_type
 
     with read_file(src) as container:
-        leaves = unique_arrays(container, src)
+        leaves, metadata = outward(unique_arrays(container, src), container.metadata(), quantized_as)
         names = [name for name, _ in leaves]
-        metadata = container.metadata()
         _check_ties(metadata, set(names), src)
         sizes = [math.prod(item.shape) * output_type(np.dtype(item.dtype))[1].itemsize for _, item in leaves]
         shards = cut_into_shards(sizes, max_shard_size)

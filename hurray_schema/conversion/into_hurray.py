@@ -60,14 +60,36 @@ def _read_source(src: str, source_format: str):
     if source_format == "hf":
         from .hf_folder import read_folder
 
-        return read_folder(src)
+        return _quantized_linears(*read_folder(src))
     if source_format == "gguf":
         from .gguf_format import read_gguf
 
         return read_gguf(src)
     from .safetensors_format import read_safetensors
 
-    return read_safetensors(src)
+    metadata, sources, mapped = read_safetensors(src)
+    return _quantized_linears(_with_config_beside(src, metadata), sources, mapped)
+
+
+def _with_config_beside(src: str, metadata: dict) -> dict:
+    """A single safetensors file's metadata, with the ``config.json`` beside it carried when that
+    config says how the file is quantized (``quantization_config``)."""
+    from .hf_folder import FILE_PREFIX, read_bounded
+
+    config_path = os.path.join(os.path.dirname(os.path.abspath(src)), "config.json")
+    if not os.path.isfile(config_path):
+        return metadata
+    text = read_bounded(config_path, config_path).decode("utf-8", errors="replace")
+    if "quantization_config" not in text:
+        return metadata
+    return {**metadata, FILE_PREFIX + "config.json": text}
+
+
+def _quantized_linears(metadata: dict, sources: list, mapped):
+    """The sources with a quantized checkpoint's linears put together (:mod:`.quantized`)."""
+    from .quantized import regroup
+
+    return metadata, regroup(metadata, sources), mapped
 
 
 def _convert_tensor(source: SourceTensor, options: ConvertOptions):
@@ -89,8 +111,9 @@ def _convert_tensor(source: SourceTensor, options: ConvertOptions):
                 reference = source.values()
                 from ..io import Tensor
 
-                item = Tensor.from_numpy(np.ascontiguousarray(reference, np.float32))
-                exact, note = True, f"{exc}: stored decoded (float32)"
+                kept = reference.dtype if reference.dtype.name in _DECODED_TYPES else np.dtype(np.float32)
+                item = Tensor.from_numpy(np.ascontiguousarray(reference, kept))
+                exact, note = True, f"{exc}: stored decoded ({kept.name})"
             elif options.requantize is not None:
                 reference = source.values()
                 item = _quantized(reference, options.requantize)
@@ -98,15 +121,32 @@ def _convert_tensor(source: SourceTensor, options: ConvertOptions):
             else:
                 raise NoExactForm(f"{exc}; pass dequantize (--dequantize: float32, exact) or requantize "
                                   "(--requantize SCHEME)") from None
-    measured = not exact or options.verify
+    measured = not exact or options.verify or source.ulp
     max_abs = rel = 0.0
+    max_ulp = None
     if measured:
         if reference is None:
             reference = source.values()
-        max_abs, rel = value_errors(reference, decoded(item))
+        output = decoded(item)
+        max_abs, rel = value_errors(reference, output)
+        if source.ulp:
+            max_ulp = _ulp(reference, output)
     row = TensorReport(source.name, source.type_in, describe(item), source.bytes_in, stored_bytes(item),
-                       max_abs, rel, exact, measured, note)
+                       max_abs, rel, exact, measured, note, max_ulp)
     return item, row, backed
+
+
+_DECODED_TYPES = ("float16", "bfloat16", "float32")
+"""The dtypes a decoded tensor is stored in as it is (``dequantize``); any other as float32."""
+
+
+def _ulp(reference: np.ndarray, output: np.ndarray) -> int:
+    """The largest distance of ``output`` from ``reference`` in units in the last place of the
+    reference's dtype, the output rounded once to it (a float32 dequantization against a
+    library's float16 one is that library's arithmetic with its one rounding)."""
+    from .quantized.packing import ulp_distance
+
+    return ulp_distance(np.asarray(output).astype(reference.dtype), reference)
 
 
 def _quantized(array: np.ndarray, scheme: tuple):

@@ -5,6 +5,7 @@ JSON object (schema :data:`CONVERT_JSON_SCHEMA`)."""
 from __future__ import annotations
 
 import json
+from typing import Optional
 
 import attrs
 
@@ -21,7 +22,9 @@ class TensorReport:
     zero) compare the output's decoded values with the input's as its own library decodes them;
     they are measured for every tensor whose values may change (quantize, spqr, requantize) and,
     with ``verify``, for the exact ones too; otherwise an exact conversion reports 0.0 and
-    ``measured`` is false."""
+    ``measured`` is false.  ``max_ulp``: for a quantized checkpoint's linear, the largest distance
+    of its output from the library's dequantization, in units in the last place of the library's
+    dtype (None where not measured)."""
 
     name: str
     type_in: str
@@ -33,6 +36,7 @@ class TensorReport:
     exact: bool
     measured: bool
     note: str = ""
+    max_ulp: Optional[int] = None
 
     def to_json(self) -> dict:
         return attrs.asdict(self)
@@ -65,11 +69,14 @@ class ConvertReport:
 
     def text(self) -> str:
         """A table: name, type in -> out, bytes in -> out, max abs error, relative Frobenius error."""
-        rows = [("tensor", "type in", "type out", "bytes in", "bytes out", "max abs err", "rel frob err")]
+        with_ulp = any(t.max_ulp is not None for t in self.tensors)
+        rows = [("tensor", "type in", "type out", "bytes in", "bytes out", "max abs err", "rel frob err")
+                + (("max ulp",) if with_ulp else ())]
         for t in self.tensors:
             errors = (f"{t.max_abs_error:.3g}", f"{t.rel_frobenius_error:.3g}") if t.measured or not t.exact \
                 else ("0 (exact)", "0 (exact)")
-            rows.append((t.name, t.type_in, t.type_out, str(t.bytes_in), str(t.bytes_out)) + errors)
+            ulp = (("-" if t.max_ulp is None else str(t.max_ulp)),) if with_ulp else ()
+            rows.append((t.name, t.type_in, t.type_out, str(t.bytes_in), str(t.bytes_out)) + errors + ulp)
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines = ["  ".join(cell.ljust(w) if i < 3 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
                  for row in rows]

@@ -62,7 +62,7 @@ def convert(src, dst, *, to: Optional[str] = None, dequantize: bool = False, req
             spqr: Optional[float] = None, partition=None, select: Optional[Sequence[str]] = None,
             verify: bool = False, memory: int = DEFAULT_MEMORY, max_shard_size=None,
             progress: Optional[Callable[[int, int], None]] = None, validate: bool = True,
-            ranks: Optional[int] = None) -> ConvertReport:
+            ranks: Optional[int] = None, quantized_as: Optional[str] = None) -> ConvertReport:
     """Convert ``src`` into ``dst`` and return the per-tensor report.
 
     ``src``: safetensors, GGUF or Hurray (recognised by its first bytes); a Hugging Face model
@@ -116,6 +116,8 @@ def convert(src, dst, *, to: Optional[str] = None, dequantize: bool = False, req
         raise HurraySchemaError(f"unknown output format {target!r}; one of {FORMATS}")
     if max_shard_size is not None and target != "hf":
         raise HurraySchemaError("max_shard_size applies to a model folder output (to='hf')")
+    if quantized_as is not None and target != "hf":
+        raise HurraySchemaError("quantized_as applies to a model folder output (to='hf')")
     if ranks is not None and target != "dcp":
         raise HurraySchemaError("ranks applies to a Distributed Checkpoint output (to='dcp')")
     options = ConvertOptions(bool(dequantize), scheme_option(requantize, "requantize"),
@@ -127,7 +129,7 @@ def convert(src, dst, *, to: Optional[str] = None, dequantize: bool = False, req
         if target == "dcp":
             return into_dcp(src, dst, 1 if ranks is None else ranks, progress)
         if target == "hf":
-            return into_folder(src, dst, resolve_shard_size(max_shard_size), progress)
+            return into_folder(src, dst, resolve_shard_size(max_shard_size), progress, quantized_as)
         return into_safetensors(src, dst, progress)
     if target != "hurray" or source_format == "hurray":
         raise HurraySchemaError(f"{source_format} -> {target} is not a conversion here: safetensors (a file or a "

@@ -19,7 +19,9 @@ class SourceTensor:
     (``backed``: its buffers are views of the input's memory map, nothing was allocated), or
     raises :class:`NoExactForm`.  ``values()`` gives the values as the input format's own
     library decodes them (float32 for GGUF's block types) -- what the report's errors are
-    measured against and what ``quantize`` / ``spqr`` start from."""
+    measured against and what ``quantize`` / ``spqr`` start from.  ``ulp``: the output is always
+    measured against ``values()``, in units in the last place of their dtype (a quantized
+    checkpoint's linear against its library's dequantization, :mod:`.quantized`)."""
 
     name: str
     type_in: str
@@ -28,3 +30,4 @@ class SourceTensor:
     build: Callable
     values: Callable
     is_float: bool
+    ulp: bool = False

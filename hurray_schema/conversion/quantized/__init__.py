@@ -1,0 +1,24 @@
+"""Quantized checkpoints as their libraries write them -- compressed-tensors, GPTQ, AWQ,
+bitsandbytes, HQQ, optimum-quanto -- into Hurray's quantization schemes (``quantization/*.md``)
+and back.
+
+:mod:`.checkpoint` finds the method a folder's ``config.json`` names (``quantization_config``),
+hands the checkpoint's tensor names to that method's module, and puts each quantized linear's
+parts back together as one :class:`~..source.SourceTensor` named for its dense weight.  Each
+method is one module here with the same four names (:data:`.checkpoint.METHOD_MODULES`):
+
+* ``linears(names, config)`` -> ``{dense weight name: {part: checkpoint tensor name}}``;
+* ``source(weight, parts, config)`` -> a :class:`~.checkpoint.QuantizedLinear` (its codes and
+  parameters in Hurray's order, or the reason there is no exact form) from the parts' arrays;
+* ``dequantized(weight, parts, config)`` -> the dense weight as the library's own
+  dequantization computes it, in its dtype (NumPy, the library's order of operations);
+* ``parts_of(weight, tensor, config)`` -> the parts of a Hurray quantized tensor in the
+  library's layout, or :class:`~..source.NoExactForm` when the layout cannot hold its scheme.
+
+:mod:`.packing` has what several layouts share: words of packed codes opened and closed along an
+axis, and distances in units in the last place.  None of this imports torch or the libraries.
+"""
+
+from .checkpoint import METHOD_MODULES, QuantizedLinear, method_of, quantization_config, regroup
+
+__all__ = ["METHOD_MODULES", "QuantizedLinear", "method_of", "quantization_config", "regroup"]
