@@ -133,6 +133,9 @@ def outward(leaves: list, metadata: Mapping, quantized_as: Optional[str]) -> tup
         return leaves, dict(metadata)
     module = method_of(method)
     if config is None or config.get("quant_method") != method:
+        if not hasattr(module, "config_for"):
+            raise HurraySchemaError(f"quantized_as {method!r}: only a file converted from {method} goes back to it "
+                                    f"(this file's config names {(config or {}).get('quant_method')!r})")
         metadata, config = module.config_for(leaves, dict(metadata))
     from ...io import Tensor
 
