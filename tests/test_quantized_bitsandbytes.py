@@ -215,6 +215,15 @@ def test_double_quantization_comes_back_without_nesting_to_the_same_bits(checkpo
         assert np.array_equal(bits(loaded[weight]), bits(want)), weight
 
 
+def test_a_single_safetensors_file_with_its_config_beside_converts_the_same(checkpoints, converted, tmp_path):
+    dst = str(tmp_path / "file.hrry")
+    hs.convert(os.path.join(checkpoints["nf4"], "model.safetensors"), dst)
+    folder_path, _ = converted["nf4"]
+    one, other = hs.load(dst), hs.load(folder_path)
+    assert set(one) == set(other)
+    assert all(np.array_equal(bits(one[name]), bits(other[name])) for name in one)
+
+
 def test_the_command_line_converts_and_refuses(checkpoints, library, tmp_path):
     dst = tmp_path / "cli.hrry"
     done = cli.run("convert", checkpoints["nf4"], dst)
