@@ -216,9 +216,10 @@ def source(weight: str, arrays: dict, config: dict):
     nested = "nested_blocksize" in state
     _absmax_rule(weight, absmax, nested)
     if state["quant_type"] == "fp4":
-        raise NoExactForm(f"{weight}: bitsandbytes fp4 scales its own 16 levels (e2m1 / 12) by a float32 absmax; "
-                          "MXFP scales are powers of two (quantization/mxfp.md § Dequantization Formula) and NF4's "
-                          "levels are fixed (quantization/nf4.md § Lookup Table)")
+        raise NoExactForm(f"{weight}: bitsandbytes fp4 is absmax / 6 (a float32) times float4_e2m1 values whose "
+                          "smallest non-zero is 1/32, not 0.5; MXFP has e2m1's own levels and power-of-two scales "
+                          "(quantization/mxfp.md § Dequantization Formula), NF4 fixed levels (quantization/nf4.md "
+                          "§ Lookup Table)")
     if shape[-1] % block:
         raise NoExactForm(f"{weight}: bitsandbytes cuts the flattened {list(shape)} weight into blocks of {block}, "
                           f"which straddle its rows of {shape[-1]}; NF4 blocks run along one axis within a row "
