@@ -16,7 +16,7 @@ from ...errors import HurraySchemaError
 from ..source import SourceTensor
 
 __all__ = ["METHOD_MODULES", "QuantizedLinear", "quantization_config", "method_of", "regroup", "outward",
-           "CONFIG_KEY"]
+           "CONFIG_KEY", "MODEL_DTYPE_KEY"]
 
 METHOD_MODULES = {
     "compressed-tensors": "compressed_tensors",
@@ -122,6 +122,23 @@ def _linear_source(module, weight: str, linear: QuantizedLinear, by_name: dict, 
     return SourceTensor(weight, linear.scheme, bytes_in, tuple(linear.shape), build, values, False, ulp=True)
 
 
+MODEL_DTYPE_KEY = "hurray.model_dtype"
+"""The key :func:`outward` adds to the config it hands ``parts_of``: the carried ``config.json``'s
+``dtype`` (``torch_dtype`` before transformers 5), None without one -- the dtype a layout that
+records the weight's own (bitsandbytes' quantization state) writes back."""
+
+
+def _model_dtype(metadata: Mapping) -> Optional[str]:
+    try:
+        config = json.loads(metadata.get(CONFIG_KEY) or "null")
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    dtype = config.get("dtype", config.get("torch_dtype"))
+    return dtype if isinstance(dtype, str) else None
+
+
 def outward(leaves: list, metadata: Mapping, quantized_as: Optional[str]) -> tuple[list, dict]:
     """(leaves, metadata) of a model folder written from a Hurray file: each quantized tensor
     replaced by its parts in the layout of ``quantized_as`` (default: the method the carried
@@ -137,6 +154,7 @@ def outward(leaves: list, metadata: Mapping, quantized_as: Optional[str]) -> tup
             raise HurraySchemaError(f"quantized_as {method!r}: only a file converted from {method} goes back to it "
                                     f"(this file's config names {(config or {}).get('quant_method')!r})")
         metadata, config = module.config_for(leaves, dict(metadata))
+    config = {**config, MODEL_DTYPE_KEY: _model_dtype(metadata)}
     from ...io import Tensor
 
     out = []
