@@ -28,8 +28,9 @@ from hurray_schema.model import ElementType, PerBlockAffine, PerChannelAffine, Q
 from tests.support.quantized_models import compressed_tensors as ct  # noqa: E402
 
 Q_PROJ = "model.layers.0.self_attn.q_proj.weight"
-EXACT = ["int4_g32_sym", "int4_g32_asym", "int8_channel", "int8_channel_asym", "int2_g32_asym"]
-SYMMETRIC = ["int4_g32_sym", "int8_channel"]
+EXACT = ["int4_g32_sym", "int4_g32_asym", "int8_channel", "int8_channel_asym", "int2_g32_asym", "int8_tensor",
+         "int4_tensor_asym"]
+SYMMETRIC = ["int4_g32_sym", "int8_channel", "int8_tensor"]
 """Variants transformers loads: with compressed-tensors 0.20.1 and transformers 5.25, an
 asymmetric pack-quantized checkpoint -- the library's own, as saved -- fails ``from_pretrained``
 (its zero points are initialized unpacked, ``[out, groups]``, and the packed ones mismatch)."""
@@ -109,6 +110,8 @@ def test_every_quantized_linear_equals_the_librarys_decompression_bit_for_bit(fo
     ("int2_g32_asym", "INT2", PerBlockAffine, 32, False),
     ("int8_channel", "INT8", PerChannelAffine, None, True),
     ("int8_channel_asym", "INT8", PerChannelAffine, None, False),
+    ("int8_tensor", "INT8", PerChannelAffine, None, True),
+    ("int4_tensor_asym", "INT4", PerChannelAffine, None, False),
 ])
 def test_the_hurray_schemes_hold_the_librarys_codes_scales_and_zero_points(folders, converted, variant, storage,
                                                                             scheme, block, symmetric):
@@ -137,8 +140,13 @@ def test_the_hurray_schemes_hold_the_librarys_codes_scales_and_zero_points(folde
         else:
             assert q.axis == 0
             scales = np.frombuffer(t.buffers[q.scale_buffer_index], "<f4")
-            np.testing.assert_array_equal(scales, library_scales.reshape(-1).astype(np.float32))  # widened exactly
-        if not symmetric:  # packed along the output axis by the library: word j holds rows j*per ...
+            library_rows = np.broadcast_to(library_scales.reshape(-1), (t.shape[0],))  # tensor: one scale per row
+            np.testing.assert_array_equal(scales, library_rows.astype(np.float32))  # widened exactly
+        if not symmetric and variant.endswith("tensor_asym"):  # one int8 zero point, repeated per row
+            _, _, zraw = stored[Q_PROJ.replace("weight", "weight_zero_point")]
+            zeros = np.frombuffer(t.buffers[q.zero_point_buffer_index], "<i4")
+            assert (zeros == np.frombuffer(zraw, np.int8)[0]).all()
+        elif not symmetric:  # packed along the output axis by the library: word j holds rows j*per ...
             _, zshape, zraw = stored[Q_PROJ.replace("weight", "weight_zero_point")]
             zwords = np.frombuffer(zraw, "<u4").reshape(zshape)
             library_zeros = ((zwords.T[..., None] >> shifts) & ((1 << bits) - 1)).reshape(zshape[1], -1).T
@@ -249,6 +257,7 @@ def _foreign_file(path: str, converted_path: str, unsigned: bool) -> dict:
         metadata = dict(f.metadata())
         config = json.loads(metadata["hf.file.config.json"])
         del config["quantization_config"]
+        config["dtype"] = "float16"  # GPTQ / AWQ checkpoints' float16 scales in a float16 model
         metadata["hf.file.config.json"] = json.dumps(config)
         rng = np.random.default_rng(5)
         for name in f.keys():
@@ -257,9 +266,11 @@ def _foreign_file(path: str, converted_path: str, unsigned: bool) -> dict:
                 items[name] = t
                 continue
             out, inn = t.shape
-            if name.endswith("v_proj.weight"):  # int8 per channel, float32 scales (not all bfloat16)
+            if name.endswith("v_proj.weight"):  # int8 per channel: float32 scales, float16 ones widened when signed
                 codes = rng.integers(-128, 128, (out, inn))
                 scales = (rng.random(out) * 0.01 + 0.001).astype(np.float32)
+                if not unsigned:
+                    scales = scales.astype(np.float16).astype(np.float32)
                 items[name] = quantized_from_codes(codes, "per_channel", storage="int8", axis=0, scales=scales)
                 expected[name] = codes.astype(np.float32) * scales[:, None]
                 continue
@@ -298,10 +309,13 @@ def test_another_sources_tensors_are_written_as_pack_quantized(converted, tmp_pa
         got = library[name]
         want = values.astype(got.dtype)  # per channel: float32 scales, the library's float32 product
         np.testing.assert_array_equal(_bits(got), _bits(want), err_msg=name)
-    if not unsigned:
-        loaded = ct.loaded_dequantized(back)  # symmetric int4 loads in transformers
+    scale = _tensor_bytes(os.path.join(back, "model.safetensors"))["model.layers.0.self_attn.v_proj.weight_scale"]
+    assert scale[0] == ("F32" if unsigned else "F16")  # per-channel scales back in the model's dtype where exact
+    if not unsigned:  # symmetric: transformers loads it (float16 model) and decompresses to the same bits
+        loaded = ct.loaded_dequantized(back)
         for name, values in expected.items():
-            assert loaded[name].dtype == ml_dtypes.bfloat16  # the model's dtype, as transformers casts
+            want = values.astype(np.float16)
+            np.testing.assert_array_equal(_bits(loaded[name]), _bits(want), err_msg=name)
     again = os.fspath(tmp_path / "again.hrry")
     hs.convert(back, again)
     with hs.read_file(again) as f:
@@ -510,3 +524,41 @@ def test_the_way_back_refuses_a_scheme_pack_quantized_cannot_hold(converted, tmp
                                      scales=np.ones((2, 4), np.float16), block_size=32)
     with pytest.raises(NoExactForm, match="axis 0"):
         module.parts_of("m.weight", along_out, {})
+
+
+def test_the_way_back_refuses_a_config_that_disagrees_with_the_tensor(converted):
+    from hurray_schema.conversion.quantized import compressed_tensors as module
+
+    path, _ = converted("int4_g32_sym")
+    with hs.read_file(path) as f:
+        config = json.loads(f.metadata()["hf.file.config.json"])["quantization_config"]
+        config["config_groups"]["group_0"]["weights"].update(symmetric=False)
+        with pytest.raises(NoExactForm, match="is not this tensor's"):
+            module.parts_of(Q_PROJ, f[Q_PROJ], config)
+        config["config_groups"]["group_0"]["weights"].update(symmetric=True, group_size=64)
+        with pytest.raises(NoExactForm, match="is not this tensor's"):
+            module.parts_of(Q_PROJ, f[Q_PROJ], config)
+
+
+def test_a_name_target_is_preferred_to_the_class_target(folders, tmp_path):
+    """Two groups: "Linear" and the exact name of one module (here the same scheme, so the
+    checkpoint stays consistent); a bare lower-case name is no class target."""
+    def config(quant):
+        group = json.loads(json.dumps(quant["config_groups"]["group_0"]))
+        group["targets"] = ["model.layers.0.self_attn.q_proj", "lm_head"]
+        quant["config_groups"]["group_1"] = group
+
+    folder = _edited(folders("int4_g32_sym"), tmp_path / "two", config=config)
+    path = os.fspath(tmp_path / "two.hrry")
+    hs.convert(folder, path)
+    reference = ct.library_dequantized(folders("int4_g32_sym"))
+    with hs.read_file(path) as f:
+        np.testing.assert_array_equal(_bits(f[Q_PROJ].to_numpy()), _bits(reference[Q_PROJ]))
+
+
+def test_tensor_zero_points_outside_the_bit_range_are_refused(folders, tmp_path):
+    name = PACKED.replace("packed", "zero_point")
+    folder = _edited(folders("int4_tensor_asym"), tmp_path / "bad",
+                     tensors=_set(name, torch.tensor([9], dtype=torch.int8)))
+    with pytest.raises(HurraySchemaError, match=r"zero points outside \[-8, 7\]"):
+        hs.convert(folder, os.fspath(tmp_path / "x.hrry"))

@@ -63,7 +63,6 @@ PACKED_BITS = {2: "int2", 4: "int4", 8: "int8"}
 
 _STRATEGIES = ("group", "channel", "tensor")
 _SCALE_DTYPES = ("float16", "bfloat16", "float32")
-PARTS = ("weight_packed", "weight_scale", "weight_zero_point", "weight_shape")
 
 
 # -- the scheme of one module -------------------------------------------------------------------
@@ -113,17 +112,22 @@ def _ignored(config: dict, module: str) -> bool:
     return any(isinstance(t, str) and _matches(t, module) for t in ignore)
 
 
+def _class_target(target: str) -> bool:
+    """A target naming a module class ("Linear"; CamelCase), which takes any linear."""
+    return target.isidentifier() and target[:1].isupper()
+
+
 def _group_of(config: dict, module: str) -> dict:
     """The config group whose targets take ``module``: a name / regex target before a class-name
-    one (a target naming no module, like "Linear", taking any linear), as compressed-tensors
-    prefers the narrowest match."""
+    one ("Linear", taking any linear: only names are seen here), as compressed-tensors prefers
+    the narrowest match."""
     groups = _groups(config)
     by_name = [g for g in groups.values() if any(_matches(t, module) for t in g["targets"])]
     if len(by_name) == 1:
         return by_name[0]
     if len(by_name) > 1:
         raise HurraySchemaError(f"{module}: more than one compressed-tensors config group names it")
-    by_class = [g for g in groups.values() if any(not t.startswith("re:") and "." not in t for t in g["targets"])]
+    by_class = [g for g in groups.values() if any(_class_target(t) for t in g["targets"])]
     if len(by_class) == 1:
         return by_class[0]
     raise HurraySchemaError(f"{module}: no single compressed-tensors config group targets it "

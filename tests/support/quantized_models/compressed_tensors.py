@@ -24,6 +24,8 @@ VARIANTS = {
     "int8_channel": (8, "channel", None, True),
     "int8_channel_asym": (8, "channel", None, False),
     "int2_g32_asym": (2, "group", 32, False),
+    "int8_tensor": (8, "tensor", None, True),
+    "int4_tensor_asym": (4, "tensor", None, False),
     "int3_g32": (3, "group", 32, True),
 }
 
@@ -102,8 +104,6 @@ def quantization_config(folder: str) -> dict:
 def library_dequantized(folder: str) -> dict:
     """dense weight name -> the dense weight as compressed-tensors decompresses it (NumPy; bfloat16
     as ml_dtypes' bfloat16), from the folder's safetensors by the compressor the config names."""
-    import numpy as np
-    import torch
     from compressed_tensors.compressors import BaseCompressor
     from compressed_tensors.quantization import QuantizationConfig
     from safetensors.torch import load_file
@@ -126,7 +126,6 @@ def library_dequantized(folder: str) -> dict:
 
 def to_numpy(tensor):
     import ml_dtypes
-    import numpy as np
     import torch
 
     if tensor.dtype == torch.bfloat16:
