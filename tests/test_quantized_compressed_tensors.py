@@ -29,8 +29,8 @@ from tests.support.quantized_models import compressed_tensors as ct  # noqa: E40
 
 Q_PROJ = "model.layers.0.self_attn.q_proj.weight"
 EXACT = ["int4_g32_sym", "int4_g32_asym", "int8_channel", "int8_channel_asym", "int2_g32_asym", "int8_tensor",
-         "int4_tensor_asym"]
-SYMMETRIC = ["int4_g32_sym", "int8_channel", "int8_tensor"]
+         "int4_tensor_asym", "w8a8_channel", "w8a8_channel_asym"]
+SYMMETRIC = ["int4_g32_sym", "int8_channel", "int8_tensor", "w8a8_channel"]
 """Variants transformers loads: with compressed-tensors 0.20.1 and transformers 5.25, an
 asymmetric pack-quantized checkpoint -- the library's own, as saved -- fails ``from_pretrained``
 (its zero points are initialized unpacked, ``[out, groups]``, and the packed ones mismatch)."""
@@ -99,9 +99,10 @@ def test_every_quantized_linear_equals_the_librarys_decompression_bit_for_bit(fo
             assert got.shape == expected.shape == tuple(f[name].shape)
             np.testing.assert_array_equal(_bits(got.astype(expected.dtype)), _bits(expected), err_msg=name)
     rows = {row.name: row for row in report.tensors}
+    fmt = "int-quantized" if variant.startswith("w8a8") else "pack-quantized"
     for name in reference:
         assert rows[name].max_ulp == 0 and rows[name].exact
-        assert rows[name].type_in.startswith("compressed-tensors pack-quantized")
+        assert rows[name].type_in.startswith(f"compressed-tensors {fmt}")
 
 
 @pytest.mark.parametrize("variant, storage, scheme, block, symmetric", [
@@ -155,6 +156,21 @@ def test_the_hurray_schemes_hold_the_librarys_codes_scales_and_zero_points(folde
             np.testing.assert_array_equal(zeros, library_zeros.reshape(-1))
 
 
+@pytest.mark.parametrize("variant", ["w8a8_channel", "w8a8_channel_asym"])
+def test_int_quantized_weights_are_the_per_channel_codes_as_they_are(folders, converted, variant):
+    path, _ = converted(variant)
+    stored = _tensor_bytes(os.path.join(folders(variant), "model.safetensors"))
+    assert stored[Q_PROJ][0] == "I8"
+    with hs.read_file(path) as f:
+        t = f[Q_PROJ]
+        q = t.descriptor.quantization
+        assert isinstance(q, PerChannelAffine) and q.axis == 0 and t.descriptor.type_tag == ElementType.INT8
+        assert bytes(t.buffers[0]) == stored[Q_PROJ][2]  # int8 row-major codes: the library's bytes
+        if variant.endswith("asym"):
+            zeros = np.frombuffer(t.buffers[q.zero_point_buffer_index], "<i4")
+            np.testing.assert_array_equal(zeros, np.frombuffer(stored[Q_PROJ + "_zero_point"][2], np.int8))
+
+
 def test_every_other_tensor_is_copied_as_it_is(folders, converted):
     path, _ = converted("int4_g32_sym")
     stored = _tensor_bytes(os.path.join(folders("int4_g32_sym"), "model.safetensors"))
@@ -167,7 +183,7 @@ def test_every_other_tensor_is_copied_as_it_is(folders, converted):
             assert list(f[name].shape) == shape and bytes(f[name].buffers[0]) == raw
 
 
-@pytest.mark.parametrize("variant", ["int4_g32_sym", "int8_channel", "int8_channel_asym"])
+@pytest.mark.parametrize("variant", ["int4_g32_sym", "int8_channel", "int8_channel_asym", "w8a8_channel"])
 def test_stored_bytes_stay_within_five_percent_of_the_checkpoints(converted, variant):
     _, report = converted(variant)
     assert sum(r.bytes_out for r in report.tensors) <= 1.05 * sum(r.bytes_in for r in report.tensors)
@@ -388,6 +404,12 @@ def test_parts_that_do_not_match_the_packing_are_refused_naming_the_module(folde
         hs.convert(folder, os.fspath(tmp_path / "x.hrry"))
     assert "model.layers.0.self_attn.q_proj" in str(info.value)
     assert not os.path.exists(tmp_path / "x.hrry")
+
+
+def test_int_quantized_weights_that_are_not_int8_are_refused(folders, tmp_path):
+    folder = _edited(folders("w8a8_channel"), tmp_path / "bad", tensors=_set(Q_PROJ, lambda t: t.to(torch.int16)))
+    with pytest.raises(HurraySchemaError, match=r"q_proj: weight is int16\[64, 64\]; int-quantized keeps int8"):
+        hs.convert(folder, os.fspath(tmp_path / "x.hrry"))
 
 
 def test_asymmetric_zero_points_that_do_not_match_the_packing_are_refused(folders, tmp_path):

@@ -56,7 +56,10 @@ from .packing import pack_words, unpack_words
 __all__ = ["linears", "source", "dequantized", "parts_of", "config_for", "FORMAT", "PACKED_BITS"]
 
 FORMAT = "pack-quantized"
-"""The compressed-tensors format read and written here."""
+"""The compressed-tensors format written here (and read)."""
+
+UNPACKED = ("int-quantized", "naive-quantized")
+"""Formats that keep integer weights as they are (``<m>.weight`` int8, zero points unpacked), also read."""
 
 PACKED_BITS = {2: "int2", 4: "int4", 8: "int8"}
 """Bit widths with a Hurray integer storage type (``element-types.md § Sub-Byte Integer Types``)."""
@@ -71,6 +74,10 @@ class _Args:
     """The weight quantization arguments of one module (a config group's ``weights``)."""
 
     __slots__ = ("bits", "strategy", "group", "symmetric", "fmt")
+
+    @property
+    def packed(self) -> bool:
+        return self.fmt == FORMAT
 
     def __init__(self, bits, strategy, group, symmetric, fmt):
         self.bits, self.strategy, self.group, self.symmetric, self.fmt = bits, strategy, group, symmetric, fmt
@@ -134,6 +141,16 @@ def _group_of(config: dict, module: str) -> dict:
                             f"(groups {sorted(groups)})")
 
 
+def _format(config: dict, module: str) -> Optional[str]:
+    group = _group_of(config, module)
+    return group.get("format") or config.get("format")
+
+
+def _int_weights(config: dict, module: str) -> bool:
+    weights = _group_of(config, module).get("weights")
+    return isinstance(weights, dict) and weights.get("type", "int") == "int"
+
+
 def _args(config: dict, module: str) -> _Args:
     group = _group_of(config, module)
     fmt = group.get("format") or config.get("format")
@@ -165,11 +182,19 @@ def _args(config: dict, module: str) -> _Args:
 
 def linears(sources: Mapping, config: dict) -> dict:
     """dense weight name -> :class:`QuantizedLinear` of every ``<m>.weight_packed`` the checkpoint
-    holds, its parts' names, shapes and dtypes checked against the config's scheme (the tiny
-    ``weight_shape`` tensor read)."""
+    holds (and of every ``<m>.weight`` with a ``<m>.weight_scale`` of an int-quantized /
+    naive-quantized integer scheme), its parts' names, shapes and dtypes checked against the
+    config's scheme (the tiny ``weight_shape`` tensor read).  Other tensors (float-quantized FP8
+    weights and their scales ...) are left as they are."""
     _groups(config)
     out = {}
     for name in sources:
+        if name.endswith(".weight_scale") and name[: -len("_scale")] in sources \
+                and name[: -len("_scale")] + "_packed" not in sources:
+            module = name[: -len(".weight_scale")]
+            if not _ignored(config, module) and _format(config, module) in UNPACKED and _int_weights(config, module):
+                out[module + ".weight"] = _unpacked_linear(module, sources, config)
+            continue
         if not name.endswith(".weight_packed"):
             continue
         module = name[: -len(".weight_packed")]
@@ -190,6 +215,22 @@ def linears(sources: Mapping, config: dict) -> dict:
                                              for part, n in parts.items()})
         out[module + ".weight"] = QuantizedLinear(parts, args.text(), shape)
     return out
+
+
+def _unpacked_linear(module: str, sources: Mapping, config: dict) -> QuantizedLinear:
+    args = _args(config, module)
+    parts = {"weight": module + ".weight", "weight_scale": module + ".weight_scale"}
+    if not args.symmetric:
+        parts["weight_zero_point"] = module + ".weight_zero_point"
+        if parts["weight_zero_point"] not in sources:
+            raise HurraySchemaError(f"{module}: weight_zero_point ({parts['weight_zero_point']!r}) is not in the "
+                                    "checkpoint")
+    shape = tuple(sources[parts["weight"]].shape)
+    if len(shape) != 2:
+        raise HurraySchemaError(f"{module}: weight of shape {list(shape)}; a linear's is [out, in]")
+    _check_shapes(module, args, shape, {part: (tuple(sources[n].shape), _dtype_name(sources[n]))
+                                        for part, n in parts.items()})
+    return QuantizedLinear(parts, args.text(), shape)
 
 
 def _dtype_name(source) -> str:
@@ -215,9 +256,12 @@ def _check_shapes(module: str, args: _Args, shape: tuple, parts: dict) -> None:
     """Each part's (shape, dtype name) against the weight's ``[out, in]`` and the scheme."""
     out, inn = shape
     words = math.ceil(inn * args.bits / 32)
-    if parts["weight_packed"] != ((out, words), "int32"):
+    if args.packed and parts["weight_packed"] != ((out, words), "int32"):
         raise HurraySchemaError(f"{module}: weight_packed is {parts['weight_packed'][1]}{list(parts['weight_packed'][0])}; "
                                 f"{args.bits}-bit codes of a [{out}, {inn}] weight pack into int32[{out}, {words}]")
+    if not args.packed and parts["weight"] != ((out, inn), "int8"):
+        raise HurraySchemaError(f"{module}: weight is {parts['weight'][1]}{list(parts['weight'][0])}; "
+                                f"{args.fmt} keeps int8[{out}, {inn}]")
     if args.strategy == "group" and inn % args.group:
         raise HurraySchemaError(f"{module}: group size {args.group} does not divide in_features {inn}")
     scale_shape, scale_dtype = parts["weight_scale"]
@@ -229,7 +273,7 @@ def _check_shapes(module: str, args: _Args, shape: tuple, parts: dict) -> None:
         raise HurraySchemaError(f"{module}: weight_scale is {scale_dtype}, not float16, bfloat16 or float32")
     if "weight_zero_point" in parts:
         zero_shape, zero_dtype = parts["weight_zero_point"]
-        if args.strategy in ("group", "channel"):
+        if args.packed and args.strategy in ("group", "channel"):
             zexpected = (math.ceil(out * args.bits / 32), expected[1]), "int32"
         else:
             zexpected = expected, "int8"
@@ -250,11 +294,16 @@ def _checked_arrays(weight: str, arrays: dict, config: dict):
     """(args, [out, in], parts as arrays) with shapes and dtypes checked."""
     module = _module(weight)
     args = _args(config, module)
-    shape = _weight_shape(module, arrays.get("weight_shape"))
+    if args.packed:
+        shape = _weight_shape(module, arrays.get("weight_shape"))
+    else:
+        shape = tuple(np.shape(arrays.get("weight")))
+        if len(shape) != 2:
+            raise HurraySchemaError(f"{module}: weight of shape {list(shape)}; a linear's is [out, in]")
     if not args.symmetric and "weight_zero_point" not in arrays:
         raise HurraySchemaError(f"{module}: asymmetric, but no weight_zero_point")
     parts = {part: (tuple(np.shape(a)), np.asarray(a).dtype.name) for part, a in arrays.items()}
-    for part in ("weight_packed", "weight_scale"):
+    for part in ("weight_packed" if args.packed else "weight", "weight_scale"):
         if part not in parts:
             raise HurraySchemaError(f"{module}: no {part}")
     _check_shapes(module, args, shape, parts)
@@ -278,7 +327,7 @@ def _zero_points(weight: str, args: _Args, arrays: dict, shape: tuple) -> Option
     if args.symmetric:
         return None
     zero = np.asarray(arrays["weight_zero_point"])
-    if args.strategy in ("group", "channel"):
+    if args.packed and args.strategy in ("group", "channel"):
         return _unpacked(zero.T, args.bits, shape[0], f"{weight}: weight_zero_point").T
     lo, hi = -(1 << (args.bits - 1)), (1 << (args.bits - 1)) - 1
     if zero.size and (int(zero.min()) < lo or int(zero.max()) > hi):
@@ -299,6 +348,17 @@ def _exact_scheme(weight: str, args: _Args) -> None:
                           "§ Block Layout)")
 
 
+def _codes(weight: str, args: _Args, arrays: dict, inn: int) -> np.ndarray:
+    """The signed codes: unpacked (pack-quantized) or the int8 weight, within the bit width."""
+    if args.packed:
+        return _unpacked(arrays["weight_packed"], args.bits, inn, f"{weight}: weight_packed")
+    codes = np.asarray(arrays["weight"])
+    lo, hi = -(1 << (args.bits - 1)), (1 << (args.bits - 1)) - 1
+    if codes.size and (int(codes.min()) < lo or int(codes.max()) > hi):
+        raise HurraySchemaError(f"{weight}: codes outside [{lo}, {hi}] in a {args.bits}-bit scheme")
+    return codes
+
+
 def source(weight: str, arrays: dict, config: dict):
     """The Hurray tensor of one packed linear: per-block affine (group) or per-channel affine
     (channel, tensor) of the library's own codes, scales and zero points."""
@@ -306,7 +366,7 @@ def source(weight: str, arrays: dict, config: dict):
 
     args, (out, inn) = _checked_arrays(weight, arrays, config)
     _exact_scheme(weight, args)
-    codes = _unpacked(arrays["weight_packed"], args.bits, inn, f"{weight}: weight_packed")
+    codes = _codes(weight, args, arrays, inn)
     zeros = _zero_points(weight, args, arrays, (out, inn))
     scales = np.asarray(arrays["weight_scale"])
     storage = PACKED_BITS[args.bits]
@@ -330,18 +390,21 @@ def dequantized(weight: str, arrays: dict, config: dict) -> np.ndarray:
     args, (out, inn) = _checked_arrays(weight, arrays, config)
     if args.strategy not in _STRATEGIES:
         raise NoExactForm(f"{weight}: the compressed-tensors {args.strategy} strategy is not read here")
-    codes = _dense_unpacked(np.asarray(arrays["weight_packed"]), args.bits, inn).astype(np.float32)
+    if args.packed:
+        codes = _dense_unpacked(np.asarray(arrays["weight_packed"]), args.bits, inn).astype(np.float32)
+    else:
+        codes = np.asarray(arrays["weight"]).astype(np.float32)
     scales = np.asarray(arrays["weight_scale"])
     if args.symmetric:
         zeros = np.zeros((1, 1), np.float32)
-    elif args.strategy in ("group", "channel"):
+    elif args.packed and args.strategy in ("group", "channel"):
         zeros = _dense_unpacked(np.asarray(arrays["weight_zero_point"]).T, args.bits, out).T.astype(np.float32)
     else:
-        zeros = np.asarray(arrays["weight_zero_point"]).astype(np.float32).reshape(1, 1)
+        zeros = np.asarray(arrays["weight_zero_point"]).astype(np.float32).reshape(scales.shape)
     s = scales.astype(np.float32)
     if args.strategy == "group":
         s = np.repeat(s, args.group, axis=1)
-        zeros = np.repeat(zeros, args.group, axis=1) if zeros.shape != (1, 1) else zeros
+        zeros = np.repeat(zeros, args.group, axis=1) if zeros.shape == scales.shape else zeros
     else:
         s = s.reshape(-1, 1)
         zeros = zeros.reshape(-1, 1)
@@ -469,6 +532,11 @@ def parts_of(weight: str, tensor, config: dict) -> dict:
                 raise NoExactForm(f"{weight}: the config's tensor strategy holds one scale, the tensor has several")
             scales = scales.reshape(-1)[:1]
             zeros = None if zeros is None else zeros.reshape(-1)[:1]
+    if not args.packed:  # int-quantized / naive-quantized: int8 codes and zero points as they are
+        parts = {module + ".weight": codes.astype(np.int8), module + ".weight_scale": np.ascontiguousarray(scales)}
+        if zeros is not None:
+            parts[module + ".weight_zero_point"] = np.ascontiguousarray(zeros.astype(np.int8))
+        return parts
     parts = {module + ".weight_packed": _packed(codes, bits), module + ".weight_scale": np.ascontiguousarray(scales)}
     if zeros is not None:
         if strategy == "tensor":

@@ -18,7 +18,7 @@ import json
 import os
 
 VARIANTS = {
-    # name: (num_bits, strategy, group_size, symmetric)
+    # name: (num_bits, strategy, group_size, symmetric[, input activations int8 per token, dynamic])
     "int4_g32_sym": (4, "group", 32, True),
     "int4_g32_asym": (4, "group", 32, False),
     "int8_channel": (8, "channel", None, True),
@@ -26,16 +26,20 @@ VARIANTS = {
     "int2_g32_asym": (2, "group", 32, False),
     "int8_tensor": (8, "tensor", None, True),
     "int4_tensor_asym": (4, "tensor", None, False),
+    "w8a8_channel": (8, "channel", None, True, True),  # the int-quantized format (weights int8 as they are)
+    "w8a8_channel_asym": (8, "channel", None, False, True),
     "int3_g32": (3, "group", 32, True),
 }
 
 
-def _scheme(num_bits, strategy, group_size, symmetric):
+def _scheme(num_bits, strategy, group_size, symmetric, activations=False):
     from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
 
     args = QuantizationArgs(num_bits=num_bits, type="int", symmetric=symmetric, strategy=strategy,
                             group_size=group_size)
-    return QuantizationScheme(targets=["Linear"], weights=args)
+    inputs = QuantizationArgs(num_bits=8, type="int", symmetric=True, strategy="token", dynamic=True) \
+        if activations else None
+    return QuantizationScheme(targets=["Linear"], weights=args, input_activations=inputs)
 
 
 def tiny_llama(dtype="bfloat16", seed=0, hidden=64, layers=1):
