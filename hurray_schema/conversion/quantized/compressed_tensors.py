@@ -26,10 +26,15 @@ float32 product rounded once to the scales' dtype: ``quantization/per-block-affi
   scales widened exactly to float32 (a tensor scale repeated per row); decoded in float32 and
   rounded once to the library's dtype, that is again the library's result.
 
-No exact form (:class:`NoExactForm`): 1, 3, 5, 6 and 7 bits (``element-types.md`` has 2-, 4- and
-8-bit integers only; 3-bit codes would cost 4/3 of their bytes widened), a group that is no power
-of two (``per-block-affine.md § Validity Constraints``), the block strategy (2-D blocks), float
-(FP8 / FP4) weights.
+The ``int-quantized`` / ``naive-quantized`` formats (W8A8: ``<m>.weight`` int8 as the codes are,
+zero points int8 shaped like the scales, no ``weight_shape``) are read the same way.  Their
+float-typed weights (FP8 ``float-quantized``) are left as the tensors they are; packed float
+formats (``nvfp4-pack-quantized`` ...) are refused, not read here.
+
+No exact form (:class:`NoExactForm`): 1, 3, 5, 6 and 7 bits (``element-types.md § Sub-Byte Integer
+Types`` has 2- and 4-bit integers besides int8; 3-bit codes widened to int4 would cost 4/3 of their
+bytes), a group that is no power of two (``per-block-affine.md § Validity Constraints``), the
+block strategy (2-D blocks).
 
 The way back (:func:`parts_of`) writes the parts above from a per-block (axis 1) or per-channel
 (axis 0) integer tensor; unsigned codes (another library's ``q`` with zero points ``z``) become
