@@ -29,7 +29,7 @@ from tests.support.quantized_models import compressed_tensors as ct  # noqa: E40
 
 Q_PROJ = "model.layers.0.self_attn.q_proj.weight"
 EXACT = ["int4_g32_sym", "int4_g32_asym", "int8_channel", "int8_channel_asym", "int2_g32_asym", "int8_tensor",
-         "int4_tensor_asym", "w8a8_channel", "w8a8_channel_asym"]
+         "int4_tensor_asym", "w8a8_channel", "w8a8_channel_asym", "int4_g32_asym_fp16", "int8_channel_asym_fp16"]
 SYMMETRIC = ["int4_g32_sym", "int8_channel", "int8_tensor", "w8a8_channel"]
 """Variants transformers loads: with compressed-tensors 0.20.1 and transformers 5.25, an
 asymmetric pack-quantized checkpoint -- the library's own, as saved -- fails ``from_pretrained``

@@ -82,10 +82,14 @@ def calibrate_weights(model) -> None:
 
 def build(folder: str, variant: str, dtype: str = "bfloat16", seed: int = 0, hidden: int = 64,
           layers: int = 1) -> str:
-    """A model folder quantized as ``variant`` (:data:`VARIANTS`) with compressed-tensors' own
-    code; ``lm_head`` is left dense (as llm-compressor's recipes leave it)."""
+    """A model folder quantized as ``variant`` (:data:`VARIANTS`; ``<variant>_fp16``: a float16
+    model) with compressed-tensors' own code; ``lm_head`` is left dense (as llm-compressor's
+    recipes leave it)."""
     from compressed_tensors.compressors import ModelCompressor
     from compressed_tensors.quantization import QuantizationConfig, QuantizationStatus, apply_quantization_config
+
+    if variant.endswith("_fp16"):
+        variant, dtype = variant[: -len("_fp16")], "float16"
 
     model = tiny_llama(dtype, seed, hidden, layers)
     config = QuantizationConfig(config_groups={"group_0": _scheme(*VARIANTS[variant])}, ignore=["lm_head"],
