@@ -413,7 +413,8 @@ def dequantized(weight: str, arrays: dict, config: dict) -> np.ndarray:
     else:
         s = s.reshape(-1, 1)
         zeros = zeros.reshape(-1, 1)
-    return ((codes - zeros) * s).astype(scales.dtype)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN scales give what torch gives, silently
+        return ((codes - zeros) * s).astype(scales.dtype)
 
 
 def _dense_unpacked(words: np.ndarray, bits: int, count: int) -> np.ndarray:
