@@ -261,3 +261,62 @@ def test_a_quantization_config_that_is_no_object_is_refused(integer, tmp_path):
                      lambda config: config.__setitem__("quantization_config", "hqq"))
     with pytest.raises(HurraySchemaError, match="quantization_config is not a JSON object"):
         hs.convert(edited, tmp_path / "out.hrry")
+
+
+# --------------------------------------------------------------------------------------
+# Axis 0: a group is a whole column only when group_size == out_features
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def axis0(tmp_path_factory):
+    """hqq 4-bit along axis 0 without its optimizer, float16: (folder, hqq's dequantization)."""
+    folder = fixture.build(str(tmp_path_factory.mktemp("hqq") / "axis0"), optimize=False, dtype="float16", axis=0)
+    return folder, fixture.library_dequantized(folder)
+
+
+def test_axis0_groups_across_columns_are_refused(axis0, tmp_path):
+    folder, _ = axis0
+    with pytest.raises(NoExactForm, match=r"axis-0 groups of 64 .* not consecutive elements along an axis"):
+        hs.convert(folder, tmp_path / "out.hrry")
+
+
+def test_axis0_groups_of_whole_columns_are_per_block_affine_along_axis0(axis0, tmp_path):
+    folder, reference = axis0
+    out = tmp_path / "mixed.hrry"
+    report = hs.convert(folder, out, dequantize=True)
+    assert hs.audit(out).findings == ()
+    opened = hs.read_file(out)
+    values = hs.load(out)
+    rows = {row.name: row for row in report.tensors}
+    quantized = []
+    for name, expected in reference.items():
+        q = opened.descriptor(name).quantization
+        if expected.shape[0] == 64:  # q_proj, o_proj, down_proj: one group per column
+            assert type(q).__name__ == "PerBlockAffine" and (q.axis, q.block_size) == (0, 64), name
+            assert rows[name].note == ""
+            quantized.append(name)
+        else:  # k_proj, v_proj (32 rows), gate_proj, up_proj (128 rows): stored dense
+            assert q is None and "axis-0 groups" in rows[name].note, name
+        assert rows[name].max_ulp == 0
+        assert np.array_equal(_bits(values[name].astype(expected.dtype)), _bits(expected)), name
+    assert len(quantized) == 3
+
+
+# --------------------------------------------------------------------------------------
+# The command line, on the single safetensors file beside its config.json
+# --------------------------------------------------------------------------------------
+
+
+def test_the_command_line_converts_the_file_beside_its_config(integer, optimized, tmp_path):
+    from tests.support.cli import run
+
+    folder, reference = integer
+    done = run("convert", os.path.join(folder, "model.safetensors"), tmp_path / "exact.hrry")
+    assert done.returncode == 0, done.stderr.decode()
+    values = hs.load(tmp_path / "exact.hrry")
+    for name, expected in reference.items():
+        assert np.array_equal(_bits(values[name].astype(expected.dtype)), _bits(expected)), name
+    refused = run("convert", os.path.join(optimized[0], "model.safetensors"), tmp_path / "refused.hrry")
+    assert refused.returncode == 2 and "HQQ's zero is a float" in refused.stderr.decode()
+    assert not (tmp_path / "refused.hrry").exists()

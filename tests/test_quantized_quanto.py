@@ -294,3 +294,32 @@ def test_a_malformed_quantization_map_is_a_typed_error(built, tmp_path, text, wo
         hs.convert(_edited(folder, tmp_path, qmap_text=text), tmp_path / "out.hrry")
     assert not isinstance(caught.value, NoExactForm)
     assert words in str(caught.value)
+
+
+def test_the_command_line_reads_the_map_beside_a_single_file(built, tmp_path):
+    from tests.support.cli import run
+
+    folder, reference = built("qint8-float16")
+    done = run("convert", os.path.join(folder, "model.safetensors"), tmp_path / "exact.hrry")
+    assert done.returncode == 0, done.stderr.decode()
+    opened = hs.read_file(tmp_path / "exact.hrry")
+    values = hs.load(tmp_path / "exact.hrry")
+    for name, expected in reference.items():
+        assert type(opened.descriptor(name).quantization).__name__ == "PerChannelAffine", name
+        assert np.array_equal(_bits(values[name].astype(expected.dtype)), _bits(expected)), name
+    refused = run("convert", os.path.join(built("qint4")[0], "model.safetensors"), tmp_path / "refused.hrry")
+    assert refused.returncode == 2 and "float shift" in refused.stderr.decode()
+    dense = run("convert", "--dequantize", os.path.join(built("qint4")[0], "model.safetensors"),
+                tmp_path / "dense.hrry")
+    assert dense.returncode == 0, dense.stderr.decode()
+    values = hs.load(tmp_path / "dense.hrry")
+    for name, expected in built("qint4")[1].items():
+        assert np.array_equal(_bits(values[name]), _bits(expected)), name
+
+
+def test_quanto_tensors_as_hqq_parts_are_refused(built, tmp_path):
+    folder, _ = built("qint8-float16")
+    out = tmp_path / "exact.hrry"
+    hs.convert(folder, out)
+    with pytest.raises(NoExactForm):
+        hs.convert(out, tmp_path / "back", to="hf", quantized_as="hqq")

@@ -35,7 +35,7 @@ import numpy as np
 from ...errors import HurraySchemaError, NoExactForm
 from .checkpoint import QuantizedLinear
 
-__all__ = ["linears", "source", "dequantized", "parts_of"]
+__all__ = ["linears", "source", "dequantized", "parts_of", "config_for"]
 
 BITS = {"qint2": 2, "qint4": 4, "qint8": 8}
 """The weight qtypes read here (quanto's integer ones)."""
@@ -267,3 +267,10 @@ def parts_of(weight: str, tensor, config: dict) -> dict:
         raise NoExactForm(f"{weight}: float32 scales that {dtype.name} does not hold exactly have no quanto form")
     codes = tensor.to_numpy(raw=True).astype(np.int8)
     return {weight + "._data": codes, weight + "._scale": narrowed.reshape(-1, 1)}
+
+
+def config_for(leaves, metadata):
+    """quanto's layout is written back only into the folder it came from (its ``quanto_qmap.json``
+    carried): from another method's file, :class:`NoExactForm`."""
+    raise NoExactForm("--quantized-as quanto: quanto's layout is written only for a file converted from a quanto "
+                      "folder (its quanto_qmap.json carried)")

@@ -33,9 +33,9 @@ def tiny_dense(folder: str, dtype) -> str:
     return folder
 
 
-def build(folder: str, *, optimize: bool = True, dtype: str = "float16") -> str:
+def build(folder: str, *, optimize: bool = True, dtype: str = "float16", axis: int = 1) -> str:
     """``folder`` (created) holding ``config.json`` and ``model.safetensors`` of the tiny Llama
-    quantized by hqq, 4 bits, groups of 64 along axis 1 (transformers' default); ``optimize``:
+    quantized by hqq, 4 bits, groups of 64 along ``axis`` (transformers' default 1); ``optimize``:
     hqq's proximal optimizer, its default (float zeros), or off (zeros rounded to integers,
     ``round_zero`` being hqq's 4-bit default)."""
     import torch
@@ -46,7 +46,7 @@ def build(folder: str, *, optimize: bool = True, dtype: str = "float16") -> str:
     torch_dtype = getattr(torch, dtype)
     dense = tiny_dense(folder + ".dense", torch_dtype)
     model = AutoModelForCausalLM.from_pretrained(dense, dtype=torch_dtype)
-    config = HqqConfig(nbits=4, group_size=64)
+    config = HqqConfig(nbits=4, group_size=64, axis=axis)
     config.quant_config["weight_quant_params"]["optimize"] = optimize
     prepare_for_hqq_linear(model, config)
     AutoHQQHFModel.quantize_model(model, quant_config=config.quant_config, compute_dtype=torch_dtype, device="cpu")
