@@ -225,7 +225,7 @@ HOSTILE = {
     "group size not dividing the elements": (_set("group_size", lambda: _scalar(48)), "group size 48 does not divide"),
     "group size the codes do not have": (_set("group_size", lambda: _scalar(32)), "W_q is uint8"),
     "unknown packing": (_set("packing", lambda: _text("8bit_u8")), "packed '8bit_u8'"),
-    "unknown bits": (_set("nbits", lambda: _scalar(3)), "nbits 3"),
+    "bits the packing does not hold": (_set("nbits", lambda: _scalar(2)), "nbits 2 packed '4bit_u8'"),
     "unknown axis": (_set("axis", lambda: _scalar(2)), "axis 2"),
     "unknown compute dtype": (_set("compute_dtype", lambda: _text("torch.int8")), "compute_dtype 'torch.int8'"),
     "a shape of three dimensions": (_set("shape", lambda: __import__("torch").tensor([64, 64, 1])),
@@ -261,6 +261,38 @@ def test_a_quantization_config_that_is_no_object_is_refused(integer, tmp_path):
                      lambda config: config.__setitem__("quantization_config", "hqq"))
     with pytest.raises(HurraySchemaError, match="quantization_config is not a JSON object"):
         hs.convert(edited, tmp_path / "out.hrry")
+
+
+# --------------------------------------------------------------------------------------
+# Other bit widths: 8 (one code a byte), 2 and 1 (four and eight rows to a byte), 3 (not read)
+# --------------------------------------------------------------------------------------
+
+STORAGE = {8: "UINT8", 2: "UINT2", 1: "UINT2"}
+
+
+@pytest.mark.parametrize("nbits", [8, 2, 1])
+def test_other_bit_widths_with_integer_zeros_are_exact(tmp_path_factory, tmp_path, nbits):
+    folder = fixture.build(str(tmp_path_factory.mktemp("hqq") / f"bits{nbits}"), optimize=False, dtype="float16",
+                           nbits=nbits, round_zero=True)
+    reference = fixture.library_dequantized(folder)
+    out = tmp_path / "exact.hrry"
+    report = hs.convert(folder, out)
+    assert hs.audit(out).findings == ()
+    opened = hs.read_file(out)
+    values = hs.load(out)
+    for name, expected in reference.items():
+        assert opened.descriptor(name).type_tag.name == STORAGE[nbits], name
+        assert np.array_equal(_bits(values[name].astype(expected.dtype)), _bits(expected)), name
+    rows = {row.name: row for row in report.tensors}
+    assert all(rows[name].type_in == f"hqq int{nbits} g64 axis1" and rows[name].max_ulp == 0 for name in LINEARS)
+
+
+def test_three_bit_words_are_not_read(integer, tmp_path):
+    folder, _ = integer
+    edited = _edited(folder, tmp_path, lambda tensors: (tensors.__setitem__(P + "nbits", _scalar(3)),
+                                                        tensors.__setitem__(P + "packing", _text("3bit_32"))))
+    with pytest.raises(HurraySchemaError, match="nbits 3 packed '3bit_32'"):
+        hs.convert(edited, tmp_path / "out.hrry", dequantize=True)
 
 
 # --------------------------------------------------------------------------------------

@@ -6,8 +6,11 @@ Each quantized linear ``<prefix>`` holds:
 
 * ``<prefix>.W_q`` uint8: the codes grouped (``axis`` 1: the weight's row-major elements cut into
   rows of ``group_size``, ``[out * in / group_size, group_size]``; ``axis`` 0: ``[group_size,
-  out * in / group_size]``, group ``j`` the column ``j``), 4-bit codes packed along dim 0, row ``i``
-  in the high nibble of byte row ``i`` and row ``i + rows / 2`` in its low nibble;
+  out * in / group_size]``, group ``j`` the column ``j``), packed along dim 0 with the first rows in
+  the high bits: 4 bits (``4bit_u8``) row ``i`` in the high nibble of byte row ``i`` and row
+  ``i + rows / 2`` in its low nibble; likewise 2 and 1 bits (``2bit_u8``, ``1bit_u8``, four and
+  eight rows to a byte) and 8, 6 or 5 bits one code a byte (``8bit_u8``).  3 bits (``3bit_32``,
+  int32 words) are not read here;
 * ``<prefix>.scale`` / ``<prefix>.zero``: one per group (``[groups, 1]`` for axis 1, ``[1, groups]``
   for axis 0), in the compute dtype; the zero is a float;
 * metadata as tiny tensors: ``nbits``, ``group_size``, ``axis`` (int32), ``shape`` (int64
@@ -45,6 +48,15 @@ REQUIRED = ("W_q", "scale", "zero", "nbits", "group_size", "shape", "axis", "pac
 
 UNREAD = ("zero_scale", "scale_q", "zero_q", "meta_scale", "meta_zero")
 """hqq's quantized-metadata parts (deprecated, not serializable by hqq itself): refused."""
+
+PACKINGS = {8: "8bit_u8", 6: "8bit_u8", 5: "8bit_u8", 4: "4bit_u8", 2: "2bit_u8", 1: "1bit_u8"}
+"""nbits -> hqq's packing of them (``Quantizer.bit_to_packing``), the ones read here."""
+
+PACKED_BITS = {"8bit_u8": 8, "4bit_u8": 4, "2bit_u8": 2, "1bit_u8": 1}
+
+STORAGE = {8: "uint8", 4: "uint4", 2: "uint2", 1: "uint2"}
+"""The per-block affine storage type of each packing's codes (``quantization/per-block-affine.md
+§ Valid Storage Types`` has no 1-bit type: 1-bit codes are held by uint2)."""
 
 COMPUTE_TYPES = {"torch.float16": "float16", "torch.bfloat16": "bfloat16", "torch.float32": "float32"}
 
@@ -112,8 +124,9 @@ def _layout(weight: str, arrays: Mapping) -> dict:
     axis = _int(weight, "axis", arrays["axis"])
     shape = _shape(weight, arrays["shape"])
     packing = _text(weight, "packing", arrays["packing"])
-    if nbits != 4 or packing != "4bit_u8":
-        raise HurraySchemaError(f"{weight}: HQQ nbits {nbits} packed {packing!r}; read here: 4 bits packed '4bit_u8'")
+    if PACKINGS.get(nbits) != packing:
+        raise HurraySchemaError(f"{weight}: HQQ nbits {nbits} packed {packing!r}; read here: "
+                                + ", ".join(f"{bits} bits packed {name!r}" for bits, name in PACKINGS.items()))
     if axis not in (0, 1):
         raise HurraySchemaError(f"{weight}: HQQ axis {axis}, not 0 or 1")
     if _flag(weight, "view_as_float", arrays) or _flag(weight, "quant_scale", arrays) or \
@@ -134,9 +147,10 @@ def _layout(weight: str, arrays: Mapping) -> dict:
     groups = count // group_size
     rows, cols = (groups, group_size) if axis == 1 else (group_size, groups)
     codes = np.asarray(arrays["W_q"])
-    if codes.dtype != np.uint8 or rows % 2 or codes.shape != (rows // 2, cols):
+    per = 8 // PACKED_BITS[packing]
+    if codes.dtype != np.uint8 or rows % per or codes.shape != (rows // per, cols):
         raise HurraySchemaError(f"{weight}: HQQ W_q is {codes.dtype}{list(codes.shape)}; {shape} in groups of "
-                                f"{group_size} along axis {axis} packs into uint8{[rows // 2, cols]}")
+                                f"{group_size} along axis {axis} packs into uint8{[rows // per, cols]}")
     grouped = (groups, 1) if axis == 1 else (1, groups)
     for part in ("scale", "zero"):
         array = np.asarray(arrays[part])
@@ -144,7 +158,7 @@ def _layout(weight: str, arrays: Mapping) -> dict:
             raise HurraySchemaError(f"{weight}: HQQ {part} is {array.dtype}{list(array.shape)}; one float per group "
                                     f"{list(grouped)} expected")
     return {"shape": shape, "group_size": group_size, "axis": axis, "groups": groups, "compute": compute,
-            "rows": rows, "cols": cols}
+            "rows": rows, "cols": cols, "nbits": nbits, "packed_bits": PACKED_BITS[packing]}
 
 
 def _float_name(array) -> str | None:
@@ -160,11 +174,17 @@ def _dtype(name: str):
     return np.dtype(name)
 
 
-def _codes(arrays: Mapping, layout: dict) -> np.ndarray:
-    """The 4-bit codes in the weight's shape (hqq's ``BitPack.unpack_4bit_u8`` then ``reshape``)."""
+def _grouped(arrays: Mapping, layout: dict) -> np.ndarray:
+    """The codes ``[rows, cols]`` (hqq's ``BitPack.unpack_<n>bit_u8``: the first rows in the high bits)."""
     packed = np.asarray(arrays["W_q"])
-    grouped = np.concatenate([packed >> 4, packed & 0x0F], axis=0)
-    return grouped.reshape(layout["shape"])
+    bits = layout["packed_bits"]
+    mask = (1 << bits) - 1
+    return np.concatenate([(packed >> (8 - bits * (i + 1))) & mask for i in range(8 // bits)], axis=0)
+
+
+def _codes(arrays: Mapping, layout: dict) -> np.ndarray:
+    """The codes in the weight's shape (unpacked, then hqq's ``reshape``)."""
+    return _grouped(arrays, layout).reshape(layout["shape"])
 
 
 def dequantized(weight: str, arrays: Mapping, config: dict) -> np.ndarray:
@@ -172,8 +192,7 @@ def dequantized(weight: str, arrays: Mapping, config: dict) -> np.ndarray:
     rounded to it (the scale and zero cast to it first, as ``HQQLinear`` does when it loads)."""
     layout = _layout(weight, arrays)
     dtype = _dtype(layout["compute"])
-    packed = np.asarray(arrays["W_q"])
-    grouped = np.concatenate([packed >> 4, packed & 0x0F], axis=0).astype(np.float32)
+    grouped = _grouped(arrays, layout).astype(np.float32)
     zero = np.asarray(arrays["zero"]).astype(dtype).astype(np.float32)
     scale = np.asarray(arrays["scale"]).astype(dtype).astype(np.float32)
     shifted = (grouped - zero).astype(dtype).astype(np.float32)
@@ -207,7 +226,7 @@ def source(weight: str, arrays: Mapping, config: dict):
         raise NoExactForm(f"{weight}: HQQ's zero is a float ({float(zero.reshape(-1)[first])!r} in group {first}); "
                           "per-block affine zero points are int32 (quantization/per-block-affine.md § Referenced "
                           "Buffers), so (q - zero) * scale has no exact form")
-    reach = float(np.max(np.abs(zero))) + 15 if zero.size else 0.0
+    reach = float(np.max(np.abs(zero))) + (1 << layout["nbits"]) - 1 if zero.size else 0.0
     if reach > 2.0 ** _MANTISSA[compute] or reach >= 2.0 ** 31:
         raise NoExactForm(f"{weight}: HQQ's zeros reach {reach:g}, where q - zero rounds in {compute}; per-block "
                           "affine subtracts exactly (quantization/per-block-affine.md § Dequantization Formula)")
@@ -224,7 +243,7 @@ def source(weight: str, arrays: Mapping, config: dict):
         scales = scale.reshape(1, inp)
         zeros = zero.astype(np.int32).reshape(1, inp)
         block_axis = 0
-    return quantized_from_codes(codes, "per_block", storage="uint4", axis=block_axis, scales=scales,
+    return quantized_from_codes(codes, "per_block", storage=STORAGE[layout["packed_bits"]], axis=block_axis, scales=scales,
                                 zero_points=zeros, block_size=group_size, scale_type=compute, name=weight)
 
 

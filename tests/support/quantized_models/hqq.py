@@ -33,11 +33,13 @@ def tiny_dense(folder: str, dtype) -> str:
     return folder
 
 
-def build(folder: str, *, optimize: bool = True, dtype: str = "float16", axis: int = 1) -> str:
+def build(folder: str, *, optimize: bool = True, dtype: str = "float16", axis: int = 1, nbits: int = 4,
+          round_zero=None) -> str:
     """``folder`` (created) holding ``config.json`` and ``model.safetensors`` of the tiny Llama
     quantized by hqq, 4 bits, groups of 64 along ``axis`` (transformers' default 1); ``optimize``:
     hqq's proximal optimizer, its default (float zeros), or off (zeros rounded to integers,
-    ``round_zero`` being hqq's 4-bit default)."""
+    ``round_zero`` being hqq's 4-bit default); ``nbits`` other than 4 with ``round_zero`` set to
+    round their zeros too (hqq rounds them only for 4 bits by default)."""
     import torch
     from hqq.models.hf.base import AutoHQQHFModel
     from transformers import AutoModelForCausalLM, HqqConfig
@@ -46,8 +48,10 @@ def build(folder: str, *, optimize: bool = True, dtype: str = "float16", axis: i
     torch_dtype = getattr(torch, dtype)
     dense = tiny_dense(folder + ".dense", torch_dtype)
     model = AutoModelForCausalLM.from_pretrained(dense, dtype=torch_dtype)
-    config = HqqConfig(nbits=4, group_size=64, axis=axis)
+    config = HqqConfig(nbits=nbits, group_size=64, axis=axis)
     config.quant_config["weight_quant_params"]["optimize"] = optimize
+    if round_zero is not None:
+        config.quant_config["weight_quant_params"]["round_zero"] = round_zero
     prepare_for_hqq_linear(model, config)
     AutoHQQHFModel.quantize_model(model, quant_config=config.quant_config, compute_dtype=torch_dtype, device="cpu")
     AutoHQQHFModel.save_to_safetensors(model, folder, verbose=False)
