@@ -61,6 +61,7 @@ def built(tmp_path_factory):
     def get(name):
         if name not in cache:
             weights, dtype = {"qint4": ("qint4", "float16"), "qint4-zeropoint": ("qint4", "float16"),
+                              "qint2": ("qint2", "float16"),
                               "qint8-float16": ("qint8", "float16"), "qint8-bfloat16": ("qint8", "bfloat16")}[name]
             optimizer = _zeropoint_optimizer() if name == "qint4-zeropoint" else None
             folder = fixture.build(str(root / name), weights, dtype, optimizer=optimizer)
@@ -181,6 +182,30 @@ def test_qint4_with_dequantize_is_quantos_dense_result_bit_for_bit(built, tmp_pa
     assert rows["model.layers.0.self_attn.q_proj.weight"].type_in == "quanto qint4 g64"  # 64 inputs: whole rows
     assert all(rows[name].max_ulp == 0 and "float shift" in rows[name].note for name in LINEARS)
     _copied_as_they_are(out, folder, None)
+
+
+def test_qint2_is_refused_and_stored_dense_bit_for_bit(built, tmp_path):
+    folder, reference = built("qint2")
+    with pytest.raises(NoExactForm, match="quanto qint2 dequantizes scale \\* q - shift with a float shift"):
+        hs.convert(folder, tmp_path / "out.hrry")
+    out = tmp_path / "dense.hrry"
+    hs.convert(folder, out, dequantize=True)
+    values = hs.load(out)
+    assert sorted(reference) == sorted(LINEARS)
+    for name, expected in reference.items():
+        assert np.array_equal(_bits(values[name]), _bits(expected)), name
+
+
+def test_in_features_quanto_does_not_record_come_from_the_config(built, tmp_path):
+    folder, _ = built("qint4")
+    edited = _edited(folder, tmp_path)
+    config = json.loads((edited / "config.json").read_text())
+    del config["intermediate_size"]
+    (edited / "config.json").write_text(json.dumps(config))
+    with pytest.raises(HurraySchemaError, match="model.layers.0.mlp.down_proj.weight: .*config.json gives no "
+                                                "in_features") as caught:
+        hs.convert(edited, tmp_path / "out.hrry", dequantize=True)
+    assert not isinstance(caught.value, NoExactForm)
 
 
 # --------------------------------------------------------------------------------------
