@@ -71,7 +71,7 @@ def built(tmp_path_factory):
     return get
 
 
-def _copied_as_they_are(out, folder, parts_of):
+def _copied_as_they_are(out, folder):
     stored = _stored(folder)
     values = hs.load(out)
     plain = [name for name in stored if not any(name.startswith(weight + ".") for weight in LINEARS)]
@@ -110,7 +110,7 @@ def test_qint8_is_per_channel_affine_equal_to_quanto(built, tmp_path, variant):
         assert rows[name].type_in == "quanto qint8"
         assert rows[name].type_out == "int8 per_channel_affine" and rows[name].max_ulp == 0
     assert sum(row.bytes_out for row in report.tensors) <= 1.05 * sum(row.bytes_in for row in report.tensors)
-    _copied_as_they_are(out, folder, None)
+    _copied_as_they_are(out, folder)
     assert opened.metadata().get("hf.file.quanto_qmap.json") == (open(os.path.join(folder, "quanto_qmap.json")).read())
 
 
@@ -181,7 +181,7 @@ def test_qint4_with_dequantize_is_quantos_dense_result_bit_for_bit(built, tmp_pa
     assert rows["model.layers.0.mlp.down_proj.weight"].type_in == "quanto qint4 g128"  # 256 inputs: groups
     assert rows["model.layers.0.self_attn.q_proj.weight"].type_in == "quanto qint4 g64"  # 64 inputs: whole rows
     assert all(rows[name].max_ulp == 0 and "float shift" in rows[name].note for name in LINEARS)
-    _copied_as_they_are(out, folder, None)
+    _copied_as_they_are(out, folder)
 
 
 def test_qint2_is_refused_and_stored_dense_bit_for_bit(built, tmp_path):

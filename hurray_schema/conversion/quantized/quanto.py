@@ -223,7 +223,7 @@ def source(weight: str, arrays: Mapping, config: dict):
                           "product and then the difference; per-block affine is s * (q - z) with an int32 z rounded "
                           "once (quantization/per-block-affine.md § Referenced Buffers, § Dequantization Formula), "
                           "and the shift is no integer multiple of the scale in general")
-    rows, cols = codes.shape
+    cols = codes.shape[1]
     out, inp = shape
     if cols < 2 or cols & (cols - 1):
         raise NoExactForm(f"{weight}: quanto {qtype} groups of {cols} are not a power of two, which a per-block "
