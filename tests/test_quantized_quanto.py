@@ -346,5 +346,5 @@ def test_quanto_tensors_as_hqq_parts_are_refused(built, tmp_path):
     folder, _ = built("qint8-float16")
     out = tmp_path / "exact.hrry"
     hs.convert(folder, out)
-    with pytest.raises(NoExactForm):
+    with pytest.raises(HurraySchemaError, match="only a file converted from hqq goes back to it"):
         hs.convert(out, tmp_path / "back", to="hf", quantized_as="hqq")

@@ -37,7 +37,7 @@ import numpy as np
 from ...errors import HurraySchemaError, NoExactForm
 from .checkpoint import QuantizedLinear
 
-__all__ = ["linears", "source", "dequantized", "parts_of", "config_for"]
+__all__ = ["linears", "source", "dequantized", "parts_of"]
 
 META = ("nbits", "group_size", "shape", "axis", "packing", "unpack_view_dtype", "view_as_float", "quant_scale",
         "quant_zero", "compute_dtype", "offload_meta", "encoded_state_dict", "stores_quant_config", "channel_wise",
@@ -252,7 +252,3 @@ def parts_of(weight: str, tensor, config: dict) -> dict:
     raise NoExactForm(f"{weight}: writing HQQ's layout back is not supported; its checkpoints load through hqq's "
                       "own serialization, which a Hurray file does not replace")
 
-
-def config_for(leaves, metadata):
-    """HQQ's layout is not written from another method's file: :class:`NoExactForm`."""
-    raise NoExactForm("--quantized-as hqq: writing HQQ's layout is not supported (hqq loads its own serialization)")

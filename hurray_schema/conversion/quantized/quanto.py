@@ -35,7 +35,7 @@ import numpy as np
 from ...errors import HurraySchemaError, NoExactForm
 from .checkpoint import QuantizedLinear
 
-__all__ = ["linears", "source", "dequantized", "parts_of", "config_for"]
+__all__ = ["linears", "source", "dequantized", "parts_of"]
 
 BITS = {"qint2": 2, "qint4": 4, "qint8": 8}
 """The weight qtypes read here (quanto's integer ones)."""
@@ -236,11 +236,14 @@ def source(weight: str, arrays: Mapping, config: dict):
 
 
 def _scale_dtype(weight: str, config: dict) -> np.dtype:
-    """The weights' dtype of the model (``config.json``'s ``dtype`` / ``torch_dtype``), quanto's scale dtype."""
-    model_config = config.get("model_config") or {}
-    name = model_config.get("dtype") or model_config.get("torch_dtype") or "float32"
+    """The weights' dtype of the model (``config.json``'s ``dtype`` / ``torch_dtype``,
+    :data:`.checkpoint.MODEL_DTYPE_KEY`), quanto's scale dtype."""
+    from .checkpoint import MODEL_DTYPE_KEY
+
+    name = config.get(MODEL_DTYPE_KEY)
     if name not in _FLOATS:
-        raise NoExactForm(f"{weight}: config.json's dtype {name!r} is not a quanto scale dtype")
+        raise NoExactForm(f"{weight}: config.json's dtype {name!r} is no quanto scale dtype (float16, bfloat16, "
+                          "float32): the scales' dtype is unknown")
     if name == "bfloat16":
         import ml_dtypes
 
@@ -268,9 +271,3 @@ def parts_of(weight: str, tensor, config: dict) -> dict:
     codes = tensor.to_numpy(raw=True).astype(np.int8)
     return {weight + "._data": codes, weight + "._scale": narrowed.reshape(-1, 1)}
 
-
-def config_for(leaves, metadata):
-    """quanto's layout is written back only into the folder it came from (its ``quanto_qmap.json``
-    carried): from another method's file, :class:`NoExactForm`."""
-    raise NoExactForm("--quantized-as quanto: quanto's layout is written only for a file converted from a quanto "
-                      "folder (its quanto_qmap.json carried)")
