@@ -31,6 +31,12 @@ METHOD_MODULES = {
 CONFIG_KEY = "hf.file.config.json"
 """The KV key a model folder's ``config.json`` is carried under (:mod:`..hf_folder`)."""
 
+QUANTO_MAP_KEY = "hf.file.quanto_qmap.json"
+"""The KV key of optimum-quanto's quantization map, the ``quanto_qmap.json`` its
+``QuantizedModelForCausalLM.save_pretrained`` writes beside the weights (``config.json`` then
+names no ``quantization_config``): read as ``{"quant_method": "quanto", "quantization_map": ...,
+"model_config": <config.json>}``."""
+
 
 @attrs.frozen(slots=True)
 class QuantizedLinear:
@@ -47,13 +53,15 @@ def quantization_config(metadata: Mapping) -> Optional[dict]:
     """The ``quantization_config`` of the ``config.json`` carried in ``metadata``; None when there
     is none.  A config that is no JSON object, or names no method known here, is refused."""
     text = metadata.get(CONFIG_KEY)
-    if text is None:
+    if text is None and QUANTO_MAP_KEY not in metadata:
         return None
     try:
-        config = json.loads(text)
+        config = json.loads(text) if text is not None else {}
     except (TypeError, ValueError):
         raise HurraySchemaError("config.json: not a JSON document") from None
     quant = config.get("quantization_config") if isinstance(config, dict) else None
+    if quant is None and QUANTO_MAP_KEY in metadata:
+        return _quanto_config(metadata[QUANTO_MAP_KEY], config)
     if quant is None:
         return None
     if not isinstance(quant, dict):
@@ -63,6 +71,18 @@ def quantization_config(metadata: Mapping) -> Optional[dict]:
         raise HurraySchemaError(f"config.json: quantization_config names quant_method {method!r}; "
                                 f"the methods read here are {sorted(METHOD_MODULES)}")
     return quant
+
+
+def _quanto_config(text, config) -> dict:
+    """The config of a folder optimum-quanto saved: its quantization map beside the model's config."""
+    try:
+        qmap = json.loads(text)
+    except (TypeError, ValueError):
+        raise HurraySchemaError("quanto_qmap.json: not a JSON document") from None
+    if not isinstance(qmap, dict):
+        raise HurraySchemaError("quanto_qmap.json: not a JSON object")
+    return {"quant_method": "quanto", "quantization_map": qmap,
+            "model_config": config if isinstance(config, dict) else {}}
 
 
 def method_of(method: str):
