@@ -1,0 +1,1 @@
+"""Tiny models quantized by each library's own code on CPU, saved as that library saves them."""
