@@ -21,14 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-
-os.environ.setdefault("TQDM_DISABLE", "1")
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # autoawq's deprecation notice at import
@@ -90,8 +87,8 @@ def build_linear(folder, *, in_features: int, out_features: int, group_size: int
         linear.weight.data, scales, zeros = AwqQuantizer.pseudo_quantize_tensor(settings, linear.weight.data)
         packed = WQLinear_GEMM.from_linear(linear, 4, group_size, scales=scales.t().contiguous(),
                                            zeros=zeros.t().contiguous())
-    save_file({f"{name}.{part}": getattr(packed, part).contiguous() for part in PARTS}, str(folder / "model.safetensors"),
-              metadata={"format": "pt"})
+    save_file({f"{name}.{part}": getattr(packed, part).contiguous() for part in PARTS},
+              str(folder / "model.safetensors"), metadata={"format": "pt"})
     config = {"architectures": ["Linear"], "model_type": "linear",
               "quantization_config": {"bits": 4, "group_size": group_size, "modules_to_not_convert": None,
                                       "quant_method": "awq", "version": "gemm", "zero_point": True}}
