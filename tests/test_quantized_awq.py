@@ -311,6 +311,21 @@ def test_the_way_back_loads_in_autoawq_to_the_same_bits(checkpoint, round_trip, 
     assert np.array_equal(_bits(fx.logits(round_trip, tokens)), _bits(fx.logits(checkpoint, tokens)))
 
 
+def test_the_way_back_loads_in_transformers_to_the_same_bits(round_trip, reference):
+    """transformers 5 loads an AWQ folder through gptqmodel's AWQ kernels; their dequantized weights
+    are autoawq's, bit for bit."""
+    pytest.importorskip("gptqmodel", reason="transformers loads AWQ checkpoints through gptqmodel")
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(round_trip, device_map="cpu", dtype=torch.float16)
+    dense = {f"{name}.weight": module.dequantize_weight() for name, module in model.named_modules()
+             if hasattr(module, "dequantize_weight")}
+    assert sorted(dense) == sorted(reference)
+    for name, weight in dense.items():
+        assert np.array_equal(_bits(weight.t().contiguous().numpy()), _bits(reference[name])), name
+
+
 def test_a_file_without_an_awq_config_is_not_written_as_awq(checkpoint, tmp_path):
     dense = checkpoint.parent / "dense"
     out = tmp_path / "q.hrry"
