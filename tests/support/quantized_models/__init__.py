@@ -1,1 +1,2 @@
-"""Tiny quantized models made by each quantization library itself, for tests/test_quantized_*.py."""
+"""Tiny models quantized by each library's own code on CPU, saved as that library saves them, for
+tests/test_quantized_*.py."""
