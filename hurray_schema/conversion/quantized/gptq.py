@@ -30,7 +30,6 @@ points all ``2 ** (bits - 1)`` (``sym: true``) become signed codes ``q - 2 ** (b
 
 from __future__ import annotations
 
-import math
 from typing import Mapping
 
 import numpy as np
@@ -39,7 +38,7 @@ from ...errors import HurraySchemaError, NoExactForm
 from .checkpoint import QuantizedLinear
 from .packing import pack_words, unpack_words
 
-__all__ = ["linears", "source", "dequantized", "parts_of", "FORMATS", "PARTS"]
+__all__ = ["linears", "source", "dequantized", "parts_of", "config_for", "FORMATS", "PARTS"]
 
 PARTS = ("qweight", "qzeros", "scales", "g_idx")
 """The parts of one linear; ``g_idx`` may be missing (old auto-gptq files: ``i // group_size``)."""
@@ -254,7 +253,8 @@ def dequantized(weight: str, arrays: Mapping, config: dict) -> np.ndarray:
     linear = _read(weight, arrays, cfg)
     scale = linear.scales[linear.g_idx]
     diff = linear.codes.astype(np.int64) - linear.zeros[linear.g_idx]
-    product = scale.astype(np.float32) * diff.astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):  # a non-finite scale decodes as the library's does
+        product = scale.astype(np.float32) * diff.astype(np.float32)
     return np.ascontiguousarray(product.astype(linear.scales.dtype).T)
 
 
@@ -330,12 +330,20 @@ def _stored_parts(tensor, shape, blocks):
     """(codes ``[out, in]`` as stored, float16 scales ``[out, blocks]``, int32 zero points or
     None) of a per-block tensor, read from its buffers."""
     from ...io.tensor import fetched
+    from ...model import QuantFlag
 
     tensor = fetched(tensor)
     q = tensor.descriptor.quantization
     codes = np.asarray(tensor.to_numpy(raw=True)).reshape(shape)
     scales = np.frombuffer(tensor.buffers[q.scale_buffer_index], "<f2").reshape(shape[0], blocks)
     zeros = None
-    if not q.flags & 1:
+    if not q.flags & QuantFlag.SYMMETRIC:
         zeros = np.frombuffer(tensor.buffers[q.zero_point_buffer_index], "<i4").reshape(shape[0], blocks)
     return codes, scales.astype(np.float16), zeros
+
+
+def config_for(leaves, metadata):
+    """Refused: a GPTQ folder is written back only from a file that carries its GPTQ
+    ``config.json`` (the group size, the v1 or v2 zeros, ``desc_act`` and ``sym`` it names)."""
+    raise HurraySchemaError("a GPTQ folder is written only from a Hurray file carrying a GPTQ config.json "
+                            "(quantization_config with quant_method 'gptq')")
