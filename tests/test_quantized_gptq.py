@@ -377,3 +377,14 @@ def test_zero_or_non_finite_scales_are_refused(checkpoints, tmp_path, value):
                                       tensors[f"{Q}.g_idx"], bits=4, group_size=32)
     with hs.read_file(dst) as container:
         assert np.array_equal(_bits(container[f"{Q}.weight"].to_numpy()), _bits(library))
+
+
+def test_gptq_out_needs_a_gptq_config(tmp_path):
+    """A Hurray file that carries no GPTQ config.json (group size, v1 or v2 zeros) is not
+    written as a GPTQ folder."""
+    values = np.random.default_rng(1).standard_normal((16, 64)).astype(np.float32)
+    path = str(tmp_path / "plain.hrry")
+    hs.write_file(path, {"x.weight": hs.builders.quantize(values, "per_block", storage="uint4", axis=1,
+                                                           block_size=32, scale_type="float16")})
+    with pytest.raises(HurraySchemaError, match="GPTQ config.json"):
+        hs.convert(path, str(tmp_path / "out"), to="hf", quantized_as="gptq")
