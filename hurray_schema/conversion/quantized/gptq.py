@@ -9,7 +9,9 @@ A linear ``<prefix>`` of a GPTQ checkpoint is stored as
   along out_features.  ``checkpoint_format: "gptq"`` (v1, the default) stores each *word* minus
   ``0x11111111`` (for 4 bits; one unit in every lane): the libraries add it back word-wise on
   load (gptqmodel's ``convert_gptq_v1_to_v2_format_module``), so a zero point 0 borrows from the
-  next lane and still comes back.  ``"gptq_v2"`` stores the zero points as they are;
+  next lane and still comes back.  (auto-gptq writes the same bytes except where a zero point is
+  0: it ORs ``0 - 1`` into the word and reads each lane plus one, 16 for that lane; gptqmodel's
+  reading is the one followed here.)  ``"gptq_v2"`` stores the zero points as they are;
 * ``<prefix>.scales`` float16 ``[groups, out]``;
 * ``<prefix>.g_idx`` int32 ``[in]``: the group of each input column (``i // group_size``
   without act-order; a permutation's order with act-order, ``desc_act``).
@@ -184,7 +186,7 @@ def _read(weight: str, arrays: Mapping, cfg: _Config) -> _Linear:
     else:
         g_idx = np.arange(in_features, dtype=np.int64) // group
     words = qzeros.view(np.uint32)
-    if cfg.v1:  # undo the minus one word-wise, as the libraries do (a borrow comes back too)
+    if cfg.v1:  # undo the minus one word-wise, as gptqmodel does (a borrow comes back too)
         ones = sum(1 << (bits * k) for k in range(per))
         words = ((words.astype(np.uint64) + ones) & 0xFFFFFFFF).astype(np.uint32)
     linear = _Linear()
