@@ -388,3 +388,12 @@ def test_gptq_out_needs_a_gptq_config(tmp_path):
                                                            block_size=32, scale_type="float16")})
     with pytest.raises(HurraySchemaError, match="GPTQ config.json"):
         hs.convert(path, str(tmp_path / "out"), to="hf", quantized_as="gptq")
+
+
+def test_three_bits_have_no_per_block_storage_type():
+    """3-bit codes: per-block affine stores uint2, uint4 or uint8 (``§ Valid Storage Types``)."""
+    config = {"quant_method": "gptq", "bits": 3, "group_size": 32, "sym": False, "desc_act": False}
+    arrays = {"qweight": np.zeros((12, 32), np.int32), "qzeros": np.zeros((4, 3), np.int32),
+              "scales": np.ones((4, 32), np.float16), "g_idx": (np.arange(128) // 32).astype(np.int32)}
+    with pytest.raises(NoExactForm, match="3-bit GPTQ codes .* § Valid Storage Types"):
+        gptq.source("x.weight", arrays, config)
