@@ -7,6 +7,7 @@ symmetric; and the library's own dequantized weights for comparison
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -41,7 +42,10 @@ def quantize(dense: str, out: str, *, desc_act: bool, sym: bool, group_size: int
     saved by it into ``out`` (GPTQ v1)."""
     import torch
     from gptqmodel import GPTQModel, QuantizeConfig
+    from gptqmodel.looper import loop_processor
 
+    # gptqmodel logs each quantized module into ./logs of the working directory; keep them beside ``out``
+    loop_processor._PROJECT_LOG_DIR = Path(out).parent / "gptqmodel-logs"
     settings = dict(bits=bits, group_size=group_size, desc_act=desc_act, sym=sym)
     if desc_act:
         settings["act_group_aware"] = False  # act-order excludes gptqmodel's group-aware reordering
