@@ -125,7 +125,7 @@ def _convert_tensor(source: SourceTensor, options: ConvertOptions):
                 item = _quantized(reference, options.requantize)
                 exact, note = False, f"{exc}: requantized"
             else:
-                raise NoExactForm(f"{exc}; pass dequantize (--dequantize: float32, exact) or requantize "
+                raise NoExactForm(f"{exc}; pass dequantize (--dequantize: the decoded values, exact) or requantize "
                                   "(--requantize SCHEME)") from None
     measured = not exact or options.verify or source.ulp
     max_abs = rel = 0.0
