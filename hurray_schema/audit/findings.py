@@ -17,6 +17,10 @@ finding kept instead of stopping at the first.
   the index, or by walking the region) is audited as in a stream and the composites are
   bound in descriptor order, so one report lists every fault.
 
+In a bare stream and a file, the scales of every quantized tensor are checked too
+(:mod:`hurray_schema.rules.values`: the rules a reader checks when it decodes the values), each
+finding at the first offending scale's byte; a message stream's data frames are not read for it.
+
 Close-time composite findings (a partition gap or overlap, a torn composite) are located at
 the composite's head descriptor.  Every kind is read through its located walk
 (:mod:`hurray_schema.io.walk`, fault policy ``COLLECT``; the file reader's own pass uses

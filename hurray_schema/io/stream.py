@@ -73,7 +73,8 @@ class StreamReader:
     ``findings`` collects what a permissive reader tolerated and the SHOULD-level notes, of
     the descriptor, composite and stream rules alike: what ``audit`` reports on the stream
     (same rule, level and offset, each descriptor's in audit's order), but for the rules
-    only audit runs (:data:`hurray_schema.rules.interop.AUDIT_ONLY`).
+    only audit runs (:data:`hurray_schema.rules.interop.AUDIT_ONLY`) and those checked when a
+    tensor's values are decoded (:data:`hurray_schema.rules.values.AT_DECODE`).
     ``framing`` None (the default) reads the framing from the first bytes
     (:func:`detect_framing`); ``framing`` is then the one found.
     """

@@ -47,25 +47,29 @@ from .engine import Finding, Level, Rule, declare
 __all__ = [
     "PER_BLOCK_SCALES", "PER_CHANNEL_SCALES", "NF4_ABSMAX", "MXFP_RESERVED", "AT_DECODE", "ScaleFault",
     "ScaleViolation", "scale_fault", "scale_span", "check_scales", "tensor_findings", "stream_tensor_findings",
-    "relocated", "SCAN_SCALES",
+    "relocated", "SCAN_SCALES", "scheme_rule",
 ]
+
+_ENFORCED = ("hurray_schema.rules.values:scheme_rule", "hurray_schema.evaluate.dequantize:quant_params")
+"""Where each rule is enforced: :func:`scheme_rule` picks it for :func:`scale_fault` (``audit``, the
+writers), the evaluator checks the scales it decodes with it (:func:`check_scales`)."""
 
 PER_BLOCK_SCALES = declare(
     "quantization.per_block.scale_values", Level.MUST, "quantization/per-block-affine.md § Validity Constraints",
     "Every per-block scale is finite and non-zero in its scale_type_tag (float16, bfloat16 or float32).",
-    scope="data", enforced_by=("hurray_schema.rules.values:scale_fault", "hurray_schema.rules.values:check_scales"))
+    scope="data", enforced_by=_ENFORCED)
 PER_CHANNEL_SCALES = declare(
     "quantization.per_channel.scale_values", Level.MUST, "quantization/per-channel-affine.md § Validity Constraints",
     "Every per-channel scale is a finite, non-zero float32.",
-    scope="data", enforced_by=("hurray_schema.rules.values:scale_fault", "hurray_schema.rules.values:check_scales"))
+    scope="data", enforced_by=_ENFORCED)
 NF4_ABSMAX = declare(
     "quantization.nf4.absmax_values", Level.MUST, "quantization/nf4.md § Validity Constraints",
     "Every NF4 absmax scale is a finite, non-negative float32.",
-    scope="data", enforced_by=("hurray_schema.rules.values:scale_fault", "hurray_schema.rules.values:check_scales"))
+    scope="data", enforced_by=_ENFORCED)
 MXFP_RESERVED = declare(
     "quantization.mxfp.scale_reserved", Level.MUST_NOT, "quantization/mxfp.md § Referenced Buffer",
     "No MXFP float8_e8m0 scale byte is 0x00 or 0xFF (reserved patterns).",
-    scope="data", enforced_by=("hurray_schema.rules.values:scale_fault", "hurray_schema.rules.values:check_scales"))
+    scope="data", enforced_by=_ENFORCED)
 
 AT_DECODE = frozenset({PER_BLOCK_SCALES.id, PER_CHANNEL_SCALES.id, NF4_ABSMAX.id, MXFP_RESERVED.id})
 """The rules a reader checks when it decodes a tensor's values, not when it opens the input
@@ -119,7 +123,7 @@ def relocated(exc: ScaleViolation, buffer_offsets: Optional[Sequence[int]]) -> S
     return exc.fault.violation(buffer_offsets[exc.fault.buffer])
 
 
-def _scheme_words(q):
+def scheme_rule(q):
     """``(rule, scale type, width)`` of a scheme with a scale buffer, or None."""
     if isinstance(q, PerBlockAffine):
         stt = q.scale_type_tag
@@ -168,7 +172,7 @@ def scale_span(desc, scale_bytes: int) -> Optional[tuple]:
     ``count`` is the number of scales the scheme derives from the shape, never more than the
     buffer holds (a block-paged tensor's: what the buffer holds)."""
     q = desc.quantization
-    words = _scheme_words(q) if q is not None else None
+    words = scheme_rule(q) if q is not None else None
     if words is None:
         return None
     rule, scale_type, width = words
