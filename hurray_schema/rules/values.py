@@ -17,10 +17,14 @@ point share (``quantization.md § Buffer Table Placement Rules``, rule 3); an em
 axis has none.  Only what the scale buffer holds is read, and no more scales than the scheme
 derives from the shape.
 
-Where they run (:data:`AT_DECODE`): ``audit`` (files and bare streams), the strict writers
-(:func:`hurray_schema.write_file`, the stream writers) and every decode of the values (the
-evaluator's dequantization raises the rule's :class:`~hurray_schema.errors.SpecViolation`
-instead of returning inf or NaN).  The readers do not run them when they open an input or
+Where they run (:data:`AT_DECODE`): ``audit`` (files and bare streams; a message stream's data
+frames and a recorded session's TENSOR_PUT payloads are not read for them), the strict writers
+(:func:`hurray_schema.write_file`, the stream writers: a scale held by a
+:class:`~hurray_schema.io.tensor.ProducedBuffer` is its producer's to answer for) and every decode
+of the values (the evaluator's dequantization raises the rule's
+:class:`~hurray_schema.errors.SpecViolation` instead of returning inf or NaN, located at the
+scale's byte in the file for a tensor read from one -- :func:`relocated` -- and with ``offset``
+None for a tensor of a stream or built in memory).  The readers do not run them when they open an input or
 hand out a tensor: ``quantization/per-channel-affine.md § Validity Constraints`` lets a reader
 defer the per-element check of the parameter arrays to the first dequantization, and
 :class:`~hurray_schema.io.HurrayFile` reads no data at open (a file read by range would have to
@@ -42,6 +46,7 @@ from ..model import (
     DYNAMIC_DIMENSION, NO_BUFFER_INDEX, BlockPagedLayout, ElementType, Mxfp, Nf4, PerBlockAffine, PerChannelAffine,
     QuantFlag,
 )
+from ..structs._declare import power_of_two
 from .engine import Finding, Level, Rule, declare
 
 __all__ = [
@@ -154,7 +159,7 @@ def _derived_count(desc) -> Optional[int]:
     if isinstance(q, PerChannelAffine):
         return shape[axis]
     block = int(q.block_size)
-    if block <= 0 or block & (block - 1):
+    if not power_of_two(block):
         return None
     if not shape[axis]:
         return 0
