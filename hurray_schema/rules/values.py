@@ -47,6 +47,7 @@ from ..model import (
     QuantFlag,
 )
 from ..structs._declare import power_of_two
+from .descriptor.sizes import layout_buffer_count
 from .engine import Finding, Level, Rule, declare
 
 __all__ = [
@@ -182,7 +183,7 @@ def scale_span(desc, scale_bytes: int) -> Optional[tuple]:
         return None
     rule, scale_type, width = words
     index = int(q.scale_buffer_index)
-    if index == 0 or index >= len(desc.buffers):
+    if index < (layout_buffer_count(desc) or 1) or index >= len(desc.buffers):  # data: quantization.buffer_index.*
         return None
     per_scale = width + (_ZERO_POINT_WIDTH if _shares_buffer(q) else 0)
     held = scale_bytes // per_scale
