@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import hurray_schema as hs
-from hurray_schema.errors import HurraySchemaError, NoExactForm
+from hurray_schema.errors import HurraySchemaError, NoExactForm, SpecViolation
 from hurray_schema.model import ElementType
 from tests.support import cli
 
@@ -439,11 +439,21 @@ def test_a_zero_or_non_finite_scale_is_a_spec_violation(checkpoint, tmp_path, ba
     scales = parts[f"{Q_PROJ}.scales"].copy()
     scales[1, 5] = bad
     folder = _variant(checkpoint, tmp_path / "ck", tensors={f"{Q_PROJ}.scales": scales})
-    error = _refused(folder, tmp_path, r"not finite and non-zero|finite")
-    assert not isinstance(error, NoExactForm)
-    if getattr(error, "rule_id", None) is not None:
-        assert error.rule_id == SCALE_RULE
-    assert Q_PROJ in str(error)
+    error = _refused(folder, tmp_path, rf"{Q_PROJ}\.weight: scale \d+ is .*, not finite and non-zero",
+                     error=SpecViolation)
+    assert error.rule_id == SCALE_RULE
+    assert error.citation == "quantization/per-block-affine.md § Validity Constraints"
+
+
+@pytest.mark.parametrize("value", [-0.5, 6e-8], ids=["negative", "subnormal"])
+def test_a_negative_or_subnormal_scale_is_kept(checkpoint, tmp_path, value):
+    """The passing counterpart: any finite, non-zero float16 scale is the library's and stays."""
+    parts = fx.tensors(checkpoint)
+    scales = parts[f"{Q_PROJ}.scales"].copy()
+    scales[1, 5] = value
+    folder = _variant(checkpoint, tmp_path / "ck", tensors={f"{Q_PROJ}.scales": scales})
+    report = hs.convert(folder, tmp_path / "model.hrry")
+    assert all(row.max_ulp == 0 for row in report.tensors if row.max_ulp is not None)
 
 
 @pytest.mark.parametrize("config, match", [

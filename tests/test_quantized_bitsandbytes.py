@@ -20,7 +20,7 @@ pytest.importorskip("transformers", reason="the checkpoints are saved by transfo
 pytest.importorskip("accelerate", reason="transformers' bitsandbytes quantizer needs accelerate")
 
 import hurray_schema as hs  # noqa: E402
-from hurray_schema.errors import HurraySchemaError, NoExactForm  # noqa: E402
+from hurray_schema.errors import HurraySchemaError, NoExactForm, SpecViolation  # noqa: E402
 from hurray_schema.structs.quantization import NF4_LEVELS  # noqa: E402
 from tests.support import cli  # noqa: E402
 from tests.support.quantized_models import bitsandbytes as fx  # noqa: E402
@@ -312,22 +312,34 @@ def test_hostile_metadata_is_a_typed_error_naming_the_tensor(checkpoints, tmp_pa
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -0.5], ids=["nan", "inf", "negative"])
 def test_an_absmax_breaking_the_rule_is_a_spec_violation(checkpoints, tmp_path, value):
     folder = hostile(checkpoints, tmp_path, absmax_set(1, value))
-    with pytest.raises(HurraySchemaError) as caught:
+    with pytest.raises(SpecViolation, match=rf"{fx.ZEROED}: scale 1 is .*, not finite and non-negative") as caught:
         hs.convert(folder, str(tmp_path / "out.hrry"))
-    assert not isinstance(caught.value, NoExactForm)
-    assert getattr(caught.value, "rule_id", ABSMAX_RULE) == ABSMAX_RULE
-    assert fx.ZEROED in str(caught.value)
+    assert caught.value.rule_id == ABSMAX_RULE
+    assert caught.value.citation == "quantization/nf4.md § Validity Constraints"
+    assert not (tmp_path / "out.hrry").exists()
+
+
+@pytest.mark.parametrize("value", [0.0, 1e-30], ids=["zero", "tiny"])
+def test_a_zero_or_tiny_absmax_is_kept(checkpoints, tmp_path, value):
+    """The passing counterpart: a finite, non-negative absmax (zero too) is bitsandbytes' and stays."""
+    folder = hostile(checkpoints, tmp_path, absmax_set(1, value))
+    report = hs.convert(folder, str(tmp_path / "out.hrry"))
+    row = {row.name: row for row in report.tensors}[fx.ZEROED]
+    assert row.exact and row.max_ulp == 0
 
 
 def test_a_non_finite_nested_absmax_is_a_spec_violation(checkpoints, tmp_path):
+    """A computed absmax that is infinite has an NF4 form (the tensor is built as it is) and breaks
+    the rule when it is decoded: dequantized or not, the same SpecViolation."""
     def change(tensors):
         tensors[fx.ZEROED + ".nested_absmax"][0] = float("inf")
 
     folder = hostile(checkpoints, tmp_path, change, "nf4-dq")
-    with pytest.raises(HurraySchemaError, match="double quantization") as caught:
-        hs.convert(folder, str(tmp_path / "out.hrry"), dequantize=True)
-    assert not isinstance(caught.value, NoExactForm)
-    assert getattr(caught.value, "rule_id", ABSMAX_RULE) == ABSMAX_RULE
+    for options in ({}, {"dequantize": True}):
+        with pytest.raises(SpecViolation, match=rf"{fx.ZEROED}: scale \d+ is .*, not finite") as caught:
+            hs.convert(folder, str(tmp_path / "out.hrry"), **options)
+        assert caught.value.rule_id == ABSMAX_RULE
+        assert not (tmp_path / "out.hrry").exists()
 
 
 def test_a_negative_absmax_from_double_quantization_has_no_nf4_form(checkpoints, tmp_path):

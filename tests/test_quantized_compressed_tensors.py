@@ -23,7 +23,7 @@ import ml_dtypes  # noqa: E402
 
 import hurray_schema as hs  # noqa: E402
 from hurray_schema.builders import quantized_from_codes  # noqa: E402
-from hurray_schema.errors import HurraySchemaError, NoExactForm  # noqa: E402
+from hurray_schema.errors import HurraySchemaError, NoExactForm, SpecViolation  # noqa: E402
 from hurray_schema.model import ElementType, PerBlockAffine, PerChannelAffine, QuantFlag  # noqa: E402
 from tests.support.quantized_models import compressed_tensors as ct  # noqa: E402
 
@@ -483,12 +483,6 @@ def test_padding_bits_that_are_not_zero_are_refused():
         module.source("m.weight", arrays, CHANNEL4)
 
 
-def _rule_present(rule_id: str) -> bool:
-    from hurray_schema.rules import registry
-
-    return any(rule.id == rule_id for rule in registry())
-
-
 @pytest.mark.parametrize("variant, value, rule", [
     ("int4_g32_sym", 0.0, "quantization.per_block.scale_values"),
     ("int4_g32_sym", float("inf"), "quantization.per_block.scale_values"),
@@ -497,20 +491,30 @@ def _rule_present(rule_id: str) -> bool:
     ("int8_channel", float("nan"), "quantization.per_channel.scale_values"),
 ])
 def test_zero_or_non_finite_scales_are_a_spec_violation_when_written(folders, tmp_path, variant, value, rule):
-    if not _rule_present(rule):
-        pytest.xfail(f"the buffer rule {rule} is not in this tree's registry yet")
+    folder = _edited(folders(variant), tmp_path / "bad", tensors=_scale_set(value))
+    weight = PACKED.replace("_packed", "")
+    with pytest.raises(SpecViolation, match=rf"{weight}: scale \d+ is .*, not finite and non-zero") as info:
+        hs.convert(folder, os.fspath(tmp_path / "x.hrry"))
+    assert info.value.rule_id == rule
+    assert not os.path.exists(tmp_path / "x.hrry")
+
+
+def _scale_set(value):
     name = PACKED.replace("packed", "scale")
 
     def edit(state):
         state[name] = state[name].clone()
         state[name][3, 0] = value
+    return edit
 
-    folder = _edited(folders(variant), tmp_path / "bad", tensors=edit)
-    with pytest.raises(HurraySchemaError) as info:
-        hs.convert(folder, os.fspath(tmp_path / "x.hrry"))
-    if getattr(info.value, "rule_id", None) is not None:
-        assert info.value.rule_id == rule
-    assert not os.path.exists(tmp_path / "x.hrry")
+
+@pytest.mark.parametrize("variant", ["int4_g32_sym", "int8_channel"])
+def test_a_negative_scale_is_kept(folders, tmp_path, variant):
+    """The passing counterpart: a finite, non-zero scale, negative too, is the library's and stays."""
+    folder = _edited(folders(variant), tmp_path / "ok", tensors=_scale_set(-0.5))
+    report = hs.convert(folder, os.fspath(tmp_path / "x.hrry"))
+    row = {row.name: row for row in report.tensors}[PACKED.replace("_packed", "")]
+    assert row.exact and row.max_ulp == 0
 
 
 @pytest.mark.parametrize("config, message", [

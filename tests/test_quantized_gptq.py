@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import hurray_schema as hs
-from hurray_schema.errors import HurraySchemaError, NoExactForm
+from hurray_schema.errors import HurraySchemaError, NoExactForm, SpecViolation
 
 pytest.importorskip("safetensors", reason="the safetensors extra is not installed")
 pytest.importorskip("torch", reason="torch is not installed (a test-only dependency)")
@@ -364,14 +364,22 @@ def test_hostile_checkpoints_are_typed_errors(checkpoints, tmp_path, case):
 @pytest.mark.parametrize("value", [0.0, np.inf, np.nan])
 def test_zero_or_non_finite_scales_are_refused(checkpoints, tmp_path, value):
     """A per-block scale must be finite and non-zero (``§ Validity Constraints``): the linear is
-    refused, naming the scale and the rule; ``dequantize`` stores the library's values."""
+    refused with the rule's SpecViolation naming the tensor and the scale, dequantized or not (the
+    tensor has a form; its value breaks the rule), and nothing is written."""
     folder = _altered(checkpoints["asym"][0], tmp_path, _set(f"{Q}.scales", _scale(value)))
-    with pytest.raises(HurraySchemaError, match=r"q_proj.weight: scale \[1, 3\] = .* finite and non-zero") as caught:
-        hs.convert(folder, str(tmp_path / "model.hrry"))
-    rule_id = getattr(caught.value, "rule_id", None)
-    assert rule_id in (None, "quantization.per_block.scale_values")
-    dst = str(tmp_path / "dense.hrry")
-    hs.convert(folder, dst, dequantize=True)
+    for options in ({}, {"dequantize": True}):
+        with pytest.raises(SpecViolation, match=r"q_proj.weight: scale \d+ is .*, not finite and non-zero") as caught:
+            hs.convert(folder, str(tmp_path / "model.hrry"), **options)
+        assert caught.value.rule_id == "quantization.per_block.scale_values"
+        assert not os.path.exists(tmp_path / "model.hrry")
+
+
+@pytest.mark.parametrize("value", [-0.5, 6e-8], ids=["negative", "subnormal"])
+def test_negative_or_subnormal_scales_are_kept(checkpoints, tmp_path, value):
+    """The passing counterpart: a finite, non-zero scale is stored as the library holds it."""
+    folder = _altered(checkpoints["asym"][0], tmp_path, _set(f"{Q}.scales", _scale(value)))
+    dst = str(tmp_path / "model.hrry")
+    hs.convert(folder, dst)
     tensors = _tensors(folder)
     library = models.dequantize_parts(tensors[f"{Q}.qweight"], tensors[f"{Q}.qzeros"], tensors[f"{Q}.scales"],
                                       tensors[f"{Q}.g_idx"], bits=4, group_size=32)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import hurray_schema as hs
-from hurray_schema.errors import HurraySchemaError, NoExactForm
+from hurray_schema.errors import HurraySchemaError, NoExactForm, SpecViolation
 
 pytest.importorskip("torch", reason="the fixtures quantize with hqq, which needs torch")
 pytest.importorskip("hqq", reason="the fixtures quantize with hqq's own code")
@@ -235,9 +235,6 @@ HOSTILE = {
     "a missing zero": (_drop("zero"), "missing"),
     "codes viewed as float": (_set("view_as_float", lambda: __import__("torch").tensor(1, dtype=__import__("torch").uint8)),
                               "viewed as float"),
-    "a zero scale": (_scale_value(0.0), "finite and non-zero"),
-    "a NaN scale": (_scale_value(float("nan")), "finite and non-zero"),
-    "an infinite scale": (_scale_value(float("inf")), "finite and non-zero"),
 }
 
 
@@ -249,10 +246,30 @@ def test_hostile_checkpoints_are_typed_errors_naming_the_tensor(integer, tmp_pat
     with pytest.raises(HurraySchemaError) as caught:
         hs.convert(edited, tmp_path / "out.hrry")
     assert not isinstance(caught.value, NoExactForm)
+    assert not isinstance(caught.value, SpecViolation)
     assert "model.layers.0.self_attn.q_proj.weight" in str(caught.value)
     assert words in str(caught.value)
-    rule = getattr(caught.value, "rule_id", None)
-    assert rule is None or "scale" in rule
+
+
+@pytest.mark.parametrize("value", [0.0, float("nan"), float("inf")], ids=["zero", "nan", "inf"])
+def test_a_zero_or_non_finite_scale_is_the_rules_spec_violation(integer, tmp_path, value):
+    """The tensor is built as it is; decoding it to measure it breaks
+    ``quantization.per_block.scale_values``, which names the tensor; nothing is written."""
+    folder, _ = integer
+    with pytest.raises(SpecViolation, match=r"model\.layers\.0\.self_attn\.q_proj\.weight: scale \d+ is .*, "
+                                            r"not finite and non-zero") as caught:
+        hs.convert(_edited(folder, tmp_path, _scale_value(value)), tmp_path / "out.hrry")
+    assert caught.value.rule_id == "quantization.per_block.scale_values"
+    assert not (tmp_path / "out.hrry").exists()
+
+
+def test_a_negative_scale_is_kept(integer, tmp_path):
+    """The passing counterpart: a finite, non-zero scale, negative too, is hqq's and stays."""
+    folder, _ = integer
+    edited = _edited(folder, tmp_path, _scale_value(-0.5))
+    report = hs.convert(edited, tmp_path / "out.hrry")
+    row = {row.name: row for row in report.tensors}["model.layers.0.self_attn.q_proj.weight"]
+    assert row.exact and row.max_ulp == 0
 
 
 def test_a_quantization_config_that_is_no_object_is_refused(integer, tmp_path):

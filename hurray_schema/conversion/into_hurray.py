@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from ..errors import HurraySchemaError
+from ..errors import HurraySchemaError, SpecViolation
 from .measure import decoded, describe, stored_bytes, value_errors
 from .options import ConvertOptions, selected
 from .report import ConvertReport, TensorReport
@@ -37,7 +37,10 @@ def into_hurray(src: str, dst: str, source_format: str, options: ConvertOptions,
     done = 0
     try:
         for source in sources:
-            item, row, backed = _convert_tensor(source, options)
+            try:
+                item, row, backed = _convert_tensor(source, options)
+            except SpecViolation as exc:
+                raise _naming(exc, source.name) from None
             items[source.name] = item if backed else spill.keep(item)
             rows.append(row)
             done += source.bytes_in
@@ -49,6 +52,20 @@ def into_hurray(src: str, dst: str, source_format: str, options: ConvertOptions,
         spill.close()
         del keep_open
     return ConvertReport(src, dst, source_format, "hurray", tuple(rows))
+
+
+def _naming(exc: SpecViolation, name: str) -> SpecViolation:
+    """``exc`` (a rule broken by the tensor ``name`` as it is built, measured or decoded: a scale
+    of a library's checkpoint ...) with a message that names the tensor; the rule, its citation
+    and the offset unchanged."""
+    if exc.message.startswith(name):
+        return exc
+    from ..rules.values import ScaleViolation
+
+    message = f"{name}: {exc.message}"
+    if isinstance(exc, ScaleViolation):
+        return ScaleViolation(exc.fault._replace(message=message), exc.offset)
+    return SpecViolation(exc.rule_id, exc.citation, exc.offset, message)
 
 
 def _read_source(src: str, source_format: str):

@@ -19,8 +19,16 @@ method is one module here with the same four names (:data:`.checkpoint.METHOD_MO
   ``config_for(leaves, metadata)`` -> ``(metadata, config)`` where the layout can also hold another
   method's tensors (compressed-tensors).
 
+The modules check their layouts, not the values of scales: a zero or non-finite scale (a negative
+or non-finite NF4 absmax) is built into the tensor as the checkpoint holds it, and the rule on
+the values (:mod:`hurray_schema.rules.values`) rejects it when ``convert`` decodes the tensor to
+measure it, the tensor named there (``into_hurray``), or when it is written.
+
 :mod:`.packing` has what several layouts share: words of packed codes opened and closed along an
-axis, and distances in units in the last place.  None of this imports torch or the libraries.
+axis, codes packed in planes of rows, the one test of a group size as a per-block ``block_size``,
+the float dtypes by name, and distances in units in the last place; :mod:`.checkpoint` the
+reading of config integers and of the carried model dtype.  None of this imports torch or the
+libraries.
 """
 
 from .checkpoint import METHOD_MODULES, QuantizedLinear, method_of, quantization_config, regroup

@@ -26,9 +26,10 @@ from typing import Mapping
 
 import numpy as np
 
-from ...errors import HurraySchemaError, NoExactForm, SpecViolation
+from ...errors import HurraySchemaError, NoExactForm
 from ..source import SourceTensor
-from .checkpoint import MODEL_DTYPE_KEY, QuantizedLinear
+from .checkpoint import MODEL_DTYPE_KEY, QuantizedLinear, integer
+from .packing import FLOAT_NAMES, float_dtype
 
 __all__ = ["linears", "source", "dequantized", "parts_of", "NF4_CODE", "FP4_CODE", "STATE_KEY"]
 
@@ -49,12 +50,10 @@ in its ``quant_map``, its default kernel and its AVX-512 CPU kernel; its scalar 
 _CODES = {"nf4": NF4_CODE, "fp4": FP4_CODE}
 _BLOCKSIZES = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 """The block sizes bitsandbytes' 4-bit kernels take."""
-_DTYPES = ("float16", "bfloat16", "float32")
 _STATE_KEYS = {"quant_type", "blocksize", "dtype", "shape", "nested_blocksize", "nested_dtype", "nested_offset"}
 _NESTED_KEYS = {"nested_blocksize", "nested_dtype", "nested_offset"}
 _STATE_BYTES = 1 << 16
 """The largest quantization state read (a few hundred bytes in practice)."""
-ABSMAX_RULE = ("quantization.nf4.absmax_values", "quantization/nf4.md § Validity Constraints")
 
 
 # --------------------------------------------------------------------------------------
@@ -113,19 +112,19 @@ def _state(weight: str, array) -> dict:
                                 f"or lacks {sorted(missing)}")
     if state["quant_type"] not in _CODES:
         raise HurraySchemaError(f"{weight}: quant_type {state['quant_type']!r}; one of nf4, fp4")
-    if not _integer(state["blocksize"]) or state["blocksize"] not in _BLOCKSIZES:
+    if not integer(state["blocksize"]) or state["blocksize"] not in _BLOCKSIZES:
         raise HurraySchemaError(f"{weight}: blocksize {state['blocksize']!r}; bitsandbytes takes {_BLOCKSIZES}")
-    if state["dtype"] not in _DTYPES:
-        raise HurraySchemaError(f"{weight}: dtype {state['dtype']!r}; one of {_DTYPES}")
+    if state["dtype"] not in FLOAT_NAMES:
+        raise HurraySchemaError(f"{weight}: dtype {state['dtype']!r}; one of {FLOAT_NAMES}")
     shape = state["shape"]
-    if not isinstance(shape, list) or not shape or not all(_integer(n) and n >= 0 for n in shape) \
+    if not isinstance(shape, list) or not shape or not all(integer(n) and n >= 0 for n in shape) \
             or math.prod(shape) >= 1 << 62:
         raise HurraySchemaError(f"{weight}: shape {shape!r} is no list of dimensions")
     present = _NESTED_KEYS & set(state)
     if present and present != _NESTED_KEYS:
         raise HurraySchemaError(f"{weight}: the nested state lacks {sorted(_NESTED_KEYS - present)}")
     if present:
-        if not _integer(state["nested_blocksize"]) or state["nested_blocksize"] < 1:
+        if not integer(state["nested_blocksize"]) or state["nested_blocksize"] < 1:
             raise HurraySchemaError(f"{weight}: nested_blocksize {state['nested_blocksize']!r}")
         if state["nested_dtype"] != "float32":
             raise HurraySchemaError(f"{weight}: nested_dtype {state['nested_dtype']!r}; float32 expected")
@@ -133,10 +132,6 @@ def _state(weight: str, array) -> dict:
         if isinstance(offset, bool) or not isinstance(offset, (int, float)) or not math.isfinite(offset):
             raise HurraySchemaError(f"{weight}: nested_offset {offset!r} is no finite number")
     return state
-
-
-def _integer(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _checked(weight: str, arrays: dict) -> tuple[dict, np.ndarray, np.ndarray]:
@@ -190,20 +185,16 @@ def _nested_absmax(weight: str, state: dict, codes: np.ndarray, arrays: dict, bl
     return absmax
 
 
-def _absmax_rule(weight: str, absmax: np.ndarray, nested: bool) -> None:
-    """Every absmax finite and non-negative (``quantization/nf4.md § Validity Constraints``): a
-    stored one that is not breaks the rule; one computed from double quantization that is negative
-    has no NF4 form (its sign would flip the table)."""
-    finite = np.isfinite(absmax)
-    if not finite.all():
-        raise SpecViolation(*ABSMAX_RULE, None, f"{weight}: {int((~finite).sum())} absmax value(s) are NaN or "
-                                                f"infinite{' (computed from double quantization)' if nested else ''}")
+def _require_unsigned_nested(weight: str, absmax: np.ndarray) -> None:
+    """:class:`NoExactForm` for a negative absmax computed from double quantization: bitsandbytes
+    multiplies its table by it, flipping that block's signs, which NF4 cannot say (its absmax are
+    non-negative, ``quantization/nf4.md § Validity Constraints``).  A stored absmax, or computed
+    ones of which any is NaN or infinite, are the tensor's as they are: ``quantization.nf4.absmax_values``
+    rejects them when the tensor is decoded or written."""
     negative = int((absmax < 0).sum())
-    if negative and nested:
+    if negative and np.isfinite(absmax).all():
         raise NoExactForm(f"{weight}: {negative} absmax value(s) computed from double quantization are negative; "
                           "NF4 absmax are non-negative (quantization/nf4.md § Validity Constraints)")
-    if negative:
-        raise SpecViolation(*ABSMAX_RULE, None, f"{weight}: {negative} absmax value(s) are negative")
 
 
 def source(weight: str, arrays: dict, config: dict):
@@ -213,8 +204,8 @@ def source(weight: str, arrays: dict, config: dict):
 
     state, packed, absmax = _checked(weight, arrays)
     shape, block = tuple(state["shape"]), state["blocksize"]
-    nested = "nested_blocksize" in state
-    _absmax_rule(weight, absmax, nested)
+    if "nested_blocksize" in state:
+        _require_unsigned_nested(weight, absmax)
     if state["quant_type"] == "fp4":
         raise NoExactForm(f"{weight}: bitsandbytes fp4 is absmax / 6 (a float32) times float4_e2m1 values whose "
                           "smallest non-zero is 1/32, not 0.5; MXFP has e2m1's own levels and power-of-two scales "
@@ -241,9 +232,6 @@ def _unpacked(packed: np.ndarray, count: int) -> np.ndarray:
 def dequantized(weight: str, arrays: dict, config: dict) -> np.ndarray:
     """The weight as ``bitsandbytes.functional.dequantize_4bit`` gives it: ``code[q] * absmax`` in
     float32 over blocks of the flattened weight, rounded once to the state's dtype."""
-    from ...evaluate.elements import numpy_dtype
-    from ...model import ElementType
-
     state, packed, absmax = _checked(weight, arrays)
     shape, block = tuple(state["shape"]), state["blocksize"]
     count = math.prod(shape)
@@ -251,9 +239,7 @@ def dequantized(weight: str, arrays: dict, config: dict) -> np.ndarray:
     scales = np.repeat(absmax, block)[:count]
     with np.errstate(over="ignore", invalid="ignore"):
         values = _CODES[state["quant_type"]][codes] * scales
-    dtype = {"float16": np.dtype(np.float16), "float32": np.dtype(np.float32),
-             "bfloat16": numpy_dtype(ElementType.BFLOAT16)}[state["dtype"]]
-    return values.astype(dtype).reshape(shape)
+    return values.astype(float_dtype(state["dtype"])).reshape(shape)
 
 
 # --------------------------------------------------------------------------------------
@@ -293,8 +279,8 @@ def parts_of(weight: str, tensor, config: dict) -> dict:
     if count % 2:
         swapped[-1] &= 0xF0  # the odd last element alone, in the high nibble
     dtype = str(config.get(MODEL_DTYPE_KEY) or config.get("bnb_4bit_compute_dtype") or "float32")
-    if dtype not in _DTYPES:
-        raise HurraySchemaError(f"{weight}: dtype {dtype!r}; bitsandbytes records one of {_DTYPES}")
+    if dtype not in FLOAT_NAMES:
+        raise HurraySchemaError(f"{weight}: dtype {dtype!r}; bitsandbytes records one of {FLOAT_NAMES}")
     state = {"quant_type": "nf4", "blocksize": int(q.block_size), "dtype": dtype, "shape": list(shape)}
     text = json.dumps(state).encode("utf-8")
     return {weight: swapped.reshape(-1, 1), weight + ".absmax": absmax, weight + ".quant_map": NF4_CODE.copy(),

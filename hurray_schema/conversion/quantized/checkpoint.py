@@ -14,9 +14,10 @@ import numpy as np
 
 from ...errors import HurraySchemaError
 from ..source import SourceTensor
+from .packing import FLOAT_NAMES
 
 __all__ = ["METHOD_MODULES", "QuantizedLinear", "quantization_config", "method_of", "regroup", "outward",
-           "CONFIG_KEY", "MODEL_DTYPE_KEY"]
+           "CONFIG_KEY", "MODEL_DTYPE_KEY", "integer", "model_dtype"]
 
 METHOD_MODULES = {
     "compressed-tensors": "compressed_tensors",
@@ -146,6 +147,18 @@ MODEL_DTYPE_KEY = "hurray.model_dtype"
 """The key :func:`outward` adds to the config it hands ``parts_of``: the carried ``config.json``'s
 ``dtype`` (``torch_dtype`` before transformers 5), None without one -- the dtype a layout that
 records the weight's own (bitsandbytes' quantization state) writes back."""
+
+
+def integer(value) -> bool:
+    """``value`` (read from a JSON config or state) is an integer, not a boolean."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def model_dtype(config: Mapping) -> Optional[str]:
+    """The model's dtype :func:`outward` carries in the config it hands ``parts_of``
+    (:data:`MODEL_DTYPE_KEY`) when it is one of :data:`.packing.FLOAT_NAMES`; None otherwise."""
+    dtype = config.get(MODEL_DTYPE_KEY)
+    return dtype if dtype in FLOAT_NAMES else None
 
 
 def _model_dtype(metadata: Mapping) -> Optional[str]:

@@ -55,8 +55,8 @@ from typing import Mapping, Optional
 import numpy as np
 
 from ...errors import HurraySchemaError, NoExactForm
-from .checkpoint import CONFIG_KEY, MODEL_DTYPE_KEY, QuantizedLinear
-from .packing import pack_words, unpack_words
+from .checkpoint import CONFIG_KEY, QuantizedLinear, integer, model_dtype
+from .packing import FLOAT_NAMES, float_dtype, pack_words, require_block_size, unpack_words
 
 __all__ = ["linears", "source", "dequantized", "parts_of", "config_for", "FORMAT", "PACKED_BITS"]
 
@@ -70,7 +70,6 @@ PACKED_BITS = {2: "int2", 4: "int4", 8: "int8"}
 """Bit widths with a Hurray integer storage type (``element-types.md § Sub-Byte Integer Types``)."""
 
 _STRATEGIES = ("group", "channel", "tensor")
-_SCALE_DTYPES = ("float16", "bfloat16", "float32")
 
 
 # -- the scheme of one module -------------------------------------------------------------------
@@ -166,14 +165,14 @@ def _args(config: dict, module: str) -> _Args:
     strategy = weights.get("strategy")
     group_size = weights.get("group_size")
     symmetric = weights.get("symmetric", True)
-    if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 8:
+    if not integer(bits) or not 1 <= bits <= 8:
         raise HurraySchemaError(f"{module}: compressed-tensors num_bits {bits!r} is not 1 to 8")
     if not isinstance(symmetric, bool):
         raise HurraySchemaError(f"{module}: compressed-tensors symmetric {symmetric!r} is not a boolean")
     if strategy is None:  # QuantizationArgs' inference
         strategy = "tensor" if group_size is None else "channel" if group_size == -1 else "group"
     if strategy == "group":
-        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size <= 0:
+        if not integer(group_size) or group_size <= 0:
             raise HurraySchemaError(f"{module}: compressed-tensors group strategy with group_size {group_size!r}")
     elif not isinstance(strategy, str):
         raise HurraySchemaError(f"{module}: compressed-tensors strategy {strategy!r} is not a name")
@@ -274,7 +273,7 @@ def _check_shapes(module: str, args: _Args, shape: tuple, parts: dict) -> None:
     if args.strategy in ("group", "channel", "tensor") and scale_shape != expected:
         raise HurraySchemaError(f"{module}: weight_scale of shape {list(scale_shape)}, {list(expected)} expected "
                                 f"({args.strategy} strategy)")
-    if scale_dtype not in _SCALE_DTYPES:
+    if scale_dtype not in FLOAT_NAMES:
         raise HurraySchemaError(f"{module}: weight_scale is {scale_dtype}, not float16, bfloat16 or float32")
     if "weight_zero_point" in parts:
         zero_shape, zero_dtype = parts["weight_zero_point"]
@@ -344,9 +343,8 @@ def _exact_scheme(weight: str, args: _Args) -> None:
     if args.bits not in PACKED_BITS:
         raise NoExactForm(f"{weight}: {args.bits}-bit codes have no Hurray storage type (element-types.md "
                           "§ Sub-Byte Integer Types: 2-, 4- and 8-bit integers)")
-    if args.strategy == "group" and (args.group < 2 or args.group & (args.group - 1)):
-        raise NoExactForm(f"{weight}: group size {args.group} is no power of two "
-                          "(quantization/per-block-affine.md § Validity Constraints)")
+    if args.strategy == "group":
+        require_block_size(weight, args.group, "group size")
     if args.strategy not in _STRATEGIES:
         raise NoExactForm(f"{weight}: the compressed-tensors {args.strategy} strategy has no Hurray scheme read "
                           "here (per-block affine blocks run along one axis: quantization/per-block-affine.md "
@@ -497,19 +495,11 @@ def _packed(codes: np.ndarray, bits: int) -> np.ndarray:
     return pack_words(stored, bits, axis=1, dtype=np.int32)
 
 
-def _model_dtype(config: dict) -> Optional[str]:
-    dtype = config.get(MODEL_DTYPE_KEY)
-    return dtype if dtype in _SCALE_DTYPES else None
-
-
 def _narrowed(scales: np.ndarray, dtype: Optional[str]) -> np.ndarray:
     """float32 per-channel scales in ``dtype`` when every one is exact in it, else float32."""
     if dtype is None or dtype == "float32":
         return scales
-    from ...evaluate.elements import numpy_dtype
-    from ...builders.common import element_type
-
-    target = numpy_dtype(element_type(dtype))
+    target = float_dtype(dtype)
     narrow = scales.astype(target)
     if np.array_equal(narrow.astype(np.float32).view(np.uint32), scales.view(np.uint32)):
         return narrow
@@ -531,7 +521,7 @@ def parts_of(weight: str, tensor, config: dict) -> dict:
         raise NoExactForm(f"{weight}: the config's scheme ({args.text()}) is not this tensor's "
                           f"({kind}, {bits} bits, {'sym' if zeros is None else 'asym'}, block {block})")
     if kind == "channel":
-        scales = _narrowed(scales.astype(np.float32), _model_dtype(config))
+        scales = _narrowed(scales.astype(np.float32), model_dtype(config))
         if strategy == "tensor":
             if scales.size and not (scales == scales.reshape(-1)[0]).all() or \
                     zeros is not None and zeros.size and not (zeros == zeros.reshape(-1)[0]).all():

@@ -37,7 +37,7 @@ from typing import Mapping
 import numpy as np
 
 from ...errors import HurraySchemaError, NoExactForm
-from .checkpoint import QuantizedLinear
+from .checkpoint import QuantizedLinear, integer
 from .packing import pack_words, unpack_words
 
 __all__ = ["linears", "source", "dequantized", "parts_of", "config_for", "FORMATS", "PARTS"]
@@ -66,10 +66,10 @@ class _Config:
 def _config(config: Mapping) -> _Config:
     """The fields of a GPTQ ``quantization_config`` used here, each checked."""
     bits = config.get("bits")
-    if isinstance(bits, bool) or not isinstance(bits, int) or bits not in _BITS:
+    if not integer(bits) or bits not in _BITS:
         raise HurraySchemaError(f"gptq quantization_config: bits {bits!r}; GPTQ packs {list(_BITS)} bits")
     group = config.get("group_size", -1)
-    if isinstance(group, bool) or not isinstance(group, int) or not (group == -1 or group > 0):
+    if not integer(group) or not (group == -1 or group > 0):
         raise HurraySchemaError(f"gptq quantization_config: group_size {group!r} is neither -1 nor a positive integer")
     checkpoint_format = config.get("checkpoint_format")
     other = config.get("format")
@@ -210,15 +210,6 @@ def _block_size(g_idx: np.ndarray, group: int) -> int:
     return 1
 
 
-def _check_scales(weight: str, scales: np.ndarray) -> None:
-    wide = scales.astype(np.float32)
-    bad = ~np.isfinite(wide) | (wide == 0)
-    if bad.any():
-        g, o = (int(i) for i in np.argwhere(bad)[0])
-        raise NoExactForm(f"{weight}: scale [{g}, {o}] = {wide[g, o]!r}: per-block scales must be finite and "
-                          f"non-zero ({_SPEC} § Validity Constraints)")
-
-
 def source(weight: str, arrays: Mapping, config: dict):
     """The per-block affine tensor ``[out, in]`` (axis 1) of one GPTQ linear, equal to the
     library's dequantization; :class:`NoExactForm` when ``g_idx`` has no aligned runs of two."""
@@ -233,7 +224,6 @@ def source(weight: str, arrays: Mapping, config: dict):
                           f"{int(linear.g_idx[i])} and {int(linear.g_idx[i + 1])}; per-block affine blocks are runs "
                           f"of at least 2 contiguous elements along the axis ({_SPEC} § Block Layout, "
                           f"§ Binary Encoding)")
-    _check_scales(weight, linear.scales)
     of_block = linear.g_idx[::block]  # the group of each block of input columns
     scales = linear.scales[of_block].T  # [out, blocks]
     zeros = linear.zeros[of_block].T

@@ -36,6 +36,7 @@ import numpy as np
 
 from ...errors import HurraySchemaError, NoExactForm
 from .checkpoint import QuantizedLinear
+from .packing import FLOAT_NAMES, float_dtype, require_block_size, unpack_planes
 
 __all__ = ["linears", "source", "dequantized", "parts_of"]
 
@@ -163,23 +164,12 @@ def _layout(weight: str, arrays: Mapping) -> dict:
 
 def _float_name(array) -> str | None:
     name = np.asarray(array).dtype.name
-    return name if name in _MANTISSA else None
-
-
-def _dtype(name: str):
-    if name == "bfloat16":
-        import ml_dtypes
-
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
+    return name if name in FLOAT_NAMES else None
 
 
 def _grouped(arrays: Mapping, layout: dict) -> np.ndarray:
     """The codes ``[rows, cols]`` (hqq's ``BitPack.unpack_<n>bit_u8``: the first rows in the high bits)."""
-    packed = np.asarray(arrays["W_q"])
-    bits = layout["packed_bits"]
-    mask = (1 << bits) - 1
-    return np.concatenate([(packed >> (8 - bits * (i + 1))) & mask for i in range(8 // bits)], axis=0)
+    return unpack_planes(arrays["W_q"], layout["packed_bits"], high_first=True)
 
 
 def _codes(arrays: Mapping, layout: dict) -> np.ndarray:
@@ -191,12 +181,13 @@ def dequantized(weight: str, arrays: Mapping, config: dict) -> np.ndarray:
     """hqq's ``Quantizer.dequantize``: ``(q - zero) * scale`` in the compute dtype, each operation
     rounded to it (the scale and zero cast to it first, as ``HQQLinear`` does when it loads)."""
     layout = _layout(weight, arrays)
-    dtype = _dtype(layout["compute"])
+    dtype = float_dtype(layout["compute"])
     grouped = _grouped(arrays, layout).astype(np.float32)
     zero = np.asarray(arrays["zero"]).astype(dtype).astype(np.float32)
     scale = np.asarray(arrays["scale"]).astype(dtype).astype(np.float32)
     shifted = (grouped - zero).astype(dtype).astype(np.float32)
-    return (shifted * scale).astype(dtype).reshape(layout["shape"])
+    with np.errstate(invalid="ignore", over="ignore"):  # a non-finite scale decodes as the library's does
+        return (shifted * scale).astype(dtype).reshape(layout["shape"])
 
 
 def source(weight: str, arrays: Mapping, config: dict):
@@ -207,9 +198,7 @@ def source(weight: str, arrays: Mapping, config: dict):
     layout = _layout(weight, arrays)
     out, inp = layout["shape"]
     group_size, axis, compute = layout["group_size"], layout["axis"], layout["compute"]
-    if group_size < 2 or group_size & (group_size - 1):
-        raise NoExactForm(f"{weight}: HQQ group size {group_size} is not a power of two, which a per-block affine "
-                          "block size must be (quantization/per-block-affine.md § Binary Encoding)")
+    require_block_size(weight, group_size, "HQQ group size")
     if axis == 1 and inp % group_size:
         raise NoExactForm(f"{weight}: HQQ groups of {group_size} along axis 1 run across rows of {inp} input features; "
                           "per-block affine blocks lie within one row (quantization/per-block-affine.md § Block Layout)")
@@ -217,7 +206,7 @@ def source(weight: str, arrays: Mapping, config: dict):
         raise NoExactForm(f"{weight}: HQQ axis-0 groups of {group_size} take every {out * inp // group_size}-th element "
                           f"of {out}x{inp}, not consecutive elements along an axis (quantization/per-block-affine.md "
                           "§ Block Layout)")
-    dtype = _dtype(compute)
+    dtype = float_dtype(compute)
     zero = np.asarray(arrays["zero"]).astype(dtype).astype(np.float64)
     scale = np.asarray(arrays["scale"]).astype(dtype)
     whole = np.isfinite(zero) & (zero == np.round(zero))
@@ -230,10 +219,6 @@ def source(weight: str, arrays: Mapping, config: dict):
     if reach > 2.0 ** _MANTISSA[compute] or reach >= 2.0 ** 31:
         raise NoExactForm(f"{weight}: HQQ's zeros reach {reach:g}, where q - zero rounds in {compute}; per-block "
                           "affine subtracts exactly (quantization/per-block-affine.md § Dequantization Formula)")
-    wide = scale.astype(np.float32)
-    if not (np.all(np.isfinite(wide)) and np.all(wide != 0)):
-        raise HurraySchemaError(f"{weight}: HQQ scales hold zero or non-finite values; every per-block affine scale "
-                                "must be finite and non-zero (quantization/per-block-affine.md § Validity Constraints)")
     codes = _codes(arrays, layout)
     if axis == 1:
         scales = scale.reshape(out, inp // group_size)

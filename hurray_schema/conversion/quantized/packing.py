@@ -4,7 +4,12 @@ Most layouts put ``32 // bits`` codes into one int32 word along an axis, code ``
 bits ``[bits * i, bits * (i + 1))`` (least significant first); AWQ permutes the codes within a
 word (``order``).  Hurray packs sub-byte codes LSB-first along the row-major element order
 (``element-types.md § Sub-Byte Integer Types``), which :func:`~hurray_schema.builders.quantized_from_codes`
-does from one code per element."""
+does from one code per element.
+
+Besides: the one test of a group size that becomes a per-block ``block_size``
+(:func:`require_block_size`), the float dtypes the layouts keep scales in by name
+(:data:`FLOAT_NAMES`, :func:`float_dtype`), and codes packed in planes of rows along axis 0
+(:func:`unpack_planes`, HQQ's and optimum-quanto's byte packing)."""
 
 from __future__ import annotations
 
@@ -12,9 +17,38 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ...errors import HurraySchemaError
+from ...errors import HurraySchemaError, NoExactForm
+from ...structs._declare import power_of_two
+from ...model import QuantScheme
+from ...structs.quantization import BLOCK_SIZE_BOUNDS
 
-__all__ = ["unpack_words", "pack_words", "ulp_distance"]
+__all__ = ["unpack_words", "pack_words", "unpack_planes", "ulp_distance", "require_block_size", "FLOAT_NAMES",
+           "float_dtype"]
+
+FLOAT_NAMES = ("float16", "bfloat16", "float32")
+"""The float dtypes (by NumPy name) the layouts keep scales and compute in, and per-block scales'
+``scale_type`` (``quantization/per-block-affine.md § Referenced Buffers``)."""
+
+
+def float_dtype(name: str) -> np.dtype:
+    """The NumPy dtype of one of :data:`FLOAT_NAMES` (bfloat16: ml_dtypes')."""
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def require_block_size(weight: str, size: int, what: str) -> None:
+    """:class:`NoExactForm` unless ``size`` (a layout's group, described as ``what``: "AWQ group
+    size" ...) may be a per-block affine ``block_size``: a power of two within the scheme's bounds
+    (:data:`~hurray_schema.structs.quantization.BLOCK_SIZE_BOUNDS`)."""
+    lowest, highest = BLOCK_SIZE_BOUNDS[QuantScheme.PER_BLOCK_AFFINE]
+    if power_of_two(size) and size >= lowest and (highest is None or size <= highest):
+        return
+    bounds = f"of at least {lowest}" if highest is None else f"from {lowest} to {highest}"
+    raise NoExactForm(f"{weight}: {what} {size} is not a power of two {bounds}, which a per-block affine "
+                      "block_size must be (quantization/per-block-affine.md § Validity Constraints)")
 
 
 def unpack_words(words: np.ndarray, bits: int, axis: int, order: Optional[Sequence[int]] = None) -> np.ndarray:
@@ -57,6 +91,18 @@ def pack_words(codes: np.ndarray, bits: int, axis: int, dtype=np.int32,
     for k, position in enumerate(order):
         words |= lanes[..., k] << unsigned.type(bits * position)
     return np.moveaxis(words, -1, axis).view(out_dtype)
+
+
+def unpack_planes(packed: np.ndarray, bits: int, high_first: bool) -> np.ndarray:
+    """The codes of uint8 ``packed`` rows holding ``8 // bits`` planes of rows each: the result has
+    ``8 // bits`` times the rows, plane ``i`` (rows ``[i * n, (i + 1) * n)``) taken from bits
+    ``[8 - bits * (i + 1), 8 - bits * i)`` of each byte (``high_first``: the first rows in the high
+    bits, HQQ's ``BitPack``) or from bits ``[bits * i, bits * (i + 1))`` (optimum-quanto's)."""
+    packed = np.asarray(packed)
+    mask = (1 << bits) - 1
+    per = 8 // bits
+    shifts = [8 - bits * (i + 1) if high_first else bits * i for i in range(per)]
+    return np.concatenate([(packed >> shift) & mask for shift in shifts], axis=0)
 
 
 def ulp_distance(a: np.ndarray, b: np.ndarray) -> int:

@@ -33,14 +33,14 @@ from typing import Mapping
 import numpy as np
 
 from ...errors import HurraySchemaError, NoExactForm
-from .checkpoint import QuantizedLinear
+from .checkpoint import QuantizedLinear, model_dtype
+from .packing import FLOAT_NAMES, float_dtype, require_block_size, unpack_planes
 
 __all__ = ["linears", "source", "dequantized", "parts_of"]
 
 BITS = {"qint2": 2, "qint4": 4, "qint8": 8}
 """The weight qtypes read here (quanto's integer ones)."""
 
-_FLOATS = ("float16", "bfloat16", "float32")
 
 
 def _qmap(config: dict) -> dict:
@@ -150,7 +150,7 @@ def _qtype(weight: str, config: dict) -> str:
 
 def _float_dtype(weight: str, part: str, array) -> np.dtype:
     array = np.asarray(array)
-    if array.dtype.name not in _FLOATS:
+    if array.dtype.name not in FLOAT_NAMES:
         raise HurraySchemaError(f"{weight}: quanto {part} is {array.dtype}; float16, bfloat16 or float32 expected")
     return array.dtype
 
@@ -177,10 +177,7 @@ def _checked(weight: str, arrays: Mapping, config: dict):
             raise HurraySchemaError(f"{weight}: quanto shift is {shift.dtype}, its scale {dtype}")
     elif shift.dtype != np.uint8 and shift.dtype != np.int8:
         raise HurraySchemaError(f"{weight}: quanto shift is {shift.dtype}; a float or an integer zero point expected")
-    bits = BITS[qtype]
-    per = 8 // bits
-    mask = (1 << bits) - 1
-    codes = np.concatenate([(data >> (bits * i)) & mask for i in range(per)], axis=0)[: scale.shape[0]]
+    codes = unpack_planes(data, BITS[qtype], high_first=False)[: scale.shape[0]]
     return qtype, shape, codes, scale, shift
 
 
@@ -189,6 +186,11 @@ def dequantized(weight: str, arrays: Mapping, config: dict) -> np.ndarray:
     shift) or ``scale * (q - shift)`` (integer shift), each operation rounded to the scale's dtype,
     then the groups put back into ``[out, in]``."""
     qtype, shape, codes, scale, shift = _checked(weight, arrays, config)
+    with np.errstate(invalid="ignore", over="ignore"):  # a non-finite scale decodes as the library's does
+        return _dequantized(shape, codes, scale, shift)
+
+
+def _dequantized(shape: tuple, codes: np.ndarray, scale: np.ndarray, shift) -> np.ndarray:
     dtype = scale.dtype
     wide = scale.astype(np.float32)
     if shift is None:
@@ -200,13 +202,6 @@ def dequantized(weight: str, arrays: Mapping, config: dict) -> np.ndarray:
     return (wide * centred.astype(np.float32)).astype(dtype).reshape(shape)
 
 
-def _require_scales(weight: str, scale: np.ndarray, section: str) -> None:
-    wide = scale.astype(np.float32)
-    if not (np.all(np.isfinite(wide)) and np.all(wide != 0)):
-        raise HurraySchemaError(f"{weight}: quanto scales hold zero or non-finite values; every scale must be finite "
-                                f"and non-zero ({section})")
-
-
 def source(weight: str, arrays: Mapping, config: dict):
     """qint8: per-channel affine along axis 0, symmetric, the scales widened to float32.  qint4 /
     qint2 with an integer shift: per-block affine along axis 1; with a float shift:
@@ -215,7 +210,6 @@ def source(weight: str, arrays: Mapping, config: dict):
 
     qtype, shape, codes, scale, shift = _checked(weight, arrays, config)
     if shift is None:
-        _require_scales(weight, scale, "quantization/per-channel-affine.md § Validity Constraints")
         return quantized_from_codes(codes, "per_channel", storage="int8", axis=0, scales=scale.reshape(-1),
                                     name=weight)
     if shift.dtype.kind == "f":
@@ -225,10 +219,7 @@ def source(weight: str, arrays: Mapping, config: dict):
                           "and the shift is no integer multiple of the scale in general")
     cols = codes.shape[1]
     out, inp = shape
-    if cols < 2 or cols & (cols - 1):
-        raise NoExactForm(f"{weight}: quanto {qtype} groups of {cols} are not a power of two, which a per-block "
-                          "affine block size must be (quantization/per-block-affine.md § Binary Encoding)")
-    _require_scales(weight, scale, "quantization/per-block-affine.md § Validity Constraints")
+    require_block_size(weight, cols, f"quanto {qtype} group size")
     blocks = inp // cols
     return quantized_from_codes(codes.reshape(shape), "per_block", storage=f"uint{BITS[qtype]}", axis=1,
                                 scales=scale.reshape(out, blocks), zero_points=shift.astype(np.int32).reshape(out, blocks),
@@ -240,15 +231,11 @@ def _scale_dtype(weight: str, config: dict) -> np.dtype:
     :data:`.checkpoint.MODEL_DTYPE_KEY`), quanto's scale dtype."""
     from .checkpoint import MODEL_DTYPE_KEY
 
-    name = config.get(MODEL_DTYPE_KEY)
-    if name not in _FLOATS:
-        raise NoExactForm(f"{weight}: config.json's dtype {name!r} is no quanto scale dtype (float16, bfloat16, "
-                          "float32): the scales' dtype is unknown")
-    if name == "bfloat16":
-        import ml_dtypes
-
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
+    name = model_dtype(config)
+    if name is None:
+        raise NoExactForm(f"{weight}: config.json's dtype {config.get(MODEL_DTYPE_KEY)!r} is no quanto scale dtype "
+                          "(float16, bfloat16, float32): the scales' dtype is unknown")
+    return float_dtype(name)
 
 
 def parts_of(weight: str, tensor, config: dict) -> dict:
