@@ -8,8 +8,9 @@ runtime's ADR-034 § 4 and ``interchange.md § In-Process`` set:
    any other :class:`~hurray_schema.errors.CapsuleError`; a null list or context too;
 2. the context's ABI version, before any other accessor: it must be the loaded library's
    (:class:`~hurray_schema.errors.AbiVersionMismatch`);
-3. the descriptor bytes, decoded and checked by the one strict decoder every reader uses
-   (:func:`hurray_schema.codec.decode_descriptor`): a rule broken raises the
+3. the descriptor bytes, decoded and checked by the one decoder every reader uses
+   (:func:`hurray_schema.codec.decode_descriptor`, strict unless ``mode=`` says otherwise): a rule
+   broken raises the
    :class:`~hurray_schema.errors.SpecViolation` -- rule id, citation and offset into the
    descriptor bytes -- that ``audit`` reports first for the same bytes;
 4. the buffers: as many as the buffer table declares, each with a non-null data pointer when it
@@ -78,22 +79,23 @@ def _capsule_of(obj):
     return obj.__hurray__()
 
 
-def from_hurray(obj) -> Tensor:
+def from_hurray(obj, *, mode="strict") -> Tensor:
     """The tensor ``obj`` exports through the native protocol (``obj.__hurray__()``), its
     descriptor checked by our strict rules and its buffers viewed in place (no copy).
 
     ``obj`` is a ``hurray.Tensor`` (pyhurray), one of our :class:`~hurray_schema.Tensor` s, or any
     producer of a ``"hurray_tensor"`` capsule.  A ``hurray.Composite`` is taken member by member
     (:func:`composite_from_hurray`); a capsule whose descriptor is a composite head is refused.
-    The module docstring lists the checks and the errors.  Needs the hurray-ffi C ABI
-    (:mod:`hurray_schema.io.native_abi`)."""
+    The module docstring lists the checks and the errors.  ``mode`` is the descriptor decoder's
+    (``"permissive"`` keeps what the spec lets a permissive reader keep: a private layout, a
+    newer minor version).  Needs the hurray-ffi C ABI (:mod:`hurray_schema.io.native_abi`)."""
     if _is_pyhurray_composite(obj):
-        return composite_from_hurray(obj)
+        return composite_from_hurray(obj, mode=mode)
     capsule = _capsule_of(obj)
-    return consume_capsule(capsule)
+    return consume_capsule(capsule, mode=mode)
 
 
-def consume_capsule(capsule) -> Tensor:
+def consume_capsule(capsule, *, mode="strict") -> Tensor:
     """Consume one ``"hurray_tensor"`` capsule (the steps of the module docstring)."""
     if type(capsule).__name__ != "PyCapsule":
         raise CapsuleError(f"__hurray__() returned a {type(capsule).__name__}, not a PyCapsule")
@@ -113,7 +115,7 @@ def consume_capsule(capsule) -> Tensor:
     check(abi.tensor_context_abi_version(context, ctypes.byref(version)), "hurray_tensor_context_abi_version")
     if version.value != abi.abi_version:
         raise AbiVersionMismatch(version.value, abi.abi_version)
-    descriptor = _descriptor(abi, context)
+    descriptor = _descriptor(abi, context, mode)
     pointers = _buffers(abi, listing, descriptor)
     if pythonapi.set_name(capsule, ctypes.addressof(USED_CAPSULE_NAME_BUFFER)) != 0:
         pythonapi.err_clear()
@@ -124,7 +126,7 @@ def consume_capsule(capsule) -> Tensor:
     return Tensor.viewing(descriptor, views)
 
 
-def _descriptor(abi, context: int):
+def _descriptor(abi, context: int, mode):
     at = ctypes.c_void_p()
     length = ctypes.c_uint64()
     check(abi.tensor_context_descriptor(context, ctypes.byref(at), ctypes.byref(length)),
@@ -132,7 +134,7 @@ def _descriptor(abi, context: int):
     if not at.value or length.value == 0:
         raise CapsuleError("the capsule's context carries no descriptor")
     data = ctypes.string_at(at.value, length.value)
-    descriptor = decode_descriptor(data, mode="strict")
+    descriptor = decode_descriptor(data, mode=mode)
     if descriptor.is_composite_head:
         raise CapsuleError("the capsule carries a composite head: the protocol carries tensors, a composite goes "
                            "member by member (ADR-036 § 6)")
@@ -178,7 +180,7 @@ def _is_pyhurray_composite(obj) -> bool:
 _ROLES = {"base": MemberRole.BASE, "correction": MemberRole.CORRECTION}
 
 
-def composite_from_hurray(composite) -> Composite:
+def composite_from_hurray(composite, *, mode="strict") -> Composite:
     """Our :class:`~hurray_schema.Composite` of a ``hurray.Composite``: its head descriptor (encoded
     by pyhurray, decoded by our strict decoder) and each member through the protocol (no copy;
     a nested composite member by member in turn).  An overlay member's role, which pyhurray keeps
@@ -186,11 +188,11 @@ def composite_from_hurray(composite) -> Composite:
     when it writes the composite out, is put in that section here too when the member lacks it,
     so the members' descriptors are those of pyhurray's own stream of the composite.  The result is judged by the composite binder
     like a composite read from a file (:meth:`Composite.validate`)."""
-    head = decode_descriptor(bytes(composite.descriptor.encode()), mode="strict")
+    head = decode_descriptor(bytes(composite.descriptor.encode()), mode=mode)
     roles = tuple(getattr(composite, "member_roles", None) or ())
     members = []
     for index, member in enumerate(composite.members):
-        item = from_hurray(member)
+        item = from_hurray(member, mode=mode)
         role = _ROLES.get(roles[index]) if index < len(roles) else None
         if role is not None and isinstance(item, Tensor) and item.descriptor.composite_member is None:
             # pyhurray keeps an overlay member's role on the composite and writes it into the member's
