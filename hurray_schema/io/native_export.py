@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import threading
 from typing import Callable, Optional
 
 from ..codec import encode_descriptor
@@ -47,22 +46,21 @@ STRAY_RELEASES = [0]
 """Releases of a token not (or no longer) in :data:`HELD`: a release that came twice."""
 
 _TOKENS = itertools.count(1)
-_LOCK = threading.Lock()
 
 
 def _hold(obj, observer) -> int:
-    with _LOCK:
-        token = next(_TOKENS)
-        HELD[token] = (obj, observer)
+    """A new token holding ``obj`` (no lock: ``next`` on the counter and one dict store are atomic
+    under the GIL, and a lock could be re-entered by a release that a collection runs here)."""
+    token = next(_TOKENS)
+    HELD[token] = (obj, observer)
     return token
 
 
-def _drop(token, held=HELD, stray=STRAY_RELEASES, lock=_LOCK) -> None:
+def _drop(token, held=HELD, stray=STRAY_RELEASES) -> None:
     """Drop the reference ``token`` holds (the default arguments keep the callback working while
     the interpreter shuts down and module globals go)."""
     try:
-        with lock:
-            entry = held.pop(token or 0, None)
+        entry = held.pop(token or 0, None)
         if entry is None:
             stray[0] += 1
             return
