@@ -590,6 +590,11 @@ def test_descriptor_bytes_that_break_a_rule_raise_audits_violation(name):
     assert (error.rule_id, error.offset, error.citation) == (first.rule_id, first.offset, first.citation)
 
 
+def test_bytes_after_the_descriptor_are_refused():
+    error = _refused_and_freed(CapsuleError, descriptor=WIRE + b"\0" * 8)
+    assert f"descriptor_length is {len(WIRE)}" in str(error)
+
+
 def test_a_buffer_smaller_than_its_descriptor_is_refused():
     _refused_and_freed(CapsuleBufferError, buffers=[aligned(bytes(47))])
 

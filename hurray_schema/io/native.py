@@ -9,10 +9,10 @@ runtime's ADR-034 § 4 and ``interchange.md § In-Process`` set:
 2. the context's ABI version, before any other accessor: it must be the loaded library's
    (:class:`~hurray_schema.errors.AbiVersionMismatch`);
 3. the descriptor bytes, decoded and checked by the one decoder every reader uses
-   (:func:`hurray_schema.codec.decode_descriptor`, strict unless ``mode=`` says otherwise): a rule
-   broken raises the
-   :class:`~hurray_schema.errors.SpecViolation` -- rule id, citation and offset into the
-   descriptor bytes -- that ``audit`` reports first for the same bytes;
+   (:func:`hurray_schema.codec.decode_descriptor`, strict unless ``mode=`` says otherwise): a
+   rule broken raises the :class:`~hurray_schema.errors.SpecViolation` -- rule id, citation and
+   offset into the descriptor bytes -- that ``audit`` reports first for the same bytes; the bytes must be one
+   whole descriptor (its ``descriptor_length``, :class:`~hurray_schema.errors.CapsuleError`);
 4. the buffers: as many as the buffer table declares, each with a non-null data pointer when it
    has bytes, at least the table's ``byte_size`` long, host-readable (CPU device tag)
    (:class:`~hurray_schema.errors.CapsuleBufferError`).
@@ -36,7 +36,7 @@ import weakref
 
 import attrs
 
-from ..codec import decode_descriptor
+from ..codec import decode_descriptor, peek_descriptor_length
 from ..errors import (
     AbiVersionMismatch, CapsuleBufferError, CapsuleConsumed, CapsuleError, HurraySchemaError, NativeProtocolError,
 )
@@ -135,6 +135,10 @@ def _descriptor(abi, context: int, mode):
         raise CapsuleError("the capsule's context carries no descriptor")
     data = ctypes.string_at(at.value, length.value)
     descriptor = decode_descriptor(data, mode=mode)
+    length = peek_descriptor_length(data)
+    if length != len(data):
+        raise CapsuleError(f"the capsule's context carries {len(data)} descriptor bytes and its descriptor_length "
+                           f"is {length}")
     if descriptor.is_composite_head:
         raise CapsuleError("the capsule carries a composite head: the protocol carries tensors, a composite goes "
                            "member by member (ADR-036 § 6)")
