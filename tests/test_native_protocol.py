@@ -23,7 +23,8 @@ hurray = pytest.importorskip("hurray")
 import hurray_schema as hs  # noqa: E402
 from hurray_schema.codec import encode_descriptor  # noqa: E402
 from hurray_schema.errors import (  # noqa: E402
-    AbiVersionMismatch, CapsuleBufferError, CapsuleConsumed, CapsuleError, HurraySchemaError, SpecViolation,
+    AbiVersionMismatch, CapsuleBufferError, CapsuleConsumed, CapsuleError, HurraySchemaError, NativeProtocolError,
+    SpecViolation,
 )
 from hurray_schema.io import native_export  # noqa: E402
 from hurray_schema.io.native_export import buffer_address, export_capsule  # noqa: E402
@@ -649,6 +650,14 @@ def test_a_composite_is_no_capsule_on_either_side():
     hc = hs.io.composite_to_hurray(ours)
     assert not hasattr(hc, "__hurray__")
     assert isinstance(hs.from_hurray(hc), hs.Composite)  # taken member by member
+
+
+def test_pyhurray_cannot_build_a_composite_nested_in_a_partition():
+    """A ``hurray.Composite`` carries no shard section, and a partition's members must."""
+    array = np.arange(64, dtype=np.float32).reshape(8, 8)
+    nested = hs.partition(array, grid=(1, 2), member=lambda part: hs.partition(part, grid=(2, 1)))
+    with pytest.raises(NativeProtocolError, match="missing a shard section"):
+        hs.io.composite_to_hurray(nested)
 
 
 def test_a_pyhurray_descriptor_our_rules_reject_raises_audits_violation():

@@ -228,8 +228,8 @@ def composite_to_hurray(composite: Composite):
         return hurray.Composite(layout.composition_rule.name.lower(), shape=list(composite.shape),
                                 dtype=_pyhurray_dtype(hurray, composite.descriptor.type_tag), members=members,
                                 **kwargs)
-    except Exception as exc:
-        raise HurraySchemaError(f"pyhurray refused the composite: {exc}") from exc
+    except Exception as exc:  # pyhurray's own errors: what it cannot build (a nested composite has no shard)
+        raise NativeProtocolError(f"pyhurray refused the composite: {exc}") from exc
 
 
 def _pyhurray_dtype(hurray, type_tag):
