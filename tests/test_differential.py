@@ -180,6 +180,15 @@ KNOWN = [
           "MXFP with shape[axis] not a multiple of block_size: pyhurray accepts; hurray_schema rejects",
           "quantization/mxfp.md § Validity Constraints", "hurray_schema",
           ours=_rules("quantization.mxfp.multiple")),
+    Known("DIV-QUANT-VALUES", "divergence",
+          "A zero, infinite or NaN per-block or per-channel scale, a negative NF4 absmax, a reserved (0x00/0xFF) "
+          "MXFP scale byte: pyhurray reads the tensor (it does not dequantize); hurray_schema's readers accept it "
+          "too but reject it when the values are decoded, and audit and the writers reject it",
+          "quantization/per-block-affine.md, per-channel-affine.md, nf4.md § Validity Constraints; "
+          "quantization/mxfp.md § Referenced Buffer", "hurray_schema",
+          ours=_rules("quantization.per_block.scale_values", "quantization.per_channel.scale_values",
+                      "quantization.nf4.absmax_values", "quantization.mxfp.scale_reserved"),
+          kinds=frozenset({"stream_decoded", "file_decoded"})),
     Known("DIV-SYMIDX", "divergence",
           "Per-block-affine with SYMMETRIC set and zero_point_buffer_index != 0xFFFFFFFF: pyhurray rejects "
           "(flag table: MUST); hurray_schema warns (field table: ignored, writers SHOULD set 0xFFFFFFFF)",
@@ -517,6 +526,48 @@ def _unpadded_last_block() -> bytes:
                                  quantization=scheme))
 
 
+def _quant_values(scheme: str):
+    """A one-tensor bare stream (``container`` "stream") or file whose first scale breaks its
+    scheme's rule on the values: a zero per-block scale, a NaN per-channel scale, a negative NF4
+    absmax, a reserved 0xFF MXFP scale byte (written without validation)."""
+    import numpy as np
+
+    from hurray_schema.builders.quantized import quantize, quantized_from_codes
+
+    if scheme == "per_block":
+        t = quantized_from_codes(np.array([[1, 2, 3, 4]], np.int8), "per_block", storage="int4", axis=1,
+                                 block_size=2, scales=np.array([[0.0, 1.0]], np.float32))
+    elif scheme == "per_channel":
+        t = quantized_from_codes(np.array([[1], [2]], np.int8), "per_channel", storage="int8", axis=0,
+                                 scales=np.array([float("nan"), 1.0], np.float32))
+    elif scheme == "nf4":
+        t = quantized_from_codes(np.arange(8, dtype=np.uint8).reshape(1, 8), "nf4", storage="uint4", axis=1,
+                                 block_size=8, scales=np.array([[-1.0]], np.float32))
+    else:
+        ok = quantize(np.ones((1, 16), np.float32), "mxfp", block_size=16)
+        t = hs.Tensor(ok.descriptor, [ok.buffers[0], b"\xff"])
+
+    def build(tmp_path):
+        if tmp_path is None:
+            return hs.write_stream(None, [t], validate=False)
+        path = tmp_path / "values.hrry"
+        hs.write_file(path, {"t": t}, validate=False)
+        return path.read_bytes()
+
+    return build
+
+
+def _decode_stream(data: bytes, mode: str) -> None:
+    for item in hs.read_stream(data, framing="bare", mode=mode):
+        item.to_numpy()
+
+
+def _decode_file(path, mode: str) -> None:
+    with hs.read_file(path, mode=mode) as f:
+        for name in f:
+            f[name].to_numpy()
+
+
 def _private_memory_class() -> bytes:
     """A private memory class on a private device (buffer-protocol.md § Memory Class Values)."""
     return _enc(dense((3, 4), buffers=(BufferHandle(48, device_tag=PRIVATE_TAG_FIRST, memory_class=PRIVATE_TAG_LAST),)))
@@ -585,6 +636,14 @@ CASES = [
      lambda _: _enc(TensorDescriptor(0x43, (4, DYNAMIC_DIMENSION), buffers=(BufferHandle(64), BufferHandle(4)),
                                      quantization=Mxfp(1, 32, 1))),
      "quantization.axis.dynamic", "strict", None),
+    ("DIV-QUANT-VALUES", "stream_decoded", lambda _: _quant_values("per_block")(None),
+     "quantization.per_block.scale_values", "strict", None),
+    ("DIV-QUANT-VALUES", "stream_decoded", lambda _: _quant_values("per_channel")(None),
+     "quantization.per_channel.scale_values", "strict", None),
+    ("DIV-QUANT-VALUES", "file_decoded", lambda p: _quant_values("nf4")(p), "quantization.nf4.absmax_values",
+     "strict", None),
+    ("DIV-QUANT-VALUES", "file_decoded", lambda p: _quant_values("mxfp")(p), "quantization.mxfp.scale_reserved",
+     "strict", None),
     ("DIV-MXFP-MULTIPLE", "descriptor",
      lambda _: _enc(TensorDescriptor(0x43, (4, 40), buffers=(BufferHandle(80), BufferHandle(8)),
                                      quantization=Mxfp(1, 32, 1))),
@@ -647,6 +706,15 @@ def test_divergence(case, ref, tmp_path):
     if kind == "descriptor":
         ours = _ours(hs.decode_descriptor, data, mode=mode)
         theirs = ref.descriptor(data)
+    elif kind == "stream_decoded":  # read, then every tensor's values decoded
+        assert _ours(targets.run_read_stream, data, mode, "bare") is None  # the reader defers the check
+        ours = _ours(_decode_stream, data, mode)
+        theirs = ref.stream(data)
+    elif kind == "file_decoded":
+        path = targets.write_scratch(tmp_path / "case.hrry", data)
+        assert _ours(targets.run_read_file, path, mode) is None
+        ours = _ours(_decode_file, path, mode)
+        theirs = ref.file(path)
     elif kind.startswith("stream"):
         ours = _ours(targets.run_read_stream, data, mode, "bare")
         theirs = ref.stream_default(data) if kind == "stream_default" else ref.stream(data)

@@ -13,6 +13,7 @@ from numba import njit
 
 from support.evaluate_reference import (C, T, bits_equal, coo_tensor, dense_tensor, handles, head, member_sections,
                                         pack_int4, ref_overlay)
+from hurray_schema import errors as hs_errors
 from hurray_schema.evaluate import dequantize
 from hurray_schema.evaluate import jit, materialize, merge, tensor, tensor_to_numpy
 from hurray_schema.evaluate.dequantize_simd import (LANES, STEP_BF16, STEP_F16, STEP_F32, int4x32, int4x32_scalar,
@@ -142,9 +143,11 @@ def test_narrow_scales_widened_first(kernel, scale_tag):
 
 
 @pytest.mark.parametrize("target", [E.FLOAT16, E.BFLOAT16, E.FLOAT32])
-def test_non_finite_scales_take_the_exact_path(kernel, target):
-    """A block whose scale is inf / NaN (a float16 NaN with a payload, too) decodes exactly as NumPy does:
-    0 * inf is NaN, payloads and signs follow the scalar rules."""
+def test_non_finite_scales_take_the_exact_path(kernel, target, monkeypatch):
+    """A block whose scale is inf / NaN (a float16 NaN with a payload, too) breaks
+    ``quantization.per_block.scale_values``: the decode raises it.  The kernels still decode such
+    scales exactly as NumPy does when the rule's check is taken out (what they are handed is not
+    theirs to judge): 0 * inf is NaN, payloads and signs follow the scalar rules."""
     rng = np.random.default_rng(11)
     rows, cols, block = 4, 256, 64
     scales = rng.random((rows, 4), np.float32) * 0.02 + 0.001
@@ -152,6 +155,10 @@ def test_non_finite_scales_take_the_exact_path(kernel, target):
     zps = rng.integers(-3, 4, size=(rows, 4), dtype=np.int32)
     zps[0, 1] = 0  # q - z == 0 somewhere in the infinite block: NaN
     t, codes, s32, z = int4_block_tensor(rng, rows, cols, block, scales=scales, zps=zps)
+    with pytest.raises(hs_errors.SpecViolation) as raised:
+        tensor_to_numpy(t.descriptor, t.buffers, target)
+    assert raised.value.rule_id == "quantization.per_block.scale_values" and "scale 1 " in raised.value.message
+    monkeypatch.setattr(dequantize.value_rules, "check_scales", lambda *args: None)
     ref = block_ref(codes, s32, z, block, cols, np.float32)
     got = tensor_to_numpy(t.descriptor, t.buffers, target)
     assert bits_equal(got, ref.astype(OUT[target]))

@@ -4,7 +4,9 @@ A reader that accepts an input records in ``findings`` what its mode tolerated a
 SHOULD-level finding -- of the container, descriptor and composite rules -- with the rule,
 level and absolute offset ``audit`` reports for the same input, each descriptor's in
 audit's order.  Only the rules of :data:`hurray_schema.rules.interop.AUDIT_ONLY` are
-audit's alone.  The inputs are the conformance corpus (its lone descriptors each held by
+audit's alone, and those of :data:`hurray_schema.rules.values.AT_DECODE`, which a reader checks
+when it decodes a tensor's values (the descriptors held below have buffers of zeros: zero
+scales).  The inputs are the conformance corpus (its lone descriptors each held by
 a one-tensor bare stream and a one-tensor file) and a few focused ones.
 """
 
@@ -22,6 +24,7 @@ from hurray_schema.model import CompositionRule
 from hurray_schema.rules.descriptor import dispatch, first_error
 from hurray_schema.rules.engine import Level, Mode
 from hurray_schema.rules.interop import AUDIT_ONLY
+from hurray_schema.rules.values import AT_DECODE
 from hurray_schema.conformance import MANIFEST, write_corpus
 from hurray_schema.conformance.composites import LEFT, RIGHT, composite, head
 from hurray_schema.conformance.patch import bare, hrry
@@ -51,9 +54,10 @@ def _located(findings) -> list[tuple]:
 
 
 def _audited(data: bytes, kind: str, mode: str, tmp_path: Path) -> list[tuple]:
-    """What audit reports on ``data``, without the rules only audit runs."""
+    """What audit reports on ``data``, without the rules only audit runs and those a reader runs when
+    it decodes the values."""
     source = _scratch(data, tmp_path) if kind == "file" else data
-    return _located(f for f in hs.audit(source, kind=kind, mode=mode) if f.rule_id not in AUDIT_ONLY)
+    return _located(f for f in hs.audit(source, kind=kind, mode=mode) if f.rule_id not in AUDIT_ONLY | AT_DECODE)
 
 
 def _scratch(data: bytes, tmp_path: Path) -> Path:
@@ -153,7 +157,7 @@ def test_a_should_finding_of_a_descriptor_in_a_stream_is_recorded_at_each_tensor
                 (SYMMETRIC_INDEX, Level.SHOULD, len(stream) + symmetric_index_offset)]
     for _reading in range(2):  # and a second reading of the same input records them again
         assert _stream_findings(twice, mode) == expected
-    assert _located(hs.audit(twice, mode=mode)) == expected
+    assert _audited(twice, "stream", mode, None) == expected  # its buffers of zeros hold zero scales
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -165,7 +169,7 @@ def test_a_should_finding_of_a_descriptor_in_a_file_is_recorded(symmetric_index_
         (entry,) = opened.entries()
         assert entry.descriptor_offset == at
         assert _located(opened.findings) == [(SYMMETRIC_INDEX, Level.SHOULD, at + symmetric_index_offset)]
-    assert _located(hs.audit(path, mode=mode)) == [(SYMMETRIC_INDEX, Level.SHOULD, at + symmetric_index_offset)]
+    assert _audited(data, "file", mode, tmp_path) == [(SYMMETRIC_INDEX, Level.SHOULD, at + symmetric_index_offset)]
 
 
 def _private_rule_composite():
@@ -226,3 +230,21 @@ def test_the_audit_only_rules_are_audits_alone(manifest, corpus_dir, tmp_path):
         source = _scratch(data, tmp_path) if kind == "file" else data
         assert entry["rule_id"] in {f.rule_id for f in hs.audit(source, kind=kind)}, entry["file"]
         assert entry["rule_id"] not in {rule_id for rule_id, _, _ in _read(data, kind, "strict", tmp_path)}
+
+
+def test_the_rules_on_scale_values_are_left_to_the_decode(manifest, corpus_dir, tmp_path):
+    """A reader opens an input whose scales break a rule of AT_DECODE without a finding; audit
+    reports the rule, and decoding the tensor raises it."""
+    fails = [e for e in manifest["vectors"] if e["rule_id"] in AT_DECODE and e["role"] == "fail"]
+    assert {e["rule_id"] for e in fails} == AT_DECODE
+    for entry in fails:
+        data = (corpus_dir / entry["file"]).read_bytes()
+        kind = AUDIT_KIND[entry["kind"]]
+        assert _read(data, kind, "strict", tmp_path) == [], entry["file"]
+        source = _scratch(data, tmp_path) if kind == "file" else data
+        assert [f.rule_id for f in hs.audit(source, kind=kind)] == [entry["rule_id"]], entry["file"]
+        items = list(hs.read_stream(data)) if kind == "stream" else None
+        if items is not None:
+            with pytest.raises(hs.SpecViolation) as raised:
+                items[0].to_numpy()
+            assert raised.value.rule_id == entry["rule_id"]

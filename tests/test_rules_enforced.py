@@ -12,7 +12,7 @@ import pytest
 
 from hurray_schema.rules import enforcer, registry
 
-AREAS = ("structure", "container", "session", "composite", "interop")
+AREAS = ("structure", "container", "session", "composite", "interop", "values")
 
 
 def _constants() -> dict[str, set[str]]:

@@ -17,6 +17,10 @@ finding kept instead of stopping at the first.
   the index, or by walking the region) is audited as in a stream and the composites are
   bound in descriptor order, so one report lists every fault.
 
+In a bare stream and a file, the scales of every quantized tensor are checked too
+(:mod:`hurray_schema.rules.values`: the rules a reader checks when it decodes the values), each
+finding at the first offending scale's byte; a message stream's data frames are not read for it.
+
 Close-time composite findings (a partition gap or overlap, a torn composite) are located at
 the composite's head descriptor.  Every kind is read through its located walk
 (:mod:`hurray_schema.io.walk`, fault policy ``COLLECT``; the file reader's own pass uses
@@ -39,7 +43,7 @@ from ..io.walk import (
     DESCRIPTOR, FAULT, Faults, Part, Window, as_view, collect_descriptor, strict_describer,
     violation_finding, walk_bare, walk_descriptor, walk_messages,
 )
-from ..rules import interop
+from ..rules import interop, values
 from ..codec import peek_descriptor_length
 from ..limits import DEFAULT_LIMITS
 from ..structs.descriptor import FIXED_HEADER_SIZE
@@ -100,6 +104,7 @@ def _audit_stream(data, mode: Mode, progress=None, lone: bool = False) -> tuple[
     descs, bases = _descriptors(parts, findings)
     for desc, base in zip(descs, bases):  # a bare stream's buffers follow their descriptor
         data_offset = base + peek_descriptor_length(data[base:base + FIXED_HEADER_SIZE], base)
+        findings += values.stream_tensor_findings(desc, data, data_offset)  # reads the scale buffer if whole
         if data_offset + sum(h.byte_size for h in desc.buffers) <= len(data):
             findings += interop.stream_tensor_findings(desc, data, data_offset)
     if any(d.is_composite_head for d in descs):
@@ -152,8 +157,10 @@ def _checked_file(view: memoryview, mode: Mode) -> list[Finding]:
     """What the file reader reports on ``view`` (``HurrayFile.findings``), read off the parts of its
     walk (:func:`~hurray_schema.io.file.walk.checked_file`): the KV section's findings, each
     descriptor's in descriptor order, then those of binding the composites
-    (``layouts/composite.md § Binding``, as the reader binds them), then the lints audit alone
-    runs (:func:`~hurray_schema.rules.interop.file_findings`).  The first fault the mode does not
+    (``layouts/composite.md § Binding``, as the reader binds them), then the rules on the values of
+    each tensor's quantization scales (:mod:`hurray_schema.rules.values`, which a reader checks when it
+    decodes the values), then the lints audit alone runs
+    (:func:`~hurray_schema.rules.interop.file_findings`).  The first fault the mode does not
     tolerate raises, as it does in the reader."""
     found = checked_file(view, strict_describer(mode=mode), mode=mode)
     tensors = found.tensors
@@ -163,7 +170,12 @@ def _checked_file(view: memoryview, mode: Mode) -> list[Finding]:
         findings.extend(described)
         binder.add(desc, offset)
     binder.finish()
-    return findings + binder.findings + interop.file_findings(
+    scales = []
+    for desc, spans, _, _ in tensors.values():
+        if desc.quantization is not None and spans:
+            scales += values.tensor_findings(desc, [view[at : at + size] for at, size in spans],
+                                             [at for at, _ in spans])
+    return findings + binder.findings + scales + interop.file_findings(
         found.entries, lambda name: tensors[name][0],
         lambda name: [view[at : at + size] for at, size in tensors[name][1]])
 

@@ -14,7 +14,9 @@ import numpy as np
 from ..errors import HurraySchemaError
 from ..model import (NO_BUFFER_INDEX, ElementType, Mxfp, Nf4, PerBlockAffine, PerChannelAffine, PerTensorAffine,
                      QuantFlag, QuantScheme, RowMajorLayout, Shard, TensorDescriptor)
+from ..structs._declare import power_of_two
 from ..structs.element_types import element_type_info
+from ..structs.quantization import BLOCK_SIZE_BOUNDS
 from ..io.tensor import ProducedBuffer, ProducedTensor, Tensor
 from .common import SCALE_TYPES, checked, element_type, float_type, handle, little_endian
 
@@ -296,7 +298,8 @@ def quantized_from_codes(codes, scheme, *, storage, axis: int, scales, zero_poin
     per_axis = codes.shape[axis]
     if scheme != QuantScheme.PER_CHANNEL_AFFINE:
         block = int(block_size or 0)
-        if block < 2 or block & (block - 1) or per_axis % block:
+        lowest, highest = BLOCK_SIZE_BOUNDS[scheme]
+        if not power_of_two(block) or block < lowest or (highest is not None and block > highest) or per_axis % block:
             raise HurraySchemaError(f"block size {block_size} is not a power of two dividing the {per_axis} elements "
                                     f"of axis {axis}")
         per_axis //= block

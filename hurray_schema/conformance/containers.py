@@ -440,6 +440,83 @@ def _head_padding():
     return hrry(item), hrry(item, pad_after_composite_head=True)
 
 
+# -- the values of quantization scales (rules/values.py) -------------------------------------------
+
+
+def _codes(shape, values) -> numpy.ndarray:
+    return numpy.array(values, dtype=numpy.int8).reshape(shape)
+
+
+def _scaled(build, scales, bad_scales, container=bare):
+    """The tensor ``build(scales)`` in a ``container`` (a bare stream, or a file as ``"q"``), and the
+    same with ``bad_scales``."""
+    wrap = (lambda t: container([t])) if container is bare else (lambda t: container({"q": t}))
+    return wrap(build(scales)), wrap(build(bad_scales))
+
+
+def _per_block(scales, scale_type="float32"):
+    """int4 [2, 4] in blocks of 2 along axis 1, symmetric: four scales."""
+    from ..builders.quantized import quantized_from_codes
+
+    return quantized_from_codes(_codes((2, 4), [1, -2, 3, -4, 5, -6, 7, 0]), "per_block", storage="int4", axis=1,
+                                block_size=2, scales=numpy.array(scales, dtype=scale_type).reshape(2, 2),
+                                scale_type=scale_type)
+
+
+def _per_channel(scales):
+    """int8 [3, 2] per channel along axis 0, asymmetric, scales and zero points in one buffer."""
+    from ..builders.quantized import quantized_from_codes
+
+    tensor = quantized_from_codes(_codes((3, 2), [1, 2, 3, 4, 5, 6]), "per_channel", storage="int8", axis=0,
+                                  scales=numpy.array(scales, dtype="<f4"),
+                                  zero_points=numpy.array([0, 1, -1], dtype="<i4"))
+    return _shared_parameters(tensor)
+
+
+def _shared_parameters(tensor: Tensor) -> Tensor:
+    """``tensor`` (data, scales, zero points) with its scales and zero points in one buffer, scales first
+    (``quantization.md § Buffer Table Placement Rules`` 3)."""
+    desc = tensor.descriptor
+    data, scales, zero_points = tensor.buffers
+    joined = bytes(scales) + bytes(zero_points)
+    q = attrs.evolve(desc.quantization, zero_point_buffer_index=desc.quantization.scale_buffer_index)
+    handles = (desc.buffers[0], attrs.evolve(desc.buffers[1], byte_size=len(joined)))
+    return Tensor(attrs.evolve(desc, quantization=q, buffers=handles), [data, joined])
+
+
+def _nf4(absmax):
+    """uint4 [2, 8] NF4 in blocks of 8 along axis 1: two absmax scales."""
+    from ..builders.quantized import quantized_from_codes
+
+    return quantized_from_codes(numpy.arange(16, dtype=numpy.uint8).reshape(2, 8), "nf4", storage="uint4", axis=1,
+                                block_size=8, scales=numpy.array(absmax, dtype="<f4").reshape(2, 1))
+
+
+def _mxfp(scale_bytes):
+    """float8_e4m3 [2, 16] MXFP in blocks of 16 along axis 1: two float8_e8m0 scale bytes."""
+    from ..builders.quantized import quantize
+
+    tensor = quantize(numpy.ones((2, 16), dtype=numpy.float32), "mxfp", block_size=16)
+    return Tensor(tensor.descriptor, [tensor.buffers[0], bytes(scale_bytes)])
+
+
+def value_cases() -> list[Case]:
+    return [
+        Case("quantization.per_block.scale_values", "stream",
+             lambda: _scaled(_per_block, [0.5, 1.0, 2.0, 0.25], [0.5, 1.0, 0.0, 0.25]), "scale 2 of 4 is 0.0"),
+        Case("quantization.per_block.scale_values", "file",
+             lambda: _scaled(lambda s: _per_block(s, "float16"), [0.5, 1.0, 2.0, 0.25],
+                             [0.5, float("inf"), 2.0, 0.25], hrry), "float16 scale 1 of 4 is infinite"),
+        Case("quantization.per_channel.scale_values", "stream",
+             lambda: _scaled(_per_channel, [0.5, 1.0, 2.0], [0.5, 1.0, float("nan")]),
+             "scale 2 of 3 is NaN, zero points after the scales in one buffer"),
+        Case("quantization.nf4.absmax_values", "stream",
+             lambda: _scaled(_nf4, [0.0, 3.0], [3.0, -0.5]), "absmax 1 of 2 is -0.5"),
+        Case("quantization.mxfp.scale_reserved", "stream",
+             lambda: _scaled(_mxfp, [127, 128], [127, 0xFF]), "scale byte 1 of 2 is 0xFF"),
+    ]
+
+
 def lint_cases() -> list[Case]:
     return [
         Case("element_types.boolean.unpacked", "stream", _bool_unpacked, "bool [3] as bytes 01 00 01"),
@@ -505,4 +582,4 @@ def placement_cases() -> list[Case]:
 
 
 def container_cases() -> list[Case]:
-    return stream_cases() + file_cases() + lint_cases() + placement_cases()
+    return stream_cases() + file_cases() + value_cases() + lint_cases() + placement_cases()

@@ -43,6 +43,8 @@ DIVERGENCES: tuple[tuple[str, tuple[str, ...]], ...] = (
                    "quantization.scheme_version.value")),
     ("DIV-AXIS-DYNAMIC", ("quantization.axis.dynamic",)),
     ("DIV-MXFP-MULTIPLE", ("quantization.mxfp.multiple",)),
+    ("DIV-QUANT-VALUES", ("quantization.mxfp.scale_reserved", "quantization.nf4.absmax_values",
+                          "quantization.per_block.scale_values", "quantization.per_channel.scale_values")),
     ("DIV-BUFFER", ("buffer.colocation", "buffer.memory_class.device", "buffer.memory_class.private")),
     ("DIV-EXTTYPE", ("metadata.extension_type.float_fields",)),
     ("DIV-EXTLAYOUT", ("descriptor.layout.extension_unknown",)),

@@ -12,6 +12,12 @@ buffer that looks written one byte per element, padding after a composite head i
 file), which no reader reports: readers accept such inputs.  ``audit`` gives the same
 first finding (the corpus test checks it); it sits above this layer, so it is not
 called here.
+
+A reader checks the values of a tensor's quantization scales when it decodes them, not when
+it opens the input (:mod:`hurray_schema.rules.values`, which the spec allows): an input the
+reader accepted is rejected with the first scale that breaks its rule, located as ``audit``
+locates it, since an application that reads its values gets that
+:class:`~hurray_schema.errors.SpecViolation`.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from ..errors import SpecViolation
 from ..io import read_file, read_stream
 from ..io.walk.common import DESCRIPTOR, Faults
 from ..io.walk import Window, collect_descriptor, walk_bare
-from ..rules import interop
+from ..rules import interop, values
 from ..rules.descriptor import check_descriptor
 from ..rules.engine import Mode
 from .patch import scratch_file
@@ -60,31 +66,47 @@ def _descriptor(data: bytes, mode: Mode) -> Verdict:
     return _accepted(list(structural) + check_descriptor(desc, mode))
 
 
-def _bare_lints(data: bytes, mode: Mode) -> list:
-    """The bool lint of every tensor of a bare stream (its buffers follow its descriptor)."""
+def _bare_tensors(data: bytes, mode: Mode) -> tuple[list, list]:
+    """The scale faults (the values' rules) and the bool lint of every tensor of a bare stream (its
+    buffers follow its descriptor)."""
     describe = lambda buf, base, depth: collect_descriptor(buf, base, depth, mode)  # noqa: E731
-    found = []
+    faults, lints = [], []
     for part in walk_bare(Window(data), describe, faults=Faults.COLLECT, mode=mode):
         if part.kind == DESCRIPTOR and part.value is not None:
-            found += interop.stream_tensor_findings(part.value, data, part.end)
-    return found
+            faults += values.stream_tensor_findings(part.value, data, part.end)
+            lints += interop.stream_tensor_findings(part.value, data, part.end)
+    return faults, lints
+
+
+def _decoded(findings, faults) -> Verdict:
+    """The verdict on an input a reader accepted with ``findings``, once its tensors' values are
+    decoded: rejected at the first scale fault, if any."""
+    if faults:
+        return Verdict(False, faults[0].rule_id, faults[0].offset)
+    return _accepted(findings)
 
 
 def _stream(data: bytes, mode: Mode, framing: str) -> Verdict:
     reader = read_stream(data, framing=framing, mode=mode)
     for _item in reader:
         pass
-    lints = _bare_lints(data, mode) if framing == "bare" else []
-    return _accepted(list(reader.findings) + lints)
+    faults, lints = _bare_tensors(data, mode) if framing == "bare" else ([], [])
+    return _decoded(list(reader.findings) + lints, faults)
 
 
 def _file(data: bytes, mode: Mode) -> Verdict:
     with tempfile.TemporaryDirectory(prefix="hurray-vectors-") as scratch:
         with read_file(scratch_file(data, scratch), mode=mode) as opened:
             findings = list(opened.findings)
+            faults = []
+            for entry in sorted(opened.entries(), key=lambda e: e.descriptor_offset):
+                desc = opened.descriptor(entry.name)
+                if desc.quantization is not None and desc.buffers:
+                    tensor = opened.tensor_of(desc, entry.name)
+                    faults += values.tensor_findings(desc, tensor.buffers, tensor.buffer_offsets())
             findings += interop.file_findings(opened.entries(), opened.descriptor,
                                               lambda name: opened.tensor_of(opened.descriptor(name), name).buffers)
-    return _accepted(findings)
+    return _decoded(findings, faults)
 
 
 def read_verdict(kind: str, data: bytes, mode) -> Verdict:

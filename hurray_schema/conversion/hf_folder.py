@@ -19,8 +19,8 @@ Section Encoding``: keys unique UTF-8 strings), under keys of our own:
   because it shares another's storage (:func:`tied_aliases`);
 * ``hf.index.<key>``: the index's ``metadata`` (``total_size``, ``total_parameters`` ...);
 * ``hf.file.<file name>``: the text of the files :data:`CARRIED_FILES` (the model's
-  ``config.json`` and ``generation_config.json``), so that the folder written back loads with
-  ``from_pretrained``;
+  ``config.json`` and ``generation_config.json``, and optimum-quanto's ``quanto_qmap.json``), so
+  that the folder written back loads with ``from_pretrained``;
 * the shards' ``__metadata__``: an entry every shard has with the same value is stored under
   its own key, as a single safetensors file's is; any other as ``hf.shard.<shard file>.<key>``.
 """
@@ -52,7 +52,7 @@ SINGLE_NAME = "model.safetensors"
 SHARD_SUFFIX = ".safetensors"
 """What every shard's name ends with (huggingface_hub refuses an index naming other files)."""
 
-CARRIED_FILES = ("config.json", "generation_config.json")
+CARRIED_FILES = ("config.json", "generation_config.json", "quanto_qmap.json")
 """The folder's files kept in the KV section: what ``from_pretrained`` reads besides the weights."""
 
 MAX_JSON_BYTES = 10 * 1024 * 1024

@@ -73,14 +73,20 @@ def _read_source(src: str, source_format: str):
 
 def _with_config_beside(src: str, metadata: dict) -> dict:
     """A single safetensors file's metadata, with the ``config.json`` beside it carried when that
-    config says how the file is quantized (``quantization_config``)."""
+    config says how the file is quantized (``quantization_config``), or when optimum-quanto's
+    ``quanto_qmap.json`` is beside it too (then both are carried)."""
     from .hf_folder import FILE_PREFIX, read_bounded
 
-    config_path = os.path.join(os.path.dirname(os.path.abspath(src)), "config.json")
-    if not os.path.isfile(config_path):
-        return metadata
-    text = read_bounded(config_path, config_path).decode("utf-8", errors="replace")
-    if "quantization_config" not in text:
+    folder = os.path.dirname(os.path.abspath(src))
+    config_path = os.path.join(folder, "config.json")
+    qmap_path = os.path.join(folder, "quanto_qmap.json")  # optimum-quanto's map beside its weights
+    text = read_bounded(config_path, config_path).decode("utf-8", errors="replace") \
+        if os.path.isfile(config_path) else None
+    if os.path.isfile(qmap_path):
+        qmap = read_bounded(qmap_path, qmap_path).decode("utf-8", errors="replace")
+        return {**metadata, FILE_PREFIX + "quanto_qmap.json": qmap,
+                **({} if text is None else {FILE_PREFIX + "config.json": text})}
+    if text is None or "quantization_config" not in text:
         return metadata
     return {**metadata, FILE_PREFIX + "config.json": text}
 
@@ -119,7 +125,7 @@ def _convert_tensor(source: SourceTensor, options: ConvertOptions):
                 item = _quantized(reference, options.requantize)
                 exact, note = False, f"{exc}: requantized"
             else:
-                raise NoExactForm(f"{exc}; pass dequantize (--dequantize: float32, exact) or requantize "
+                raise NoExactForm(f"{exc}; pass dequantize (--dequantize: the decoded values, exact) or requantize "
                                   "(--requantize SCHEME)") from None
     measured = not exact or options.verify or source.ulp
     max_abs = rel = 0.0

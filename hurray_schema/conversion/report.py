@@ -80,7 +80,7 @@ class ConvertReport:
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines = ["  ".join(cell.ljust(w) if i < 3 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
                  for row in rows]
-        notes = [f"{t.name}: {t.note}" for t in self.tensors if t.note]
+        notes = [t.note if t.note.startswith(t.name) else f"{t.name}: {t.note}" for t in self.tensors if t.note]
         total = (f"{len(self.tensors)} tensors, {self.bytes_in} bytes in, {self.bytes_out} bytes out: "
                  f"{self.source} ({self.source_format}) -> {self.destination} ({self.destination_format})")
         return "\n".join(lines + notes + [total])

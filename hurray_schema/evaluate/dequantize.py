@@ -26,6 +26,7 @@ from ..model import (NO_BUFFER_INDEX, CombineOp, ElementType, Mxfp, Nf4, PerBloc
 from ..structs._declare import power_of_two
 from ..structs.element_types import element_type_info
 from ..structs.quantization import NF4_LEVELS
+from ..rules import values as value_rules
 from . import jit
 from .jit import claim_span, search_left, slot
 from .elements import (UnsupportedEvaluation, bf16_add, bf16_to_f32, codes_at, f16_add, f16_to_f32_fast,
@@ -195,6 +196,12 @@ def param_byte_spans(desc, select) -> Optional[list[tuple[int, int, int]]]:
     return _index_spans(q.scale_buffer_index, index, (_NF4_ABSMAX if isinstance(q, Nf4) else _MXFP_SCALE).itemsize, 0)
 
 
+def _which(index, selected: np.ndarray):
+    """Which scale of the buffer each of ``selected`` is: ``index`` when :func:`_selected` took those
+    (None: all of them, in order)."""
+    return None if index is None or np.asarray(index).size != selected.size else index
+
+
 def quant_params(desc, buffers, param_count=None, select=None) -> QuantParams:
     """Decode scales / zero points of ``desc.quantization``; ``param_count`` overrides the block count
     (block-paged tensors keep one parameter per page slot).
@@ -202,7 +209,12 @@ def quant_params(desc, buffers, param_count=None, select=None) -> QuantParams:
     ``select(pk, axis, block, nb)``, when given, returns the parameter indices a caller needs (the
     blocks or channels of a region) or ``None`` for all; only those parameters are then widened and
     returned, in that order (``nb`` stays the tensor's).  Parameters outside the selection are not
-    read, so a fault among them is not seen."""
+    read, so a fault among them is not seen.
+
+    A scale that breaks its scheme's rule on the values (zero, infinite or NaN, a negative NF4
+    absmax, a reserved MXFP byte: :mod:`hurray_schema.rules.values`) raises that rule's
+    :class:`~hurray_schema.rules.values.ScaleViolation`, located in its buffer (the caller that
+    knows where the buffer lies in the input relocates it), before any value is computed."""
     q = desc.quantization
     tag = desc.type_tag
     info = element_type_info(tag)
@@ -227,6 +239,8 @@ def quant_params(desc, buffers, param_count=None, select=None) -> QuantParams:
         n = shape[axis] if param_count is None else param_count
         index = None if select is None else select(PK_CHANNEL, axis, 1, 1)
         scales = _selected(_array(buffers, q.scale_buffer_index, _CHANNEL_SCALE, n, "per-channel scales"), index)
+        value_rules.check_scales(value_rules.PER_CHANNEL_SCALES, ElementType.FLOAT32, q.scale_buffer_index, scales,
+                                 _which(index, scales))
         skip = n * _CHANNEL_SCALE.itemsize if q.zero_point_buffer_index == q.scale_buffer_index else 0
         zps = (np.zeros(1, np.int32) if q.flags & QuantFlag.SYMMETRIC
                else _selected(_array(buffers, q.zero_point_buffer_index, _ZERO_POINT, n, "per-channel zero points",
@@ -251,6 +265,7 @@ def quant_params(desc, buffers, param_count=None, select=None) -> QuantParams:
             raise HurraySchemaError(f"per-block scale_type_tag 0x{int(stt):02X} is not float16/bfloat16/float32")
         raw = _selected(_array(buffers, q.scale_buffer_index, scale, count, "per-block scales"), index)
         scales = raw.astype(np.float32) if stt == ElementType.FLOAT32 else widened_scales(raw, stt)
+        value_rules.check_scales(value_rules.PER_BLOCK_SCALES, stt, q.scale_buffer_index, scales, _which(index, raw))
         skip = count * scale.itemsize if q.zero_point_buffer_index == q.scale_buffer_index else 0
         zps = (np.zeros(1, np.int32) if q.flags & QuantFlag.SYMMETRIC or q.zero_point_buffer_index == NO_BUFFER_INDEX
                else _selected(_array(buffers, q.zero_point_buffer_index, _ZERO_POINT, count, "per-block zero points",
@@ -262,13 +277,15 @@ def quant_params(desc, buffers, param_count=None, select=None) -> QuantParams:
             raise HurraySchemaError("NF4 storage type must be uint4")
         scales = _selected(_array(buffers, q.scale_buffer_index, _NF4_ABSMAX, count, "NF4 absmax"),
                            index).astype(np.float32)
+        value_rules.check_scales(value_rules.NF4_ABSMAX, ElementType.FLOAT32, q.scale_buffer_index, scales,
+                                 _which(index, scales))
         return QuantParams(VAL_TABLE, NF4_TABLE, scales, np.zeros(1, np.int32), PK_BLOCK, axis, block, nb, bits, 0)
     if isinstance(q, Mxfp):
         if shape[axis] % block:
             raise HurraySchemaError("MXFP: shape[axis] must be a multiple of block_size (no partial block)")
         codes = _selected(_array(buffers, q.scale_buffer_index, _MXFP_SCALE, count, "MXFP scales"), index)
-        if np.any((codes == 0) | (codes == 0xFF)):
-            raise HurraySchemaError("MXFP scale buffer holds a reserved float8_e8m0 pattern 0x00/0xFF")
+        value_rules.check_scales(value_rules.MXFP_RESERVED, ElementType.FLOAT8_E8M0, q.scale_buffer_index, codes,
+                                 _which(index, codes))
         scales = minifloat_table(ElementType.FLOAT8_E8M0)[codes]
         if tag in _MXFP_FLOAT:
             return QuantParams(VAL_TABLE, minifloat_table(tag), scales, np.zeros(1, np.int32),

@@ -14,6 +14,11 @@ to a temporary file that replaces the target only once it is complete.
   writer produces valid partitions).  The
   first fault raises the reader's :class:`~hurray_schema.errors.SpecViolation` -- same
   rule id -- located at the byte offset it would have in the output.
+* :func:`check_values` then applies the rules on the values of each tensor's quantization
+  scales (:mod:`hurray_schema.rules.values`), which a reader checks when it decodes the values:
+  a zero or non-finite scale raises its rule, located at the scale's byte in the output.  A
+  :class:`~.tensor.ProducedBuffer` holding scales is not made twice for it: its producer answers
+  for its values (:func:`hurray_schema.builders.quantized.per_block_produced`).
 * :func:`replacing` writes a path through a temporary file in the same folder, flushed,
   fsynced and renamed over the target (``os.replace``), then fsyncs the folder.  On a Python
   exception the previous file is untouched and the temporary file is removed.  A reader that
@@ -57,6 +62,7 @@ from ..memo import MEMO
 from ..model import TensorDescriptor
 from ..rules.composite import CompositeBinder, validate_preorder
 from ..rules.descriptor import first_error
+from ..rules.values import scale_fault
 from .tensor import Composite, Item, ProducedBuffer, ProducedTensor, Tensor
 
 try:
@@ -64,7 +70,7 @@ try:
 except ImportError:  # Windows: no flock, no sweeping of orphans
     fcntl = None
 
-__all__ = ["EncodedNode", "Sink", "as_item", "checked_buffers", "encode_nodes", "check_nodes", "decoded",
+__all__ = ["EncodedNode", "Sink", "as_item", "checked_buffers", "encode_nodes", "check_nodes", "check_values", "decoded",
            "remove_orphans", "replacing", "WRITER_LIMITS"]
 
 WRITER_LIMITS = DEFAULT_LIMITS.evolve(
@@ -204,6 +210,19 @@ def check_nodes(encoded: Sequence[EncodedNode], bases: Sequence[int], *, file_or
     binder.finish()
     for item, base in later:
         decoded(item.descriptor, base)
+
+
+def check_values(desc: TensorDescriptor, buffers: Sequence, buffer_offsets: Optional[Sequence[int]]) -> None:
+    """Raise the :class:`~hurray_schema.errors.SpecViolation` of the first quantization scale of
+    ``desc`` that breaks its scheme's rule on the values (:func:`hurray_schema.rules.values.scale_fault`),
+    located where the buffers will start in the output (``buffer_offsets``; None: not located)."""
+    q = desc.quantization
+    if q is None or not hasattr(q, "scale_buffer_index") or q.scale_buffer_index >= len(buffers) \
+            or isinstance(buffers[q.scale_buffer_index], ProducedBuffer):
+        return
+    fault = scale_fault(desc, buffers)
+    if fault is not None:
+        raise fault.violation(None if buffer_offsets is None else buffer_offsets[fault.buffer])
 
 
 def _decoded_at_open(item: EncodedNode) -> bool:

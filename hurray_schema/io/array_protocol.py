@@ -5,6 +5,7 @@ basic indexing and :meth:`~ArrayProtocol.read` (a box read through the evaluator
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 from ..errors import CopyRequired, DLPackUnsupported, NotAnArray
@@ -64,7 +65,8 @@ class ArrayProtocol:
 
         self._require_array()
         selection = basic_index(index, self.shape)
-        return read_index(self._fetched(selection.lo, selection.hi, selection.steps), selection)
+        with self._scales_located():
+            return read_index(self._fetched(selection.lo, selection.hi, selection.steps), selection)
 
     def read(self, region, *, limits=None):
         """``self[region]`` where an entry may also be a ``(start, stop)`` pair (a unit-step slice
@@ -75,7 +77,20 @@ class ArrayProtocol:
 
         self._require_array()
         selection = region_index(region, self.shape)
-        return read_index(self._fetched(selection.lo, selection.hi, selection.steps), selection, limits=limits)
+        with self._scales_located():
+            return read_index(self._fetched(selection.lo, selection.hi, selection.steps), selection, limits=limits)
+
+    @contextlib.contextmanager
+    def _scales_located(self):
+        """A scale fault the evaluator raises, located where a tensor read from a file has its buffers
+        (:func:`hurray_schema.rules.values.relocated`; a composite's members are other tensors)."""
+        from ..rules.values import ScaleViolation, relocated
+
+        try:
+            yield
+        except ScaleViolation as exc:
+            offsets = getattr(self, "buffer_offsets", None)
+            raise relocated(exc, offsets() if offsets is not None else None) from None
 
     def shard_box(self, *, rank, of, dim=0):
         """The box rank ``rank`` of ``of`` reads, cut along ``dim`` (a :class:`~.shards.ShardBox`:

@@ -38,7 +38,7 @@ from ..structs._declare import plan
 from ..structs.stream import (
     MESSAGE_HEADER, RESERVED_STREAM_ID, TENSOR_DATA_HEADER, TENSOR_DESCRIPTOR_FIELDS, MessageType,
 )
-from ._write import EncodedNode, Sink, as_item, decoded, encode_nodes, replacing
+from ._write import EncodedNode, Sink, as_item, check_values, decoded, encode_nodes, replacing
 from .tensor import Composite, Item, Tensor, walk
 from ..errors import RemoteError
 from .walk.bare import walk_bare
@@ -73,7 +73,8 @@ class StreamReader:
     ``findings`` collects what a permissive reader tolerated and the SHOULD-level notes, of
     the descriptor, composite and stream rules alike: what ``audit`` reports on the stream
     (same rule, level and offset, each descriptor's in audit's order), but for the rules
-    only audit runs (:data:`hurray_schema.rules.interop.AUDIT_ONLY`).
+    only audit runs (:data:`hurray_schema.rules.interop.AUDIT_ONLY`) and those checked when a
+    tensor's values are decoded (:data:`hurray_schema.rules.values.AT_DECODE`).
     ``framing`` None (the default) reads the framing from the first bytes
     (:func:`detect_framing`); ``framing`` is then the one found.
     """
@@ -264,8 +265,10 @@ class StreamWriter:
     Streaming``).
 
     Checked like :func:`write_stream`, item by item (``validate=False`` skips it): each
-    descriptor is decoded strictly and passes the descriptor rules, and every tensor goes
-    through the readers' one composite binder
+    descriptor is decoded strictly and passes the descriptor rules, each quantization scale
+    its scheme's rule on the values (:mod:`hurray_schema.rules.values`; located in a bare stream,
+    ``offset`` None in a message stream, whose data frames ``audit`` does not read), and every
+    tensor goes through the readers' one composite binder
     (:class:`~hurray_schema.rules.composite.CompositeBinder`), which checks each member as
     it arrives and the composite when it closes (``layouts/composite.md § Validation``);
     :meth:`close` reports a composite still open as torn (``composite.torn``).  A fault
@@ -350,7 +353,11 @@ class StreamWriter:
         sink = self._sink
         base = sink.pos if self.framing == "bare" else sink.pos + _MSG_SIZE  # where a reader decodes it
         if self._binder is not None:
-            self._binder.add(decoded(descriptor, base), base)
+            desc = decoded(descriptor, base)
+            self._binder.add(desc, base)
+            if desc.quantization is not None and buffers:  # scales: where a bare stream has them
+                check_values(desc, buffers, _back_to_back(base + len(descriptor), buffers)
+                             if self.framing == "bare" else None)
         if self.framing == "bare":
             sink.write(descriptor)
             for data in buffers:
@@ -398,6 +405,15 @@ class StreamWriter:
 
     def __repr__(self) -> str:
         return f"StreamWriter({self.framing}, {self._state}, {self._sink.pos} bytes)"
+
+
+def _back_to_back(at: int, buffers) -> list[int]:
+    """Where each of ``buffers`` starts in a bare stream when the first starts at ``at``."""
+    starts = []
+    for b in buffers:
+        starts.append(at)
+        at += len(b)
+    return starts
 
 
 def write_stream(dest, items: Iterable[Item], *, framing: str = "bare", stream_id: int = 1,

@@ -153,11 +153,24 @@ class Tensor(ArrayProtocol):
         array; ``copy=False``: the view or :class:`~hurray_schema.errors.CopyRequired`.
         An array larger than ``limits.max_evaluation_bytes`` (default 256 MiB; ``limits`` a
         :class:`~hurray_schema.Limits`) and than ``EVALUATION_EXPANSION`` times the buffers' bytes
-        is refused with ``LimitExceeded`` before it is allocated."""
+        is refused with ``LimitExceeded`` before it is allocated.
+        A quantization scale that breaks its scheme's rule (:mod:`hurray_schema.rules.values`: zero,
+        not finite, a negative NF4 absmax, a reserved MXFP byte) raises that rule's
+        :class:`~hurray_schema.errors.SpecViolation`, at its byte offset in the file the tensor was
+        read from (``audit``'s), else with ``offset`` None."""
         from ..evaluate import tensor_to_numpy
+        from ..rules.values import ScaleViolation, relocated
 
-        return tensor_to_numpy(self.descriptor, self.buffers, dtype, copy=copy, raw=raw, casting=casting,
-                               limits=limits)
+        try:
+            return tensor_to_numpy(self.descriptor, self.buffers, dtype, copy=copy, raw=raw, casting=casting,
+                                   limits=limits)
+        except ScaleViolation as exc:
+            raise relocated(exc, self.buffer_offsets()) from None
+
+    def buffer_offsets(self) -> Optional[tuple]:
+        """Where each buffer starts in the file it was read from (None: not read from a file)."""
+        origin = getattr(self, "_origin", None)
+        return None if origin is None else tuple(at for at, _ in origin[2])
 
     def _logical_array(self, dtype, copy):
         return self.to_numpy(dtype, copy=copy)
@@ -238,6 +251,9 @@ class SourcedTensor(Tensor):
     @property
     def stored_nbytes(self) -> int:
         return sum(size for _, size in self._source.ranges)
+
+    def buffer_offsets(self) -> tuple:
+        return tuple(at for at, _ in self._source.ranges)
 
     def with_name(self, name: Optional[str]) -> "SourcedTensor":
         return SourcedTensor.over(self.descriptor, self._source, name=name)

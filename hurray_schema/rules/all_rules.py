@@ -6,4 +6,4 @@ order is :data:`.engine.AREA_ORDER`, whatever order the areas were imported in.
 """
 
 from . import descriptor  # noqa: F401  (first: its rules come first in the registry)
-from . import composite, structure, container, interop, session  # noqa: F401,I001
+from . import composite, structure, container, values, interop, session  # noqa: F401,I001

@@ -132,9 +132,10 @@ class Rule:
 _REGISTRY: dict[str, Rule] = {}
 _AREA: dict[str, int] = {}
 
-AREA_ORDER = ("descriptor", "composite", "structure", "container", "interop", "session")
+AREA_ORDER = ("descriptor", "composite", "structure", "container", "values", "interop", "session")
 """The spec areas (modules under ``hurray_schema.rules``) in the registry's order: one descriptor,
-composite, descriptor structure, then containers and the transport.  Within an area, rules keep
+composite, descriptor structure, then containers, the values of quantization parameters, the
+interop lints and the transport.  Within an area, rules keep
 their declaration order; the areas are ordered so whatever order they were imported in."""
 
 

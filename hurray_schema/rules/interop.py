@@ -48,7 +48,9 @@ AUDIT_ONLY = frozenset({BOOL_UNPACKED.id, HEAD_PADDING.id})
 """The rules only ``audit`` runs (the one list of them): lints on inputs every reader rule
 accepts.  ``element_types.boolean.unpacked`` reads a tensor's data bytes, which a reader
 hands out without looking at them; ``file.composite.head_padding`` binds the writer of a
-layout readers read by position.  For every other rule a reader's ``findings``
+layout readers read by position.  For every other rule but those a reader checks when it
+decodes a tensor's values (:data:`hurray_schema.rules.values.AT_DECODE`: MUST-level rules on the
+quantization scales, deferred as the spec allows) a reader's ``findings``
 (:class:`~hurray_schema.io.StreamReader`, :class:`~hurray_schema.io.HurrayFile`) hold what
 ``audit`` reports on the same input that the reader accepted: same rule, level and offset."""
 

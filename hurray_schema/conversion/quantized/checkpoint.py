@@ -16,7 +16,7 @@ from ...errors import HurraySchemaError
 from ..source import SourceTensor
 
 __all__ = ["METHOD_MODULES", "QuantizedLinear", "quantization_config", "method_of", "regroup", "outward",
-           "CONFIG_KEY"]
+           "CONFIG_KEY", "MODEL_DTYPE_KEY"]
 
 METHOD_MODULES = {
     "compressed-tensors": "compressed_tensors",
@@ -30,6 +30,12 @@ METHOD_MODULES = {
 
 CONFIG_KEY = "hf.file.config.json"
 """The KV key a model folder's ``config.json`` is carried under (:mod:`..hf_folder`)."""
+
+QUANTO_MAP_KEY = "hf.file.quanto_qmap.json"
+"""The KV key of optimum-quanto's quantization map, the ``quanto_qmap.json`` its
+``QuantizedModelForCausalLM.save_pretrained`` writes beside the weights (``config.json`` then
+names no ``quantization_config``): read as ``{"quant_method": "quanto", "quantization_map": ...,
+"model_config": <config.json>}``."""
 
 
 @attrs.frozen(slots=True)
@@ -47,13 +53,15 @@ def quantization_config(metadata: Mapping) -> Optional[dict]:
     """The ``quantization_config`` of the ``config.json`` carried in ``metadata``; None when there
     is none.  A config that is no JSON object, or names no method known here, is refused."""
     text = metadata.get(CONFIG_KEY)
-    if text is None:
+    if text is None and QUANTO_MAP_KEY not in metadata:
         return None
     try:
-        config = json.loads(text)
+        config = json.loads(text) if text is not None else {}
     except (TypeError, ValueError):
         raise HurraySchemaError("config.json: not a JSON document") from None
     quant = config.get("quantization_config") if isinstance(config, dict) else None
+    if quant is None and QUANTO_MAP_KEY in metadata:
+        return _quanto_config(metadata[QUANTO_MAP_KEY], config)
     if quant is None:
         return None
     if not isinstance(quant, dict):
@@ -63,6 +71,18 @@ def quantization_config(metadata: Mapping) -> Optional[dict]:
         raise HurraySchemaError(f"config.json: quantization_config names quant_method {method!r}; "
                                 f"the methods read here are {sorted(METHOD_MODULES)}")
     return quant
+
+
+def _quanto_config(text, config) -> dict:
+    """The config of a folder optimum-quanto saved: its quantization map beside the model's config."""
+    try:
+        qmap = json.loads(text)
+    except (TypeError, ValueError):
+        raise HurraySchemaError("quanto_qmap.json: not a JSON document") from None
+    if not isinstance(qmap, dict):
+        raise HurraySchemaError("quanto_qmap.json: not a JSON object")
+    return {"quant_method": "quanto", "quantization_map": qmap,
+            "model_config": config if isinstance(config, dict) else {}}
 
 
 def method_of(method: str):
@@ -122,6 +142,23 @@ def _linear_source(module, weight: str, linear: QuantizedLinear, by_name: dict, 
     return SourceTensor(weight, linear.scheme, bytes_in, tuple(linear.shape), build, values, False, ulp=True)
 
 
+MODEL_DTYPE_KEY = "hurray.model_dtype"
+"""The key :func:`outward` adds to the config it hands ``parts_of``: the carried ``config.json``'s
+``dtype`` (``torch_dtype`` before transformers 5), None without one -- the dtype a layout that
+records the weight's own (bitsandbytes' quantization state) writes back."""
+
+
+def _model_dtype(metadata: Mapping) -> Optional[str]:
+    try:
+        config = json.loads(metadata.get(CONFIG_KEY) or "null")
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    dtype = config.get("dtype", config.get("torch_dtype"))
+    return dtype if isinstance(dtype, str) else None
+
+
 def outward(leaves: list, metadata: Mapping, quantized_as: Optional[str]) -> tuple[list, dict]:
     """(leaves, metadata) of a model folder written from a Hurray file: each quantized tensor
     replaced by its parts in the layout of ``quantized_as`` (default: the method the carried
@@ -133,7 +170,11 @@ def outward(leaves: list, metadata: Mapping, quantized_as: Optional[str]) -> tup
         return leaves, dict(metadata)
     module = method_of(method)
     if config is None or config.get("quant_method") != method:
+        if not hasattr(module, "config_for"):
+            raise HurraySchemaError(f"quantized_as {method!r}: only a file converted from {method} goes back to it "
+                                    f"(this file's config names {(config or {}).get('quant_method')!r})")
         metadata, config = module.config_for(leaves, dict(metadata))
+    config = {**config, MODEL_DTYPE_KEY: _model_dtype(metadata)}
     from ...io import Tensor
 
     out = []

@@ -86,7 +86,8 @@ class HurrayFile(Mapping):
     decoded KV section; ``findings`` what the mode tolerated plus SHOULD-level notes, of
     the container, descriptor and composite rules alike: what ``audit`` reports on the file
     (same rule, level and offset, each descriptor's in audit's order), but for the rules
-    only audit runs (:data:`hurray_schema.rules.interop.AUDIT_ONLY`).
+    only audit runs (:data:`hurray_schema.rules.interop.AUDIT_ONLY`) and those checked when a
+    tensor's values are decoded (:data:`hurray_schema.rules.values.AT_DECODE`).
 
     Items are read lazily: ``f[name]`` (a top-level item) and :meth:`get_item` (members too)
     read no data; indexing an item reads only what the index needs.  :meth:`metadata` is a

@@ -117,6 +117,18 @@ def _write_body(out: Sink, encoded: list[EncodedNode], flags: FileFlag, alignmen
     return ordered
 
 
+def _buffer_starts(data_offset: int, buffers, alignment: int) -> list[int]:
+    """Where each buffer of a tensor whose data starts at ``data_offset`` lies (each after the first
+    aligned to ``alignment``, as :func:`_write_body` places them)."""
+    starts, at = [], data_offset
+    for i, b in enumerate(buffers):
+        if i:
+            at += -at % alignment
+        starts.append(at)
+        at += len(b)
+    return starts
+
+
 @renamed_keyword("kv", "metadata")
 def write_file(path, items: Union[Mapping[str, Item], Iterable[Item]], *,
                metadata: Optional[Mapping[str, Any]] = None, sorted_index: bool = False, data_buffer_alignment: int = MIN_DATA_BUFFER_ALIGNMENT,
@@ -136,16 +148,17 @@ def write_file(path, items: Union[Mapping[str, Item], Iterable[Item]], *,
 
     Nothing invalid is written: before the first byte, every descriptor must decode and
     pass the strict reader's rules and every composite ``layouts/composite.md
-    § Validation``; the first fault raises the :class:`~hurray_schema.errors.SpecViolation`
-    :func:`read_file` would raise for it (same rule id), at the byte offset it would have
-    in the file.  Buffers that do not match their handles raise
+    § Validation``, and every quantization scale its scheme's rule on the values
+    (:mod:`hurray_schema.rules.values`, which a reader checks when it decodes the tensor); the
+    first fault raises the :class:`~hurray_schema.errors.SpecViolation` :func:`read_file` (or the
+    decode) would raise for it (same rule id), at the byte offset it would have in the file.  Buffers that do not match their handles raise
     :class:`~hurray_schema.errors.EncodeError`, values that do not fit their wire field
     :class:`~hurray_schema.errors.FieldRangeError` (also with ``validate=False``).
     ``validate=False`` skips the rules and the buffer check: it exists to produce faulty
     test inputs.  ``pad_after_composite_head=True`` reproduces the reference writer's
     padding after a head, which the spec forbids -- only for interop experiments.
     """
-    from .._write import Sink, check_nodes, encode_nodes, replacing
+    from .._write import Sink, check_nodes, check_values, encode_nodes, replacing
 
     a = data_buffer_alignment
     check_data_buffer_alignment(a)  # the rule a reader of the header would raise, at that field
@@ -162,7 +175,11 @@ def write_file(path, items: Union[Mapping[str, Item], Iterable[Item]], *,
     encoded = list(encode_nodes(nodes, validate, produced=True))
     layout = (encoded, flags, a, pad_after_composite_head, kv_bytes, sorted_index)
     if validate:
-        placed = {e.name: e.descriptor_offset for e in _write_body(Sink(), *layout)}
-        check_nodes(encoded, [placed[item.name] for item in encoded], file_order=True)
+        placed = {e.name: e for e in _write_body(Sink(), *layout)}
+        check_nodes(encoded, [placed[item.name].descriptor_offset for item in encoded], file_order=True)
+        for item in encoded:
+            if isinstance(item.node, Tensor) and item.node.descriptor.quantization is not None:
+                check_values(item.node.descriptor, item.buffers, _buffer_starts(placed[item.name].data_offset,
+                                                                                 item.buffers, a))
     with replacing(path) as f:
         return _write_body(Sink(f), *layout)
