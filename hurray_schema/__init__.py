@@ -21,6 +21,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
         "load", "save", "read_file", "read_stream", "write_file", "write_stream", "Tensor", "Composite",
         "HurrayFile", "StreamReader", "StreamWriter",
     ),
+    ".io.native": ("from_hurray",),
     ".codec": ("decode_descriptor", "encode_descriptor"),
     ".audit": ("audit",),
     ".conversion": ("convert",),
@@ -41,6 +42,8 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
         "TranscodeLimitExceeded", "UnknownTensor", "AdvancedIndexUnsupported", "CopyRequired", "DLPackUnsupported",
         "IndexRangeError", "IndexTypeError", "InvalidDtype", "NotAnArray", "NoSuchItem", "ClosedFileError",
         "RemoteError", "DecodedTypeMismatch", "UnsupportedEvaluation", "NoExactForm",
+        "NativeProtocolError", "NativeAbiUnavailable", "CapsuleError", "CapsuleConsumed", "AbiVersionMismatch",
+        "CapsuleBufferError",
     ),
     ".io": ("IndexEntry", "TensorSlice", "UInt64"),
     ".model": (
@@ -74,5 +77,6 @@ if TYPE_CHECKING:  # what static analysis sees: the listed names imported eagerl
         Composite, HurrayFile, StreamReader, StreamWriter, Tensor, load, read_file, read_stream, save, write_file,
         write_stream,
     )
+    from .io.native import from_hurray  # noqa: F401
     from .limits import DEFAULT_LIMITS, Limits  # noqa: F401
     from .net import connect, serve  # noqa: F401

@@ -17,7 +17,8 @@ __all__ = ["HurraySchemaError", "SpecViolation", "LimitExceeded", "EncodeError",
            "ShortRead", "RangeNotSupported", "SourceUnavailable", "RemoteError", "ProtocolVersionMismatch",
            "UnknownTensor", "LayoutUnavailable", "TranscodeLimitExceeded", "DeviceUnavailable", "InvalidMessage",
            "MessageTooLarge", "ShardMismatch", "SessionError", "SessionTimeout", "ClosedFileError",
-           "DecodedTypeMismatch", "NoExactForm"]
+           "DecodedTypeMismatch", "NoExactForm", "NativeProtocolError", "NativeAbiUnavailable", "CapsuleError",
+           "CapsuleConsumed", "AbiVersionMismatch", "CapsuleBufferError"]
 
 
 class HurraySchemaError(Exception):
@@ -252,3 +253,40 @@ class NoExactForm(HurraySchemaError):
     """A tensor whose values Hurray cannot hold exactly in its own form (a GGUF type with a float
     offset, a zero scale over zeros of both signs, a non-finite scale): the caller decides whether to
     store it decoded (``dequantize``) or to quantize it again (``requantize``)."""
+
+
+class NativeProtocolError(HurraySchemaError):
+    """The native protocol (``__hurray__`` / ``from_hurray``, ``interchange.md § In-Process``) failed:
+    a capsule that does not follow it, or a hurray-ffi call that returned an error status."""
+
+
+class NativeAbiUnavailable(NativeProtocolError, ImportError):
+    """No library exporting the hurray-ffi C ABI was found (or it speaks another ABI version): the
+    message says how to get one (install ``pyhurray``, or name a shared library by
+    ``HURRAY_SCHEMA_FFI_LIBRARY``)."""
+
+
+class CapsuleError(NativeProtocolError, ValueError):
+    """A capsule is not a well-formed ``"hurray_tensor"`` capsule: another name, a null buffer list
+    or context, a null data pointer where a buffer must exist, a buffer count the descriptor does
+    not declare, a composite head (the protocol carries tensors, ADR-036 § 6)."""
+
+
+class CapsuleConsumed(CapsuleError):
+    """The capsule was already consumed (it is named ``"used_hurray_tensor"``, ADR-033)."""
+
+
+class AbiVersionMismatch(NativeProtocolError):
+    """The capsule's ``HurrayTensorContext`` records a C ABI version the loaded hurray-ffi library
+    does not have (ADR-034 § 4: checked before anything else is read)."""
+
+    def __init__(self, producer: int, consumer: int):
+        self.producer = producer
+        self.consumer = consumer
+        super().__init__(f"the capsule was produced by hurray-ffi C ABI version {producer}; this process reads "
+                         f"version {consumer} (producer and consumer must use the same ABI version)")
+
+
+class CapsuleBufferError(CapsuleError):
+    """A capsule's buffer cannot hold what its descriptor declares (smaller than the buffer
+    table's ``byte_size``), or lives where this process cannot read it (a device buffer)."""

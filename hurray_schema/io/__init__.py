@@ -11,6 +11,8 @@
 * :mod:`.walk` -- the walk of each stream kind, one module each (:mod:`.walk.common`: what
   they yield; :mod:`.walk.kv`: the file's KV metadata section, where :class:`UInt64` forces value
   tag 0x03), which the readers, ``audit``, ``inspect`` and the command line all consume;
+* :mod:`.native` -- :func:`from_hurray` and the composites' conversions of the native protocol
+  (``Tensor.__hurray__`` is :mod:`.native_export`; the C ABI's loading :mod:`.native_abi`);
 * :mod:`.tensor` also has the buffers made as they are written (``ProducedTensor``); the
   builders of quantized, sparse and composite tensors are :mod:`hurray_schema.builders`.
 
@@ -29,10 +31,12 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     ".stream": ("read_stream", "write_stream", "StreamReader", "StreamWriter"),
     ".simple": ("load", "save"),
     ".walk.kv": ("UInt64",),
+    ".native": ("from_hurray", "composite_to_hurray", "composite_from_hurray"),
 }, unlisted={"..errors": ("ClosedFileError", "RemoteError")})  # errors live in hurray_schema.errors
 
 if TYPE_CHECKING:
     from .file import HurrayFile, IndexEntry, TensorSlice, read_file, write_file  # noqa: F401
+    from .native import composite_from_hurray, composite_to_hurray, from_hurray  # noqa: F401
     from .simple import load, save  # noqa: F401
     from .stream import StreamReader, StreamWriter, read_stream, write_stream  # noqa: F401
     from .tensor import Composite, Tensor  # noqa: F401

@@ -175,6 +175,16 @@ class Tensor(ArrayProtocol):
     def _logical_array(self, dtype, copy):
         return self.to_numpy(dtype, copy=copy)
 
+    def __hurray__(self):
+        """The native protocol's ``"hurray_tensor"`` capsule of this tensor (``interchange.md
+        § In-Process``; :mod:`hurray_schema.io.native_export`): the encoded descriptor and the
+        buffers by pointer, no copy, for ``hurray.from_hurray`` or :func:`hurray_schema.from_hurray`.
+        Every layout and scheme goes as it is (the consumer may refuse what it cannot read).
+        Needs the hurray-ffi C ABI (:mod:`hurray_schema.io.native_abi`)."""
+        from .native_export import export_capsule
+
+        return export_capsule(self)
+
     def with_name(self, name: Optional[str]) -> "Tensor":
         renamed = Tensor(self.descriptor, self.buffers, name=name)
         origin = getattr(self, "_origin", None)
