@@ -19,6 +19,7 @@ import hurray_schema as hs
 from hurray_schema.errors import HurraySchemaError, NoExactForm, SpecViolation
 from hurray_schema.model import ElementType
 from tests.support import cli
+from tests.support.quantized_models import bit_pattern
 
 fx = pytest.importorskip("tests.support.quantized_models.awq", exc_type=ImportError,
                          reason="needs torch and autoawq (pip install --no-deps autoawq accelerate datasets)")
@@ -57,11 +58,6 @@ def converted(checkpoint, tmp_path_factory):
     return out, report
 
 
-def _bits(array) -> np.ndarray:
-    array = np.ascontiguousarray(array)
-    return array.view(f"u{array.dtype.itemsize}")
-
-
 def _variant(src, dst, *, tensors=None, drop=(), config=None):
     """A copy of the checkpoint ``src`` in ``dst`` with some tensors replaced or dropped and some
     ``quantization_config`` keys changed."""
@@ -96,7 +92,7 @@ def test_the_reference_is_what_autoawq_computes_both_ways(checkpoint, reference)
     assert sorted(forward) == sorted(reference) and len(reference) == 7
     for name, dense in reference.items():
         assert dense.dtype == np.float16
-        assert np.array_equal(_bits(forward[name]), _bits(dense)), name
+        assert np.array_equal(bit_pattern(forward[name]), bit_pattern(dense)), name
 
 
 def test_every_linear_decodes_to_autoawq_dequantization_bit_for_bit(converted, reference):
@@ -105,7 +101,7 @@ def test_every_linear_decodes_to_autoawq_dequantization_bit_for_bit(converted, r
     for name, dense in reference.items():
         got = np.asarray(values[name])
         assert got.dtype == np.float16 and got.shape == dense.shape, name
-        assert np.array_equal(_bits(got), _bits(dense)), name
+        assert np.array_equal(bit_pattern(got), bit_pattern(dense)), name
 
 
 def test_each_linear_is_one_per_block_uint4_tensor_with_the_library_codes(checkpoint, converted):
@@ -129,7 +125,7 @@ def test_each_linear_is_one_per_block_uint4_tensor_with_the_library_codes(checkp
             buffers = tensor.buffers
             scales = np.frombuffer(buffers[q.scale_buffer_index], "<f2")
             points = np.frombuffer(buffers[q.zero_point_buffer_index], "<i4")
-            assert np.array_equal(_bits(scales), _bits(parts["scales"].T.reshape(-1))), name
+            assert np.array_equal(bit_pattern(scales), bit_pattern(parts["scales"].T.reshape(-1))), name
             assert np.array_equal(points, zeros.T.reshape(-1).astype(np.int32)), name
 
 
@@ -138,7 +134,7 @@ def test_the_module_dequantization_is_autoawq_s(checkpoint, reference):
     for name, parts in fx.linears(checkpoint).items():
         mine = awq.dequantized(name, parts, config)
         assert mine.dtype == np.float16
-        assert np.array_equal(_bits(mine), _bits(reference[name])), name
+        assert np.array_equal(bit_pattern(mine), bit_pattern(reference[name])), name
 
 
 def test_report_names_the_schemes_and_zero_ulp(checkpoint, converted, reference):
@@ -202,7 +198,7 @@ def test_at_the_default_group_size_the_tensors_take_at_most_1_05_times_the_check
     assert os.path.getsize(out) <= 1.05 * safetensors_bytes + 4096 * buffers
     values = hs.load(out)
     for name, dense in fx.library_dequantized(checkpoint_128).items():
-        assert np.array_equal(_bits(np.asarray(values[name])), _bits(dense)), name
+        assert np.array_equal(bit_pattern(np.asarray(values[name])), bit_pattern(dense)), name
 
 
 def test_group_size_minus_one_is_one_group_over_the_inputs(checkpoint_128, tmp_path):
@@ -213,7 +209,7 @@ def test_group_size_minus_one_is_one_group_over_the_inputs(checkpoint_128, tmp_p
     hs.convert(whole, a)
     hs.convert(minus, b)
     got = np.asarray(hs.load(b)["model.proj.weight"])
-    assert np.array_equal(_bits(got), _bits(fx.library_dequantized(whole)["model.proj.weight"]))
+    assert np.array_equal(bit_pattern(got), bit_pattern(fx.library_dequantized(whole)["model.proj.weight"]))
     with hs.read_file(a) as fa, hs.read_file(b) as fb:
         assert fa["model.proj.weight"].same_content(fb["model.proj.weight"])
 
@@ -224,7 +220,7 @@ def test_dequantize_keeps_the_exact_form_and_the_bits(checkpoint, reference, tmp
     assert all(row.max_ulp == 0 for row in report.tensors if row.name in reference)
     values = hs.load(out)
     for name, dense in reference.items():
-        assert np.array_equal(_bits(np.asarray(values[name])), _bits(dense)), name
+        assert np.array_equal(bit_pattern(np.asarray(values[name])), bit_pattern(dense)), name
 
 
 def test_cli_converts_the_folder(checkpoint, reference, tmp_path):
@@ -233,7 +229,7 @@ def test_cli_converts_the_folder(checkpoint, reference, tmp_path):
     assert done.returncode == 0, done.stderr.decode()
     values = hs.load(out)
     for name, dense in reference.items():
-        assert np.array_equal(_bits(np.asarray(values[name])), _bits(dense)), name
+        assert np.array_equal(bit_pattern(np.asarray(values[name])), bit_pattern(dense)), name
 
 
 # --------------------------------------------------------------------------------------
@@ -260,7 +256,7 @@ def test_dequantize_stores_autoawq_dense_result_for_group_48(group_48, tmp_path)
     assert row.max_ulp == 0 and "stored decoded (float16)" in row.note
     got = np.asarray(hs.load(out)["model.proj.weight"])
     dense = fx.library_dequantized(group_48)["model.proj.weight"]
-    assert got.dtype == np.float16 and np.array_equal(_bits(got), _bits(dense))
+    assert got.dtype == np.float16 and np.array_equal(bit_pattern(got), bit_pattern(dense))
     assert hs.audit(out).findings == ()
 
 
@@ -270,7 +266,7 @@ def test_cli_dequantize_for_group_48(group_48, tmp_path):
     done = cli.run("convert", "--dequantize", group_48, tmp_path / "b.hrry")
     assert done.returncode == 0, done.stderr.decode()
     dense = fx.library_dequantized(group_48)["model.proj.weight"]
-    assert np.array_equal(_bits(np.asarray(hs.load(tmp_path / "b.hrry")["model.proj.weight"])), _bits(dense))
+    assert np.array_equal(bit_pattern(np.asarray(hs.load(tmp_path / "b.hrry")["model.proj.weight"])), bit_pattern(dense))
 
 
 # --------------------------------------------------------------------------------------
@@ -306,9 +302,9 @@ def test_the_way_back_loads_in_autoawq_to_the_same_bits(checkpoint, round_trip, 
     assert sorted(modules) == sorted(reference)
     for name, module in modules.items():
         dense = dequantize_gemm(module.qweight, module.qzeros, module.scales, module.w_bit, module.group_size)
-        assert np.array_equal(_bits(dense.t().numpy()), _bits(reference[name])), name
+        assert np.array_equal(bit_pattern(dense.t().numpy()), bit_pattern(reference[name])), name
     tokens = list(range(3, 40, 2))
-    assert np.array_equal(_bits(fx.logits(round_trip, tokens)), _bits(fx.logits(checkpoint, tokens)))
+    assert np.array_equal(bit_pattern(fx.logits(round_trip, tokens)), bit_pattern(fx.logits(checkpoint, tokens)))
 
 
 def test_the_way_back_loads_in_transformers_to_the_same_bits(round_trip, reference):
@@ -323,7 +319,7 @@ def test_the_way_back_loads_in_transformers_to_the_same_bits(round_trip, referen
              if hasattr(module, "dequantize_weight")}
     assert sorted(dense) == sorted(reference)
     for name, weight in dense.items():
-        assert np.array_equal(_bits(weight.t().contiguous().numpy()), _bits(reference[name])), name
+        assert np.array_equal(bit_pattern(weight.t().contiguous().numpy()), bit_pattern(reference[name])), name
 
 
 def test_a_file_without_an_awq_config_is_not_written_as_awq(checkpoint, tmp_path):
@@ -382,7 +378,7 @@ def test_parts_of_packs_what_autoawq_unpacks():
     dense = dequantize_gemm(*(torch.from_numpy(parts[f"m.{p}"]) for p in ("qweight", "qzeros", "scales")), 4, 32)
     product = (codes - np.repeat(zeros, 32, axis=1)).astype(np.float32) * np.repeat(scales, 32, axis=1)
     expected = product.astype(np.float16)  # exact in float32, rounded once
-    assert np.array_equal(_bits(dense.t().numpy()), _bits(expected))
+    assert np.array_equal(bit_pattern(dense.t().numpy()), bit_pattern(expected))
 
 
 # --------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from hurray_schema.errors import HurraySchemaError, NoExactForm, SpecViolation  
 from hurray_schema.structs.quantization import NF4_LEVELS  # noqa: E402
 from tests.support import cli  # noqa: E402
 from tests.support.quantized_models import bitsandbytes as fx  # noqa: E402
+from tests.support.quantized_models import bit_pattern  # noqa: E402
 
 ABSMAX_RULE = "quantization.nf4.absmax_values"
 
@@ -51,10 +52,6 @@ def converted(checkpoints, tmp_path_factory):
     return out
 
 
-def bits(array: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(array).view(f"u{array.dtype.itemsize}")
-
-
 def source_tensors(folder: str) -> dict:
     from safetensors.torch import load_file
 
@@ -68,10 +65,10 @@ def safetensors_tensor_bytes(folder: str) -> int:
 def test_the_nf4_table_is_the_spec_s_bit_for_bit(checkpoints):
     spec = np.array(NF4_LEVELS, np.float32)
     library_table = bnb.functional.get_4bit_type("nf4", device="cpu").numpy()
-    assert np.array_equal(bits(library_table), bits(spec))
+    assert np.array_equal(bit_pattern(library_table), bit_pattern(spec))
     tensors = source_tensors(checkpoints["nf4"])
     maps = [t for name, t in tensors.items() if name.endswith(".quant_map")]
-    assert maps and all(np.array_equal(bits(m), bits(spec)) for m in maps)
+    assert maps and all(np.array_equal(bit_pattern(m), bit_pattern(spec)) for m in maps)
 
 
 @pytest.mark.parametrize("variant", ["nf4", "nf4-dq"])
@@ -87,7 +84,7 @@ def test_nf4_converts_to_nf4_equal_to_bitsandbytes_bit_for_bit(variant, checkpoi
             assert item.descriptor.type_tag.name == "UINT4" and tuple(item.shape) == want.shape
             got = item.to_numpy()
             assert got.dtype == np.float32
-            assert np.array_equal(bits(got.astype(want.dtype)), bits(want)), weight
+            assert np.array_equal(bit_pattern(got.astype(want.dtype)), bit_pattern(want)), weight
     rows = {row.name: row for row in report.tensors}
     assert all(rows[w].max_ulp == 0 and "nf4" in rows[w].type_out for w in expected)
 
@@ -101,7 +98,7 @@ def test_the_float32_product_is_bitsandbytes_own(variant, checkpoints, converted
         for weight, (packed, state) in fx.quant_states(checkpoints[variant]).items():
             state.dtype = torch.float32
             want = fx.to_numpy(bnb.functional.dequantize_4bit(packed, state))
-            assert np.array_equal(bits(f[weight].to_numpy()), bits(want)), weight
+            assert np.array_equal(bit_pattern(f[weight].to_numpy()), bit_pattern(want)), weight
 
 
 def test_codes_are_the_same_with_nibbles_swapped_and_absmax_as_stored(checkpoints, converted):
@@ -142,7 +139,7 @@ def test_files_audit_clean_are_small_and_copy_the_rest(variant, checkpoints, con
     plain = [n for n in tensors if n.endswith("norm.weight") or n in ("lm_head.weight", "model.embed_tokens.weight")]
     assert len(plain) == 5
     for name in plain:
-        assert loaded[name].dtype == tensors[name].dtype and np.array_equal(bits(loaded[name]), bits(tensors[name]))
+        assert loaded[name].dtype == tensors[name].dtype and np.array_equal(bit_pattern(loaded[name]), bit_pattern(tensors[name]))
     assert set(loaded) == set(plain) | set(fx.library_dequantized(checkpoints[variant]))
 
 
@@ -161,9 +158,9 @@ def test_fp4_is_refused_and_stored_decoded_exactly(checkpoints, library, tmp_pat
         # bitsandbytes' own kernels disagree on one bit: code 8 is +0.0 in get_4bit_type, the default
         # kernel and the AVX-512 CPU kernel, -0.0 in the scalar CPU kernel's table.  The stored tensor
         # is the default kernel's bit for bit, and the CPU kernel's wherever its value is not zero.
-        assert np.array_equal(bits(got), bits(flat[weight])), weight
+        assert np.array_equal(bit_pattern(got), bit_pattern(flat[weight])), weight
         nonzero = want.astype(np.float32) != 0
-        assert np.array_equal(bits(got)[nonzero], bits(want)[nonzero]) and np.array_equal(got == 0, want == 0)
+        assert np.array_equal(bit_pattern(got)[nonzero], bit_pattern(want)[nonzero]) and np.array_equal(got == 0, want == 0)
     assert all(row.max_ulp == 0 for row in report.tensors if row.max_ulp is not None)
 
 
@@ -179,10 +176,10 @@ def test_blocks_straddling_rows_are_refused(checkpoints, library, tmp_path):
             item = f[weight]
             if want.shape[1] % 64 == 0:  # down_proj: rows of 128, exact NF4
                 assert type(item.descriptor.quantization).__name__ == "Nf4"
-                assert np.array_equal(bits(item.to_numpy().astype(want.dtype)), bits(library["nf4-rows96"][weight]))
+                assert np.array_equal(bit_pattern(item.to_numpy().astype(want.dtype)), bit_pattern(library["nf4-rows96"][weight]))
             else:  # the library's blocks of the flattened weight, its arithmetic, stored decoded
                 assert item.descriptor.quantization is None
-                assert np.array_equal(bits(item.to_numpy()), bits(want)), weight
+                assert np.array_equal(bit_pattern(item.to_numpy()), bit_pattern(want)), weight
 
 
 def test_the_way_back_is_byte_identical_and_loads(checkpoints, library, converted, tmp_path):
@@ -193,13 +190,13 @@ def test_the_way_back_is_byte_identical_and_loads(checkpoints, library, converte
     assert set(after) == set(before)
     for name, array in before.items():
         assert after[name].dtype == array.dtype and after[name].shape == array.shape, name
-        assert bits(after[name]).tobytes() == bits(array).tobytes(), name
+        assert bit_pattern(after[name]).tobytes() == bit_pattern(array).tobytes(), name
     state = fx.quant_states(out)[fx.ZEROED][1]
     assert state.dtype == torch.bfloat16 and not state.nested
     loaded = fx.loaded_dequantized(out)
     assert set(loaded) == set(library["nf4"])
     for weight, want in library["nf4"].items():
-        assert np.array_equal(bits(loaded[weight]), bits(want)), weight
+        assert np.array_equal(bit_pattern(loaded[weight]), bit_pattern(want)), weight
 
 
 def test_double_quantization_comes_back_without_nesting_to_the_same_bits(checkpoints, library, converted, tmp_path):
@@ -212,7 +209,7 @@ def test_double_quantization_comes_back_without_nesting_to_the_same_bits(checkpo
     assert set(loaded) == set(library["nf4-dq"])
     for weight, want in library["nf4-dq"].items():
         assert loaded[weight].dtype == np.float16
-        assert np.array_equal(bits(loaded[weight]), bits(want)), weight
+        assert np.array_equal(bit_pattern(loaded[weight]), bit_pattern(want)), weight
 
 
 def test_a_single_safetensors_file_with_its_config_beside_converts_the_same(checkpoints, converted, tmp_path):
@@ -221,7 +218,7 @@ def test_a_single_safetensors_file_with_its_config_beside_converts_the_same(chec
     folder_path, _ = converted["nf4"]
     one, other = hs.load(dst), hs.load(folder_path)
     assert set(one) == set(other)
-    assert all(np.array_equal(bits(one[name]), bits(other[name])) for name in one)
+    assert all(np.array_equal(bit_pattern(one[name]), bit_pattern(other[name])) for name in one)
 
 
 def test_the_command_line_converts_and_refuses(checkpoints, library, tmp_path):
@@ -230,7 +227,7 @@ def test_the_command_line_converts_and_refuses(checkpoints, library, tmp_path):
     assert done.returncode == 0, done.stderr
     loaded = hs.load(str(dst))
     for weight, want in library["nf4"].items():
-        assert np.array_equal(bits(loaded[weight].astype(want.dtype)), bits(want))
+        assert np.array_equal(bit_pattern(loaded[weight].astype(want.dtype)), bit_pattern(want))
     refused = cli.run("convert", checkpoints["fp4"], tmp_path / "fp4.hrry")
     assert refused.returncode != 0 and b"fp4" in refused.stderr and not (tmp_path / "fp4.hrry").exists()
 
@@ -356,4 +353,4 @@ def test_a_negative_absmax_from_double_quantization_has_no_nf4_form(checkpoints,
     dst = str(tmp_path / "out.hrry")
     hs.convert(folder, dst, dequantize=True)
     want = fx.library_dequantized(folder)[fx.ZEROED]
-    assert np.array_equal(bits(hs.load(dst)[fx.ZEROED]), bits(want))
+    assert np.array_equal(bit_pattern(hs.load(dst)[fx.ZEROED]), bit_pattern(want))

@@ -26,6 +26,7 @@ from hurray_schema.builders import quantized_from_codes  # noqa: E402
 from hurray_schema.errors import HurraySchemaError, NoExactForm, SpecViolation  # noqa: E402
 from hurray_schema.model import ElementType, PerBlockAffine, PerChannelAffine, QuantFlag  # noqa: E402
 from tests.support.quantized_models import compressed_tensors as ct  # noqa: E402
+from tests.support.quantized_models import bit_pattern  # noqa: E402
 
 Q_PROJ = "model.layers.0.self_attn.q_proj.weight"
 EXACT = ["int4_g32_sym", "int4_g32_asym", "int8_channel", "int8_channel_asym", "int2_g32_asym", "int8_tensor",
@@ -65,10 +66,6 @@ def converted(folders, tmp_path_factory):
     return get
 
 
-def _bits(array: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(array).view(f"u{array.dtype.itemsize}")
-
-
 def _safetensors(path: str) -> tuple[dict, dict, bytes]:
     """(header without __metadata__, __metadata__, data bytes) of a safetensors file, read here."""
     with open(path, "rb") as f:
@@ -97,7 +94,7 @@ def test_every_quantized_linear_equals_the_librarys_decompression_bit_for_bit(fo
         for name, expected in reference.items():
             got = f[name].to_numpy()
             assert got.shape == expected.shape == tuple(f[name].shape)
-            np.testing.assert_array_equal(_bits(got.astype(expected.dtype)), _bits(expected), err_msg=name)
+            np.testing.assert_array_equal(bit_pattern(got.astype(expected.dtype)), bit_pattern(expected), err_msg=name)
     rows = {row.name: row for row in report.tensors}
     fmt = "int-quantized" if variant.startswith("w8a8") else "pack-quantized"
     for name in reference:
@@ -214,7 +211,7 @@ def test_three_bit_codes_are_refused_and_stored_dense_on_request(folders, tmp_pa
         for name, expected in reference.items():
             got = f[name].to_numpy()
             assert got.dtype == expected.dtype
-            np.testing.assert_array_equal(_bits(got), _bits(expected), err_msg=name)
+            np.testing.assert_array_equal(bit_pattern(got), bit_pattern(expected), err_msg=name)
     assert all(r.max_ulp == 0 for r in report.tensors if r.name in reference)
 
 
@@ -227,7 +224,7 @@ def test_the_cli_converts_as_users_do(folders, tmp_path):
     assert exited.value.code in (0, None)
     reference = ct.library_dequantized(folders("int4_g32_sym"))
     with hs.read_file(path) as f:
-        np.testing.assert_array_equal(_bits(f[Q_PROJ].to_numpy()), _bits(reference[Q_PROJ]))
+        np.testing.assert_array_equal(bit_pattern(f[Q_PROJ].to_numpy()), bit_pattern(reference[Q_PROJ]))
 
 
 # -- back out --------------------------------------------------------------------------------------
@@ -255,7 +252,7 @@ def test_the_way_back_writes_the_librarys_tensors_byte_for_byte(folders, convert
     library = ct.library_dequantized(folders(variant))
     again = ct.library_dequantized(back)
     for name, expected in library.items():
-        np.testing.assert_array_equal(_bits(again[name]), _bits(expected), err_msg=name)
+        np.testing.assert_array_equal(bit_pattern(again[name]), bit_pattern(expected), err_msg=name)
 
 
 @pytest.mark.parametrize("variant", SYMMETRIC)
@@ -268,7 +265,7 @@ def test_the_folder_written_back_loads_in_transformers_and_decompresses_to_the_s
     loaded = ct.loaded_dequantized(back)
     assert sorted(loaded) == sorted(library)
     for name, expected in library.items():
-        np.testing.assert_array_equal(_bits(loaded[name]), _bits(expected), err_msg=name)
+        np.testing.assert_array_equal(bit_pattern(loaded[name]), bit_pattern(expected), err_msg=name)
 
 
 def _foreign_file(path: str, converted_path: str, unsigned: bool) -> dict:
@@ -332,19 +329,19 @@ def test_another_sources_tensors_are_written_as_pack_quantized(converted, tmp_pa
     for name, values in expected.items():
         got = library[name]
         want = values.astype(got.dtype)  # per channel: float32 scales, the library's float32 product
-        np.testing.assert_array_equal(_bits(got), _bits(want), err_msg=name)
+        np.testing.assert_array_equal(bit_pattern(got), bit_pattern(want), err_msg=name)
     scale = _tensor_bytes(os.path.join(back, "model.safetensors"))["model.layers.0.self_attn.v_proj.weight_scale"]
     assert scale[0] == ("F32" if unsigned else "F16")  # per-channel scales back in the model's dtype where exact
     if not unsigned:  # symmetric: transformers loads it (float16 model) and decompresses to the same bits
         loaded = ct.loaded_dequantized(back)
         for name, values in expected.items():
             want = values.astype(np.float16)
-            np.testing.assert_array_equal(_bits(loaded[name]), _bits(want), err_msg=name)
+            np.testing.assert_array_equal(bit_pattern(loaded[name]), bit_pattern(want), err_msg=name)
     again = os.fspath(tmp_path / "again.hrry")
     hs.convert(back, again)
     with hs.read_file(again) as f:
         for name, values in expected.items():
-            np.testing.assert_array_equal(_bits(f[name].to_numpy().astype(values.dtype)), _bits(values))
+            np.testing.assert_array_equal(bit_pattern(f[name].to_numpy().astype(values.dtype)), bit_pattern(values))
 
 
 def _decompressed_by_group(folder: str, quant: dict) -> dict:
@@ -466,7 +463,7 @@ def test_rows_that_end_inside_a_word_convert_and_pack_back_as_the_library_packs(
     hs.write_file(path, {"m.weight": tensor})
     with hs.read_file(path) as f:
         got = f["m.weight"].to_numpy().astype(ml_dtypes.bfloat16)
-        np.testing.assert_array_equal(_bits(got), _bits(library))
+        np.testing.assert_array_equal(bit_pattern(got), bit_pattern(library))
         parts = module.parts_of("m.weight", f["m.weight"], {**CHANNEL4, "hurray.model_dtype": "bfloat16"})
     assert parts["m.weight_packed"].tobytes() == arrays["weight_packed"].tobytes()
     assert parts["m.weight_scale"].tobytes() == arrays["weight_scale"].tobytes()
@@ -587,7 +584,7 @@ def test_a_name_target_is_preferred_to_the_class_target(folders, tmp_path):
     hs.convert(folder, path)
     reference = ct.library_dequantized(folders("int4_g32_sym"))
     with hs.read_file(path) as f:
-        np.testing.assert_array_equal(_bits(f[Q_PROJ].to_numpy()), _bits(reference[Q_PROJ]))
+        np.testing.assert_array_equal(bit_pattern(f[Q_PROJ].to_numpy()), bit_pattern(reference[Q_PROJ]))
 
 
 def test_tensor_zero_points_outside_the_bit_range_are_refused(folders, tmp_path):

@@ -19,7 +19,8 @@ pytest.importorskip("torch", reason="torch is not installed (a test-only depende
 pytest.importorskip("gptqmodel", reason="gptqmodel is not installed (a test-only dependency)")
 
 from safetensors.numpy import load_file, save_file  # noqa: E402
-from support.quantized_models import gptq as models  # noqa: E402
+from tests.support.quantized_models import gptq as models  # noqa: E402
+from tests.support.quantized_models import bit_pattern  # noqa: E402
 
 from hurray_schema.conversion.quantized import gptq  # noqa: E402
 from hurray_schema.model import ElementType, PerBlockAffine, QuantFlag  # noqa: E402
@@ -44,11 +45,6 @@ def checkpoints(tmp_path_factory):
 
 def _tensors(folder):
     return load_file(os.path.join(folder, "model.safetensors"))
-
-
-def _bits(array):
-    array = np.asarray(array)
-    return array.view(np.dtype(f"u{array.dtype.itemsize}"))
 
 
 def _config(folder):
@@ -88,11 +84,11 @@ def test_without_act_order_is_exact(checkpoints, tmp_path, variant):
                 assert item.descriptor.type_tag == ElementType.UINT4 and not q.flags & QuantFlag.SYMMETRIC
             values = item.to_numpy()
             assert values.dtype == np.float16 and values.shape == library[weight].shape
-            assert np.array_equal(_bits(values), _bits(library[weight])), weight
+            assert np.array_equal(bit_pattern(values), bit_pattern(library[weight])), weight
             assert rows[weight].max_ulp == 0
         for name, array in source.items():  # every other tensor as it is
             if name.rsplit(".", 1)[-1] not in gptq.PARTS:
-                assert np.array_equal(_bits(container[name].to_numpy()), _bits(array)), name
+                assert np.array_equal(bit_pattern(container[name].to_numpy()), bit_pattern(array)), name
                 assert container[name].descriptor.quantization is None
 
 
@@ -139,18 +135,18 @@ def test_act_order_dequantized_is_the_library_s_result(checkpoints, tmp_path):
         for weight in WEIGHTS:
             item = container[weight]
             assert item.descriptor.quantization is None and item.descriptor.type_tag == ElementType.FLOAT16
-            assert np.array_equal(_bits(item.to_numpy()), _bits(library[weight])), weight
+            assert np.array_equal(bit_pattern(item.to_numpy()), bit_pattern(library[weight])), weight
             assert "act-order" in rows[weight].note and rows[weight].max_ulp == 0
 
 
 def test_cli_converts_and_refuses(checkpoints, tmp_path):
-    from support.cli import run
+    from tests.support.cli import run
 
     folder, library = checkpoints["asym"]
     done = run("convert", folder, tmp_path / "a.hrry")
     assert done.returncode == 0, done.stderr
     loaded = hs.load(str(tmp_path / "a.hrry"))
-    assert np.array_equal(_bits(np.asarray(loaded[WEIGHTS[0]])), _bits(library[WEIGHTS[0]]))
+    assert np.array_equal(bit_pattern(np.asarray(loaded[WEIGHTS[0]])), bit_pattern(library[WEIGHTS[0]]))
     act_order, _ = checkpoints["act-order"]
     done = run("convert", act_order, tmp_path / "b.hrry")
     assert done.returncode != 0 and b"act-order" in done.stderr
@@ -182,7 +178,7 @@ def test_round_trip_is_byte_identical_and_loads(checkpoints, tmp_path, variant):
         shutil.copy(os.path.join(folder, name), back)
     again = models.library_dequantized(back)
     for weight in WEIGHTS:
-        assert np.array_equal(_bits(again[weight]), _bits(library[weight])), weight
+        assert np.array_equal(bit_pattern(again[weight]), bit_pattern(library[weight])), weight
 
 
 def test_way_back_refuses_what_gptq_cannot_hold(tmp_path):
@@ -251,9 +247,9 @@ def test_v1_borrow_and_v2_zeros_match_the_library(tmp_path, bits, checkpoint_for
     hs.write_file(path, {"x.weight": tensor})
     assert not hs.audit(path).findings
     with hs.read_file(path) as container:
-        assert np.array_equal(_bits(container["x.weight"].to_numpy()), _bits(library))
+        assert np.array_equal(bit_pattern(container["x.weight"].to_numpy()), bit_pattern(library))
         back = gptq.parts_of("x.weight", container["x.weight"], config)
-    assert np.array_equal(_bits(gptq.dequantized("x.weight", arrays, config)), _bits(library))
+    assert np.array_equal(bit_pattern(gptq.dequantized("x.weight", arrays, config)), bit_pattern(library))
     for part, array in arrays.items():
         assert back[f"x.{part}"].dtype == array.dtype and back[f"x.{part}"].tobytes() == array.tobytes(), part
 
@@ -271,7 +267,7 @@ def test_whole_groups_out_of_order_are_exact():
     config = {"quant_method": "gptq", "bits": 4, "group_size": group, "desc_act": True, "sym": False}
     tensor = gptq.source("x.weight", {"qweight": qweight, "qzeros": qzeros, "scales": scales, "g_idx": g_idx}, config)
     assert tensor.descriptor.quantization.block_size == 32
-    assert np.array_equal(_bits(tensor.to_numpy()), _bits(library))
+    assert np.array_equal(bit_pattern(tensor.to_numpy()), bit_pattern(library))
 
 
 # --------------------------------------------------------------------------------------
@@ -384,7 +380,7 @@ def test_negative_or_subnormal_scales_are_kept(checkpoints, tmp_path, value):
     library = models.dequantize_parts(tensors[f"{Q}.qweight"], tensors[f"{Q}.qzeros"], tensors[f"{Q}.scales"],
                                       tensors[f"{Q}.g_idx"], bits=4, group_size=32)
     with hs.read_file(dst) as container:
-        assert np.array_equal(_bits(container[f"{Q}.weight"].to_numpy()), _bits(library))
+        assert np.array_equal(bit_pattern(container[f"{Q}.weight"].to_numpy()), bit_pattern(library))
 
 
 def test_gptq_out_needs_a_gptq_config(tmp_path):

@@ -21,15 +21,11 @@ pytest.importorskip("torch", reason="the fixtures quantize with hqq, which needs
 pytest.importorskip("hqq", reason="the fixtures quantize with hqq's own code")
 
 from tests.support.quantized_models import hqq as fixture  # noqa: E402
+from tests.support.quantized_models import bit_pattern  # noqa: E402
 
 LINEARS = [f"model.layers.0.{name}.weight" for name in
            ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
             "mlp.up_proj", "mlp.down_proj")]
-
-
-def _bits(array) -> np.ndarray:
-    array = np.ascontiguousarray(array)
-    return array.view(f"u{array.dtype.itemsize}")
 
 
 def _stored(folder) -> dict:
@@ -63,7 +59,7 @@ def _copied_as_they_are(out, folder):
     for name in plain:
         expected = fixture.to_numpy(stored[name])
         assert values[name].dtype == expected.dtype, name
-        assert np.array_equal(_bits(values[name]), _bits(expected)), name
+        assert np.array_equal(bit_pattern(values[name]), bit_pattern(expected)), name
 
 
 # --------------------------------------------------------------------------------------
@@ -96,7 +92,7 @@ def test_dequantize_stores_hqqs_dense_result_bit_for_bit(optimized, tmp_path):
     assert sorted(reference) == sorted(LINEARS)
     for name, expected in reference.items():
         assert values[name].dtype == np.float16 and values[name].shape == expected.shape, name
-        assert np.array_equal(_bits(values[name]), _bits(expected)), name
+        assert np.array_equal(bit_pattern(values[name]), bit_pattern(expected)), name
     rows = {row.name: row for row in report.tensors}
     for name in LINEARS:
         assert rows[name].type_in == "hqq int4 g64 axis1"
@@ -131,7 +127,7 @@ def test_integer_zeros_are_per_block_affine_equal_to_hqq(integer, tmp_path):
         assert expected.dtype.name == "bfloat16"
         got = values[name].astype(expected.dtype)
         assert got.shape == expected.shape
-        assert np.array_equal(_bits(got), _bits(expected)), name
+        assert np.array_equal(bit_pattern(got), bit_pattern(expected)), name
     rows = {row.name: row for row in report.tensors}
     for name in LINEARS:
         assert rows[name].type_out == "uint4 per_block_affine" and rows[name].max_ulp == 0 and rows[name].exact
@@ -148,7 +144,7 @@ def test_integer_zeros_with_dequantize_are_hqqs_bits(integer, tmp_path):
     values = hs.load(out)
     # an exact form exists, so dequantize keeps it: the decoded values are hqq's
     for name, expected in reference.items():
-        assert np.array_equal(_bits(values[name].astype(expected.dtype)), _bits(expected)), name
+        assert np.array_equal(bit_pattern(values[name].astype(expected.dtype)), bit_pattern(expected)), name
 
 
 def test_the_way_back_to_hqq_is_refused(integer, tmp_path):
@@ -299,7 +295,7 @@ def test_other_bit_widths_with_integer_zeros_are_exact(tmp_path_factory, tmp_pat
     values = hs.load(out)
     for name, expected in reference.items():
         assert opened.descriptor(name).type_tag.name == STORAGE[nbits], name
-        assert np.array_equal(_bits(values[name].astype(expected.dtype)), _bits(expected)), name
+        assert np.array_equal(bit_pattern(values[name].astype(expected.dtype)), bit_pattern(expected)), name
     rows = {row.name: row for row in report.tensors}
     assert all(rows[name].type_in == f"hqq int{nbits} g64 axis1" and rows[name].max_ulp == 0 for name in LINEARS)
 
@@ -348,7 +344,7 @@ def test_axis0_groups_of_whole_columns_are_per_block_affine_along_axis0(axis0, t
         else:  # k_proj, v_proj (32 rows), gate_proj, up_proj (128 rows): stored dense
             assert q is None and "axis-0 groups" in rows[name].note, name
         assert rows[name].max_ulp == 0
-        assert np.array_equal(_bits(values[name].astype(expected.dtype)), _bits(expected)), name
+        assert np.array_equal(bit_pattern(values[name].astype(expected.dtype)), bit_pattern(expected)), name
     assert len(quantized) == 3
 
 
@@ -365,7 +361,7 @@ def test_the_command_line_converts_the_file_beside_its_config(integer, optimized
     assert done.returncode == 0, done.stderr.decode()
     values = hs.load(tmp_path / "exact.hrry")
     for name, expected in reference.items():
-        assert np.array_equal(_bits(values[name].astype(expected.dtype)), _bits(expected)), name
+        assert np.array_equal(bit_pattern(values[name].astype(expected.dtype)), bit_pattern(expected)), name
     refused = run("convert", os.path.join(optimized[0], "model.safetensors"), tmp_path / "refused.hrry")
     assert refused.returncode == 2 and "HQQ's zero is a float" in refused.stderr.decode()
     assert not (tmp_path / "refused.hrry").exists()

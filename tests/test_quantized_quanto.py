@@ -22,17 +22,13 @@ pytest.importorskip("torch", reason="the fixtures quantize with optimum-quanto, 
 pytest.importorskip("optimum.quanto", reason="the fixtures quantize with optimum-quanto's own code")
 
 from tests.support.quantized_models import quanto as fixture  # noqa: E402
+from tests.support.quantized_models import bit_pattern  # noqa: E402
 from tests.support.quantized_models.hqq import to_numpy  # noqa: E402
 
 MODULES = ["lm_head"] + [f"model.layers.0.{name}" for name in
                          ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                           "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")]
 LINEARS = [module + ".weight" for module in MODULES]
-
-
-def _bits(array) -> np.ndarray:
-    array = np.ascontiguousarray(array)
-    return array.view(f"u{array.dtype.itemsize}")
 
 
 def _stored(folder) -> dict:
@@ -80,7 +76,7 @@ def _copied_as_they_are(out, folder):
     for name in plain:
         expected = to_numpy(stored[name])
         assert values[name].dtype == expected.dtype, name
-        assert np.array_equal(_bits(values[name]), _bits(expected)), name
+        assert np.array_equal(bit_pattern(values[name]), bit_pattern(expected)), name
 
 
 # --------------------------------------------------------------------------------------
@@ -104,7 +100,7 @@ def test_qint8_is_per_channel_affine_equal_to_quanto(built, tmp_path, variant):
         assert descriptor.type_tag.name == "INT8" and descriptor.shape == expected.shape
         assert expected.dtype.name == variant.split("-")[1]
         got = values[name].astype(expected.dtype)  # per-channel decodes to float32: rounded once here
-        assert np.array_equal(_bits(got), _bits(expected)), name
+        assert np.array_equal(bit_pattern(got), bit_pattern(expected)), name
     rows = {row.name: row for row in report.tensors}
     for name in LINEARS:
         assert rows[name].type_in == "quanto qint8"
@@ -120,7 +116,7 @@ def test_qint8_with_dequantize_is_quantos_bits(built, tmp_path):
     hs.convert(folder, out, dequantize=True)
     values = hs.load(out)
     for name, expected in reference.items():
-        assert np.array_equal(_bits(values[name].astype(expected.dtype)), _bits(expected)), name
+        assert np.array_equal(bit_pattern(values[name].astype(expected.dtype)), bit_pattern(expected)), name
 
 
 @pytest.mark.parametrize("variant", ["qint8-float16", "qint8-bfloat16"])
@@ -134,12 +130,12 @@ def test_qint8_goes_back_to_quantos_layout_byte_for_byte(built, tmp_path, varian
     assert sorted(written) == sorted(original)
     for name, tensor in original.items():
         assert written[name].dtype == tensor.dtype and written[name].shape == tensor.shape, name
-        assert np.array_equal(_bits(to_numpy(written[name])), _bits(to_numpy(tensor))), name
+        assert np.array_equal(bit_pattern(to_numpy(written[name])), bit_pattern(to_numpy(tensor))), name
     assert json.loads((back / "quanto_qmap.json").read_text()) == json.loads(
         open(os.path.join(folder, "quanto_qmap.json")).read())
     again = fixture.library_dequantized(str(back))  # quanto loads the folder written back
     for name, expected in reference.items():
-        assert np.array_equal(_bits(again[name]), _bits(expected)), name
+        assert np.array_equal(bit_pattern(again[name]), bit_pattern(expected)), name
 
 
 # --------------------------------------------------------------------------------------
@@ -176,7 +172,7 @@ def test_qint4_with_dequantize_is_quantos_dense_result_bit_for_bit(built, tmp_pa
     assert sorted(reference) == sorted(LINEARS)
     for name, expected in reference.items():
         assert values[name].dtype == np.float16 and values[name].shape == expected.shape, name
-        assert np.array_equal(_bits(values[name]), _bits(expected)), name
+        assert np.array_equal(bit_pattern(values[name]), bit_pattern(expected)), name
     rows = {row.name: row for row in report.tensors}
     assert rows["model.layers.0.mlp.down_proj.weight"].type_in == "quanto qint4 g128"  # 256 inputs: groups
     assert rows["model.layers.0.self_attn.q_proj.weight"].type_in == "quanto qint4 g64"  # 64 inputs: whole rows
@@ -193,7 +189,7 @@ def test_qint2_is_refused_and_stored_dense_bit_for_bit(built, tmp_path):
     values = hs.load(out)
     assert sorted(reference) == sorted(LINEARS)
     for name, expected in reference.items():
-        assert np.array_equal(_bits(values[name]), _bits(expected)), name
+        assert np.array_equal(bit_pattern(values[name]), bit_pattern(expected)), name
 
 
 def test_in_features_quanto_does_not_record_come_from_the_config(built, tmp_path):
@@ -225,7 +221,7 @@ def test_qint4_integer_shifts_are_per_block_affine_equal_to_quanto(built, tmp_pa
         q = opened.descriptor(name).quantization
         assert type(q).__name__ == "PerBlockAffine" and q.axis == 1
         assert q.block_size == (128 if "down_proj" in name else 64)
-        assert np.array_equal(_bits(values[name].astype(expected.dtype)), _bits(expected)), name
+        assert np.array_equal(bit_pattern(values[name].astype(expected.dtype)), bit_pattern(expected)), name
     assert all(row.max_ulp == 0 for row in report.tensors if row.name in LINEARS)
     with pytest.raises(NoExactForm, match="no quanto form"):
         hs.convert(out, tmp_path / "back", to="hf")
@@ -349,7 +345,7 @@ def test_the_command_line_reads_the_map_beside_a_single_file(built, tmp_path):
     values = hs.load(tmp_path / "exact.hrry")
     for name, expected in reference.items():
         assert type(opened.descriptor(name).quantization).__name__ == "PerChannelAffine", name
-        assert np.array_equal(_bits(values[name].astype(expected.dtype)), _bits(expected)), name
+        assert np.array_equal(bit_pattern(values[name].astype(expected.dtype)), bit_pattern(expected)), name
     refused = run("convert", os.path.join(built("qint4")[0], "model.safetensors"), tmp_path / "refused.hrry")
     assert refused.returncode == 2 and "float shift" in refused.stderr.decode()
     dense = run("convert", "--dequantize", os.path.join(built("qint4")[0], "model.safetensors"),
@@ -357,7 +353,7 @@ def test_the_command_line_reads_the_map_beside_a_single_file(built, tmp_path):
     assert dense.returncode == 0, dense.stderr.decode()
     values = hs.load(tmp_path / "dense.hrry")
     for name, expected in built("qint4")[1].items():
-        assert np.array_equal(_bits(values[name]), _bits(expected)), name
+        assert np.array_equal(bit_pattern(values[name]), bit_pattern(expected)), name
 
 
 def test_quanto_tensors_as_hqq_parts_are_refused(built, tmp_path):
