@@ -29,7 +29,7 @@ import numpy as np
 from ...errors import HurraySchemaError, NoExactForm
 from ..source import SourceTensor
 from .checkpoint import MODEL_DTYPE_KEY, QuantizedLinear, integer
-from .packing import FLOAT_NAMES, float_dtype
+from .packing import FLOAT_NAMES, float_dtype, unpack_words
 
 __all__ = ["linears", "source", "dequantized", "parts_of", "NF4_CODE", "FP4_CODE", "STATE_KEY"]
 
@@ -221,12 +221,13 @@ def source(weight: str, arrays: dict, config: dict):
                                 block_size=block)
 
 
+HIGH_NIBBLE_FIRST = (1, 0)
+"""bitsandbytes' order of the two codes of a byte: element ``2k`` in the high nibble, ``2k + 1`` in the low."""
+
+
 def _unpacked(packed: np.ndarray, count: int) -> np.ndarray:
-    """One code per element, uint8: byte ``k``'s high nibble is element ``2k``, its low one ``2k + 1``."""
-    codes = np.empty(packed.size * 2, np.uint8)
-    codes[0::2] = packed >> 4
-    codes[1::2] = packed & 0x0F
-    return codes[:count]
+    """One code per element, uint8, the first ``count`` of the bytes ``packed``."""
+    return unpack_words(packed.reshape(-1), 4, axis=0, order=HIGH_NIBBLE_FIRST)[:count]
 
 
 def dequantized(weight: str, arrays: dict, config: dict) -> np.ndarray:
